@@ -1,0 +1,283 @@
+"""Collect greedy generations from one endpoint into a resumable run directory."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import __version__
+from .client import (
+    EndpointClient,
+    RetryableError,
+    api_key_from_env,
+    public_url,
+    sleep_backoff,
+)
+from .errors import ParameterRejected, QuantcheckError, RunMismatch
+from .prompts import RequestOptions, file_sha256, load_prompts
+from .records import Completion, Prompt
+from .runstore import (
+    MANIFEST,
+    RunWriter,
+    completed_keys,
+    read_json,
+    set_aside,
+    write_json_atomic,
+    write_prompts,
+)
+from .servers import choose_model, describe_server
+
+
+@dataclass
+class CollectSettings:
+    """Everything that decides what is requested from one endpoint, and how."""
+
+    endpoint: str
+    label: str
+    model: str | None = None
+    repeats: int = 1
+    top_logprobs: int = 20
+    stream: bool = True
+    concurrency: int = 8
+    timeout: float = 600.0
+    retries: int = 4
+    api_key_env: str | None = None
+    request: RequestOptions = field(default_factory=RequestOptions)
+
+
+class Reporter(Protocol):
+    """Receives progress; the library never prints."""
+
+    def started(self, total: int, already_done: int) -> None: ...
+    def completed(self, record: Completion) -> None: ...
+    def warn(self, message: str) -> None: ...
+
+
+class SilentReporter:
+    def started(self, total: int, already_done: int) -> None:
+        pass
+
+    def completed(self, record: Completion) -> None:
+        pass
+
+    def warn(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class CollectResult:
+    run_dir: Path
+    requested: int
+    skipped: int
+    collected: int
+    failed: int
+
+
+def request_body(prompt: Prompt, model: str, top_logprobs: int) -> dict[str, Any]:
+    """The exact JSON body sent for `prompt` (streaming fields are added by the client)."""
+    body = {"model": model, **prompt.request}
+    if top_logprobs > 0:
+        if prompt.api == "chat":
+            body.update(logprobs=True, top_logprobs=top_logprobs)
+        else:
+            body["logprobs"] = top_logprobs
+    return body
+
+
+def collect(prompt_files: Sequence[str | Path], out: str | Path, settings: CollectSettings,
+            reporter: Reporter | None = None, force: bool = False) -> CollectResult:
+    """Collect a run; blocking wrapper around `collect_async`."""
+    return asyncio.run(collect_async(prompt_files, out, settings, reporter, force))
+
+
+async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
+                        settings: CollectSettings, reporter: Reporter | None = None,
+                        force: bool = False) -> CollectResult:
+    reporter = reporter or SilentReporter()
+    prompts = load_prompts(prompt_files, settings.request)
+    run_dir = Path(out)
+    async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
+                              settings.timeout, max(settings.concurrency * 2, 16)) as client:
+        models = await client.list_models()
+        model = choose_model(models, settings.model, public_url(settings.endpoint))
+        manifest = _manifest(settings, model, prompts, prompt_files)
+        _prepare_run_dir(run_dir, manifest, force)
+        done = completed_keys(run_dir)
+        manifest["server"] = await describe_server(client, models)
+        write_prompts(run_dir, prompts)
+        write_json_atomic(run_dir / MANIFEST, manifest)
+        jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
+        reporter.started(len(prompts) * settings.repeats, len(prompts) * settings.repeats
+                         - len(jobs))
+        session = _Session(client, settings, model, reporter, RunWriter(run_dir))
+        try:
+            await session.run(jobs)
+        finally:
+            manifest["finished_at"] = _now()
+            manifest["status"] = "complete" if session.finished else "interrupted"
+            manifest["counts"] = {"requests": len(prompts) * settings.repeats,
+                                  "ok": len(completed_keys(run_dir))}
+            write_json_atomic(run_dir / MANIFEST, manifest)
+    return CollectResult(run_dir, len(prompts) * settings.repeats,
+                         len(prompts) * settings.repeats - len(jobs),
+                         session.collected, session.failed)
+
+
+class _Session:
+    """One collection pass: a bounded pool of workers over the pending jobs."""
+
+    def __init__(self, client: EndpointClient, settings: CollectSettings, model: str,
+                 reporter: Reporter, writer: RunWriter) -> None:
+        self.client, self.settings, self.model = client, settings, model
+        self.reporter, self.writer = reporter, writer
+        self.collected = self.failed = 0
+        self.finished = False
+        self._warned_no_logprobs = False
+
+    async def run(self, jobs: list[tuple[Prompt, int]]) -> None:
+        queue: asyncio.Queue[tuple[Prompt, int]] = asyncio.Queue()
+        for job in jobs:
+            queue.put_nowait(job)
+        self.writer.open()
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(min(self.settings.concurrency, len(jobs))):
+                    group.create_task(self._worker(queue))
+        except* QuantcheckError as errors:
+            raise errors.exceptions[0] from None
+        finally:
+            self.writer.close()
+        self.finished = True
+
+    async def _worker(self, queue: asyncio.Queue[tuple[Prompt, int]]) -> None:
+        while not queue.empty():
+            prompt, repeat = queue.get_nowait()
+            record = await self._request(prompt, repeat)
+            self.writer.append(record)
+            if record.error:
+                self.failed += 1
+            else:
+                self.collected += 1
+            self.reporter.completed(record)
+
+    async def _request(self, prompt: Prompt, repeat: int) -> Completion:
+        body = request_body(prompt, self.model, self.settings.top_logprobs)
+        record = Completion(prompt_id=prompt.id, prompt_hash=prompt.hash, repeat=repeat,
+                            started_at=_now())
+        for attempt in range(self.settings.retries + 1):
+            try:
+                generation, timing = await self.client.generate(
+                    prompt.api, body, self.settings.stream, self.settings.top_logprobs)
+            except RetryableError as exc:
+                record.error = f"{exc} (after {attempt + 1} attempts)"
+                if attempt < self.settings.retries:
+                    await sleep_backoff(attempt, exc.retry_after)
+                continue
+            except ParameterRejected as exc:
+                raise ParameterRejected(rejection_advice(str(exc), body)) from None
+            self._check_logprobs(generation.has_logprobs, generation.text)
+            record.error = None
+            record.text, record.reasoning = generation.text, generation.reasoning
+            record.tokens = generation.tokens if generation.has_logprobs else None
+            record.finish_reason, record.usage = generation.finish_reason, generation.usage
+            record.model, record.system_fingerprint = (generation.model,
+                                                       generation.system_fingerprint)
+            record.ttft_s, record.e2e_s = timing.ttft_s, timing.e2e_s
+            break
+        return record
+
+    def _check_logprobs(self, has_logprobs: bool, text: str) -> None:
+        if has_logprobs or not text or self.settings.top_logprobs == 0:
+            return
+        if not self._warned_no_logprobs:
+            self._warned_no_logprobs = True
+            self.reporter.warn(
+                f"{public_url(self.settings.endpoint)} returns no logprobs; collecting text only "
+                "(token-level triage will be empty for this side)")
+
+
+def rejection_advice(message: str, body: dict[str, Any]) -> str:
+    """Turn a server's 400 into a message that names the fix."""
+    lowered = message.lower()
+    if "logprob" in lowered:
+        limit = re.search(r"max(?:imum)? allowed:?\s*(\d+)|at most (\d+)|<=\s*(\d+)", lowered)
+        value = next((g for g in limit.groups() if g), None) if limit else None
+        fix = f"--top-logprobs {value}" if value else "a smaller --top-logprobs"
+        return (f"the server rejected the logprobs request: {message}\n"
+                f"Fix: rerun with {fix} (or --top-logprobs 0 to collect text only).")
+    named = [key for key in body if key not in ("model", "messages", "prompt")
+             and re.search(rf"\b{re.escape(key)}\b", message)]
+    if named:
+        drop = ", ".join(f'"{key}": null' for key in named)
+        return (f"the server rejected a request parameter: {message}\n"
+                f"Fix: rerun with --extra-body '{{{drop}}}' to leave it out.")
+    return f"the server rejected the request (HTTP 400): {message}"
+
+
+def _manifest(settings: CollectSettings, model: str, prompts: list[Prompt],
+              prompt_files: Sequence[str | Path]) -> dict[str, Any]:
+    parameters = asdict(settings)
+    parameters.pop("endpoint")
+    parameters.pop("label")
+    return {
+        "quantcheck_version": __version__,
+        "label": settings.label,
+        "endpoint": public_url(settings.endpoint),
+        "model": model,
+        "parameters": parameters,
+        "prompt_files": [{"path": str(p), "sha256": file_sha256(Path(p))} for p in prompt_files],
+        "prompt_hashes": {p.id: p.hash for p in prompts},
+        "started_at": _now(),
+        "finished_at": None,
+        "status": "running",
+    }
+
+
+def _identity(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What must match for a resume: not concurrency, timeouts, retries, repeats or label."""
+    parameters = manifest.get("parameters", {})
+    return {
+        "endpoint": manifest.get("endpoint"),
+        "model": manifest.get("model"),
+        "top_logprobs": parameters.get("top_logprobs"),
+        "stream": parameters.get("stream"),
+        "prompt_hashes": manifest.get("prompt_hashes"),
+    }
+
+
+def _prepare_run_dir(run_dir: Path, manifest: dict[str, Any], force: bool) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / MANIFEST).exists():
+        return
+    previous = read_json(run_dir / MANIFEST)
+    old, new = _identity(previous), _identity(manifest)
+    if old == new:
+        manifest["started_at"] = previous.get("started_at", manifest["started_at"])
+        return
+    if force:
+        set_aside(run_dir)
+        return
+    differences = [_describe_difference(key, old.get(key), new[key])
+                   for key in new if old.get(key) != new[key]]
+    raise RunMismatch(
+        f"{run_dir} holds a run made with other {'; '.join(differences)}. "
+        "Use another --out, or --force to set the old run aside and start over.")
+
+
+def _describe_difference(key: str, old: Any, new: Any) -> str:
+    if key != "prompt_hashes":
+        return f"{key} ({old!r}, now {new!r})"
+    old, new = old or {}, new or {}
+    added = len(set(new) - set(old))
+    removed = len(set(old) - set(new))
+    changed = sum(1 for k in set(old) & set(new) if old[k] != new[k])
+    return f"prompts ({added} added, {removed} removed, {changed} changed)"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

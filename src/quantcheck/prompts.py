@@ -1,0 +1,293 @@
+"""Load and validate prompt sets (YAML) into Prompts with their exact request bodies."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from .errors import PromptFileError
+from .records import Expect, Prompt
+
+DEFAULT_MAX_TOKENS = 256
+
+# Sent with every request so that "temperature 0" really is greedy on every runtime:
+# llama-cpp-python defaults to repeat_penalty 1.1 and top_k 40, vLLM and SGLang
+# spell the penalty repetition_penalty. A field set to null in --extra-body is dropped.
+GREEDY_FIELDS: dict[str, Any] = {
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "seed": 0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "repeat_penalty": 1.0,
+}
+
+# Fields that do not change what is generated, so they stay out of the prompt hash:
+# the same prompt is comparable across models, transports and top-k settings.
+UNHASHED_FIELDS = {"model", "stream", "stream_options", "logprobs", "top_logprobs"}
+
+PROMPT_KEYS = {"id", "category", "messages", "prompt", "max_tokens", "tags", "expect", "stop",
+               "chat_template_kwargs", "extra"}
+TOP_KEYS = {"defaults", "prompts", "name", "description"}
+EXPECT_KEYS = set(Expect.__dataclass_fields__)
+APIS = ("chat", "completions")
+
+
+@dataclass
+class RequestOptions:
+    """Command-line settings that shape every request body of a run."""
+
+    max_tokens: int | None = None
+    api: str | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    hashed = {k: v for k, v in body.items() if k not in UNHASHED_FIELDS}
+    return hashlib.sha256(orjson.dumps(hashed, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class _Located(dict[str, Any]):
+    """A YAML mapping that remembers the line of itself and of each key."""
+
+    line: int = 0
+    key_lines: dict[str, int]
+
+
+class _LineLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_located(loader: _LineLoader, node: yaml.MappingNode) -> _Located:
+    mapping = _Located(loader.construct_mapping(node, deep=True))
+    mapping.line = node.start_mark.line + 1
+    mapping.key_lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_located)
+
+
+class _Where:
+    """Builds error messages that name the file, line, prompt and field."""
+
+    def __init__(self, path: Path, mapping: Any, prompt: str | None = None) -> None:
+        self.path = path
+        self.mapping = mapping
+        self.prompt = prompt
+
+    def error(self, key: str | None, message: str) -> PromptFileError:
+        line = getattr(self.mapping, "line", 0)
+        if key is not None:
+            line = getattr(self.mapping, "key_lines", {}).get(key, line)
+        parts = [f"{self.path}:{line}" if line else str(self.path)]
+        if self.prompt:
+            parts.append(f"prompt {self.prompt}")
+        if key is not None:
+            parts.append(f"field '{key}'")
+        return PromptFileError(": ".join(parts + [message]))
+
+
+def load_prompts(paths: Iterable[str | Path], options: RequestOptions | None = None) -> list[Prompt]:
+    """Load one or more prompt files; ids must be unique across all of them."""
+    options = options or RequestOptions()
+    prompts: list[Prompt] = []
+    seen: dict[str, str] = {}
+    for path in map(Path, paths):
+        for prompt in _load_file(path, options):
+            if prompt.id in seen:
+                raise PromptFileError(
+                    f"{prompt.source}: prompt id {prompt.id!r} is used twice "
+                    f"(first at {seen[prompt.id]}); ids must be unique"
+                )
+            seen[prompt.id] = prompt.source
+            prompts.append(prompt)
+    return prompts
+
+
+def _load_file(path: Path, options: RequestOptions) -> list[Prompt]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PromptFileError(f"{path}: cannot read prompt file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise PromptFileError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    try:
+        document = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise PromptFileError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    top = _Where(path, document)
+    if not isinstance(document, dict):
+        raise top.error(None, "expected a mapping with a 'prompts:' list at the top level")
+    _reject_unknown(top, document, TOP_KEYS)
+    defaults = document.get("defaults") or _Located()
+    if not isinstance(defaults, dict):
+        raise top.error("defaults", "must be a mapping")
+    entries = document.get("prompts")
+    if not isinstance(entries, list) or not entries:
+        raise top.error("prompts", "must be a non-empty list of prompts")
+    return [_build_prompt(path, n, entry, defaults, options) for n, entry in enumerate(entries, 1)]
+
+
+def _reject_unknown(where: _Where, mapping: dict[str, Any], allowed: set[str]) -> None:
+    for key in mapping:
+        if key not in allowed:
+            raise where.error(str(key), f"unknown field; allowed: {', '.join(sorted(allowed))}")
+
+
+def _build_prompt(
+    path: Path, position: int, entry: Any, defaults: dict[str, Any], options: RequestOptions
+) -> Prompt:
+    where = _Where(path, entry, f"#{position}")
+    if not isinstance(entry, dict):
+        raise where.error(None, "each prompt must be a mapping with at least 'id'")
+    prompt_id = entry.get("id")
+    if not isinstance(prompt_id, str | int) or isinstance(prompt_id, bool) or not str(prompt_id):
+        raise where.error("id", "required, a non-empty string")
+    where.prompt = str(prompt_id)
+    _reject_unknown(where, entry, PROMPT_KEYS)
+    api, body = _request_body(where, entry, defaults, options)
+    line = getattr(entry, "line", 0)
+    return Prompt(
+        id=str(prompt_id),
+        category=_string(where, entry, "category", default="general"),
+        request=body,
+        api=api,
+        hash=request_hash(body),
+        tags=_string_list(where, entry, "tags"),
+        expect=_expect(where, entry),
+        source=f"{path}:{line}" if line else str(path),
+    )
+
+
+def _request_body(
+    where: _Where, entry: dict[str, Any], defaults: dict[str, Any], options: RequestOptions
+) -> tuple[str, dict[str, Any]]:
+    set_where = _Where(where.path, defaults)
+    api = options.api or defaults.get("api")
+    if api is not None and api not in APIS:
+        raise set_where.error("api", f"must be one of {', '.join(APIS)}, not {api!r}")
+    has_messages, has_prompt = "messages" in entry, "prompt" in entry
+    if has_messages == has_prompt:
+        raise where.error(None, "needs exactly one of 'messages' (chat) or 'prompt' (completions)")
+    if has_messages:
+        if api == "completions":
+            raise where.error("messages", "the completions API takes 'prompt', not 'messages'")
+        api, body = "chat", {"messages": _messages(where, entry["messages"])}
+    else:
+        text = _string(where, entry, "prompt")
+        api = api or "completions"
+        body = {"prompt": text} if api == "completions" else {
+            "messages": [{"role": "user", "content": text}]}
+
+    extra = {k: v for k, v in defaults.items() if k not in {"api", "max_tokens"}}
+    body["max_tokens"] = options.max_tokens or _positive_int(
+        where, entry, "max_tokens", _positive_int(set_where, defaults, "max_tokens",
+                                                  DEFAULT_MAX_TOKENS))
+    body.update(GREEDY_FIELDS)
+    body.update(extra)
+    for key in ("stop", "chat_template_kwargs"):
+        if key in entry:
+            body[key] = entry[key]
+    per_prompt_extra = entry.get("extra") or {}
+    if not isinstance(per_prompt_extra, dict):
+        raise where.error("extra", "must be a mapping of extra request fields")
+    body.update(per_prompt_extra)
+    body.update(options.extra_body)
+    if "stop" in body and not _is_stop(body["stop"]):
+        raise where.error("stop", "must be a string or a list of strings")
+    if api == "completions":
+        body.pop("chat_template_kwargs", None)
+    return api, {k: v for k, v in body.items() if v is not None}
+
+
+def _is_stop(value: Any) -> bool:
+    return isinstance(value, str) or (
+        isinstance(value, list) and all(isinstance(s, str) for s in value))
+
+
+def _messages(where: _Where, value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise where.error("messages", "must be a non-empty list of {role, content}")
+    for n, message in enumerate(value, 1):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or not \
+                isinstance(message.get("content"), str):
+            raise where.error("messages", f"message {n} needs a string 'role' and 'content'")
+    return [dict(m) for m in value]
+
+
+def _string(where: _Where, entry: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = entry.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise where.error(key, "must be a non-empty string")
+    return value
+
+
+def _string_list(where: _Where, entry: dict[str, Any], key: str) -> list[str]:
+    value = entry.get(key)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise where.error(key, "must be a string or a list of strings")
+    return list(value)
+
+
+def _positive_int(where: _Where, entry: dict[str, Any], key: str, default: int) -> int:
+    value = entry.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise where.error(key, f"must be a positive integer, not {value!r}")
+    return value
+
+
+def _expect(where: _Where, entry: dict[str, Any]) -> Expect | None:
+    spec = entry.get("expect")
+    if spec is None:
+        return None
+    expect_where = _Where(where.path, spec, where.prompt)
+    if not isinstance(spec, dict) or not spec:
+        raise where.error("expect", "must be a mapping, e.g. {contains: Canberra}")
+    for key in spec:
+        if key not in EXPECT_KEYS:
+            raise expect_where.error(
+                f"expect.{key}", f"unknown check; allowed: {', '.join(sorted(EXPECT_KEYS))}")
+    number = spec.get("number")
+    if number is not None and (isinstance(number, bool) or not isinstance(number, int | float)):
+        raise expect_where.error("expect.number", "must be a number")
+    tolerance = spec.get("tolerance", 0.0)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0:
+        raise expect_where.error("expect.tolerance", "must be a number >= 0")
+    regex = spec.get("regex")
+    if regex is not None:
+        try:
+            re.compile(str(regex))
+        except re.error as exc:
+            raise expect_where.error("expect.regex", f"invalid regular expression: {exc}") from None
+    case_sensitive = spec.get("case_sensitive", False)
+    if not isinstance(case_sensitive, bool):
+        raise expect_where.error("expect.case_sensitive", "must be true or false")
+    return Expect(
+        contains=_string_list(expect_where, spec, "contains"),
+        any_of=_string_list(expect_where, spec, "any_of"),
+        not_contains=_string_list(expect_where, spec, "not_contains"),
+        regex=str(regex) if regex is not None else None,
+        number=float(number) if number is not None else None,
+        tolerance=float(tolerance),
+        case_sensitive=case_sensitive,
+    )

@@ -1,0 +1,210 @@
+"""The records quantcheck reads and writes, each with exactly one JSON shape."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TopK = list[tuple[str, float]]
+
+
+@dataclass
+class Expect:
+    """A machine-checkable expected answer; all given keys must hold (AND)."""
+
+    contains: list[str] = field(default_factory=list)
+    any_of: list[str] = field(default_factory=list)
+    not_contains: list[str] = field(default_factory=list)
+    regex: str | None = None
+    number: float | None = None
+    tolerance: float = 0.0
+    case_sensitive: bool = False
+
+    def failures(self, text: str) -> list[str]:
+        """Why `text` does not meet this expectation (empty when it does)."""
+        fold = (lambda s: s) if self.case_sensitive else str.casefold
+        haystack = fold(text)
+        problems = [f"missing {s!r}" for s in self.contains if fold(s) not in haystack]
+        if self.any_of and not any(fold(s) in haystack for s in self.any_of):
+            problems.append(f"none of {self.any_of!r}")
+        problems += [f"contains {s!r}" for s in self.not_contains if fold(s) in haystack]
+        if self.regex is not None:
+            flags = 0 if self.case_sensitive else re.IGNORECASE
+            if not re.search(self.regex, text, flags):
+                problems.append(f"no match for /{self.regex}/")
+        if self.number is not None:
+            found = first_number(text)
+            if found is None or abs(found - self.number) > self.tolerance:
+                problems.append(f"first number is {found}, expected {self.number:g}")
+        return problems
+
+    def to_json(self) -> dict[str, Any]:
+        defaults = asdict(Expect())
+        return {k: v for k, v in asdict(self).items() if v != defaults[k]}
+
+
+NUMBER_PATTERN = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def numbers_in(text: str) -> list[float]:
+    """Every number in `text`, in order (thousands separators allowed)."""
+    return [float(m.group().replace(",", "")) for m in NUMBER_PATTERN.finditer(text)]
+
+
+def first_number(text: str) -> float | None:
+    match = NUMBER_PATTERN.search(text)
+    return float(match.group().replace(",", "")) if match else None
+
+
+@dataclass
+class Prompt:
+    """One prompt of a prompt set, with the exact request body it produces."""
+
+    id: str
+    category: str
+    request: dict[str, Any]
+    api: str
+    hash: str
+    tags: list[str] = field(default_factory=list)
+    expect: Expect | None = None
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "category": self.category,
+            "api": self.api,
+            "hash": self.hash,
+            "tags": self.tags,
+            "expect": self.expect.to_json() if self.expect else None,
+            "request": self.request,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Prompt:
+        expect = data.get("expect")
+        return cls(
+            id=data["id"],
+            category=data["category"],
+            api=data["api"],
+            hash=data["hash"],
+            tags=data.get("tags") or [],
+            expect=Expect(**expect) if expect else None,
+            request=data["request"],
+            source=data.get("source", ""),
+        )
+
+
+@dataclass
+class Tokens:
+    """Generated tokens, column by column: strings, logprobs, top-k alternatives.
+
+    `top[i]` is sorted by logprob, highest first. `ids` is set when the server gave
+    token ids. `raw_bytes[i]` is set only where the server's bytes differ from
+    `text[i]` encoded as UTF-8 (split multi-byte characters), so nothing is lost.
+    """
+
+    text: list[str] = field(default_factory=list)
+    logprob: list[float | None] = field(default_factory=list)
+    top: list[TopK] = field(default_factory=list)
+    ids: list[int] | None = None
+    raw_bytes: list[list[int] | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def append(
+        self,
+        token: str,
+        logprob: float | None,
+        top: TopK,
+        token_id: int | None = None,
+        raw: list[int] | None = None,
+    ) -> None:
+        position = len(self.text)
+        self.text.append(token)
+        self.logprob.append(logprob)
+        self.top.append(top)
+        if token_id is not None:
+            if self.ids is None:
+                self.ids = [-1] * position
+            self.ids.append(token_id)
+        elif self.ids is not None:
+            self.ids.append(-1)
+        if raw is not None and raw != list(token.encode("utf-8", "surrogatepass")):
+            if self.raw_bytes is None:
+                self.raw_bytes = [None] * position
+            self.raw_bytes.append(raw)
+        elif self.raw_bytes is not None:
+            self.raw_bytes.append(None)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "text": self.text,
+            "logprob": [_finite(v) for v in self.logprob],
+            "top": [[[t, _finite(v)] for t, v in alts] for alts in self.top],
+        }
+        if self.ids is not None:
+            data["ids"] = self.ids
+        if self.raw_bytes is not None:
+            data["raw_bytes"] = self.raw_bytes
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Tokens:
+        return cls(
+            text=data["text"],
+            logprob=data["logprob"],
+            top=[[(t, v) for t, v in alts] for alts in data["top"]],
+            ids=data.get("ids"),
+            raw_bytes=data.get("raw_bytes"),
+        )
+
+
+def _finite(value: float | None) -> float | None:
+    # JSON has no -inf; a token the server gave -inf is stored as the lowest float.
+    if value is None or math.isfinite(value):
+        return value
+    return -1.7976931348623157e308 if value < 0 else 1.7976931348623157e308
+
+
+@dataclass
+class Completion:
+    """One request to one endpoint and what came back: a line of completions.jsonl."""
+
+    prompt_id: str
+    prompt_hash: str
+    repeat: int
+    text: str | None = None
+    reasoning: str | None = None
+    tokens: Tokens | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    error: str | None = None
+    model: str | None = None
+    system_fingerprint: str | None = None
+    started_at: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tokens"] = self.tokens.to_json() if self.tokens is not None else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Completion:
+        tokens = data.get("tokens")
+        fields = {k: data.get(k) for k in _COMPLETION_FIELDS}
+        fields["tokens"] = Tokens.from_json(tokens) if tokens else None
+        return cls(**fields)
+
+
+_COMPLETION_FIELDS = [name for name in Completion.__dataclass_fields__]
