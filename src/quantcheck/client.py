@@ -120,7 +120,7 @@ class EndpointClient:
             extra["stream_options"] = {"include_usage": True}
         started = time.perf_counter()
         try:
-            async with resource.with_streaming_response.create(  # type: ignore[call-overload]
+            async with resource.with_streaming_response.create(
                 model=body["model"], extra_body=extra, stream=stream,
                 **{leading: body[leading]},
             ) as response:
@@ -206,8 +206,11 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
 
 
 def _root_cause(exc: BaseException) -> str:
-    while exc.__cause__ is not None or exc.__context__ is not None:
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    while True:
+        inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            break
+        exc = inner
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:300]
 
@@ -223,7 +226,7 @@ def backoff_seconds(attempt: int, retry_after: float | None) -> float:
     """Exponential backoff with jitter, honoring Retry-After, capped at MAX_BACKOFF_S."""
     if retry_after is not None:
         return min(max(retry_after, 0.0), MAX_BACKOFF_S)
-    return min(0.25 * 2**attempt, MAX_BACKOFF_S) * (0.5 + random.random() / 2)
+    return min(0.25 * float(2**attempt), MAX_BACKOFF_S) * (0.5 + random.random() / 2)
 
 
 async def sleep_backoff(attempt: int, retry_after: float | None) -> None:

@@ -121,7 +121,8 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
             manifest["finished_at"] = _now()
             manifest["status"] = "complete" if session.finished else "interrupted"
             manifest["counts"] = {"requests": len(prompts) * settings.repeats,
-                                  "ok": len(completed_keys(run_dir))}
+                                  "ok": len(done) + session.collected,
+                                  "failed": session.failed}
             write_json_atomic(run_dir / MANIFEST, manifest)
     return CollectResult(run_dir, len(prompts) * settings.repeats,
                          len(prompts) * settings.repeats - len(jobs),

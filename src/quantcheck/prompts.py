@@ -72,7 +72,7 @@ class _LineLoader(yaml.SafeLoader):
 
 
 def _construct_located(loader: _LineLoader, node: yaml.MappingNode) -> _Located:
-    mapping = _Located(loader.construct_mapping(node, deep=True))
+    mapping = _Located({str(k): v for k, v in loader.construct_mapping(node, deep=True).items()})
     mapping.line = node.start_mark.line + 1
     mapping.key_lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
     return mapping
@@ -101,7 +101,8 @@ class _Where:
         return PromptFileError(": ".join(parts + [message]))
 
 
-def load_prompts(paths: Iterable[str | Path], options: RequestOptions | None = None) -> list[Prompt]:
+def load_prompts(paths: Iterable[str | Path],
+                 options: RequestOptions | None = None) -> list[Prompt]:
     """Load one or more prompt files; ids must be unique across all of them."""
     options = options or RequestOptions()
     prompts: list[Prompt] = []
@@ -188,7 +189,8 @@ def _request_body(
     if has_messages:
         if api == "completions":
             raise where.error("messages", "the completions API takes 'prompt', not 'messages'")
-        api, body = "chat", {"messages": _messages(where, entry["messages"])}
+        api = "chat"
+        body: dict[str, Any] = {"messages": _messages(where, entry["messages"])}
     else:
         text = _string(where, entry, "prompt")
         api = api or "completions"

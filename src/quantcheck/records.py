@@ -102,19 +102,24 @@ class Prompt:
 class Tokens:
     """Generated tokens, column by column: strings, logprobs, top-k alternatives.
 
-    `top[i]` is sorted by logprob, highest first. `ids` is set when the server gave
-    token ids. `raw_bytes[i]` is set only where the server's bytes differ from
-    `text[i]` encoded as UTF-8 (split multi-byte characters), so nothing is lost.
+    `top_text[i]` / `top_logprob[i]` are position i's alternatives sorted by logprob,
+    highest first (kept as two parallel lists: triage hashes and rounds them as arrays).
+    `ids` is set when the server gave token ids. `raw_bytes[i]` is set only where the
+    server's bytes differ from `text[i]` in UTF-8 (split multi-byte characters).
     """
 
     text: list[str] = field(default_factory=list)
     logprob: list[float | None] = field(default_factory=list)
-    top: list[TopK] = field(default_factory=list)
+    top_text: list[list[str]] = field(default_factory=list)
+    top_logprob: list[list[float]] = field(default_factory=list)
     ids: list[int] | None = None
     raw_bytes: list[list[int] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.text)
+
+    def top(self, position: int) -> TopK:
+        return list(zip(self.top_text[position], self.top_logprob[position], strict=True))
 
     def append(
         self,
@@ -127,7 +132,8 @@ class Tokens:
         position = len(self.text)
         self.text.append(token)
         self.logprob.append(logprob)
-        self.top.append(top)
+        self.top_text.append([t for t, _ in top])
+        self.top_logprob.append([v for _, v in top])
         if token_id is not None:
             if self.ids is None:
                 self.ids = [-1] * position
@@ -145,7 +151,8 @@ class Tokens:
         data: dict[str, Any] = {
             "text": self.text,
             "logprob": [_finite(v) for v in self.logprob],
-            "top": [[[t, _finite(v)] for t, v in alts] for alts in self.top],
+            "top_text": self.top_text,
+            "top_logprob": [[_finite(v) for v in values] for values in self.top_logprob],
         }
         if self.ids is not None:
             data["ids"] = self.ids
@@ -158,7 +165,8 @@ class Tokens:
         return cls(
             text=data["text"],
             logprob=data["logprob"],
-            top=[[(t, v) for t, v in alts] for alts in data["top"]],
+            top_text=data["top_text"],
+            top_logprob=data["top_logprob"],
             ids=data.get("ids"),
             raw_bytes=data.get("raw_bytes"),
         )
@@ -202,7 +210,7 @@ class Completion:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Completion:
         tokens = data.get("tokens")
-        fields = {k: data.get(k) for k in _COMPLETION_FIELDS}
+        fields: dict[str, Any] = {k: data.get(k) for k in _COMPLETION_FIELDS}
         fields["tokens"] = Tokens.from_json(tokens) if tokens else None
         return cls(**fields)
 

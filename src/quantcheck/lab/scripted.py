@@ -283,18 +283,16 @@ class ScriptedServer:
     def _rejection(self, body: dict[str, Any]) -> web.Response | None:
         for name in sorted(self.faults.reject_fields & set(body)):
             return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
-        k = int(body.get("top_logprobs") or 0) or int(
-            body.get("logprobs") if isinstance(body.get("logprobs"), int) else 0)
+        k = _requested_k(body)
         limit = self.faults.max_top_logprobs
         if limit is not None and k > limit:
-            message = f"Requested sample logprobs of {k}, which is greater than max allowed: {limit}"
+            message = (f"Requested sample logprobs of {k}, which is greater than max allowed: "
+                       f"{limit}")
             return _json(_error_body(message, 400), 400)
         return None
 
     def _plan(self, body: dict[str, Any]) -> tuple[list[Step], str]:
-        top_k = int(body.get("top_logprobs") or 0)
-        if not top_k and isinstance(body.get("logprobs"), int):
-            top_k = int(body["logprobs"])
+        top_k = _requested_k(body)
         if self.dialect == "sglang":
             top_k = min(top_k, 5)  # SGLang may return fewer alternatives than asked
         scale = 1e-7 if self.faults.nondeterministic else 0.0
@@ -392,6 +390,14 @@ class _Renderer:
         if self.dialect == "llamacpp":
             entry["id"] = int(hashlib.sha256(raw).hexdigest()[:6], 16)
         return {**entry, **(extra or {})}
+
+
+def _requested_k(body: dict[str, Any]) -> int:
+    """top_logprobs on chat; an integer `logprobs` on legacy completions."""
+    legacy = body.get("logprobs")
+    if isinstance(legacy, int) and not isinstance(legacy, bool):
+        return legacy
+    return int(body.get("top_logprobs") or 0)
 
 
 def _error_body(message: str, status: int) -> dict[str, Any]:

@@ -1,0 +1,147 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from quantcheck import Expect, RequestOptions, load_prompts
+from quantcheck.errors import PromptFileError
+from quantcheck.prompts import GREEDY_FIELDS
+
+REPO = Path(__file__).parent.parent
+
+
+def test_shipped_prompt_sets_load() -> None:
+    default = load_prompts([REPO / "prompts/default.yaml"])
+    assert len(default) == 20
+    assert sum(1 for p in default if p.expect) >= 12
+    categories = {p.category for p in default}
+    assert {"reasoning", "code", "summarization", "translation", "extraction",
+            "classification", "math", "instruction-following"} <= categories
+    spot = load_prompts([REPO / "prompts/spot-check.yaml"])
+    assert spot and all(p.expect for p in spot)
+
+
+def test_request_body_is_explicitly_greedy(write_prompts: Callable[[str], Path]) -> None:
+    path = write_prompts("""
+        defaults:
+          max_tokens: 64
+          stop: ["\\n\\n"]
+        prompts:
+          - id: capital-au
+            category: factual
+            messages:
+              - {role: user, content: "Capital of Australia?"}
+          - id: completion
+            prompt: "Q: 2+2=\\nA:"
+            max_tokens: 8
+    """)
+    chat, completion = load_prompts([path])
+    assert chat.api == "chat" and completion.api == "completions"
+    assert chat.request == {"messages": [{"role": "user", "content": "Capital of Australia?"}],
+                            "max_tokens": 64, "stop": ["\n\n"], **GREEDY_FIELDS}
+    assert completion.request["prompt"] == "Q: 2+2=\nA:"
+    assert completion.request["max_tokens"] == 8
+    assert completion.category == "general"
+
+
+def test_options_override_and_null_drops_a_field(write_prompts: Callable[[str], Path]) -> None:
+    path = write_prompts("""
+        prompts:
+          - {id: a, prompt: "hello", max_tokens: 100}
+    """)
+    options = RequestOptions(max_tokens=5, api="chat", extra_body={"top_k": None, "min_p": 0})
+    (prompt,) = load_prompts([path], options)
+    assert prompt.api == "chat"
+    assert prompt.request["messages"] == [{"role": "user", "content": "hello"}]
+    assert prompt.request["max_tokens"] == 5
+    assert "top_k" not in prompt.request and prompt.request["min_p"] == 0
+
+
+def test_hash_is_stable_and_tracks_the_request(write_prompts: Callable[[str], Path]) -> None:
+    text = """
+        prompts:
+          - {id: a, prompt: "hello"}
+    """
+    first = load_prompts([write_prompts(text)])[0].hash
+    assert load_prompts([write_prompts(text)])[0].hash == first
+    assert load_prompts([write_prompts(text.replace("hello", "hello!"))])[0].hash != first
+    capped = load_prompts([write_prompts(text)], RequestOptions(max_tokens=3))[0].hash
+    assert capped != first
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("prompts:\n  - {id: a, prompt: x}\n  - {id: a, prompt: y}\n", "used twice"),
+        ("prompts:\n  - id: a\n    prompt: x\n    expected: {contains: y}\n",
+         ":4: prompt a: field 'expected': unknown field"),
+        ("prompts:\n  - id: a\n    category: c\n", ":2: prompt a: needs exactly one of"),
+        ("prompts:\n  - {prompt: x}\n", ":2: prompt #1: field 'id': required"),
+        ("prompts:\n  - id: a\n    prompt: x\n    max_tokens: -3\n",
+         ":4: prompt a: field 'max_tokens': must be a positive integer"),
+        ("prompts:\n  - id: a\n    prompt: x\n    expect:\n      number: lots\n",
+         "prompt a: field 'expect.number': must be a number"),
+        ("prompts:\n  - id: a\n    prompt: x\n    expect: {regex: '(unclosed'}\n",
+         "field 'expect.regex': invalid regular expression"),
+        ("prompts:\n  - id: a\n    prompt: x\n    expect: {equals: 3}\n",
+         "field 'expect.equals': unknown check"),
+        ("prompts:\n  - id: a\n    messages: [{role: user}]\n",
+         "field 'messages': message 1 needs a string 'role' and 'content'"),
+        ("defaults: {api: rest}\nprompts:\n  - {id: a, prompt: x}\n",
+         ":1: field 'api': must be one of chat, completions"),
+        ("prompts: []\n", "field 'prompts': must be a non-empty list"),
+        ("prompts:\n  - id: a\n   prompt: x\n", "not valid YAML"),
+        ("- just a list\n", "expected a mapping with a 'prompts:' list"),
+    ],
+    ids=["duplicate", "unknown-field", "no-text", "no-id", "bad-max-tokens", "bad-number",
+         "bad-regex", "unknown-check", "bad-message", "bad-api", "empty", "yaml", "not-mapping"],
+)
+def test_bad_prompt_files_name_file_line_and_field(
+    write_prompts: Callable[[str], Path], text: str, message: str
+) -> None:
+    path = write_prompts(text)
+    with pytest.raises(PromptFileError) as caught:
+        load_prompts([path])
+    assert str(path) in str(caught.value)
+    assert message in str(caught.value)
+
+
+def test_duplicate_ids_across_files(write_prompts: Callable[[str], Path]) -> None:
+    first = write_prompts("prompts:\n  - {id: a, prompt: x}\n")
+    second = write_prompts("prompts:\n  - {id: a, prompt: y}\n")
+    with pytest.raises(PromptFileError, match="used twice"):
+        load_prompts([first, second])
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(PromptFileError, match="cannot read prompt file"):
+        load_prompts([tmp_path / "nope.yaml"])
+
+
+@pytest.mark.parametrize(
+    ("expect", "text", "passes"),
+    [
+        (Expect(contains=["Canberra"], not_contains=["Sydney"]), "It is canberra.", True),
+        (Expect(contains=["Canberra"], not_contains=["Sydney"]), "Sydney, not Canberra", False),
+        (Expect(contains=["Canberra"], case_sensitive=True), "canberra", False),
+        (Expect(any_of=["zwei Tassen", "zwei Kaffee"]), "Ich hätte gern zwei Kaffee.", True),
+        (Expect(any_of=["a1", "b2"]), "c3", False),
+        (Expect(regex=r"\bAu\b", case_sensitive=True), "The symbol is Au.", True),
+        (Expect(regex=r"\bAu\b", case_sensitive=True), "The symbol is AU.", False),
+        (Expect(number=9.9), "9.9 is larger than 9.11", True),
+        (Expect(number=9.9), "9.11 is larger", False),
+        (Expect(number=1200), "It costs 1,200 dollars", True),
+        (Expect(number=80, tolerance=0.5), "About 80.3 km/h", True),
+        (Expect(number=0), "The answer is 0.", True),
+        (Expect(number=4), "no digits here", False),
+    ],
+)
+def test_expect_checks(expect: Expect, text: str, passes: bool) -> None:
+    assert (expect.failures(text) == []) is passes
+
+
+def test_expect_round_trips_through_json() -> None:
+    expect = Expect(contains=["x"], number=0.0, tolerance=0.1)
+    assert Expect(**expect.to_json()) == expect

@@ -1,0 +1,87 @@
+"""Recorded response bodies of each runtime, served over real HTTP, read by the real client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from quantcheck import CollectSettings, collect, load_run
+from quantcheck.lab.scripted import ScriptedServer
+
+from .conftest import FIXTURES
+
+CANBERRA = {"text": ["Can", "berra", "."], "logprob": [-0.0123, -1.2e-05, -0.3]}
+LEGACY_CANBERRA = {"text": [" Can", "berra", "."], "logprob": [-0.0123, -1.2e-05, -0.3]}
+
+CASES = [
+    # fixture, dialect, api, stream, text, finish, tokens, first position's top-k
+    ("vllm-chat.json", "vllm", "chat", False, "Canberra.", "stop", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
+    ("vllm-chat-stream.sse", "vllm", "chat", True, "Canberra.", "stop", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
+    ("vllm-completions.json", "vllm", "completions", False, " Canberra.", "stop",
+     LEGACY_CANBERRA, [(" Can", -0.0123), (" Syd", -4.51)]),
+    ("vllm-completions-stream.sse", "vllm", "completions", True, " Canberra.", "length",
+     LEGACY_CANBERRA, [(" Can", -0.0123), (" Syd", -4.51)]),
+    ("sglang-chat-stream.sse", "sglang", "chat", True, "Canberra.", "stop", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
+    ("llama-cpp-python-completions.json", "llama-cpp-python", "completions", False,
+     " Canberra.", "stop", LEGACY_CANBERRA, [(" Can", -0.0123), (" Syd", -4.51)]),
+    ("llama-cpp-python-chat.json", "llama-cpp-python", "chat", False, "Canberra.", "stop",
+     CANBERRA, [("Can", -0.0123), ("Syd", -4.51)]),
+    ("llamacpp-chat-stream.sse", "llamacpp", "chat", True, " Café", "length",
+     {"text": [" Caf", "\ufffd", "\ufffd"], "logprob": [-0.25, -0.04, -0.001]},
+     [(" Caf", -0.25), (" Coffee", -1.6)]),
+    ("llamacpp-completions.json", "llamacpp", "completions", False, " Café", "length",
+     {"text": [" Caf", "\ufffd", "\ufffd"], "logprob": [-0.25, -0.04, -0.001]},
+     [(" Caf", -0.25), (" Coffee", -1.6)]),
+]
+
+
+@pytest.mark.parametrize(("fixture", "dialect", "api", "stream", "text", "finish", "tokens",
+                          "first_top"), CASES, ids=[c[0] for c in CASES])
+def test_each_dialect_normalizes_to_one_record(
+    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    fixture: str, dialect: str, api: str, stream: bool, text: str, finish: str,
+    tokens: dict[str, list[object]], first_top: list[tuple[str, float]],
+) -> None:
+    kind = api + ("-stream" if stream else "")
+    server = serve(dialect=dialect, replay={kind: (FIXTURES / "wire" / fixture).read_bytes()})
+    field = "messages: [{role: user, content: hi}]" if api == "chat" else "prompt: hi"
+    prompts = write_prompts(f"prompts:\n  - id: p\n    {field}\n")
+    settings = CollectSettings(endpoint=server.url, label=dialect, stream=stream, top_logprobs=2)
+    collect([prompts], tmp_path / "run", settings)
+
+    (record,) = list(load_run(tmp_path / "run").completions())
+    assert record.error is None
+    assert record.text == text
+    assert record.finish_reason == finish
+    assert record.tokens is not None
+    assert record.tokens.text == tokens["text"]
+    assert record.tokens.logprob == tokens["logprob"]
+    assert record.tokens.top(0) == first_top  # sorted, cut to k (llama-cpp-python sends k+1)
+    assert record.usage and record.usage["completion_tokens"] == 3
+    if dialect == "llamacpp":
+        assert record.tokens.ids == [72163, 237, 243]
+        assert record.tokens.raw_bytes == [None, [195], [169]]
+        assert record.system_fingerprint == "b6123-2bd1b30f"
+    else:
+        assert record.tokens.ids is None and record.tokens.raw_bytes is None
+    if stream:
+        assert record.ttft_s is not None and record.ttft_s <= record.e2e_s  # type: ignore
+
+
+def test_reasoning_fields_are_kept_apart_from_content(
+    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+) -> None:
+    body = (FIXTURES / "wire" / "vllm-chat-reasoning-stream.sse").read_bytes()
+    server = serve(replay={"chat-stream": body})
+    prompts = write_prompts("prompts:\n  - {id: p, messages: [{role: user, content: hi}]}\n")
+    collect([prompts], tmp_path / "run", CollectSettings(endpoint=server.url, label="r"))
+    (record,) = list(load_run(tmp_path / "run").completions())
+    assert record.text == ""
+    assert record.reasoning == "need analysis there need analysis there"
+    assert record.finish_reason == "length"
+    assert record.tokens is None  # this stream carried no logprobs
