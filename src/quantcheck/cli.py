@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from . import __version__
-from .collect import CollectSettings, collect
+from .collect import CollectSettings, collect, collect_async
+from .compare import compare_to_dir
 from .errors import QuantcheckError
-from .prompts import APIS, RequestOptions
+from .prompts import APIS, RequestOptions, load_prompts
 from .records import Completion
+from .summary import headline
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -166,6 +168,184 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
         click.echo(f"{result.failed} requests failed after retries; rerun the same command to "
                    "retry them.", err=True)
         sys.exit(1)
+
+
+def _sig_digits(function: F) -> F:
+    return click.option("--sig-digits", default=12, show_default=True, type=click.IntRange(1, 17),
+                        help="Significant digits of logprobs in determinism signatures.")(function)
+
+
+@cli.command("compare")
+@click.argument("a_run", type=click.Path(exists=True, path_type=Path))
+@click.argument("b_run", type=click.Path(exists=True, path_type=Path))
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory (pairs.csv, summary.json).")
+@click.option("--prompts", "prompt_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Prompt set naming the texts of a *.texts.json side (and its expects).")
+@_sig_digits
+def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Path, ...],
+                    sig_digits: int) -> None:
+    """Triage every pair of two runs (A = reference, B = candidate).
+
+    A side is a run directory from collect, or a JSON list of texts in prompt order
+    (`*.texts.json`, the seeds' format) for text-only triage.
+
+    \b
+    Example:
+      quantcheck compare runs/bf16 runs/fp8 --out reports/fp8
+      quantcheck compare bf16.texts.json fp8.texts.json --prompts prompts/default.yaml \\
+          --out reports/texts
+    """
+    def work() -> dict[str, Any]:
+        prompts = {p.id: p for p in load_prompts(prompt_files)} if prompt_files else None
+        return compare_to_dir(a_run, b_run, out, sig_digits, prompts)[1]
+
+    summary = run_guarded(work, "Nothing was written.")
+    _print_summary(summary, out)
+
+
+def _print_summary(summary: dict[str, Any], out: Path) -> None:
+    click.echo(f"{summary['a']['label']} (A) vs {summary['b']['label']} (B): {headline(summary)}")
+    click.echo(summary["performance"]["throughput_note"])
+    click.echo(f"report: {out}")
+
+
+class _SharedBar:
+    """One progress bar for both sides of `run`."""
+
+    def __init__(self) -> None:
+        self.reporters: list[_SideReporter] = []
+        self.bar: Any = None
+
+    def side(self, label: str) -> _SideReporter:
+        reporter = _SideReporter(self, label)
+        self.reporters.append(reporter)
+        return reporter
+
+    def grow(self, count: int) -> None:
+        if self.bar is None:
+            self.bar = click.progressbar(length=count, label="collecting", show_eta=True,
+                                         show_pos=True, file=sys.stderr)
+            self.bar.__enter__()
+        else:
+            self.bar.length += count
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+class _SideReporter(ProgressReporter):
+    def __init__(self, shared: _SharedBar, label: str) -> None:
+        super().__init__(label)
+        self.shared = shared
+
+    def started(self, total: int, already_done: int) -> None:
+        if already_done:
+            click.echo(f"{self.label}: resuming, {already_done} of {total} requests already "
+                       "collected", err=True)
+        self.shared.grow(total - already_done)
+        self.bar = self.shared.bar
+
+
+@cli.command("run")
+@click.option("--a", "a_url", required=True, help="Reference endpoint (e.g. BF16).")
+@click.option("--b", "b_url", required=True, help="Candidate endpoint (e.g. FP8).")
+@click.option("--a-label", default="a", show_default=True)
+@click.option("--b-label", default="b", show_default=True)
+@click.option("--a-model", help="Model name on A (default: the one it lists).")
+@click.option("--b-model", help="Model name on B (default: the one it lists).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory; runs go to OUT/a and OUT/b.")
+@click.option("--one-side-at-a-time", is_flag=True,
+              help="Collect A fully, then B (when both cannot be served at once).")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@_sig_digits
+@request_options
+def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str | None,
+                b_model: str | None, out: Path, one_side_at_a_time: bool,
+                api_key_env: str | None, sig_digits: int, prompt_files: tuple[Path, ...],
+                force: bool, **options: Any) -> None:
+    """The whole A/B in one command: collect both sides, then compare.
+
+    Resumable like collect: rerun the same command after an interruption.
+
+    \b
+    Example:
+      quantcheck run --a http://127.0.0.1:8000/v1 --a-label bf16 \\
+          --b http://127.0.0.1:8001/v1 --b-label fp8 \\
+          --prompts prompts/default.yaml --repeats 3 --out reports/fp8
+    """
+    a = settings_from(a_url, a_label, a_model, api_key_env, options)
+    b = settings_from(b_url, b_label, b_model, api_key_env, options)
+    _run_ab(a, b, prompt_files, out, one_side_at_a_time, force, sig_digits)
+
+
+def _run_ab(a: CollectSettings, b: CollectSettings, prompt_files: Sequence[Path], out: Path,
+            one_side_at_a_time: bool, force: bool, sig_digits: int) -> dict[str, Any]:
+    """Collect both sides (together or one after the other), compare, print the summary."""
+    import asyncio
+
+    bar = _SharedBar()
+
+    async def both() -> None:
+        jobs = [collect_async(prompt_files, out / side, settings, bar.side(settings.label), force)
+                for side, settings in (("a", a), ("b", b))]
+        if one_side_at_a_time:
+            for job in jobs:
+                await job
+        else:
+            await asyncio.gather(*jobs)
+
+    try:
+        run_guarded(lambda: asyncio.run(both()),
+                    f"Records so far are kept in {out}; rerun the same command to resume.")
+    finally:
+        bar.close()
+    if any(r.failures for r in bar.reporters):
+        click.echo("some requests failed after retries; the comparison skips them. Rerun the "
+                   "same command to retry.", err=True)
+    summary: dict[str, Any] = run_guarded(
+        lambda: compare_to_dir(out / "a", out / "b", out, sig_digits)[1], "Nothing was written.")
+    _print_summary(summary, out)
+    return summary
+
+
+@cli.command("demo")
+@click.option("--engine", type=click.Choice(["scripted"]), default="scripted", show_default=True,
+              help="What answers: 'scripted' plants one change of each kind (no model).")
+@click.option("--out", default=Path("reports/demo"), show_default=True,
+              type=click.Path(file_okay=False, path_type=Path))
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(1))
+def demo_command(engine: str, out: Path, repeats: int) -> None:
+    """The whole A/B on built-in local endpoints: no GPU, no endpoints of your own.
+
+    Starts two local servers (A = reference in vLLM's dialect, B = candidate in
+    SGLang's), runs the spot-check prompts, compares, and prints how to run the same
+    A/B against real endpoints.
+
+    \b
+    Example:
+      quantcheck demo --out reports/demo
+    """
+    from .lab.demo import demo_servers
+    from .prompts import shipped_prompt_file
+
+    prompt_file = run_guarded(lambda: shipped_prompt_file("spot-check.yaml"), "")
+    reference, candidate = demo_servers()
+    with reference, candidate:
+        click.echo(f"A (reference) on {reference.url}/v1, B (candidate) on {candidate.url}/v1 "
+                   f"[{engine}: planted changes, no model]", err=True)
+        options = {"repeats": repeats, "top_logprobs": 5, "stream": True, "concurrency": 4,
+                   "timeout": 60.0, "retries": 2, "max_tokens": None, "api": None,
+                   "extra_body": {}}
+        a = settings_from(reference.url, "bf16-demo", None, None, options)
+        b = settings_from(candidate.url, "fp8-demo", None, None, options)
+        _run_ab(a, b, [prompt_file], out, False, True, 12)
+    click.echo(f"\nNext: open {out}/pairs.csv, or run the same A/B on your endpoints:\n"
+               "  quantcheck run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
+               f"--prompts prompts/default.yaml --out reports/mine")
 
 
 @cli.group("lab")

@@ -51,6 +51,14 @@ class RequestOptions:
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
+def shipped_prompt_file(name: str) -> Path:
+    """A prompt set shipped with quantcheck (in the wheel, or prompts/ of a checkout)."""
+    for folder in (Path(__file__).parent / "_prompts", Path(__file__).parents[2] / "prompts"):
+        if (folder / name).is_file():
+            return folder / name
+    raise PromptFileError(f"the shipped prompt set {name!r} is missing from this installation")
+
+
 def request_hash(body: dict[str, Any]) -> str:
     hashed = {k: v for k, v in body.items() if k not in UNHASHED_FIELDS}
     return hashlib.sha256(orjson.dumps(hashed, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]

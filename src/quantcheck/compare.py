@@ -1,0 +1,197 @@
+"""Compare two sides pair by pair: pairs.csv, summary.json and the terminal summary."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .records import Prompt
+from .runstore import write_json_atomic
+from .sides import Side, load_side
+from .triage import (
+    Divergence,
+    Drift,
+    classify_divergence,
+    degenerate_reason,
+    drift,
+    flip,
+    numbers_changed,
+    similarity,
+    suggested_label,
+)
+
+PAIR_COLUMNS = [
+    "prompt_id", "category", "status", "identical", "similarity", "first_divergence",
+    "divergence_kind", "divergence_gap", "divergence_a_token", "divergence_b_token",
+    "a_repeats", "b_repeats", "a_texts", "b_texts", "a_signatures", "b_signatures", "noise",
+    "a_expect", "b_expect", "a_expect_failures", "b_expect_failures", "flip",
+    "numbers_changed", "a_degenerate", "b_degenerate", "a_tokens", "b_tokens",
+    "a_finish_reason", "b_finish_reason", "top1_agreement", "logprob_mean_abs_diff",
+    "logprob_max_abs_diff", "kl_topk_mean", "kl_topk_max", "suggested_label", "a_text",
+    "b_text",
+]
+STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
+
+
+def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
+            prompts: dict[str, Prompt] | None = None) -> pd.DataFrame:
+    """One row per prompt (PAIR_COLUMNS); A is the reference, B the candidate."""
+    side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
+    return pairs_frame(side_a, side_b)
+
+
+def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
+                   prompts: dict[str, Prompt] | None) -> tuple[Side, Side]:
+    # A texts file names its prompts after the other side's prompt set (or --prompts).
+    side_a = a if isinstance(a, Side) else None
+    side_b = b if isinstance(b, Side) else None
+    if side_a is None and not _is_texts(a):
+        side_a = load_side(a, sig_digits)  # type: ignore[arg-type]
+    if side_b is None and not _is_texts(b):
+        side_b = load_side(b, sig_digits)  # type: ignore[arg-type]
+    known = prompts or (side_a.prompts if side_a else None) or (
+        side_b.prompts if side_b else None)
+    side_a = side_a or load_side(a, sig_digits, known)  # type: ignore[arg-type]
+    side_b = side_b or load_side(b, sig_digits, known)  # type: ignore[arg-type]
+    return side_a, side_b
+
+
+def _is_texts(source: str | Path | Side) -> bool:
+    return not isinstance(source, Side) and Path(source).suffix == ".json"
+
+
+def pairs_frame(a: Side, b: Side) -> pd.DataFrame:
+    a_groups = dict(tuple(a.index.groupby("prompt_id", sort=False)))
+    b_groups = dict(tuple(b.index.groupby("prompt_id", sort=False)))
+    order = list(dict.fromkeys([*a.prompts, *a_groups, *b.prompts, *b_groups]))
+    rows = [_pair_row(pid, a, b, a_groups.get(pid), b_groups.get(pid)) for pid in order]
+    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+
+
+def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: pd.DataFrame | None,
+              b_rows: pd.DataFrame | None) -> dict[str, Any]:
+    prompt = a.prompts.get(prompt_id) or b.prompts.get(prompt_id)
+    row: dict[str, Any] = {"prompt_id": prompt_id,
+                           "category": prompt.category if prompt else ""}
+    row.update(_determinism("a", a_rows))
+    row.update(_determinism("b", b_rows))
+    a_first, b_first = _first_ok(a_rows), _first_ok(b_rows)
+    row["status"] = _status(a, b, prompt_id, a_rows, b_rows, a_first, b_first)
+    if row["status"] != "compared":
+        return row
+    assert a_first is not None and b_first is not None
+    a_text, b_text = a_first["text"] or "", b_first["text"] or ""
+    row.update(a_text=a_text, b_text=b_text, identical=a_text == b_text,
+               similarity=similarity(a_text, b_text),
+               numbers_changed=numbers_changed(a_text, b_text),
+               a_tokens=a_first["n_tokens"], b_tokens=b_first["n_tokens"],
+               a_finish_reason=a_first["finish_reason"], b_finish_reason=b_first["finish_reason"])
+    row["a_degenerate"] = degenerate_reason(a_text, a_first["finish_reason"],
+                                            b_first["finish_reason"])
+    row["b_degenerate"] = degenerate_reason(b_text, b_first["finish_reason"],
+                                            a_first["finish_reason"])
+    row.update(_expectations(prompt, a_text, b_text))
+    row.update(_token_comparison(a, b, a_first, b_first))
+    row["noise"] = _is_noise(row, a_rows, b_rows)
+    row["suggested_label"] = suggested_label(
+        row["identical"], row["similarity"], row["numbers_changed"], row["flip"],
+        row["a_expect"], row["b_expect"], row["a_degenerate"], row["b_degenerate"])
+    return row
+
+
+def _first_ok(rows: pd.DataFrame | None) -> pd.Series | None:
+    if rows is None:
+        return None
+    first = rows[(rows["repeat"] == 0) & rows["error"].isna()]
+    return first.iloc[0] if len(first) else None
+
+
+def _status(a: Side, b: Side, prompt_id: str, a_rows: pd.DataFrame | None,
+            b_rows: pd.DataFrame | None, a_first: pd.Series | None,
+            b_first: pd.Series | None) -> str:
+    if a_rows is None:
+        return "only_b"
+    if b_rows is None:
+        return "only_a"
+    a_hash = a_first["prompt_hash"] if a_first is not None else None
+    b_hash = b_first["prompt_hash"] if b_first is not None else None
+    if a_hash and b_hash and a_hash != b_hash:
+        return "not_comparable"
+    if a_first is None:
+        return "a_failed"
+    if b_first is None:
+        return "b_failed"
+    return "compared"
+
+
+def _determinism(side: str, rows: pd.DataFrame | None) -> dict[str, Any]:
+    if rows is None:
+        return {}
+    ok = rows[rows["error"].isna()]
+    signatures = ok["signature"].dropna()
+    return {f"{side}_repeats": len(ok), f"{side}_texts": ok["text_hash"].nunique(),
+            f"{side}_signatures": signatures.nunique() if len(signatures) else None}
+
+
+def _expectations(prompt: Prompt | None, a_text: str, b_text: str) -> dict[str, Any]:
+    if prompt is None or prompt.expect is None:
+        return {"a_expect": "", "b_expect": "", "flip": ""}
+    a_failures, b_failures = prompt.expect.failures(a_text), prompt.expect.failures(b_text)
+    a_result = "fail" if a_failures else "pass"
+    b_result = "fail" if b_failures else "pass"
+    return {"a_expect": a_result, "b_expect": b_result, "flip": flip(a_result, b_result),
+            "a_expect_failures": "; ".join(a_failures), "b_expect_failures": "; ".join(b_failures)}
+
+
+def _token_comparison(a: Side, b: Side, a_first: pd.Series, b_first: pd.Series
+                      ) -> dict[str, Any]:
+    a_tokens = a.tokens_at(int(a_first["offset"]))
+    b_tokens = b.tokens_at(int(b_first["offset"]))
+    if not a_tokens or not b_tokens:
+        return {"divergence_kind": ""}
+    divergence: Divergence = classify_divergence(a_tokens, b_tokens)
+    measured: Drift = drift(a_tokens, b_tokens, divergence.position)
+    return {"first_divergence": divergence.position, "divergence_kind": divergence.kind,
+            "divergence_gap": divergence.gap, "divergence_a_token": divergence.a_token,
+            "divergence_b_token": divergence.b_token, **asdict(measured)}
+
+
+def _is_noise(row: dict[str, Any], a_rows: pd.DataFrame | None,
+              b_rows: pd.DataFrame | None) -> bool:
+    """An A-B difference that A's or B's own repeats also show: nondeterminism."""
+    if row["identical"] or a_rows is None or b_rows is None:
+        return False
+    a_texts = set(a_rows.loc[a_rows["error"].isna(), "text_hash"])
+    b_texts = set(b_rows.loc[b_rows["error"].isna(), "text_hash"])
+    return bool(a_texts & b_texts)
+
+
+def write_pairs(frame: pd.DataFrame, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    temporary = out / "pairs.csv.tmp"
+    frame.to_csv(temporary, index=False)
+    temporary.replace(out / "pairs.csv")
+
+
+def write_summary(summary: dict[str, Any], out: Path) -> None:
+    write_json_atomic(out / "summary.json", summary)
+
+
+def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
+                   prompts: dict[str, Prompt] | None = None
+                   ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Compare two sides and write REPORT_DIR/pairs.csv and summary.json."""
+    from .summary import summarize
+
+    side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
+    pairs = pairs_frame(side_a, side_b)
+    summary = summarize(pairs, side_a, side_b)
+    summary["sources"] = {"a": str(a), "b": str(b)}
+    summary["sig_digits"] = sig_digits
+    out = Path(out)
+    write_pairs(pairs, out)
+    write_summary(summary, out)
+    return pairs, summary

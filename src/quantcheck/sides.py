@@ -1,0 +1,125 @@
+"""One side of a comparison: a run directory or a plain `*.texts.json` list, indexed.
+
+A run is read once, line by line, into one small row per request (text, hashes,
+counts, timings and the byte offset of its line); token arrays are not kept but
+re-read by offset for the few records a pair needs. That keeps memory bounded at
+10,000 prompts x 6 repeats x 256 tokens x top-20.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from .errors import RunFormatError
+from .records import Prompt
+from .runstore import COMPLETIONS, load_run, read_json
+
+INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "text_hash", "signature",
+                 "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
+
+
+@dataclass
+class Side:
+    """Everything triage needs from one side, without the token arrays."""
+
+    label: str
+    prompts: dict[str, Prompt]
+    index: pd.DataFrame
+    manifest: dict[str, Any] = field(default_factory=dict)
+    completions_path: Path | None = None
+    text_only: bool = False
+
+    def tokens_at(self, offset: int) -> dict[str, Any] | None:
+        """The token arrays of the record whose line starts at `offset`."""
+        if self.completions_path is None or offset < 0:
+            return None
+        with self.completions_path.open("rb") as handle:
+            handle.seek(offset)
+            record = orjson.loads(handle.readline())
+        tokens: dict[str, Any] | None = record.get("tokens")
+        return tokens
+
+
+def round_significant(values: np.ndarray, digits: int) -> np.ndarray:
+    """Round each value to `digits` significant digits (NaN stays NaN)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        magnitude = np.floor(np.log10(np.abs(values)))
+        magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)
+        factor = 10.0 ** (digits - 1 - magnitude)
+        return np.asarray(np.round(values * factor) / factor)
+
+
+def signature(tokens: dict[str, Any] | None, digits: int) -> str | None:
+    """Digest of the token sequence and every position's top-k, logprobs rounded."""
+    if not tokens:
+        return None
+    digest = hashlib.blake2b(digest_size=12)
+    digest.update(orjson.dumps(tokens["text"]))
+    digest.update(orjson.dumps(tokens.get("top_text")))
+    chosen = np.array(tokens["logprob"], dtype=float)
+    alternatives = np.fromiter(chain.from_iterable(tokens.get("top_logprob") or []), float)
+    digest.update(round_significant(np.concatenate([chosen, alternatives]), digits).tobytes())
+    return digest.hexdigest()
+
+
+def text_hash(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+def load_side(source: str | Path, sig_digits: int = 12,
+              prompts: dict[str, Prompt] | None = None) -> Side:
+    """A run directory, or a JSON list of texts in prompt order (then `prompts` names them)."""
+    path = Path(source)
+    if path.is_file() and path.suffix == ".json":
+        return _texts_side(path, prompts)
+    run = load_run(path)
+    completions = run.path / COMPLETIONS
+    rows = list(_index_rows(completions, sig_digits)) if completions.exists() else []
+    return Side(label=run.label, prompts=run.prompts, manifest=run.manifest,
+                index=pd.DataFrame(rows, columns=INDEX_COLUMNS), completions_path=completions)
+
+
+def _index_rows(path: Path, sig_digits: int) -> Iterator[list[Any]]:
+    offset = 0
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, 1):
+            start, offset = offset, offset + len(line)
+            if not line.endswith(b"\n"):
+                return
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
+            tokens = record.get("tokens")
+            usage = record.get("usage") or {}
+            n_tokens = len(tokens["text"]) if tokens else usage.get("completion_tokens")
+            yield [record["prompt_id"], record.get("prompt_hash"), record["repeat"],
+                   record.get("text"), text_hash(record.get("text")),
+                   signature(tokens, sig_digits), n_tokens, record.get("finish_reason"),
+                   record.get("error"), record.get("ttft_s"), record.get("e2e_s"), start]
+
+
+def _texts_side(path: Path, prompts: dict[str, Prompt] | None) -> Side:
+    texts = read_json(path)
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise RunFormatError(f"{path}: a texts file must be a JSON list of strings")
+    ids = list(prompts) if prompts else [str(n) for n in range(len(texts))]
+    if len(ids) != len(texts):
+        raise RunFormatError(f"{path}: {len(texts)} texts for {len(ids)} prompts; a texts "
+                             "file lists one text per prompt, in prompt order")
+    rows = [[prompt_id, None, 0, text, text_hash(text), None, None, None, None, None, None, -1]
+            for prompt_id, text in zip(ids, texts, strict=True)]
+    label = path.name.removesuffix(".json").removesuffix(".texts")
+    return Side(label=label, prompts=dict(prompts or {}), text_only=True,
+                index=pd.DataFrame(rows, columns=INDEX_COLUMNS))
