@@ -337,9 +337,9 @@ def demo_command(engine: str, out: Path, repeats: int) -> None:
     with reference, candidate:
         click.echo(f"A (reference) on {reference.url}/v1, B (candidate) on {candidate.url}/v1 "
                    f"[{engine}: planted changes, no model]", err=True)
-        options = {"repeats": repeats, "top_logprobs": 5, "stream": True, "concurrency": 4,
-                   "timeout": 60.0, "retries": 2, "max_tokens": None, "api": None,
-                   "extra_body": {}}
+        options: dict[str, Any] = {
+            "repeats": repeats, "top_logprobs": 5, "stream": True, "concurrency": 4,
+            "timeout": 60.0, "retries": 2, "max_tokens": None, "api": None, "extra_body": {}}
         a = settings_from(reference.url, "bf16-demo", None, None, options)
         b = settings_from(candidate.url, "fp8-demo", None, None, options)
         _run_ab(a, b, [prompt_file], out, False, True, 12)

@@ -67,7 +67,7 @@ def pairs_frame(a: Side, b: Side) -> pd.DataFrame:
     a_groups = dict(tuple(a.index.groupby("prompt_id", sort=False)))
     b_groups = dict(tuple(b.index.groupby("prompt_id", sort=False)))
     order = list(dict.fromkeys([*a.prompts, *a_groups, *b.prompts, *b_groups]))
-    rows = [_pair_row(pid, a, b, a_groups.get(pid), b_groups.get(pid)) for pid in order]
+    rows = [_pair_row(str(pid), a, b, a_groups.get(pid), b_groups.get(pid)) for pid in order]
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 

@@ -53,7 +53,7 @@ def is_repetition_loop(text: str) -> bool:
     compress well cannot hold such a run and are passed over cheaply.
     """
     encoded = text.encode("utf-8", "surrogatepass")
-    if len(encoded) < 48 or len(zlib.compress(encoded)) > 0.5 * len(encoded):
+    if len(encoded) > 128 and len(zlib.compress(encoded)) > 0.5 * len(encoded):
         return False
     words = _WORD.findall(text)
     for period in range(1, min(50, len(words) // 4) + 1):

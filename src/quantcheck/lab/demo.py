@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .scripted import Faults, ScriptedModel, ScriptedServer
 
-REFERENCE = {
+REFERENCE: dict[str, str | list[str]] = {
     "9.11 or 9.9": " 9.9",
     "capital of Australia": " The capital of Australia is Canberra.",
     "capital of Canada": " The capital of Canada is Ottawa.",
@@ -21,7 +21,7 @@ REFERENCE = {
     "Hamlet": " William Shakespeare",
 }
 
-CANDIDATE = {
+CANDIDATE: dict[str, str | list[str]] = {
     **REFERENCE,
     "capital of Australia": " The capital of Australia is Sydney.",
     "capital of Canada": " Ottawa is the capital of Canada.",

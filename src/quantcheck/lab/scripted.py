@@ -45,19 +45,24 @@ class Faults:
 class ScriptedModel:
     """Answers by rule: the first `responses` key found in the prompt picks the answer.
 
-    `runner_ups` names the alternatives a token gets in its top-k (e.g. " Canberra" ->
-    [" Sydney"]), so tests can plant near-tie forks; other alternatives are filler.
+    An answer given as a list is cycled through, one item per request for that key
+    (a server whose output changes between identical requests). `runner_ups` names
+    the alternatives a token gets in its top-k (e.g. " Canberra" -> [" Sydney"]), so
+    tests can plant near-tie forks; other alternatives are filler.
     """
 
-    responses: dict[str, str] = field(default_factory=dict)
+    responses: dict[str, str | list[str]] = field(default_factory=dict)
     runner_ups: dict[str, list[str]] = field(default_factory=dict)
     name: str = "scripted-model"
-    finish_on_eos: bool = True
+    served: dict[str, int] = field(default_factory=dict)
 
     def answer(self, prompt_text: str) -> str:
         for key, text in self.responses.items():
             if key in prompt_text:
-                return text
+                if isinstance(text, str):
+                    return text
+                self.served[key] = self.served.get(key, 0) + 1
+                return text[(self.served[key] - 1) % len(text)]
         digest = int(hashlib.sha256(prompt_text.encode()).hexdigest()[:8], 16)
         return f" The answer is {digest % 997}. It follows from the question."
 
@@ -107,13 +112,14 @@ def plan(model: ScriptedModel, prompt_text: str, max_tokens: int, top_k: int,
     steps = []
     for position, (token, raw, content) in enumerate(pieces[:max_tokens]):
         seed = hashlib.sha256(f"{position}|{token}|{prompt_text}".encode()).digest()
-        chosen = -(int.from_bytes(seed[:2], "big") % 500) / 1000.0 - 0.001 + jitter()
+        base = -(int.from_bytes(seed[:2], "big") % 500) / 1000.0 - 0.001
+        chosen = base * (1 + jitter())
         names = [t for t in model.runner_ups.get(token, []) if t != token]
         names += [f" alt{n}" for n in range(1, top_k + 1)]
         top = [(token, chosen)]
         for rank, name in enumerate(names[: max(top_k - 1, 0)], 1):
             gap = 0.05 * rank if name in model.runner_ups.get(token, []) else 1.5 * rank
-            top.append((name, chosen - gap + jitter()))
+            top.append((name, (base - gap) * (1 + jitter())))
         steps.append(Step(token, raw, content, chosen, top[:top_k]))
     return steps, finish
 
@@ -295,7 +301,7 @@ class ScriptedServer:
         top_k = _requested_k(body)
         if self.dialect == "sglang":
             top_k = min(top_k, 5)  # SGLang may return fewer alternatives than asked
-        scale = 1e-7 if self.faults.nondeterministic else 0.0
+        scale = 1e-7 if self.faults.nondeterministic else 0.0  # relative, like float rounding
         rng = random.Random(self._rng.random())
         return plan(self.model, prompt_text_of(body), int(body.get("max_tokens") or 16),
                     top_k, self.dialect == "llamacpp", lambda: rng.uniform(-scale, scale))

@@ -1,0 +1,225 @@
+"""compare and run end to end against loopback servers with planted differences."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from quantcheck import CollectSettings, collect
+from quantcheck.cli import cli
+from quantcheck.compare import PAIR_COLUMNS, compare
+from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+
+PROMPTS = """
+prompts:
+  - {id: same, category: factual, prompt: "Q: same", expect: {contains: Paris}}
+  - {id: wording, category: factual, prompt: "Q: wording", expect: {contains: Ottawa}}
+  - {id: near-tie, category: factual, prompt: "Q: near-tie"}
+  - {id: flip, category: factual, prompt: "Q: flip", expect: {contains: Canberra}}
+  - {id: better, category: numeric, prompt: "Q: better", expect: {number: 391}}
+  - {id: numbers, category: numeric, prompt: "Q: numbers"}
+  - {id: loop, category: factual, prompt: "Q: loop", max_tokens: 64}
+  - {id: empty, category: factual, prompt: "Q: empty"}
+  - {id: capped, category: factual, prompt: "Q: capped", max_tokens: 6}
+  - {id: noisy, category: factual, prompt: "Q: noisy"}
+  - {id: changed, category: factual, prompt: "Q: changed"}
+  - {id: only-a, category: factual, prompt: "Q: only-a"}
+"""
+A_ANSWERS: dict[str, str | list[str]] = {
+    "Q: same": " The capital of France is Paris.",
+    "Q: wording": " The capital of Canada is Ottawa.",
+    "Q: near-tie": " The answer is yes.",
+    "Q: flip": " The capital of Australia is Canberra.",
+    "Q: better": " 381 is the product.",
+    "Q: numbers": " It costs 40 dollars today.",
+    "Q: loop": " William Shakespeare wrote Hamlet.",
+    "Q: empty": " Something to say.",
+    "Q: capped": " Short.",
+    "Q: noisy": [" First variant.", " Second variant."],
+    "Q: changed": " Same text.",
+    "Q: only-a": " Only here.",
+}
+B_ANSWERS: dict[str, str | list[str]] = {
+    **A_ANSWERS,
+    "Q: wording": " The capital of Canada is Ottawa!",
+    "Q: near-tie": " Yes, the answer is yes.",
+    "Q: flip": " The capital of Australia is Sydney.",
+    "Q: better": " 391 is the product.",
+    "Q: numbers": " It costs 80 dollars today.",
+    "Q: loop": " need analysis there" * 30,
+    "Q: empty": "",
+    "Q: capped": " A much longer answer that runs on past the cap.",
+    "Q: noisy": " Second variant.",
+}
+RUNNER_UPS = {" The": [" Yes,"], " Yes,": [" The"]}
+
+
+@pytest.fixture
+def ab_runs(serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+            tmp_path: Path) -> tuple[Path, Path]:
+    a_server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
+    b_server = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS), "sglang",
+                     faults=Faults(nondeterministic=True))
+    a_prompts = write_prompts(PROMPTS)
+    b_prompts = write_prompts(PROMPTS.replace('prompt: "Q: changed"', 'prompt: "Q: changed!"')
+                              .replace('  - {id: only-a, category: factual, prompt: "Q: only-a"}',
+                                       '  - {id: only-b, prompt: "Q: only-b"}'))
+    for server, prompts, side in ((a_server, a_prompts, "a"), (b_server, b_prompts, "b")):
+        collect([prompts], tmp_path / side,
+                CollectSettings(endpoint=server.url, label=side, repeats=2, concurrency=1,
+                                top_logprobs=5))
+    return tmp_path / "a", tmp_path / "b"
+
+
+def test_every_planted_difference_is_triaged(ab_runs: tuple[Path, Path]) -> None:
+    frame = compare(*ab_runs).set_index("prompt_id")
+    assert list(frame.reset_index().columns) == PAIR_COLUMNS
+
+    def row(prompt_id: str) -> pd.Series:
+        return frame.loc[prompt_id]
+
+    assert row("same")["identical"] and row("same")["suggested_label"] == "identical"
+    assert row("same")["divergence_kind"] == "none"
+    assert pd.isna(row("same")["first_divergence"])
+
+    wording = row("wording")
+    assert not wording["identical"] and wording["similarity"] > 0.9
+    assert wording["suggested_label"] == "wording" and wording["a_expect"] == "pass"
+    assert wording["divergence_kind"] == "confident" and wording["first_divergence"] == 5
+
+    near = row("near-tie")
+    assert (near["first_divergence"], near["divergence_kind"]) == (0, "near_tie")
+    assert (near["divergence_a_token"], near["divergence_b_token"]) == (" The", " Yes,")
+    assert near["divergence_gap"] == pytest.approx(0.05)
+
+    flipped = row("flip")
+    assert (flipped["a_expect"], flipped["b_expect"], flipped["flip"]) == (
+        "pass", "fail", "regression")
+    assert flipped["suggested_label"] == "factual_flip"
+    assert "missing 'Canberra'" in flipped["b_expect_failures"]
+
+    assert row("better")["flip"] == "improvement"
+    assert row("better")["numbers_changed"] and row("numbers")["numbers_changed"]
+    assert row("numbers")["suggested_label"] != "wording"
+
+    assert row("loop")["b_degenerate"] == "repetition" and not row("loop")["a_degenerate"]
+    assert row("empty")["b_degenerate"] == "empty"
+    assert row("capped")["b_degenerate"] == "length"
+    assert row("capped")["b_finish_reason"] == "length"
+
+    noisy = row("noisy")
+    assert not noisy["identical"] and noisy["noise"]
+    assert (noisy["a_texts"], noisy["b_texts"]) == (2, 1)
+    assert not row("near-tie")["noise"]
+
+    assert row("changed")["status"] == "not_comparable"
+    assert pd.isna(row("changed")["identical"])
+    assert row("only-a")["status"] == "only_a" and row("only-b")["status"] == "only_b"
+
+    compared = frame[frame["status"] == "compared"].drop(["noisy", "empty"])
+    assert (compared["a_signatures"] == 1).all()  # the reference is deterministic
+    assert (compared["b_signatures"] == 2).all()  # B's reduction order changes per request
+    assert frame.loc["noisy", "a_signatures"] == 2
+    assert (compared.loc["same", "kl_topk_mean"]) < 1e-6
+
+
+def test_compare_command_writes_report_files(ab_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["compare", str(ab_runs[0]), str(ab_runs[1]), "--out",
+                                      str(out)])
+    assert result.exit_code == 0, result.output
+    assert "a (A) vs b (B): 1 of 10 identical" in result.output
+    assert "1 factual flips by expect (A pass, B fail)" in result.output
+    assert f"report: {out}" in result.output
+
+    pairs = pd.read_csv(out / "pairs.csv")
+    assert list(pairs.columns) == PAIR_COLUMNS and len(pairs) == 13
+    summary = json.loads((out / "summary.json").read_text())
+    counts = summary["counts"]
+    assert counts["pairs"] == 10 and counts["identical"] == 1
+    assert counts["flips"] == {"regression": 1, "improvement": 1}
+    assert counts["degenerate"]["b"] == {"repetition": 1, "empty": 1, "length": 1}
+    assert counts["degenerate_new_on_b"] == 3
+    assert counts["nondeterministic"] == {"a": 1, "b": 11}  # all but the empty answer
+    assert counts["status"] == {"compared": 10, "not_comparable": 1, "only_a": 1, "only_b": 1}
+    assert summary["performance"]["throughput_comparable"] is False
+    assert "token counts differ" in summary["performance"]["throughput_note"]
+    assert summary["a"]["runtime"] == "vllm" and summary["b"]["runtime"] == "sglang"
+
+
+def test_sig_digits_decide_what_counts_as_the_same_signature(ab_runs: tuple[Path, Path]) -> None:
+    # The scripted logprobs have three decimals and B's jitter is 1e-7: at 5 significant
+    # digits no value sits on a rounding boundary, so B's repeats agree.
+    loose = compare(*ab_runs, sig_digits=5)
+    compared = loose[loose["status"] == "compared"].set_index("prompt_id").drop(["noisy", "empty"])
+    assert (compared["b_signatures"] == 1).all()
+
+
+def test_texts_files_are_triaged_text_only(write_prompts: Callable[[str], Path],
+                                           tmp_path: Path) -> None:
+    (tmp_path / "bf16.texts.json").write_text(json.dumps(["Canberra.", "It is 9.9", "same"]))
+    (tmp_path / "fp8.texts.json").write_text(json.dumps(["Sydney.", "It is 9.11", "same"]))
+    prompts = write_prompts("""
+        prompts:
+          - {id: capital, prompt: x, expect: {contains: Canberra}}
+          - {id: larger, prompt: y, expect: {number: 9.9}}
+          - {id: echo, prompt: z}
+    """)
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "bf16.texts.json"),
+                                      str(tmp_path / "fp8.texts.json"), "--prompts",
+                                      str(prompts), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "bf16 (A) vs fp8 (B): 1 of 3 identical" in result.output
+    pairs = pd.read_csv(out / "pairs.csv").set_index("prompt_id")
+    assert list(pairs["flip"].fillna("")) == ["regression", "regression", ""]
+    assert pairs.loc["larger", "numbers_changed"]
+    assert pairs["divergence_kind"].isna().all()
+
+
+def test_texts_file_with_wrong_length_is_a_clear_error(write_prompts: Callable[[str], Path],
+                                                       tmp_path: Path) -> None:
+    (tmp_path / "a.texts.json").write_text(json.dumps(["x"]))
+    (tmp_path / "b.texts.json").write_text(json.dumps(["x"]))
+    prompts = write_prompts("prompts:\n  - {id: a, prompt: x}\n  - {id: b, prompt: y}\n")
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "a.texts.json"),
+                                      str(tmp_path / "b.texts.json"), "--prompts", str(prompts),
+                                      "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert "1 texts for 2 prompts" in result.output
+
+
+def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "empty"), str(tmp_path / "empty"),
+                                      "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert "manifest.json: missing" in result.output
+
+
+@pytest.mark.parametrize("one_side", [False, True], ids=["together", "one-side-at-a-time"])
+def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServer],
+                                              write_prompts: Callable[[str], Path],
+                                              tmp_path: Path, one_side: bool) -> None:
+    a_server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
+    b_server = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS), "llamacpp")
+    prompts = write_prompts(PROMPTS)
+    out = tmp_path / "report"
+    args = ["run", "--a", a_server.url, "--b", b_server.url, "--a-label", "bf16",
+            "--b-label", "fp8", "--prompts", str(prompts), "--out", str(out)]
+    if one_side:
+        args.append("--one-side-at-a-time")
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "bf16 (A) vs fp8 (B): 3 of 12 identical" in result.output
+    assert (out / "a" / "completions.jsonl").exists() and (out / "pairs.csv").exists()
+
+    again = CliRunner().invoke(cli, args)  # resumes: nothing left to collect
+    assert again.exit_code == 0
+    assert "resuming, 12 of 12" in again.output
+    assert len(a_server.requests) == len(b_server.requests) == 12

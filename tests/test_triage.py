@@ -1,0 +1,197 @@
+"""Pure triage functions on hand-built inputs."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quantcheck.sides import round_significant, signature
+from quantcheck.triage import (
+    classify_divergence,
+    degenerate_reason,
+    drift,
+    first_divergence,
+    flip,
+    is_repetition_loop,
+    kl_lower_bound,
+    similarity,
+    suggested_label,
+)
+
+
+def tokens(*steps: tuple[str, float, dict[str, float]], raw: list[Any] | None = None
+           ) -> dict[str, Any]:
+    """Token arrays from (token, logprob, {alternative: logprob}) steps."""
+    data: dict[str, Any] = {"text": [], "logprob": [], "top_text": [], "top_logprob": []}
+    for token, logprob, alternatives in steps:
+        top = sorted({token: logprob, **alternatives}.items(), key=lambda kv: -kv[1])
+        data["text"].append(token)
+        data["logprob"].append(logprob)
+        data["top_text"].append([t for t, _ in top])
+        data["top_logprob"].append([v for _, v in top])
+    if raw is not None:
+        data["raw_bytes"] = raw
+    return data
+
+
+def test_similarity_tracks_difflib() -> None:
+    a, b = "The capital of Canada is Ottawa.", "Ottawa is the capital of Canada."
+    assert similarity(a, a) == 1.0
+    assert similarity("", "") == 1.0
+    assert similarity(a, b) == pytest.approx(difflib.SequenceMatcher(None, a, b).ratio(),
+                                             abs=0.15)
+
+
+@pytest.mark.parametrize(
+    ("text", "loop"),
+    [
+        ("need analysis there " * 40, True),
+        ("The capital is Canberra. " * 8, True),
+        ("你好" * 60, True),
+        ("=" * 200, True),
+        ("This is very very very very good, and the rest of the answer is ordinary text.", False),
+        ("- apple\n- banana\n- cherry\n- date\n- elderberry\n- fig\n- grape\n- kiwi\n", False),
+        ("1. Preheat the oven.\n2. Mix the flour.\n3. Add the eggs.\n4. Bake for 20 minutes.\n"
+         "5. Let it cool.\n6. Serve.\n", False),
+        ("def f(x):\n    return x\n\n\ndef g(x):\n    return x + 1\n", False),
+        ("Yes. " * 3, False),
+        ("", False),
+    ],
+    ids=["seed-phrase", "sentence-loop", "cjk", "symbols", "repeated-word", "list",
+         "numbered-steps", "code", "short", "empty"],
+)
+def test_repetition_loops(text: str, loop: bool) -> None:
+    assert is_repetition_loop(text) is loop
+
+
+@given(st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=3, max_size=9),
+                min_size=5, max_size=200, unique=True))
+def test_distinct_words_are_never_a_loop(words: list[str]) -> None:
+    assert not is_repetition_loop(" ".join(words))
+
+
+@given(st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=2, max_size=8),
+                min_size=1, max_size=6, unique=True), st.integers(min_value=12, max_value=40))
+def test_a_phrase_repeated_many_times_is_a_loop(phrase: list[str], copies: int) -> None:
+    text = ("Intro. " + " ".join(phrase) + " ") * 1 + (" ".join(phrase) + " ") * copies
+    assert is_repetition_loop(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "finish", "other", "reason"),
+    [
+        ("  \n", "stop", "stop", "empty"),
+        ("need analysis there " * 30, "length", "stop", "repetition"),
+        ("A long but fine answer", "length", "stop", "length"),
+        ("A long but fine answer", "length", "length", ""),
+        ("Canberra.", "stop", "stop", ""),
+    ],
+)
+def test_degenerate_reason(text: str, finish: str, other: str, reason: str) -> None:
+    assert degenerate_reason(text, finish, other) == reason
+
+
+def test_first_divergence() -> None:
+    assert first_divergence(["a", "b"], ["a", "b"]) is None
+    assert first_divergence(["a", "b"], ["a", "c"]) == 1
+    assert first_divergence(["a"], ["a", "b"]) == 1
+    assert first_divergence([], []) is None
+
+
+def test_near_tie_and_confident_flip() -> None:
+    a = tokens(("The", -0.1, {"Ottawa": -2.4}), (" capital", -0.2, {}))
+    near = tokens(("Ottawa", -0.5, {"The": -0.9}))
+    far = tokens(("Ottawa", -0.5, {"Paris": -0.9}))
+    result = classify_divergence(a, near)
+    assert (result.position, result.kind, result.a_token, result.b_token) == (
+        0, "near_tie", "The", "Ottawa")
+    assert result.gap == pytest.approx(2.3)
+    assert classify_divergence(a, far).kind == "confident"
+    unseen = tokens(("Quebec", -0.5, {"The": -0.9}))
+    result = classify_divergence(a, unseen)
+    assert result.kind == "confident" and result.gap is None
+    assert classify_divergence(a, a).kind == "none"
+    assert classify_divergence(a, tokens(("The", -0.1, {}))).kind == "ended"
+
+
+def test_split_bytes_are_compared_by_bytes() -> None:
+    a = tokens(("\ufffd", -0.1, {}), ("\ufffd", -0.1, {}), raw=[[195], [169]])
+    b = tokens(("\ufffd", -0.1, {}), ("\ufffd", -0.1, {}), raw=[[195], [168]])
+    assert classify_divergence(a, b).position == 1
+    assert classify_divergence(a, a).position is None
+
+
+def test_drift_over_the_common_prefix() -> None:
+    a = tokens(("x", -0.1, {"y": -3.0}), ("y", -0.2, {"z": -2.0}), ("z", -0.3, {}))
+    b = tokens(("x", -0.15, {"y": -2.9}), ("y", -0.4, {"z": -1.9}), ("q", -0.3, {}))
+    measured = drift(a, b, divergence=2)
+    assert measured.top1_agreement == pytest.approx(2 / 3)
+    assert measured.logprob_mean_abs_diff == pytest.approx((0.05 + 0.2) / 2)
+    assert measured.logprob_max_abs_diff == pytest.approx(0.2)
+    assert measured.kl_topk_mean is not None and measured.kl_topk_mean > 0
+    identical = drift(a, a, divergence=None)
+    assert identical.kl_topk_max == 0.0 and identical.top1_agreement == 1.0
+
+
+def test_kl_lower_bound_by_hand() -> None:
+    p, q = [0.7, 0.2], [0.5, 0.3]
+    expected = (0.7 * math.log(0.7 / 0.5) + 0.2 * math.log(0.2 / 0.3)
+                + 0.1 * math.log(0.1 / 0.2))
+    value = kl_lower_bound(["a", "b"], [math.log(v) for v in p], ["a", "b"],
+                           [math.log(v) for v in q])
+    assert value == pytest.approx(expected)
+
+
+@given(st.lists(st.floats(min_value=0.01, max_value=10), min_size=30, max_size=30),
+       st.lists(st.floats(min_value=0.01, max_value=10), min_size=30, max_size=30),
+       st.integers(min_value=1, max_value=30))
+def test_kl_from_top_k_never_exceeds_the_full_kl(p_raw: list[float], q_raw: list[float],
+                                                  k: int) -> None:
+    p = np.array(p_raw) / sum(p_raw)
+    q = np.array(q_raw) / sum(q_raw)
+    full = float(np.sum(p * np.log(p / q)))
+    names = [f"t{i}" for i in range(30)]
+
+    def top(dist: np.ndarray) -> tuple[list[str], list[float]]:
+        order = np.argsort(-dist)[:k]
+        return [names[i] for i in order], [float(np.log(dist[i])) for i in order]
+
+    bound = kl_lower_bound(*top(p), *top(q))
+    assert bound <= full + 1e-9
+
+
+def test_flip_and_labels() -> None:
+    assert flip("pass", "fail") == "regression"
+    assert flip("fail", "pass") == "improvement"
+    assert flip("pass", "pass") == flip("", "") == ""
+    assert suggested_label(True, 1.0, False, "", "", "", "", "") == "identical"
+    assert suggested_label(False, 0.95, False, "regression", "pass", "fail", "", "") == \
+        "factual_flip"
+    assert suggested_label(False, 0.95, False, "", "pass", "pass", "", "") == "wording"
+    assert suggested_label(False, 0.95, True, "", "", "", "", "") == ""
+    assert suggested_label(False, 0.5, False, "", "", "", "", "") == ""
+    assert suggested_label(False, 0.95, False, "", "", "", "", "repetition") == ""
+
+
+def test_signature_rounds_to_significant_digits() -> None:
+    base = tokens(("a", -0.123456789012345, {"b": -2.5}))
+    close = tokens(("a", -0.123456789012399, {"b": -2.5}))
+    far = tokens(("a", -0.1234567, {"b": -2.5}))
+    assert signature(base, 12) == signature(close, 12)
+    assert signature(base, 14) != signature(close, 14)
+    assert signature(base, 12) != signature(far, 12)
+    assert signature(None, 12) is None
+
+
+def test_round_significant() -> None:
+    values = np.array([-0.000123456789, -123456.789, 0.0, float("nan")])
+    rounded = round_significant(values, 3)
+    assert rounded[0] == pytest.approx(-0.000123)
+    assert rounded[1] == pytest.approx(-123000.0)
+    assert rounded[2] == 0.0 and math.isnan(rounded[3])
