@@ -195,3 +195,14 @@ def test_round_significant() -> None:
     assert rounded[0] == pytest.approx(-0.000123)
     assert rounded[1] == pytest.approx(-123000.0)
     assert rounded[2] == 0.0 and math.isnan(rounded[3])
+
+
+def test_repeated_token_strings_stay_distinct_outcomes() -> None:
+    # Two vocabulary entries can print the same (e.g. U+FFFD for different bytes).
+    a_tokens, a_logprobs = ["\ufffd", "\ufffd", "x"], [-0.5, -1.5, -2.5]
+    assert kl_lower_bound(a_tokens, a_logprobs, a_tokens, a_logprobs) == 0.0
+    a = tokens(("x", -0.1, {}))
+    a["top_text"][0] += ["y", "y"]
+    a["top_logprob"][0] += [-1.0, -3.0]
+    b = tokens(("y", -0.2, {"x": -0.3}))
+    assert classify_divergence(a, b).gap == pytest.approx(0.9)

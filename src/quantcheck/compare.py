@@ -63,26 +63,37 @@ def _is_texts(source: str | Path | Side) -> bool:
     return not isinstance(source, Side) and Path(source).suffix == ".json"
 
 
+Record = dict[str, Any]
+
+
 def pairs_frame(a: Side, b: Side) -> pd.DataFrame:
-    a_groups = dict(tuple(a.index.groupby("prompt_id", sort=False)))
-    b_groups = dict(tuple(b.index.groupby("prompt_id", sort=False)))
+    a_groups, b_groups = _by_prompt(a.index), _by_prompt(b.index)
     order = list(dict.fromkeys([*a.prompts, *a_groups, *b.prompts, *b_groups]))
-    rows = [_pair_row(str(pid), a, b, a_groups.get(pid), b_groups.get(pid)) for pid in order]
+    rows = [_pair_row(pid, a, b, a_groups.get(pid), b_groups.get(pid)) for pid in order]
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 
-def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: pd.DataFrame | None,
-              b_rows: pd.DataFrame | None) -> dict[str, Any]:
+def _by_prompt(index: pd.DataFrame) -> dict[str, list[Record]]:
+    groups: dict[str, list[Record]] = {}
+    for record in index.to_dict("records"):
+        groups.setdefault(str(record["prompt_id"]), []).append(
+            {str(k): v for k, v in record.items()})
+    return groups
+
+
+def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
+              b_rows: list[Record] | None) -> dict[str, Any]:
     prompt = a.prompts.get(prompt_id) or b.prompts.get(prompt_id)
     row: dict[str, Any] = {"prompt_id": prompt_id,
                            "category": prompt.category if prompt else ""}
-    row.update(_determinism("a", a_rows))
-    row.update(_determinism("b", b_rows))
-    a_first, b_first = _first_ok(a_rows), _first_ok(b_rows)
-    row["status"] = _status(a, b, prompt_id, a_rows, b_rows, a_first, b_first)
+    a_ok, b_ok = _successful(a_rows), _successful(b_rows)
+    row.update(_determinism("a", a_ok))
+    row.update(_determinism("b", b_ok))
+    a_first, b_first = _repeat_zero(a_ok), _repeat_zero(b_ok)
+    row["status"] = _status(a_rows, b_rows, a_first, b_first)
     if row["status"] != "compared":
         return row
-    assert a_first is not None and b_first is not None
+    assert a_first is not None and b_first is not None and a_ok and b_ok
     a_text, b_text = a_first["text"] or "", b_first["text"] or ""
     row.update(a_text=a_text, b_text=b_text, identical=a_text == b_text,
                similarity=similarity(a_text, b_text),
@@ -95,30 +106,36 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: pd.DataFrame | None,
                                             a_first["finish_reason"])
     row.update(_expectations(prompt, a_text, b_text))
     row.update(_token_comparison(a, b, a_first, b_first))
-    row["noise"] = _is_noise(row, a_rows, b_rows)
+    # Nondeterminism, not regression: a side's own repeats also show the other's text.
+    row["noise"] = not row["identical"] and bool(
+        {r["text_hash"] for r in a_ok} & {r["text_hash"] for r in b_ok})
     row["suggested_label"] = suggested_label(
         row["identical"], row["similarity"], row["numbers_changed"], row["flip"],
         row["a_expect"], row["b_expect"], row["a_degenerate"], row["b_degenerate"])
     return row
 
 
-def _first_ok(rows: pd.DataFrame | None) -> pd.Series | None:
-    if rows is None:
-        return None
-    first = rows[(rows["repeat"] == 0) & rows["error"].isna()]
-    return first.iloc[0] if len(first) else None
+def _successful(rows: list[Record] | None) -> list[Record] | None:
+    return None if rows is None else [r for r in rows if not _present(r["error"])]
 
 
-def _status(a: Side, b: Side, prompt_id: str, a_rows: pd.DataFrame | None,
-            b_rows: pd.DataFrame | None, a_first: pd.Series | None,
-            b_first: pd.Series | None) -> str:
+def _present(value: Any) -> bool:
+    return value is not None and value == value  # NaN != NaN
+
+
+def _repeat_zero(rows: list[Record] | None) -> Record | None:
+    return next((r for r in rows or [] if r["repeat"] == 0), None)
+
+
+def _status(a_rows: list[Record] | None, b_rows: list[Record] | None,
+            a_first: Record | None, b_first: Record | None) -> str:
     if a_rows is None:
         return "only_b"
     if b_rows is None:
         return "only_a"
     a_hash = a_first["prompt_hash"] if a_first is not None else None
     b_hash = b_first["prompt_hash"] if b_first is not None else None
-    if a_hash and b_hash and a_hash != b_hash:
+    if _present(a_hash) and _present(b_hash) and a_hash != b_hash:
         return "not_comparable"
     if a_first is None:
         return "a_failed"
@@ -127,13 +144,12 @@ def _status(a: Side, b: Side, prompt_id: str, a_rows: pd.DataFrame | None,
     return "compared"
 
 
-def _determinism(side: str, rows: pd.DataFrame | None) -> dict[str, Any]:
-    if rows is None:
+def _determinism(side: str, ok: list[Record] | None) -> dict[str, Any]:
+    if ok is None:
         return {}
-    ok = rows[rows["error"].isna()]
-    signatures = ok["signature"].dropna()
-    return {f"{side}_repeats": len(ok), f"{side}_texts": ok["text_hash"].nunique(),
-            f"{side}_signatures": signatures.nunique() if len(signatures) else None}
+    signatures = {r["signature"] for r in ok if _present(r["signature"])}
+    return {f"{side}_repeats": len(ok), f"{side}_texts": len({r["text_hash"] for r in ok}),
+            f"{side}_signatures": len(signatures) if signatures else None}
 
 
 def _expectations(prompt: Prompt | None, a_text: str, b_text: str) -> dict[str, Any]:
@@ -146,8 +162,7 @@ def _expectations(prompt: Prompt | None, a_text: str, b_text: str) -> dict[str, 
             "a_expect_failures": "; ".join(a_failures), "b_expect_failures": "; ".join(b_failures)}
 
 
-def _token_comparison(a: Side, b: Side, a_first: pd.Series, b_first: pd.Series
-                      ) -> dict[str, Any]:
+def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record) -> dict[str, Any]:
     a_tokens = a.tokens_at(int(a_first["offset"]))
     b_tokens = b.tokens_at(int(b_first["offset"]))
     if not a_tokens or not b_tokens:
@@ -157,16 +172,6 @@ def _token_comparison(a: Side, b: Side, a_first: pd.Series, b_first: pd.Series
     return {"first_divergence": divergence.position, "divergence_kind": divergence.kind,
             "divergence_gap": divergence.gap, "divergence_a_token": divergence.a_token,
             "divergence_b_token": divergence.b_token, **asdict(measured)}
-
-
-def _is_noise(row: dict[str, Any], a_rows: pd.DataFrame | None,
-              b_rows: pd.DataFrame | None) -> bool:
-    """An A-B difference that A's or B's own repeats also show: nondeterminism."""
-    if row["identical"] or a_rows is None or b_rows is None:
-        return False
-    a_texts = set(a_rows.loc[a_rows["error"].isna(), "text_hash"])
-    b_texts = set(b_rows.loc[b_rows["error"].isna(), "text_hash"])
-    return bool(a_texts & b_texts)
 
 
 def write_pairs(frame: pd.DataFrame, out: Path) -> None:

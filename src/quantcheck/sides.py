@@ -66,7 +66,11 @@ def signature(tokens: dict[str, Any] | None, digits: int) -> str | None:
     digest.update(orjson.dumps(tokens["text"]))
     digest.update(orjson.dumps(tokens.get("top_text")))
     chosen = np.array(tokens["logprob"], dtype=float)
-    alternatives = np.fromiter(chain.from_iterable(tokens.get("top_logprob") or []), float)
+    top = tokens.get("top_logprob") or []
+    try:
+        alternatives = np.array(top, dtype=float).ravel()
+    except ValueError:  # ragged: some positions have fewer alternatives
+        alternatives = np.fromiter(chain.from_iterable(top), float)
     digest.update(round_significant(np.concatenate([chosen, alternatives]), digits).tobytes())
     return digest.hexdigest()
 

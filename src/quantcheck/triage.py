@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 import re
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from rapidfuzz.distance import Indel
 
 from .records import numbers_in
@@ -45,41 +45,31 @@ def degenerate_reason(text: str | None, finish_reason: str | None,
 
 
 def is_repetition_loop(text: str) -> bool:
-    """A phrase repeated back to back until it fills a good part of the answer.
+    """The answer ends in a phrase repeated back to back (greedy decoding, once in a
+    loop, stays in it): "need analysis there need analysis there ...".
 
-    "need analysis there need analysis there ..." is a loop; "very very good" or a
-    list whose items share a prefix is not: the repeated run must hold at least four
-    copies, at least 12 words, and at least 30% of the answer. Texts that do not
-    compress well cannot hold such a run and are passed over cheaply.
+    "very very good" or a list whose items share a prefix is not a loop: the repeated
+    tail must hold at least four copies, at least 12 words and 30% of the answer. Loops
+    without spaces (CJK, symbols) are found the same way over characters.
     """
-    encoded = text.encode("utf-8", "surrogatepass")
-    if len(encoded) > 128 and len(zlib.compress(encoded)) > 0.5 * len(encoded):
-        return False
     words = _WORD.findall(text)
     for period in range(1, min(50, len(words) // 4) + 1):
-        if _longest_periodic_run(words, period) >= max(4 * period, 12, 0.3 * len(words)):
+        if _periodic_tail(words, period) >= max(4 * period, 12, 0.3 * len(words)):
             return True
-    return _character_loop(text)
-
-
-def _longest_periodic_run(items: list[str], period: int) -> int:
-    best = run = 0
-    for index in range(len(items) - period):
-        run = run + 1 if items[index] == items[index + period] else 0
-        best = max(best, run)
-    return best + period if best else 0
-
-
-def _character_loop(text: str) -> bool:
-    """Loops without spaces (CJK, symbols): a short period filling the tail of the text."""
-    tail = text[-512:]
-    for period in range(1, 65):
-        if len(tail) < max(8 * period, 48):
-            break
-        same = sum(1 for i in range(len(tail) - period) if tail[i] == tail[i + period])
-        if same >= 0.95 * (len(tail) - period):
+    tail = text.rstrip()[-512:]
+    for period in range(1, min(64, len(tail) // 8) + 1):
+        if _periodic_tail(tail, period) >= max(8 * period, 48, 0.3 * len(tail)):
             return True
     return False
+
+
+def _periodic_tail(items: str | list[str], period: int) -> int:
+    """How many trailing items repeat the item `period` places before them (plus one period)."""
+    index = len(items) - 1
+    while index >= period and items[index] == items[index - period]:
+        index -= 1
+    run = len(items) - 1 - index
+    return run + period if run else 0
 
 
 # --- token streams -----------------------------------------------------------------
@@ -90,6 +80,16 @@ def token_keys(tokens: dict[str, Any]) -> list[Any]:
     if not raw:
         return list(tokens["text"])
     return [tuple(b) if b is not None else t for t, b in zip(tokens["text"], raw, strict=True)]
+
+
+def _occurrences(tokens: list[str]) -> list[tuple[str, int]]:
+    """(token, n-th time it appears): repeated strings stay distinct outcomes."""
+    seen: dict[str, int] = {}
+    keyed = []
+    for token in tokens:
+        seen[token] = seen.get(token, 0) + 1
+        keyed.append((token, seen[token]))
+    return keyed
 
 
 def first_divergence(a_keys: list[Any], b_keys: list[Any]) -> int | None:
@@ -121,13 +121,21 @@ def classify_divergence(a: dict[str, Any], b: dict[str, Any]) -> Divergence:
     if position >= len(a["text"]) or position >= len(b["text"]):
         return Divergence(position, "ended")
     a_token, b_token = a["text"][position], b["text"][position]
-    a_top = dict(zip(a["top_text"][position], a["top_logprob"][position], strict=True))
-    b_top = dict(zip(b["top_text"][position], b["top_logprob"][position], strict=True))
+    a_top = _best_logprobs(a["top_text"][position], a["top_logprob"][position])
+    b_top = _best_logprobs(b["top_text"][position], b["top_logprob"][position])
     kind = "near_tie" if b_token in a_top and a_token in b_top else "confident"
     gap = None
     if b_token in a_top and a["logprob"][position] is not None:
         gap = a["logprob"][position] - a_top[b_token]
     return Divergence(position, kind, gap, a_token, b_token)
+
+
+def _best_logprobs(tokens: list[str], logprobs: list[float]) -> dict[str, float]:
+    """Token string -> its highest logprob (strings repeat: distinct ids, same text)."""
+    best: dict[str, float] = {}
+    for token, logprob in zip(tokens, logprobs, strict=True):
+        best.setdefault(token, logprob)
+    return best
 
 
 @dataclass
@@ -149,8 +157,7 @@ def drift(a: dict[str, Any], b: dict[str, Any], divergence: int | None) -> Drift
     agreement = [a["top_text"][i][:1] == b["top_text"][i][:1] for i in range(compared)]
     diffs = [abs(a["logprob"][i] - b["logprob"][i]) for i in range(prefix)
              if a["logprob"][i] is not None and b["logprob"][i] is not None]
-    kls = [kl_lower_bound(a["top_text"][i], a["top_logprob"][i], b["top_text"][i],
-                          b["top_logprob"][i]) for i in range(prefix)]
+    kls = kl_per_position(a, b, prefix)
     return Drift(
         top1_agreement=sum(agreement) / len(agreement),
         logprob_mean_abs_diff=sum(diffs) / len(diffs) if diffs else None,
@@ -160,6 +167,34 @@ def drift(a: dict[str, Any], b: dict[str, Any], divergence: int | None) -> Drift
     )
 
 
+def kl_per_position(a: dict[str, Any], b: dict[str, Any], positions: int) -> list[float]:
+    """kl_lower_bound at each of the first `positions` positions.
+
+    Where both sides list the same alternatives in the same order (most of a common
+    prefix) the bound is computed for all such positions at once with numpy.
+    """
+    same = [i for i in range(positions) if a["top_text"][i] == b["top_text"][i]]
+    widths = {len(a["top_text"][i]) for i in same}
+    values: dict[int, float] = {}
+    if same and len(widths) == 1 and widths != {0}:
+        a_lp = np.array([a["top_logprob"][i] for i in same], dtype=float)
+        b_lp = np.array([b["top_logprob"][i] for i in same], dtype=float)
+        values = dict(zip(same, _kl_aligned(a_lp, b_lp).tolist(), strict=True))
+    return [values[i] if i in values else kl_lower_bound(
+        a["top_text"][i], a["top_logprob"][i], b["top_text"][i], b["top_logprob"][i])
+        for i in range(positions)]
+
+
+def _kl_aligned(a_lp: np.ndarray, b_lp: np.ndarray) -> np.ndarray:
+    p, q = np.exp(a_lp), np.exp(b_lp)
+    body = (p * (a_lp - b_lp)).sum(axis=1)
+    p_rest = np.clip(1.0 - p.sum(axis=1), 0.0, None)
+    q_rest = np.clip(1.0 - q.sum(axis=1), 1e-12, None)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rest = np.where(p_rest > 1e-12, p_rest * np.log(p_rest / q_rest), 0.0)
+    return np.asarray(np.maximum(body + rest, 0.0))
+
+
 def kl_lower_bound(a_tokens: list[str], a_logprobs: list[float], b_tokens: list[str],
                    b_logprobs: list[float]) -> float:
     """KL(A || B) over the tokens both top-k lists hold plus one bucket for the rest.
@@ -167,9 +202,9 @@ def kl_lower_bound(a_tokens: list[str], a_logprobs: list[float], b_tokens: list[
     Merging outcomes never increases KL divergence, so this is a lower bound on the
     full-vocabulary KL, computed from the top-k alone.
     """
-    b_logprob_of = dict(zip(b_tokens, b_logprobs, strict=True))
+    b_logprob_of = dict(zip(_occurrences(b_tokens), b_logprobs, strict=True))
     total = p_shared = q_shared = 0.0
-    for token, logprob in zip(a_tokens, a_logprobs, strict=True):
+    for token, logprob in zip(_occurrences(a_tokens), a_logprobs, strict=True):
         other = b_logprob_of.get(token)
         if other is None:
             continue

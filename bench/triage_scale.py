@@ -1,0 +1,154 @@
+"""Triage at scale: wall time and peak RSS of `quantcheck compare` on synthetic runs.
+
+Default scale is the target: 10,000 prompts x 6 repeats x 256 tokens x top-20 per
+side, with realistic divergence (40% of B's answers fork at a random position, 5% of
+prompts are nondeterministic on B). Also times quantcheck's text triage against the
+seeds' difflib loop on a 1,000-pair subset.
+
+    python bench/triage_scale.py [--prompts 10000] [--repeats 6] [--tokens 256] [--top 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from _common import run_measured, save
+
+from quantcheck.triage import degenerate_reason, numbers_changed, similarity
+
+WORDS = ("the of and to in is that for it as with was on be by this are from at or an "
+         "which not have has but were one all their there been if more when will would "
+         "capital river 12 3.5 1,200 Paris Canberra model answer because").split()
+
+
+def make_tokens(rng: random.Random, length: int, top: int) -> dict[str, Any]:
+    text = [" " + rng.choice(WORDS) for _ in range(length)]
+    logprob = [-rng.random() * 0.5 for _ in range(length)]
+    top_text = [[token] + [f" w{rng.randrange(50000)}" for _ in range(top - 1)]
+                for token in text]
+    top_logprob = [[lp] + sorted((lp - 0.1 - rng.random() * 8 for _ in range(top - 1)),
+                                 reverse=True) for lp in logprob]
+    return {"text": text, "logprob": logprob, "top_text": top_text, "top_logprob": top_logprob}
+
+
+def fork(tokens: dict[str, Any], rng: random.Random, top: int) -> dict[str, Any]:
+    position = rng.randrange(len(tokens["text"]))
+    tail = make_tokens(rng, len(tokens["text"]) - position, top)
+    return {key: tokens[key][:position] + tail[key] for key in tokens}
+
+
+def jitter(tokens: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    scale = 1 + rng.uniform(-1e-7, 1e-7)
+    return {**tokens, "top_logprob": [[v * scale for v in row] for row in tokens["top_logprob"]]}
+
+
+def write_side(folder: Path, label: str, variants: list[list[dict[str, Any]]],
+               repeats: int) -> None:
+    folder.mkdir(parents=True)
+    ids = [f"p{n}" for n in range(len(variants))]
+    manifest = {"label": label, "endpoint": "synthetic", "model": "synthetic",
+                "prompt_hashes": {pid: "h" + pid for pid in ids}, "server": {}}
+    (folder / "manifest.json").write_bytes(orjson.dumps(manifest))
+    with (folder / "prompts.jsonl").open("wb") as handle:
+        for pid in ids:
+            handle.write(orjson.dumps({"id": pid, "category": "synthetic", "api": "completions",
+                                       "hash": "h" + pid, "request": {"prompt": pid}}) + b"\n")
+    with (folder / "completions.jsonl").open("wb") as handle:
+        for pid, versions in zip(ids, variants, strict=True):
+            encoded = [orjson.dumps(v) for v in versions]
+            texts = ["".join(v["text"]) for v in versions]
+            for repeat in range(repeats):
+                which = repeat % len(versions)
+                head = {"prompt_id": pid, "prompt_hash": "h" + pid, "repeat": repeat,
+                        "text": texts[which], "finish_reason": "length", "error": None,
+                        "e2e_s": 1.0, "ttft_s": 0.05}
+                handle.write(orjson.dumps(head)[:-1] + b',"tokens":' + encoded[which] + b"}\n")
+
+
+def generate(root: Path, prompts: int, repeats: int, length: int, top: int) -> int:
+    rng = random.Random(7)
+    a_variants, b_variants = [], []
+    for _ in range(prompts):
+        base = make_tokens(rng, length, top)
+        a_variants.append([base])
+        candidate = fork(base, rng, top) if rng.random() < 0.4 else base
+        b_variants.append([candidate, jitter(candidate, rng)] if rng.random() < 0.05
+                          else [candidate])
+    write_side(root / "a", "a", a_variants, repeats)
+    write_side(root / "b", "b", b_variants, repeats)
+    return sum(p.stat().st_size for p in root.rglob("completions.jsonl"))
+
+
+def text_triage_ratio(root: Path, pairs: int) -> dict[str, float]:
+    def texts(side: str) -> list[str]:
+        found = []
+        with (root / side / "completions.jsonl").open("rb") as handle:
+            for line in handle:
+                record = orjson.loads(line)
+                if record["repeat"] == 0:
+                    found.append(record["text"])
+                    if len(found) == pairs:
+                        break
+        return found
+
+    a_texts, b_texts = texts("a"), texts("b")
+    started = time.perf_counter()
+    for a, b in zip(a_texts, b_texts, strict=True):
+        if a != b:
+            difflib.SequenceMatcher(None, a, b).ratio()
+    seeds = time.perf_counter() - started
+    started = time.perf_counter()
+    for a, b in zip(a_texts, b_texts, strict=True):
+        if a != b:
+            similarity(a, b)
+    ours = time.perf_counter() - started
+    started = time.perf_counter()
+    for a, b in zip(a_texts, b_texts, strict=True):
+        if a != b:
+            similarity(a, b)
+            numbers_changed(a, b)
+            degenerate_reason(a, "stop", "stop")
+            degenerate_reason(b, "stop", "stop")
+    full = time.perf_counter() - started
+    return {"pairs": pairs, "difflib_loop_s": seeds, "quantcheck_similarity_s": ours,
+            "speedup_similarity": seeds / ours, "quantcheck_full_text_triage_s": full,
+            "speedup_full_text_triage": seeds / full}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--prompts", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--top", type=int, default=20)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="qc-triage-"))
+    try:
+        started = time.perf_counter()
+        size = generate(root, args.prompts, args.repeats, args.tokens, args.top)
+        generated = time.perf_counter() - started
+        print(f"generated {size / 2**30:.2f} GiB of runs in {generated:.0f} s", flush=True)
+        wall, peak, _ = run_measured([sys.executable, "-m", "quantcheck", "compare",
+                                      str(root / "a"), str(root / "b"), "--out",
+                                      str(root / "report")])
+        ratio = text_triage_ratio(root, min(1000, args.prompts))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    figures = {"prompts": args.prompts, "repeats": args.repeats, "tokens": args.tokens,
+               "top_k": args.top, "runs_bytes": size, "compare_wall_s": wall,
+               "compare_peak_rss_mib": peak, "text_triage": ratio}
+    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
+    print(f"saved {save('triage_scale', figures)}")
+
+
+if __name__ == "__main__":
+    main()
