@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,13 +38,17 @@ def save(name: str, figures: dict[str, Any]) -> Path:
     return path
 
 
-def run_measured(command: list[str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
-    """Wall seconds and peak RSS (MiB) of a child process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if completed.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{completed.stderr}")
-    return wall, max(peak_kib, before) / 1024, completed
+def run_measured(command: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS (MiB) and stdout of one child process (os.wait4 gives
+    that child's own rusage, not the maximum over every child so far)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=out, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if process.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed:\n{err.read().decode()}")
+        return wall, usage.ru_maxrss / 1024, out.read().decode()

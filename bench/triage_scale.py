@@ -74,7 +74,7 @@ def write_side(folder: Path, label: str, variants: list[list[dict[str, Any]]],
                 handle.write(orjson.dumps(head)[:-1] + b',"tokens":' + encoded[which] + b"}\n")
 
 
-def generate(root: Path, prompts: int, repeats: int, length: int, top: int) -> int:
+def generate(root: Path, prompts: int, repeats: int, length: int, top: int) -> None:
     rng = random.Random(7)
     a_variants, b_variants = [], []
     for _ in range(prompts):
@@ -85,7 +85,6 @@ def generate(root: Path, prompts: int, repeats: int, length: int, top: int) -> i
                           else [candidate])
     write_side(root / "a", "a", a_variants, repeats)
     write_side(root / "b", "b", b_variants, repeats)
-    return sum(p.stat().st_size for p in root.rglob("completions.jsonl"))
 
 
 def text_triage_ratio(root: Path, pairs: int) -> dict[str, float]:
@@ -119,7 +118,7 @@ def text_triage_ratio(root: Path, pairs: int) -> dict[str, float]:
             degenerate_reason(a, "stop", "stop")
             degenerate_reason(b, "stop", "stop")
     full = time.perf_counter() - started
-    return {"pairs": pairs, "difflib_loop_s": seeds, "quantcheck_similarity_s": ours,
+    return {"pairs": len(a_texts), "difflib_loop_s": seeds, "quantcheck_similarity_s": ours,
             "speedup_similarity": seeds / ours, "quantcheck_full_text_triage_s": full,
             "speedup_full_text_triage": seeds / full}
 
@@ -130,12 +129,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--generate-into", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.generate_into:
+        generate(args.generate_into, args.prompts, args.repeats, args.tokens, args.top)
+        return
     root = Path(tempfile.mkdtemp(prefix="qc-triage-"))
     try:
-        started = time.perf_counter()
-        size = generate(root, args.prompts, args.repeats, args.tokens, args.top)
-        generated = time.perf_counter() - started
+        # Generate in a child: a forked child starts with its parent's resident memory,
+        # which would inflate the peak RSS measured for compare.
+        generated, _, _ = run_measured([
+            sys.executable, __file__, "--prompts", str(args.prompts), "--repeats",
+            str(args.repeats), "--tokens", str(args.tokens), "--top", str(args.top),
+            "--generate-into", str(root)])
+        size = sum(p.stat().st_size for p in root.rglob("completions.jsonl"))
         print(f"generated {size / 2**30:.2f} GiB of runs in {generated:.0f} s", flush=True)
         wall, peak, _ = run_measured([sys.executable, "-m", "quantcheck", "compare",
                                       str(root / "a"), str(root / "b"), "--out",

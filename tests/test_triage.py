@@ -206,3 +206,19 @@ def test_repeated_token_strings_stay_distinct_outcomes() -> None:
     a["top_logprob"][0] += [-1.0, -3.0]
     b = tokens(("y", -0.2, {"x": -0.3}))
     assert classify_divergence(a, b).gap == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize(
+    ("text", "numbers"),
+    [
+        ("It costs 1,200 dollars, not 1,100.", [1200.0, 1100.0]),
+        ("Pick 3,4 or 5", [3.0, 4.0, 5.0]),
+        ("well-known -5 and +2.5e3", [-5.0, 2500.0]),
+        ("9.11 vs 9.9.", [9.11, 9.9]),
+        ("no digits - here", []),
+    ],
+)
+def test_numbers_in(text: str, numbers: list[float]) -> None:
+    from quantcheck.records import numbers_in
+
+    assert numbers_in(text) == numbers

@@ -45,17 +45,28 @@ class Expect:
         return {k: v for k, v in asdict(self).items() if v != defaults[k]}
 
 
-NUMBER_PATTERN = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# A loose scan (starting with a character class keeps the regex engine fast), then
+# each match is checked: "1,200" is one number, "3,4" two, a lone "-" none.
+_NUMBER_SCAN = re.compile(r"[-+\d][\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def numbers_in(text: str) -> list[float]:
     """Every number in `text`, in order (thousands separators allowed)."""
-    return [float(m.group().replace(",", "")) for m in NUMBER_PATTERN.finditer(text)]
+    found: list[float] = []
+    for match in _NUMBER_SCAN.findall(text):
+        match = match.strip(",")
+        if "," not in match or _THOUSANDS.fullmatch(match):
+            parts = [match.replace(",", "")]
+        else:
+            parts = match.split(",")
+        found += [float(part) for part in parts if part.strip("+-")]
+    return found
 
 
 def first_number(text: str) -> float | None:
-    match = NUMBER_PATTERN.search(text)
-    return float(match.group().replace(",", "")) if match else None
+    numbers = numbers_in(text)
+    return numbers[0] if numbers else None
 
 
 @dataclass

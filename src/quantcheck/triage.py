@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,9 +26,6 @@ def numbers_changed(a: str, b: str) -> bool:
 
 # --- degenerate output ---------------------------------------------------------------
 
-_WORD = re.compile(r"\S+")
-
-
 def degenerate_reason(text: str | None, finish_reason: str | None,
                       other_finish_reason: str | None) -> str:
     """`empty`, `repetition`, `length` (capped while the other side stopped), or ""."""
@@ -52,15 +48,23 @@ def is_repetition_loop(text: str) -> bool:
     tail must hold at least four copies, at least 12 words and 30% of the answer. Loops
     without spaces (CJK, symbols) are found the same way over characters.
     """
-    words = _WORD.findall(text)
-    for period in range(1, min(50, len(words) // 4) + 1):
+    words = text.split()
+    for period in _candidate_periods(words, min(50, len(words) // 4)):
         if _periodic_tail(words, period) >= max(4 * period, 12, 0.3 * len(words)):
             return True
     tail = text.rstrip()[-512:]
-    for period in range(1, min(64, len(tail) // 8) + 1):
+    for period in _candidate_periods(tail, min(64, len(tail) // 8)):
         if _periodic_tail(tail, period) >= max(8 * period, 48, 0.3 * len(tail)):
             return True
     return False
+
+
+def _candidate_periods(items: str | list[str], longest: int) -> list[int]:
+    """Periods p whose last item equals the item p places before it (cheap filter)."""
+    if longest < 1:
+        return []
+    last = items[-1]
+    return [p for p in range(1, longest + 1) if items[-1 - p] == last]
 
 
 def _periodic_tail(items: str | list[str], period: int) -> int:
