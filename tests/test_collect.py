@@ -283,3 +283,47 @@ def test_choose_model() -> None:
     assert choose_model([{"id": "a"}, {"id": "b"}], "b", "x") == "b"
     with pytest.raises(Exception, match=r"several models \(a, b\)"):
         choose_model([{"id": "a"}, {"id": "b"}], None, "x")
+
+
+def test_api_key_comes_from_the_named_variable(serve: Serve, write_prompts: WritePrompts,
+                                               tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    server = serve(MODEL)
+    prompts = write_prompts(TWO_PROMPTS)
+    monkeypatch.setenv("QC_TEST_KEY", "sk-secret")
+    collect([prompts], tmp_path / "run", CollectSettings(endpoint=server.url, label="a",
+                                                         api_key_env="QC_TEST_KEY"))
+    assert set(server.authorizations) == {"Bearer sk-secret"}
+    assert "sk-secret" not in (tmp_path / "run" / "manifest.json").read_text()
+
+    result = CliRunner().invoke(cli, ["collect", "--endpoint", server.url, "--prompts",
+                                      str(prompts), "--out", str(tmp_path / "other"),
+                                      "--api-key-env", "QC_UNSET_KEY"])
+    assert result.exit_code == 2
+    assert "QC_UNSET_KEY: that environment variable is not set" in result.output
+
+
+def test_ctrl_c_keeps_records_and_says_how_to_resume(serve: Serve, write_prompts: WritePrompts,
+                                                     tmp_path: Path) -> None:
+    many = "prompts:\n" + "".join(f"  - {{id: p{n}, prompt: 'question {n}'}}\n"
+                                  for n in range(20))
+    server = serve(MODEL, faults=Faults(token_delay_s=0.05))
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "quantcheck", "collect", "--endpoint", server.url, "--prompts",
+         str(write_prompts(many)), "--out", str(out), "--concurrency", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        path = out / "completions.jsonl"
+        if path.exists() and path.read_bytes().count(b"\n") >= 3:
+            break
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert "interrupted. Records so far are kept" in stderr
+    assert "Traceback" not in stderr
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    assert manifest["status"] == "interrupted"
+    assert 3 <= len(records(out)) < 20

@@ -147,6 +147,7 @@ class ScriptedServer:
         self.host, self.port = host, port
         self.server_info = server_info or {}
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
         self._counter = 0
         self._rng = random.Random(1234)
         self._runner: web.AppRunner | None = None
@@ -248,6 +249,7 @@ class ScriptedServer:
         number = self._counter
         self._counter += 1
         self.requests.append(body)
+        self.authorizations.append(request.headers.get("Authorization"))
         chat = request.path.endswith("/chat/completions")
         stream = bool(body.get("stream"))
         if self.faults.latency_s:
