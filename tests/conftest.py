@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -7,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from quantcheck.lab.scripted import ScriptedServer
+from quantcheck import CollectSettings, collect
+from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -38,3 +40,133 @@ def write_prompts(tmp_path: Path) -> Callable[[str], Path]:
         return path
 
     return write
+
+
+# A/B runs with one planted difference of each kind triage knows.
+PROMPTS = """
+prompts:
+  - {id: same, category: factual, prompt: "Q: same", expect: {contains: Paris}}
+  - {id: wording, category: factual, prompt: "Q: wording", expect: {contains: Ottawa}}
+  - {id: near-tie, category: factual, prompt: "Q: near-tie"}
+  - {id: flip, category: factual, prompt: "Q: flip", expect: {contains: Canberra}}
+  - {id: better, category: numeric, prompt: "Q: better", expect: {number: 391}}
+  - {id: numbers, category: numeric, prompt: "Q: numbers"}
+  - {id: loop, category: factual, prompt: "Q: loop", max_tokens: 64}
+  - {id: empty, category: factual, prompt: "Q: empty"}
+  - {id: capped, category: factual, prompt: "Q: capped", max_tokens: 6}
+  - {id: noisy, category: factual, prompt: "Q: noisy"}
+  - {id: changed, category: factual, prompt: "Q: changed"}
+  - {id: only-a, category: factual, prompt: "Q: only-a"}
+"""
+A_ANSWERS: dict[str, str | list[str]] = {
+    "Q: same": " The capital of France is Paris.",
+    "Q: wording": " The capital of Canada is Ottawa.",
+    "Q: near-tie": " The answer is yes.",
+    "Q: flip": " The capital of Australia is Canberra.",
+    "Q: better": " 381 is the product.",
+    "Q: numbers": " It costs 40 dollars today.",
+    "Q: loop": " William Shakespeare wrote Hamlet.",
+    "Q: empty": " Something to say.",
+    "Q: capped": " Short.",
+    "Q: noisy": [" First variant.", " Second variant."],
+    "Q: changed": " Same text.",
+    "Q: only-a": " Only here.",
+}
+B_ANSWERS: dict[str, str | list[str]] = {
+    **A_ANSWERS,
+    "Q: wording": " The capital of Canada is Ottawa!",
+    "Q: near-tie": " Yes, the answer is yes.",
+    "Q: flip": " The capital of Australia is Sydney.",
+    "Q: better": " 391 is the product.",
+    "Q: numbers": " It costs 80 dollars today.",
+    "Q: loop": " need analysis there" * 30,
+    "Q: empty": "",
+    "Q: capped": " A much longer answer that runs on past the cap.",
+    "Q: noisy": " Second variant.",
+}
+RUNNER_UPS = {" The": [" Yes,"], " Yes,": [" The"]}
+
+
+@pytest.fixture
+def ab_runs(serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+            tmp_path: Path) -> tuple[Path, Path]:
+    a_server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
+    b_server = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS), "sglang",
+                     faults=Faults(nondeterministic=True))
+    a_prompts = write_prompts(PROMPTS)
+    b_prompts = write_prompts(PROMPTS.replace('prompt: "Q: changed"', 'prompt: "Q: changed!"')
+                              .replace('  - {id: only-a, category: factual, prompt: "Q: only-a"}',
+                                       '  - {id: only-b, prompt: "Q: only-b"}'))
+    for server, prompts, side in ((a_server, a_prompts, "a"), (b_server, b_prompts, "b")):
+        collect([prompts], tmp_path / side,
+                CollectSettings(endpoint=server.url, label=side, repeats=2, concurrency=1,
+                                top_logprobs=5))
+    return tmp_path / "a", tmp_path / "b"
+
+
+
+
+@pytest.fixture
+def planted_report(ab_runs: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A report directory (pairs, details, summary, sheet) of the planted A/B."""
+    from quantcheck import compare_to_dir
+
+    compare_to_dir(*ab_runs, tmp_path / "report")
+    return tmp_path / "report"
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Debian's headless Chromium driven by Playwright (CI installs both)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must have /usr/bin/chromium (apt-get install chromium)")
+        pytest.skip("no /usr/bin/chromium on this machine")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run"])
+        yield instance
+        instance.close()
+
+
+class AppServer:
+    """An aiohttp application on 127.0.0.1 in a background thread."""
+
+    def __init__(self, app: Any) -> None:
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def start() -> None:
+            self.runner = web.AppRunner(app, access_log=None)
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+        def run() -> None:
+            self.loop.run_until_complete(start())
+            ready.set()
+            self.loop.run_forever()
+            self.loop.run_until_complete(self.runner.cleanup())
+            self.loop.close()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)

@@ -10,70 +10,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from quantcheck import CollectSettings, collect
 from quantcheck.cli import cli
 from quantcheck.compare import PAIR_COLUMNS, compare
-from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 
-PROMPTS = """
-prompts:
-  - {id: same, category: factual, prompt: "Q: same", expect: {contains: Paris}}
-  - {id: wording, category: factual, prompt: "Q: wording", expect: {contains: Ottawa}}
-  - {id: near-tie, category: factual, prompt: "Q: near-tie"}
-  - {id: flip, category: factual, prompt: "Q: flip", expect: {contains: Canberra}}
-  - {id: better, category: numeric, prompt: "Q: better", expect: {number: 391}}
-  - {id: numbers, category: numeric, prompt: "Q: numbers"}
-  - {id: loop, category: factual, prompt: "Q: loop", max_tokens: 64}
-  - {id: empty, category: factual, prompt: "Q: empty"}
-  - {id: capped, category: factual, prompt: "Q: capped", max_tokens: 6}
-  - {id: noisy, category: factual, prompt: "Q: noisy"}
-  - {id: changed, category: factual, prompt: "Q: changed"}
-  - {id: only-a, category: factual, prompt: "Q: only-a"}
-"""
-A_ANSWERS: dict[str, str | list[str]] = {
-    "Q: same": " The capital of France is Paris.",
-    "Q: wording": " The capital of Canada is Ottawa.",
-    "Q: near-tie": " The answer is yes.",
-    "Q: flip": " The capital of Australia is Canberra.",
-    "Q: better": " 381 is the product.",
-    "Q: numbers": " It costs 40 dollars today.",
-    "Q: loop": " William Shakespeare wrote Hamlet.",
-    "Q: empty": " Something to say.",
-    "Q: capped": " Short.",
-    "Q: noisy": [" First variant.", " Second variant."],
-    "Q: changed": " Same text.",
-    "Q: only-a": " Only here.",
-}
-B_ANSWERS: dict[str, str | list[str]] = {
-    **A_ANSWERS,
-    "Q: wording": " The capital of Canada is Ottawa!",
-    "Q: near-tie": " Yes, the answer is yes.",
-    "Q: flip": " The capital of Australia is Sydney.",
-    "Q: better": " 391 is the product.",
-    "Q: numbers": " It costs 80 dollars today.",
-    "Q: loop": " need analysis there" * 30,
-    "Q: empty": "",
-    "Q: capped": " A much longer answer that runs on past the cap.",
-    "Q: noisy": " Second variant.",
-}
-RUNNER_UPS = {" The": [" Yes,"], " Yes,": [" The"]}
-
-
-@pytest.fixture
-def ab_runs(serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
-            tmp_path: Path) -> tuple[Path, Path]:
-    a_server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
-    b_server = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS), "sglang",
-                     faults=Faults(nondeterministic=True))
-    a_prompts = write_prompts(PROMPTS)
-    b_prompts = write_prompts(PROMPTS.replace('prompt: "Q: changed"', 'prompt: "Q: changed!"')
-                              .replace('  - {id: only-a, category: factual, prompt: "Q: only-a"}',
-                                       '  - {id: only-b, prompt: "Q: only-b"}'))
-    for server, prompts, side in ((a_server, a_prompts, "a"), (b_server, b_prompts, "b")):
-        collect([prompts], tmp_path / side,
-                CollectSettings(endpoint=server.url, label=side, repeats=2, concurrency=1,
-                                top_logprobs=5))
-    return tmp_path / "a", tmp_path / "b"
+from .conftest import A_ANSWERS, B_ANSWERS, PROMPTS, RUNNER_UPS
 
 
 def test_every_planted_difference_is_triaged(ab_runs: tuple[Path, Path]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -208,7 +209,68 @@ def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Pat
 def _print_summary(summary: dict[str, Any], out: Path) -> None:
     click.echo(f"{summary['a']['label']} (A) vs {summary['b']['label']} (B): {headline(summary)}")
     click.echo(summary["performance"]["throughput_note"])
-    click.echo(f"report: {out}")
+    click.echo(f"report: {out} (review sheet: {out / 'index.html'}; or `quantcheck review {out}`)")
+
+
+@cli.command("report")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Rubric YAML (default: rubrics/default.yaml).")
+def report_command(report_dir: Path, rubric: Path | None) -> None:
+    """Re-render the review sheet REPORT_DIR/index.html (e.g. with another rubric,
+    or to show every reviewer's file from REPORT_DIR/reviews/).
+
+    \b
+    Example:
+      quantcheck report reports/fp8 --rubric rubrics/default.yaml
+    """
+    from .report import write_sheet
+
+    path = run_guarded(lambda: write_sheet(report_dir, rubric), "Nothing was written.")
+    click.echo(f"wrote {path}")
+
+
+@cli.command("review")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--reviewer", default="reviewer", show_default=True,
+              help="Your name: every change is written to REPORT_DIR/reviews/NAME.json.")
+@click.option("--port", default=8765, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (only this machine by default).")
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Rubric YAML (default: rubrics/default.yaml).")
+def review_command(report_dir: Path, reviewer: str, port: int, host: str,
+                   rubric: Path | None) -> None:
+    """Serve the review sheet and save every change to REPORT_DIR/reviews/NAME.json.
+
+    \b
+    Example:
+      quantcheck review reports/fp8 --reviewer dana
+      # then open http://127.0.0.1:8765/ in a browser
+    """
+    import asyncio
+
+    from aiohttp import web
+
+    from .reviews import review_app
+
+    app = run_guarded(lambda: review_app(report_dir, reviewer, rubric), "Nothing was written.")
+
+    async def serve() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        click.echo(f"review sheet for {report_dir} on http://{host}:{port}/ ; saving to "
+                   f"{report_dir / 'reviews' / (reviewer + '.json')} (Ctrl-C stops)", err=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        click.echo("stopped; the review file is saved after every change.", err=True)
+    except OSError as exc:
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
 
 
 class _SharedBar:
@@ -333,6 +395,8 @@ def demo_command(engine: str, out: Path, repeats: int) -> None:
     from .prompts import shipped_prompt_file
 
     prompt_file = run_guarded(lambda: shipped_prompt_file("spot-check.yaml"), "")
+    for side in ("a", "b"):  # the demo's own runs: its servers get new ports every time
+        shutil.rmtree(out / side, ignore_errors=True)
     reference, candidate = demo_servers()
     with reference, candidate:
         click.echo(f"A (reference) on {reference.url}/v1, B (candidate) on {candidate.url}/v1 "
@@ -342,7 +406,7 @@ def demo_command(engine: str, out: Path, repeats: int) -> None:
             "timeout": 60.0, "retries": 2, "max_tokens": None, "api": None, "extra_body": {}}
         a = settings_from(reference.url, "bf16-demo", None, None, options)
         b = settings_from(candidate.url, "fp8-demo", None, None, options)
-        _run_ab(a, b, [prompt_file], out, False, True, 12)
+        _run_ab(a, b, [prompt_file], out, False, False, 12)
     click.echo(f"\nNext: open {out}/pairs.csv, or run the same A/B on your endpoints:\n"
                "  quantcheck run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
                f"--prompts prompts/default.yaml --out reports/mine")

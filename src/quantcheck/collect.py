@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from . import __version__
 from .client import (
@@ -92,7 +93,21 @@ def request_body(prompt: Prompt, model: str, top_logprobs: int) -> dict[str, Any
 def collect(prompt_files: Sequence[str | Path], out: str | Path, settings: CollectSettings,
             reporter: Reporter | None = None, force: bool = False) -> CollectResult:
     """Collect a run; blocking wrapper around `collect_async`."""
-    return asyncio.run(collect_async(prompt_files, out, settings, reporter, force))
+    return run_blocking(collect_async(prompt_files, out, settings, reporter, force))
+
+
+T = TypeVar("T")
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, also from code that already runs an event loop (Jupyter, Playwright):
+    there the coroutine gets its own loop in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,

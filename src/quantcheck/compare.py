@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pandas as pd
 
 from .records import Prompt
-from .runstore import write_json_atomic
+from .runstore import write_json_atomic, write_jsonl_atomic
 from .sides import Side, load_side
 from .triage import (
     Divergence,
@@ -33,6 +35,7 @@ PAIR_COLUMNS = [
     "logprob_max_abs_diff", "kl_topk_mean", "kl_topk_max", "suggested_label", "a_text",
     "b_text",
 ]
+DETAILS = "details.jsonl"
 STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
 
 
@@ -67,10 +70,28 @@ Record = dict[str, Any]
 
 
 def pairs_frame(a: Side, b: Side) -> pd.DataFrame:
+    return pairs_and_details(a, b)[0]
+
+
+def pairs_and_details(a: Side, b: Side) -> tuple[pd.DataFrame, list[Record]]:
+    """The pairs frame, and per prompt what the review sheet shows beyond it."""
     a_groups, b_groups = _by_prompt(a.index), _by_prompt(b.index)
     order = list(dict.fromkeys([*a.prompts, *a_groups, *b.prompts, *b_groups]))
-    rows = [_pair_row(pid, a, b, a_groups.get(pid), b_groups.get(pid)) for pid in order]
-    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+    rows, details = [], []
+    for prompt_id in order:
+        detail: Record = {"prompt_id": prompt_id}
+        rows.append(_pair_row(prompt_id, a, b, a_groups.get(prompt_id),
+                              b_groups.get(prompt_id), detail))
+        details.append(detail)
+    return pd.DataFrame(rows, columns=PAIR_COLUMNS), details
+
+
+def run_identity(pairs: pd.DataFrame) -> str:
+    """What a review belongs to: every prompt's status and both texts."""
+    digest = hashlib.sha256()
+    for row in pairs[["prompt_id", "status", "a_text", "b_text"]].itertuples(index=False):
+        digest.update(orjson.dumps([None if v != v else v for v in row]))
+    return digest.hexdigest()[:20]
 
 
 def _by_prompt(index: pd.DataFrame) -> dict[str, list[Record]]:
@@ -82,13 +103,18 @@ def _by_prompt(index: pd.DataFrame) -> dict[str, list[Record]]:
 
 
 def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
-              b_rows: list[Record] | None) -> dict[str, Any]:
+              b_rows: list[Record] | None, detail: Record) -> dict[str, Any]:
     prompt = a.prompts.get(prompt_id) or b.prompts.get(prompt_id)
+    if prompt is not None:
+        detail["request"] = {k: v for k, v in prompt.request.items() if k in (
+            "messages", "prompt", "max_tokens")}
+        detail["expect"] = prompt.expect.to_json() if prompt.expect else None
     row: dict[str, Any] = {"prompt_id": prompt_id,
                            "category": prompt.category if prompt else ""}
     a_ok, b_ok = _successful(a_rows), _successful(b_rows)
     row.update(_determinism("a", a_ok))
     row.update(_determinism("b", b_ok))
+    detail["a_variants"], detail["b_variants"] = _variants(a_ok), _variants(b_ok)
     a_first, b_first = _repeat_zero(a_ok), _repeat_zero(b_ok)
     row["status"] = _status(a_rows, b_rows, a_first, b_first)
     if row["status"] != "compared":
@@ -105,7 +131,7 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
     row["b_degenerate"] = degenerate_reason(b_text, b_first["finish_reason"],
                                             a_first["finish_reason"])
     row.update(_expectations(prompt, a_text, b_text))
-    row.update(_token_comparison(a, b, a_first, b_first))
+    row.update(_token_comparison(a, b, a_first, b_first, detail))
     # Nondeterminism, not regression: a side's own repeats also show the other's text.
     row["noise"] = not row["identical"] and bool(
         {r["text_hash"] for r in a_ok} & {r["text_hash"] for r in b_ok})
@@ -162,12 +188,30 @@ def _expectations(prompt: Prompt | None, a_text: str, b_text: str) -> dict[str, 
             "a_expect_failures": "; ".join(a_failures), "b_expect_failures": "; ".join(b_failures)}
 
 
-def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record) -> dict[str, Any]:
+def _variants(ok: list[Record] | None) -> list[tuple[str, int]] | None:
+    """Distinct texts across repeats with their counts, when there is more than one."""
+    if not ok:
+        return None
+    counts: dict[str, int] = {}
+    for record in ok:
+        text = record["text"] if isinstance(record["text"], str) else ""
+        counts[text] = counts.get(text, 0) + 1
+    return sorted(counts.items(), key=lambda kv: -kv[1]) if len(counts) > 1 else None
+
+
+def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record,
+                      detail: Record) -> dict[str, Any]:
     a_tokens = a.tokens_at(int(a_first["offset"]))
     b_tokens = b.tokens_at(int(b_first["offset"]))
     if not a_tokens or not b_tokens:
         return {"divergence_kind": ""}
     divergence: Divergence = classify_divergence(a_tokens, b_tokens)
+    position = divergence.position
+    if position is not None:
+        for side, tokens in (("a", a_tokens), ("b", b_tokens)):
+            if position < len(tokens["text"]):
+                detail[f"{side}_top"] = list(zip(tokens["top_text"][position],
+                                                 tokens["top_logprob"][position], strict=True))
     measured: Drift = drift(a_tokens, b_tokens, divergence.position)
     return {"first_divergence": divergence.position, "divergence_kind": divergence.kind,
             "divergence_gap": divergence.gap, "divergence_a_token": divergence.a_token,
@@ -188,15 +232,20 @@ def write_summary(summary: dict[str, Any], out: Path) -> None:
 def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
                    prompts: dict[str, Prompt] | None = None
                    ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Compare two sides and write REPORT_DIR/pairs.csv and summary.json."""
+    """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
+    review sheet index.html."""
+    from .report import write_sheet
     from .summary import summarize
 
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
-    pairs = pairs_frame(side_a, side_b)
+    pairs, details = pairs_and_details(side_a, side_b)
     summary = summarize(pairs, side_a, side_b)
     summary["sources"] = {"a": str(a), "b": str(b)}
     summary["sig_digits"] = sig_digits
+    summary["identity"] = run_identity(pairs)
     out = Path(out)
     write_pairs(pairs, out)
+    write_jsonl_atomic(out / DETAILS, details)
     write_summary(summary, out)
+    write_sheet(out)
     return pairs, summary

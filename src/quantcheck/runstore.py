@@ -119,10 +119,14 @@ def set_aside(run_dir: Path) -> Path:
     return target
 
 
+def write_jsonl_atomic(path: Path, rows: list[Any]) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    os.replace(temporary, path)
+
+
 def write_prompts(run_dir: Path, prompts: list[Prompt]) -> None:
-    temporary = run_dir / (PROMPTS + ".tmp")
-    temporary.write_bytes(b"".join(orjson.dumps(p.to_json()) + b"\n" for p in prompts))
-    os.replace(temporary, run_dir / PROMPTS)
+    write_jsonl_atomic(run_dir / PROMPTS, [p.to_json() for p in prompts])
 
 
 @dataclass

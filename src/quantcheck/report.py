@@ -1,0 +1,174 @@
+"""Render REPORT_DIR/index.html, the self-contained review sheet, from the report files."""
+
+from __future__ import annotations
+
+import math
+import secrets
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import orjson
+import pandas as pd
+from markupsafe import Markup
+
+from .compare import DETAILS, PAIR_COLUMNS
+from .errors import RunFormatError
+from .reviews import load_reviews
+from .rubric import Rubric, load_rubric
+from .runstore import iter_jsonl, read_json
+from .summary import headline
+
+SHEET = "index.html"
+TEXT_COLUMNS = ["prompt_id", "category", "status", "divergence_kind", "divergence_a_token",
+                "divergence_b_token", "a_expect", "b_expect", "a_expect_failures",
+                "b_expect_failures", "flip", "a_degenerate", "b_degenerate", "a_finish_reason",
+                "b_finish_reason", "suggested_label", "a_text", "b_text"]
+AXES = ["model", "runtime", "runtime_version"]
+
+_environment = jinja2.Environment(
+    loader=jinja2.PackageLoader("quantcheck", "templates"),
+    autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+def read_pairs(report_dir: Path) -> pd.DataFrame:
+    path = report_dir / "pairs.csv"
+    if not path.exists():
+        raise RunFormatError(f"{path}: missing; run `quantcheck compare` first")
+    frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False,
+                        na_values={c: [""] for c in PAIR_COLUMNS if c not in TEXT_COLUMNS})
+    missing = [c for c in PAIR_COLUMNS if c not in frame.columns]
+    if missing:
+        raise RunFormatError(f"{path}: missing columns {', '.join(missing)}")
+    return frame
+
+
+def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+    """Everything the sheet's script needs, as one JSON-able object."""
+    summary = read_json(report_dir / "summary.json")
+    pairs = read_pairs(report_dir)
+    details = {}
+    if (report_dir / DETAILS).exists():
+        details = {d["prompt_id"]: d for _, d in iter_jsonl(report_dir / DETAILS)}
+    records = [_clean(row) for row in pairs.to_dict("records")]
+    for record in records:
+        record["detail"] = details.get(str(record["prompt_id"]), {})
+    return {
+        "meta": {"identity": summary.get("identity", ""), "a": summary["a"], "b": summary["b"]},
+        "rubric": rubric.to_json(),
+        "pairs": records,
+        "reviews": load_reviews(report_dir, summary.get("identity", "")),
+        "live": live,
+    }
+
+
+def _clean(row: dict[Any, Any]) -> dict[str, Any]:
+    cleaned: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, float) and math.isnan(value):
+            value = None
+        elif hasattr(value, "item"):
+            value = value.item()
+        cleaned[str(key)] = value
+    return cleaned
+
+
+def embed_json(data: Any) -> Markup:
+    """JSON that can sit inside <script>: no '<', '>' or '&' can close or open a tag."""
+    text = orjson.dumps(data).decode()
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(raw, escaped)
+    return Markup(text)
+
+
+def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
+                 live: dict[str, Any] | None = None) -> str:
+    report_dir = Path(report_dir)
+    rubric = load_rubric(rubric_path)
+    data = sheet_data(report_dir, rubric, live)
+    summary = read_json(report_dir / "summary.json")
+    axes = _axes(summary)
+    differing = [axis["name"] for axis in axes if axis["differs"] and axis["name"] in AXES]
+    template = _environment.get_template("sheet.html")
+    return template.render(
+        nonce=secrets.token_urlsafe(16), a=summary["a"], b=summary["b"], rubric=rubric,
+        axes=axes, axes_warning=_axes_warning(differing), headline=headline(summary),
+        count_tiles=_count_tiles(summary["counts"]),
+        throughput_note=summary.get("performance", {}).get("throughput_note", ""),
+        plots=_plots(data["pairs"]),
+        categories=sorted({str(p["category"]) for p in data["pairs"] if p["category"]}),
+        data_json=embed_json(data))
+
+
+def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -> Path:
+    report_dir = Path(report_dir)
+    path = report_dir / SHEET
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(render_sheet(report_dir, rubric_path), encoding="utf-8")
+    temporary.replace(path)
+    return path
+
+
+def _axes(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for name in ["label", "endpoint", *AXES]:
+        a, b = summary["a"].get(name), summary["b"].get(name)
+        rows.append({"name": name, "a": "" if a is None else a, "b": "" if b is None else b,
+                     "differs": name in AXES and a != b})
+    return rows
+
+
+def _axes_warning(differing: list[str]) -> str:
+    if len(differing) <= 1:
+        return ""
+    return (f"A and B differ in {len(differing)} axes ({', '.join(differing)}): this is not a "
+            "single-variable A/B, so a difference may come from any of them.")
+
+
+def _count_tiles(counts: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [("pairs compared", counts["pairs"]), ("identical", counts["identical"]),
+            ("wording (suggested)", counts["wording_similar"]),
+            ("to review", counts["divergent"]),
+            ("expect regressions", counts["flips"]["regression"]),
+            ("expect improvements", counts["flips"]["improvement"]),
+            ("degenerate new on B", counts["degenerate_new_on_b"]),
+            ("nondeterministic A / B", f"{counts['nondeterministic']['a']} / "
+                                       f"{counts['nondeterministic']['b']}"),
+            ("not compared", counts["prompts"] - counts["pairs"])]
+
+
+def _plots(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    compared = [p for p in pairs if p["status"] == "compared" and not p["identical"]]
+    similarity = [p["similarity"] for p in compared if p["similarity"] is not None]
+    divergence = [p["first_divergence"] for p in compared if p["first_divergence"] is not None]
+    gap = [p["divergence_gap"] for p in compared if p["divergence_gap"] is not None]
+    return [
+        {"svg": histogram(similarity, 0.0, 1.0), "caption":
+         f"similarity of the {len(similarity)} non-identical pairs (0 to 1)"},
+        {"svg": histogram(divergence, 0.0, max(divergence, default=1.0) or 1.0), "caption":
+         f"token where the streams diverge ({len(divergence)} pairs)"},
+        {"svg": histogram(gap, 0.0, max(gap, default=1.0) or 1.0), "caption":
+         f"logprob gap at the divergence ({len(gap)} pairs with B's token in A's top-k)"},
+    ]
+
+
+def histogram(values: list[float], low: float, high: float, bins: int = 10,
+              width: int = 240, height: int = 90) -> Markup:
+    """A small bar chart as inline SVG (numbers only, so nothing to escape)."""
+    counts = [0] * bins
+    for value in values:
+        index = min(int((value - low) / (high - low) * bins), bins - 1) if high > low else 0
+        counts[max(index, 0)] += 1
+    peak = max(counts) or 1
+    bar = width / bins
+    bars = "".join(
+        f'<rect x="{i * bar + 1:.1f}" y="{height - 14 - (c / peak) * (height - 24):.1f}" '
+        f'width="{bar - 2:.1f}" height="{(c / peak) * (height - 24):.1f}" fill="#1f5fa8">'
+        f"<title>{c}</title></rect>" for i, c in enumerate(counts))
+    axis = (f'<text x="0" y="{height - 2}" font-size="10">{low:g}</text>'
+            f'<text x="{width}" y="{height - 2}" font-size="10" text-anchor="end">'
+            f"{high:.3g}</text>")
+    return Markup(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+                  f'role="img">{bars}{axis}</svg>')

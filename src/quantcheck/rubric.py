@@ -1,0 +1,109 @@
+"""Rubrics: the review question and its labels, loaded and validated from YAML."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigFileError
+
+LABEL_KEYS = {"id", "name", "description", "key", "blocking", "automatic", "asks_side"}
+RUBRIC_KEYS = {"name", "question", "labels"}
+RESERVED_KEYS = {"j", "k", "n", "/", "?"}  # the sheet's own shortcuts
+
+
+@dataclass
+class Label:
+    """One answer a reviewer can give."""
+
+    id: str
+    name: str
+    description: str = ""
+    key: str | None = None
+    blocking: bool = False
+    automatic: bool = False
+    asks_side: bool = False
+
+
+@dataclass
+class Rubric:
+    """The question every non-identical pair is read against, and its labels."""
+
+    name: str
+    question: str
+    labels: list[Label] = field(default_factory=list)
+
+    @property
+    def blocking(self) -> list[str]:
+        return [label.id for label in self.labels if label.blocking]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "question": self.question,
+                "labels": [asdict(label) for label in self.labels]}
+
+
+def default_rubric_path() -> Path:
+    for folder in (Path(__file__).parent / "_rubrics", Path(__file__).parents[2] / "rubrics"):
+        if (folder / "default.yaml").is_file():
+            return folder / "default.yaml"
+    raise ConfigFileError("the default rubric is missing from this installation")
+
+
+def load_rubric(path: str | Path | None = None) -> Rubric:
+    """Load and validate a rubric; errors name the file and the field."""
+    path = Path(path) if path else default_rubric_path()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read rubric: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"{path}: a rubric is a mapping with 'question' and 'labels'")
+    for key in data:
+        if key not in RUBRIC_KEYS:
+            raise ConfigFileError(f"{path}: field '{key}': unknown; allowed: "
+                                  f"{', '.join(sorted(RUBRIC_KEYS))}")
+    question = data.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise ConfigFileError(f"{path}: field 'question': required, a non-empty string")
+    entries = data.get("labels")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigFileError(f"{path}: field 'labels': required, a non-empty list")
+    labels = [_label(path, n, entry) for n, entry in enumerate(entries, 1)]
+    _check_unique(path, labels)
+    return Rubric(name=str(data.get("name") or path.stem), question=question.strip(),
+                  labels=labels)
+
+
+def _label(path: Path, position: int, entry: Any) -> Label:
+    where = f"{path}: labels[{position}]"
+    if not isinstance(entry, dict):
+        raise ConfigFileError(f"{where}: each label is a mapping with 'id' and 'name'")
+    for key in entry:
+        if key not in LABEL_KEYS:
+            raise ConfigFileError(f"{where}: field '{key}': unknown; allowed: "
+                                  f"{', '.join(sorted(LABEL_KEYS))}")
+    for key in ("id", "name"):
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise ConfigFileError(f"{where}: field '{key}': required, a non-empty string")
+    key = entry.get("key")
+    if key is not None and (not isinstance(key, str) or len(key) != 1 or key in RESERVED_KEYS):
+        raise ConfigFileError(f"{where}: field 'key': one character, not one of "
+                              f"{' '.join(sorted(RESERVED_KEYS))}")
+    for flag in ("blocking", "automatic", "asks_side"):
+        if not isinstance(entry.get(flag, False), bool):
+            raise ConfigFileError(f"{where}: field '{flag}': must be true or false")
+    return Label(**{k: entry[k] for k in entry})
+
+
+def _check_unique(path: Path, labels: list[Label]) -> None:
+    for attribute in ("id", "key"):
+        values = [getattr(label, attribute) for label in labels if getattr(label, attribute)]
+        duplicates = {v for v in values if values.count(v) > 1}
+        if duplicates:
+            raise ConfigFileError(f"{path}: labels: {attribute} {sorted(duplicates)[0]!r} is "
+                                  "used twice")

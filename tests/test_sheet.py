@@ -1,0 +1,254 @@
+"""The review sheet in a real headless Chromium (Debian's, driven by Playwright)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.reviews import review_app
+
+from .conftest import AppServer
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(accept_downloads=True)
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    yield page
+    context.close()
+
+
+def open_sheet(page: Any, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]")
+
+
+def card(page: Any, prompt_id: str) -> Any:
+    return page.locator(f'article.pair[data-prompt="{prompt_id}"]')
+
+
+def test_sheet_is_self_contained_and_offline(page: Any, planted_report: Path) -> None:
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    open_sheet(page, (planted_report / "index.html").as_uri())
+    assert all(url.startswith("file://") for url in requests), requests
+    html = (planted_report / "index.html").read_text()
+    assert "http://" not in html.replace("http://127.0.0.1", "").replace(
+        "http://www.w3.org/2000/svg", "")
+    assert page.locator("#axes-warning").is_visible()  # model and runtime both differ
+    assert page.locator("tr.differs[data-axis=runtime]").count() == 1
+    assert page.locator(".plots svg").count() == 3
+    assert page.locator("#shown").inner_text() == "13 of 13 shown"
+    assert page.locator("#progress").inner_text() == "0 of 9 reviewed"
+    assert not page.errors
+
+
+def test_pair_shows_diff_divergence_determinism_and_flags(page: Any,
+                                                          planted_report: Path) -> None:
+    open_sheet(page, (planted_report / "index.html").as_uri())
+    flip = card(page, "flip")
+    assert flip.locator(".side.a del.d").inner_text() == "Canberra."
+    assert flip.locator(".side.b ins.d").inner_text() == "Sydney."
+    assert "expect regression" in flip.locator("header").inner_text()
+    assert flip.locator("label.choice.suggested").inner_text().strip() == "Factual flip [f]"
+    assert "suggested by triage" in flip.inner_text()
+    numbers = card(page, "numbers")
+    assert numbers.locator("ins.d.num").inner_text() == "80"
+    near = card(page, "near-tie")
+    assert "near tie" in near.locator(".divergence").inner_text()
+    assert near.locator("table.topk td.chosen").count() == 2
+    noisy = card(page, "noisy")
+    assert "2 distinct outputs across 2 repeats" in noisy.locator("details.variants").inner_text()
+    assert "B degenerate: repetition" in card(page, "loop").locator("header").inner_text()
+    same = card(page, "same")
+    assert same.locator("details.collapsed").get_attribute("open") is None
+    assert same.locator("form.rubric").count() == 0
+
+
+def test_filters_and_search(page: Any, planted_report: Path) -> None:
+    open_sheet(page, (planted_report / "index.html").as_uri())
+    page.select_option("#f-class", "factual_flip")
+    assert page.locator("article.pair").count() == 2  # flip and better
+    page.select_option("#f-class", "identical")
+    assert [c.get_attribute("data-prompt") for c in page.locator("article.pair").all()] == [
+        "same"]
+    page.select_option("#f-class", "not_compared")
+    assert page.locator("article.pair").count() == 3
+    page.select_option("#f-class", "")
+    page.check("#f-flagged")
+    flagged = {c.get_attribute("data-prompt") for c in page.locator("article.pair").all()}
+    assert flagged == {"flip", "better", "numbers", "loop", "empty", "capped"}
+    page.uncheck("#f-flagged")
+    page.fill("#f-search", "sydney")
+    assert [c.get_attribute("data-prompt") for c in page.locator("article.pair").all()] == [
+        "flip"]
+    page.fill("#f-search", "")
+    page.select_option("#f-category", "numeric")
+    assert page.locator("article.pair").count() == 2
+    page.select_option("#f-category", "")
+    page.check("#f-unreviewed")
+    assert page.locator("article.pair").count() == 9
+
+
+def test_score_with_mouse_and_keyboard_and_reload_keeps_scores(page: Any,
+                                                               planted_report: Path) -> None:
+    url = (planted_report / "index.html").as_uri()
+    open_sheet(page, url)
+    card(page, "wording").locator("label.choice", has_text="Wording only").click()
+    assert page.locator("#progress").inner_text() == "1 of 9 reviewed"
+    page.keyboard.press("j")
+    page.keyboard.press("j")  # the second pair, "wording"; the first, "same", is identical
+    page.keyboard.press("j")
+    assert page.locator("article.pair.current").get_attribute("data-prompt") == "near-tie"
+    page.keyboard.press("a")
+    page.keyboard.press("j")
+    page.keyboard.press("f")
+    flip = card(page, "flip")
+    flip.locator("select.right-side").select_option("a")
+    page.keyboard.press("n")
+    page.keyboard.type("Canberra is right")
+    page.keyboard.press("Escape")
+    page.keyboard.press("k")
+    assert page.locator("article.pair.current").get_attribute("data-prompt") == "near-tie"
+    assert page.locator("#progress").inner_text() == "3 of 9 reviewed"
+
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]")
+    assert page.locator("#progress").inner_text() == "3 of 9 reviewed"
+    assert card(page, "near-tie").locator("input[value=ambiguous]").is_checked()
+    flip = card(page, "flip")
+    assert flip.locator("input[value=factual_flip]").is_checked()
+    assert flip.locator("label.choice.suggested").count() == 0  # confirmed, not suggested
+    assert flip.locator("select.right-side").input_value() == "a"
+    assert flip.locator("textarea.notes").input_value() == "Canberra is right"
+
+
+def test_export_and_import(page: Any, planted_report: Path, tmp_path: Path) -> None:
+    open_sheet(page, (planted_report / "index.html").as_uri())
+    card(page, "numbers").locator("label.choice", has_text="Minor regression").click()
+    with page.expect_download() as download:
+        page.click("#export")
+    exported = json.loads(Path(download.value.path()).read_text())
+    identity = json.loads((planted_report / "summary.json").read_text())["identity"]
+    assert exported["format"] == "quantcheck-review/1" and exported["identity"] == identity
+    assert exported["verdicts"]["numbers"]["label"] == "minor"
+
+    review = {**exported, "verdicts": {"loop": {"label": "factual_flip", "right_side": "a",
+                                                "notes": "imported"}}}
+    path = tmp_path / "review.json"
+    path.write_text(json.dumps(review))
+    page.set_input_files("#import", str(path))
+    expect(page.locator("#progress")).to_have_text("2 of 9 reviewed")
+    assert card(page, "loop").locator("input[value=factual_flip]").is_checked()
+
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({**review, "identity": "other-run"}))
+    messages: list[str] = []
+    page.on("dialog", lambda dialog: (messages.append(dialog.message), dialog.dismiss()))
+    page.set_input_files("#import", str(stale))
+    expect(page.locator("#progress")).to_have_text("2 of 9 reviewed")
+    page.wait_for_timeout(300)
+    assert messages and "belongs to another run" in messages[0]
+
+
+HOSTILE = [
+    "<script>window.__pwned = 1</script>",
+    "</textarea><script>window.__pwned = 2</script>",
+    "</script><script>window.__pwned = 3</script>",
+    '<img src=x onerror="window.__pwned = 4">',
+    "\u2028<!--<script>",
+]
+
+
+def test_hostile_model_output_never_executes(
+        page: Any, serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    prompts = write_prompts("prompts:\n" + "".join(
+        f"  - {{id: 'x{n}<b>', category: '<i>c</i>', prompt: 'attack {n}'}}\n"
+        for n in range(len(HOSTILE))))
+    a_server = serve(ScriptedModel({f"attack {n}": text for n, text in enumerate(HOSTILE)}))
+    b_server = serve(ScriptedModel({f"attack {n}": f"B says {text}"
+                                    for n, text in enumerate(HOSTILE)}))
+    for server, side in ((a_server, "a"), (b_server, "b")):
+        collect([prompts], tmp_path / side,
+                CollectSettings(endpoint=server.url, label=f"<b>{side}</b>", top_logprobs=2))
+    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    open_sheet(page, (tmp_path / "report" / "index.html").as_uri())
+    assert page.evaluate("window.__pwned") is None
+    assert not dialogs and not page.errors
+    assert page.locator("img").count() == 0
+    text = page.locator("#pairs").inner_text()
+    for attack in HOSTILE[:4]:
+        assert attack in text
+    assert "x0<b>" in text and "<b>a</b>" in page.locator("h1").inner_text()
+
+
+def test_review_server_writes_every_change_to_disk(page: Any, planted_report: Path) -> None:
+    server = AppServer(review_app(planted_report, "dana"))
+    try:
+        open_sheet(page, server.url + "/")
+        assert page.locator("#reviewer").input_value() == "dana"
+        card(page, "wording").locator("label.choice", has_text="Wording only").click()
+        expect(page.locator("#save-status")).to_have_text("saved to reviews/dana.json")
+        saved = json.loads((planted_report / "reviews" / "dana.json").read_text())
+        assert saved["reviewer"] == "dana"
+        assert saved["verdicts"]["wording"]["label"] == "wording"
+
+        status = page.evaluate("""async () => (await fetch('/api/review', {method: 'POST',
+            body: JSON.stringify({format: 'quantcheck-review/1', identity: 'stale',
+                                  verdicts: {}})})).status""")
+        assert status == 400
+        missing = page.evaluate("async () => (await fetch('/../summary.json')).status")
+        assert missing == 404
+    finally:
+        server.stop()
+    assert sorted(p.name for p in (planted_report / "reviews").iterdir()) == ["dana.json"]
+
+
+def test_reviewers_disagreeing_are_shown(page: Any, planted_report: Path) -> None:
+    from quantcheck.report import write_sheet
+
+    identity = json.loads((planted_report / "summary.json").read_text())["identity"]
+    (planted_report / "reviews").mkdir()
+    for name, label in (("dana", "wording"), ("li", "minor")):
+        (planted_report / "reviews" / f"{name}.json").write_text(json.dumps({
+            "format": "quantcheck-review/1", "identity": identity, "reviewer": name,
+            "verdicts": {"numbers": {"label": label}}}))
+    (planted_report / "reviews" / "old.json").write_text(json.dumps({
+        "format": "quantcheck-review/1", "identity": "another-run", "reviewer": "old",
+        "verdicts": {"numbers": {"label": "factual_flip"}}}))
+    write_sheet(planted_report)
+    open_sheet(page, (planted_report / "index.html").as_uri())
+    numbers = card(page, "numbers")
+    assert "dana: wording" in numbers.inner_text() and "li: minor" in numbers.inner_text()
+    assert "old:" not in numbers.inner_text()  # another run's review is never applied
+    assert "reviewers disagree" in numbers.inner_text()
+    page.check("#f-disagree")
+    assert [c.get_attribute("data-prompt") for c in page.locator("article.pair").all()] == [
+        "numbers"]
+
+
+def test_large_sheet_renders_lazily(page: Any, tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    from triage_scale import generate
+
+    generate(tmp_path / "runs", 2000, 1, 24, 3)
+    compare_to_dir(tmp_path / "runs" / "a", tmp_path / "runs" / "b", tmp_path / "report")
+    open_sheet(page, (tmp_path / "report" / "index.html").as_uri())
+    assert page.locator("#shown").inner_text() == "2000 of 2000 shown"
+    assert page.locator("article.pair").count() == 40
+    page.locator("#sentinel").scroll_into_view_if_needed()
+    expect(page.locator("article.pair")).to_have_count(80)
