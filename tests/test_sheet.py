@@ -252,3 +252,22 @@ def test_large_sheet_renders_lazily(page: Any, tmp_path: Path) -> None:
     assert page.locator("article.pair").count() == 40
     page.locator("#sentinel").scroll_into_view_if_needed()
     expect(page.locator("article.pair")).to_have_count(80)
+
+
+def test_approved_pairs_show_as_reviewed(page: Any, ab_runs: tuple[Path, Path],
+                                         tmp_path: Path) -> None:
+    from quantcheck.approvals import APPROVALS_FORMAT, approval_key
+    from quantcheck.compare import compare
+
+    pairs = compare(*ab_runs).set_index("prompt_id")
+    row = pairs.loc["wording"]
+    key = approval_key(row["prompt_hash"], row["a_text"], row["b_text"])
+    approvals = tmp_path / "approvals.json"
+    approvals.write_text(json.dumps({"format": APPROVALS_FORMAT, "approvals": {
+        key: {"prompt_id": "wording", "label": "wording", "approved_at": "2026-11-01"}}}))
+    compare_to_dir(*ab_runs, tmp_path / "report", approvals=approvals)
+    open_sheet(page, (tmp_path / "report" / "index.html").as_uri())
+    wording = card(page, "wording")
+    assert "approved: wording (2026-11-01)" in wording.locator("header").inner_text()
+    assert "no second review needed" in wording.inner_text()
+    assert page.locator("#progress").inner_text() == "1 of 9 reviewed"

@@ -407,9 +407,109 @@ def demo_command(engine: str, out: Path, repeats: int) -> None:
         a = settings_from(reference.url, "bf16-demo", None, None, options)
         b = settings_from(candidate.url, "fp8-demo", None, None, options)
         _run_ab(a, b, [prompt_file], out, False, False, 12)
+    from . import gate
+    from .rubric import load_rubric
+
+    pairs, _ = gate.require_report(out)
+    verdict = gate.evaluate(pairs, {}, set(load_rubric().blocking), gate.Policy())
+    click.echo(f"gate (default policy): {gate.one_line(verdict)}")
     click.echo(f"\nNext: open {out}/pairs.csv, or run the same A/B on your endpoints:\n"
                "  quantcheck run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
                f"--prompts prompts/default.yaml --out reports/mine")
+
+
+@cli.command("gate")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Policy YAML; the options below override it.")
+@click.option("--max-factual-flips", type=click.IntRange(0),
+              help="Expect regressions plus reviewer-labelled blocking pairs (default 0).")
+@click.option("--max-new-degenerate", type=click.IntRange(0),
+              help="Repetition loops or empty answers on B that A did not have (default 0).")
+@click.option("--max-nondeterministic", type=click.IntRange(0),
+              help="Prompts with more than one text or signature, per side (default off).")
+@click.option("--require-review/--no-require-review", default=None,
+              help="Fail while a non-identical pair has no verdict and no approval.")
+@click.option("--min-identical-share", type=click.FloatRange(0, 1),
+              help="Minimum share of identical pairs (default off).")
+@click.option("--max-not-compared", type=click.IntRange(0),
+              help="Prompts not compared: other hash, one side only, failed (default off).")
+@click.option("--review", "review_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An exported review file, besides REPORT_DIR/reviews/*.json.")
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Rubric YAML naming the blocking labels (default: rubrics/default.yaml).")
+def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path, ...],
+                 rubric: Path | None, **overrides: Any) -> None:
+    """Fail the build on any factual flip: exit 0 pass, 1 fail, 2 input error.
+
+    Writes REPORT_DIR/gate.json and junit.xml, prints a Markdown summary (also
+    appended to $GITHUB_STEP_SUMMARY) and a one-line verdict on stderr.
+
+    \b
+    Example:
+      quantcheck gate reports/fp8 --require-review
+      quantcheck gate reports/fp8 --policy prompts/policy.yaml
+    """
+    from dataclasses import replace
+
+    from . import gate
+    from .rubric import load_rubric
+
+    def work() -> tuple[gate.Verdict, dict[str, Any]]:
+        pairs, summary = gate.require_report(report_dir)
+        chosen = load_rubric(rubric)
+        settings = replace(gate.load_policy(policy),
+                           **{k: v for k, v in overrides.items() if v is not None})
+        verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
+                                      summary["identity"], set(pairs["prompt_id"].astype(str)))
+        verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings)
+        gate.write_gate_json(verdict, report_dir / "gate.json")
+        (report_dir / "junit.xml").write_bytes(gate.junit_xml(verdict, pairs))
+        return verdict, summary
+
+    verdict, summary = run_guarded(work, "Nothing was written.")
+    text = gate.markdown(verdict, summary)
+    click.echo(text)
+    gate.append_step_summary(text)
+    click.echo(gate.one_line(verdict), err=True)
+    sys.exit(0 if verdict.passed else 1)
+
+
+@cli.command("approve")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
+              help="Approvals file (default: approvals.json next to the prompt set).")
+@click.option("--review", "review_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An exported review file, besides REPORT_DIR/reviews/*.json.")
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def approve_command(report_dir: Path, approvals: Path | None, review_files: tuple[Path, ...],
+                    rubric: Path | None) -> None:
+    """Store reviewed non-blocking pairs as approved known differences.
+
+    Later compares prefill the same pair (same prompt hash, same two texts) as
+    approved, so it never needs a second review; any new difference still does.
+    Commit the approvals file next to your prompt set.
+
+    \b
+    Example:
+      quantcheck approve reports/fp8 --approvals prompts/approvals.json
+    """
+    from . import gate
+    from .approvals import approve, default_approvals_path
+    from .rubric import load_rubric
+
+    def work() -> tuple[int, Path]:
+        pairs, summary = gate.require_report(report_dir)
+        chosen = load_rubric(rubric)
+        verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
+                                      summary["identity"], set(pairs["prompt_id"].astype(str)))
+        path = approvals or default_approvals_path(report_dir)
+        return approve(pairs, verdicts, set(chosen.blocking), path), path
+
+    added, path = run_guarded(work, "Nothing was written.")
+    click.echo(f"approved {added} reviewed pairs -> {path}")
 
 
 @cli.group("lab")

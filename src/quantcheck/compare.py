@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pandas as pd
 
+from .approvals import apply_approvals, load_approvals
 from .records import Prompt
 from .runstore import write_json_atomic, write_jsonl_atomic
 from .sides import Side, load_side
@@ -26,24 +27,33 @@ from .triage import (
 )
 
 PAIR_COLUMNS = [
-    "prompt_id", "category", "status", "identical", "similarity", "first_divergence",
+    "prompt_id", "category", "prompt_hash", "status", "identical", "similarity", "first_divergence",
     "divergence_kind", "divergence_gap", "divergence_a_token", "divergence_b_token",
     "a_repeats", "b_repeats", "a_texts", "b_texts", "a_signatures", "b_signatures", "noise",
     "a_expect", "b_expect", "a_expect_failures", "b_expect_failures", "flip",
     "numbers_changed", "a_degenerate", "b_degenerate", "a_tokens", "b_tokens",
     "a_finish_reason", "b_finish_reason", "top1_agreement", "logprob_mean_abs_diff",
-    "logprob_max_abs_diff", "kl_topk_mean", "kl_topk_max", "suggested_label", "a_text",
-    "b_text",
+    "logprob_max_abs_diff", "kl_topk_mean", "kl_topk_max", "suggested_label",
+    "approved_label", "approved_at", "a_text", "b_text",
 ]
 DETAILS = "details.jsonl"
 STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
 
 
 def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
-            prompts: dict[str, Prompt] | None = None) -> pd.DataFrame:
+            prompts: dict[str, Prompt] | None = None,
+            approvals: str | Path | None = None) -> pd.DataFrame:
     """One row per prompt (PAIR_COLUMNS); A is the reference, B the candidate."""
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
-    return pairs_frame(side_a, side_b)
+    return _compared(side_a, side_b, approvals)[0]
+
+
+def _compared(side_a: Side, side_b: Side, approvals: str | Path | None
+              ) -> tuple[pd.DataFrame, list[Record], Path | None]:
+    pairs, details = pairs_and_details(side_a, side_b)
+    approvals_path = Path(approvals) if approvals else _approvals_beside_prompts(side_a)
+    apply_approvals(pairs, load_approvals(approvals_path))
+    return pairs, details, approvals_path
 
 
 def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
@@ -60,6 +70,11 @@ def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
     side_a = side_a or load_side(a, sig_digits, known)  # type: ignore[arg-type]
     side_b = side_b or load_side(b, sig_digits, known)  # type: ignore[arg-type]
     return side_a, side_b
+
+
+def _approvals_beside_prompts(side: Side) -> Path | None:
+    files = side.manifest.get("prompt_files") or []
+    return Path(files[0]["path"]).parent / "approvals.json" if files else None
 
 
 def _is_texts(source: str | Path | Side) -> bool:
@@ -117,6 +132,9 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
     detail["a_variants"], detail["b_variants"] = _variants(a_ok), _variants(b_ok)
     a_first, b_first = _repeat_zero(a_ok), _repeat_zero(b_ok)
     row["status"] = _status(a_rows, b_rows, a_first, b_first)
+    first = a_first if a_first is not None else b_first
+    row["prompt_hash"] = first["prompt_hash"] if first is not None else (
+        prompt.hash if prompt else None)
     if row["status"] != "compared":
         return row
     assert a_first is not None and b_first is not None and a_ok and b_ok
@@ -230,7 +248,8 @@ def write_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
-                   prompts: dict[str, Prompt] | None = None
+                   prompts: dict[str, Prompt] | None = None,
+                   approvals: str | Path | None = None
                    ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
     review sheet index.html."""
@@ -238,8 +257,9 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
     from .summary import summarize
 
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
-    pairs, details = pairs_and_details(side_a, side_b)
+    pairs, details, approvals_path = _compared(side_a, side_b, approvals)
     summary = summarize(pairs, side_a, side_b)
+    summary["approvals_file"] = str(approvals_path) if approvals_path else None
     summary["sources"] = {"a": str(a), "b": str(b)}
     summary["sig_digits"] = sig_digits
     summary["identity"] = run_identity(pairs)

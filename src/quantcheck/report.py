@@ -23,7 +23,8 @@ SHEET = "index.html"
 TEXT_COLUMNS = ["prompt_id", "category", "status", "divergence_kind", "divergence_a_token",
                 "divergence_b_token", "a_expect", "b_expect", "a_expect_failures",
                 "b_expect_failures", "flip", "a_degenerate", "b_degenerate", "a_finish_reason",
-                "b_finish_reason", "suggested_label", "a_text", "b_text"]
+                "b_finish_reason", "suggested_label", "approved_label", "approved_at",
+                "prompt_hash", "a_text", "b_text"]
 AXES = ["model", "runtime", "runtime_version"]
 
 _environment = jinja2.Environment(

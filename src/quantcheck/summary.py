@@ -40,6 +40,7 @@ def _counts(pairs: pd.DataFrame, compared: pd.DataFrame) -> dict[str, Any]:
         "flips": {"regression": int((compared["flip"] == "regression").sum()),
                   "improvement": int((compared["flip"] == "improvement").sum())},
         "suggested_factual_flip": int((compared["suggested_label"] == "factual_flip").sum()),
+        "approved": int((compared["approved_label"].fillna("") != "").sum()),
         "noise": int(compared["noise"].fillna(False).astype(bool).sum()),
         "degenerate": {side: _value_counts(compared[f"{side}_degenerate"]) for side in "ab"},
         "degenerate_new_on_b": int(((compared["b_degenerate"].fillna("") != "")

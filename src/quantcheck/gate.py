@@ -1,0 +1,237 @@
+"""The CI gate: triage + reviews + policy -> a verdict (pure), and its report files."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import pandas as pd
+import yaml
+
+from .errors import ConfigFileError, RunFormatError
+from .reviews import validate_review
+from .rubric import Rubric
+from .runstore import read_json, write_json_atomic
+
+DEGENERATE_KINDS = ("repetition", "empty")
+
+
+@dataclass
+class Policy:
+    """Limits; a count above its limit fails the gate (None: the rule is off)."""
+
+    max_factual_flips: int | None = 0
+    max_new_degenerate: int | None = 0
+    max_nondeterministic: int | None = None
+    require_review: bool = False
+    min_identical_share: float | None = None
+    max_not_compared: int | None = None
+
+
+@dataclass
+class Rule:
+    name: str
+    description: str
+    count: int | float
+    limit: int | float | None
+    passed: bool
+    prompts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    rules: list[Rule]
+    reviewers: list[str]
+    approved: list[dict[str, Any]]
+
+    def reasons(self) -> list[str]:
+        return [f"{rule.description} ({', '.join(rule.prompts[:3])}"
+                f"{', ...' if len(rule.prompts) > 3 else ''})" if rule.prompts
+                else rule.description for rule in self.rules if not rule.passed]
+
+
+def load_policy(path: Path | None) -> Policy:
+    if path is None:
+        return Policy()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read policy: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"{path}: a policy is a mapping of rule to limit")
+    known = {f.name: f for f in fields(Policy)}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigFileError(f"{path}: field '{key}': unknown; allowed: "
+                                  f"{', '.join(known)}")
+        _check_policy_value(path, key, value)
+    return Policy(**data)
+
+
+def _check_policy_value(path: Path, key: str, value: Any) -> None:
+    if key == "require_review":
+        if not isinstance(value, bool):
+            raise ConfigFileError(f"{path}: field '{key}': must be true or false")
+    elif key == "min_identical_share":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0 <= value <= 1):
+            raise ConfigFileError(f"{path}: field '{key}': a share from 0 to 1, or null")
+    elif value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 0):
+        raise ConfigFileError(f"{path}: field '{key}': a whole number >= 0, or null (off)")
+
+
+def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
+                  identity: str, prompt_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every reviewer's verdicts by prompt; a review of another run is an input error."""
+    files = sorted((report_dir / "reviews").glob("*.json")) + list(extra_files)
+    verdicts: dict[str, list[dict[str, Any]]] = {}
+    for path in files:
+        document = validate_review(read_json(path), identity, rubric, prompt_ids, str(path))
+        reviewer = str(document.get("reviewer") or path.stem)
+        for prompt_id, verdict in document["verdicts"].items():
+            if verdict.get("label"):
+                verdicts.setdefault(prompt_id, []).append({**verdict, "reviewer": reviewer})
+    return verdicts
+
+
+def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
+             blocking: set[str], policy: Policy) -> Verdict:
+    """Apply the policy's rules to the triaged pairs and the reviewers' verdicts."""
+    rows = [{str(k): v for k, v in row.items()} for row in pairs.to_dict("records")]
+    compared = [r for r in rows if r["status"] == "compared"]
+    to_review = [r for r in compared if not bool(r["identical"])]
+    flips = [r["prompt_id"] for r in compared
+             if r["flip"] == "regression" or any(_blocks(v, blocking) for v in
+                                                  verdicts.get(r["prompt_id"], []))]
+    degenerate = [r["prompt_id"] for r in compared
+                  if r["b_degenerate"] in DEGENERATE_KINDS and not r["a_degenerate"]]
+    unreviewed = [r["prompt_id"] for r in to_review
+                  if not verdicts.get(r["prompt_id"]) and not r["approved_label"]]
+    identical_share = (len(compared) - len(to_review)) / len(compared) if compared else 1.0
+    not_compared = [r["prompt_id"] for r in rows if r["status"] != "compared"]
+    rules = [
+        _rule("factual_flips", "factual flip", flips, policy.max_factual_flips),
+        _rule("new_degenerate_on_b", "degenerate output on B", degenerate,
+              policy.max_new_degenerate),
+    ]
+    for side in ("a", "b"):
+        unstable = [r["prompt_id"] for r in rows if _nondeterministic(r, side)]
+        rules.append(_rule(f"nondeterministic_{side}", f"nondeterministic prompt on "
+                           f"{side.upper()}", unstable, policy.max_nondeterministic))
+    rules.append(_rule("unreviewed", "unreviewed non-identical pair", unreviewed,
+                       0 if policy.require_review else None))
+    rules.append(Rule("identical_share", f"identical share {identical_share:.0%} below "
+                      f"{policy.min_identical_share}", identical_share,
+                      policy.min_identical_share,
+                      policy.min_identical_share is None
+                      or identical_share >= policy.min_identical_share))
+    rules.append(_rule("not_compared", "prompt not compared", not_compared,
+                       policy.max_not_compared))
+    approved = [{"prompt_id": r["prompt_id"], "label": r["approved_label"],
+                 "approved_at": r["approved_at"]} for r in to_review if r["approved_label"]]
+    reviewers = sorted({v["reviewer"] for given in verdicts.values() for v in given})
+    return Verdict(all(rule.passed for rule in rules), rules, reviewers, approved)
+
+
+def _blocks(verdict: dict[str, Any], blocking: set[str]) -> bool:
+    # A blocking label with B named right means A was wrong: an improvement, not a flip.
+    return verdict["label"] in blocking and verdict.get("right_side") != "b"
+
+
+def _nondeterministic(row: dict[str, Any], side: str) -> bool:
+    return any((row[f"{side}_{column}"] or 0) > 1 for column in ("texts", "signatures")
+               if row[f"{side}_{column}"] == row[f"{side}_{column}"])
+
+
+def _rule(name: str, what: str, prompts: list[str], limit: int | None) -> Rule:
+    count = len(prompts)
+    plural = what if count == 1 else what.replace("flip", "flips").replace(
+        "output", "outputs").replace("prompt", "prompts").replace("pair", "pairs")
+    return Rule(name, f"{count} {plural}", count, limit,
+                limit is None or count <= limit, [str(p) for p in prompts])
+
+
+def write_gate_json(verdict: Verdict, path: Path) -> None:
+    write_json_atomic(path, {"verdict": "pass" if verdict.passed else "fail",
+                             "rules": [asdict(rule) for rule in verdict.rules],
+                             "reviewers": verdict.reviewers, "approved": verdict.approved})
+
+
+def junit_xml(verdict: Verdict, pairs: pd.DataFrame) -> bytes:
+    """One testcase per prompt; a failure for each rule that prompt breaks."""
+    failing: dict[str, list[Rule]] = {}
+    for rule in verdict.rules:
+        if not rule.passed:
+            for prompt in rule.prompts:
+                failing.setdefault(prompt, []).append(rule)
+    suite = ElementTree.Element("testsuite", name="quantcheck", tests=str(len(pairs)),
+                                failures=str(sum(1 for p in pairs["prompt_id"]
+                                                 if str(p) in failing)))
+    for prompt_id, category in zip(pairs["prompt_id"].astype(str),
+                                   pairs["category"].astype(str), strict=True):
+        case = ElementTree.SubElement(suite, "testcase", name=prompt_id,
+                                      classname=f"quantcheck.{category or 'general'}")
+        for rule in failing.get(prompt_id, []):
+            failure = ElementTree.SubElement(case, "failure", type=rule.name,
+                                             message=rule.name.replace("_", " "))
+            failure.text = f"{prompt_id}: breaks rule {rule.name} (limit {rule.limit})"
+    for rule in verdict.rules:
+        if not rule.passed and not rule.prompts:
+            case = ElementTree.SubElement(suite, "testcase", name=rule.name,
+                                          classname="quantcheck.policy")
+            ElementTree.SubElement(case, "failure", type=rule.name,
+                                   message=rule.description)
+            suite.set("tests", str(int(suite.get("tests", "0")) + 1))
+            suite.set("failures", str(int(suite.get("failures", "0")) + 1))
+    return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)
+
+
+def markdown(verdict: Verdict, summary: dict[str, Any]) -> str:
+    icon = "PASS" if verdict.passed else "FAIL"
+    lines = [f"## quantcheck: {icon}", "",
+             f"**{summary['a']['label']}** (A) vs **{summary['b']['label']}** (B)", "",
+             "| rule | count | limit | result | prompts |", "|---|---|---|---|---|"]
+    for rule in verdict.rules:
+        limit = "off" if rule.limit is None else rule.limit
+        count = f"{rule.count:.0%}" if rule.name == "identical_share" else rule.count
+        prompts = ", ".join(f"`{p}`" for p in rule.prompts[:10])
+        if len(rule.prompts) > 10:
+            prompts += f" and {len(rule.prompts) - 10} more"
+        lines.append(f"| {rule.name} | {count} | {limit} | "
+                     f"{'ok' if rule.passed else '**fail**'} | {prompts} |")
+    if verdict.approved:
+        lines += ["", f"{len(verdict.approved)} pairs approved earlier (no second review): "
+                  + ", ".join(f"`{a['prompt_id']}` ({a['label']}, {a['approved_at']})"
+                              for a in verdict.approved[:10])]
+    if verdict.reviewers:
+        lines += ["", "Reviewers: " + ", ".join(verdict.reviewers)]
+    return "\n".join(lines) + "\n"
+
+
+def one_line(verdict: Verdict) -> str:
+    if verdict.passed:
+        return "PASS: no rule broken"
+    return "FAIL: " + ", ".join(verdict.reasons())
+
+
+def append_step_summary(text: str) -> None:
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def require_report(report_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    from .report import read_pairs
+
+    summary = read_json(report_dir / "summary.json")
+    if "identity" not in summary:
+        raise RunFormatError(f"{report_dir / 'summary.json'}: no run identity; re-run compare")
+    return read_pairs(report_dir), summary
