@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 import click
 
 from . import __version__
-from .collect import CollectSettings, collect, collect_async
+from .cells import CELL_AXES, parse_cell_options
+from .collect import REPEAT_MODES, CollectResult, CollectSettings, collect, collect_async
 from .compare import compare_to_dir
 from .errors import QuantcheckError
 from .prompts import APIS, RequestOptions, load_prompts
@@ -76,6 +77,11 @@ def request_options(function: F) -> F:
                      help="Prompt set (YAML); repeat for several."),
         click.option("--repeats", default=1, show_default=True, type=click.IntRange(1),
                      help="Identical requests per prompt (feeds the determinism signature)."),
+        click.option("--repeat-mode", type=click.Choice(REPEAT_MODES), default="pool",
+                     show_default=True,
+                     help="pool: everything at --concurrency; sequential: one request at a "
+                          "time; burst: a prompt's repeats all at once; loaded: each repeat "
+                          "while fillers keep the server busy."),
         click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(0),
                      help="Top-k alternatives per token; 0 collects text only."),
         click.option("--max-tokens", type=click.IntRange(1),
@@ -102,14 +108,28 @@ def request_options(function: F) -> F:
 
 
 def settings_from(endpoint: str, label: str, model: str | None, api_key_env: str | None,
-                  options: dict[str, Any]) -> CollectSettings:
+                  options: dict[str, Any], cell: tuple[str, ...] = ()) -> CollectSettings:
     return CollectSettings(
         endpoint=endpoint, label=label, model=model, repeats=options["repeats"],
         top_logprobs=options["top_logprobs"], stream=options["stream"],
         concurrency=options["concurrency"], timeout=options["timeout"],
         retries=options["retries"], api_key_env=api_key_env,
+        repeat_mode=options.get("repeat_mode", "pool"),
         request=RequestOptions(max_tokens=options["max_tokens"], api=options["api"],
-                               extra_body=options["extra_body"]))
+                               extra_body=options["extra_body"]),
+        cell=run_guarded(lambda: parse_cell_options(cell), ""))
+
+
+def _collect_with_progress(prompt_files: Sequence[Path], out: Path, settings: CollectSettings,
+                           force: bool) -> CollectResult:
+    reporter = ProgressReporter(settings.label)
+    try:
+        result: CollectResult = run_guarded(
+            lambda: collect(prompt_files, out, settings, reporter, force),
+            f"Records so far are kept in {out}; rerun the same command to resume.")
+    finally:
+        reporter.close()
+    return result
 
 
 def run_guarded(function: Callable[[], Any], interrupted_hint: str) -> Any:
@@ -141,10 +161,12 @@ def cli() -> None:
               help="Run directory (created; an existing one is resumed).")
 @click.option("--model", help="Model name (default: the one model /v1/models lists).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--cell", multiple=True, metavar="KEY=VALUE",
+              help="Serving-cell facts the server cannot tell, e.g. gpu=H100 vram_gb=80.")
 @request_options
 def collect_command(endpoint: str, label: str | None, out: Path, model: str | None,
-                    api_key_env: str | None, prompt_files: tuple[Path, ...], force: bool,
-                    **options: Any) -> None:
+                    api_key_env: str | None, cell: tuple[str, ...],
+                    prompt_files: tuple[Path, ...], force: bool, **options: Any) -> None:
     """Collect greedy generations with top-k logprobs from one endpoint.
 
     Writes RUN_DIR/manifest.json, prompts.jsonl and completions.jsonl. Running the
@@ -155,20 +177,39 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --label bf16 \\
           --prompts prompts/default.yaml --repeats 3 --out runs/bf16
     """
-    settings = settings_from(endpoint, label or out.name, model, api_key_env, options)
-    reporter = ProgressReporter(settings.label)
-    try:
-        result = run_guarded(
-            lambda: collect(prompt_files, out, settings, reporter, force),
-            f"Records so far are kept in {out}; rerun the same command to resume.")
-    finally:
-        reporter.close()
+    settings = settings_from(endpoint, label or out.name, model, api_key_env, options, cell)
+    result = _collect_with_progress(prompt_files, out, settings, force)
     click.echo(f"{settings.label}: {result.collected} collected, {result.skipped} already there, "
                f"{result.failed} failed -> {out}", err=True)
     if result.failed:
         click.echo(f"{result.failed} requests failed after retries; rerun the same command to "
                    "retry them.", err=True)
         sys.exit(1)
+
+
+def compare_options(function: F) -> F:
+    """Options of every command that compares: logs to scan and approvals to apply."""
+    existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
+    options = [
+        click.option("--a-log", type=existing_file, help="A's server log, scanned for known "
+                     "failure signatures."),
+        click.option("--b-log", type=existing_file, help="B's server log."),
+        click.option("--signatures", "signature_files", multiple=True, type=existing_file,
+                     help="Your own signatures YAML, besides the shipped one."),
+        click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Approvals file (default: approvals.json next to the prompt set)."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _comparison(out: Path, a: Path, b: Path, sig_digits: int, options: dict[str, Any],
+                prompts: dict[str, Any] | None = None) -> dict[str, Any]:
+    summary: dict[str, Any] = compare_to_dir(
+        a, b, out, sig_digits, prompts, options["approvals"],
+        {"a": options["a_log"], "b": options["b_log"]}, options["signature_files"])[1]
+    return summary
 
 
 def _sig_digits(function: F) -> F:
@@ -185,8 +226,9 @@ def _sig_digits(function: F) -> F:
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Prompt set naming the texts of a *.texts.json side (and its expects).")
 @_sig_digits
+@compare_options
 def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Path, ...],
-                    sig_digits: int) -> None:
+                    sig_digits: int, **options: Any) -> None:
     """Triage every pair of two runs (A = reference, B = candidate).
 
     A side is a run directory from collect, or a JSON list of texts in prompt order
@@ -200,7 +242,7 @@ def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Pat
     """
     def work() -> dict[str, Any]:
         prompts = {p.id: p for p in load_prompts(prompt_files)} if prompt_files else None
-        return compare_to_dir(a_run, b_run, out, sig_digits, prompts)[1]
+        return _comparison(out, a_run, b_run, sig_digits, options, prompts)
 
     summary = run_guarded(work, "Nothing was written.")
     _print_summary(summary, out)
@@ -209,6 +251,13 @@ def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Pat
 def _print_summary(summary: dict[str, Any], out: Path) -> None:
     click.echo(f"{summary['a']['label']} (A) vs {summary['b']['label']} (B): {headline(summary)}")
     click.echo(summary["performance"]["throughput_note"])
+    if summary["cells"]["warning"]:
+        click.echo(f"warning: {summary['cells']['warning']}")
+    for side, found in sorted(summary.get("log_matches", {}).items()):
+        for match in found:
+            kind = "BLOCKING" if match["blocking"] else "warning"
+            click.echo(f"{kind}: {side.upper()} log {match['log']}:{match['line']}: "
+                       f"{match['signature']}: {match['meaning']}")
     click.echo(f"report: {out} (review sheet: {out / 'index.html'}; or `quantcheck review {out}`)")
 
 
@@ -323,12 +372,17 @@ class _SideReporter(ProgressReporter):
 @click.option("--one-side-at-a-time", is_flag=True,
               help="Collect A fully, then B (when both cannot be served at once).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--a-cell", multiple=True, metavar="KEY=VALUE", help="Cell facts for A.")
+@click.option("--b-cell", multiple=True, metavar="KEY=VALUE", help="Cell facts for B.")
 @_sig_digits
+@compare_options
 @request_options
 def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str | None,
                 b_model: str | None, out: Path, one_side_at_a_time: bool,
-                api_key_env: str | None, sig_digits: int, prompt_files: tuple[Path, ...],
-                force: bool, **options: Any) -> None:
+                api_key_env: str | None, a_cell: tuple[str, ...], b_cell: tuple[str, ...],
+                sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
+                a_log: Path | None, b_log: Path | None, signature_files: tuple[Path, ...],
+                approvals: Path | None, **options: Any) -> None:
     """The whole A/B in one command: collect both sides, then compare.
 
     Resumable like collect: rerun the same command after an interruption.
@@ -339,13 +393,16 @@ def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str
           --b http://127.0.0.1:8001/v1 --b-label fp8 \\
           --prompts prompts/default.yaml --repeats 3 --out reports/fp8
     """
-    a = settings_from(a_url, a_label, a_model, api_key_env, options)
-    b = settings_from(b_url, b_label, b_model, api_key_env, options)
-    _run_ab(a, b, prompt_files, out, one_side_at_a_time, force, sig_digits)
+    a = settings_from(a_url, a_label, a_model, api_key_env, options, a_cell)
+    b = settings_from(b_url, b_label, b_model, api_key_env, options, b_cell)
+    _run_ab(a, b, prompt_files, out, one_side_at_a_time, force, sig_digits,
+            {"a_log": a_log, "b_log": b_log, "signature_files": signature_files,
+             "approvals": approvals})
 
 
 def _run_ab(a: CollectSettings, b: CollectSettings, prompt_files: Sequence[Path], out: Path,
-            one_side_at_a_time: bool, force: bool, sig_digits: int) -> dict[str, Any]:
+            one_side_at_a_time: bool, force: bool, sig_digits: int,
+            compare_with: dict[str, Any]) -> dict[str, Any]:
     """Collect both sides (together or one after the other), compare, print the summary."""
     import asyncio
 
@@ -369,7 +426,8 @@ def _run_ab(a: CollectSettings, b: CollectSettings, prompt_files: Sequence[Path]
         click.echo("some requests failed after retries; the comparison skips them. Rerun the "
                    "same command to retry.", err=True)
     summary: dict[str, Any] = run_guarded(
-        lambda: compare_to_dir(out / "a", out / "b", out, sig_digits)[1], "Nothing was written.")
+        lambda: _comparison(out, out / "a", out / "b", sig_digits, compare_with),
+        "Nothing was written.")
     _print_summary(summary, out)
     return summary
 
@@ -406,7 +464,8 @@ def demo_command(engine: str, out: Path, repeats: int) -> None:
             "timeout": 60.0, "retries": 2, "max_tokens": None, "api": None, "extra_body": {}}
         a = settings_from(reference.url, "bf16-demo", None, None, options)
         b = settings_from(candidate.url, "fp8-demo", None, None, options)
-        _run_ab(a, b, [prompt_file], out, False, False, 12)
+        _run_ab(a, b, [prompt_file], out, False, False, 12,
+                {"a_log": None, "b_log": None, "signature_files": (), "approvals": None})
     from . import gate
     from .rubric import load_rubric
 
@@ -416,6 +475,125 @@ def demo_command(engine: str, out: Path, repeats: int) -> None:
     click.echo(f"\nNext: open {out}/pairs.csv, or run the same A/B on your endpoints:\n"
                "  quantcheck run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
                f"--prompts prompts/default.yaml --out reports/mine")
+
+
+@cli.command("probe")
+@click.argument("endpoint")
+@click.option("--model", help="Model name (default: the one model /v1/models lists).")
+@click.option("--cell", multiple=True, metavar="KEY=VALUE",
+              help="Facts the server cannot tell, e.g. gpu=H100.")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole description as JSON.")
+def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
+                  api_key_env: str | None, as_json: bool) -> None:
+    """Print what a server reveals about itself and its serving-cell key.
+
+    \b
+    Example:
+      quantcheck probe http://127.0.0.1:8000/v1 --cell gpu="RTX PRO 6000" --cell vram_gb=96
+    """
+    from .servers import probe
+
+    overrides = run_guarded(lambda: parse_cell_options(cell), "")
+    found = run_guarded(lambda: probe(endpoint, model, overrides, api_key_env), "")
+    if as_json:
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+        return
+    click.echo(f"endpoint: {found['endpoint']}")
+    for axis in [*CELL_AXES, *sorted(set(found["cell"]) - set(CELL_AXES))]:
+        value = found["cell"].get(axis)
+        click.echo(f"{axis:>16}: {'(unknown)' if value is None else value}")
+    click.echo(f"cell key: {found['cell_key']}")
+
+
+@cli.command("determinism")
+@click.option("--endpoint", required=True, help="Base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder: one run per mode, determinism.csv/.json, index.html.")
+@click.option("--modes", default="sequential,burst,loaded", show_default=True,
+              help="Comma-separated repeat modes: sequential, burst, loaded, pool.")
+@click.option("--model", help="Model name (default: the one model /v1/models lists).")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--fail-on-nondeterminism", is_flag=True,
+              help="Exit 1 when any prompt gives more than one signature (or text).")
+@_sig_digits
+@request_options
+def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
+                        api_key_env: str | None, fail_on_nondeterminism: bool,
+                        sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
+                        **options: Any) -> None:
+    """Is this endpoint deterministic? Repeated identical greedy requests, per mode.
+
+    Reports per prompt and mode "k distinct of n" for texts and logprob signatures,
+    the first position where repeats differ and the largest logprob spread.
+
+    \b
+    Example:
+      quantcheck determinism --endpoint http://127.0.0.1:8000/v1 \\
+          --prompts prompts/spot-check.yaml --repeats 6 --out reports/determinism
+    """
+    from .determinism import determinism_report, render_determinism
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in REPEAT_MODES]
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown mode {unknown[0] if unknown else modes!r}; choose "
+                                 f"from {', '.join(REPEAT_MODES)}", param_hint="--modes")
+    if options["repeats"] == 1:
+        options["repeats"] = 6
+    runs = {}
+    for mode in chosen:
+        settings = settings_from(endpoint, mode, model, api_key_env,
+                                 {**options, "repeat_mode": mode})
+        _collect_with_progress(prompt_files, out / mode, settings, force)
+        runs[mode] = out / mode
+    frame, summary = run_guarded(lambda: determinism_report(runs, out, sig_digits), "")
+    page = render_determinism(out, frame.to_dict("records"), summary, endpoint, model or "")
+    for mode, counts in summary["modes"].items():
+        click.echo(f"{mode}: {counts['prompts']} prompts: {counts['deterministic']} "
+                   f"deterministic, {counts['logprobs_vary']} with varying logprobs, "
+                   f"{counts['text_varies']} with varying text")
+    click.echo(f"report: {out / 'determinism.csv'}, {page}")
+    varying = int((frame["verdict"] != "deterministic").sum())
+    if fail_on_nondeterminism and varying:
+        click.echo(f"FAIL: {varying} prompt/mode results are nondeterministic", err=True)
+        sys.exit(1)
+
+
+@cli.command("logscan")
+@click.argument("logs", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--signatures", "signature_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Your own signatures YAML, besides the shipped one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the matches as JSON.")
+def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
+                    as_json: bool) -> None:
+    """Scan server logs for known failure signatures; exit 1 on a blocking one.
+
+    \b
+    Example:
+      quantcheck logscan sglang-server.log
+    """
+    from dataclasses import asdict
+
+    from .logscan import load_signatures, scan_log
+
+    def work() -> list[Any]:
+        signatures = load_signatures(signature_files)
+        return [match for log in logs for match in scan_log(log, signatures)]
+
+    matches = run_guarded(work, "")
+    if as_json:
+        click.echo(json.dumps([asdict(m) for m in matches], indent=2))
+    for match in [] if as_json else matches:
+        kind = "BLOCKING" if match.blocking else "warning"
+        click.echo(f"{kind} {match.log}:{match.line} ({match.count}x) {match.signature}\n"
+                   f"  {match.text}\n  meaning: {match.meaning}\n  action: {match.action}\n"
+                   f"  reference: {match.reference}")
+    if not matches and not as_json:
+        click.echo(f"no known failure signature in {len(logs)} log(s)")
+    sys.exit(1 if any(m.blocking for m in matches) else 0)
 
 
 @cli.command("gate")
@@ -434,6 +612,8 @@ def demo_command(engine: str, out: Path, repeats: int) -> None:
               help="Minimum share of identical pairs (default off).")
 @click.option("--max-not-compared", type=click.IntRange(0),
               help="Prompts not compared: other hash, one side only, failed (default off).")
+@click.option("--max-blocking-log-signatures", type=click.IntRange(0),
+              help="Blocking failure signatures found in --a-log/--b-log (default 0).")
 @click.option("--review", "review_files", multiple=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
@@ -463,7 +643,8 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
                            **{k: v for k, v in overrides.items() if v is not None})
         verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
                                       summary["identity"], set(pairs["prompt_id"].astype(str)))
-        verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings)
+        verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings,
+                                summary.get("log_matches"))
         gate.write_gate_json(verdict, report_dir / "gate.json")
         (report_dir / "junit.xml").write_bytes(gate.junit_xml(verdict, pairs))
         return verdict, summary

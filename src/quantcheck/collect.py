@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from . import __version__
+from .cells import cell_from_server, cell_key
 from .client import (
     EndpointClient,
     RetryableError,
@@ -33,6 +34,8 @@ from .runstore import (
 )
 from .servers import choose_model, describe_server
 
+REPEAT_MODES = ("pool", "sequential", "burst", "loaded")
+
 
 @dataclass
 class CollectSettings:
@@ -49,6 +52,8 @@ class CollectSettings:
     retries: int = 4
     api_key_env: str | None = None
     request: RequestOptions = field(default_factory=RequestOptions)
+    cell: dict[str, Any] = field(default_factory=dict)
+    repeat_mode: str = "pool"
 
 
 class Reporter(Protocol):
@@ -124,6 +129,9 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
         _prepare_run_dir(run_dir, manifest, force)
         done = completed_keys(run_dir)
         manifest["server"] = await describe_server(client, models)
+        manifest["cell"] = {**cell_from_server(manifest["server"], model, settings.concurrency),
+                            **settings.cell}
+        manifest["cell_key"] = cell_key(manifest["cell"])
         write_prompts(run_dir, prompts)
         write_json_atomic(run_dir / MANIFEST, manifest)
         jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
@@ -131,7 +139,7 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
                          - len(jobs))
         session = _Session(client, settings, model, reporter, RunWriter(run_dir))
         try:
-            await session.run(jobs)
+            await session.run(jobs, prompts)
         finally:
             manifest["finished_at"] = _now()
             manifest["status"] = "complete" if session.finished else "interrupted"
@@ -155,31 +163,73 @@ class _Session:
         self.finished = False
         self._warned_no_logprobs = False
 
-    async def run(self, jobs: list[tuple[Prompt, int]]) -> None:
-        queue: asyncio.Queue[tuple[Prompt, int]] = asyncio.Queue()
-        for job in jobs:
-            queue.put_nowait(job)
+    async def run(self, jobs: list[tuple[Prompt, int]], fillers: list[Prompt]) -> None:
+        mode = self.settings.repeat_mode
         self.writer.open()
         try:
-            async with asyncio.TaskGroup() as group:
-                for _ in range(min(self.settings.concurrency, len(jobs))):
-                    group.create_task(self._worker(queue))
+            if mode == "pool":
+                await self._pool(jobs, self.settings.concurrency)
+            elif mode == "sequential":
+                await self._pool(jobs, 1)
+            elif mode == "burst":
+                for prompt_id in dict.fromkeys(p.id for p, _ in jobs):
+                    await self._pool([j for j in jobs if j[0].id == prompt_id], len(jobs))
+            else:
+                for job in jobs:
+                    await self._under_load(job, fillers)
         except* QuantcheckError as errors:
             raise errors.exceptions[0] from None
         finally:
             self.writer.close()
         self.finished = True
 
+    async def _pool(self, jobs: list[tuple[Prompt, int]], width: int) -> None:
+        queue: asyncio.Queue[tuple[Prompt, int]] = asyncio.Queue()
+        for job in jobs:
+            queue.put_nowait(job)
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(width, len(jobs))):
+                group.create_task(self._worker(queue))
+
     async def _worker(self, queue: asyncio.Queue[tuple[Prompt, int]]) -> None:
         while not queue.empty():
-            prompt, repeat = queue.get_nowait()
-            record = await self._request(prompt, repeat)
-            self.writer.append(record)
-            if record.error:
-                self.failed += 1
-            else:
-                self.collected += 1
-            self.reporter.completed(record)
+            await self._complete(*queue.get_nowait())
+
+    async def _complete(self, prompt: Prompt, repeat: int) -> None:
+        record = await self._request(prompt, repeat)
+        self.writer.append(record)
+        if record.error:
+            self.failed += 1
+        else:
+            self.collected += 1
+        self.reporter.completed(record)
+
+    async def _under_load(self, job: tuple[Prompt, int], fillers: list[Prompt]) -> None:
+        """Send one repeat while filler requests (other prompts) keep the server busy."""
+        others = [p for p in fillers if p is not job[0]] or fillers
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(self._filler(others[n % len(others):] + others, stop))
+                 for n in range(max(self.settings.concurrency - 1, 1))]
+        await asyncio.sleep(0.02)  # the fillers' requests reach the server first
+        try:
+            await self._complete(*job)
+        finally:
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _filler(self, prompts: list[Prompt], stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for prompt in prompts:
+                body = request_body(prompt, self.model, self.settings.top_logprobs)
+                try:
+                    await self.client.generate(prompt.api, body, self.settings.stream,
+                                               self.settings.top_logprobs)
+                except (RetryableError, QuantcheckError):
+                    await asyncio.sleep(0.05)
+                if stop.is_set():
+                    return
 
     async def _request(self, prompt: Prompt, repeat: int) -> Completion:
         body = request_body(prompt, self.model, self.settings.top_logprobs)
@@ -238,8 +288,8 @@ def rejection_advice(message: str, body: dict[str, Any]) -> str:
 def _manifest(settings: CollectSettings, model: str, prompts: list[Prompt],
               prompt_files: Sequence[str | Path]) -> dict[str, Any]:
     parameters = asdict(settings)
-    parameters.pop("endpoint")
-    parameters.pop("label")
+    for key in ("endpoint", "label", "cell"):
+        parameters.pop(key)
     return {
         "quantcheck_version": __version__,
         "label": settings.label,
@@ -262,6 +312,7 @@ def _identity(manifest: dict[str, Any]) -> dict[str, Any]:
         "model": manifest.get("model"),
         "top_logprobs": parameters.get("top_logprobs"),
         "stream": parameters.get("stream"),
+        "repeat_mode": parameters.get("repeat_mode", "pool"),
         "prompt_hashes": manifest.get("prompt_hashes"),
     }
 

@@ -11,6 +11,7 @@ import orjson
 import pandas as pd
 
 from .approvals import apply_approvals, load_approvals
+from .logscan import scan_logs
 from .records import Prompt
 from .runstore import write_json_atomic, write_jsonl_atomic
 from .sides import Side, load_side
@@ -29,7 +30,8 @@ from .triage import (
 PAIR_COLUMNS = [
     "prompt_id", "category", "prompt_hash", "status", "identical", "similarity", "first_divergence",
     "divergence_kind", "divergence_gap", "divergence_a_token", "divergence_b_token",
-    "a_repeats", "b_repeats", "a_texts", "b_texts", "a_signatures", "b_signatures", "noise",
+    "a_repeats", "b_repeats", "a_texts", "b_texts", "a_signatures", "b_signatures",
+    "a_repeat_mode", "b_repeat_mode", "noise",
     "a_expect", "b_expect", "a_expect_failures", "b_expect_failures", "flip",
     "numbers_changed", "a_degenerate", "b_degenerate", "a_tokens", "b_tokens",
     "a_finish_reason", "b_finish_reason", "top1_agreement", "logprob_mean_abs_diff",
@@ -127,8 +129,8 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
     row: dict[str, Any] = {"prompt_id": prompt_id,
                            "category": prompt.category if prompt else ""}
     a_ok, b_ok = _successful(a_rows), _successful(b_rows)
-    row.update(_determinism("a", a_ok))
-    row.update(_determinism("b", b_ok))
+    row.update(_determinism("a", a_ok), a_repeat_mode=_repeat_mode(a))
+    row.update(_determinism("b", b_ok), b_repeat_mode=_repeat_mode(b))
     detail["a_variants"], detail["b_variants"] = _variants(a_ok), _variants(b_ok)
     a_first, b_first = _repeat_zero(a_ok), _repeat_zero(b_ok)
     row["status"] = _status(a_rows, b_rows, a_first, b_first)
@@ -157,6 +159,11 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
         row["identical"], row["similarity"], row["numbers_changed"], row["flip"],
         row["a_expect"], row["b_expect"], row["a_degenerate"], row["b_degenerate"])
     return row
+
+
+def _repeat_mode(side: Side) -> str:
+    return "" if side.text_only else str(
+        (side.manifest.get("parameters") or {}).get("repeat_mode", "pool"))
 
 
 def _successful(rows: list[Record] | None) -> list[Record] | None:
@@ -249,7 +256,9 @@ def write_summary(summary: dict[str, Any], out: Path) -> None:
 
 def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
                    prompts: dict[str, Prompt] | None = None,
-                   approvals: str | Path | None = None
+                   approvals: str | Path | None = None,
+                   logs: dict[str, Path | None] | None = None,
+                   signature_files: tuple[Path, ...] = ()
                    ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
     review sheet index.html."""
@@ -260,6 +269,7 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
     pairs, details, approvals_path = _compared(side_a, side_b, approvals)
     summary = summarize(pairs, side_a, side_b)
     summary["approvals_file"] = str(approvals_path) if approvals_path else None
+    summary["log_matches"] = scan_logs(logs or {}, signature_files)
     summary["sources"] = {"a": str(a), "b": str(b)}
     summary["sig_digits"] = sig_digits
     summary["identity"] = run_identity(pairs)

@@ -29,6 +29,7 @@ class Policy:
     require_review: bool = False
     min_identical_share: float | None = None
     max_not_compared: int | None = None
+    max_blocking_log_signatures: int | None = 0
 
 
 @dataclass
@@ -102,7 +103,8 @@ def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
 
 
 def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
-             blocking: set[str], policy: Policy) -> Verdict:
+             blocking: set[str], policy: Policy,
+             log_matches: dict[str, list[dict[str, Any]]] | None = None) -> Verdict:
     """Apply the policy's rules to the triaged pairs and the reviewers' verdicts."""
     rows = [{str(k): v for k, v in row.items()} for row in pairs.to_dict("records")]
     compared = [r for r in rows if r["status"] == "compared"]
@@ -134,6 +136,10 @@ def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
                       or identical_share >= policy.min_identical_share))
     rules.append(_rule("not_compared", "prompt not compared", not_compared,
                        policy.max_not_compared))
+    signatures = [f"{side.upper()}: {m['signature']}" for side, found in
+                  sorted((log_matches or {}).items()) for m in found if m["blocking"]]
+    rules.append(_rule("blocking_log_signatures", "blocking log signature", signatures,
+                       policy.max_blocking_log_signatures))
     approved = [{"prompt_id": r["prompt_id"], "label": r["approved_label"],
                  "approved_at": r["approved_at"]} for r in to_review if r["approved_label"]]
     reviewers = sorted({v["reviewer"] for given in verdicts.values() for v in given})
@@ -153,7 +159,8 @@ def _nondeterministic(row: dict[str, Any], side: str) -> bool:
 def _rule(name: str, what: str, prompts: list[str], limit: int | None) -> Rule:
     count = len(prompts)
     plural = what if count == 1 else what.replace("flip", "flips").replace(
-        "output", "outputs").replace("prompt", "prompts").replace("pair", "pairs")
+        "output", "outputs").replace("prompt", "prompts").replace("pair", "pairs").replace(
+        "signature", "signatures")
     return Rule(name, f"{count} {plural}", count, limit,
                 limit is None or count <= limit, [str(p) for p in prompts])
 

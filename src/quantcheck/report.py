@@ -12,6 +12,7 @@ import orjson
 import pandas as pd
 from markupsafe import Markup
 
+from .cells import CELL_AXES
 from .compare import DETAILS, PAIR_COLUMNS
 from .errors import RunFormatError
 from .reviews import load_reviews
@@ -24,10 +25,10 @@ TEXT_COLUMNS = ["prompt_id", "category", "status", "divergence_kind", "divergenc
                 "divergence_b_token", "a_expect", "b_expect", "a_expect_failures",
                 "b_expect_failures", "flip", "a_degenerate", "b_degenerate", "a_finish_reason",
                 "b_finish_reason", "suggested_label", "approved_label", "approved_at",
-                "prompt_hash", "a_text", "b_text"]
+                "prompt_hash", "a_repeat_mode", "b_repeat_mode", "a_text", "b_text"]
 AXES = ["model", "runtime", "runtime_version"]
 
-_environment = jinja2.Environment(
+environment = jinja2.Environment(
     loader=jinja2.PackageLoader("quantcheck", "templates"),
     autoescape=True, undefined=jinja2.StrictUndefined)
 
@@ -90,14 +91,15 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
     rubric = load_rubric(rubric_path)
     data = sheet_data(report_dir, rubric, live)
     summary = read_json(report_dir / "summary.json")
-    axes = _axes(summary)
-    differing = [axis["name"] for axis in axes if axis["differs"] and axis["name"] in AXES]
-    template = _environment.get_template("sheet.html")
+    cells = summary.get("cells") or {}
+    template = environment.get_template("sheet.html")
     return template.render(
         nonce=secrets.token_urlsafe(16), a=summary["a"], b=summary["b"], rubric=rubric,
-        axes=axes, axes_warning=_axes_warning(differing), headline=headline(summary),
+        axes=_axes(summary), axes_warning=cells.get("warning"), headline=headline(summary),
         count_tiles=_count_tiles(summary["counts"]),
         throughput_note=summary.get("performance", {}).get("throughput_note", ""),
+        log_matches=summary.get("log_matches") or {}, summary_counts=summary["counts"],
+        determinism=summary.get("determinism") or {"a": {"mode": "?"}, "b": {"mode": "?"}},
         plots=_plots(data["pairs"]),
         categories=sorted({str(p["category"]) for p in data["pairs"] if p["category"]}),
         data_json=embed_json(data))
@@ -113,19 +115,22 @@ def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -
 
 
 def _axes(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
-    for name in ["label", "endpoint", *AXES]:
-        a, b = summary["a"].get(name), summary["b"].get(name)
+    """Header rows: label and endpoint, then every cell axis either side knows."""
+    cells = summary.get("cells") or {}
+    a_cell, b_cell = cells.get("a") or {}, cells.get("b") or {}
+    differing = set(cells.get("differs") or [])
+    rows = [{"name": name, "a": summary["a"].get(name) or "", "b": summary["b"].get(name) or "",
+             "differs": False} for name in ("label", "endpoint")]
+    names = [k for k in CELL_AXES if k in a_cell or k in b_cell] + sorted(
+        (set(a_cell) | set(b_cell)) - set(CELL_AXES))
+    for name in names or AXES:
+        a, b = a_cell.get(name, summary["a"].get(name)), b_cell.get(name, summary["b"].get(name))
         rows.append({"name": name, "a": "" if a is None else a, "b": "" if b is None else b,
-                     "differs": name in AXES and a != b})
+                     "differs": name in differing})
+    if cells.get("a_key") or cells.get("b_key"):
+        rows.append({"name": "cell key", "a": cells.get("a_key") or "",
+                     "b": cells.get("b_key") or "", "differs": False})
     return rows
-
-
-def _axes_warning(differing: list[str]) -> str:
-    if len(differing) <= 1:
-        return ""
-    return (f"A and B differ in {len(differing)} axes ({', '.join(differing)}): this is not a "
-            "single-variable A/B, so a difference may come from any of them.")
 
 
 def _count_tiles(counts: dict[str, Any]) -> list[tuple[str, Any]]:

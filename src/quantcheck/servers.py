@@ -27,6 +27,27 @@ async def describe_server(client: EndpointClient, models: list[dict[str, Any]]
     return info
 
 
+def probe(endpoint: str, model: str | None, overrides: dict[str, Any],
+          api_key_env: str | None = None) -> dict[str, Any]:
+    """Everything `quantcheck probe` prints: server facts, the cell and its key."""
+    from .cells import cell_from_server, cell_key
+    from .client import api_key_from_env, public_url
+    from .collect import run_blocking
+
+    async def ask() -> tuple[dict[str, Any], str]:
+        async with EndpointClient(endpoint, api_key_from_env(api_key_env), 30.0) as client:
+            models = await client.list_models()
+            chosen = choose_model(models, model, public_url(endpoint))
+            return await describe_server(client, models), chosen
+
+    info, chosen = run_blocking(ask())
+    cell = {**cell_from_server(info, chosen, 1), **overrides}
+    if "concurrency" not in overrides:
+        cell.pop("concurrency")  # a property of a collection, not of the server
+    return {"endpoint": public_url(endpoint), "server": info, "cell": cell,
+            "cell_key": cell_key(cell)}
+
+
 def identify_runtime(info: dict[str, Any]) -> str:
     for model in info.get("models") or []:
         runtime = RUNTIME_BY_OWNER.get(str(model.get("owned_by", "")).lower())

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 
 from . import __version__
+from .cells import confound_warning, differing_axes
+from .determinism import side_determinism
 from .sides import Side
 
 DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
@@ -23,6 +25,8 @@ def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> dict[str, Any]:
         "a": {"label": a.label, **_identity(a)},
         "b": {"label": b.label, **_identity(b)},
         "counts": counts,
+        "cells": _cells(a, b),
+        "determinism": {"a": side_determinism(a), "b": side_determinism(b)},
         "drift": _drift(compared),
         "performance": {**sides, **_throughput_verdict(sides)},
     }
@@ -60,6 +64,14 @@ def _nondeterministic(pairs: pd.DataFrame, side: str) -> int:
     texts = pairs[f"{side}_texts"].fillna(0) > 1
     signatures = pairs[f"{side}_signatures"].fillna(0) > 1
     return int((texts | signatures).sum())
+
+
+def _cells(a: Side, b: Side) -> dict[str, Any]:
+    a_cell, b_cell = a.manifest.get("cell") or {}, b.manifest.get("cell") or {}
+    differing = differing_axes(a_cell, b_cell)
+    return {"a": a_cell, "b": b_cell, "a_key": a.manifest.get("cell_key"),
+            "b_key": b.manifest.get("cell_key"), "differs": differing,
+            "warning": confound_warning(differing)}
 
 
 def _identity(side: Side) -> dict[str, Any]:

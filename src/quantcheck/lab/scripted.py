@@ -39,6 +39,7 @@ class Faults:
     no_logprobs: bool = False
     reject_fields: set[str] = field(default_factory=set)
     nondeterministic: bool = False
+    load_sensitive: bool = False  # nondeterministic only while other requests are in flight
 
 
 @dataclass
@@ -149,6 +150,7 @@ class ScriptedServer:
         self.requests: list[dict[str, Any]] = []
         self.authorizations: list[str | None] = []
         self._counter = 0
+        self.in_flight = 0
         self._rng = random.Random(1234)
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -248,6 +250,16 @@ class ScriptedServer:
         body = orjson.loads(await request.read())
         number = self._counter
         self._counter += 1
+        self.in_flight += 1
+        try:
+            return await self._respond(request, body, number)
+        except ConnectionResetError:  # the client went away (a cancelled filler request)
+            return web.Response(status=499)
+        finally:
+            self.in_flight -= 1
+
+    async def _respond(self, request: web.Request, body: dict[str, Any], number: int
+                       ) -> web.StreamResponse:
         self.requests.append(body)
         self.authorizations.append(request.headers.get("Authorization"))
         chat = request.path.endswith("/chat/completions")
@@ -303,7 +315,9 @@ class ScriptedServer:
         top_k = _requested_k(body)
         if self.dialect == "sglang":
             top_k = min(top_k, 5)  # SGLang may return fewer alternatives than asked
-        scale = 1e-7 if self.faults.nondeterministic else 0.0  # relative, like float rounding
+        loaded = self.faults.load_sensitive and self.in_flight > 1
+        # relative, like float rounding under another reduction order
+        scale = 1e-7 if self.faults.nondeterministic or loaded else 0.0
         rng = random.Random(self._rng.random())
         return plan(self.model, prompt_text_of(body), int(body.get("max_tokens") or 16),
                     top_k, self.dialect == "llamacpp", lambda: rng.uniform(-scale, scale))

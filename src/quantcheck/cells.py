@@ -1,0 +1,96 @@
+"""The serving cell of a side: what a result is only meaningful for.
+
+A cell is model, runtime and version, quantization, KV cache dtype, tensor
+parallelism, backend, GPU and its memory, context length and concurrency. The server
+reveals some of it; `--cell key=value` fills in or overrides the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import QuantcheckError
+
+CELL_AXES = ["model", "runtime", "runtime_version", "quantization", "kv_cache_dtype", "tp",
+             "backend", "gpu", "vram_gb", "context_len", "concurrency"]
+QUANT_IN_NAME = re.compile(
+    r"(?i)(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|FP8|NVFP4|MXFP4|AWQ|GPTQ|INT[48])"
+    r"(?![A-Za-z0-9])")
+
+
+def parse_cell_options(values: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """`--cell gpu="RTX PRO 6000" --cell vram_gb=96` -> {"gpu": ..., "vram_gb": 96}."""
+    cell: dict[str, Any] = {}
+    for value in values:
+        key, separator, raw = value.partition("=")
+        key = key.strip()
+        if not separator or not key:
+            raise QuantcheckError(f"--cell {value!r}: expected key=value, e.g. gpu=H100 "
+                                  f"(known keys: {', '.join(CELL_AXES)})")
+        cell[key] = _number_or_text(raw.strip())
+    return cell
+
+
+def _number_or_text(raw: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def cell_from_server(info: dict[str, Any], model: str, concurrency: int) -> dict[str, Any]:
+    """What the server's own endpoints say about the cell (None where they are silent)."""
+    sglang = _mapping(info.get("server_info"))
+    props = _mapping(info.get("props"))
+    listed: dict[str, Any] = next(
+        (m for m in info.get("models") or [] if m.get("id") == model), {})
+    return {
+        "model": model,
+        "runtime": info.get("runtime"),
+        "runtime_version": info.get("runtime_version"),
+        "quantization": sglang.get("quantization") or _quant_from_name(
+            str(props.get("model_path") or "")),
+        "kv_cache_dtype": sglang.get("kv_cache_dtype"),
+        "tp": sglang.get("tp_size"),
+        "backend": sglang.get("attention_backend"),
+        "gpu": None,
+        "vram_gb": None,
+        "context_len": (listed.get("max_model_len") or sglang.get("context_length")
+                        or (props.get("default_generation_settings") or {}).get("n_ctx")),
+        "concurrency": concurrency,
+    }
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _quant_from_name(path: str) -> str | None:
+    match = QUANT_IN_NAME.search(path.rsplit("/", 1)[-1])
+    return match.group(1).upper() if match else None
+
+
+def cell_key(cell: dict[str, Any]) -> str:
+    """`model__runtime-version__quant__tpN`, every character outside A-Za-z0-9.+/- as _."""
+    runtime = f"{cell.get('runtime') or 'unknown'}-{cell.get('runtime_version') or 'unknown'}"
+    fields = [str(cell.get("model") or "unknown"), runtime,
+              str(cell.get("quantization") or "unknown"), f"tp{cell.get('tp') or 'unknown'}"]
+    return "__".join(re.sub(r"[^A-Za-z0-9.+/-]", "_", field) for field in fields)
+
+
+def differing_axes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Axes known on both sides with different values (an unknown axis cannot confound)."""
+    keys = [k for k in CELL_AXES if k in a or k in b] + sorted(
+        (set(a) | set(b)) - set(CELL_AXES))
+    return [k for k in keys if a.get(k) is not None and b.get(k) is not None
+            and a.get(k) != b.get(k)]
+
+
+def confound_warning(differing: list[str]) -> str | None:
+    if len(differing) <= 1:
+        return None
+    return (f"A and B differ in {len(differing)} axes ({', '.join(differing)}): this is not a "
+            "single-variable A/B, so any difference may come from any of them.")

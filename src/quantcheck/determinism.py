@@ -1,0 +1,111 @@
+"""Determinism of one endpoint: repeated identical requests, per prompt and repeat mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .runstore import write_json_atomic
+from .sides import Side, load_side, round_significant
+from .triage import first_divergence, token_keys
+
+DETERMINISM_COLUMNS = ["prompt_id", "category", "mode", "repeats", "distinct_texts",
+                       "distinct_signatures", "texts", "signatures", "first_text_divergence",
+                       "first_logprob_divergence", "max_logprob_spread", "verdict"]
+
+
+def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[dict[str, Any]]:
+    """One row per prompt: how many distinct texts and signatures its repeats gave."""
+    rows = []
+    ok = side.index[side.index["error"].isna()]
+    for prompt_id, group in ok.groupby("prompt_id", sort=False):
+        prompt = side.prompts.get(str(prompt_id))
+        repeats = [side.tokens_at(int(offset)) for offset in group["offset"]]
+        tokens = [t for t in repeats if t]
+        n = len(group)
+        texts = int(group["text_hash"].nunique())
+        signatures = int(group["signature"].nunique()) if group["signature"].notna().all() \
+            else None
+        rows.append({
+            "prompt_id": str(prompt_id), "category": prompt.category if prompt else "",
+            "mode": mode, "repeats": n, "distinct_texts": texts,
+            "distinct_signatures": signatures, "texts": f"{texts} distinct of {n}",
+            "signatures": f"{signatures} distinct of {n}" if signatures else "",
+            **_positions(tokens, sig_digits),
+            "verdict": _verdict(texts, signatures)})
+    return rows
+
+
+def _verdict(texts: int, signatures: int | None) -> str:
+    if texts > 1:
+        return "text varies"
+    if signatures and signatures > 1:
+        return "logprobs vary"
+    return "deterministic"
+
+
+def _positions(repeats: list[dict[str, Any]], sig_digits: int) -> dict[str, Any]:
+    """First token / logprob position where repeats differ, and the largest spread."""
+    if len(repeats) < 2:
+        return {"first_text_divergence": None, "first_logprob_divergence": None,
+                "max_logprob_spread": None}
+    reference = token_keys(repeats[0])
+    text_positions = [first_divergence(reference, token_keys(r)) for r in repeats[1:]]
+    text_first = min((p for p in text_positions if p is not None), default=None)
+    length = min(len(r["text"]) for r in repeats)
+    logprob_first, spread = None, 0.0
+    for position in range(length):
+        if any(r["top_text"][position] != repeats[0]["top_text"][position] for r in repeats):
+            logprob_first = position if logprob_first is None else logprob_first
+            continue
+        values = np.array([r["top_logprob"][position] for r in repeats], dtype=float)
+        if values.size == 0:
+            continue
+        rounded = round_significant(values, sig_digits)
+        if logprob_first is None and (rounded != rounded[0]).any():
+            logprob_first = position
+        spread = max(spread, float((values.max(axis=0) - values.min(axis=0)).max()))
+    return {"first_text_divergence": text_first, "first_logprob_divergence": logprob_first,
+            "max_logprob_spread": spread}
+
+
+def determinism_report(run_dirs: dict[str, Path], out: Path, sig_digits: int = 12
+                       ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Analyze one run per mode; write determinism.csv and determinism.json."""
+    rows: list[dict[str, Any]] = []
+    for mode, run_dir in run_dirs.items():
+        rows += analyze_side(load_side(run_dir, sig_digits), mode, sig_digits)
+    frame = pd.DataFrame(rows, columns=DETERMINISM_COLUMNS)
+    modes: dict[str, Any] = {}
+    for name, group in frame.groupby("mode", sort=False):
+        modes[str(name)] = {
+            "prompts": len(group),
+            "text_varies": int((group["verdict"] == "text varies").sum()),
+            "logprobs_vary": int((group["verdict"] == "logprobs vary").sum()),
+            "deterministic": int((group["verdict"] == "deterministic").sum())}
+    summary = {"sig_digits": sig_digits, "modes": modes}
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "determinism.csv", index=False)
+    write_json_atomic(out / "determinism.json", {**summary, "prompts": rows})
+    return frame, summary
+
+
+def render_determinism(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any],
+                       endpoint: str, model: str) -> Path:
+    from .report import environment
+
+    html = environment.get_template("determinism.html").render(
+        rows=rows, modes=summary["modes"], sig_digits=summary["sig_digits"],
+        endpoint=endpoint, model=model)
+    (out / "index.html").write_text(html, encoding="utf-8")
+    return out / "index.html"
+
+
+def side_determinism(side: Side) -> dict[str, Any]:
+    """The compare summary's view: which mode made the repeats, how many prompts vary."""
+    parameters = side.manifest.get("parameters") or {}
+    return {"mode": parameters.get("repeat_mode", "pool"),
+            "repeats": parameters.get("repeats")}

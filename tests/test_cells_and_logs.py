@@ -1,0 +1,156 @@
+"""Serving cells, known failure signatures in logs, and their place in compare and gate."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from quantcheck import CollectSettings, collect, compare_to_dir, load_run
+from quantcheck.cells import cell_from_server, cell_key, differing_axes, parse_cell_options
+from quantcheck.cli import cli
+from quantcheck.errors import ConfigFileError
+from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.logscan import load_signatures, scan_log
+
+from .conftest import FIXTURES
+
+LOGS = FIXTURES / "logs"
+Serve = Callable[..., ScriptedServer]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "expected"),
+    [
+        ("vllm", {"runtime": "vllm", "runtime_version": "0.11.0", "context_len": 8192,
+                  "quantization": None, "tp": None}),
+        ("sglang", {"runtime": "sglang", "runtime_version": "0.5.9", "quantization": "fp8",
+                    "kv_cache_dtype": "fp8_e4m3", "tp": 2, "backend": "flashinfer",
+                    "context_len": 8192}),
+        ("llamacpp", {"runtime": "llama.cpp", "runtime_version": "b6000-abc1234",
+                      "quantization": "Q4_K_M", "context_len": 8192}),
+        ("llama-cpp-python", {"runtime": "llama-cpp-python", "runtime_version": None}),
+    ],
+)
+def test_servers_reveal_their_cell(serve: Serve, dialect: str,
+                                   expected: dict[str, object]) -> None:
+    info = {"quantization": "fp8", "kv_cache_dtype": "fp8_e4m3", "tp_size": 2} \
+        if dialect == "sglang" else {}
+    if dialect == "llamacpp":
+        info = {"model_path": "/models/gemma-3-270m-Q4_K_M.gguf"}
+    server = serve(ScriptedModel(), dialect, server_info=info)
+    result = CliRunner().invoke(cli, ["probe", server.url, "--json", "--cell", "gpu=H100",
+                                      "--cell", "vram_gb=80"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    for key, value in expected.items():
+        assert found["cell"][key] == value, key
+    assert found["cell"]["gpu"] == "H100" and found["cell"]["vram_gb"] == 80
+    assert found["cell_key"] == cell_key(found["cell"])
+
+
+def test_cell_key_style() -> None:
+    cell = {"model": "nvidia/Qwen3.6-35B-A3B-NVFP4", "runtime": "vllm",
+            "runtime_version": "0.27.1", "quantization": "nvfp4", "tp": 1}
+    assert cell_key(cell) == "nvidia/Qwen3.6-35B-A3B-NVFP4__vllm-0.27.1__nvfp4__tp1"
+    assert cell_key({"model": "a b:c"}) == "a_b_c__unknown-unknown__unknown__tpunknown"
+
+
+def test_cell_options_and_differing_axes() -> None:
+    assert parse_cell_options(["gpu=RTX PRO 6000", "vram_gb=96", "tp=2"]) == {
+        "gpu": "RTX PRO 6000", "vram_gb": 96, "tp": 2}
+    with pytest.raises(Exception, match="expected key=value"):
+        parse_cell_options(["gpu"])
+    a = {"model": "m", "quantization": "bf16", "backend": None, "gpu": "H100"}
+    b = {"model": "m", "quantization": "fp8", "backend": "marlin", "gpu": "H200"}
+    assert differing_axes(a, b) == ["quantization", "gpu"]
+    assert cell_from_server({"runtime": "vllm", "models": [{"id": "m"}]}, "m", 8)[
+        "concurrency"] == 8
+
+
+def test_collect_records_the_cell_and_compare_warns_on_confounds(
+        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+    prompts = write_prompts("prompts:\n  - {id: p, prompt: hi}\n")
+    a_server, b_server = serve(dialect="vllm"), serve(dialect="sglang")
+    collect([prompts], tmp_path / "a", CollectSettings(endpoint=a_server.url, label="a",
+                                                       cell={"gpu": "H100"}))
+    collect([prompts], tmp_path / "b", CollectSettings(endpoint=b_server.url, label="b",
+                                                       cell={"gpu": "H100"}))
+    manifest = load_run(tmp_path / "a").manifest
+    assert manifest["cell"]["gpu"] == "H100" and manifest["cell"]["runtime"] == "vllm"
+    assert manifest["cell_key"] == "scripted-model__vllm-0.11.0__unknown__tpunknown"
+    _, summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    assert summary["cells"]["differs"] == ["runtime", "runtime_version"]
+    assert "differ in 2 axes (runtime, runtime_version)" in summary["cells"]["warning"]
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert 'tr class="differs" data-axis="runtime"' in html
+
+
+@pytest.mark.parametrize(
+    ("log", "signature", "blocking"),
+    [
+        ("sglang-lmhead-prefix.log", "fp8-lm-head-scale-not-loaded", True),
+        ("vllm-mla-fp8-kv.log", "triton-shared-memory-over-limit", True),
+        ("flashinfer-jit.log", "jit-build-without-ninja", True),
+        ("vllm-spark-nightly.log", "trtllm-attention-fallback", False),
+    ],
+)
+def test_shipped_signatures_match_the_field_reports(log: str, signature: str,
+                                                    blocking: bool) -> None:
+    (match,) = scan_log(LOGS / log, load_signatures())
+    assert (match.signature, match.blocking) == (signature, blocking)
+    assert match.line > 1 and match.meaning and match.action and match.reference
+    assert not scan_log(LOGS / "clean.log", load_signatures())
+
+
+def test_logscan_command(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["logscan", str(LOGS / "sglang-lmhead-prefix.log")])
+    assert result.exit_code == 1
+    assert "BLOCKING" in result.output and "fp8-lm-head-scale-not-loaded" in result.output
+    assert "sgl-project/sglang#35228" in result.output
+    assert CliRunner().invoke(cli, ["logscan", str(LOGS / "vllm-spark-nightly.log")]
+                              ).exit_code == 0
+    result = CliRunner().invoke(cli, ["logscan", str(LOGS / "clean.log")])
+    assert result.exit_code == 0 and "no known failure signature" in result.output
+
+
+def test_user_signatures(tmp_path: Path) -> None:
+    own = tmp_path / "mine.yaml"
+    own.write_text("signatures:\n  - id: oom\n    pattern: 'CUDA out of memory'\n"
+                   "    meaning: OOM\n    action: lower --gpu-memory-utilization\n"
+                   "    blocking: true\n")
+    log = tmp_path / "server.log"
+    log.write_text("ok\ntorch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB\n"
+                   "CUDA out of memory again\n")
+    result = CliRunner().invoke(cli, ["logscan", str(log), "--signatures", str(own)])
+    assert result.exit_code == 1 and "(2x) oom" in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("signatures:\n  - {id: x, pattern: '(', regex: true, meaning: m, "
+                   "action: a}\n")
+    with pytest.raises(ConfigFileError, match=r"signatures\[1\]: field 'pattern': invalid"):
+        load_signatures([bad])
+
+
+def test_blocking_signature_in_a_side_log_fails_the_gate(ab_runs: tuple[Path, Path],
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["compare", str(ab_runs[0]), str(ab_runs[1]), "--out",
+                                      str(out), "--b-log", str(LOGS / "sglang-lmhead-prefix.log"),
+                                      "--a-log", str(LOGS / "clean.log")])
+    assert result.exit_code == 0, result.output
+    assert "BLOCKING: B log" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["log_matches"]["a"] == []
+    assert summary["log_matches"]["b"][0]["signature"] == "fp8-lm-head-scale-not-loaded"
+    assert "fp8-lm-head-scale-not-loaded" in (out / "index.html").read_text()
+    gate = CliRunner().invoke(cli, ["gate", str(out), "--max-factual-flips", "9",
+                                    "--max-new-degenerate", "9"])
+    assert gate.exit_code == 1
+    assert "1 blocking log signature (B: fp8-lm-head-scale-not-loaded)" in gate.output
+    allowed = CliRunner().invoke(cli, ["gate", str(out), "--max-factual-flips", "9",
+                                       "--max-new-degenerate", "9",
+                                       "--max-blocking-log-signatures", "1"])
+    assert allowed.exit_code == 0
