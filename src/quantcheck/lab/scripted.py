@@ -1,45 +1,24 @@
-"""A loopback OpenAI-compatible server with scripted answers, in each runtime's dialect.
-
-It is what the tests and benchmarks talk to: real HTTP on 127.0.0.1, real SSE,
-each dialect's wire format (vllm, sglang, llamacpp, llama-cpp-python), and faults
-a real deployment shows (latency, 429, 5xx, dropped connections, a top_logprobs
-limit, missing logprobs, rejected parameters, nondeterministic logprobs). It can
-also replay a recorded response body verbatim (`replay`).
-"""
+"""Scripted answers: the engine the tests and the scripted demo talk to (no model)."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import random
 import re
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from aiohttp import web
+from .server import (
+    DIALECTS,
+    Emit,
+    Faults,
+    LabServer,
+    Step,
+    prompt_text_of,
+)
 
-DIALECTS = ("vllm", "sglang", "llamacpp", "llama-cpp-python")
-OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "llama-cpp-python": "me"}
-
-
-@dataclass
-class Faults:
-    """Misbehaviour to inject; request numbers count every generation request from 0."""
-
-    latency_s: float = 0.0
-    token_delay_s: float = 0.0
-    status: dict[int, int] = field(default_factory=dict)
-    retry_after_s: float | None = None
-    drop: set[int] = field(default_factory=set)
-    max_top_logprobs: int | None = None
-    no_logprobs: bool = False
-    reject_fields: set[str] = field(default_factory=set)
-    nondeterministic: bool = False
-    load_sensitive: bool = False  # nondeterministic only while other requests are in flight
+__all__ = ["DIALECTS", "Faults", "ScriptedEngine", "ScriptedModel", "ScriptedServer", "Step"]
 
 
 @dataclass
@@ -66,15 +45,6 @@ class ScriptedModel:
                 return text[(self.served[key] - 1) % len(text)]
         digest = int(hashlib.sha256(prompt_text.encode()).hexdigest()[:8], 16)
         return f" The answer is {digest % 997}. It follows from the question."
-
-
-@dataclass
-class Step:
-    token: str
-    raw: bytes
-    content: str
-    logprob: float
-    top: list[tuple[str, float]]
 
 
 def tokenize(text: str, split_utf8: bool) -> list[tuple[str, bytes, str]]:
@@ -125,308 +95,32 @@ def plan(model: ScriptedModel, prompt_text: str, max_tokens: int, top_k: int,
     return steps, finish
 
 
-def prompt_text_of(body: dict[str, Any]) -> str:
-    if "messages" in body:
-        return "\n".join(str(m.get("content", "")) for m in body["messages"])
-    prompt = body.get("prompt", "")
-    return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
+class ScriptedEngine:
+    """Plans the whole answer at once, then emits it token by token."""
+
+    def __init__(self, model: ScriptedModel, split_utf8: bool = False) -> None:
+        self.model = model
+        self.name = model.name
+        self.split_utf8 = split_utf8
+        self._rng = random.Random(1234)
+
+    async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
+                  emit: Emit) -> str:
+        rng = random.Random(self._rng.random())
+        steps, finish = plan(self.model, prompt_text_of(body), int(body.get("max_tokens") or 16),
+                             top_k, self.split_utf8, lambda: rng.uniform(-jitter, jitter))
+        for step in steps:
+            await emit(step)
+        return finish
 
 
-class ScriptedServer:
-    """Serve a ScriptedModel on 127.0.0.1 in a background thread (or in your own loop)."""
+class ScriptedServer(LabServer):
+    """A LabServer answering from a ScriptedModel in the given dialect."""
 
     def __init__(self, model: ScriptedModel | None = None, dialect: str = "vllm",
                  faults: Faults | None = None, replay: dict[str, bytes] | None = None,
-                 host: str = "127.0.0.1", port: int = 0, server_info: dict[str, Any] | None = None
-                 ) -> None:
-        if dialect not in DIALECTS:
-            raise ValueError(f"dialect must be one of {DIALECTS}")
+                 host: str = "127.0.0.1", port: int = 0,
+                 server_info: dict[str, Any] | None = None) -> None:
         self.model = model or ScriptedModel()
-        self.dialect = dialect
-        self.faults = faults or Faults()
-        self.replay = replay or {}
-        self.host, self.port = host, port
-        self.server_info = server_info or {}
-        self.requests: list[dict[str, Any]] = []
-        self.authorizations: list[str | None] = []
-        self._counter = 0
-        self.in_flight = 0
-        self._rng = random.Random(1234)
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/health", self._health)
-        app.router.add_get("/version", self._version)
-        app.router.add_get("/get_server_info", self._sglang_info)
-        app.router.add_get("/server_info", self._sglang_info)
-        app.router.add_get("/props", self._props)
-        app.router.add_post("/v1/chat/completions", self._generate)
-        app.router.add_post("/v1/completions", self._generate)
-        return app
-
-    async def start_async(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def stop_async(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    def start(self) -> ScriptedServer:
-        ready = threading.Event()
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(self.start_async())
-            ready.set()
-            self._loop.run_forever()
-            self._loop.run_until_complete(self.stop_async())
-            self._loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True, name="scripted-server")
-        self._thread.start()
-        ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-
-    def __enter__(self) -> ScriptedServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # --- metadata endpoints -------------------------------------------------------
-
-    async def _models(self, request: web.Request) -> web.Response:
-        entry = {"id": self.model.name, "object": "model", "created": 1700000000,
-                 "owned_by": OWNED_BY[self.dialect]}
-        if self.dialect == "vllm":
-            entry["max_model_len"] = 8192
-        return _json({"object": "list", "data": [entry]})
-
-    async def _health(self, request: web.Request) -> web.Response:
-        if self.dialect == "llamacpp":
-            return _json({"status": "ok"})
-        return web.Response(status=200)
-
-    async def _version(self, request: web.Request) -> web.Response:
-        if self.dialect != "vllm":
-            raise web.HTTPNotFound()
-        return _json({"version": self.server_info.get("version", "0.11.0")})
-
-    async def _sglang_info(self, request: web.Request) -> web.Response:
-        if self.dialect != "sglang":
-            raise web.HTTPNotFound()
-        info = {"model_path": self.model.name, "tp_size": 1, "quantization": None,
-                "kv_cache_dtype": "auto", "attention_backend": "flashinfer",
-                "context_length": 8192, "version": "0.5.9"}
-        return _json({**info, **self.server_info})
-
-    async def _props(self, request: web.Request) -> web.Response:
-        if self.dialect != "llamacpp":
-            raise web.HTTPNotFound()
-        props = {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1,
-                 "model_path": f"/models/{self.model.name}.gguf", "build_info": "b6000-abc1234"}
-        return _json({**props, **self.server_info})
-
-    # --- generation ---------------------------------------------------------------
-
-    async def _generate(self, request: web.Request) -> web.StreamResponse:
-        body = orjson.loads(await request.read())
-        number = self._counter
-        self._counter += 1
-        self.in_flight += 1
-        try:
-            return await self._respond(request, body, number)
-        except ConnectionResetError:  # the client went away (a cancelled filler request)
-            return web.Response(status=499)
-        finally:
-            self.in_flight -= 1
-
-    async def _respond(self, request: web.Request, body: dict[str, Any], number: int
-                       ) -> web.StreamResponse:
-        self.requests.append(body)
-        self.authorizations.append(request.headers.get("Authorization"))
-        chat = request.path.endswith("/chat/completions")
-        stream = bool(body.get("stream"))
-        if self.faults.latency_s:
-            await asyncio.sleep(self.faults.latency_s)
-        rejection = self._rejection(body)
-        if rejection is not None:
-            return rejection
-        status = self.faults.status.get(number)
-        if status is not None:
-            headers = {}
-            if self.faults.retry_after_s is not None:
-                headers["Retry-After"] = str(self.faults.retry_after_s)
-            return _json(_error_body(f"injected HTTP {status}", status), status, headers)
-        kind = ("chat" if chat else "completions") + ("-stream" if stream else "")
-        if kind in self.replay:
-            content_type = "text/event-stream" if stream else "application/json"
-            return web.Response(body=self.replay[kind], content_type=content_type)
-        steps, finish = self._plan(body)
-        render = _Renderer(self, body, chat, steps, finish)
-        if not stream:
-            if number in self.faults.drop:
-                request.transport.close()  # type: ignore[union-attr]
-                return web.Response()
-            return _json(render.whole())
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        chunks = render.chunks()
-        for n, chunk in enumerate(chunks):
-            if number in self.faults.drop and n == len(chunks) // 2:
-                request.transport.close()  # type: ignore[union-attr]
-                return response
-            await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-            if self.faults.token_delay_s:
-                await asyncio.sleep(self.faults.token_delay_s)
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-    def _rejection(self, body: dict[str, Any]) -> web.Response | None:
-        for name in sorted(self.faults.reject_fields & set(body)):
-            return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
-        k = _requested_k(body)
-        limit = self.faults.max_top_logprobs
-        if limit is not None and k > limit:
-            message = (f"Requested sample logprobs of {k}, which is greater than max allowed: "
-                       f"{limit}")
-            return _json(_error_body(message, 400), 400)
-        return None
-
-    def _plan(self, body: dict[str, Any]) -> tuple[list[Step], str]:
-        top_k = _requested_k(body)
-        if self.dialect == "sglang":
-            top_k = min(top_k, 5)  # SGLang may return fewer alternatives than asked
-        loaded = self.faults.load_sensitive and self.in_flight > 1
-        # relative, like float rounding under another reduction order
-        scale = 1e-7 if self.faults.nondeterministic or loaded else 0.0
-        rng = random.Random(self._rng.random())
-        return plan(self.model, prompt_text_of(body), int(body.get("max_tokens") or 16),
-                    top_k, self.dialect == "llamacpp", lambda: rng.uniform(-scale, scale))
-
-    def wants_logprobs(self, body: dict[str, Any]) -> bool:
-        return not self.faults.no_logprobs and bool(body.get("logprobs"))
-
-
-class _Renderer:
-    """Turns planned steps into one dialect's response body or stream chunks."""
-
-    def __init__(self, server: ScriptedServer, body: dict[str, Any], chat: bool,
-                 steps: list[Step], finish: str) -> None:
-        self.dialect = server.dialect
-        self.model = body.get("model") or server.model.name
-        self.chat = chat
-        self.steps = steps
-        self.finish = finish
-        self.logprobs = server.wants_logprobs(body)
-        self.extra_alt = server.dialect == "llama-cpp-python"
-        self.legacy = not chat and server.dialect != "llamacpp"
-        prompt_tokens = len(prompt_text_of(body).split())
-        self.usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(steps),
-                      "total_tokens": prompt_tokens + len(steps)}
-        self.envelope: dict[str, Any] = {"id": "cmpl-scripted", "created": int(time.time()),
-                                         "model": self.model}
-        if self.dialect == "llamacpp":
-            self.envelope["system_fingerprint"] = "b6000-abc1234"
-
-    def text(self) -> str:
-        return "".join(step.content for step in self.steps)
-
-    def whole(self) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": self.finish}
-        if self.chat:
-            choice["message"] = {"role": "assistant", "content": self.text()}
-            if self.dialect == "vllm":
-                choice["message"]["reasoning_content"] = None
-        else:
-            choice["text"] = self.text()
-        choice["logprobs"] = self._logprobs(self.steps) if self.logprobs else None
-        kind = "chat.completion" if self.chat else "text_completion"
-        return {**self.envelope, "object": kind, "choices": [choice], "usage": self.usage}
-
-    def chunks(self) -> list[dict[str, Any]]:
-        kind = "chat.completion.chunk" if self.chat else "text_completion"
-        chunks = []
-        if self.chat:
-            chunks.append(self._chunk(kind, {"role": "assistant", "content": ""}, None, None))
-        separate_finish = self.dialect in ("sglang", "llamacpp")
-        for n, step in enumerate(self.steps):
-            last = n == len(self.steps) - 1
-            finish = self.finish if last and not separate_finish else None
-            logprobs = self._logprobs([step]) if self.logprobs else None
-            chunks.append(self._chunk(kind, {"content": step.content}, logprobs, finish,
-                                      text=step.content))
-        if separate_finish or not self.steps:
-            chunks.append(self._chunk(kind, {}, None, self.finish, text=""))
-        chunks.append({**self.envelope, "object": kind, "choices": [], "usage": self.usage})
-        return chunks
-
-    def _chunk(self, kind: str, delta: dict[str, Any], logprobs: Any, finish: str | None,
-               text: str = "") -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "logprobs": logprobs, "finish_reason": finish}
-        if self.chat:
-            choice["delta"] = delta
-        else:
-            choice["text"] = text
-        return {**self.envelope, "object": kind, "choices": [choice]}
-
-    def _logprobs(self, steps: list[Step]) -> dict[str, Any]:
-        if self.legacy:
-            return {
-                "text_offset": [0] * len(steps),
-                "tokens": [s.token for s in steps],
-                "token_logprobs": [s.logprob for s in steps],
-                "top_logprobs": [dict(self._alternatives(s)) for s in steps],
-            }
-        return {"content": [self._entry(s.token, s.logprob, s.raw, {
-            "top_logprobs": [self._entry(t, v, t.encode()) for t, v in self._alternatives(s)]})
-            for s in steps]}
-
-    def _alternatives(self, step: Step) -> list[tuple[str, float]]:
-        if self.extra_alt:  # llama-cpp-python sends one more than asked
-            return step.top + [(" extra", step.logprob - 50.0)]
-        return step.top
-
-    def _entry(self, token: str, logprob: float, raw: bytes, extra: dict[str, Any] | None = None
-               ) -> dict[str, Any]:
-        entry: dict[str, Any] = {"token": token, "logprob": logprob}
-        entry["bytes"] = None if self.dialect == "llama-cpp-python" else list(raw)
-        if self.dialect == "llamacpp":
-            entry["id"] = int(hashlib.sha256(raw).hexdigest()[:6], 16)
-        return {**entry, **(extra or {})}
-
-
-def _requested_k(body: dict[str, Any]) -> int:
-    """top_logprobs on chat; an integer `logprobs` on legacy completions."""
-    legacy = body.get("logprobs")
-    if isinstance(legacy, int) and not isinstance(legacy, bool):
-        return legacy
-    return int(body.get("top_logprobs") or 0)
-
-
-def _error_body(message: str, status: int) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "BadRequestError" if status == 400 else
-                      "ServerError", "param": None, "code": status}}
-
-
-def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, headers=headers,
-                        content_type="application/json")
+        super().__init__(ScriptedEngine(self.model, split_utf8=dialect == "llamacpp"), dialect,
+                         faults, replay, host, port, server_info)
