@@ -109,7 +109,10 @@ def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     there the coroutine gets its own loop in a worker thread."""
     try:
         asyncio.get_running_loop()
+        running = True
     except RuntimeError:
+        running = False
+    if not running:
         return asyncio.run(coroutine)
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()

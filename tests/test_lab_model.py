@@ -1,0 +1,148 @@
+"""The lab endpoints on the real Gemma 3 270M: tested like any endpoint (heavy: CI runs them)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from quantcheck import CollectSettings, collect, compare, load_run
+from quantcheck.cli import cli
+from quantcheck.lab.server import LabServer
+
+pytestmark = pytest.mark.model
+
+try:
+    import torch
+
+    from quantcheck.lab.model import ModelEngine
+except ImportError:  # the demo extra is not installed
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("the demo extra (torch, transformers, the model package) is not installed",
+                allow_module_level=True)
+
+PROMPTS = """
+defaults: {max_tokens: 8, stop: ["\\n"]}
+prompts:
+  - {id: capital, prompt: "Q: What is the capital of Japan?\\nA: Tokyo\\nQ: What is the capital of France?\\nA:", expect: {contains: Paris}}
+  - {id: dog, prompt: "Q: How many legs does a dog have?\\nA:", expect: {any_of: ["4", four]}}
+  - {id: chat, messages: [{role: user, content: "The opposite of hot is"}], max_tokens: 4}
+"""
+
+_engines: dict[tuple[str, str], Any] = {}
+
+
+def engine(precision: str = "bf16", fault: str = "none") -> Any:
+    """One engine per (precision, fault) for the whole session: loading takes seconds."""
+    if (precision, fault) not in _engines:
+        _engines[(precision, fault)] = ModelEngine(precision, fault, threads=2)
+    return _engines[(precision, fault)]
+
+
+@pytest.fixture
+def lab() -> Iterator[Any]:
+    servers: list[LabServer] = []
+
+    def start(precision: str = "bf16", fault: str = "none") -> LabServer:
+        server = LabServer(engine(precision, fault)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def run(server: LabServer, prompts: Path, out: Path, **settings: Any) -> Any:
+    collect([prompts], out, CollectSettings(endpoint=server.url, label=out.name,
+                                            top_logprobs=5, **settings))
+    return load_run(out)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_logprobs_are_the_models_log_softmax_and_greedy_is_argmax(
+        lab: Any, write_prompts: Any, tmp_path: Path, stream: bool) -> None:
+    server = lab()
+    result = run(server, write_prompts(PROMPTS), tmp_path / "bf16", stream=stream)
+    manifest = result.manifest
+    assert manifest["server"]["runtime"] == "vllm" and manifest["model"] == "gemma-3-270m"
+    model = engine().model
+    tokenizer = engine().tokenizer
+    records = {r.prompt_id: r for r in result.completions()}
+    assert "Paris" in (records["capital"].text or "")
+    for prompt_id in ("capital", "dog"):
+        record = records[prompt_id]
+        assert record.error is None and record.tokens is not None and len(record.tokens) > 0
+        prompt = result.prompts[prompt_id].request["prompt"]
+        prompt_ids = tokenizer(prompt).input_ids
+        generated = tokenizer(prompt + (record.text or ""), add_special_tokens=True).input_ids
+        assert generated[:len(prompt_ids)] == prompt_ids
+        with torch.no_grad():
+            logits = model(torch.tensor([generated])).logits[0].float()
+        reference = torch.log_softmax(logits, -1)
+        for position, (token, logprob) in enumerate(zip(record.tokens.text,
+                                                        record.tokens.logprob, strict=True)):
+            row = reference[len(prompt_ids) - 1 + position]
+            chosen = int(torch.argmax(row))
+            assert tokenizer.decode([chosen]) == token  # greedy: the argmax token
+            assert logprob == pytest.approx(float(row[chosen]), abs=2e-3)
+            assert record.tokens.top_logprob[position][0] == logprob  # top-1 is the chosen
+    assert records["chat"].text and records["chat"].finish_reason in ("stop", "length")
+
+
+def test_reference_is_deterministic_and_the_fault_is_not(lab: Any, write_prompts: Any,
+                                                         tmp_path: Path) -> None:
+    prompts = write_prompts(PROMPTS)
+    reference = run(lab(), prompts, tmp_path / "a", repeats=6, repeat_mode="sequential")
+    faulty = run(lab("bf16", "nondeterministic"), prompts, tmp_path / "b", repeats=6,
+                 repeat_mode="sequential")
+    pairs = compare(reference.path, faulty.path).set_index("prompt_id")
+    assert (pairs["a_signatures"] == 1).all()
+    assert (pairs.loc[["capital", "dog"], "b_signatures"] > 1).all()
+    assert (pairs["b_texts"] == 1).all()  # only the last bits of the logprobs move
+
+
+def test_precisions_change_numerics_and_the_lmhead_fault_is_caught(
+        lab: Any, write_prompts: Any, tmp_path: Path) -> None:
+    prompts = write_prompts(PROMPTS)
+    a = run(lab(), prompts, tmp_path / "a")
+    fp8 = run(lab("fp8"), prompts, tmp_path / "fp8")
+    broken = run(lab("bf16", "lmhead-noscale"), prompts, tmp_path / "broken")
+    drift = compare(a.path, fp8.path)
+    assert (drift["logprob_mean_abs_diff"].dropna() > 0).any()
+    assert drift["kl_topk_mean"].dropna().max() > 0
+    pairs = compare(a.path, broken.path).set_index("prompt_id")
+    assert not pairs["identical"].any()
+    assert pairs.loc["capital", "flip"] == "regression"
+
+
+def test_broken_head_loops_like_the_sglang_bug(lab: Any, write_prompts: Any,
+                                               tmp_path: Path) -> None:
+    prompts = write_prompts("""
+        defaults: {max_tokens: 48}
+        prompts:
+          - {id: legs, prompt: "Q: How many legs does a dog have?\\nA:"}
+          - {id: opposite, prompt: "The opposite of hot is"}
+    """)
+    a = run(lab(), prompts, tmp_path / "a")
+    b = run(lab("bf16", "lmhead-noscale"), prompts, tmp_path / "b")
+    pairs = compare(a.path, b.path)
+    assert list(pairs["b_degenerate"]) == ["repetition", "repetition"]
+    assert not pairs["a_degenerate"].any()
+    assert list(pairs["b_finish_reason"]) == ["length", "length"]
+
+
+def test_demo_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--repeats", "1",
+                                      "--b-precision", "int4"])
+    assert result.exit_code == 0, result.output
+    assert "bf16 (A) vs int4 (B):" in result.output
+    assert "gate (default policy):" in result.output
+    assert (out / "index.html").exists() and (out / "pairs.csv").exists()
+    assert "quantization" in (out / "summary.json").read_text()
