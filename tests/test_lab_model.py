@@ -29,8 +29,12 @@ except ImportError:  # the demo extra is not installed
 PROMPTS = """
 defaults: {max_tokens: 8, stop: ["\\n"]}
 prompts:
-  - {id: capital, prompt: "Q: What is the capital of Japan?\\nA: Tokyo\\nQ: What is the capital of France?\\nA:", expect: {contains: Paris}}
-  - {id: dog, prompt: "Q: How many legs does a dog have?\\nA:", expect: {any_of: ["4", four]}}
+  - id: capital
+    prompt: "Q: What is the capital of Japan?\\nA: Tokyo\\nQ: What is the capital of France?\\nA:"
+    expect: {contains: Paris}
+  - id: dog
+    prompt: "Q: How many legs does a dog have?\\nA:"
+    expect: {any_of: ["4", four]}
   - {id: chat, messages: [{role: user, content: "The opposite of hot is"}], max_tokens: 4}
 """
 

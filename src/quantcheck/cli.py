@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from . import __version__
-from .cells import parse_cell_options
+from .cells import CELL_AXES, parse_cell_options
 from .collect import REPEAT_MODES, CollectResult, CollectSettings, collect, collect_async
 from .compare import compare_to_dir
 from .errors import QuantcheckError
@@ -519,6 +519,222 @@ def _model_demo(out: Path, options: dict[str, Any], b_precision: str,
 
 _NO_EXTRAS: dict[str, Any] = {"a_log": None, "b_log": None, "signature_files": (),
                               "approvals": None}
+
+
+@cli.command("probe")
+@click.argument("endpoint")
+@click.option("--model", help="Model name (default: the one model /v1/models lists).")
+@click.option("--cell", multiple=True, metavar="KEY=VALUE",
+              help="Facts the server cannot tell, e.g. gpu=H100.")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole description as JSON.")
+def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
+                  api_key_env: str | None, as_json: bool) -> None:
+    """Print what a server reveals about itself and its serving-cell key.
+
+    \b
+    Example:
+      quantcheck probe http://127.0.0.1:8000/v1 --cell gpu="RTX PRO 6000" --cell vram_gb=96
+    """
+    from .servers import probe
+
+    overrides = run_guarded(lambda: parse_cell_options(cell), "")
+    found = run_guarded(lambda: probe(endpoint, model, overrides, api_key_env), "")
+    if as_json:
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+        return
+    click.echo(f"endpoint: {found['endpoint']}")
+    for axis in [*CELL_AXES, *sorted(set(found["cell"]) - set(CELL_AXES))]:
+        value = found["cell"].get(axis)
+        click.echo(f"{axis:>16}: {'(unknown)' if value is None else value}")
+    click.echo(f"cell key: {found['cell_key']}")
+
+
+@cli.command("determinism")
+@click.option("--endpoint", required=True, help="Base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder: one run per mode, determinism.csv/.json, index.html.")
+@click.option("--modes", default="sequential,burst,loaded", show_default=True,
+              help="Comma-separated repeat modes: sequential, burst, loaded, pool.")
+@click.option("--model", help="Model name (default: the one model /v1/models lists).")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--fail-on-nondeterminism", is_flag=True,
+              help="Exit 1 when any prompt gives more than one signature (or text).")
+@_sig_digits
+@request_options
+def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
+                        api_key_env: str | None, fail_on_nondeterminism: bool,
+                        sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
+                        **options: Any) -> None:
+    """Is this endpoint deterministic? Repeated identical greedy requests, per mode.
+
+    Reports per prompt and mode "k distinct of n" for texts and logprob signatures,
+    the first position where repeats differ and the largest logprob spread.
+
+    \b
+    Example:
+      quantcheck determinism --endpoint http://127.0.0.1:8000/v1 \\
+          --prompts prompts/spot-check.yaml --repeats 6 --out reports/determinism
+    """
+    from .determinism import determinism_report, render_determinism
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in REPEAT_MODES]
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown mode {unknown[0] if unknown else modes!r}; choose "
+                                 f"from {', '.join(REPEAT_MODES)}", param_hint="--modes")
+    if options["repeats"] == 1:
+        options["repeats"] = 6
+    runs = {}
+    for mode in chosen:
+        settings = settings_from(endpoint, mode, model, api_key_env,
+                                 {**options, "repeat_mode": mode})
+        _collect_with_progress(prompt_files, out / mode, settings, force)
+        runs[mode] = out / mode
+    frame, summary = run_guarded(lambda: determinism_report(runs, out, sig_digits), "")
+    page = render_determinism(out, frame.to_dict("records"), summary, endpoint, model or "")
+    for mode, counts in summary["modes"].items():
+        click.echo(f"{mode}: {counts['prompts']} prompts: {counts['deterministic']} "
+                   f"deterministic, {counts['logprobs_vary']} with varying logprobs, "
+                   f"{counts['text_varies']} with varying text")
+    click.echo(f"report: {out / 'determinism.csv'}, {page}")
+    varying = int((frame["verdict"] != "deterministic").sum())
+    if fail_on_nondeterminism and varying:
+        click.echo(f"FAIL: {varying} prompt/mode results are nondeterministic", err=True)
+        sys.exit(1)
+
+
+@cli.command("logscan")
+@click.argument("logs", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--signatures", "signature_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Your own signatures YAML, besides the shipped one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the matches as JSON.")
+def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
+                    as_json: bool) -> None:
+    """Scan server logs for known failure signatures; exit 1 on a blocking one.
+
+    \b
+    Example:
+      quantcheck logscan sglang-server.log
+    """
+    from dataclasses import asdict
+
+    from .logscan import load_signatures, scan_log
+
+    def work() -> list[Any]:
+        signatures = load_signatures(signature_files)
+        return [match for log in logs for match in scan_log(log, signatures)]
+
+    matches = run_guarded(work, "")
+    if as_json:
+        click.echo(json.dumps([asdict(m) for m in matches], indent=2))
+    for match in [] if as_json else matches:
+        kind = "BLOCKING" if match.blocking else "warning"
+        click.echo(f"{kind} {match.log}:{match.line} ({match.count}x) {match.signature}\n"
+                   f"  {match.text}\n  meaning: {match.meaning}\n  action: {match.action}\n"
+                   f"  reference: {match.reference}")
+    if not matches and not as_json:
+        click.echo(f"no known failure signature in {len(logs)} log(s)")
+    sys.exit(1 if any(m.blocking for m in matches) else 0)
+
+
+@cli.command("gate")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Policy YAML; the options below override it.")
+@click.option("--max-factual-flips", type=click.IntRange(0),
+              help="Expect regressions plus reviewer-labelled blocking pairs (default 0).")
+@click.option("--max-new-degenerate", type=click.IntRange(0),
+              help="Repetition loops or empty answers on B that A did not have (default 0).")
+@click.option("--max-nondeterministic", type=click.IntRange(0),
+              help="Prompts with more than one text or signature, per side (default off).")
+@click.option("--require-review/--no-require-review", default=None,
+              help="Fail while a non-identical pair has no verdict and no approval.")
+@click.option("--min-identical-share", type=click.FloatRange(0, 1),
+              help="Minimum share of identical pairs (default off).")
+@click.option("--max-not-compared", type=click.IntRange(0),
+              help="Prompts not compared: other hash, one side only, failed (default off).")
+@click.option("--max-blocking-log-signatures", type=click.IntRange(0),
+              help="Blocking failure signatures found in --a-log/--b-log (default 0).")
+@click.option("--review", "review_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An exported review file, besides REPORT_DIR/reviews/*.json.")
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Rubric YAML naming the blocking labels (default: rubrics/default.yaml).")
+def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path, ...],
+                 rubric: Path | None, **overrides: Any) -> None:
+    """Fail the build on any factual flip: exit 0 pass, 1 fail, 2 input error.
+
+    Writes REPORT_DIR/gate.json and junit.xml, prints a Markdown summary (also
+    appended to $GITHUB_STEP_SUMMARY) and a one-line verdict on stderr.
+
+    \b
+    Example:
+      quantcheck gate reports/fp8 --require-review
+      quantcheck gate reports/fp8 --policy prompts/policy.yaml
+    """
+    from dataclasses import replace
+
+    from . import gate
+    from .rubric import load_rubric
+
+    def work() -> tuple[gate.Verdict, dict[str, Any]]:
+        pairs, summary = gate.require_report(report_dir)
+        chosen = load_rubric(rubric)
+        settings = replace(gate.load_policy(policy),
+                           **{k: v for k, v in overrides.items() if v is not None})
+        verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
+                                      summary["identity"], set(pairs["prompt_id"].astype(str)))
+        verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings,
+                                summary.get("log_matches"))
+        gate.write_gate_json(verdict, report_dir / "gate.json")
+        (report_dir / "junit.xml").write_bytes(gate.junit_xml(verdict, pairs))
+        return verdict, summary
+
+    verdict, summary = run_guarded(work, "Nothing was written.")
+    text = gate.markdown(verdict, summary)
+    click.echo(text)
+    gate.append_step_summary(text)
+    click.echo(gate.one_line(verdict), err=True)
+    sys.exit(0 if verdict.passed else 1)
+
+
+@cli.command("approve")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
+              help="Approvals file (default: approvals.json next to the prompt set).")
+@click.option("--review", "review_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An exported review file, besides REPORT_DIR/reviews/*.json.")
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def approve_command(report_dir: Path, approvals: Path | None, review_files: tuple[Path, ...],
+                    rubric: Path | None) -> None:
+    """Store reviewed non-blocking pairs as approved known differences.
+
+    Later compares prefill the same pair (same prompt hash, same two texts) as
+    approved, so it never needs a second review; any new difference still does.
+    Commit the approvals file next to your prompt set.
+
+    \b
+    Example:
+      quantcheck approve reports/fp8 --approvals prompts/approvals.json
+    """
+    from . import gate
+    from .approvals import approve, default_approvals_path
+    from .rubric import load_rubric
+
+    def work() -> tuple[int, Path]:
+        pairs, summary = gate.require_report(report_dir)
+        chosen = load_rubric(rubric)
+        verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
+                                      summary["identity"], set(pairs["prompt_id"].astype(str)))
+        path = approvals or default_approvals_path(report_dir)
+        return approve(pairs, verdicts, set(chosen.blocking), path), path
+
+    added, path = run_guarded(work, "Nothing was written.")
+    click.echo(f"approved {added} reviewed pairs -> {path}")
 
 
 @cli.group("lab")
