@@ -327,3 +327,18 @@ def test_ctrl_c_keeps_records_and_says_how_to_resume(serve: Serve, write_prompts
     manifest = orjson.loads((out / "manifest.json").read_bytes())
     assert manifest["status"] == "interrupted"
     assert 3 <= len(records(out)) < 20
+
+
+
+def test_a_validation_error_sent_as_http_500_stops_the_run(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    # llama-cpp-python reports a rejected field as HTTP 500 with a pydantic message
+    message = ("1 validation error:\n  {'type': 'greater_than_equal', 'loc': ('body', "
+               "'repeat_penalty'), 'msg': 'Input should be greater than or equal to 0'}")
+    server = serve(MODEL, "llama-cpp-python",
+                   faults=Faults(status={n: 500 for n in range(20)}, status_message=message))
+    with pytest.raises(ParameterRejected) as caught:
+        collect([write_prompts(TWO_PROMPTS)], tmp_path / "run",
+                CollectSettings(endpoint=server.url, label="a", concurrency=1))
+    assert """--extra-body '{"repeat_penalty": null}'""" in str(caught.value)
+    assert len(server.requests) == 1  # not retried: retrying cannot help

@@ -51,12 +51,14 @@ def test_options_override_and_null_drops_a_field(write_prompts: Callable[[str], 
         prompts:
           - {id: a, prompt: "hello", max_tokens: 100}
     """)
-    options = RequestOptions(max_tokens=5, api="chat", extra_body={"top_k": None, "min_p": 0})
+    options = RequestOptions(max_tokens=5, api="chat",
+                             extra_body={"repeat_penalty": None, "min_p": 0})
     (prompt,) = load_prompts([path], options)
     assert prompt.api == "chat"
     assert prompt.request["messages"] == [{"role": "user", "content": "hello"}]
     assert prompt.request["max_tokens"] == 5
-    assert "top_k" not in prompt.request and prompt.request["min_p"] == 0
+    assert "repeat_penalty" not in prompt.request and prompt.request["min_p"] == 0
+    assert prompt.request["repetition_penalty"] == 1.0
 
 
 def test_hash_is_stable_and_tracks_the_request(write_prompts: Callable[[str], Path]) -> None:

@@ -65,7 +65,7 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str | None
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise click.BadParameter('must be a JSON object, e.g. {"top_k": null}')
+        raise click.BadParameter('must be a JSON object, e.g. {"repeat_penalty": null}')
     return data
 
 
@@ -94,7 +94,7 @@ def request_options(function: F) -> F:
                      help="Stream responses (measures time to first token)."),
         click.option("--extra-body", callback=_json_object,
                      help='JSON merged into every request; null drops a field, e.g. '
-                          '\'{"top_k": null}\'.'),
+                          '\'{"repeat_penalty": null}\'.'),
         click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
                      help="Seconds per request."),
         click.option("--retries", default=4, show_default=True, type=click.IntRange(0),

@@ -178,6 +178,9 @@ def _has_output(chunk: dict[str, Any]) -> bool:
 def _classify_status(exc: openai.APIStatusError) -> Exception:
     status = exc.status_code
     message = _error_message(exc)
+    if status == 500 and "validation error" in message:
+        # llama-cpp-python answers a rejected request field with HTTP 500
+        return ParameterRejected(message)
     if status in RETRYABLE_STATUS:
         return RetryableError(f"HTTP {status}: {message}", _retry_after(exc))
     if status in (400, 422):

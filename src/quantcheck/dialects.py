@@ -14,10 +14,15 @@ Dialects seen in the wild:
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import Tokens, TopK
+from .records import Tokens
+
+
+_LOGPROB = operator.itemgetter("logprob")
+_TOKEN = operator.itemgetter("token")
 
 
 @dataclass
@@ -97,37 +102,38 @@ def _absorb_choice(generation: Generation, choice: dict[str, Any], top_k: int,
 def _absorb_logprobs(tokens: Tokens, logprobs: dict[str, Any], top_k: int) -> None:
     if "content" in logprobs or "tokens" not in logprobs:
         for entry in logprobs.get("content") or []:
-            tokens.append(
-                entry.get("token", ""),
-                entry.get("logprob"),
-                _top_from_entries(entry.get("top_logprobs"), top_k),
-                token_id=entry.get("id"),
-                raw=entry.get("bytes"),
-            )
+            top_text, top_logprob = _top_columns(entry.get("top_logprobs") or [], top_k)
+            tokens.append(entry.get("token", ""), entry.get("logprob"), top_text, top_logprob,
+                          token_id=entry.get("id"), raw=entry.get("bytes"))
         return
     top_lists = logprobs.get("top_logprobs") or []
     token_logprobs = logprobs.get("token_logprobs") or []
     for position, token in enumerate(logprobs["tokens"]):
-        alternatives = top_lists[position] if position < len(top_lists) else None
+        alternatives = (top_lists[position] if position < len(top_lists) else None) or {}
         logprob = token_logprobs[position] if position < len(token_logprobs) else None
-        tokens.append(token, logprob, _top_from_dict(alternatives, top_k))
+        entries = [{"token": t, "logprob": v} for t, v in alternatives.items()]
+        tokens.append(token, logprob, *_top_columns(entries, top_k))
 
 
-def _top_from_entries(entries: list[dict[str, Any]] | None, top_k: int) -> TopK:
-    if not entries:
-        return []
-    pairs = [(e.get("token", ""), e["logprob"]) for e in entries if e.get("logprob") is not None]
-    return _sorted_top(pairs, top_k)
+def _top_columns(entries: list[dict[str, Any]], top_k: int) -> tuple[list[str], list[float]]:
+    """The alternatives as (tokens, logprobs), highest first, cut to k.
 
-
-def _top_from_dict(alternatives: dict[str, float] | None, top_k: int) -> TopK:
-    if not alternatives:
-        return []
-    return _sorted_top([(t, v) for t, v in alternatives.items() if v is not None], top_k)
-
-
-def _sorted_top(pairs: list[tuple[str, float]], top_k: int) -> TopK:
-    # Stable sort keeps the server's order among exact ties; extra alternatives beyond
-    # the requested k (llama-cpp-python adds the sampled token) are cut off.
-    pairs.sort(key=lambda pair: -pair[1])
-    return pairs[:top_k] if top_k > 0 else pairs
+    Servers usually send them sorted (checked in one pass); otherwise a stable sort
+    keeps their order among exact ties. Extra alternatives beyond the requested k
+    (llama-cpp-python adds the sampled token) are cut off.
+    """
+    try:  # the common case at C speed: every entry has both fields
+        logprobs: list[float] = list(map(_LOGPROB, entries))
+        texts: list[str] = list(map(_TOKEN, entries))
+    except KeyError:
+        logprobs = [e.get("logprob") for e in entries]  # type: ignore[misc]
+        texts = [e.get("token", "") for e in entries]
+    if None in logprobs:
+        kept = [i for i, v in enumerate(logprobs) if v is not None]
+        texts, logprobs = [texts[i] for i in kept], [logprobs[i] for i in kept]
+    if not all(map(operator.ge, logprobs, logprobs[1:])):
+        order = sorted(range(len(logprobs)), key=lambda i: -logprobs[i])
+        texts, logprobs = [texts[i] for i in order], [logprobs[i] for i in order]
+    if 0 < top_k < len(texts):
+        return texts[:top_k], logprobs[:top_k]
+    return texts, logprobs

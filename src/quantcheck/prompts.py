@@ -18,12 +18,14 @@ from .records import Expect, Prompt
 DEFAULT_MAX_TOKENS = 256
 
 # Sent with every request so that "temperature 0" really is greedy on every runtime:
-# llama-cpp-python defaults to repeat_penalty 1.1 and top_k 40, vLLM and SGLang
-# spell the penalty repetition_penalty. A field set to null in --extra-body is dropped.
+# llama-cpp-python defaults to repeat_penalty 1.1, which changes the logits; vLLM and
+# SGLang spell the penalty repetition_penalty. top_k is left out on purpose: it cannot
+# move the argmax, and runtimes disagree on its "off" value (vLLM and SGLang take -1,
+# llama-cpp-python rejects anything below 0). A field set to null in --extra-body is
+# dropped.
 GREEDY_FIELDS: dict[str, Any] = {
     "temperature": 0.0,
     "top_p": 1.0,
-    "top_k": -1,
     "seed": 0,
     "frequency_penalty": 0.0,
     "presence_penalty": 0.0,

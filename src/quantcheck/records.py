@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -136,15 +135,17 @@ class Tokens:
         self,
         token: str,
         logprob: float | None,
-        top: TopK,
+        top_text: list[str],
+        top_logprob: list[float],
         token_id: int | None = None,
         raw: list[int] | None = None,
     ) -> None:
+        """Add one position; its alternatives must already be sorted, highest first."""
         position = len(self.text)
         self.text.append(token)
         self.logprob.append(logprob)
-        self.top_text.append([t for t, _ in top])
-        self.top_logprob.append([v for _, v in top])
+        self.top_text.append(top_text)
+        self.top_logprob.append(top_logprob)
         if token_id is not None:
             if self.ids is None:
                 self.ids = [-1] * position
@@ -159,12 +160,9 @@ class Tokens:
             self.raw_bytes.append(None)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "text": self.text,
-            "logprob": [_finite(v) for v in self.logprob],
-            "top_text": self.top_text,
-            "top_logprob": [[_finite(v) for v in values] for values in self.top_logprob],
-        }
+        # JSON cannot carry infinities, so a parsed server response never holds one.
+        data: dict[str, Any] = {"text": self.text, "logprob": self.logprob,
+                                "top_text": self.top_text, "top_logprob": self.top_logprob}
         if self.ids is not None:
             data["ids"] = self.ids
         if self.raw_bytes is not None:
@@ -181,13 +179,6 @@ class Tokens:
             ids=data.get("ids"),
             raw_bytes=data.get("raw_bytes"),
         )
-
-
-def _finite(value: float | None) -> float | None:
-    # JSON has no -inf; a token the server gave -inf is stored as the lowest float.
-    if value is None or math.isfinite(value):
-        return value
-    return -1.7976931348623157e308 if value < 0 else 1.7976931348623157e308
 
 
 @dataclass
@@ -214,7 +205,8 @@ class Completion:
         return self.error is None
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        # Not dataclasses.asdict: it deep-copies every token list (most of the cost).
+        data = {name: getattr(self, name) for name in _COMPLETION_FIELDS}
         data["tokens"] = self.tokens.to_json() if self.tokens is not None else None
         return data
 

