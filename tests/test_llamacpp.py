@@ -39,7 +39,8 @@ PROMPTS = """
 defaults: {max_tokens: 6, stop: ["\\n"]}
 prompts:
   - id: capital
-    prompt: "Q: What is the capital of Germany?\\nA: Berlin\\nQ: What is the capital of France?\\nA:"
+    prompt: "Q: What is the capital of Germany?\\nA: Berlin\\n\\
+      Q: What is the capital of France?\\nA:"
     expect: {contains: Paris}
   - id: legs
     prompt: "Q: How many legs does a dog have?\\nA:"

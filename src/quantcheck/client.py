@@ -11,6 +11,7 @@ import os
 import random
 import re
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -149,11 +150,11 @@ async def _read_stream(response: Any, top_k: int, started: float
     accumulator = StreamAccumulator(top_k)
     ttft: float | None = None
     done = False
-    async for line in response.iter_lines():
-        if not line.startswith("data:"):
+    async for line in _sse_lines(response):
+        if not line.startswith(b"data:"):
             continue
         payload = line[5:].strip()
-        if payload == "[DONE]":
+        if payload == b"[DONE]":
             done = True
             break
         chunk = orjson.loads(payload)
@@ -164,6 +165,19 @@ async def _read_stream(response: Any, top_k: int, started: float
     if not done and generation.finish_reason is None:
         raise RetryableError("stream ended before [DONE] and without a finish_reason")
     return generation, ttft
+
+
+async def _sse_lines(response: Any) -> AsyncIterator[bytes]:
+    """The stream's lines as bytes: split here rather than decoded to text line by
+    line by the SDK, and parsed by orjson straight from bytes."""
+    pending = b""
+    async for piece in response.iter_bytes():
+        pending += piece
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line
+    if pending:
+        yield pending
 
 
 def _has_output(chunk: dict[str, Any]) -> bool:

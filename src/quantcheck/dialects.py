@@ -20,7 +20,6 @@ from typing import Any
 
 from .records import Tokens
 
-
 _LOGPROB = operator.itemgetter("logprob")
 _TOKEN = operator.itemgetter("token")
 

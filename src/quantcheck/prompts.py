@@ -77,7 +77,11 @@ class _Located(dict[str, Any]):
     key_lines: dict[str, int]
 
 
-class _LineLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML has it (several times faster on large prompt sets)
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _LineLoader(_SafeLoader):  # type: ignore[misc]
     pass
 
 
