@@ -39,6 +39,16 @@ Serve = Callable[..., ScriptedServer]
 WritePrompts = Callable[[str], Path]
 
 
+def wait_for_records(run_dir: Path, count: int) -> None:
+    """Until a running collection has written `count` records (60 s at most)."""
+    deadline = time.monotonic() + 60
+    path = run_dir / "completions.jsonl"
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= count:
+            return
+        time.sleep(0.02)
+
+
 def records(run_dir: Path) -> list[dict[str, object]]:
     lines = (run_dir / "completions.jsonl").read_bytes().splitlines()
     return [orjson.loads(line) for line in lines]
@@ -258,12 +268,7 @@ def test_resume_after_kill_never_duplicates(serve: Serve, write_prompts: WritePr
                "--prompts", str(prompts), "--out", str(out), "--repeats", "2",
                "--concurrency", "2"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        path = out / "completions.jsonl"
-        if path.exists() and path.read_bytes().count(b"\n") >= 5:
-            break
-        time.sleep(0.02)
+    wait_for_records(out, 5)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     kept = len(records(out))
@@ -313,12 +318,7 @@ def test_ctrl_c_keeps_records_and_says_how_to_resume(serve: Serve, write_prompts
         [sys.executable, "-m", "quantcheck", "collect", "--endpoint", server.url, "--prompts",
          str(write_prompts(many)), "--out", str(out), "--concurrency", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        path = out / "completions.jsonl"
-        if path.exists() and path.read_bytes().count(b"\n") >= 3:
-            break
-        time.sleep(0.02)
+    wait_for_records(out, 3)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 130

@@ -21,7 +21,8 @@ PROMPTS = "prompts:\n" + "".join(f"  - {{id: p{n}, category: c, prompt: 'questio
 def test_modes_show_load_dependent_nondeterminism(
         serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
         tmp_path: Path) -> None:
-    server = serve(ScriptedModel(), faults=Faults(load_sensitive=True, latency_s=0.05))
+    server = serve(ScriptedModel(), faults=Faults(load_sensitive=True, latency_s=0.05,
+                                                   token_delay_s=0.005))
     out = tmp_path / "det"
     result = CliRunner().invoke(cli, [
         "determinism", "--endpoint", server.url, "--prompts", str(write_prompts(PROMPTS)),
@@ -69,7 +70,8 @@ def test_unknown_mode_is_a_usage_error(write_prompts: Callable[[str], Path],
 def test_compare_says_which_mode_made_the_repeats(
         serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
         tmp_path: Path, mode: str) -> None:
-    server = serve(ScriptedModel(), faults=Faults(load_sensitive=True, latency_s=0.02))
+    server = serve(ScriptedModel(), faults=Faults(load_sensitive=True, latency_s=0.05,
+                                                   token_delay_s=0.005))
     prompts = write_prompts(PROMPTS)
     for side in ("a", "b"):
         collect([prompts], tmp_path / side,

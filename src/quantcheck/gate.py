@@ -9,8 +9,8 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pandas as pd
-import yaml
 
+from .configfile import read_yaml, reject_unknown
 from .errors import ConfigFileError, RunFormatError
 from .reviews import validate_review
 from .rubric import Rubric
@@ -58,19 +58,11 @@ class Verdict:
 def load_policy(path: Path | None) -> Policy:
     if path is None:
         return Policy()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigFileError(f"{path}: cannot read policy: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigFileError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml(path, "policy") or {}
     if not isinstance(data, dict):
         raise ConfigFileError(f"{path}: a policy is a mapping of rule to limit")
-    known = {f.name: f for f in fields(Policy)}
+    reject_unknown(str(path), data, [f.name for f in fields(Policy)])
     for key, value in data.items():
-        if key not in known:
-            raise ConfigFileError(f"{path}: field '{key}': unknown; allowed: "
-                                  f"{', '.join(known)}")
         _check_policy_value(path, key, value)
     return Policy(**data)
 

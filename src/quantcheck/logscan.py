@@ -7,8 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .configfile import read_yaml, reject_unknown, require_bools, require_text
 from .errors import ConfigFileError, RunFormatError
 
 SHIPPED = Path(__file__).parent / "data" / "signatures.yaml"
@@ -52,12 +51,7 @@ def load_signatures(extra: list[Path] | tuple[Path, ...] = ()) -> list[Signature
 
 
 def _load_file(path: Path) -> list[Signature]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigFileError(f"{path}: cannot read signatures: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigFileError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml(path, "signatures")
     entries = data.get("signatures") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise ConfigFileError(f"{path}: field 'signatures': required, a list")
@@ -68,16 +62,9 @@ def _signature(path: Path, position: int, entry: Any) -> Signature:
     where = f"{path}: signatures[{position}]"
     if not isinstance(entry, dict):
         raise ConfigFileError(f"{where}: each signature is a mapping")
-    for key in entry:
-        if key not in SIGNATURE_KEYS:
-            raise ConfigFileError(f"{where}: field '{key}': unknown; allowed: "
-                                  f"{', '.join(sorted(SIGNATURE_KEYS))}")
-    for key in ("id", "pattern", "meaning", "action"):
-        if not isinstance(entry.get(key), str) or not entry[key].strip():
-            raise ConfigFileError(f"{where}: field '{key}': required, a non-empty string")
-    for flag in ("blocking", "regex"):
-        if not isinstance(entry.get(flag, False), bool):
-            raise ConfigFileError(f"{where}: field '{flag}': must be true or false")
+    reject_unknown(where, entry, SIGNATURE_KEYS)
+    require_text(where, entry, ["id", "pattern", "meaning", "action"])
+    require_bools(where, entry, ["blocking", "regex"])
     cleaned: dict[str, Any] = {k: (v.strip() if isinstance(v, str) else v)
                                for k, v in entry.items()}
     signature = Signature(**cleaned)

@@ -6,8 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .configfile import read_yaml, reject_unknown, require_bools, require_text
 from .errors import ConfigFileError
 
 LABEL_KEYS = {"id", "name", "description", "key", "blocking", "automatic", "asks_side"}
@@ -55,21 +54,12 @@ def default_rubric_path() -> Path:
 def load_rubric(path: str | Path | None = None) -> Rubric:
     """Load and validate a rubric; errors name the file and the field."""
     path = Path(path) if path else default_rubric_path()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigFileError(f"{path}: cannot read rubric: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigFileError(f"{path}: not valid YAML: {exc}") from None
+    data = read_yaml(path, "rubric")
     if not isinstance(data, dict):
         raise ConfigFileError(f"{path}: a rubric is a mapping with 'question' and 'labels'")
-    for key in data:
-        if key not in RUBRIC_KEYS:
-            raise ConfigFileError(f"{path}: field '{key}': unknown; allowed: "
-                                  f"{', '.join(sorted(RUBRIC_KEYS))}")
-    question = data.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise ConfigFileError(f"{path}: field 'question': required, a non-empty string")
+    reject_unknown(str(path), data, RUBRIC_KEYS)
+    require_text(str(path), data, ["question"])
+    question = str(data["question"])
     entries = data.get("labels")
     if not isinstance(entries, list) or not entries:
         raise ConfigFileError(f"{path}: field 'labels': required, a non-empty list")
@@ -83,20 +73,13 @@ def _label(path: Path, position: int, entry: Any) -> Label:
     where = f"{path}: labels[{position}]"
     if not isinstance(entry, dict):
         raise ConfigFileError(f"{where}: each label is a mapping with 'id' and 'name'")
-    for key in entry:
-        if key not in LABEL_KEYS:
-            raise ConfigFileError(f"{where}: field '{key}': unknown; allowed: "
-                                  f"{', '.join(sorted(LABEL_KEYS))}")
-    for key in ("id", "name"):
-        if not isinstance(entry.get(key), str) or not entry[key]:
-            raise ConfigFileError(f"{where}: field '{key}': required, a non-empty string")
+    reject_unknown(where, entry, LABEL_KEYS)
+    require_text(where, entry, ["id", "name"])
     key = entry.get("key")
     if key is not None and (not isinstance(key, str) or len(key) != 1 or key in RESERVED_KEYS):
         raise ConfigFileError(f"{where}: field 'key': one character, not one of "
                               f"{' '.join(sorted(RESERVED_KEYS))}")
-    for flag in ("blocking", "automatic", "asks_side"):
-        if not isinstance(entry.get(flag, False), bool):
-            raise ConfigFileError(f"{where}: field '{flag}': must be true or false")
+    require_bools(where, entry, ["blocking", "automatic", "asks_side"])
     return Label(**{k: entry[k] for k in entry})
 
 

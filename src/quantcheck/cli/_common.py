@@ -1,0 +1,261 @@
+"""Shared pieces of the commands: options, progress, errors, the A/B flow."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ..cells import parse_cell_options
+from ..collect import REPEAT_MODES, CollectResult, CollectSettings, collect, collect_async
+from ..compare import compare_to_dir
+from ..errors import QuantcheckError
+from ..prompts import APIS, RequestOptions
+from ..records import Completion
+from ..summary import headline
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ProgressReporter:
+    """Shows a progress bar with ETA on stderr and prints warnings once."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar: Any = None
+        self.failures = 0
+
+    def started(self, total: int, already_done: int) -> None:
+        if already_done:
+            click.echo(f"{self.label}: resuming, {already_done} of {total} requests already "
+                       "collected", err=True)
+        self.bar = click.progressbar(length=total - already_done, label=self.label,
+                                     show_eta=True, show_pos=True, file=sys.stderr)
+        self.bar.__enter__()
+
+    def completed(self, record: Completion) -> None:
+        if record.error:
+            self.failures += 1
+            click.echo(f"\n{self.label}: {record.prompt_id} repeat {record.repeat} failed: "
+                       f"{record.error}", err=True)
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def warn(self, message: str) -> None:
+        click.echo(f"\nwarning: {message}", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+def json_object_option(ctx: click.Context, param: click.Parameter, value: str | None
+                 ) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter('must be a JSON object, e.g. {"repeat_penalty": null}')
+    return data
+
+
+def request_options(function: F) -> F:
+    """Options shared by every command that sends prompts."""
+    options = [
+        click.option("--prompts", "prompt_files", multiple=True, required=True,
+                     type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="Prompt set (YAML); repeat for several."),
+        click.option("--repeats", default=1, show_default=True, type=click.IntRange(1),
+                     help="Identical requests per prompt (feeds the determinism signature)."),
+        click.option("--repeat-mode", type=click.Choice(REPEAT_MODES), default="pool",
+                     show_default=True,
+                     help="pool: everything at --concurrency; sequential: one request at a "
+                          "time; burst: a prompt's repeats all at once; loaded: each repeat "
+                          "while fillers keep the server busy."),
+        click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(0),
+                     help="Top-k alternatives per token; 0 collects text only."),
+        click.option("--max-tokens", type=click.IntRange(1),
+                     help="Cap for every prompt (overrides the prompt set)."),
+        click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1),
+                     help="Requests in flight at once."),
+        click.option("--api", type=click.Choice(APIS),
+                     help="Send prompts through this API (default: from the prompt set)."),
+        click.option("--stream/--no-stream", default=True, show_default=True,
+                     help="Stream responses (measures time to first token)."),
+        click.option("--extra-body", callback=json_object_option,
+                     help='JSON merged into every request; null drops a field, e.g. '
+                          '\'{"repeat_penalty": null}\'.'),
+        click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
+                     help="Seconds per request."),
+        click.option("--retries", default=4, show_default=True, type=click.IntRange(0),
+                     help="Retries on connection errors, 429 and 5xx (with backoff)."),
+        click.option("--force", is_flag=True,
+                     help="Set aside a run made with other parameters and start over."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def settings_from(endpoint: str, label: str, model: str | None, api_key_env: str | None,
+                  options: dict[str, Any], cell: tuple[str, ...] = ()) -> CollectSettings:
+    return CollectSettings(
+        endpoint=endpoint, label=label, model=model, repeats=options["repeats"],
+        top_logprobs=options["top_logprobs"], stream=options["stream"],
+        concurrency=options["concurrency"], timeout=options["timeout"],
+        retries=options["retries"], api_key_env=api_key_env,
+        repeat_mode=options.get("repeat_mode", "pool"),
+        request=RequestOptions(max_tokens=options["max_tokens"], api=options["api"],
+                               extra_body=options["extra_body"]),
+        cell=run_guarded(lambda: parse_cell_options(cell), ""))
+
+
+def collect_with_progress(prompt_files: Sequence[Path], out: Path, settings: CollectSettings,
+                           force: bool) -> CollectResult:
+    reporter = ProgressReporter(settings.label)
+    try:
+        result: CollectResult = run_guarded(
+            lambda: collect(prompt_files, out, settings, reporter, force),
+            f"Records so far are kept in {out}; rerun the same command to resume.")
+    finally:
+        reporter.close()
+    return result
+
+
+def run_guarded(function: Callable[[], Any], interrupted_hint: str) -> Any:
+    """Turn library errors into one clear line and Ctrl-C into a resume hint."""
+    try:
+        return function()
+    except QuantcheckError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted. {interrupted_hint}", err=True)
+        sys.exit(130)
+
+
+def compare_options(function: F) -> F:
+    """Options of every command that compares: logs to scan and approvals to apply."""
+    existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
+    options = [
+        click.option("--a-log", type=existing_file, help="A's server log, scanned for known "
+                     "failure signatures."),
+        click.option("--b-log", type=existing_file, help="B's server log."),
+        click.option("--signatures", "signature_files", multiple=True, type=existing_file,
+                     help="Your own signatures YAML, besides the shipped one."),
+        click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Approvals file (default: approvals.json next to the prompt set)."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def comparison(out: Path, a: Path, b: Path, sig_digits: int, options: dict[str, Any],
+                prompts: dict[str, Any] | None = None) -> dict[str, Any]:
+    summary: dict[str, Any] = compare_to_dir(
+        a, b, out, sig_digits, prompts, options["approvals"],
+        {"a": options["a_log"], "b": options["b_log"]}, options["signature_files"])[1]
+    return summary
+
+
+def sig_digits_option(function: F) -> F:
+    return click.option("--sig-digits", default=12, show_default=True, type=click.IntRange(1, 17),
+                        help="Significant digits of logprobs in determinism signatures.")(function)
+
+
+def print_summary(summary: dict[str, Any], out: Path) -> None:
+    click.echo(f"{summary['a']['label']} (A) vs {summary['b']['label']} (B): {headline(summary)}")
+    click.echo(summary["performance"]["throughput_note"])
+    if summary["cells"]["warning"]:
+        click.echo(f"warning: {summary['cells']['warning']}")
+    for side, found in sorted(summary.get("log_matches", {}).items()):
+        for match in found:
+            kind = "BLOCKING" if match["blocking"] else "warning"
+            click.echo(f"{kind}: {side.upper()} log {match['log']}:{match['line']}: "
+                       f"{match['signature']}: {match['meaning']}")
+    click.echo(f"report: {out} (review sheet: {out / 'index.html'}; or `quantcheck review {out}`)")
+
+
+class SharedBar:
+    """One progress bar for both sides of `run`."""
+
+    def __init__(self) -> None:
+        self.reporters: list[SideReporter] = []
+        self.bar: Any = None
+
+    def side(self, label: str) -> SideReporter:
+        reporter = SideReporter(self, label)
+        self.reporters.append(reporter)
+        return reporter
+
+    def grow(self, count: int) -> None:
+        if self.bar is None:
+            self.bar = click.progressbar(length=count, label="collecting", show_eta=True,
+                                         show_pos=True, file=sys.stderr)
+            self.bar.__enter__()
+        else:
+            self.bar.length += count
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+class SideReporter(ProgressReporter):
+    def __init__(self, shared: SharedBar, label: str) -> None:
+        super().__init__(label)
+        self.shared = shared
+
+    def started(self, total: int, already_done: int) -> None:
+        if already_done:
+            click.echo(f"{self.label}: resuming, {already_done} of {total} requests already "
+                       "collected", err=True)
+        self.shared.grow(total - already_done)
+        self.bar = self.shared.bar
+
+
+def run_ab(a: CollectSettings, b: CollectSettings, prompt_files: Sequence[Path], out: Path,
+            one_side_at_a_time: bool, force: bool, sig_digits: int,
+            compare_with: dict[str, Any]) -> dict[str, Any]:
+    """Collect both sides (together or one after the other), compare, print the summary."""
+    import asyncio
+
+    bar = SharedBar()
+
+    async def both() -> None:
+        jobs = [collect_async(prompt_files, out / side, settings, bar.side(settings.label), force)
+                for side, settings in (("a", a), ("b", b))]
+        if one_side_at_a_time:
+            for job in jobs:
+                await job
+        else:
+            await asyncio.gather(*jobs)
+
+    try:
+        run_guarded(lambda: asyncio.run(both()),
+                    f"Records so far are kept in {out}; rerun the same command to resume.")
+    finally:
+        bar.close()
+    if any(r.failures for r in bar.reporters):
+        click.echo("some requests failed after retries; the comparison skips them. Rerun the "
+                   "same command to retry.", err=True)
+    summary: dict[str, Any] = run_guarded(
+        lambda: comparison(out, out / "a", out / "b", sig_digits, compare_with),
+        "Nothing was written.")
+    print_summary(summary, out)
+    return summary
+
+
+NO_COMPARE_EXTRAS: dict[str, Any] = {"a_log": None, "b_log": None, "signature_files": (),
+                              "approvals": None}
+
+

@@ -1,0 +1,210 @@
+"""Commands that read reports: compare, report, review, gate, approve."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..prompts import load_prompts
+from . import cli
+from ._common import (
+    compare_options,
+    comparison,
+    print_summary,
+    run_guarded,
+    sig_digits_option,
+)
+
+
+@cli.command("compare")
+@click.argument("a_run", type=click.Path(exists=True, path_type=Path))
+@click.argument("b_run", type=click.Path(exists=True, path_type=Path))
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory (pairs.csv, summary.json).")
+@click.option("--prompts", "prompt_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Prompt set naming the texts of a *.texts.json side (and its expects).")
+@sig_digits_option
+@compare_options
+def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Path, ...],
+                    sig_digits: int, **options: Any) -> None:
+    """Triage every pair of two runs (A = reference, B = candidate).
+
+    A side is a run directory from collect, or a JSON list of texts in prompt order
+    (`*.texts.json`, the seeds' format) for text-only triage.
+
+    \b
+    Example:
+      quantcheck compare runs/bf16 runs/fp8 --out reports/fp8
+      quantcheck compare bf16.texts.json fp8.texts.json --prompts prompts/default.yaml \\
+          --out reports/texts
+    """
+    def work() -> dict[str, Any]:
+        prompts = {p.id: p for p in load_prompts(prompt_files)} if prompt_files else None
+        return comparison(out, a_run, b_run, sig_digits, options, prompts)
+
+    summary = run_guarded(work, "Nothing was written.")
+    print_summary(summary, out)
+
+
+@cli.command("report")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Rubric YAML (default: rubrics/default.yaml).")
+def report_command(report_dir: Path, rubric: Path | None) -> None:
+    """Re-render the review sheet REPORT_DIR/index.html (e.g. with another rubric,
+    or to show every reviewer's file from REPORT_DIR/reviews/).
+
+    \b
+    Example:
+      quantcheck report reports/fp8 --rubric rubrics/default.yaml
+    """
+    from ..report import write_sheet
+
+    path = run_guarded(lambda: write_sheet(report_dir, rubric), "Nothing was written.")
+    click.echo(f"wrote {path}")
+
+
+@cli.command("review")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--reviewer", default="reviewer", show_default=True,
+              help="Your name: every change is written to REPORT_DIR/reviews/NAME.json.")
+@click.option("--port", default=8765, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (only this machine by default).")
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Rubric YAML (default: rubrics/default.yaml).")
+def review_command(report_dir: Path, reviewer: str, port: int, host: str,
+                   rubric: Path | None) -> None:
+    """Serve the review sheet and save every change to REPORT_DIR/reviews/NAME.json.
+
+    \b
+    Example:
+      quantcheck review reports/fp8 --reviewer dana
+      # then open http://127.0.0.1:8765/ in a browser
+    """
+    import asyncio
+
+    from aiohttp import web
+
+    from ..reviews import review_app
+
+    app = run_guarded(lambda: review_app(report_dir, reviewer, rubric), "Nothing was written.")
+
+    async def serve() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        click.echo(f"review sheet for {report_dir} on http://{host}:{port}/ ; saving to "
+                   f"{report_dir / 'reviews' / (reviewer + '.json')} (Ctrl-C stops)", err=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        click.echo("stopped; the review file is saved after every change.", err=True)
+    except OSError as exc:
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
+
+
+@cli.command("gate")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--policy", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Policy YAML; the options below override it.")
+@click.option("--max-factual-flips", type=click.IntRange(0),
+              help="Expect regressions plus reviewer-labelled blocking pairs (default 0).")
+@click.option("--max-new-degenerate", type=click.IntRange(0),
+              help="Repetition loops or empty answers on B that A did not have (default 0).")
+@click.option("--max-nondeterministic", type=click.IntRange(0),
+              help="Prompts with more than one text or signature, per side (default off).")
+@click.option("--require-review/--no-require-review", default=None,
+              help="Fail while a non-identical pair has no verdict and no approval.")
+@click.option("--min-identical-share", type=click.FloatRange(0, 1),
+              help="Minimum share of identical pairs (default off).")
+@click.option("--max-not-compared", type=click.IntRange(0),
+              help="Prompts not compared: other hash, one side only, failed (default off).")
+@click.option("--max-blocking-log-signatures", type=click.IntRange(0),
+              help="Blocking failure signatures found in --a-log/--b-log (default 0).")
+@click.option("--review", "review_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An exported review file, besides REPORT_DIR/reviews/*.json.")
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Rubric YAML naming the blocking labels (default: rubrics/default.yaml).")
+def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path, ...],
+                 rubric: Path | None, **overrides: Any) -> None:
+    """Fail the build on any factual flip: exit 0 pass, 1 fail, 2 input error.
+
+    Writes REPORT_DIR/gate.json and junit.xml, prints a Markdown summary (also
+    appended to $GITHUB_STEP_SUMMARY) and a one-line verdict on stderr.
+
+    \b
+    Example:
+      quantcheck gate reports/fp8 --require-review
+      quantcheck gate reports/fp8 --policy prompts/policy.yaml
+    """
+    from dataclasses import replace
+
+    from .. import gate
+    from ..rubric import load_rubric
+
+    def work() -> tuple[gate.Verdict, dict[str, Any]]:
+        pairs, summary = gate.require_report(report_dir)
+        chosen = load_rubric(rubric)
+        settings = replace(gate.load_policy(policy),
+                           **{k: v for k, v in overrides.items() if v is not None})
+        verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
+                                      summary["identity"], set(pairs["prompt_id"].astype(str)))
+        verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings,
+                                summary.get("log_matches"))
+        gate.write_gate_json(verdict, report_dir / "gate.json")
+        (report_dir / "junit.xml").write_bytes(gate.junit_xml(verdict, pairs))
+        return verdict, summary
+
+    verdict, summary = run_guarded(work, "Nothing was written.")
+    text = gate.markdown(verdict, summary)
+    click.echo(text)
+    gate.append_step_summary(text)
+    click.echo(gate.one_line(verdict), err=True)
+    sys.exit(0 if verdict.passed else 1)
+
+
+@cli.command("approve")
+@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
+              help="Approvals file (default: approvals.json next to the prompt set).")
+@click.option("--review", "review_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An exported review file, besides REPORT_DIR/reviews/*.json.")
+@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def approve_command(report_dir: Path, approvals: Path | None, review_files: tuple[Path, ...],
+                    rubric: Path | None) -> None:
+    """Store reviewed non-blocking pairs as approved known differences.
+
+    Later compares prefill the same pair (same prompt hash, same two texts) as
+    approved, so it never needs a second review; any new difference still does.
+    Commit the approvals file next to your prompt set.
+
+    \b
+    Example:
+      quantcheck approve reports/fp8 --approvals prompts/approvals.json
+    """
+    from .. import gate
+    from ..approvals import approve, default_approvals_path
+    from ..rubric import load_rubric
+
+    def work() -> tuple[int, Path]:
+        pairs, summary = gate.require_report(report_dir)
+        chosen = load_rubric(rubric)
+        verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
+                                      summary["identity"], set(pairs["prompt_id"].astype(str)))
+        path = approvals or default_approvals_path(report_dir)
+        return approve(pairs, verdicts, set(chosen.blocking), path), path
+
+    added, path = run_guarded(work, "Nothing was written.")
+    click.echo(f"approved {added} reviewed pairs -> {path}")
+
+

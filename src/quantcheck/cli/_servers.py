@@ -1,0 +1,171 @@
+"""Commands about servers: probe, logscan and the lab endpoints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..cells import CELL_AXES, parse_cell_options
+from . import cli
+from ._common import (
+    run_guarded,
+)
+
+
+@cli.command("probe")
+@click.argument("endpoint")
+@click.option("--model", help="Model name (default: the one model /v1/models lists).")
+@click.option("--cell", multiple=True, metavar="KEY=VALUE",
+              help="Facts the server cannot tell, e.g. gpu=H100.")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole description as JSON.")
+def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
+                  api_key_env: str | None, as_json: bool) -> None:
+    """Print what a server reveals about itself and its serving-cell key.
+
+    \b
+    Example:
+      quantcheck probe http://127.0.0.1:8000/v1 --cell gpu="RTX PRO 6000" --cell vram_gb=96
+    """
+    from ..servers import probe
+
+    overrides = run_guarded(lambda: parse_cell_options(cell), "")
+    found = run_guarded(lambda: probe(endpoint, model, overrides, api_key_env), "")
+    if as_json:
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+        return
+    click.echo(f"endpoint: {found['endpoint']}")
+    for axis in [*CELL_AXES, *sorted(set(found["cell"]) - set(CELL_AXES))]:
+        value = found["cell"].get(axis)
+        click.echo(f"{axis:>16}: {'(unknown)' if value is None else value}")
+    click.echo(f"cell key: {found['cell_key']}")
+
+
+@cli.command("logscan")
+@click.argument("logs", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--signatures", "signature_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Your own signatures YAML, besides the shipped one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the matches as JSON.")
+def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
+                    as_json: bool) -> None:
+    """Scan server logs for known failure signatures; exit 1 on a blocking one.
+
+    \b
+    Example:
+      quantcheck logscan sglang-server.log
+    """
+    from dataclasses import asdict
+
+    from ..logscan import load_signatures, scan_log
+
+    def work() -> list[Any]:
+        signatures = load_signatures(signature_files)
+        return [match for log in logs for match in scan_log(log, signatures)]
+
+    matches = run_guarded(work, "")
+    if as_json:
+        click.echo(json.dumps([asdict(m) for m in matches], indent=2))
+    for match in [] if as_json else matches:
+        kind = "BLOCKING" if match.blocking else "warning"
+        click.echo(f"{kind} {match.log}:{match.line} ({match.count}x) {match.signature}\n"
+                   f"  {match.text}\n  meaning: {match.meaning}\n  action: {match.action}\n"
+                   f"  reference: {match.reference}")
+    if not matches and not as_json:
+        click.echo(f"no known failure signature in {len(logs)} log(s)")
+    sys.exit(1 if any(m.blocking for m in matches) else 0)
+
+
+@cli.group("lab")
+def lab_group() -> None:
+    """Built-in local endpoints for trying quantcheck without a GPU."""
+
+
+@lab_group.command("scripted")
+@click.option("--dialect", type=click.Choice(["vllm", "sglang", "llamacpp", "llama-cpp-python"]),
+              default="vllm", show_default=True, help="Whose wire format to speak.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+def lab_scripted(dialect: str, host: str, port: int) -> None:
+    """Serve scripted answers in a runtime's OpenAI-compatible dialect (no model).
+
+    It is the loopback server the tests use: handy to try collect and compare.
+
+    \b
+    Example:
+      quantcheck lab scripted --dialect sglang --port 8001
+    """
+    import asyncio
+
+    from ..lab.scripted import ScriptedServer
+
+    server = ScriptedServer(dialect=dialect, host=host, port=port)
+
+    async def serve() -> None:
+        await server.start_async()
+        click.echo(f"scripted {dialect} server on {server.url}/v1 (Ctrl-C stops)", err=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+@lab_group.command("serve")
+@click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16",
+              show_default=True, help="Weight format of the decoder's linear layers.")
+@click.option("--fault", type=click.Choice(["none", "nondeterministic", "lmhead-noscale"]),
+              default="none", show_default=True,
+              help="nondeterministic: the head's reduction order changes per token; "
+                   "lmhead-noscale: an FP8 head whose scales are never applied.")
+@click.option("--dialect", type=click.Choice(["vllm", "sglang", "llamacpp", "llama-cpp-python"]),
+              default="vllm", show_default=True, help="Whose wire format to speak.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--threads", type=click.IntRange(1), help="CPU threads for the model.")
+def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
+              threads: int | None) -> None:
+    """Serve the real Gemma 3 270M (CPU) at a chosen precision, OpenAI-compatible.
+
+    One request is computed at a time (requests queue); greedy decoding with top-k
+    logprobs from the model's own log-softmax. Needs the demo extra.
+
+    \b
+    Example:
+      quantcheck lab serve --precision fp8 --port 8001
+      quantcheck lab serve --fault lmhead-noscale --port 8002
+    """
+    import asyncio
+
+    from ..lab.model import DemoDependenciesMissing, ModelEngine
+    from ..lab.server import LabServer
+
+    click.echo(f"loading gemma-3-270m at {precision} (fault: {fault})...", err=True)
+    try:
+        engine = ModelEngine(precision, fault, threads)
+    except DemoDependenciesMissing as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    server = LabServer(engine, dialect=dialect, host=host, port=port,
+                       server_info={"version": f"quantcheck-lab-{__version__}"})
+
+    async def serve() -> None:
+        await server.start_async()
+        click.echo(f"{engine.name} ({dialect} wire format) on {server.url}/v1 (Ctrl-C stops)",
+                   err=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
