@@ -158,6 +158,7 @@ def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServe
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert "bf16 (A) vs fp8 (B): 3 of 12 identical" in result.output
+    assert "collecting: 24/24 (100%)" in result.output  # progress lines in a log
     assert (out / "a" / "completions.jsonl").exists() and (out / "pairs.csv").exists()
 
     again = CliRunner().invoke(cli, args)  # resumes: nothing left to collect

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +22,42 @@ from ..summary import headline
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class PlainProgress:
+    """Progress for logs (stderr is not a terminal): a line at every tenth, with ETA."""
+
+    def __init__(self, length: int, label: str) -> None:
+        self.length, self.label = length, label
+        self.done = 0
+        self.started = time.monotonic()
+        self.next_report = 0.1
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self, count: int) -> None:
+        self.done += count
+        share = self.done / self.length if self.length else 1.0
+        if share + 1e-9 < self.next_report and self.done != self.length:
+            return
+        while self.next_report <= share + 1e-9:
+            self.next_report += 0.1
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / share - elapsed if share else 0.0
+        click.echo(f"{self.label}: {self.done}/{self.length} ({share:.0%}), "
+                   f"{elapsed:.0f} s elapsed, ETA {eta:.0f} s", err=True)
+
+
+def progress_bar(length: int, label: str) -> Any:
+    """A live bar on a terminal; periodic lines in a log."""
+    if sys.stderr.isatty():
+        return click.progressbar(length=length, label=label, show_eta=True, show_pos=True,
+                                 file=sys.stderr)
+    return PlainProgress(length, label)
+
+
 class ProgressReporter:
     """Shows a progress bar with ETA on stderr and prints warnings once."""
 
@@ -33,8 +70,7 @@ class ProgressReporter:
         if already_done:
             click.echo(f"{self.label}: resuming, {already_done} of {total} requests already "
                        "collected", err=True)
-        self.bar = click.progressbar(length=total - already_done, label=self.label,
-                                     show_eta=True, show_pos=True, file=sys.stderr)
+        self.bar = progress_bar(total - already_done, self.label)
         self.bar.__enter__()
 
     def completed(self, record: Completion) -> None:
@@ -199,8 +235,7 @@ class SharedBar:
 
     def grow(self, count: int) -> None:
         if self.bar is None:
-            self.bar = click.progressbar(length=count, label="collecting", show_eta=True,
-                                         show_pos=True, file=sys.stderr)
+            self.bar = progress_bar(count, "collecting")
             self.bar.__enter__()
         else:
             self.bar.length += count
