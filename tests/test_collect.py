@@ -134,6 +134,8 @@ def test_exhausted_retries_are_recorded_then_retried_on_resume(
     assert (result.collected, result.failed) == (1, 1)
     failed = [r for r in records(tmp_path / "run") if r["error"]]
     assert len(failed) == 1 and "HTTP 500" in str(failed[0]["error"])
+    assert orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())["status"] == \
+        "incomplete"
 
     result = collect([prompts], tmp_path / "run", settings)
     assert (result.skipped, result.collected, result.failed) == (1, 1, 0)

@@ -201,3 +201,16 @@ def test_approved_differences_need_no_second_review(
     assert "2 pairs approved earlier" in result.output
     gate_json = json.loads((again / "gate.json").read_text())
     assert {a["prompt_id"] for a in gate_json["approved"]} == {"wording", "near-tie"}
+
+
+def test_pass_rate_drop_rule(planted_report: Path) -> None:
+    base = ["--max-factual-flips", "9", "--max-new-degenerate", "9"]
+    assert gate(planted_report, *base).exit_code == 0
+    result = gate(planted_report, *base, "--max-pass-rate-drop", "5")
+    assert result.exit_code == 1
+    rule = rules(planted_report)["pass_rate_drop"]
+    assert rule["limit"] == 5 and rule["count"] > 5 and not rule["passed"]
+    assert gate(planted_report, *base, "--max-pass-rate-drop", "100").exit_code == 0
+    summary = json.loads((planted_report / "summary.json").read_text())
+    assert summary["stats"]["pass_rate"]["sentence"].startswith(
+        "B passes as many of 4 checks as A")

@@ -145,7 +145,8 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
             await session.run(jobs, prompts)
         finally:
             manifest["finished_at"] = _now()
-            manifest["status"] = "complete" if session.finished else "interrupted"
+            manifest["status"] = ("interrupted" if not session.finished
+                                  else "incomplete" if session.failed else "complete")
             manifest["counts"] = {"requests": len(prompts) * settings.repeats,
                                   "ok": len(done) + session.collected,
                                   "failed": session.failed}

@@ -15,6 +15,7 @@ from .errors import ConfigFileError, RunFormatError
 from .reviews import validate_review
 from .rubric import Rubric
 from .runstore import read_json, write_json_atomic
+from .stats import pass_rate_change
 
 DEGENERATE_KINDS = ("repetition", "empty")
 
@@ -30,6 +31,7 @@ class Policy:
     min_identical_share: float | None = None
     max_not_compared: int | None = None
     max_blocking_log_signatures: int | None = 0
+    max_pass_rate_drop: float | None = None  # points, against the interval's far end
 
 
 @dataclass
@@ -97,6 +99,17 @@ def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
 def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
              blocking: set[str], policy: Policy,
              log_matches: dict[str, list[dict[str, Any]]] | None = None) -> Verdict:
+    rules = _rules(pairs, verdicts, blocking, policy, log_matches)
+    rows = [{str(k): v for k, v in row.items()} for row in pairs.to_dict("records")]
+    approved = [{"prompt_id": r["prompt_id"], "label": r["approved_label"],
+                 "approved_at": r["approved_at"]} for r in rows
+                if r["status"] == "compared" and not bool(r["identical"]) and r["approved_label"]]
+    reviewers = sorted({v["reviewer"] for given in verdicts.values() for v in given})
+    return Verdict(all(rule.passed for rule in rules), rules, reviewers, approved)
+
+
+def _rules(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]], blocking: set[str],
+           policy: Policy, log_matches: dict[str, list[dict[str, Any]]] | None) -> list[Rule]:
     """Apply the policy's rules to the triaged pairs and the reviewers' verdicts."""
     rows = [{str(k): v for k, v in row.items()} for row in pairs.to_dict("records")]
     compared = [r for r in rows if r["status"] == "compared"]
@@ -132,10 +145,18 @@ def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
                   sorted((log_matches or {}).items()) for m in found if m["blocking"]]
     rules.append(_rule("blocking_log_signatures", "blocking log signature", signatures,
                        policy.max_blocking_log_signatures))
-    approved = [{"prompt_id": r["prompt_id"], "label": r["approved_label"],
-                 "approved_at": r["approved_at"]} for r in to_review if r["approved_label"]]
-    reviewers = sorted({v["reviewer"] for given in verdicts.values() for v in given})
-    return Verdict(all(rule.passed for rule in rules), rules, reviewers, approved)
+    rules.append(_pass_rate_rule(pairs, policy.max_pass_rate_drop))
+    return rules
+
+
+def _pass_rate_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
+    """The worst plausible drop in expect pass rate (the 95% interval's far end), in points."""
+    change = pass_rate_change(pairs)
+    drop = max(0.0, -100 * change.low) if change else 0.0
+    description = (f"pass rate may drop {drop:.0f} points (95% CI), more than {limit:g}"
+                   if limit is not None else f"pass rate drop up to {drop:.0f} points")
+    return Rule("pass_rate_drop", description, round(drop, 1), limit,
+                limit is None or drop <= limit)
 
 
 def _blocks(verdict: dict[str, Any], blocking: set[str]) -> bool:

@@ -11,6 +11,7 @@ from . import __version__
 from .cells import confound_warning, differing_axes
 from .determinism import side_determinism
 from .sides import Side
+from .stats import paired_statistics
 
 DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
                  "kl_topk_mean", "kl_topk_max"]
@@ -28,6 +29,7 @@ def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> dict[str, Any]:
         "cells": _cells(a, b),
         "determinism": {"a": side_determinism(a), "b": side_determinism(b)},
         "drift": _drift(compared),
+        "stats": paired_statistics(pairs),
         "performance": {**sides, **_throughput_verdict(sides)},
     }
 

@@ -210,6 +210,9 @@ def sig_digits_option(function: F) -> F:
 
 def print_summary(summary: dict[str, Any], out: Path) -> None:
     click.echo(f"{summary['a']['label']} (A) vs {summary['b']['label']} (B): {headline(summary)}")
+    pass_rate = (summary.get("stats") or {}).get("pass_rate")
+    if pass_rate:
+        click.echo(pass_rate["sentence"] + ".")
     click.echo(summary["performance"]["throughput_note"])
     if summary["cells"]["warning"]:
         click.echo(f"warning: {summary['cells']['warning']}")

@@ -127,6 +127,9 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="Minimum share of identical pairs (default off).")
 @click.option("--max-not-compared", type=click.IntRange(0),
               help="Prompts not compared: other hash, one side only, failed (default off).")
+@click.option("--max-pass-rate-drop", type=click.FloatRange(0, 100), metavar="POINTS",
+              help="Fail when the expect pass rate may drop more than this (the far end of "
+                   "the 95% interval of B minus A; default off).")
 @click.option("--max-blocking-log-signatures", type=click.IntRange(0),
               help="Blocking failure signatures found in --a-log/--b-log (default 0).")
 @click.option("--review", "review_files", multiple=True,

@@ -1,0 +1,95 @@
+"""Paired statistics: exact McNemar, the paired-difference interval, bootstrap means."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from quantcheck.stats import (
+    bootstrap_mean,
+    mcnemar_exact,
+    paired_difference_interval,
+    paired_statistics,
+    pass_rate_change,
+)
+
+
+@pytest.mark.parametrize(
+    ("regressions", "improvements", "p"),
+    [(0, 0, 1.0), (1, 0, 1.0), (5, 0, 2 / 32), (0, 5, 2 / 32), (10, 0, 2 / 1024),
+     (3, 3, 1.0), (6, 1, 2 * 8 / 128)],
+)
+def test_mcnemar_exact(regressions: int, improvements: int, p: float) -> None:
+    assert mcnemar_exact(regressions, improvements) == pytest.approx(p)
+
+
+def test_interval_holds_the_estimate_and_mirrors() -> None:
+    low, high = paired_difference_interval(12, 5, 1, 2)
+    assert -1 <= low < (1 - 5) / 20 < high <= 1
+    mirrored = paired_difference_interval(12, 1, 5, 2)
+    assert mirrored == pytest.approx((-high, -low))
+    wide = paired_difference_interval(6, 3, 1, 0)
+    narrow = paired_difference_interval(60, 30, 10, 0)
+    assert narrow[1] - narrow[0] < wide[1] - wide[0]
+
+
+def test_interval_covers_the_truth_about_95_percent_of_the_time() -> None:
+    # Paired outcomes with a known difference: P(A pass) = 0.8, P(B pass) = 0.7.
+    rng = random.Random(7)
+    truth, covered, trials = 0.7 - 0.8, 0, 2000
+    cells = [(0.65, "both_pass"), (0.15, "regression"), (0.05, "improvement"),
+             (0.15, "both_fail")]
+    for _ in range(trials):
+        counts = dict.fromkeys(("both_pass", "regression", "improvement", "both_fail"), 0)
+        for _ in range(60):
+            draw, total = rng.random(), 0.0
+            for share, name in cells:
+                total += share
+                if draw < total:
+                    counts[name] += 1
+                    break
+        low, high = paired_difference_interval(counts["both_pass"], counts["regression"],
+                                               counts["improvement"], counts["both_fail"])
+        covered += low <= truth <= high
+    assert 0.925 <= covered / trials <= 0.975
+
+
+def test_pass_rate_change_from_pairs_and_the_sentence() -> None:
+    pairs = pd.DataFrame({
+        "status": ["compared"] * 6 + ["only_a"],
+        "a_expect": ["pass", "pass", "pass", "fail", "pass", "", "pass"],
+        "b_expect": ["pass", "fail", "fail", "fail", "pass", "", "fail"],
+    })
+    change = pass_rate_change(pairs)
+    assert change is not None
+    assert (change.checked, change.regressions, change.improvements) == (5, 2, 0)
+    assert change.difference == pytest.approx(-0.4)
+    assert change.sentence().startswith(
+        "B passes 2 fewer of 5 checks than A; not significant (exact McNemar p = 0.5), "
+        "95% CI -")
+    assert pass_rate_change(pairs.assign(a_expect="")) is None
+
+
+def test_bootstrap_mean_is_seeded_and_brackets_the_mean() -> None:
+    values = np.array([0.1, 0.2, 0.3, 0.4, float("nan")])
+    first, second = bootstrap_mean(values), bootstrap_mean(values)
+    assert first == second and first is not None
+    assert first["mean"] == pytest.approx(0.25)
+    assert first["low"] <= first["mean"] <= first["high"]
+    assert first["prompts"] == 4
+    assert bootstrap_mean(np.array([float("nan")])) is None
+
+
+def test_paired_statistics_shape() -> None:
+    pairs = pd.DataFrame({"status": ["compared"] * 3, "a_expect": ["pass"] * 3,
+                          "b_expect": ["pass", "fail", "pass"],
+                          "kl_topk_mean": [0.0, 0.5, None],
+                          "logprob_mean_abs_diff": [0.1, 0.2, 0.3],
+                          "top1_agreement": [1.0, 0.5, 1.0]})
+    stats = paired_statistics(pairs)
+    assert stats["pass_rate"]["regressions"] == 1
+    assert set(stats["drift"]) == {"kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement"}
+    assert stats["drift"]["kl_topk_mean"]["prompts"] == 2
