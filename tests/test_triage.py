@@ -62,9 +62,20 @@ def test_similarity_tracks_difflib() -> None:
         ("def f(x):\n    return x\n\n\ndef g(x):\n    return x + 1\n", False),
         ("Yes. " * 3, False),
         ("", False),
+        # the broken-FP8-head output of the lab model on "capital of Italy"
+        ("  <em><strong><em><u>italia</u></em></strong></em>"
+         + "<em><u><em><u>mi</u></em></em></em><em><u><em><u>na</u></em></em></em>" * 2
+         + "</em>", True),
+        ("| name | value |\n|---|---|\n" + "".join(f"| row{n} | {n} |\n" for n in range(9)),
+         False),
+        ("<ul>" + "".join(f"<li>{city}</li>" for city in
+                          ("Paris", "Berlin", "Rome", "Madrid", "Lisbon", "Vienna")) + "</ul>",
+         False),
+        ("".join(f"{n},{n + 1},{n + 2}\n" for n in range(1, 22, 3)), False),
     ],
     ids=["seed-phrase", "sentence-loop", "cjk", "symbols", "repeated-word", "list",
-         "numbered-steps", "code", "short", "empty"],
+         "numbered-steps", "code", "short", "empty", "markup-near-loop", "table", "html-list",
+         "csv"],
 )
 def test_repetition_loops(text: str, loop: bool) -> None:
     assert is_repetition_loop(text) is loop

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +58,34 @@ def is_repetition_loop(text: str) -> bool:
     for period in _candidate_periods(tail, min(64, len(tail) // 8)):
         if _periodic_tail(tail, period) >= max(8 * period, 48, 0.3 * len(tail)):
             return True
+    return _near_loop(tail)
+
+
+_FILLER = re.compile(r"[^\W_]+")
+
+
+def _near_loop(tail: str) -> bool:
+    """A loop whose few words alternate: "<em><u>na</u></em><em><u>mi</u></em>...".
+
+    The text's shape (every run of letters or digits replaced by one placeholder) must
+    end, give or take a few closing characters, in a periodic run, and the words inside
+    that run (markup names included) must repeat: at most a quarter of them distinct.
+    A table or a list repeats its shape too, but with many different words.
+    """
+    encoded = tail.encode("utf-8", "surrogatepass")
+    if len(encoded) < 96 or len(zlib.compress(encoded)) > 0.4 * len(encoded):
+        return False  # cheap gate: such a loop compresses far better than prose does
+    full_shape = _FILLER.sub("\0", tail)
+    words = _FILLER.findall(tail)
+    for trimmed in range(min(16, len(full_shape) // 2)):
+        shape = full_shape[:len(full_shape) - trimmed]
+        for period in _candidate_periods(shape, min(64, len(shape) // 4)):
+            run = _periodic_tail(shape, period)
+            if run >= max(4 * period, 48, 0.3 * len(full_shape)):
+                inside = shape[-run:].count("\0")
+                after = full_shape[len(shape):].count("\0")
+                region = words[len(words) - after - inside:len(words) - after]
+                return len(set(region)) <= max(3, len(region) // 4)
     return False
 
 
