@@ -131,7 +131,7 @@ def test_broken_head_loops_like_the_sglang_bug(lab: Any, write_prompts: Any,
         defaults: {max_tokens: 48}
         prompts:
           - {id: legs, prompt: "Q: How many legs does a dog have?\\nA:"}
-          - {id: opposite, prompt: "The opposite of hot is"}
+          - {id: story, prompt: "Once upon a time, there was a"}
     """)
     a = run(lab(), prompts, tmp_path / "a")
     b = run(lab("bf16", "lmhead-noscale"), prompts, tmp_path / "b")
