@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from .errors import ConfigFileError, RunFormatError
-from .runstore import read_json, write_json_atomic
+from .runstore import frame_rows, read_json, write_json_atomic
 from .sides import text_hash
 
 APPROVALS_FORMAT = "quantcheck-approvals/1"
@@ -21,10 +21,6 @@ APPROVALS_FORMAT = "quantcheck-approvals/1"
 
 def approval_key(prompt_hash: str, a_text: str, b_text: str) -> str:
     return f"{prompt_hash}:{text_hash(a_text)}:{text_hash(b_text)}"
-
-
-def _rows(pairs: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{str(k): v for k, v in row.items()} for row in pairs.to_dict("records")]
 
 
 def _needs_review(row: dict[str, Any]) -> bool:
@@ -61,7 +57,7 @@ def load_approvals(path: Path | None) -> dict[str, dict[str, Any]]:
 def apply_approvals(pairs: pd.DataFrame, approvals: dict[str, dict[str, Any]]) -> None:
     """Fill `approved_label` and `approved_at` where a non-identical pair recurs exactly."""
     labels, dates = [], []
-    for row in _rows(pairs):
+    for row in frame_rows(pairs):
         entry = approvals.get(_key(row)) if _needs_review(row) else None
         labels.append(entry["label"] if entry else "")
         dates.append(entry["approved_at"] if entry else "")
@@ -75,7 +71,7 @@ def approve(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
     approvals = load_approvals(path)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     added = 0
-    for row in _rows(pairs):
+    for row in frame_rows(pairs):
         given = [v for v in verdicts.get(str(row["prompt_id"]), []) if v.get("label")]
         if not _needs_review(row) or not given or any(v["label"] in blocking for v in given):
             continue

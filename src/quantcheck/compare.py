@@ -13,7 +13,7 @@ import pandas as pd
 from .approvals import apply_approvals, load_approvals
 from .logscan import scan_logs
 from .records import Prompt
-from .runstore import write_json_atomic, write_jsonl_atomic
+from .runstore import frame_rows, write_json_atomic, write_jsonl_atomic
 from .sides import Side, load_side
 from .triage import (
     Divergence,
@@ -86,10 +86,6 @@ def _is_texts(source: str | Path | Side) -> bool:
 Record = dict[str, Any]
 
 
-def pairs_frame(a: Side, b: Side) -> pd.DataFrame:
-    return pairs_and_details(a, b)[0]
-
-
 def pairs_and_details(a: Side, b: Side) -> tuple[pd.DataFrame, list[Record]]:
     """The pairs frame, and per prompt what the review sheet shows beyond it."""
     a_groups, b_groups = _by_prompt(a.index), _by_prompt(b.index)
@@ -113,9 +109,8 @@ def run_identity(pairs: pd.DataFrame) -> str:
 
 def _by_prompt(index: pd.DataFrame) -> dict[str, list[Record]]:
     groups: dict[str, list[Record]] = {}
-    for record in index.to_dict("records"):
-        groups.setdefault(str(record["prompt_id"]), []).append(
-            {str(k): v for k, v in record.items()})
+    for record in frame_rows(index):
+        groups.setdefault(str(record["prompt_id"]), []).append(record)
     return groups
 
 

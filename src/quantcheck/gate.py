@@ -14,7 +14,7 @@ from .configfile import read_yaml, reject_unknown
 from .errors import ConfigFileError, RunFormatError
 from .reviews import validate_review
 from .rubric import Rubric
-from .runstore import read_json, write_json_atomic
+from .runstore import frame_rows, read_json, write_json_atomic
 from .stats import pass_rate_change
 
 DEGENERATE_KINDS = ("repetition", "empty")
@@ -99,8 +99,8 @@ def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
 def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
              blocking: set[str], policy: Policy,
              log_matches: dict[str, list[dict[str, Any]]] | None = None) -> Verdict:
-    rules = _rules(pairs, verdicts, blocking, policy, log_matches)
-    rows = [{str(k): v for k, v in row.items()} for row in pairs.to_dict("records")]
+    rows = frame_rows(pairs)
+    rules = _rules(pairs, rows, verdicts, blocking, policy, log_matches)
     approved = [{"prompt_id": r["prompt_id"], "label": r["approved_label"],
                  "approved_at": r["approved_at"]} for r in rows
                 if r["status"] == "compared" and not bool(r["identical"]) and r["approved_label"]]
@@ -108,10 +108,10 @@ def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
     return Verdict(all(rule.passed for rule in rules), rules, reviewers, approved)
 
 
-def _rules(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]], blocking: set[str],
-           policy: Policy, log_matches: dict[str, list[dict[str, Any]]] | None) -> list[Rule]:
+def _rules(pairs: pd.DataFrame, rows: list[dict[str, Any]],
+           verdicts: dict[str, list[dict[str, Any]]], blocking: set[str], policy: Policy,
+           log_matches: dict[str, list[dict[str, Any]]] | None) -> list[Rule]:
     """Apply the policy's rules to the triaged pairs and the reviewers' verdicts."""
-    rows = [{str(k): v for k, v in row.items()} for row in pairs.to_dict("records")]
     compared = [r for r in rows if r["status"] == "compared"]
     to_review = [r for r in compared if not bool(r["identical"])]
     flips = [r["prompt_id"] for r in compared

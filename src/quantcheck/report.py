@@ -45,10 +45,10 @@ def read_pairs(report_dir: Path) -> pd.DataFrame:
     return frame
 
 
-def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None
-               ) -> dict[str, Any]:
+def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
+               summary: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the sheet's script needs, as one JSON-able object."""
-    summary = read_json(report_dir / "summary.json")
+    summary = summary or read_json(report_dir / "summary.json")
     pairs = read_pairs(report_dir)
     details = {}
     if (report_dir / DETAILS).exists():
@@ -89,8 +89,8 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
                  live: dict[str, Any] | None = None) -> str:
     report_dir = Path(report_dir)
     rubric = load_rubric(rubric_path)
-    data = sheet_data(report_dir, rubric, live)
     summary = read_json(report_dir / "summary.json")
+    data = sheet_data(report_dir, rubric, live, summary)
     cells = summary.get("cells") or {}
     template = environment.get_template("sheet.html")
     return template.render(

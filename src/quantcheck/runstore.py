@@ -119,6 +119,11 @@ def set_aside(run_dir: Path) -> Path:
     return target
 
 
+def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The frame's rows as plain dicts with string keys."""
+    return [{str(k): v for k, v in row.items()} for row in frame.to_dict("records")]
+
+
 def write_jsonl_atomic(path: Path, rows: list[Any]) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))

@@ -67,11 +67,14 @@ class ProgressReporter:
         self.failures = 0
 
     def started(self, total: int, already_done: int) -> None:
+        self.announce_resume(total, already_done)
+        self.bar = progress_bar(total - already_done, self.label)
+        self.bar.__enter__()
+
+    def announce_resume(self, total: int, already_done: int) -> None:
         if already_done:
             click.echo(f"{self.label}: resuming, {already_done} of {total} requests already "
                        "collected", err=True)
-        self.bar = progress_bar(total - already_done, self.label)
-        self.bar.__enter__()
 
     def completed(self, record: Completion) -> None:
         if record.error:
@@ -254,9 +257,7 @@ class SideReporter(ProgressReporter):
         self.shared = shared
 
     def started(self, total: int, already_done: int) -> None:
-        if already_done:
-            click.echo(f"{self.label}: resuming, {already_done} of {total} requests already "
-                       "collected", err=True)
+        self.announce_resume(total, already_done)
         self.shared.grow(total - already_done)
         self.bar = self.shared.bar
 
