@@ -23,6 +23,8 @@ from typing import Any
 import orjson
 from _common import run_measured, save
 
+from quantcheck.records import Tokens
+from quantcheck.tokenstore import pack
 from quantcheck.triage import degenerate_reason, numbers_changed, similarity
 
 WORDS = ("the of and to in is that for it as with was on be by this are from at or an "
@@ -62,16 +64,21 @@ def write_side(folder: Path, label: str, variants: list[list[dict[str, Any]]],
         for pid in ids:
             handle.write(orjson.dumps({"id": pid, "category": "synthetic", "api": "completions",
                                        "hash": "h" + pid, "request": {"prompt": pid}}) + b"\n")
-    with (folder / "completions.jsonl").open("wb") as handle:
+    with (folder / "completions.jsonl").open("wb") as lines, \
+            (folder / "tokens.bin").open("wb") as blobs:
         for pid, versions in zip(ids, variants, strict=True):
-            encoded = [orjson.dumps(v) for v in versions]
+            blobs_of = [pack(Tokens.from_json(version)) for version in versions]
             texts = ["".join(v["text"]) for v in versions]
             for repeat in range(repeats):
                 which = repeat % len(versions)
-                head = {"prompt_id": pid, "prompt_hash": "h" + pid, "repeat": repeat,
-                        "text": texts[which], "finish_reason": "length", "error": None,
-                        "e2e_s": 1.0, "ttft_s": 0.05}
-                handle.write(orjson.dumps(head)[:-1] + b',"tokens":' + encoded[which] + b"}\n")
+                reference = {"file": "tokens.bin", "offset": blobs.tell(),
+                             "length": len(blobs_of[which]),
+                             "n_tokens": len(versions[which]["text"])}
+                blobs.write(blobs_of[which])  # each repeat its own blob, as collect writes
+                lines.write(orjson.dumps({
+                    "prompt_id": pid, "prompt_hash": "h" + pid, "repeat": repeat,
+                    "text": texts[which], "finish_reason": "length", "error": None,
+                    "e2e_s": 1.0, "ttft_s": 0.05, "tokens": reference}) + b"\n")
 
 
 def generate(root: Path, prompts: int, repeats: int, length: int, top: int) -> None:
@@ -142,7 +149,8 @@ def main() -> None:
             sys.executable, __file__, "--prompts", str(args.prompts), "--repeats",
             str(args.repeats), "--tokens", str(args.tokens), "--top", str(args.top),
             "--generate-into", str(root)])
-        size = sum(p.stat().st_size for p in root.rglob("completions.jsonl"))
+        size = sum(p.stat().st_size for name in ("completions.jsonl", "tokens.bin")
+                   for p in root.rglob(name))
         print(f"generated {size / 2**30:.2f} GiB of runs in {generated:.0f} s", flush=True)
         wall, peak, _ = run_measured([sys.executable, "-m", "quantcheck", "compare",
                                       str(root / "a"), str(root / "b"), "--out",

@@ -1,4 +1,5 @@
-"""collect against real loopback HTTP servers, through the real openai package."""
+"""collect against real loopback HTTP servers (whose wire format the real openai SDK reads:
+test_wire_formats.py)."""
 
 from __future__ import annotations
 

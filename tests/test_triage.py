@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.sides import round_significant, signature
+from quantcheck.sides import signature
+from quantcheck.tokenstore import round_significant
 from quantcheck.triage import (
     classify_divergence,
     degenerate_reason,
@@ -194,10 +196,11 @@ def test_signature_rounds_to_significant_digits() -> None:
     base = tokens(("a", -0.123456789012345, {"b": -2.5}))
     close = tokens(("a", -0.123456789012399, {"b": -2.5}))
     far = tokens(("a", -0.1234567, {"b": -2.5}))
-    assert signature(base, 12) == signature(close, 12)
-    assert signature(base, 14) != signature(close, 14)
-    assert signature(base, 12) != signature(far, 12)
-    assert signature(None, 12) is None
+    here = Path(".")
+    assert signature(base, here, 12) == signature(close, here, 12)
+    assert signature(base, here, 14) != signature(close, here, 14)
+    assert signature(base, here, 12) != signature(far, here, 12)
+    assert signature(None, here, 12) is None
 
 
 def test_round_significant() -> None:

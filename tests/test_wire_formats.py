@@ -1,14 +1,16 @@
-"""Recorded response bodies of each runtime, served over real HTTP, read by the real client."""
+"""Recorded response bodies of each runtime, served over real HTTP, read by the real client;
+and the loopback servers checked against the real openai SDK."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
+import openai
 import pytest
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.lab.scripted import ScriptedServer
+from quantcheck.lab.scripted import DIALECTS, ScriptedModel, ScriptedServer
 
 from .conftest import FIXTURES
 
@@ -85,3 +87,38 @@ def test_reasoning_fields_are_kept_apart_from_content(
     assert record.reasoning == "need analysis there need analysis there"
     assert record.finish_reason == "length"
     assert record.tokens is None  # this stream carried no logprobs
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_openai_sdk_reads_the_lab_servers_and_agrees(
+    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    dialect: str, stream: bool,
+) -> None:
+    """The loopback servers the tests use speak the wire format the real openai SDK
+    parses into its own types; quantcheck's records say what the SDK says."""
+    server = serve(ScriptedModel(responses={"hi": " Canberra is the capital."}), dialect)
+    sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    request = {"model": "scripted-model", "messages": [{"role": "user", "content": "hi"}],
+               "temperature": 0, "max_tokens": 16, "logprobs": True, "top_logprobs": 2}
+    if stream:
+        chunks = list(sdk.chat.completions.create(**request, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        entries = [e for c in chunks if c.choices and c.choices[0].logprobs
+                   for e in c.choices[0].logprobs.content or []]
+    else:
+        choice = sdk.chat.completions.create(**request).choices[0]
+        text = choice.message.content or ""
+        entries = choice.logprobs.content or [] if choice.logprobs else []
+    sdk.close()
+
+    prompts = write_prompts("prompts:\n  - {id: p, messages: [{role: user, content: hi}], "
+                            "max_tokens: 16}\n")
+    collect([prompts], tmp_path / "run", CollectSettings(
+        endpoint=server.url, label=dialect, stream=stream, top_logprobs=2))
+    (record,) = list(load_run(tmp_path / "run").completions())
+    assert record.text == text == " Canberra is the capital."
+    assert record.tokens is not None
+    assert record.tokens.text == [e.token for e in entries]
+    assert record.tokens.logprob == [e.logprob for e in entries]
+    assert record.tokens.top_text == [[t.token for t in e.top_logprobs][:2] for e in entries]

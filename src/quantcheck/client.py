@@ -1,7 +1,10 @@
-"""One request to one endpoint -> a normalized Generation, through the real openai package.
+"""One request to one endpoint -> a normalized Generation, over aiohttp.
 
-Responses are read raw and parsed with orjson instead of being turned into pydantic
-objects: with top-20 logprobs that parse is the main cost of a collection.
+Requests go out through one aiohttp session, the transport the openai SDK's own
+`DefaultAioHttpClient` wraps; the SDK's request and response layers on top cost
+about 15% of streamed throughput with top-20 logprobs (bench/collect_throughput.py),
+and quantcheck needs none of them: it sends final JSON bodies and reads raw bytes.
+Responses are decoded with msgspec (dialects.py).
 """
 
 from __future__ import annotations
@@ -11,19 +14,26 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import openai
+import aiohttp
 import orjson
 
-from .dialects import Generation, StreamAccumulator, StreamError, parse_response
+from .dialects import (
+    Generation,
+    MalformedResponse,
+    StreamAccumulator,
+    StreamError,
+    first_output,
+    parse_response,
+)
 from .errors import EndpointError, ParameterRejected
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
 
 @dataclass
@@ -61,24 +71,41 @@ def public_url(endpoint: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+class HTTPStatusError(Exception):
+    """A response with status >= 400: its status, message and Retry-After."""
+
+    def __init__(self, status: int, message: str, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status, self.message, self.retry_after = status, message, retry_after
+
+
 class EndpointClient:
-    """An OpenAI-compatible endpoint, spoken to with the openai SDK over aiohttp."""
+    """An OpenAI-compatible endpoint: one aiohttp session, connections kept alive."""
 
     def __init__(self, endpoint: str, api_key: str | None = None, timeout: float = 600.0,
                  max_connections: int = 256) -> None:
         self.endpoint = endpoint
         self.base_url = api_base(endpoint)
         self.timeout = timeout
-        self._sdk = openai.AsyncOpenAI(
-            base_url=self.base_url,
-            api_key=api_key or "EMPTY",
-            timeout=timeout,
-            max_retries=0,  # retries are ours: they must also cover streams cut off midway
-            http_client=openai.DefaultAioHttpClient(timeout=timeout),
-        )
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:  # created inside the running event loop
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout,
+                                              sock_read=self.timeout))
+        return self._session
 
     async def close(self) -> None:
-        await self._sdk.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def __aenter__(self) -> EndpointClient:
         return self
@@ -88,134 +115,147 @@ class EndpointClient:
 
     async def get_json(self, path: str) -> Any:
         """GET a path under the server root (e.g. `/version`); None when it is not there."""
-        url = server_root(self.endpoint) + path
         try:
-            data = await self._sdk.get(url, cast_to=object)
-        except (openai.APIStatusError, openai.APIConnectionError):
+            data = await self.request_json("GET", server_root(self.endpoint) + path)
+        except (HTTPStatusError, MalformedResponse, *_TRANSPORT_ERRORS):
             return None
         return data if isinstance(data, dict | list) else None
 
+    async def post_json(self, url: str, body: dict[str, Any]) -> Any:
+        """POST a JSON body; the decoded JSON answer. Raises HTTPStatusError,
+        MalformedResponse or a transport error."""
+        return await self.request_json("POST", url, body)
+
+    async def request_json(self, method: str, url: str, body: Any = None) -> Any:
+        data = orjson.dumps(body) if body is not None else None
+        async with self.session.request(method, url, data=data,
+                                        headers=self._headers) as response:
+            raw = await response.read()
+            if response.status >= 400:
+                raise _status_error(response.status, raw, response.headers)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise MalformedResponse(f"{url} did not return JSON") from None
+
     async def list_models(self) -> list[dict[str, Any]]:
         """GET /v1/models; an unreachable server raises EndpointError with one clear line."""
+        where = public_url(self.endpoint)
         try:
-            response = await self._sdk.models.with_raw_response.list()
-            body = orjson.loads(response.content)
-        except openai.APIConnectionError as exc:
-            raise EndpointError(f"cannot reach {public_url(self.endpoint)}: "
-                                f"{_root_cause(exc)}") from None
-        except openai.APIStatusError as exc:
-            raise EndpointError(f"{public_url(self.endpoint)} answered GET /v1/models with "
-                                f"HTTP {exc.status_code}: {_error_message(exc)}") from None
-        except orjson.JSONDecodeError:
-            raise EndpointError(f"{public_url(self.endpoint)}/v1/models did not return JSON; "
+            body = await self.request_json("GET", self.base_url + "/models")
+        except _TRANSPORT_ERRORS as exc:
+            raise EndpointError(f"cannot reach {where}: {_root_cause(exc)}") from None
+        except HTTPStatusError as exc:
+            raise EndpointError(f"{where} answered GET /v1/models with HTTP {exc.status}: "
+                                f"{exc.message}") from None
+        except MalformedResponse:
+            raise EndpointError(f"{where}/v1/models did not return JSON; "
                                 "is this an OpenAI-compatible server?") from None
         return list(body.get("data") or []) if isinstance(body, dict) else []
 
     async def generate(self, api: str, body: dict[str, Any], stream: bool, top_k: int
                        ) -> tuple[Generation, Timing]:
         """One attempt. Raises RetryableError, ParameterRejected or EndpointError."""
-        resource = self._sdk.chat.completions if api == "chat" else self._sdk.completions
-        leading = "messages" if api == "chat" else "prompt"
-        extra = {k: v for k, v in body.items() if k not in ("model", leading)}
+        url = self.base_url + ("/chat/completions" if api == "chat" else "/completions")
         if stream:
-            extra["stream_options"] = {"include_usage": True}
+            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         started = time.perf_counter()
         try:
-            async with resource.with_streaming_response.create(
-                model=body["model"], extra_body=extra, stream=stream,
-                **{leading: body[leading]},
-            ) as response:
+            async with self.session.post(url, data=orjson.dumps(body),
+                                         headers=self._headers) as response:
+                if response.status >= 400:
+                    raise _status_error(response.status, await response.read(),
+                                        response.headers)
                 if stream:
                     generation, ttft = await _read_stream(response, top_k, started)
                 else:
-                    generation = parse_response(orjson.loads(await response.read()), top_k)
+                    generation = parse_response(await response.read(), top_k)
                     ttft = None
-        except openai.APIStatusError as exc:
+        except HTTPStatusError as exc:
             raise _classify_status(exc) from None
-        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-            raise RetryableError(f"connection failed: {_root_cause(exc)}") from None
         except StreamError as exc:
             raise RetryableError(f"server reported an error: {exc}") from None
-        except orjson.JSONDecodeError as exc:
-            raise RetryableError(f"malformed JSON from server: {exc}") from None
-        except Exception as exc:  # transport errors while reading a stream body
-            if _is_transport_error(exc):
-                raise RetryableError(f"response cut off: {_root_cause(exc)}") from None
-            raise
+        except MalformedResponse as exc:
+            raise RetryableError(str(exc)) from None
+        except aiohttp.ClientPayloadError as exc:
+            raise RetryableError(f"response cut off: {_root_cause(exc)}") from None
+        except _TRANSPORT_ERRORS as exc:
+            raise RetryableError(f"connection failed: {_root_cause(exc)}") from None
         return generation, Timing(ttft_s=ttft, e2e_s=time.perf_counter() - started)
+
+
+_SSE_DATA = re.compile(rb"^data:[ \t]*(.*)$", re.MULTILINE)  # JSON ignores a trailing \r
 
 
 async def _read_stream(response: Any, top_k: int, started: float
                        ) -> tuple[Generation, float | None]:
+    """SSE `data:` payloads are cut out of the raw bytes by one regex per network read
+    (not decoded line by line); only those before the first output are parsed on
+    arrival, to time the first token, and the rest together at the end."""
     accumulator = StreamAccumulator(top_k)
     ttft: float | None = None
     done = False
-    async for line in _sse_lines(response):
-        if not line.startswith(b"data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            done = True
-            break
-        chunk = orjson.loads(payload)
-        if ttft is None and _has_output(chunk):
+    pending = b""
+    async for piece in response.content.iter_any():
+        buffer = pending + piece
+        cut = buffer.rfind(b"\n") + 1
+        payloads, pending = _SSE_DATA.findall(buffer, 0, cut), buffer[cut:]
+        done = _take(payloads, accumulator)
+        if ttft is None and any(map(first_output, payloads)):
             ttft = time.perf_counter() - started
-        accumulator.feed(chunk)
-    generation = accumulator.generation
+        if done:
+            break
+    if not done:
+        done = _take(_SSE_DATA.findall(pending), accumulator)
+    generation = accumulator.finish()
     if not done and generation.finish_reason is None:
         raise RetryableError("stream ended before [DONE] and without a finish_reason")
     return generation, ttft
 
 
-async def _sse_lines(response: Any) -> AsyncIterator[bytes]:
-    """The stream's lines as bytes: split here rather than decoded to text line by
-    line by the SDK, and parsed by orjson straight from bytes."""
-    pending = b""
-    async for piece in response.iter_bytes():
-        pending += piece
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            yield line
-    if pending:
-        yield pending
+def _take(payloads: list[bytes], accumulator: StreamAccumulator) -> bool:
+    """Add the payloads up to a `[DONE]`; True when it came."""
+    if payloads and payloads[-1].startswith(b"[DONE]"):
+        accumulator.add(payloads[:-1])
+        return True
+    done = [n for n, payload in enumerate(payloads) if payload.startswith(b"[DONE]")]
+    accumulator.add(payloads[:done[0]] if done else payloads)
+    return bool(done)
 
 
-def _has_output(chunk: dict[str, Any]) -> bool:
-    for choice in chunk.get("choices") or []:
-        delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") \
-                or choice.get("text") or choice.get("logprobs"):
-            return True
-    return False
+def _status_error(status: int, raw: bytes, headers: Any) -> HTTPStatusError:
+    return HTTPStatusError(status, _error_message(raw), _retry_after(headers.get("retry-after")))
 
 
-def _classify_status(exc: openai.APIStatusError) -> Exception:
-    status = exc.status_code
-    message = _error_message(exc)
+def _classify_status(exc: HTTPStatusError) -> Exception:
+    status, message = exc.status, exc.message
     if status == 500 and "validation error" in message:
         # llama-cpp-python answers a rejected request field with HTTP 500
         return ParameterRejected(message)
     if status in RETRYABLE_STATUS:
-        return RetryableError(f"HTTP {status}: {message}", _retry_after(exc))
+        return RetryableError(f"HTTP {status}: {message}", exc.retry_after)
     if status in (400, 422):
         return ParameterRejected(message)
     return EndpointError(f"HTTP {status}: {message}")
 
 
-def _error_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
+def _error_message(raw: bytes) -> str:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
             return str(inner["message"])
         if isinstance(body.get("message"), str):
             return str(body["message"])
-    text = exc.response.text if exc.response is not None else ""
-    return (text or str(exc)).strip()[:500]
+        if isinstance(inner, str):
+            return inner
+    return raw.decode("utf-8", "replace").strip()[:500]
 
 
-def _retry_after(exc: openai.APIStatusError) -> float | None:
-    value = exc.response.headers.get("retry-after") if exc.response is not None else None
+def _retry_after(value: str | None) -> float | None:
     try:
         return float(value) if value is not None else None
     except ValueError:
@@ -230,13 +270,6 @@ def _root_cause(exc: BaseException) -> str:
         exc = inner
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:300]
-
-
-def _is_transport_error(exc: Exception) -> bool:
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    markers = {"ClientError", "ClientPayloadError", "TransportError", "RemoteProtocolError",
-               "ReadError", "ConnectionError", "ServerDisconnectedError", "IncompleteRead"}
-    return bool(names & markers)
 
 
 def backoff_seconds(attempt: int, retry_after: float | None) -> float:

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from .runstore import write_json_atomic
-from .sides import Side, load_side, round_significant
+from .sides import Side, load_side
+from .tokenstore import round_significant
 from .triage import first_divergence, token_keys
 
 DETERMINISM_COLUMNS = ["prompt_id", "category", "mode", "repeats", "distinct_texts",

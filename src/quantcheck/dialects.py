@@ -18,10 +18,12 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from .records import Tokens
 
-_LOGPROB = operator.itemgetter("logprob")
-_TOKEN = operator.itemgetter("token")
+_LOGPROB = operator.attrgetter("logprob")
+_TOKEN = operator.attrgetter("token")
 
 
 @dataclass
@@ -42,97 +44,195 @@ class StreamError(Exception):
     """The server sent an error object inside an otherwise successful response."""
 
 
-def parse_response(body: dict[str, Any], top_k: int) -> Generation:
-    """A non-streamed chat or completions response body."""
-    _raise_on_error(body)
-    generation = Generation(model=body.get("model"),
-                            system_fingerprint=body.get("system_fingerprint"),
-                            usage=body.get("usage"))
-    choices = body.get("choices") or []
-    if choices:
-        _absorb_choice(generation, choices[0], top_k, message_key="message")
-    return generation
+class MalformedResponse(Exception):
+    """The body is not JSON, or not shaped like any OpenAI-compatible response."""
+
+
+# The wire shapes, decoded straight from bytes by msgspec: fields quantcheck does not
+# read are skipped without building dicts for them, which makes decoding a top-20
+# response faster than parsing it into plain dicts (bench/collect_throughput.py).
+
+class _Alternative(msgspec.Struct):
+    token: str = ""
+    logprob: float | None = None
+
+
+class _Entry(msgspec.Struct):  # chat style, also llama-server's completions
+    token: str = ""
+    logprob: float | None = None
+    bytes: list[int] | None = None
+    id: int | None = None
+    top_logprobs: list[_Alternative] | None = None
+
+
+class _Logprobs(msgspec.Struct):
+    content: list[_Entry] | None = None
+    tokens: list[str] | None = None  # legacy completions: parallel columns
+    token_logprobs: list[float | None] | None = None
+    top_logprobs: list[dict[str, float | None] | None] | None = None
+
+
+class _Message(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    index: int | None = 0
+    message: _Message | None = None
+    delta: _Message | None = None
+    text: str | None = None
+    logprobs: _Logprobs | None = None
+    finish_reason: str | None = None
+
+
+class _Body(msgspec.Struct):
+    model: str | None = None
+    system_fingerprint: str | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = None
+    choices: list[_Choice] | None = None
+
+
+_BODY = msgspec.json.Decoder(_Body)
+_BODIES = msgspec.json.Decoder(list[_Body])
+
+
+def parse_response(raw: bytes, top_k: int) -> Generation:
+    """A non-streamed chat or completions response body, as bytes."""
+    return _generation([_decode(raw, _BODY, _Body)], top_k)
 
 
 class StreamAccumulator:
-    """Feed it each decoded SSE `data:` object of a stream; read `generation` at the end."""
+    """Give it the SSE `data:` payloads of a stream as bytes; call `finish()` at the end.
+
+    The payloads are decoded together at the end: one parse and one column
+    conversion per response instead of one per token chunk.
+    """
 
     def __init__(self, top_k: int) -> None:
         self.top_k = top_k
-        self.generation = Generation()
+        self._payloads: list[bytes] = []
 
-    def feed(self, chunk: dict[str, Any]) -> None:
-        _raise_on_error(chunk)
-        generation = self.generation
-        generation.model = chunk.get("model") or generation.model
-        generation.system_fingerprint = (chunk.get("system_fingerprint")
-                                         or generation.system_fingerprint)
-        if chunk.get("usage"):
-            generation.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) == 0:
-                _absorb_choice(generation, choice, self.top_k, message_key="delta")
+    def add(self, payloads: list[bytes]) -> None:
+        self._payloads += payloads
+
+    def finish(self) -> Generation:
+        raw = b"[" + b",".join(self._payloads) + b"]"
+        return _generation(_decode(raw, _BODIES, list[_Body]), self.top_k)
 
 
-def _raise_on_error(body: dict[str, Any]) -> None:
-    error = body.get("error")
-    if error:
-        message = error.get("message", error) if isinstance(error, dict) else error
-        raise StreamError(str(message))
+def first_output(payload: bytes) -> bool:
+    """Whether one stream payload carries generated output (for time to first token)."""
+    try:
+        body = _BODY.decode(payload)
+    except msgspec.MsgspecError:
+        return False
+    for choice in body.choices or ():
+        message = choice.delta or choice.message
+        if (message and (message.content or message.reasoning_content or message.reasoning)) \
+                or choice.text or choice.logprobs:
+            return True
+    return False
 
 
-def _absorb_choice(generation: Generation, choice: dict[str, Any], top_k: int,
-                   message_key: str) -> None:
-    message = choice.get(message_key) or {}
-    content = message.get("content") if message_key in choice else choice.get("text")
-    if content:
-        generation.text += content
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    if reasoning:
-        generation.reasoning = (generation.reasoning or "") + reasoning
-    if choice.get("finish_reason"):
-        generation.finish_reason = choice["finish_reason"]
-    logprobs = choice.get("logprobs")
-    if logprobs:
-        generation.has_logprobs = True
-        _absorb_logprobs(generation.tokens, logprobs, top_k)
+def _decode(raw: bytes, decoder: msgspec.json.Decoder[Any], shape: Any) -> Any:
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError:
+        pass  # e.g. a number sent as a string: try again, leniently
+    except msgspec.DecodeError as exc:
+        raise MalformedResponse(f"malformed JSON from server: {exc}") from None
+    try:
+        return msgspec.convert(msgspec.json.decode(raw), shape, strict=False)
+    except msgspec.ValidationError as exc:
+        raise MalformedResponse(f"unexpected response shape: {exc}") from None
 
 
-def _absorb_logprobs(tokens: Tokens, logprobs: dict[str, Any], top_k: int) -> None:
-    if "content" in logprobs or "tokens" not in logprobs:
-        for entry in logprobs.get("content") or []:
-            top_text, top_logprob = _top_columns(entry.get("top_logprobs") or [], top_k)
-            tokens.append(entry.get("token", ""), entry.get("logprob"), top_text, top_logprob,
-                          token_id=entry.get("id"), raw=entry.get("bytes"))
-        return
-    top_lists = logprobs.get("top_logprobs") or []
-    token_logprobs = logprobs.get("token_logprobs") or []
-    for position, token in enumerate(logprobs["tokens"]):
+def _generation(bodies: list[_Body], top_k: int) -> Generation:
+    """Response bodies (one, or a stream's chunks) -> Generation, column by column:
+    each step is one comprehension over all chunks rather than a call per chunk."""
+    for body in bodies:
+        if body.error:
+            message = body.error.get("message", body.error) if isinstance(body.error, dict) \
+                else body.error
+            raise StreamError(str(message))
+    choices = [choice for body in bodies for choice in body.choices or () if not choice.index]
+    messages = [choice.message or choice.delta for choice in choices]
+    pieces = [(message.content if message else choice.text) or ""
+              for message, choice in zip(messages, choices, strict=True)]
+    reasoning = [m.reasoning_content or m.reasoning or "" for m in messages if m]
+    finish_reasons = [choice.finish_reason for choice in choices if choice.finish_reason]
+    generation = Generation(
+        text="".join(pieces), reasoning="".join(reasoning) or None,
+        finish_reason=finish_reasons[-1] if finish_reasons else None,
+        model=_last([body.model for body in bodies]),
+        system_fingerprint=_last([body.system_fingerprint for body in bodies]),
+        usage=_last([body.usage for body in bodies]))
+    logprobs = [choice.logprobs for choice in choices if choice.logprobs]
+    generation.has_logprobs = bool(logprobs)
+    entries = [entry for lp in logprobs for entry in lp.content or ()]
+    if entries:
+        _extend_from_entries(generation.tokens, entries, top_k)
+    for lp in logprobs:
+        if lp.tokens is not None:
+            _append_legacy(generation.tokens, lp, top_k)
+    return generation
+
+
+def _last(values: list[Any]) -> Any:
+    present = [value for value in values if value]
+    return present[-1] if present else None
+
+
+def _extend_from_entries(tokens: Tokens, entries: list[_Entry], top_k: int) -> None:
+    """Chat-style entries ({token, logprob, top_logprobs, bytes, id}) onto the columns."""
+    texts: list[str] = list(map(_TOKEN, entries))
+    top_lists = [entry.top_logprobs or () for entry in entries]
+    top_logprob: list[list[Any]] = [list(map(_LOGPROB, top)) for top in top_lists]
+    top_text = [list(map(_TOKEN, top)) for top in top_lists]
+    for position, values in enumerate(top_logprob):
+        if None in values or 0 < top_k < len(values) or values != sorted(values, reverse=True):
+            top_text[position], top_logprob[position] = _top_columns(
+                top_text[position], values, top_k)
+    tokens.text += texts
+    tokens.logprob += map(_LOGPROB, entries)
+    tokens.top_text += top_text
+    tokens.top_logprob += top_logprob
+    ids = [entry.id for entry in entries]
+    if any(token_id is not None for token_id in ids):
+        tokens.ids = [-1 if token_id is None else token_id for token_id in ids]
+    raws = [entry.bytes for entry in entries]
+    differing = [raw is not None and raw != list(text.encode("utf-8", "surrogatepass"))
+                 for raw, text in zip(raws, texts, strict=True)]
+    if any(differing):
+        tokens.raw_bytes = [raw if differs else None
+                            for raw, differs in zip(raws, differing, strict=True)]
+
+
+def _append_legacy(tokens: Tokens, logprobs: _Logprobs, top_k: int) -> None:
+    texts = logprobs.tokens or []
+    token_logprobs = logprobs.token_logprobs or []
+    top_lists = logprobs.top_logprobs or []
+    for position, token in enumerate(texts):
         alternatives = (top_lists[position] if position < len(top_lists) else None) or {}
         logprob = token_logprobs[position] if position < len(token_logprobs) else None
-        entries = [{"token": t, "logprob": v} for t, v in alternatives.items()]
-        tokens.append(token, logprob, *_top_columns(entries, top_k))
+        tokens.append(token, logprob, *_top_columns(list(alternatives),
+                                                    list(alternatives.values()), top_k))
 
 
-def _top_columns(entries: list[dict[str, Any]], top_k: int) -> tuple[list[str], list[float]]:
+def _top_columns(texts: list[str], logprobs: list[float | None], top_k: int
+                 ) -> tuple[list[str], list[float]]:
     """The alternatives as (tokens, logprobs), highest first, cut to k.
 
-    Servers usually send them sorted (checked in one pass); otherwise a stable sort
-    keeps their order among exact ties. Extra alternatives beyond the requested k
-    (llama-cpp-python adds the sampled token) are cut off.
+    Servers usually send them sorted; otherwise a stable sort keeps their order among
+    exact ties. Alternatives without a logprob are dropped; extra ones beyond the
+    requested k (llama-cpp-python adds the sampled token) are cut off.
     """
-    try:  # the common case at C speed: every entry has both fields
-        logprobs: list[float] = list(map(_LOGPROB, entries))
-        texts: list[str] = list(map(_TOKEN, entries))
-    except KeyError:
-        logprobs = [e.get("logprob") for e in entries]  # type: ignore[misc]
-        texts = [e.get("token", "") for e in entries]
-    if None in logprobs:
-        kept = [i for i, v in enumerate(logprobs) if v is not None]
-        texts, logprobs = [texts[i] for i in kept], [logprobs[i] for i in kept]
-    if not all(map(operator.ge, logprobs, logprobs[1:])):
-        order = sorted(range(len(logprobs)), key=lambda i: -logprobs[i])
-        texts, logprobs = [texts[i] for i in order], [logprobs[i] for i in order]
-    if 0 < top_k < len(texts):
-        return texts[:top_k], logprobs[:top_k]
-    return texts, logprobs
+    kept = [(text, value) for text, value in zip(texts, logprobs, strict=True)
+            if value is not None]
+    kept.sort(key=lambda pair: -pair[1])
+    if 0 < top_k < len(kept):
+        kept = kept[:top_k]
+    return [text for text, _ in kept], [value for _, value in kept]

@@ -1,8 +1,10 @@
-"""The run directory: manifest.json, prompts.jsonl and completions.jsonl, and loading it back.
+"""The run directory: manifest.json, prompts.jsonl, completions.jsonl and tokens.bin.
 
 completions.jsonl is appended one flushed line per finished request, so a killed
 process loses at most the requests in flight; a resume drops failed and half-written
 lines and collects those requests again, so no (prompt_id, repeat) ever appears twice.
+A line's token arrays live in tokens.bin (see tokenstore.py), written before the line:
+a line never points at a blob that is not there; a blob without a line is ignored.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import orjson
 import pandas as pd
 
 from .errors import RunFormatError
-from .records import Completion, Prompt
+from .records import Completion, Prompt, Tokens
+from .tokenstore import TOKENS_FILE, pack, unpack
 
 MANIFEST = "manifest.json"
 PROMPTS = "prompts.jsonl"
@@ -57,24 +60,60 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 class RunWriter:
-    """Appends completion records to a run directory, one flushed line each."""
+    """Appends completion records to a run directory: the token blob, then the line."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._handle: IO[bytes] | None = None
+        self._lines: IO[bytes] | None = None
+        self._blobs: IO[bytes] | None = None
 
     def open(self) -> None:
-        self._handle = (self.run_dir / COMPLETIONS).open("ab")
+        self._lines = (self.run_dir / COMPLETIONS).open("ab")
+        self._blobs = (self.run_dir / TOKENS_FILE).open("ab")
 
     def append(self, record: Completion) -> None:
-        assert self._handle is not None
-        self._handle.write(orjson.dumps(record.to_json()) + b"\n")
-        self._handle.flush()
+        assert self._lines is not None and self._blobs is not None
+        data = record.to_json()
+        if record.tokens is not None:
+            blob = pack(record.tokens)
+            offset = self._blobs.seek(0, os.SEEK_END)
+            self._blobs.write(blob)
+            self._blobs.flush()
+            data["tokens"] = {"file": TOKENS_FILE, "offset": offset, "length": len(blob),
+                              "n_tokens": len(record.tokens)}
+        self._lines.write(orjson.dumps(data) + b"\n")
+        self._lines.flush()
 
     def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        for handle in (self._lines, self._blobs):
+            if handle is not None:
+                handle.close()
+        self._lines = self._blobs = None
+
+
+def read_tokens(run_dir: Path, reference: dict[str, Any] | None) -> Tokens | None:
+    """A record's `tokens` value (inline arrays, or a reference into tokens.bin)."""
+    if not reference:
+        return None
+    if "file" not in reference:
+        return Tokens.from_json(reference)
+    return unpack(read_blob(run_dir, reference)).to_tokens()
+
+
+def token_count(reference: dict[str, Any] | None) -> int | None:
+    if not reference:
+        return None
+    return int(reference["n_tokens"] if "file" in reference else len(reference["text"]))
+
+
+def read_blob(run_dir: Path, reference: dict[str, Any]) -> bytes:
+    with (run_dir / reference["file"]).open("rb") as handle:
+        handle.seek(reference["offset"])
+        blob: bytes = handle.read(reference["length"])
+    if len(blob) != reference["length"]:
+        raise RunFormatError(f"{run_dir / reference['file']}: truncated at "
+                             f"offset {reference['offset']}")
+    return blob
 
 
 def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
@@ -113,7 +152,7 @@ def set_aside(run_dir: Path) -> Path:
     """Move a previous run's files into a dated subfolder (used by --force): nothing lost."""
     target = run_dir / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
     target.mkdir()
-    for name in (MANIFEST, PROMPTS, COMPLETIONS):
+    for name in (MANIFEST, PROMPTS, COMPLETIONS, TOKENS_FILE):
         if (run_dir / name).exists():
             shutil.move(str(run_dir / name), str(target / name))
     return target
@@ -151,18 +190,21 @@ class Run:
         if not path.exists():
             return
         for _, data in iter_jsonl(path):
-            yield Completion.from_json(data)
+            record = Completion.from_json({**data, "tokens": None})
+            record.tokens = read_tokens(self.path, data.get("tokens"))
+            yield record
 
     def frame(self) -> pd.DataFrame:
         """One row per request, without the token arrays (see FRAME_COLUMNS)."""
         rows = []
-        for record in self.completions():
-            usage = record.usage or {}
-            rows.append([record.prompt_id, record.prompt_hash, record.repeat, record.text,
-                         record.reasoning, record.finish_reason,
-                         len(record.tokens) if record.tokens is not None else None,
+        path = self.path / COMPLETIONS
+        for _, record in iter_jsonl(path) if path.exists() else ():
+            usage = record.get("usage") or {}
+            rows.append([record["prompt_id"], record.get("prompt_hash"), record["repeat"],
+                         record.get("text"), record.get("reasoning"),
+                         record.get("finish_reason"), token_count(record.get("tokens")),
                          usage.get("prompt_tokens"), usage.get("completion_tokens"),
-                         record.ttft_s, record.e2e_s, record.error])
+                         record.get("ttft_s"), record.get("e2e_s"), record.get("error")])
         return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 

@@ -11,17 +11,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 import pandas as pd
 
 from .errors import RunFormatError
-from .records import Prompt
-from .runstore import COMPLETIONS, load_run, read_json
+from .records import Prompt, Tokens
+from .runstore import COMPLETIONS, load_run, read_blob, read_json, read_tokens, token_count
+from .tokenstore import packed_from_tokens, unpack
 
 INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "text_hash", "signature",
                  "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
@@ -39,40 +38,26 @@ class Side:
     text_only: bool = False
 
     def tokens_at(self, offset: int) -> dict[str, Any] | None:
-        """The token arrays of the record whose line starts at `offset`."""
+        """The token arrays (as their JSON dict) of the record whose line starts at `offset`."""
         if self.completions_path is None or offset < 0:
             return None
         with self.completions_path.open("rb") as handle:
             handle.seek(offset)
             record = orjson.loads(handle.readline())
-        tokens: dict[str, Any] | None = record.get("tokens")
-        return tokens
+        tokens = read_tokens(self.completions_path.parent, record.get("tokens"))
+        return tokens.to_json() if tokens is not None else None
 
 
-def round_significant(values: np.ndarray, digits: int) -> np.ndarray:
-    """Round each value to `digits` significant digits (NaN stays NaN)."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        magnitude = np.floor(np.log10(np.abs(values)))
-        magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)
-        factor = 10.0 ** (digits - 1 - magnitude)
-        return np.asarray(np.round(values * factor) / factor)
-
-
-def signature(tokens: dict[str, Any] | None, digits: int) -> str | None:
-    """Digest of the token sequence and every position's top-k, logprobs rounded."""
-    if not tokens:
+def signature(reference: dict[str, Any] | None, run_dir: Path, digits: int) -> str | None:
+    """Digest of the token sequence and every position's top-k, logprobs rounded
+    (the same for inline arrays and tokens.bin blobs of the same content)."""
+    if not reference:
         return None
-    digest = hashlib.blake2b(digest_size=12)
-    digest.update(orjson.dumps(tokens["text"]))
-    digest.update(orjson.dumps(tokens.get("top_text")))
-    chosen = np.array(tokens["logprob"], dtype=float)
-    top = tokens.get("top_logprob") or []
-    try:
-        alternatives = np.array(top, dtype=float).ravel()
-    except ValueError:  # ragged: some positions have fewer alternatives
-        alternatives = np.fromiter(chain.from_iterable(top), float)
-    digest.update(round_significant(np.concatenate([chosen, alternatives]), digits).tobytes())
-    return digest.hexdigest()
+    if "file" in reference:
+        packed = unpack(read_blob(run_dir, reference))
+    else:
+        packed = packed_from_tokens(Tokens.from_json(reference))
+    return packed.signature(digits)
 
 
 def text_hash(text: str | None) -> str | None:
@@ -107,11 +92,12 @@ def _index_rows(path: Path, sig_digits: int) -> Iterator[list[Any]]:
                 raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
             tokens = record.get("tokens")
             usage = record.get("usage") or {}
-            n_tokens = len(tokens["text"]) if tokens else usage.get("completion_tokens")
+            n_tokens = token_count(tokens) if tokens else usage.get("completion_tokens")
             yield [record["prompt_id"], record.get("prompt_hash"), record["repeat"],
                    record.get("text"), text_hash(record.get("text")),
-                   signature(tokens, sig_digits), n_tokens, record.get("finish_reason"),
-                   record.get("error"), record.get("ttft_s"), record.get("e2e_s"), start]
+                   signature(tokens, path.parent, sig_digits), n_tokens,
+                   record.get("finish_reason"), record.get("error"), record.get("ttft_s"),
+                   record.get("e2e_s"), start]
 
 
 def _texts_side(path: Path, prompts: dict[str, Prompt] | None) -> Side:
