@@ -92,7 +92,8 @@ def test_sends_an_explicitly_greedy_request(serve: Serve, write_prompts: WritePr
                                              tmp_path: Path) -> None:
     server = serve(MODEL)
     collect([write_prompts(TWO_PROMPTS)], tmp_path / "run",
-            CollectSettings(endpoint=server.url, label="a", concurrency=1, top_logprobs=5))
+            CollectSettings(endpoint=server.url, label="a", concurrency=1, top_logprobs=5,
+                            preflight=False))
     chat, completion = server.requests
     assert chat == {
         "model": "scripted-model",
@@ -111,7 +112,8 @@ def test_retries_5xx_429_and_dropped_connections(serve: Serve, write_prompts: Wr
     faults = Faults(status={0: 503, 1: 429, 3: 500}, retry_after_s=0.0, drop={5, 7})
     server = serve(MODEL, faults=faults)
     result = collect([write_prompts(TWO_PROMPTS)], tmp_path / "run",
-                     CollectSettings(endpoint=server.url, label="a", repeats=2, concurrency=1))
+                     CollectSettings(endpoint=server.url, label="a", repeats=2, concurrency=1,
+                                     preflight=False))
     assert (result.collected, result.failed) == (4, 0)
     assert len(server.requests) == 4 + 5  # prompt 1 needed three attempts
     assert all(r["error"] is None for r in records(tmp_path / "run"))
@@ -121,7 +123,8 @@ def test_dropped_connection_without_stream_is_retried(serve: Serve, write_prompt
                                                        tmp_path: Path) -> None:
     server = serve(MODEL, faults=Faults(drop={0}))
     result = collect([write_prompts(TWO_PROMPTS)], tmp_path / "run",
-                     CollectSettings(endpoint=server.url, label="a", stream=False, concurrency=1))
+                     CollectSettings(endpoint=server.url, label="a", stream=False, concurrency=1,
+                                     preflight=False))
     assert (result.collected, result.failed) == (2, 0)
     assert len(server.requests) == 3
 
@@ -130,7 +133,8 @@ def test_exhausted_retries_are_recorded_then_retried_on_resume(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     prompts = write_prompts(TWO_PROMPTS)
     server = serve(MODEL, faults=Faults(status={0: 500, 1: 500}))
-    settings = CollectSettings(endpoint=server.url, label="a", concurrency=1, retries=1)
+    settings = CollectSettings(endpoint=server.url, label="a", concurrency=1, retries=1,
+                               preflight=False)
     result = collect([prompts], tmp_path / "run", settings)
     assert (result.collected, result.failed) == (1, 1)
     failed = [r for r in records(tmp_path / "run") if r["error"]]
@@ -148,7 +152,7 @@ def test_request_timeout_is_retried_then_reported(serve: Serve, write_prompts: W
                                                   tmp_path: Path) -> None:
     server = serve(MODEL, faults=Faults(latency_s=1.0))
     settings = CollectSettings(endpoint=server.url, label="a", timeout=0.2, retries=1,
-                               concurrency=2)
+                               concurrency=2, preflight=False)
     result = collect([write_prompts(TWO_PROMPTS)], tmp_path / "run", settings)
     assert result.failed == 2
     assert all("connection failed" in str(r["error"]) for r in records(tmp_path / "run"))
@@ -159,7 +163,8 @@ def test_top_logprobs_limit_stops_the_run_and_names_the_fix(
     server = serve(MODEL, faults=Faults(max_top_logprobs=5))
     with pytest.raises(ParameterRejected) as caught:
         collect([write_prompts(TWO_PROMPTS)], tmp_path / "run",
-                CollectSettings(endpoint=server.url, label="a", repeats=5, concurrency=1))
+                CollectSettings(endpoint=server.url, label="a", repeats=5, concurrency=1,
+                                preflight=False))
     message = str(caught.value)
     assert "Requested sample logprobs of 20, which is greater than max allowed: 5" in message
     assert "--top-logprobs 5" in message
@@ -342,6 +347,6 @@ def test_a_validation_error_sent_as_http_500_stops_the_run(
                    faults=Faults(status={n: 500 for n in range(20)}, status_message=message))
     with pytest.raises(ParameterRejected) as caught:
         collect([write_prompts(TWO_PROMPTS)], tmp_path / "run",
-                CollectSettings(endpoint=server.url, label="a", concurrency=1))
+                CollectSettings(endpoint=server.url, label="a", concurrency=1, preflight=False))
     assert """--extra-body '{"repeat_penalty": null}'""" in str(caught.value)
     assert len(server.requests) == 1  # not retried: retrying cannot help

@@ -160,8 +160,11 @@ def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServe
     assert "bf16 (A) vs fp8 (B): 3 of 12 identical" in result.output
     assert "collecting: 24/24 (100%)" in result.output  # progress lines in a log
     assert (out / "a" / "completions.jsonl").exists() and (out / "pairs.csv").exists()
+    assert "bf16: preflight pass" in result.output and "fp8: preflight pass" in result.output
+    sent = len(a_server.requests), len(b_server.requests)
+    assert min(sent) > 12  # the prompts, and the preflight's probes
 
     again = CliRunner().invoke(cli, args)  # resumes: nothing left to collect
     assert again.exit_code == 0
     assert "resuming, 12 of 12" in again.output
-    assert len(a_server.requests) == len(b_server.requests) == 12
+    assert (len(a_server.requests), len(b_server.requests)) == sent  # not even probes

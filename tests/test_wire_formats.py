@@ -53,7 +53,8 @@ def test_each_dialect_normalizes_to_one_record(
     server = serve(dialect=dialect, replay={kind: (FIXTURES / "wire" / fixture).read_bytes()})
     field = "messages: [{role: user, content: hi}]" if api == "chat" else "prompt: hi"
     prompts = write_prompts(f"prompts:\n  - id: p\n    {field}\n")
-    settings = CollectSettings(endpoint=server.url, label=dialect, stream=stream, top_logprobs=2)
+    settings = CollectSettings(endpoint=server.url, label=dialect, stream=stream, top_logprobs=2,
+                               preflight=False)  # a replayed body answers every probe alike
     collect([prompts], tmp_path / "run", settings)
 
     (record,) = list(load_run(tmp_path / "run").completions())
@@ -81,7 +82,8 @@ def test_reasoning_fields_are_kept_apart_from_content(
     body = (FIXTURES / "wire" / "vllm-chat-reasoning-stream.sse").read_bytes()
     server = serve(replay={"chat-stream": body})
     prompts = write_prompts("prompts:\n  - {id: p, messages: [{role: user, content: hi}]}\n")
-    collect([prompts], tmp_path / "run", CollectSettings(endpoint=server.url, label="r"))
+    collect([prompts], tmp_path / "run", CollectSettings(endpoint=server.url, label="r",
+                                                         preflight=False))
     (record,) = list(load_run(tmp_path / "run").completions())
     assert record.text == ""
     assert record.reasoning == "need analysis there need analysis there"

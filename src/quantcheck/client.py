@@ -33,7 +33,7 @@ from .errors import EndpointError, ParameterRejected
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
-_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
 
 @dataclass
@@ -117,7 +117,7 @@ class EndpointClient:
         """GET a path under the server root (e.g. `/version`); None when it is not there."""
         try:
             data = await self.request_json("GET", server_root(self.endpoint) + path)
-        except (HTTPStatusError, MalformedResponse, *_TRANSPORT_ERRORS):
+        except (HTTPStatusError, MalformedResponse, *TRANSPORT_ERRORS):
             return None
         return data if isinstance(data, dict | list) else None
 
@@ -143,7 +143,7 @@ class EndpointClient:
         where = public_url(self.endpoint)
         try:
             body = await self.request_json("GET", self.base_url + "/models")
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             raise EndpointError(f"cannot reach {where}: {_root_cause(exc)}") from None
         except HTTPStatusError as exc:
             raise EndpointError(f"{where} answered GET /v1/models with HTTP {exc.status}: "
@@ -179,7 +179,7 @@ class EndpointClient:
             raise RetryableError(str(exc)) from None
         except aiohttp.ClientPayloadError as exc:
             raise RetryableError(f"response cut off: {_root_cause(exc)}") from None
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             raise RetryableError(f"connection failed: {_root_cause(exc)}") from None
         return generation, Timing(ttft_s=ttft, e2e_s=time.perf_counter() - started)
 

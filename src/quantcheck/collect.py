@@ -23,9 +23,17 @@ from .client import (
     sleep_backoff,
 )
 from .errors import ParameterRejected, QuantcheckError, RunMismatch
+from .preflight import (
+    DEFAULT_CONTEXT_TOKENS,
+    Preflight,
+    PreflightFailed,
+    ProbeShape,
+    run_preflight,
+)
 from .prompts import RequestOptions, file_sha256, load_prompts
 from .records import Completion, Prompt
 from .runstore import (
+    COMPLETIONS,
     MANIFEST,
     RunWriter,
     completed_keys,
@@ -56,17 +64,27 @@ class CollectSettings:
     request: RequestOptions = field(default_factory=RequestOptions)
     cell: dict[str, Any] = field(default_factory=dict)
     repeat_mode: str = "pool"
+    preflight: bool = True
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
 
 
 class Reporter(Protocol):
     """Receives progress; the library never prints."""
 
+    def checking(self, endpoint: str) -> None: ...
+    def checked(self, report: Preflight) -> None: ...
     def started(self, total: int, already_done: int) -> None: ...
     def completed(self, record: Completion) -> None: ...
     def warn(self, message: str) -> None: ...
 
 
 class SilentReporter:
+    def checking(self, endpoint: str) -> None:
+        pass
+
+    def checked(self, report: Preflight) -> None:
+        pass
+
     def started(self, total: int, already_done: int) -> None:
         pass
 
@@ -155,6 +173,8 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
         manifest["cell"] = {**cell_from_server(manifest["server"], model, settings.concurrency),
                             **settings.cell}
         manifest["cell_key"] = cell_key(manifest["cell"])
+        manifest["preflight"] = await _preflight(client, settings, model, models, manifest,
+                                                 prompts, reporter, run_dir if done else None)
         write_prompts(run_dir, prompts)
         write_json_atomic(run_dir / MANIFEST, manifest)
         jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
@@ -292,6 +312,29 @@ class _Session:
                 "(token-level triage will be empty for this side)")
 
 
+async def _preflight(client: EndpointClient, settings: CollectSettings, model: str,
+                     models: list[dict[str, Any]], manifest: dict[str, Any],
+                     prompts: list[Prompt], reporter: Reporter, resumed: Path | None
+                     ) -> dict[str, Any] | None:
+    """The preflight report for the manifest; a resumed run keeps the one it has. A hard
+    failure stops here, before any prompt is sent, with nothing written."""
+    if resumed is not None:
+        previous: dict[str, Any] | None = read_json(resumed / MANIFEST).get("preflight")
+        return previous
+    if not settings.preflight:
+        return None
+    reporter.checking(public_url(settings.endpoint))
+    first = prompts[0]
+    shape = ProbeShape(api=first.api, fields={
+        k: v for k, v in first.request.items() if k not in ("messages", "prompt", "max_tokens")})
+    report = await run_preflight(client, model, models, manifest["server"], shape,
+                                 settings.top_logprobs, settings.context_tokens)
+    reporter.checked(report)
+    if report.failures():
+        raise PreflightFailed(report.explanation())
+    return report.to_json()
+
+
 def rejection_advice(message: str, body: dict[str, Any]) -> str:
     """Turn a server's 400 into a message that names the fix."""
     lowered = message.lower()
@@ -344,8 +387,10 @@ def _identity(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def _prepare_run_dir(run_dir: Path, manifest: dict[str, Any], force: bool) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / MANIFEST).exists():
-        return
+    collected = run_dir / COMPLETIONS
+    if not (run_dir / MANIFEST).exists() or not collected.exists() \
+            or not collected.stat().st_size:
+        return  # nothing collected yet: nothing to protect
     previous = read_json(run_dir / MANIFEST)
     old, new = _identity(previous), _identity(manifest)
     if old == new:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from .approvals import apply_approvals, load_approvals
 from .logscan import scan_logs
+from .preflight import tokenizer_agreement
 from .records import Prompt
 from .runstore import frame_rows, write_json_atomic, write_jsonl_atomic
 from .sides import Side, load_side
@@ -90,11 +91,12 @@ def pairs_and_details(a: Side, b: Side) -> tuple[pd.DataFrame, list[Record]]:
     """The pairs frame, and per prompt what the review sheet shows beyond it."""
     a_groups, b_groups = _by_prompt(a.index), _by_prompt(b.index)
     order = list(dict.fromkeys([*a.prompts, *a_groups, *b.prompts, *b_groups]))
+    token_level = token_metrics_withheld(a, b) is None
     rows, details = [], []
     for prompt_id in order:
         detail: Record = {"prompt_id": prompt_id}
         rows.append(_pair_row(prompt_id, a, b, a_groups.get(prompt_id),
-                              b_groups.get(prompt_id), detail))
+                              b_groups.get(prompt_id), detail, token_level))
         details.append(detail)
     return pd.DataFrame(rows, columns=PAIR_COLUMNS), details
 
@@ -114,8 +116,16 @@ def _by_prompt(index: pd.DataFrame) -> dict[str, list[Record]]:
     return groups
 
 
+def token_metrics_withheld(a: Side, b: Side) -> str | None:
+    """Why token positions of A and B do not correspond (their preflights' tokenizer
+    fingerprints differ), or None."""
+    agreement = tokenizer_agreement((a.manifest.get("preflight") or {}).get("tokenizer"),
+                                    (b.manifest.get("preflight") or {}).get("tokenizer"))
+    return agreement.message if agreement.status == "warn" else None
+
+
 def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
-              b_rows: list[Record] | None, detail: Record) -> dict[str, Any]:
+              b_rows: list[Record] | None, detail: Record, token_level: bool) -> dict[str, Any]:
     prompt = a.prompts.get(prompt_id) or b.prompts.get(prompt_id)
     if prompt is not None:
         detail["request"] = {k: v for k, v in prompt.request.items() if k in (
@@ -146,7 +156,8 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
     row["b_degenerate"] = degenerate_reason(b_text, b_first["finish_reason"],
                                             a_first["finish_reason"])
     row.update(_expectations(prompt, a_text, b_text))
-    row.update(_token_comparison(a, b, a_first, b_first, detail))
+    row.update(_token_comparison(a, b, a_first, b_first, detail) if token_level
+               else {"divergence_kind": ""})
     # Nondeterminism, not regression: a side's own repeats also show the other's text.
     row["noise"] = not row["identical"] and bool(
         {r["text_hash"] for r in a_ok} & {r["text_hash"] for r in b_ok})

@@ -101,6 +101,8 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
         log_matches=summary.get("log_matches") or {}, summary_counts=summary["counts"],
         pass_rate=(summary.get("stats") or {}).get("pass_rate"),
         determinism=summary.get("determinism") or {"a": {"mode": "?"}, "b": {"mode": "?"}},
+        preflight={"a": None, "b": None, "tokenizer": None, "token_metrics_withheld": None,
+                   **(summary.get("preflight") or {})},
         plots=_plots(data["pairs"]),
         categories=sorted({str(p["category"]) for p in data["pairs"] if p["category"]}),
         data_json=embed_json(data))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,19 @@ def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> dict[str, Any]:
         "drift": _drift(compared),
         "stats": paired_statistics(pairs),
         "performance": {**sides, **_throughput_verdict(sides)},
+        "preflight": _preflight(a, b),
     }
+
+
+def _preflight(a: Side, b: Side) -> dict[str, Any]:
+    """Each side's recorded preflight, and whether their tokenizers agree."""
+    from .preflight import tokenizer_agreement
+
+    recorded = {side: s.manifest.get("preflight") for side, s in (("a", a), ("b", b))}
+    agreement = tokenizer_agreement(*((report or {}).get("tokenizer")
+                                      for report in recorded.values()))
+    return {**recorded, "tokenizer": asdict(agreement),
+            "token_metrics_withheld": agreement.message if agreement.status == "warn" else None}
 
 
 def _counts(pairs: pd.DataFrame, compared: pd.DataFrame) -> dict[str, Any]:

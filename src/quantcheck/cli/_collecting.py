@@ -125,7 +125,8 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: 
         shutil.rmtree(out / side, ignore_errors=True)
     options: dict[str, Any] = {
         "repeats": repeats, "top_logprobs": 5, "stream": True, "concurrency": 2,
-        "timeout": 300.0, "retries": 2, "max_tokens": None, "api": None, "extra_body": {}}
+        "timeout": 300.0, "retries": 2, "max_tokens": None, "api": None, "extra_body": {},
+        "context_tokens": 2000}  # a 6,000-token probe costs ~25 s per side on a CPU
     if engine == "scripted":
         summary = _scripted_demo(out, options)
     else:

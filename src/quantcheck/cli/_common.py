@@ -15,6 +15,7 @@ from ..cells import parse_cell_options
 from ..collect import REPEAT_MODES, CollectResult, CollectSettings, collect, collect_async
 from ..compare import compare_to_dir
 from ..errors import QuantcheckError
+from ..preflight import DEFAULT_CONTEXT_TOKENS, Preflight
 from ..prompts import APIS, RequestOptions
 from ..records import Completion
 from ..summary import headline
@@ -66,6 +67,12 @@ class ProgressReporter:
         self.bar: Any = None
         self.failures = 0
 
+    def checking(self, endpoint: str) -> None:
+        click.echo(f"{self.label}: preflight checks on {endpoint} ...", err=True)
+
+    def checked(self, report: Preflight) -> None:
+        echo_preflight(report.to_json(), self.label)
+
     def started(self, total: int, already_done: int) -> None:
         self.announce_resume(total, already_done)
         self.bar = progress_bar(total - already_done, self.label)
@@ -91,6 +98,19 @@ class ProgressReporter:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
             self.bar = None
+
+
+STATUS_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+
+
+def echo_preflight(report: dict[str, Any], label: str) -> None:
+    """One line per check (and its fix), on stderr."""
+    click.echo(f"{label}: preflight {report['status']} ({report['seconds']:.1f} s)", err=True)
+    for check in report["checks"]:
+        click.echo(f"  {STATUS_MARK[check['status']]} {check['name']:<10} {check['message']}",
+                   err=True)
+        if check.get("fix") and check["status"] in ("warn", "fail"):
+            click.echo(f"       {'':<10} fix: {check['fix']}", err=True)
 
 
 def json_object_option(ctx: click.Context, param: click.Parameter, value: str | None
@@ -136,6 +156,13 @@ def request_options(function: F) -> F:
                      help="Seconds per request."),
         click.option("--retries", default=4, show_default=True, type=click.IntRange(0),
                      help="Retries on connection errors, 429 and 5xx (with backoff)."),
+        click.option("--preflight/--no-preflight", default=True, show_default=True,
+                     help="Check the endpoint first (model, logprobs, greedy decoding, "
+                          "context truncation, reasoning, tokenizer); a failed check stops "
+                          "before any prompt is sent."),
+        click.option("--context-tokens", default=DEFAULT_CONTEXT_TOKENS, show_default=True,
+                     type=click.IntRange(0),
+                     help="Length of the preflight's context-truncation probe; 0 skips it."),
         click.option("--force", is_flag=True,
                      help="Set aside a run made with other parameters and start over."),
     ]
@@ -152,6 +179,8 @@ def settings_from(endpoint: str, label: str, model: str | None, api_key_env: str
         concurrency=options["concurrency"], timeout=options["timeout"],
         retries=options["retries"], api_key_env=api_key_env,
         repeat_mode=options.get("repeat_mode", "pool"),
+        preflight=options.get("preflight", True),
+        context_tokens=options.get("context_tokens", DEFAULT_CONTEXT_TOKENS),
         request=RequestOptions(max_tokens=options["max_tokens"], api=options["api"],
                                extra_body=options["extra_body"]),
         cell=run_guarded(lambda: parse_cell_options(cell), ""))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,12 @@ import click
 
 from .. import __version__
 from ..cells import CELL_AXES, parse_cell_options
+from ..preflight import DEFAULT_CONTEXT_TOKENS, Preflight, ProbeShape
+from ..prompts import GREEDY_FIELDS, RequestOptions, load_prompts
 from . import cli
 from ._common import (
+    echo_preflight,
+    json_object_option,
     run_guarded,
 )
 
@@ -46,6 +52,75 @@ def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
     click.echo(f"cell key: {found['cell_key']}")
 
 
+@cli.command("preflight")
+@click.argument("endpoints", nargs=-1, required=True, metavar="URL [URL_B]")
+@click.option("--model", help="Model name (default: the one model /v1/models lists).")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--prompts", "prompt_file", type=click.Path(exists=True, dir_okay=False,
+                                                          path_type=Path),
+              help="Shape probes like this prompt set's requests (API, fields).")
+@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat",
+              show_default=True, help="API of the probes (without --prompts).")
+@click.option("--extra-body", callback=json_object_option,
+              help="JSON merged into every probe, as in collect.")
+@click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(0))
+@click.option("--context-tokens", default=DEFAULT_CONTEXT_TOKENS, show_default=True,
+              type=click.IntRange(0), help="Length of the context-truncation probe; 0 skips.")
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env: str | None,
+                      prompt_file: Path | None, api: str, extra_body: dict[str, Any],
+                      top_logprobs: int, context_tokens: int, as_json: bool) -> None:
+    """Check endpoints before an A/B; exit 2 when a hard check fails.
+
+    Checks that the model is listed, logprobs come back with K alternatives, greedy
+    decoding really picks the top-1 token, a long prompt is not silently truncated,
+    a reasoning model does not leak or eat its answer, and (given two URLs) that A
+    and B tokenize alike. `collect` and `run` do this by themselves.
+
+    \b
+    Example:
+      quantcheck preflight http://127.0.0.1:8000/v1
+      quantcheck preflight http://gpu1:8000/v1 http://gpu2:8000/v1 --prompts prompts/default.yaml
+    """
+    from ..client import api_key_from_env
+    from ..collect import run_blocking
+    from ..preflight import check_endpoint, tokenizer_agreement
+
+    if len(endpoints) > 2:
+        raise click.UsageError("give one endpoint, or two (A and B)")
+    shape = run_guarded(lambda: probe_shape(prompt_file, api, extra_body), "")
+    key = run_guarded(lambda: api_key_from_env(api_key_env), "")
+    def check(endpoint: str) -> Preflight:
+        return run_blocking(check_endpoint(endpoint, model, shape, top_logprobs,
+                                           context_tokens, key))
+
+    reports: list[Preflight] = [run_guarded(partial(check, e), "") for e in endpoints]
+    found = [report.to_json() for report in reports]
+    agreement = (asdict(tokenizer_agreement(reports[0].tokenizer, reports[1].tokenizer))
+                 if len(reports) == 2 else None)
+    if as_json:
+        click.echo(json.dumps({"endpoints": found, "tokenizer_agreement": agreement},
+                              indent=2))
+    else:
+        for label, report in zip("AB", found, strict=False):
+            echo_preflight(report, f"{label} {report['endpoint']}")
+        if agreement:
+            click.echo(f"A and B: tokenizer {agreement['status']}: {agreement['message']}",
+                       err=True)
+    if any(report.failures() for report in reports):
+        sys.exit(2)
+
+
+def probe_shape(prompt_file: Path | None, api: str, extra_body: dict[str, Any]) -> ProbeShape:
+    """Probes shaped like the first prompt of a set, or plain greedy requests."""
+    if prompt_file is None:
+        fields = {k: v for k, v in {**GREEDY_FIELDS, **extra_body}.items() if v is not None}
+        return ProbeShape(api=api, fields=fields)
+    first = load_prompts([prompt_file], RequestOptions(extra_body=extra_body))[0]
+    return ProbeShape(api=first.api, fields={k: v for k, v in first.request.items()
+                                             if k not in ("messages", "prompt", "max_tokens")})
+
+
 @cli.command("logscan")
 @click.argument("logs", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -61,7 +136,6 @@ def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
     Example:
       quantcheck logscan sglang-server.log
     """
-    from dataclasses import asdict
 
     from ..logscan import load_signatures, scan_log
 

@@ -133,6 +133,9 @@ class ModelEngine:
             await emit(step)
         return await future
 
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer(text).input_ids)
+
     def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
         if chat:
             messages = body.get("messages") or []

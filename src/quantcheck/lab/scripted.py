@@ -16,6 +16,7 @@ from .server import (
     LabServer,
     Step,
     prompt_text_of,
+    token_id,
 )
 
 __all__ = ["DIALECTS", "Faults", "ScriptedEngine", "ScriptedModel", "ScriptedServer", "Step"]
@@ -37,6 +38,9 @@ class ScriptedModel:
     served: dict[str, int] = field(default_factory=dict)
 
     def answer(self, prompt_text: str) -> str:
+        if "What is the secret code" in prompt_text:  # the preflight's context check
+            code = re.search(r"The secret code is (\w+)", prompt_text)
+            return f" {code.group(1)}" if code else " I do not know."
         for key, text in self.responses.items():
             if key in prompt_text:
                 if isinstance(text, str):
@@ -103,6 +107,9 @@ class ScriptedEngine:
         self.name = model.name
         self.split_utf8 = split_utf8
         self._rng = random.Random(1234)
+
+    def tokenize(self, text: str) -> list[int]:
+        return [token_id(raw) for _, raw, _ in tokenize(text, self.split_utf8)]
 
     async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
                   emit: Emit) -> str:

@@ -40,6 +40,10 @@ class Faults:
     reject_fields: set[str] = field(default_factory=set)
     nondeterministic: bool = False
     load_sensitive: bool = False  # nondeterministic only while other requests are in flight
+    context_limit: int | None = None  # keep only the prompt's last N tokens, silently
+    not_greedy: str | None = None  # "sampling" (unless top_k is 1) or "penalty" (always)
+    reasoning: str | None = None  # "leak" into content, or "eat" every token (chat only)
+    other_tokenizer: bool = False  # other token ids and counts (B with another vocabulary)
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Step:
     content: str
     logprob: float
     top: list[tuple[str, float]]
+    reasoning: bool = False  # part of the reasoning, not of the answer
 
 
 Emit = Callable[[Step], Awaitable[None]]
@@ -63,6 +68,8 @@ class Engine(Protocol):
 
     async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
                   emit: Emit) -> str: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
 
 
 def prompt_text_of(body: dict[str, Any]) -> str:
@@ -107,6 +114,8 @@ class LabServer:
         app.router.add_get("/get_server_info", self._sglang_info)
         app.router.add_get("/server_info", self._sglang_info)
         app.router.add_get("/props", self._props)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/extras/tokenize", self._tokenize)
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_post("/v1/completions", self._generate)
         return app
@@ -183,6 +192,28 @@ class LabServer:
                  "model_path": f"/models/{self.engine.name}.gguf", "build_info": "b6000-abc1234"}
         return _json({**props, **self.server_info})
 
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM (`prompt` or `messages`), llama.cpp (`content`) and llama-cpp-python
+        (`/extras/tokenize`, `input`) each have their own."""
+        body = orjson.loads(await request.read())
+        field = {"vllm": "prompt", "llamacpp": "content",
+                 "llama-cpp-python": "input"}.get(self.dialect)
+        wanted = "/extras/tokenize" if self.dialect == "llama-cpp-python" else "/tokenize"
+        if field is None or request.path != wanted:
+            raise web.HTTPNotFound()
+        if field not in body and not (self.dialect == "vllm" and "messages" in body):
+            return _json(_error_body(f"missing field {field!r}", 400), 400)
+        ids = self.tokenize(prompt_text_of(body) if field == "prompt" else str(body[field]))
+        if self.dialect == "vllm":
+            return _json({"count": len(ids), "max_model_len": 8192, "tokens": ids})
+        return _json({"tokens": ids})
+
+    def tokenize(self, text: str) -> list[int]:
+        ids = self.engine.tokenize(text)
+        if self.faults.other_tokenizer:  # another vocabulary: other ids, more pieces
+            return [(i * 7 + 3) % 262144 for i in ids] + [1] * (len(ids) // 3)
+        return ids
+
     # --- generation ---------------------------------------------------------------
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
@@ -215,6 +246,7 @@ class LabServer:
                 headers["Retry-After"] = str(self.faults.retry_after_s)
             message = self.faults.status_message or f"injected HTTP {status}"
             return _json(_error_body(message, status), status, headers)
+        body = self._visible(body)
         kind = ("chat" if chat else "completions") + ("-stream" if stream else "")
         if kind in self.replay:
             content_type = "text/event-stream" if stream else "application/json"
@@ -271,7 +303,47 @@ class LabServer:
         loaded = self.faults.load_sensitive and self.in_flight > 1
         # relative, like float rounding under another reduction order
         jitter = 1e-7 if self.faults.nondeterministic or loaded else 0.0
-        return await self.engine.run(body, chat, top_k, jitter, emit)
+        return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
+
+    def _misbehaving(self, body: dict[str, Any], emit: Emit) -> Emit:
+        """Wrap `emit` with the sampling and reasoning faults."""
+        faults = self.faults
+        sampling = faults.not_greedy == "sampling" and body.get("top_k") != 1
+        template = body.get("chat_template_kwargs") or {}
+        thinking = (faults.reasoning is not None and "messages" in body
+                    and template.get("enable_thinking") is not False)
+        position = 0
+
+        async def wrapped(step: Step) -> None:
+            nonlocal position
+            if thinking and position == 0:
+                for word in ("<think>", " Let", " me", " think.", "</think>"):
+                    top = [(word, -0.01)] + [(f" alt{n}", -1.5 * n)
+                                             for n in range(1, len(step.top))]
+                    await emit(Step(word, word.encode(), word, -0.01, top,
+                                    reasoning=faults.reasoning == "eat"))
+            if thinking and faults.reasoning == "eat":
+                step = Step(step.token, step.raw, step.content, step.logprob, step.top,
+                            reasoning=True)
+            if (sampling and position % 5 == 3 or faults.not_greedy == "penalty"
+                    and position % 4 == 2) and len(step.top) > 1:
+                token, logprob = step.top[1]  # not the most likely token
+                step = Step(token, token.encode(), token, logprob, step.top)
+            position += 1
+            await emit(step)
+
+        return wrapped
+
+    def _visible(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request as the model sees it: a context limit silently drops the start."""
+        limit = self.faults.context_limit
+        words = prompt_text_of(body).split(" ")
+        if limit is None or len(words) <= limit:
+            return body
+        kept = " ".join(words[-limit:])
+        if "messages" in body:
+            return {**body, "messages": [{"role": "user", "content": kept}]}
+        return {**body, "prompt": kept}
 
     def _rejection(self, body: dict[str, Any]) -> web.Response | None:
         for name in sorted(self.faults.reject_fields & set(body)):
@@ -299,7 +371,7 @@ class _Renderer:
         self.logprobs = server.wants_logprobs(body)
         self.extra_alt = server.dialect == "llama-cpp-python"
         self.legacy = not chat and server.dialect != "llamacpp"
-        self.prompt_tokens = len(prompt_text_of(body).split())
+        self.prompt_tokens = len(server.tokenize(prompt_text_of(body)))
         self.completion_tokens = 0
         self.envelope: dict[str, Any] = {"id": "cmpl-scripted", "created": int(time.time()),
                                          "model": self.model}
@@ -312,12 +384,13 @@ class _Renderer:
 
     def whole(self, steps: list[Step], finish: str) -> dict[str, Any]:
         self.completion_tokens = len(steps)
-        text = "".join(step.content for step in steps)
+        text = "".join(step.content for step in steps if not step.reasoning or not self.chat)
+        reasoning = "".join(step.content for step in steps if step.reasoning) or None
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": text}
-            if self.dialect == "vllm":
-                choice["message"]["reasoning_content"] = None
+            if self.dialect == "vllm" or reasoning:
+                choice["message"]["reasoning_content"] = reasoning
         else:
             choice["text"] = text
         choice["logprobs"] = self._logprobs(steps) if self.logprobs else None
@@ -332,7 +405,8 @@ class _Renderer:
     def step_chunk(self, step: Step, finish: str | None) -> dict[str, Any]:
         self.completion_tokens += 1
         logprobs = self._logprobs([step]) if self.logprobs else None
-        return self._chunk(self.kind, {"content": step.content}, logprobs, finish,
+        field = "reasoning_content" if step.reasoning and self.chat else "content"
+        return self._chunk(self.kind, {field: step.content}, logprobs, finish,
                            text=step.content)
 
     def closing_chunks(self, pending: list[Step], finish: str) -> list[dict[str, Any]]:
@@ -378,8 +452,13 @@ class _Renderer:
         entry: dict[str, Any] = {"token": token, "logprob": logprob}
         entry["bytes"] = None if self.dialect == "llama-cpp-python" else list(raw)
         if self.dialect == "llamacpp":
-            entry["id"] = int(hashlib.sha256(raw).hexdigest()[:6], 16)
+            entry["id"] = token_id(raw)
         return {**entry, **(extra or {})}
+
+
+def token_id(raw: bytes) -> int:
+    """A stable id for a token the engine gives no id for (scripted tokens are words)."""
+    return int(hashlib.sha256(raw).hexdigest()[:6], 16)
 
 
 def _requested_k(body: dict[str, Any]) -> int:

@@ -1,0 +1,131 @@
+"""Preflight checks against loopback servers that misbehave the way real ones do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck.cli import cli
+from quantcheck.collect import run_blocking
+from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.preflight import PreflightFailed, check_endpoint, tokenizer_agreement
+
+from .test_collect import TWO_PROMPTS, Serve, WritePrompts
+
+
+def checks(endpoint: str, **kwargs: object) -> dict[str, tuple[str, str, str | None]]:
+    report = run_blocking(check_endpoint(endpoint, **kwargs))  # type: ignore[arg-type]
+    return {c.name: (c.status, c.message, c.fix) for c in report.checks}
+
+
+def test_a_well_behaved_server_passes_everything(serve: Serve) -> None:
+    found = checks(serve().url)
+    assert {name: status for name, (status, _, _) in found.items()} == {
+        "model": "pass", "logprobs": "pass", "greedy": "pass", "context": "pass",
+        "reasoning": "pass", "tokenizer": "pass"}
+    assert "6,000-token" in found["context"][1]
+
+
+@pytest.mark.parametrize(("mode", "fix"), [
+    ("sampling", '{"top_k": 1}'), ("penalty", "--repeat-penalty 1.0")])
+def test_not_greedy_is_a_hard_failure_that_names_the_fix(serve: Serve, mode: str,
+                                                          fix: str) -> None:
+    status, message, advice = checks(serve(faults=Faults(not_greedy=mode)).url)["greedy"]
+    assert status == "fail" and "chose ' alt1'" in message
+    assert advice is not None and fix in advice
+
+
+def test_silent_truncation_is_caught(serve: Serve) -> None:
+    status, message, _ = checks(serve(faults=Faults(context_limit=2000)).url)["context"]
+    assert status == "fail" and "truncates" in message
+    assert checks(serve(faults=Faults(context_limit=2000)).url, context_tokens=1500)[
+        "context"][0] == "pass"
+
+
+def test_context_probe_fits_the_advertised_context(serve: Serve) -> None:
+    server = serve(server_info={"max_model_len": 3000}, faults=Faults(context_limit=3000))
+    status, message, _ = checks(server.url)["context"]
+    assert status == "pass" and "2,744-token" in message and "context is 3,000" in message
+
+
+def test_a_capped_top_k_warns_with_the_cap(serve: Serve) -> None:
+    status, message, fix = checks(serve(dialect="sglang").url)["logprobs"]
+    assert status == "warn" and "as few as 5" in message and fix == "--top-logprobs 5"
+    status, message, fix = checks(serve(faults=Faults(max_top_logprobs=8)).url)["logprobs"]
+    assert status == "fail" and "max allowed: 8" in message and fix is not None \
+        and fix.startswith("--top-logprobs 8")
+
+
+@pytest.mark.parametrize(("mode", "words"), [("leak", "appears in the content"),
+                                             ("eat", "gave no answer")])
+def test_reasoning_problems_warn_with_the_template_switch(serve: Serve, mode: str,
+                                                          words: str) -> None:
+    status, message, fix = checks(serve(faults=Faults(reasoning=mode)).url)["reasoning"]
+    assert status == "warn" and words in message
+    assert fix is not None and "enable_thinking" in fix
+
+
+def test_tokenizer_fingerprints_agree_or_not(serve: Serve) -> None:
+    for dialect in ("vllm", "llamacpp", "llama-cpp-python"):
+        same = [run_blocking(check_endpoint(serve(dialect=dialect).url, context_tokens=0))
+                for _ in range(2)]
+        assert same[0].tokenizer["method"] != "prompt token counts"
+        assert tokenizer_agreement(same[0].tokenizer, same[1].tokenizer).status == "pass"
+    other = run_blocking(check_endpoint(serve(faults=Faults(other_tokenizer=True)).url,
+                                        context_tokens=0))
+    assert tokenizer_agreement(same[0].tokenizer, other.tokenizer).status == "warn"
+    sglang = [run_blocking(check_endpoint(serve(dialect="sglang").url, context_tokens=0))
+              for _ in range(2)]  # no tokenize endpoint: prompt token counts
+    assert sglang[0].tokenizer["method"] == "prompt token counts"
+    assert tokenizer_agreement(sglang[0].tokenizer, sglang[1].tokenizer).status == "pass"
+
+
+def test_collect_records_preflight_and_stops_on_a_hard_failure(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    prompts = write_prompts(TWO_PROMPTS)
+    good = serve(ScriptedModel())
+    collect([prompts], tmp_path / "ok", CollectSettings(endpoint=good.url, label="a"))
+    manifest = orjson.loads((tmp_path / "ok" / "manifest.json").read_bytes())
+    assert manifest["preflight"]["status"] == "pass"
+    assert {c["name"] for c in manifest["preflight"]["checks"]} >= {"greedy", "context"}
+
+    bad = serve(ScriptedModel(), faults=Faults(not_greedy="penalty"))
+    with pytest.raises(PreflightFailed, match="greedy: the server does not decode greedily"):
+        collect([prompts], tmp_path / "bad", CollectSettings(endpoint=bad.url, label="b"))
+    assert not (tmp_path / "bad" / "completions.jsonl").exists()
+    probes = len(bad.requests)
+    result = collect([prompts], tmp_path / "bad",
+                     CollectSettings(endpoint=bad.url, label="b", preflight=False))
+    assert result.collected == 2 and len(bad.requests) == probes + 2
+
+
+def test_cli_exit_codes_and_json(serve: Serve, tmp_path: Path) -> None:
+    runner = CliRunner()
+    good, bad = serve(), serve(faults=Faults(context_limit=1000))
+    ok = runner.invoke(cli, ["preflight", good.url, "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["endpoints"][0]["status"] == "pass"
+    failed = runner.invoke(cli, ["preflight", good.url, bad.url])
+    assert failed.exit_code == 2
+    assert "FAIL context" in failed.output and "A and B: tokenizer" in failed.output
+    unreachable = runner.invoke(cli, ["preflight", "http://127.0.0.1:9"])
+    assert unreachable.exit_code == 2 and "cannot reach" in unreachable.output
+
+
+def test_different_tokenizers_withhold_token_metrics(serve: Serve, write_prompts: WritePrompts,
+                                                     tmp_path: Path) -> None:
+    prompts = write_prompts(TWO_PROMPTS)
+    for side, faults in (("a", Faults()), ("b", Faults(other_tokenizer=True))):
+        server = serve(ScriptedModel(responses={"Australia": " Canberra."}), faults=faults)
+        collect([prompts], tmp_path / side, CollectSettings(endpoint=server.url, label=side,
+                                                            context_tokens=0))
+    pairs, summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    assert "tokenize differently" in summary["preflight"]["token_metrics_withheld"]
+    assert pairs["first_divergence"].isna().all() and pairs["kl_topk_mean"].isna().all()
+    sheet = (tmp_path / "report" / "index.html").read_text()
+    assert 'id="tokens-withheld"' in sheet and "Token-level metrics withheld" in sheet
