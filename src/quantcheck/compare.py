@@ -7,10 +7,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pandas as pd
 
 from .approvals import apply_approvals, load_approvals
+from .forced import PAIR_FORCED_COLUMNS, all_kl, load_forced
+from .forced import pair_columns as forced_pair_columns
 from .logscan import scan_logs
 from .preflight import tokenizer_agreement
 from .records import Prompt
@@ -37,7 +40,7 @@ PAIR_COLUMNS = [
     "numbers_changed", "a_degenerate", "b_degenerate", "a_tokens", "b_tokens",
     "a_finish_reason", "b_finish_reason", "top1_agreement", "logprob_mean_abs_diff",
     "logprob_max_abs_diff", "kl_topk_mean", "kl_topk_max", "suggested_label",
-    "approved_label", "approved_at", "a_text", "b_text",
+    "approved_label", "approved_at", *PAIR_FORCED_COLUMNS, "a_text", "b_text",
 ]
 DETAILS = "details.jsonl"
 STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
@@ -249,6 +252,20 @@ def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record,
             "divergence_b_token": divergence.b_token, **asdict(measured)}
 
 
+def _add_forced(pairs: pd.DataFrame, folder: str | Path) -> dict[str, Any]:
+    """Each prompt's forced figures as columns; the run's, with a KL histogram, back."""
+    forced, lines = load_forced(folder)
+    by_prompt = {prompt_id: forced_pair_columns(line) for prompt_id, line in lines.items()}
+    for column in PAIR_FORCED_COLUMNS:
+        pairs[column] = pairs["prompt_id"].map(
+            {prompt_id: row.get(column) for prompt_id, row in by_prompt.items()})
+    values = np.fromiter(all_kl(lines), float)
+    high = float(np.percentile(values, 99)) if len(values) else 0.0
+    counts = np.histogram(np.minimum(values, high), bins=20, range=(0.0, high or 1.0))[0]
+    return {**forced, "source": str(folder),
+            "kl_histogram": {"high": high, "counts": counts.tolist()}}
+
+
 def write_pairs(frame: pd.DataFrame, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     temporary = out / "pairs.csv.tmp"
@@ -264,16 +281,19 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
                    prompts: dict[str, Prompt] | None = None,
                    approvals: str | Path | None = None,
                    logs: dict[str, Path | None] | None = None,
-                   signature_files: tuple[Path, ...] = ()
+                   signature_files: tuple[Path, ...] = (),
+                   forced: str | Path | None = None
                    ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
-    review sheet index.html."""
+    review sheet index.html. `forced`: a folder written by `quantcheck forced`."""
     from .report import write_sheet
     from .summary import summarize
 
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
     pairs, details, approvals_path = _compared(side_a, side_b, approvals)
+    forced_summary = _add_forced(pairs, forced) if forced is not None else None
     summary = summarize(pairs, side_a, side_b)
+    summary["forced"] = forced_summary
     summary["approvals_file"] = str(approvals_path) if approvals_path else None
     summary["log_matches"] = scan_logs(logs or {}, signature_files)
     summary["sources"] = {"a": str(a), "b": str(b)}

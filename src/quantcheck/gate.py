@@ -32,6 +32,7 @@ class Policy:
     max_not_compared: int | None = None
     max_blocking_log_signatures: int | None = 0
     max_pass_rate_drop: float | None = None  # points, against the interval's far end
+    max_forced_kl: float | None = None  # mean teacher-forced KL over all scored positions
 
 
 @dataclass
@@ -77,6 +78,10 @@ def _check_policy_value(path: Path, key: str, value: Any) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
                                   or not 0 <= value <= 1):
             raise ConfigFileError(f"{path}: field '{key}': a share from 0 to 1, or null")
+    elif key in ("max_pass_rate_drop", "max_forced_kl"):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or value < 0):
+            raise ConfigFileError(f"{path}: field '{key}': a number >= 0, or null (off)")
     elif value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                 or value < 0):
         raise ConfigFileError(f"{path}: field '{key}': a whole number >= 0, or null (off)")
@@ -146,7 +151,22 @@ def _rules(pairs: pd.DataFrame, rows: list[dict[str, Any]],
     rules.append(_rule("blocking_log_signatures", "blocking log signature", signatures,
                        policy.max_blocking_log_signatures))
     rules.append(_pass_rate_rule(pairs, policy.max_pass_rate_drop))
+    rules.append(_forced_kl_rule(pairs, policy.max_forced_kl))
     return rules
+
+
+def _forced_kl_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
+    """Mean teacher-forced KL over every scored position (prompts weighted by length)."""
+    scored = pairs.dropna(subset=["forced_kl_mean"]) if "forced_kl_mean" in pairs else pairs[:0]
+    if scored.empty:
+        return Rule("forced_kl", "no teacher-forced scores in this report (run with --forced)"
+                    if limit is not None else "no teacher-forced scores", 0.0, limit,
+                    limit is None)
+    weights = scored["forced_positions"].astype(float)
+    mean = float((scored["forced_kl_mean"] * weights).sum() / weights.sum())
+    description = (f"teacher-forced KL mean {mean:.3g}, above {limit:g}" if limit is not None
+                   else f"teacher-forced KL mean {mean:.3g}")
+    return Rule("forced_kl", description, mean, limit, limit is None or mean <= limit)
 
 
 def _pass_rate_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:

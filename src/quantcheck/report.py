@@ -103,7 +103,8 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
         determinism=summary.get("determinism") or {"a": {"mode": "?"}, "b": {"mode": "?"}},
         preflight={"a": None, "b": None, "tokenizer": None, "token_metrics_withheld": None,
                    **(summary.get("preflight") or {})},
-        plots=_plots(data["pairs"]),
+        plots=_plots(data["pairs"], summary.get("forced")),
+        forced=summary.get("forced") if (summary.get("forced") or {}).get("scored") else None,
         categories=sorted({str(p["category"]) for p in data["pairs"] if p["category"]}),
         data_json=embed_json(data))
 
@@ -148,7 +149,7 @@ def _count_tiles(counts: dict[str, Any]) -> list[tuple[str, Any]]:
             ("not compared", counts["prompts"] - counts["pairs"])]
 
 
-def _plots(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _plots(pairs: list[dict[str, Any]], forced: dict[str, Any] | None) -> list[dict[str, Any]]:
     compared = [p for p in pairs if p["status"] == "compared" and not p["identical"]]
     similarity = [p["similarity"] for p in compared if p["similarity"] is not None]
     divergence = [p["first_divergence"] for p in compared if p["first_divergence"] is not None]
@@ -160,16 +161,33 @@ def _plots(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
          f"token where the streams diverge ({len(divergence)} pairs)"},
         {"svg": histogram(gap, 0.0, max(gap, default=1.0) or 1.0), "caption":
          f"logprob gap at the divergence ({len(gap)} pairs with B's token in A's top-k)"},
+        *_forced_plot(forced),
     ]
 
 
-def histogram(values: list[float], low: float, high: float, bins: int = 10,
-              width: int = 240, height: int = 90) -> Markup:
-    """A small bar chart as inline SVG (numbers only, so nothing to escape)."""
+def _forced_plot(forced: dict[str, Any] | None) -> list[dict[str, Any]]:
+    histogram_data = (forced or {}).get("kl_histogram")
+    if not histogram_data or not sum(histogram_data["counts"]):
+        return []
+    counts, high = histogram_data["counts"], histogram_data["high"]
+    return [{"svg": bars(counts, 0.0, high or 1.0), "caption":
+             f"teacher-forced KL per position ({sum(counts)} positions, to the 99th "
+             "percentile)"}]
+
+
+def histogram(values: list[float], low: float, high: float, bins: int = 10) -> Markup:
+    """A small histogram as inline SVG (numbers only, so nothing to escape)."""
     counts = [0] * bins
     for value in values:
         index = min(int((value - low) / (high - low) * bins), bins - 1) if high > low else 0
         counts[max(index, 0)] += 1
+    return bars(counts, low, high)
+
+
+def bars(counts: list[int], low: float, high: float, width: int = 240,
+         height: int = 90) -> Markup:
+    """Counts as equal-width bars from `low` to `high`, as inline SVG."""
+    bins = len(counts)
     peak = max(counts) or 1
     bar = width / bins
     bars = "".join(

@@ -10,11 +10,14 @@ from typing import Any
 import click
 
 from ..collect import REPEAT_MODES
+from ..forced import ForcedSettings
 from . import cli
 from ._common import (
     NO_COMPARE_EXTRAS,
     collect_with_progress,
     compare_options,
+    echo_forced,
+    forced_options,
     request_options,
     run_ab,
     run_guarded,
@@ -70,6 +73,9 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--a-cell", multiple=True, metavar="KEY=VALUE", help="Cell facts for A.")
 @click.option("--b-cell", multiple=True, metavar="KEY=VALUE", help="Cell facts for B.")
+@click.option("--forced", "score_forced", is_flag=True,
+              help="Also score A's tokens on B (teacher-forced drift, into OUT/forced).")
+@forced_options
 @sig_digits_option
 @compare_options
 @request_options
@@ -78,7 +84,8 @@ def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str
                 api_key_env: str | None, a_cell: tuple[str, ...], b_cell: tuple[str, ...],
                 sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
                 a_log: Path | None, b_log: Path | None, signature_files: tuple[Path, ...],
-                approvals: Path | None, **options: Any) -> None:
+                approvals: Path | None, score_forced: bool, forced_mode: str,
+                forced_concurrency: int, **options: Any) -> None:
     """The whole A/B in one command: collect both sides, then compare.
 
     Resumable like collect: rerun the same command after an interruption.
@@ -91,9 +98,45 @@ def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str
     """
     a = settings_from(a_url, a_label, a_model, api_key_env, options, a_cell)
     b = settings_from(b_url, b_label, b_model, api_key_env, options, b_cell)
+    forced = ForcedSettings(endpoint=b_url, model=b_model, top_k=options["top_logprobs"] or 20,
+                            mode=forced_mode, concurrency=forced_concurrency,
+                            timeout=options["timeout"], api_key_env=api_key_env)
     run_ab(a, b, prompt_files, out, one_side_at_a_time, force, sig_digits,
             {"a_log": a_log, "b_log": b_log, "signature_files": signature_files,
-             "approvals": approvals})
+             "approvals": approvals}, forced if score_forced else None)
+
+
+@cli.command("forced")
+@click.argument("a_run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--endpoint", required=True, help="B's endpoint, which scores A's tokens.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for forced.jsonl and forced.json (give it to compare --forced).")
+@click.option("--model", help="Model name on B (default: the one it lists).")
+@click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(1))
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1))
+@forced_options
+def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top_logprobs: int,
+                   api_key_env: str | None, timeout: float, forced_mode: str,
+                   forced_concurrency: int) -> None:
+    """Teacher-forced drift: B scores A's own greedy tokens, position by position.
+
+    Per position: whether B's top-1 is A's token, delta p, and a KL lower bound over
+    the shared top-k; per prompt and overall, with A against its own repeats as the
+    noise floor. Then: quantcheck compare A_RUN B_RUN --forced OUT --out REPORT.
+
+    \b
+    Example:
+      quantcheck forced runs/bf16 --endpoint http://127.0.0.1:8001/v1 --out runs/forced-fp8
+    """
+    from ..forced import score_run
+
+    settings = ForcedSettings(endpoint=endpoint, model=model, top_k=top_logprobs,
+                              mode=forced_mode, concurrency=forced_concurrency,
+                              timeout=timeout, api_key_env=api_key_env)
+    summary = run_guarded(lambda: score_run(a_run, out, settings), "Nothing was written.")
+    echo_forced(summary)
+    click.echo(f"written: {out / 'forced.json'}, {out / 'forced.jsonl'}")
 
 
 @cli.command("demo")

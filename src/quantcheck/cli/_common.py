@@ -15,6 +15,7 @@ from ..cells import parse_cell_options
 from ..collect import REPEAT_MODES, CollectResult, CollectSettings, collect, collect_async
 from ..compare import compare_to_dir
 from ..errors import QuantcheckError
+from ..forced import MODES, ForcedSettings, score_run
 from ..preflight import DEFAULT_CONTEXT_TOKENS, Preflight
 from ..prompts import APIS, RequestOptions
 from ..records import Completion
@@ -166,9 +167,7 @@ def request_options(function: F) -> F:
         click.option("--force", is_flag=True,
                      help="Set aside a run made with other parameters and start over."),
     ]
-    for option in reversed(options):
-        function = option(function)
-    return function
+    return _apply(options, function)
 
 
 def settings_from(endpoint: str, label: str, model: str | None, api_key_env: str | None,
@@ -222,17 +221,53 @@ def compare_options(function: F) -> F:
         click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
                      help="Approvals file (default: approvals.json next to the prompt set)."),
     ]
+    return _apply(options, function)
+
+
+def _apply(options: Sequence[Callable[[Any], Any]], function: F) -> F:
     for option in reversed(options):
         function = option(function)
     return function
+
+
+def forced_options(function: F) -> F:
+    """Options of the commands that score A's tokens on B (teacher forcing)."""
+    options = [
+        click.option("--forced-mode", type=click.Choice(MODES), default="auto",
+                     show_default=True,
+                     help="prompt-logprobs: token ids with vLLM's prompt_logprobs (exact); "
+                          "echo: text with echo + logprobs (approximate); auto: "
+                          "prompt-logprobs on vLLM, else echo."),
+        click.option("--forced-concurrency", default=4, show_default=True,
+                     type=click.IntRange(1), help="Scoring requests in flight at once."),
+    ]
+    return _apply(options, function)
 
 
 def comparison(out: Path, a: Path, b: Path, sig_digits: int, options: dict[str, Any],
                 prompts: dict[str, Any] | None = None) -> dict[str, Any]:
     summary: dict[str, Any] = compare_to_dir(
         a, b, out, sig_digits, prompts, options["approvals"],
-        {"a": options["a_log"], "b": options["b_log"]}, options["signature_files"])[1]
+        {"a": options["a_log"], "b": options["b_log"]}, options["signature_files"],
+        options.get("forced"))[1]
     return summary
+
+
+def echo_forced(forced: dict[str, Any]) -> None:
+    """The teacher-forced figures in one sentence, with the noise floor."""
+    overall, noise = forced["overall"], forced["noise_floor"]
+    if not overall.get("positions"):
+        click.echo(f"Teacher-forced ({forced['mode']}): nothing scored "
+                   f"({'; '.join(sorted(set(forced['skipped'].values()))) or 'no tokens'}).")
+        return
+    floor = (f"; A against its own repeats: top-1 {100 * noise['top1_agreement']:.1f}%, KL "
+             f"mean {noise['kl']['mean']:.3g}" if noise.get("positions") else "")
+    approximate = ", approximate" if forced["approximate"] else ""
+    click.echo(f"Teacher-forced ({forced['mode']}{approximate}): B's top-1 is A's token at "
+               f"{100 * overall['top1_agreement']:.1f}% of {overall['positions']} positions, "
+               f"KL mean {overall['kl']['mean']:.3g} (p99 {overall['kl']['p99']:.3g}, max "
+               f"{overall['kl']['max']:.3g}), mean delta p {overall['delta_p']['mean']:+.4f}"
+               f"{floor}.")
 
 
 def sig_digits_option(function: F) -> F:
@@ -245,6 +280,8 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
     pass_rate = (summary.get("stats") or {}).get("pass_rate")
     if pass_rate:
         click.echo(pass_rate["sentence"] + ".")
+    if (summary.get("forced") or {}).get("scored"):
+        echo_forced(summary["forced"])
     click.echo(summary["performance"]["throughput_note"])
     if summary["cells"]["warning"]:
         click.echo(f"warning: {summary['cells']['warning']}")
@@ -293,7 +330,8 @@ class SideReporter(ProgressReporter):
 
 def run_ab(a: CollectSettings, b: CollectSettings, prompt_files: Sequence[Path], out: Path,
             one_side_at_a_time: bool, force: bool, sig_digits: int,
-            compare_with: dict[str, Any]) -> dict[str, Any]:
+            compare_with: dict[str, Any], forced: ForcedSettings | None = None
+            ) -> dict[str, Any]:
     """Collect both sides (together or one after the other), compare, print the summary."""
     import asyncio
 
@@ -316,6 +354,11 @@ def run_ab(a: CollectSettings, b: CollectSettings, prompt_files: Sequence[Path],
     if any(r.failures for r in bar.reporters):
         click.echo("some requests failed after retries; the comparison skips them. Rerun the "
                    "same command to retry.", err=True)
+    if forced is not None:
+        click.echo(f"scoring A's tokens on {forced.endpoint} (teacher forcing) ...", err=True)
+        run_guarded(lambda: score_run(out / "a", out / "forced", forced),
+                    "The runs are kept; rerun the same command.")
+        compare_with = {**compare_with, "forced": out / "forced"}
     summary: dict[str, Any] = run_guarded(
         lambda: comparison(out, out / "a", out / "b", sig_digits, compare_with),
         "Nothing was written.")

@@ -27,6 +27,8 @@ from ._common import (
 @click.option("--prompts", "prompt_files", multiple=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Prompt set naming the texts of a *.texts.json side (and its expects).")
+@click.option("--forced", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Teacher-forced scores of A on B, from `quantcheck forced`.")
 @sig_digits_option
 @compare_options
 def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Path, ...],
@@ -130,6 +132,9 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-pass-rate-drop", type=click.FloatRange(0, 100), metavar="POINTS",
               help="Fail when the expect pass rate may drop more than this (the far end of "
                    "the 95% interval of B minus A; default off).")
+@click.option("--max-forced-kl", type=click.FloatRange(0), metavar="X",
+              help="Fail when the mean teacher-forced KL over all scored positions exceeds X "
+                   "(needs a report made with --forced; default off).")
 @click.option("--max-blocking-log-signatures", type=click.IntRange(0),
               help="Blocking failure signatures found in --a-log/--b-log (default 0).")
 @click.option("--review", "review_files", multiple=True,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .numerics import PRECISIONS, ROUND_TRIPS, bf16_round_trip, chunked_matmul, unscaled_fp8
-from .server import Emit, Step
+from .server import Emit, Scored, Step
 
 MODEL_NAME = "gemma-3-270m"
 FAULTS = ("none", "nondeterministic", "lmhead-noscale")
@@ -133,8 +133,26 @@ class ModelEngine:
             await emit(step)
         return await future
 
-    def tokenize(self, text: str) -> list[int]:
-        return list(self.tokenizer(text).input_ids)
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=special).input_ids)
+
+    def token_text(self, token: int) -> str:
+        return self._text(token)
+
+    def score(self, ids: list[int], start: int, top_k: int) -> list[Scored]:
+        """Teacher forcing: one forward pass over ids; position i's distribution comes
+        from the hidden state before it."""
+        torch = self.torch
+        with self._lock, torch.no_grad():
+            hidden = self.model.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+            scored = []
+            for position in range(max(start, 1), len(ids)):
+                logprobs = torch.log_softmax(self._logits(hidden[position - 1]), -1)
+                values, indices = torch.topk(logprobs, max(top_k, 1))
+                top = [(int(i), self._text(int(i)), float(v))
+                       for v, i in zip(values, indices, strict=True)]
+                scored.append(Scored(float(logprobs[ids[position]]), top[:top_k]))
+        return scored
 
     def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
         if chat:

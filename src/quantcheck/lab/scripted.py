@@ -14,6 +14,7 @@ from .server import (
     Emit,
     Faults,
     LabServer,
+    Scored,
     Step,
     prompt_text_of,
     token_id,
@@ -37,7 +38,8 @@ class ScriptedModel:
     name: str = "scripted-model"
     served: dict[str, int] = field(default_factory=dict)
 
-    def answer(self, prompt_text: str) -> str:
+    def answer(self, prompt_text: str, advance: bool = True) -> str:
+        """The answer to `prompt_text` (`advance=False`: without moving a cycled list)."""
         if "What is the secret code" in prompt_text:  # the preflight's context check
             code = re.search(r"The secret code is (\w+)", prompt_text)
             return f" {code.group(1)}" if code else " I do not know."
@@ -45,8 +47,10 @@ class ScriptedModel:
             if key in prompt_text:
                 if isinstance(text, str):
                     return text
-                self.served[key] = self.served.get(key, 0) + 1
-                return text[(self.served[key] - 1) % len(text)]
+                served = self.served.get(key, 0) + (1 if advance else 0)
+                if advance:
+                    self.served[key] = served
+                return text[(max(served, 1) - 1) % len(text)]
         digest = int(hashlib.sha256(prompt_text.encode()).hexdigest()[:8], 16)
         return f" The answer is {digest % 997}. It follows from the question."
 
@@ -86,17 +90,25 @@ def plan(model: ScriptedModel, prompt_text: str, max_tokens: int, top_k: int,
     finish = "stop" if len(pieces) <= max_tokens else "length"
     steps = []
     for position, (token, raw, content) in enumerate(pieces[:max_tokens]):
-        seed = hashlib.sha256(f"{position}|{token}|{prompt_text}".encode()).digest()
-        base = -(int.from_bytes(seed[:2], "big") % 500) / 1000.0 - 0.001
-        chosen = base * (1 + jitter())
-        names = [t for t in model.runner_ups.get(token, []) if t != token]
-        names += [f" alt{n}" for n in range(1, top_k + 1)]
-        top = [(token, chosen)]
-        for rank, name in enumerate(names[: max(top_k - 1, 0)], 1):
-            gap = 0.05 * rank if name in model.runner_ups.get(token, []) else 1.5 * rank
-            top.append((name, (base - gap) * (1 + jitter())))
-        steps.append(Step(token, raw, content, chosen, top[:top_k]))
+        top = forced_top(prompt_text, position, token, top_k, model.runner_ups.get(token, []),
+                         jitter)
+        steps.append(Step(token, raw, content, top[0][1], top))
     return steps, finish
+
+
+def forced_top(prompt_text: str, position: int, token: str, top_k: int,
+               runner_ups: list[str] | None = None,
+               jitter: Callable[[], float] = lambda: 0.0) -> list[tuple[str, float]]:
+    """The top-k at `position` when `token` is the model's choice there."""
+    seed = hashlib.sha256(f"{position}|{token}|{prompt_text}".encode()).digest()
+    base = -(int.from_bytes(seed[:2], "big") % 500) / 1000.0 - 0.001
+    close = runner_ups or []
+    names = [t for t in close if t != token] + [f" alt{n}" for n in range(1, top_k + 1)]
+    top = [(token, base * (1 + jitter()))]
+    for rank, name in enumerate(names[: max(top_k - 1, 0)], 1):
+        gap = 0.05 * rank if name in close else 1.5 * rank
+        top.append((name, (base - gap) * (1 + jitter())))
+    return top[:max(top_k, 1)]
 
 
 class ScriptedEngine:
@@ -107,9 +119,55 @@ class ScriptedEngine:
         self.name = model.name
         self.split_utf8 = split_utf8
         self._rng = random.Random(1234)
+        self._vocabulary: dict[int, tuple[str, bytes, str]] = {}
 
-    def tokenize(self, text: str) -> list[int]:
-        return [token_id(raw) for _, raw, _ in tokenize(text, self.split_utf8)]
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        ids = []
+        for piece in tokenize(text, self.split_utf8):
+            ids.append(token_id(piece[1]))
+            self._vocabulary[ids[-1]] = piece
+        return ids
+
+    def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
+        return self.tokenize(prompt_text_of(body))
+
+    def token_text(self, token: int) -> str:
+        return self._vocabulary.get(token, (f"<{token}>", b"", ""))[0]
+
+    def score(self, ids: list[int], start: int, top_k: int) -> list[Scored]:
+        """What this model gives each of ids[start:] after the tokens before it: on its
+        own answer's track its own top-k; elsewhere (the prompt, or past a token it
+        would not have chosen) it follows the forced tokens (teacher forcing)."""
+        pieces = [self._vocabulary.get(i, (f"<{i}>", b"", "")) for i in ids]
+        texts = [piece[0] for piece in pieces]
+        split = self._answer_start(pieces)
+        prompt = "".join(piece[2] for piece in pieces[:split]) if split else ""
+        own = [t for t, _, _ in tokenize(self.model.answer(prompt, advance=False),
+                                         self.split_utf8)] if split else []
+        scored = []
+        for position in range(start, len(ids)):
+            k = position - split if split is not None and position >= split else None
+            if k is not None and texts[split:position] == own[:k] and k < len(own):
+                top = forced_top(prompt, k, own[k], top_k, self.model.runner_ups.get(own[k]))
+            else:
+                context = "".join(piece[2] for piece in pieces[:position])
+                top = forced_top(context if k is None else prompt, k or position,
+                                 texts[position], top_k)
+            logprob = dict(top).get(texts[position], top[-1][1] - 2.0)
+            for alternative, _ in top:
+                self.tokenize(alternative)  # so their ids map back to text
+            scored.append(Scored(logprob, [(token_id(t.encode()), t, v) for t, v in top]))
+        return scored
+
+    def _answer_start(self, pieces: list[tuple[str, bytes, str]]) -> int | None:
+        """Where the prompt ends: the first position whose token is the first token of
+        the answer this model gives to everything before it."""
+        for split in range(1, len(pieces)):
+            prompt = "".join(piece[2] for piece in pieces[:split])
+            answer = tokenize(self.model.answer(prompt, advance=False), self.split_utf8)
+            if answer and answer[0][0] == pieces[split][0]:
+                return split
+        return None
 
     async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
                   emit: Emit) -> str:

@@ -58,6 +58,15 @@ class Step:
     reasoning: bool = False  # part of the reasoning, not of the answer
 
 
+@dataclass
+class Scored:
+    """One forced position: the logprob of the given token, and the top-k (id, text,
+    logprob) the model had there."""
+
+    logprob: float
+    top: list[tuple[int, str, float]]
+
+
 Emit = Callable[[Step], Awaitable[None]]
 
 
@@ -69,7 +78,13 @@ class Engine(Protocol):
     async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
                   emit: Emit) -> str: ...
 
-    def tokenize(self, text: str) -> list[int]: ...
+    def tokenize(self, text: str, special: bool = True) -> list[int]: ...
+
+    def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]: ...
+
+    def token_text(self, token: int) -> str: ...
+
+    def score(self, ids: list[int], start: int, top_k: int) -> list[Scored]: ...
 
 
 def prompt_text_of(body: dict[str, Any]) -> str:
@@ -203,13 +218,16 @@ class LabServer:
             raise web.HTTPNotFound()
         if field not in body and not (self.dialect == "vllm" and "messages" in body):
             return _json(_error_body(f"missing field {field!r}", 400), 400)
-        ids = self.tokenize(prompt_text_of(body) if field == "prompt" else str(body[field]))
+        if "messages" in body:
+            ids = self.engine.prompt_ids(body, chat=True)
+        else:
+            ids = self.tokenize(str(body[field]), bool(body.get("add_special_tokens", True)))
         if self.dialect == "vllm":
             return _json({"count": len(ids), "max_model_len": 8192, "tokens": ids})
         return _json({"tokens": ids})
 
-    def tokenize(self, text: str) -> list[int]:
-        ids = self.engine.tokenize(text)
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        ids = self.engine.tokenize(text, special)
         if self.faults.other_tokenizer:  # another vocabulary: other ids, more pieces
             return [(i * 7 + 3) % 262144 for i in ids] + [1] * (len(ids) // 3)
         return ids
@@ -233,6 +251,8 @@ class LabServer:
     async def _respond(self, request: web.Request, body: dict[str, Any], number: int
                        ) -> web.StreamResponse:
         chat = request.path.endswith("/chat/completions")
+        if not chat and (body.get("prompt_logprobs") is not None or body.get("echo")):
+            return await self._scored(body)
         stream = bool(body.get("stream"))
         if self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)
@@ -333,6 +353,38 @@ class LabServer:
             await emit(step)
 
         return wrapped
+
+    async def _scored(self, body: dict[str, Any]) -> web.Response:
+        """Logprobs of the prompt's own tokens: vLLM's `prompt_logprobs` (the prompt may
+        be token ids), or `echo` with legacy logprobs (vLLM, llama-cpp-python)."""
+        vllm_style = body.get("prompt_logprobs") is not None
+        if self.dialect not in (("vllm",) if vllm_style else ("vllm", "llama-cpp-python")):
+            name = "prompt_logprobs" if vllm_style else "echo"
+            return _json(_error_body(f"{name} is not supported", 400), 400)
+        prompt = body.get("prompt")
+        ids = ([int(i) for i in prompt] if isinstance(prompt, list)
+               else self.engine.tokenize(str(prompt)))
+        k = int((body.get("prompt_logprobs") if vllm_style else body.get("logprobs")) or 0)
+        scored = await asyncio.to_thread(self.engine.score, ids, 1, k)
+        texts = [self.engine.token_text(i) for i in ids]
+        choice: dict[str, Any] = {"index": 0, "text": "" if vllm_style else "".join(texts),
+                                  "finish_reason": "length", "logprobs": None}
+        if vllm_style:
+            choice["prompt_logprobs"] = [None] + [{
+                str(token): {"logprob": one.logprob, "rank": 1 + sum(
+                    v > one.logprob for _, _, v in one.top), "decoded_token": texts[n + 1]},
+                **{str(i): {"logprob": v, "rank": rank, "decoded_token": t}
+                   for rank, (i, t, v) in enumerate(one.top, 1)}}
+                for n, (token, one) in enumerate(zip(ids[1:], scored, strict=True))]
+        else:
+            choice["logprobs"] = {
+                "tokens": texts, "text_offset": [0] * len(texts),
+                "token_logprobs": [None] + [one.logprob for one in scored],
+                "top_logprobs": [None] + [{t: v for _, t, v in one.top} for one in scored]}
+        return _json({"id": "cmpl-scored", "object": "text_completion", "model": self.engine.name,
+                      "choices": [choice], "usage": {"prompt_tokens": len(ids),
+                                                     "completion_tokens": 0,
+                                                     "total_tokens": len(ids)}})
 
     def _visible(self, body: dict[str, Any]) -> dict[str, Any]:
         """The request as the model sees it: a context limit silently drops the start."""

@@ -1,0 +1,123 @@
+"""Teacher-forced drift against loopback servers: exact (token ids + prompt_logprobs)
+and approximate (echo), the noise floor, and compare / sheet / gate on top."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from quantcheck import CollectSettings, collect
+from quantcheck.cli import cli
+from quantcheck.errors import EndpointError
+from quantcheck.forced import ForcedSettings, compare_position, score_run
+from quantcheck.lab.scripted import ScriptedModel
+
+from .test_collect import Serve, WritePrompts
+
+PROMPTS = """
+prompts:
+  - {id: capital, category: f, messages: [{role: user, content: "capital of Australia"}]}
+  - {id: typed, category: f, prompt: "Q: capital of Australia?\\nA:"}
+  - {id: other, category: f, prompt: "Q: name a colour\\nA:"}
+"""
+A_ANSWERS = {"Australia": " The capital of Australia is Canberra, not Sydney.",
+             "colour": " Blue is a colour."}
+B_ANSWERS = {**A_ANSWERS, "Australia": " The capital of Australia is Sydney, not Canberra."}
+
+
+def collect_a(serve: Serve, write_prompts: WritePrompts, tmp_path: Path, dialect: str) -> Path:
+    server = serve(ScriptedModel(A_ANSWERS), dialect)
+    collect([write_prompts(PROMPTS)], tmp_path / "a", CollectSettings(
+        endpoint=server.url, label="a", repeats=2, context_tokens=0))
+    return tmp_path / "a"
+
+
+def lines(folder: Path) -> dict[str, dict[str, object]]:
+    found = [json.loads(line) for line in (folder / "forced.jsonl").read_text().splitlines()]
+    return {str(line["prompt_id"]): line for line in found}
+
+
+def test_same_model_scores_zero_and_a_flip_shows_where(serve: Serve, write_prompts: WritePrompts,
+                                                      tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
+    same = score_run(a_run, tmp_path / "same", ForcedSettings(
+        endpoint=serve(ScriptedModel(A_ANSWERS)).url))
+    assert same["mode"] == "prompt-logprobs" and not same["approximate"]
+    assert same["scored"] == 3
+    assert same["overall"]["top1_agreement"] == 1.0
+    assert same["overall"]["kl"]["max"] == 0.0 and same["overall"]["delta_p"]["abs_max"] == 0
+
+    flipped = score_run(a_run, tmp_path / "flip", ForcedSettings(
+        endpoint=serve(ScriptedModel(B_ANSWERS)).url, top_k=5))
+    capital = lines(tmp_path / "flip")["capital"]
+    top1 = capital["per_position"]["top1"]  # type: ignore[index]
+    assert top1.index(False) == 5 and top1.count(False) == 1  # " Canberra," vs " Sydney,"
+    assert capital["per_position"]["delta_p"][5] < -0.5  # type: ignore[index]
+    assert lines(tmp_path / "flip")["other"]["top1_agreement"] == 1.0
+    assert flipped["noise_floor"]["repeats_compared"] == 3
+    assert flipped["noise_floor"]["kl"]["max"] == 0.0
+
+
+def test_echo_is_approximate_and_skips_chat_prompts(serve: Serve, write_prompts: WritePrompts,
+                                                    tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "llama-cpp-python")
+    b = serve(ScriptedModel(B_ANSWERS), "llama-cpp-python")
+    summary = score_run(a_run, tmp_path / "f", ForcedSettings(endpoint=b.url, top_k=5))
+    assert summary["mode"] == "echo" and summary["approximate"]
+    assert summary["skipped"] == {"capital": "a chat prompt cannot be echoed without its chat "
+                                             "template"}
+    typed = lines(tmp_path / "f")["typed"]
+    assert typed["aligned"] and typed["per_position"]["top1"].count(False) == 1  # type: ignore
+
+
+def test_a_server_without_scoring_is_a_clear_error(serve: Serve, write_prompts: WritePrompts,
+                                                   tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
+    sglang = serve(ScriptedModel(A_ANSWERS), "sglang")
+    with pytest.raises(EndpointError, match="echo is not supported"):
+        score_run(a_run, tmp_path / "f", ForcedSettings(endpoint=sglang.url, mode="echo"))
+
+
+def test_compare_position() -> None:
+    a_top = ([" Paris", " Lyon"], [-0.1, -2.5])
+    assert compare_position(" Paris", -0.1, a_top, -0.1, a_top) == (True, 0.0, 0.0)
+    top1, delta, kl = compare_position(" Paris", -0.1, a_top, -1.0, ([" Lyon", " Paris"],
+                                                                     [-0.5, -1.0]))
+    assert not top1 and delta == pytest.approx(0.3679 - 0.9048, abs=1e-3) and kl > 0.5
+
+
+def test_run_forced_reaches_pairs_summary_sheet_and_gate(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a, b = serve(ScriptedModel(A_ANSWERS)), serve(ScriptedModel(B_ANSWERS))
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, [
+        "run", "--a", a.url, "--b", b.url, "--prompts", str(write_prompts(PROMPTS)),
+        "--out", str(out), "--repeats", "2", "--forced", "--context-tokens", "0"])
+    assert result.exit_code == 0, result.output
+    assert "Teacher-forced (prompt-logprobs): B's top-1 is A's token at" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["forced"]["scored"] == 3 and sum(summary["forced"]["kl_histogram"]["counts"])
+    pairs = (out / "pairs.csv").read_text().splitlines()
+    assert "forced_kl_mean" in pairs[0] and "forced_top1" in pairs[0]
+    sheet = (out / "index.html").read_text()
+    assert 'id="forced-summary"' in sheet and "teacher-forced KL per position" in sheet
+
+    kl_mean = summary["forced"]["overall"]["kl"]["mean"]
+    strict = CliRunner().invoke(cli, ["gate", str(out), "--max-forced-kl", f"{kl_mean / 2}"])
+    assert strict.exit_code == 1 and "teacher-forced KL mean" in strict.output
+    loose = CliRunner().invoke(cli, ["gate", str(out), "--max-forced-kl", "10",
+                                     "--max-factual-flips", "5"])
+    assert loose.exit_code == 0, loose.output
+
+
+def test_gate_on_forced_kl_needs_forced_scores(serve: Serve, write_prompts: WritePrompts,
+                                               tmp_path: Path) -> None:
+    a = serve(ScriptedModel(A_ANSWERS))
+    out = tmp_path / "report"
+    CliRunner().invoke(cli, ["run", "--a", a.url, "--b", a.url, "--prompts",
+                             str(write_prompts(PROMPTS)), "--out", str(out)])
+    gate = CliRunner().invoke(cli, ["gate", str(out), "--max-forced-kl", "0.1"])
+    assert gate.exit_code == 1 and "no teacher-forced scores" in gate.output
