@@ -47,6 +47,14 @@ def test_silent_truncation_is_caught(serve: Serve) -> None:
         "context"][0] == "pass"
 
 
+def test_a_lost_code_with_the_whole_prompt_counted_only_warns(serve: Serve) -> None:
+    status, message, _ = checks(serve(faults=Faults(sliding_window=2000)).url)["context"]
+    assert status == "warn" and "counted the whole" in message
+    status, message, _ = checks(serve(faults=Faults(context_limit=2000, no_usage=True)).url)[
+        "context"]
+    assert status == "fail" and "no prompt token count" in message
+
+
 def test_context_probe_fits_the_advertised_context(serve: Serve) -> None:
     server = serve(server_info={"max_model_len": 3000}, faults=Faults(context_limit=3000))
     status, message, _ = checks(server.url)["context"]

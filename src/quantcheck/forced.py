@@ -38,7 +38,14 @@ from .client import (
 from .dialects import MalformedResponse
 from .errors import EndpointError, RunFormatError
 from .records import Completion, Prompt
-from .runstore import Run, iter_jsonl, load_run, write_json_atomic, write_jsonl_atomic
+from .runstore import (
+    Run,
+    iter_jsonl,
+    load_run,
+    read_json,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 from .servers import choose_model, describe_server
 from .triage import kl_lower_bound
 
@@ -276,8 +283,6 @@ def _repeat_positions(reference: Any, other: Any) -> Positions:
 def load_forced(folder: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """forced.json, and forced.jsonl's lines by prompt id."""
     path = Path(folder)
-    from .runstore import read_json
-
     summary: dict[str, Any] = read_json(path / FORCED_JSON)
     lines = {line["prompt_id"]: line for _, line in iter_jsonl(path / FORCED_JSONL)}
     return summary, lines

@@ -285,11 +285,18 @@ async def _context_check(probes: _Probes, context_tokens: int, length: int | Non
     if code not in control.text:
         return Check("context", "warn", "inconclusive: the model did not repeat the code "
                      "from a short prompt either", "--context-tokens 0 to skip this check")
+    if code not in answer.text and counted is not None:
+        return Check("context", "warn", f"the server counted the whole {counted:,}-token "
+                     f"prompt, but the model did not recall a code from its start{note} (a "
+                     "short prompt recalled it): weak long-context recall, or the engine "
+                     "drops context internally (a sliding window, a context shift)",
+                     "--context-tokens N with a smaller N to check a shorter context")
     if code not in answer.text:
         return Check("context", "fail", f"a code at the start of a {wanted:,}-token prompt "
-                     f"was lost{note} (a short prompt recalled it): the server truncates the "
-                     "context silently", "raise the server's context (vLLM --max-model-len, "
-                     "llama.cpp -c, Ollama num_ctx), or --context-tokens N with a smaller N")
+                     f"was lost{note} (a short prompt recalled it) and the server reports no "
+                     "prompt token count to tell why: it may truncate the context silently",
+                     "raise the server's context (vLLM --max-model-len, llama.cpp -c, Ollama "
+                     "num_ctx), --context-tokens N with a smaller N, or --context-tokens 0")
     return Check("context", "pass", f"a code at the start of a {wanted:,}-token prompt was "
                  f"recalled{note}")
 

@@ -41,6 +41,8 @@ class Faults:
     nondeterministic: bool = False
     load_sensitive: bool = False  # nondeterministic only while other requests are in flight
     context_limit: int | None = None  # keep only the prompt's last N tokens, silently
+    sliding_window: int | None = None  # the model sees the last N; usage counts them all
+    no_usage: bool = False  # responses without a usage object
     not_greedy: str | None = None  # "sampling" (unless top_k is 1) or "penalty" (always)
     reasoning: str | None = None  # "leak" into content, or "eat" every token (chat only)
     other_tokenizer: bool = False  # other token ids and counts (B with another vocabulary)
@@ -266,7 +268,7 @@ class LabServer:
                 headers["Retry-After"] = str(self.faults.retry_after_s)
             message = self.faults.status_message or f"injected HTTP {status}"
             return _json(_error_body(message, status), status, headers)
-        body = self._visible(body)
+        body = _keep_last(body, self.faults.context_limit)
         kind = ("chat" if chat else "completions") + ("-stream" if stream else "")
         if kind in self.replay:
             content_type = "text/event-stream" if stream else "application/json"
@@ -279,7 +281,7 @@ class LabServer:
         async def keep(step: Step) -> None:
             steps.append(step)
 
-        finish = await self._run_engine(body, chat, keep)
+        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, keep)
         if number in self.faults.drop:
             request.transport.close()  # type: ignore[union-attr]
             return web.Response()
@@ -309,7 +311,7 @@ class LabServer:
 
         for chunk in render.opening_chunks():
             await write(chunk)
-        finish = await self._run_engine(body, chat, emit)
+        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit)
         for chunk in render.closing_chunks(pending, finish):
             await write(chunk)
         await response.write(b"data: [DONE]\n\n")
@@ -386,17 +388,6 @@ class LabServer:
                                                      "completion_tokens": 0,
                                                      "total_tokens": len(ids)}})
 
-    def _visible(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The request as the model sees it: a context limit silently drops the start."""
-        limit = self.faults.context_limit
-        words = prompt_text_of(body).split(" ")
-        if limit is None or len(words) <= limit:
-            return body
-        kept = " ".join(words[-limit:])
-        if "messages" in body:
-            return {**body, "messages": [{"role": "user", "content": kept}]}
-        return {**body, "prompt": kept}
-
     def _rejection(self, body: dict[str, Any]) -> web.Response | None:
         for name in sorted(self.faults.reject_fields & set(body)):
             return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
@@ -424,6 +415,7 @@ class _Renderer:
         self.extra_alt = server.dialect == "llama-cpp-python"
         self.legacy = not chat and server.dialect != "llamacpp"
         self.prompt_tokens = len(server.tokenize(prompt_text_of(body)))
+        self.no_usage = server.faults.no_usage
         self.completion_tokens = 0
         self.envelope: dict[str, Any] = {"id": "cmpl-scripted", "created": int(time.time()),
                                          "model": self.model}
@@ -447,7 +439,10 @@ class _Renderer:
             choice["text"] = text
         choice["logprobs"] = self._logprobs(steps) if self.logprobs else None
         kind = "chat.completion" if self.chat else "text_completion"
-        return {**self.envelope, "object": kind, "choices": [choice], "usage": self.usage()}
+        body = {**self.envelope, "object": kind, "choices": [choice], "usage": self.usage()}
+        if self.no_usage:
+            del body["usage"]
+        return body
 
     def opening_chunks(self) -> list[dict[str, Any]]:
         if not self.chat:
@@ -469,8 +464,9 @@ class _Renderer:
                   for step in pending]
         if separate_finish or not pending:
             chunks.append(self._chunk(self.kind, {}, None, finish, text=""))
-        chunks.append({**self.envelope, "object": self.kind, "choices": [],
-                       "usage": self.usage()})
+        if not self.no_usage:
+            chunks.append({**self.envelope, "object": self.kind, "choices": [],
+                           "usage": self.usage()})
         return chunks
 
     def _chunk(self, kind: str, delta: dict[str, Any], logprobs: Any, finish: str | None,
@@ -506,6 +502,18 @@ class _Renderer:
         if self.dialect == "llamacpp":
             entry["id"] = token_id(raw)
         return {**entry, **(extra or {})}
+
+
+def _keep_last(body: dict[str, Any], words: int | None) -> dict[str, Any]:
+    """The request with only the prompt's last `words` words (a context that silently
+    drops its start)."""
+    split = prompt_text_of(body).split(" ")
+    if words is None or len(split) <= words:
+        return body
+    kept = " ".join(split[-words:])
+    if "messages" in body:
+        return {**body, "messages": [{"role": "user", "content": kept}]}
+    return {**body, "prompt": kept}
 
 
 def token_id(raw: bytes) -> int:
