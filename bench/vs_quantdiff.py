@@ -102,7 +102,7 @@ def main() -> None:
             sys.executable, "-m", "quantcheck", "run", "--a", a_url, "--b", b_url,
             "--prompts", str(root / "prompts.yaml"), "--out", str(root / "qc"),
             "--top-logprobs", str(TOP_K), "--context-tokens", str(CONTEXT), "--forced",
-            "--concurrency", "2"])
+            "--concurrency", "1"])  # llama-cpp-python serves one request at a time
     finally:
         for process, _ in servers:
             process.terminate()

@@ -124,3 +124,19 @@ def test_the_openai_sdk_reads_the_lab_servers_and_agrees(
     assert record.tokens.text == [e.token for e in entries]
     assert record.tokens.logprob == [e.logprob for e in entries]
     assert record.tokens.top_text == [[t.token for t in e.top_logprobs][:2] for e in entries]
+
+
+def test_a_stream_cut_short_at_done_is_retried_not_kept(
+    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+) -> None:
+    """llama-cpp-python ends a stream it interrupts for a newer request with [DONE] and
+    no finish_reason: that record must not pass for a complete answer."""
+    body = (FIXTURES / "wire" / "vllm-chat-stream.sse").read_bytes()
+    cut = b"".join(line + b"\n\n" for line in body.split(b"\n\n")[:2]) + b"data: [DONE]\n\n"
+    server = serve(replay={"chat-stream": cut})
+    prompts = write_prompts("prompts:\n  - {id: p, messages: [{role: user, content: hi}]}\n")
+    result = collect([prompts], tmp_path / "run", CollectSettings(
+        endpoint=server.url, label="r", retries=1, preflight=False))
+    assert result.failed == 1
+    (record,) = list(load_run(tmp_path / "run").completions())
+    assert "without a finish_reason" in str(record.error) and len(server.requests) == 2

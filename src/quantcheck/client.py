@@ -208,8 +208,13 @@ async def _read_stream(response: Any, top_k: int, started: float
     if not done:
         done = _take(_SSE_DATA.findall(pending), accumulator)
     generation = accumulator.finish()
-    if not done and generation.finish_reason is None:
-        raise RetryableError("stream ended before [DONE] and without a finish_reason")
+    if generation.finish_reason is None:
+        # Every runtime sends a finish_reason before [DONE]; without one the stream was
+        # cut short, e.g. by llama-cpp-python interrupting it for a newer request.
+        raise RetryableError(
+            f"stream ended {'at [DONE] ' if done else 'before [DONE] '}without a "
+            "finish_reason: cut short (llama-cpp-python interrupts a running request when "
+            "another arrives: start it with --interrupt_requests false, or --concurrency 1)")
     return generation, ttft
 
 
