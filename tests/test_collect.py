@@ -350,3 +350,14 @@ def test_a_validation_error_sent_as_http_500_stops_the_run(
                 CollectSettings(endpoint=server.url, label="a", concurrency=1, preflight=False))
     assert """--extra-body '{"repeat_penalty": null}'""" in str(caught.value)
     assert len(server.requests) == 1  # not retried: retrying cannot help
+
+
+def test_llama_cpp_python_with_concurrency_warns(serve: Serve, write_prompts: WritePrompts,
+                                                 tmp_path: Path) -> None:
+    server = serve(MODEL, "llama-cpp-python")
+    args = ["collect", "--endpoint", server.url, "--prompts", str(write_prompts(TWO_PROMPTS)),
+            "--no-preflight"]
+    warned = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "a")])
+    assert warned.exit_code == 0 and "use --concurrency 1" in warned.output
+    quiet = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "b"), "--concurrency", "1"])
+    assert quiet.exit_code == 0 and "--concurrency 1" not in quiet.output

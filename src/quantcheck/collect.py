@@ -175,6 +175,10 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
         manifest["cell_key"] = cell_key(manifest["cell"])
         manifest["preflight"] = await _preflight(client, settings, model, models, manifest,
                                                  prompts, reporter, run_dir if done else None)
+        if manifest["server"].get("runtime") == "llama-cpp-python" and settings.concurrency > 1:
+            reporter.warn("llama-cpp-python answers one request at a time and, by default, "
+                          "cuts a running stream short when another request arrives: use "
+                          "--concurrency 1 (or start it with --interrupt_requests false)")
         write_prompts(run_dir, prompts)
         write_json_atomic(run_dir / MANIFEST, manifest)
         jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
