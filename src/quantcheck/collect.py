@@ -134,7 +134,7 @@ def rare_full_collections() -> Iterator[None]:
     """
     previous = gc.get_threshold()
     gc.freeze()  # what is alive now (imports, prompts) is never garbage
-    gc.set_threshold(200000,20,100)
+    gc.set_threshold(200_000, 20, 100)
     try:
         yield
     finally:
@@ -321,17 +321,15 @@ async def _preflight(client: EndpointClient, settings: CollectSettings, model: s
                      prompts: list[Prompt], reporter: Reporter, resumed: Path | None
                      ) -> dict[str, Any] | None:
     """The preflight report for the manifest; a resumed run keeps the one it has. A hard
-    failure stops here, before any prompt is sent, with nothing written."""
+    failure stops here, before any prompt is sent."""
     if resumed is not None:
         previous: dict[str, Any] | None = read_json(resumed / MANIFEST).get("preflight")
         return previous
     if not settings.preflight:
         return None
     reporter.checking(public_url(settings.endpoint))
-    first = prompts[0]
-    shape = ProbeShape(api=first.api, fields={
-        k: v for k, v in first.request.items() if k not in ("messages", "prompt", "max_tokens")})
-    report = await run_preflight(client, model, models, manifest["server"], shape,
+    report = await run_preflight(client, model, models, manifest["server"],
+                                 ProbeShape.like(prompts[0]),
                                  settings.top_logprobs, settings.context_tokens)
     reporter.checked(report)
     if report.failures():

@@ -33,6 +33,7 @@ from .client import (
 from .dialects import Generation, MalformedResponse
 from .errors import EndpointError, ParameterRejected, QuantcheckError
 from .prompts import GREEDY_FIELDS
+from .records import Prompt
 
 HARD_CHECKS = ("model", "greedy", "context")
 DEFAULT_CONTEXT_TOKENS = 6000
@@ -98,6 +99,12 @@ class ProbeShape:
 
     api: str = "chat"
     fields: dict[str, Any] = field(default_factory=lambda: dict(GREEDY_FIELDS))
+
+    @classmethod
+    def like(cls, prompt: Prompt) -> ProbeShape:
+        """Probes shaped like this prompt's request: its API and every other field."""
+        return cls(api=prompt.api, fields={k: v for k, v in prompt.request.items()
+                                           if k not in ("messages", "prompt", "max_tokens")})
 
     def body(self, model: str, text: str, max_tokens: int, top_k: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, **self.fields, "max_tokens": max_tokens}

@@ -116,9 +116,7 @@ def probe_shape(prompt_file: Path | None, api: str, extra_body: dict[str, Any]) 
     if prompt_file is None:
         fields = {k: v for k, v in {**GREEDY_FIELDS, **extra_body}.items() if v is not None}
         return ProbeShape(api=api, fields=fields)
-    first = load_prompts([prompt_file], RequestOptions(extra_body=extra_body))[0]
-    return ProbeShape(api=first.api, fields={k: v for k, v in first.request.items()
-                                             if k not in ("messages", "prompt", "max_tokens")})
+    return ProbeShape.like(load_prompts([prompt_file], RequestOptions(extra_body=extra_body))[0])
 
 
 @cli.command("logscan")
