@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,17 +13,17 @@ from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.cli import cli
 from quantcheck.lab.server import LabServer
 
+from .conftest import skip_module_without_extra
+
 pytestmark = pytest.mark.model
 
 try:
     import torch
 
     from quantcheck.lab.model import ModelEngine
-except ImportError:  # the demo extra is not installed
-    if os.environ.get("CI"):
-        raise
-    pytest.skip("the demo extra (torch, transformers, the model package) is not installed",
-                allow_module_level=True)
+except ImportError:
+    skip_module_without_extra("the demo extra (torch, transformers, the model package) is "
+                              "not installed")
 
 PROMPTS = """
 defaults: {max_tokens: 8, stop: ["\\n"]}

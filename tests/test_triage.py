@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quantcheck.runstore import Blobs
 from quantcheck.sides import signature
 from quantcheck.tokenstore import round_significant
 from quantcheck.triage import (
@@ -196,7 +197,7 @@ def test_signature_rounds_to_significant_digits() -> None:
     base = tokens(("a", -0.123456789012345, {"b": -2.5}))
     close = tokens(("a", -0.123456789012399, {"b": -2.5}))
     far = tokens(("a", -0.1234567, {"b": -2.5}))
-    here = Path(".")
+    here = Blobs(Path("."))
     assert signature(base, here, 12) == signature(close, here, 12)
     assert signature(base, here, 14) != signature(close, here, 14)
     assert signature(base, here, 12) != signature(far, here, 12)

@@ -173,8 +173,9 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
         manifest["cell"] = {**cell_from_server(manifest["server"], model, settings.concurrency),
                             **settings.cell}
         manifest["cell_key"] = cell_key(manifest["cell"])
-        manifest["preflight"] = await _preflight(client, settings, model, models, manifest,
-                                                 prompts, reporter, run_dir if done else None)
+        if not done:  # a resumed run keeps the preflight it started with
+            manifest["preflight"] = await _preflight(client, settings, model, models,
+                                                     manifest, prompts, reporter)
         if manifest["server"].get("runtime") == "llama-cpp-python" and settings.concurrency > 1:
             reporter.warn("llama-cpp-python answers one request at a time and, by default, "
                           "cuts a running stream short when another request arrives: use "
@@ -318,13 +319,9 @@ class _Session:
 
 async def _preflight(client: EndpointClient, settings: CollectSettings, model: str,
                      models: list[dict[str, Any]], manifest: dict[str, Any],
-                     prompts: list[Prompt], reporter: Reporter, resumed: Path | None
-                     ) -> dict[str, Any] | None:
-    """The preflight report for the manifest; a resumed run keeps the one it has. A hard
-    failure stops here, before any prompt is sent."""
-    if resumed is not None:
-        previous: dict[str, Any] | None = read_json(resumed / MANIFEST).get("preflight")
-        return previous
+                     prompts: list[Prompt], reporter: Reporter) -> dict[str, Any] | None:
+    """The preflight report for the manifest. A hard failure stops here, before any
+    prompt is sent."""
     if not settings.preflight:
         return None
     reporter.checking(public_url(settings.endpoint))
@@ -397,6 +394,7 @@ def _prepare_run_dir(run_dir: Path, manifest: dict[str, Any], force: bool) -> No
     old, new = _identity(previous), _identity(manifest)
     if old == new:
         manifest["started_at"] = previous.get("started_at", manifest["started_at"])
+        manifest["preflight"] = previous.get("preflight")
         return
     if force:
         set_aside(run_dir)

@@ -39,7 +39,6 @@ from .dialects import MalformedResponse
 from .errors import EndpointError, RunFormatError
 from .records import Completion, Prompt
 from .runstore import (
-    Run,
     iter_jsonl,
     load_run,
     read_json,
@@ -115,7 +114,8 @@ def score_run(a_run: str | Path, out: str | Path, settings: ForcedSettings) -> d
 async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSettings
                           ) -> dict[str, Any]:
     run = load_run(a_run)
-    records = [r for r in run.completions() if r.ok and r.repeat == 0 and r.tokens]
+    with_tokens = [r for r in run.completions() if r.ok and r.tokens]
+    records = [r for r in with_tokens if r.repeat == 0]
     if not records:
         raise RunFormatError(f"{a_run}: no completions with logprobs to score (collect A "
                              "with --top-logprobs above 0)")
@@ -143,7 +143,7 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
                "scored": sum(1 for line in lines if line["positions"]),
                "skipped": {line["prompt_id"]: line["skipped"] for line in lines
                            if line.get("skipped")},
-               "overall": overall.stats(), "noise_floor": noise_floor(run)}
+               "overall": overall.stats(), "noise_floor": noise_floor(with_tokens)}
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     write_jsonl_atomic(folder / FORCED_JSONL, lines)
@@ -242,14 +242,13 @@ def _boundary(tokens: list[str], prompt_chars: int) -> int:
     return len(tokens)
 
 
-def noise_floor(run: Run) -> dict[str, Any]:
-    """The forced figures for A against A's own repeats: over each repeat's common
-    prefix with repeat 0, and the position where they part."""
+def noise_floor(completions: list[Completion]) -> dict[str, Any]:
+    """The forced figures for A against A's own repeats (successful records with
+    tokens): over each repeat's common prefix with repeat 0, and where they part."""
     floor = Positions()
     groups: dict[str, list[Completion]] = {}
-    for record in run.completions():
-        if record.ok and record.tokens:
-            groups.setdefault(record.prompt_id, []).append(record)
+    for record in completions:
+        groups.setdefault(record.prompt_id, []).append(record)
     repeats = 0
     for records in groups.values():
         records.sort(key=lambda r: r.repeat)

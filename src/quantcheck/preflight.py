@@ -35,7 +35,6 @@ from .errors import EndpointError, ParameterRejected, QuantcheckError
 from .prompts import GREEDY_FIELDS
 from .records import Prompt
 
-HARD_CHECKS = ("model", "greedy", "context")
 DEFAULT_CONTEXT_TOKENS = 6000
 GREEDY_PROBE = ("Write the word echo twelve times, separated by spaces, then count from "
                 "one to ten in words.")

@@ -22,7 +22,7 @@ import pandas as pd
 
 from .errors import RunFormatError
 from .records import Completion, Prompt, Tokens
-from .tokenstore import TOKENS_FILE, pack, unpack
+from .tokenstore import TOKENS_FILE, PackedTokens, pack, packed_from_tokens, unpack
 
 MANIFEST = "manifest.json"
 PROMPTS = "prompts.jsonl"
@@ -91,29 +91,54 @@ class RunWriter:
         self._lines = self._blobs = None
 
 
-def read_tokens(run_dir: Path, reference: dict[str, Any] | None) -> Tokens | None:
-    """A record's `tokens` value (inline arrays, or a reference into tokens.bin)."""
-    if not reference:
-        return None
-    if "file" not in reference:
-        return Tokens.from_json(reference)
-    return unpack(read_blob(run_dir, reference)).to_tokens()
-
-
 def token_count(reference: dict[str, Any] | None) -> int | None:
     if not reference:
         return None
     return int(reference["n_tokens"] if "file" in reference else len(reference["text"]))
 
 
-def read_blob(run_dir: Path, reference: dict[str, Any]) -> bytes:
-    with (run_dir / reference["file"]).open("rb") as handle:
+class Blobs:
+    """Reads the token arrays records point at, keeping tokens.bin open across records.
+
+    A record's `tokens` is either inline arrays (older runs) or a reference into
+    tokens.bin; both are read here.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._handles: dict[str, IO[bytes]] = {}
+
+    def __enter__(self) -> Blobs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+
+    def tokens(self, reference: dict[str, Any] | None) -> Tokens | None:
+        if not reference:
+            return None
+        if "file" not in reference:
+            return Tokens.from_json(reference)
+        return unpack(self._read(reference)).to_tokens()
+
+    def packed(self, reference: dict[str, Any]) -> PackedTokens:
+        if "file" not in reference:
+            return packed_from_tokens(Tokens.from_json(reference))
+        return unpack(self._read(reference))
+
+    def _read(self, reference: dict[str, Any]) -> bytes:
+        name = reference["file"]
+        if name not in self._handles:
+            self._handles[name] = (self.run_dir / name).open("rb")
+        handle = self._handles[name]
         handle.seek(reference["offset"])
         blob: bytes = handle.read(reference["length"])
-    if len(blob) != reference["length"]:
-        raise RunFormatError(f"{run_dir / reference['file']}: truncated at "
-                             f"offset {reference['offset']}")
-    return blob
+        if len(blob) != reference["length"]:
+            raise RunFormatError(f"{self.run_dir / name}: truncated at "
+                                 f"offset {reference['offset']}")
+        return blob
 
 
 def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
@@ -189,10 +214,11 @@ class Run:
         path = self.path / COMPLETIONS
         if not path.exists():
             return
-        for _, data in iter_jsonl(path):
-            record = Completion.from_json({**data, "tokens": None})
-            record.tokens = read_tokens(self.path, data.get("tokens"))
-            yield record
+        with Blobs(self.path) as blobs:
+            for _, data in iter_jsonl(path):
+                record = Completion.from_json({**data, "tokens": None})
+                record.tokens = blobs.tokens(data.get("tokens"))
+                yield record
 
     def frame(self) -> pd.DataFrame:
         """One row per request, without the token arrays (see FRAME_COLUMNS)."""

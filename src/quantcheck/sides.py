@@ -18,9 +18,8 @@ import orjson
 import pandas as pd
 
 from .errors import RunFormatError
-from .records import Prompt, Tokens
-from .runstore import COMPLETIONS, load_run, read_blob, read_json, read_tokens, token_count
-from .tokenstore import packed_from_tokens, unpack
+from .records import Prompt
+from .runstore import COMPLETIONS, Blobs, load_run, read_json, token_count
 
 INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "text_hash", "signature",
                  "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
@@ -44,20 +43,15 @@ class Side:
         with self.completions_path.open("rb") as handle:
             handle.seek(offset)
             record = orjson.loads(handle.readline())
-        tokens = read_tokens(self.completions_path.parent, record.get("tokens"))
+        with Blobs(self.completions_path.parent) as blobs:
+            tokens = blobs.tokens(record.get("tokens"))
         return tokens.to_json() if tokens is not None else None
 
 
-def signature(reference: dict[str, Any] | None, run_dir: Path, digits: int) -> str | None:
+def signature(reference: dict[str, Any] | None, blobs: Blobs, digits: int) -> str | None:
     """Digest of the token sequence and every position's top-k, logprobs rounded
     (the same for inline arrays and tokens.bin blobs of the same content)."""
-    if not reference:
-        return None
-    if "file" in reference:
-        packed = unpack(read_blob(run_dir, reference))
-    else:
-        packed = packed_from_tokens(Tokens.from_json(reference))
-    return packed.signature(digits)
+    return blobs.packed(reference).signature(digits) if reference else None
 
 
 def text_hash(text: str | None) -> str | None:
@@ -81,7 +75,7 @@ def load_side(source: str | Path, sig_digits: int = 12,
 
 def _index_rows(path: Path, sig_digits: int) -> Iterator[list[Any]]:
     offset = 0
-    with path.open("rb") as handle:
+    with path.open("rb") as handle, Blobs(path.parent) as blobs:
         for number, line in enumerate(handle, 1):
             start, offset = offset, offset + len(line)
             if not line.endswith(b"\n"):
@@ -95,7 +89,7 @@ def _index_rows(path: Path, sig_digits: int) -> Iterator[list[Any]]:
             n_tokens = token_count(tokens) if tokens else usage.get("completion_tokens")
             yield [record["prompt_id"], record.get("prompt_hash"), record["repeat"],
                    record.get("text"), text_hash(record.get("text")),
-                   signature(tokens, path.parent, sig_digits), n_tokens,
+                   signature(tokens, blobs, sig_digits), n_tokens,
                    record.get("finish_reason"), record.get("error"), record.get("ttft_s"),
                    record.get("e2e_s"), start]
 

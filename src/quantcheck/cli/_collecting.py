@@ -13,6 +13,7 @@ from ..collect import REPEAT_MODES
 from ..forced import ForcedSettings
 from . import cli
 from ._common import (
+    EXISTING_DIR,
     NO_COMPARE_EXTRAS,
     collect_with_progress,
     compare_options,
@@ -107,7 +108,7 @@ def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str
 
 
 @cli.command("forced")
-@click.argument("a_run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("a_run", type=EXISTING_DIR)
 @click.option("--endpoint", required=True, help="B's endpoint, which scores A's tokens.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for forced.jsonl and forced.json (give it to compare --forced).")

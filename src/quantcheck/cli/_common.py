@@ -22,6 +22,8 @@ from ..records import Completion
 from ..summary import headline
 
 F = TypeVar("F", bound=Callable[..., Any])
+EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+EXISTING_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
 class PlainProgress:
@@ -131,7 +133,7 @@ def request_options(function: F) -> F:
     """Options shared by every command that sends prompts."""
     options = [
         click.option("--prompts", "prompt_files", multiple=True, required=True,
-                     type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     type=EXISTING_FILE,
                      help="Prompt set (YAML); repeat for several."),
         click.option("--repeats", default=1, show_default=True, type=click.IntRange(1),
                      help="Identical requests per prompt (feeds the determinism signature)."),
@@ -211,12 +213,11 @@ def run_guarded(function: Callable[[], Any], interrupted_hint: str) -> Any:
 
 def compare_options(function: F) -> F:
     """Options of every command that compares: logs to scan and approvals to apply."""
-    existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
     options = [
-        click.option("--a-log", type=existing_file, help="A's server log, scanned for known "
+        click.option("--a-log", type=EXISTING_FILE, help="A's server log, scanned for known "
                      "failure signatures."),
-        click.option("--b-log", type=existing_file, help="B's server log."),
-        click.option("--signatures", "signature_files", multiple=True, type=existing_file,
+        click.option("--b-log", type=EXISTING_FILE, help="B's server log."),
+        click.option("--signatures", "signature_files", multiple=True, type=EXISTING_FILE,
                      help="Your own signatures YAML, besides the shipped one."),
         click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
                      help="Approvals file (default: approvals.json next to the prompt set)."),

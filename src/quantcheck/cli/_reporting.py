@@ -11,6 +11,8 @@ import click
 from ..prompts import load_prompts
 from . import cli
 from ._common import (
+    EXISTING_DIR,
+    EXISTING_FILE,
     compare_options,
     comparison,
     print_summary,
@@ -25,9 +27,9 @@ from ._common import (
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Report directory (pairs.csv, summary.json).")
 @click.option("--prompts", "prompt_files", multiple=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              type=EXISTING_FILE,
               help="Prompt set naming the texts of a *.texts.json side (and its expects).")
-@click.option("--forced", type=click.Path(exists=True, file_okay=False, path_type=Path),
+@click.option("--forced", type=EXISTING_DIR,
               help="Teacher-forced scores of A on B, from `quantcheck forced`.")
 @sig_digits_option
 @compare_options
@@ -53,8 +55,8 @@ def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Pat
 
 
 @cli.command("report")
-@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.argument("report_dir", type=EXISTING_DIR)
+@click.option("--rubric", type=EXISTING_FILE,
               help="Rubric YAML (default: rubrics/default.yaml).")
 def report_command(report_dir: Path, rubric: Path | None) -> None:
     """Re-render the review sheet REPORT_DIR/index.html (e.g. with another rubric,
@@ -71,13 +73,13 @@ def report_command(report_dir: Path, rubric: Path | None) -> None:
 
 
 @cli.command("review")
-@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("report_dir", type=EXISTING_DIR)
 @click.option("--reviewer", default="reviewer", show_default=True,
               help="Your name: every change is written to REPORT_DIR/reviews/NAME.json.")
 @click.option("--port", default=8765, show_default=True, type=int)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (only this machine by default).")
-@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--rubric", type=EXISTING_FILE,
               help="Rubric YAML (default: rubrics/default.yaml).")
 def review_command(report_dir: Path, reviewer: str, port: int, host: str,
                    rubric: Path | None) -> None:
@@ -114,8 +116,8 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 
 
 @cli.command("gate")
-@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--policy", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.argument("report_dir", type=EXISTING_DIR)
+@click.option("--policy", type=EXISTING_FILE,
               help="Policy YAML; the options below override it.")
 @click.option("--max-factual-flips", type=click.IntRange(0),
               help="Expect regressions plus reviewer-labelled blocking pairs (default 0).")
@@ -138,9 +140,9 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-blocking-log-signatures", type=click.IntRange(0),
               help="Blocking failure signatures found in --a-log/--b-log (default 0).")
 @click.option("--review", "review_files", multiple=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              type=EXISTING_FILE,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
-@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--rubric", type=EXISTING_FILE,
               help="Rubric YAML naming the blocking labels (default: rubrics/default.yaml).")
 def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path, ...],
                  rubric: Path | None, **overrides: Any) -> None:
@@ -181,13 +183,13 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
 
 
 @cli.command("approve")
-@click.argument("report_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("report_dir", type=EXISTING_DIR)
 @click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
               help="Approvals file (default: approvals.json next to the prompt set).")
 @click.option("--review", "review_files", multiple=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              type=EXISTING_FILE,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
-@click.option("--rubric", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--rubric", type=EXISTING_FILE)
 def approve_command(report_dir: Path, approvals: Path | None, review_files: tuple[Path, ...],
                     rubric: Path | None) -> None:
     """Store reviewed non-blocking pairs as approved known differences.

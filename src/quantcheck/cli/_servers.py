@@ -17,6 +17,7 @@ from ..preflight import DEFAULT_CONTEXT_TOKENS, Preflight, ProbeShape
 from ..prompts import GREEDY_FIELDS, RequestOptions, load_prompts
 from . import cli
 from ._common import (
+    EXISTING_FILE,
     echo_preflight,
     json_object_option,
     run_guarded,
@@ -56,8 +57,7 @@ def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
 @click.argument("endpoints", nargs=-1, required=True, metavar="URL [URL_B]")
 @click.option("--model", help="Model name (default: the one model /v1/models lists).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
-@click.option("--prompts", "prompt_file", type=click.Path(exists=True, dir_okay=False,
-                                                          path_type=Path),
+@click.option("--prompts", "prompt_file", type=EXISTING_FILE,
               help="Shape probes like this prompt set's requests (API, fields).")
 @click.option("--api", type=click.Choice(["chat", "completions"]), default="chat",
               show_default=True, help="API of the probes (without --prompts).")
@@ -121,9 +121,9 @@ def probe_shape(prompt_file: Path | None, api: str, extra_body: dict[str, Any]) 
 
 @cli.command("logscan")
 @click.argument("logs", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+                type=EXISTING_FILE)
 @click.option("--signatures", "signature_files", multiple=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              type=EXISTING_FILE,
               help="Your own signatures YAML, besides the shipped one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the matches as JSON.")
 def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
