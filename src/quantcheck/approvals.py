@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from .errors import ConfigFileError, RunFormatError
+from .files import make_directory
 from .runstore import frame_rows, read_json, write_json_atomic
 from .sides import text_hash
 
@@ -84,6 +85,6 @@ def approve(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
                           "notes": "; ".join(v.get("notes", "") for v in given if v.get("notes")),
                           "approved_at": now}
         added += 1
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(path.parent)
     write_json_atomic(path, {"format": APPROVALS_FORMAT, "approvals": approvals})
     return added

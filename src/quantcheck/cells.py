@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from .errors import QuantcheckError
+from .runtimes import context_length, mapping, whole_number
 
 CELL_AXES = ["model", "runtime", "runtime_version", "quantization", "kv_cache_dtype", "tp",
              "backend", "gpu", "vram_gb", "context_len", "concurrency"]
@@ -43,29 +44,27 @@ def _number_or_text(raw: str) -> Any:
 
 def cell_from_server(info: dict[str, Any], model: str, concurrency: int) -> dict[str, Any]:
     """What the server's own endpoints say about the cell (None where they are silent)."""
-    sglang = _mapping(info.get("server_info"))
-    props = _mapping(info.get("props"))
-    listed: dict[str, Any] = next(
-        (m for m in info.get("models") or [] if m.get("id") == model), {})
+    sglang = mapping(info.get("server_info"))
+    props = mapping(info.get("props"))
+    model_path = props.get("model_path")
     return {
         "model": model,
         "runtime": info.get("runtime"),
         "runtime_version": info.get("runtime_version"),
-        "quantization": sglang.get("quantization") or _quant_from_name(
-            str(props.get("model_path") or "")),
-        "kv_cache_dtype": sglang.get("kv_cache_dtype"),
-        "tp": sglang.get("tp_size"),
-        "backend": sglang.get("attention_backend"),
+        "quantization": _text(sglang.get("quantization")) or _quant_from_name(
+            model_path if isinstance(model_path, str) else ""),
+        "kv_cache_dtype": _text(sglang.get("kv_cache_dtype")),
+        "tp": whole_number(sglang.get("tp_size")),
+        "backend": _text(sglang.get("attention_backend")),
         "gpu": None,
         "vram_gb": None,
-        "context_len": (listed.get("max_model_len") or sglang.get("context_length")
-                        or (props.get("default_generation_settings") or {}).get("n_ctx")),
+        "context_len": context_length(info, model),
         "concurrency": concurrency,
     }
 
 
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _quant_from_name(path: str) -> str | None:

@@ -22,6 +22,7 @@ import aiohttp
 import orjson
 
 from .dialects import (
+    EventStream,
     Generation,
     MalformedResponse,
     StreamAccumulator,
@@ -34,6 +35,13 @@ from .errors import EndpointError, ParameterRejected
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
+# Nothing answers at all: refused, reset or dropped before any response came.
+UNREACHABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError,
+               aiohttp.ClientOSError, aiohttp.ConnectionTimeoutError, ConnectionError)
+# A top-20 chat response costs about 2 KB per token on the wire: 256 MiB holds more
+# than 100,000 tokens, far beyond any max_tokens a run uses.
+DEFAULT_MAX_RESPONSE_MB = 256
+ERROR_BODY_BYTES = 64 << 10  # enough of an error body to quote it
 
 
 @dataclass
@@ -43,11 +51,19 @@ class Timing:
 
 
 class RetryableError(Exception):
-    """A failure worth another attempt: connection trouble, 429, 5xx, a cut-off stream."""
+    """A failure worth another attempt: connection trouble, 429, 5xx, a cut-off stream.
+    `unreachable`: nothing answered at all (refused, reset, dropped)."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None,
+                 unreachable: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.unreachable = unreachable
+
+
+class RequestFailed(Exception):
+    """A failure another attempt would repeat (an answer beyond the size cap): the
+    request is recorded as failed at once."""
 
 
 def api_base(endpoint: str) -> str:
@@ -83,10 +99,12 @@ class EndpointClient:
     """An OpenAI-compatible endpoint: one aiohttp session, connections kept alive."""
 
     def __init__(self, endpoint: str, api_key: str | None = None, timeout: float = 600.0,
-                 max_connections: int = 256) -> None:
+                 max_connections: int = 256,
+                 max_response_mb: int = DEFAULT_MAX_RESPONSE_MB) -> None:
         self.endpoint = endpoint
         self.base_url = api_base(endpoint)
         self.timeout = timeout
+        self.max_response_mb = max_response_mb
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -98,8 +116,8 @@ class EndpointClient:
         if self._session is None:  # created inside the running event loop
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._max_connections),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout,
-                                              sock_read=self.timeout))
+                # the whole request's deadline is asyncio.timeout in generate()
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout))
         return self._session
 
     async def close(self) -> None:
@@ -127,50 +145,74 @@ class EndpointClient:
         return await self.request_json("POST", url, body)
 
     async def request_json(self, method: str, url: str, body: Any = None) -> Any:
+        """One JSON request within --timeout and the size cap. Raises HTTPStatusError,
+        MalformedResponse or a transport error (a timeout is asyncio.TimeoutError)."""
         data = orjson.dumps(body) if body is not None else None
-        async with self.session.request(method, url, data=data,
-                                        headers=self._headers) as response:
-            raw = await response.read()
-            if response.status >= 400:
-                raise _status_error(response.status, raw, response.headers)
+        async with asyncio.timeout(self.timeout):
+            async with self.session.request(method, url, data=data,
+                                            headers=self._headers) as response:
+                if response.status >= 400:
+                    raise _status_error(response.status, await _read_some(response),
+                                        response.headers)
+                try:
+                    raw = await self._read_capped(response)
+                except RequestFailed as exc:
+                    raise MalformedResponse(str(exc)) from None
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise MalformedResponse(f"{url} did not return JSON") from None
 
     async def list_models(self) -> list[dict[str, Any]]:
-        """GET /v1/models; an unreachable server raises EndpointError with one clear line."""
-        where = public_url(self.endpoint)
+        """GET /v1/models: the entries that have an id (anything else is not revealed).
+        An unreachable server raises EndpointError with one clear line."""
+        url = public_url(self.base_url) + "/models"
         try:
             body = await self.request_json("GET", self.base_url + "/models")
         except TRANSPORT_ERRORS as exc:
-            raise EndpointError(f"cannot reach {where}: {_root_cause(exc)}") from None
+            raise EndpointError(f"cannot reach {url}: {_root_cause(exc)}") from None
         except HTTPStatusError as exc:
-            raise EndpointError(f"{where} answered GET /v1/models with HTTP {exc.status}: "
-                                f"{exc.message}") from None
-        except MalformedResponse:
-            raise EndpointError(f"{where}/v1/models did not return JSON; "
+            raise EndpointError(f"GET {url} answered HTTP {exc.status}: {exc.message}; "
                                 "is this an OpenAI-compatible server?") from None
-        return list(body.get("data") or []) if isinstance(body, dict) else []
+        except MalformedResponse as exc:
+            raise EndpointError(f"GET {url}: {exc}; is this an OpenAI-compatible "
+                                "server?") from None
+        data = body.get("data") if isinstance(body, dict) else None
+        return [entry for entry in data if isinstance(entry, dict)
+                and isinstance(entry.get("id"), str)] if isinstance(data, list) else []
 
     async def generate(self, api: str, body: dict[str, Any], stream: bool, top_k: int
                        ) -> tuple[Generation, Timing]:
-        """One attempt. Raises RetryableError, ParameterRejected or EndpointError."""
+        """One attempt, bounded by --timeout as a whole. Raises RetryableError,
+        RequestFailed, ParameterRejected or EndpointError."""
         url = self.base_url + ("/chat/completions" if api == "chat" else "/completions")
         if stream:
             body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         started = time.perf_counter()
         try:
+            async with asyncio.timeout(self.timeout):
+                generation, ttft = await self._generate(url, body, stream, top_k, started)
+        except TimeoutError:
+            raise RetryableError(f"no complete answer within --timeout {self.timeout:g} s"
+                                 ) from None
+        return generation, Timing(ttft_s=ttft, e2e_s=time.perf_counter() - started)
+
+    async def _generate(self, url: str, body: dict[str, Any], stream: bool, top_k: int,
+                        started: float) -> tuple[Generation, float | None]:
+        try:
             async with self.session.post(url, data=orjson.dumps(body),
                                          headers=self._headers) as response:
                 if response.status >= 400:
-                    raise _status_error(response.status, await response.read(),
+                    raise _status_error(response.status, await _read_some(response),
                                         response.headers)
                 if stream:
-                    generation, ttft = await _read_stream(response, top_k, started)
-                else:
-                    generation = parse_response(await response.read(), top_k)
-                    ttft = None
+                    return await self._read_stream(response, top_k, started)
+                raw = await self._read_capped(response)
+                try:
+                    return parse_response(raw, top_k), None
+                except MalformedResponse as exc:
+                    raise MalformedResponse(_not_json_note(response, raw) or str(exc)) \
+                        from None
         except HTTPStatusError as exc:
             raise _classify_status(exc) from None
         except StreamError as exc:
@@ -179,43 +221,67 @@ class EndpointClient:
             raise RetryableError(str(exc)) from None
         except aiohttp.ClientPayloadError as exc:
             raise RetryableError(f"response cut off: {_root_cause(exc)}") from None
-        except TRANSPORT_ERRORS as exc:
+        except UNREACHABLE as exc:
+            raise RetryableError(f"connection failed: {_root_cause(exc)}",
+                                 unreachable=True) from None
+        except aiohttp.ClientError as exc:
             raise RetryableError(f"connection failed: {_root_cause(exc)}") from None
-        return generation, Timing(ttft_s=ttft, e2e_s=time.perf_counter() - started)
 
+    @property
+    def max_response_bytes(self) -> int:
+        return self.max_response_mb << 20
 
-_SSE_DATA = re.compile(rb"^data:[ \t]*(.*)$", re.MULTILINE)  # JSON ignores a trailing \r
+    def _too_large(self) -> RequestFailed:
+        return RequestFailed(f"the answer is larger than --max-response-mb "
+                             f"{self.max_response_mb}: not read further")
 
+    async def _read_capped(self, response: Any) -> bytes:
+        """The whole body, refusing one beyond the size cap before it is all in memory."""
+        declared = response.content_length
+        if declared is not None and declared > self.max_response_bytes:
+            raise self._too_large()
+        pieces, size = [], 0
+        async for piece in response.content.iter_any():
+            size += len(piece)
+            if size > self.max_response_bytes:
+                raise self._too_large()
+            pieces.append(piece)
+        return b"".join(pieces)
 
-async def _read_stream(response: Any, top_k: int, started: float
-                       ) -> tuple[Generation, float | None]:
-    """SSE `data:` payloads are cut out of the raw bytes by one regex per network read
-    (not decoded line by line); only those before the first output are parsed on
-    arrival, to time the first token, and the rest together at the end."""
-    accumulator = StreamAccumulator(top_k)
-    ttft: float | None = None
-    done = False
-    pending = b""
-    async for piece in response.content.iter_any():
-        buffer = pending + piece
-        cut = buffer.rfind(b"\n") + 1
-        payloads, pending = _SSE_DATA.findall(buffer, 0, cut), buffer[cut:]
-        done = _take(payloads, accumulator)
-        if ttft is None and any(map(first_output, payloads)):
-            ttft = time.perf_counter() - started
-        if done:
-            break
-    if not done:
-        done = _take(_SSE_DATA.findall(pending), accumulator)
-    generation = accumulator.finish()
-    if generation.finish_reason is None:
-        # Every runtime sends a finish_reason before [DONE]; without one the stream was
-        # cut short, e.g. by llama-cpp-python interrupting it for a newer request.
-        raise RetryableError(
-            f"stream ended {'at [DONE] ' if done else 'before [DONE] '}without a "
-            "finish_reason: cut short (llama-cpp-python interrupts a running request when "
-            "another arrives: start it with --interrupt_requests false, or --concurrency 1)")
-    return generation, ttft
+    async def _read_stream(self, response: Any, top_k: int, started: float
+                           ) -> tuple[Generation, float | None]:
+        """SSE `data:` payloads are cut out of the raw bytes as they arrive (dialects.
+        EventStream); only those before the first output are parsed on arrival, to time
+        the first token, and the rest together at the end."""
+        accumulator = StreamAccumulator(top_k)
+        events = EventStream()
+        ttft: float | None = None
+        done = False
+        async for piece in response.content.iter_any():
+            if events.size + len(piece) > self.max_response_bytes:
+                raise self._too_large()
+            payloads = events.feed(piece)
+            done = _take(payloads, accumulator)
+            if ttft is None and any(map(first_output, payloads)):
+                ttft = time.perf_counter() - started
+            if done:
+                break
+        if not done:
+            done = _take(events.close(), accumulator)
+        if not events.payloads:
+            raise MalformedResponse(
+                f"the server answered a streamed request with {_content_type(response)}, "
+                f"not an event stream: {events.start[:160]!r}")
+        generation = accumulator.finish()
+        if generation.finish_reason is None:
+            # Every runtime sends a finish_reason before [DONE]; without one the stream
+            # was cut short, e.g. by llama-cpp-python interrupting it for a newer request.
+            raise RetryableError(
+                f"stream ended {'at [DONE] ' if done else 'before [DONE] '}without a "
+                "finish_reason: cut short (llama-cpp-python interrupts a running request "
+                "when another arrives: start it with --interrupt_requests false, or "
+                "--concurrency 1)")
+        return generation, ttft
 
 
 def _take(payloads: list[bytes], accumulator: StreamAccumulator) -> bool:
@@ -226,6 +292,29 @@ def _take(payloads: list[bytes], accumulator: StreamAccumulator) -> bool:
     done = [n for n, payload in enumerate(payloads) if payload.startswith(b"[DONE]")]
     accumulator.add(payloads[:done[0]] if done else payloads)
     return bool(done)
+
+
+async def _read_some(response: Any) -> bytes:
+    """At most ERROR_BODY_BYTES of a body (an error page is quoted, never hoarded)."""
+    pieces, size = [], 0
+    async for piece in response.content.iter_any():
+        pieces.append(piece)
+        size += len(piece)
+        if size >= ERROR_BODY_BYTES:
+            break
+    return b"".join(pieces)[:ERROR_BODY_BYTES]
+
+
+def _content_type(response: Any) -> str:
+    return str(response.headers.get("Content-Type") or "no Content-Type").split(";")[0]
+
+
+def _not_json_note(response: Any, raw: bytes) -> str | None:
+    """What came back instead of JSON, when the server said it is something else."""
+    kind = _content_type(response)
+    if "json" in kind:
+        return None
+    return f"the server answered with {kind}, not JSON: {raw[:160]!r}"
 
 
 def _status_error(status: int, raw: bytes, headers: Any) -> HTTPStatusError:

@@ -16,13 +16,16 @@ from typing import Any, Protocol, TypeVar
 from . import __version__
 from .cells import cell_from_server, cell_key
 from .client import (
+    DEFAULT_MAX_RESPONSE_MB,
     EndpointClient,
+    RequestFailed,
     RetryableError,
     api_key_from_env,
     public_url,
     sleep_backoff,
 )
-from .errors import ParameterRejected, QuantcheckError, RunMismatch
+from .errors import EndpointError, ParameterRejected, QuantcheckError, RunMismatch
+from .files import StorageError
 from .preflight import (
     DEFAULT_CONTEXT_TOKENS,
     Preflight,
@@ -37,14 +40,24 @@ from .runstore import (
     MANIFEST,
     RunWriter,
     completed_keys,
+    lock_run,
     read_json,
     set_aside,
     write_json_atomic,
     write_prompts,
 )
-from .servers import choose_model, describe_server
+from .runtimes import choose_model
+from .servers import describe_server
 
 REPEAT_MODES = ("pool", "sequential", "burst", "loaded")
+# A dead endpoint: this many connection failures in a row, over at least this long
+# since anything answered, stop the run (a restart blip of a few seconds does not).
+GIVE_UP_AFTER_FAILURES = 10
+GIVE_UP_AFTER_SECONDS = 5.0
+
+
+class EndpointDown(EndpointError):
+    """The endpoint stopped answering in the middle of a run."""
 
 
 @dataclass
@@ -66,6 +79,7 @@ class CollectSettings:
     repeat_mode: str = "pool"
     preflight: bool = True
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    max_response_mb: int = DEFAULT_MAX_RESPONSE_MB
 
 
 class Reporter(Protocol):
@@ -163,43 +177,85 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
     prompts = load_prompts(prompt_files, settings.request)
     run_dir = Path(out)
     async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
-                              settings.timeout, max(settings.concurrency * 2, 16)) as client:
+                              settings.timeout, max(settings.concurrency * 2, 16),
+                              settings.max_response_mb) as client:
         models = await client.list_models()
         model = choose_model(models, settings.model, public_url(settings.endpoint))
         manifest = _manifest(settings, model, prompts, prompt_files)
-        _prepare_run_dir(run_dir, manifest, force)
-        done = completed_keys(run_dir)
-        manifest["server"] = await describe_server(client, models)
-        manifest["cell"] = {**cell_from_server(manifest["server"], model, settings.concurrency),
-                            **settings.cell}
-        manifest["cell_key"] = cell_key(manifest["cell"])
-        if not done:  # a resumed run keeps the preflight it started with
-            manifest["preflight"] = await _preflight(client, settings, model, models,
-                                                     manifest, prompts, reporter)
-        if manifest["server"].get("runtime") == "llama-cpp-python" and settings.concurrency > 1:
-            reporter.warn("llama-cpp-python answers one request at a time and, by default, "
-                          "cuts a running stream short when another request arrives: use "
-                          "--concurrency 1 (or start it with --interrupt_requests false)")
-        write_prompts(run_dir, prompts)
+        with lock_run(run_dir):
+            return await _collect_locked(client, run_dir, manifest, settings, model, models,
+                                         prompts, reporter, force)
+
+
+async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: dict[str, Any],
+                          settings: CollectSettings, model: str, models: list[dict[str, Any]],
+                          prompts: list[Prompt], reporter: Reporter, force: bool
+                          ) -> CollectResult:
+    """The collection, holding the run directory's lock."""
+    done = await _start_run(client, run_dir, manifest, settings, model, models, prompts,
+                            reporter, force)
+    total = len(prompts) * settings.repeats
+    jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
+    reporter.started(total, total - len(jobs))
+    session = _Session(client, settings, model, reporter, RunWriter(run_dir))
+    try:
+        with rare_full_collections():
+            await session.run(jobs, prompts)
+    except EndpointDown as exc:
+        manifest["stop_reason"] = str(exc)
+        _end_run(run_dir, manifest, session, len(done), total, failing=True)
+        raise EndpointDown(
+            f"stopped: {exc}. {len(done) + session.collected} of {total} requests are "
+            f"collected and kept in {run_dir}; rerun the same command when the server "
+            "answers again to collect the rest") from None
+    except BaseException as exc:
+        manifest["stop_reason"] = str(exc) if isinstance(exc, QuantcheckError) else None
+        _end_run(run_dir, manifest, session, len(done), total, failing=True)
+        raise
+    _end_run(run_dir, manifest, session, len(done), total, failing=False)
+    return CollectResult(run_dir, total, total - len(jobs), session.collected, session.failed)
+
+
+async def _start_run(client: EndpointClient, run_dir: Path, manifest: dict[str, Any],
+                     settings: CollectSettings, model: str, models: list[dict[str, Any]],
+                     prompts: list[Prompt], reporter: Reporter, force: bool
+                     ) -> set[tuple[str, int]]:
+    """Prepare the run directory, describe the server, run the preflight, write the
+    manifest; the keys already collected."""
+    _prepare_run_dir(run_dir, manifest, force)
+    done = completed_keys(run_dir)
+    manifest["server"] = await describe_server(client, models)
+    manifest["cell"] = {**cell_from_server(manifest["server"], model, settings.concurrency),
+                        **settings.cell}
+    manifest["cell_key"] = cell_key(manifest["cell"])
+    if not done:  # a resumed run keeps the preflight it started with
+        manifest["preflight"] = await _preflight(client, settings, model, models,
+                                                 manifest, prompts, reporter)
+    if manifest["server"].get("runtime") == "llama-cpp-python" and settings.concurrency > 1:
+        reporter.warn("llama-cpp-python answers one request at a time and, by default, "
+                      "cuts a running stream short when another request arrives: use "
+                      "--concurrency 1 (or start it with --interrupt_requests false)")
+    write_prompts(run_dir, prompts)
+    write_json_atomic(run_dir / MANIFEST, manifest)
+    return done
+
+
+def _end_run(run_dir: Path, manifest: dict[str, Any], session: _Session, done_before: int,
+             total: int, failing: bool) -> None:
+    """The manifest at the end of a pass. When even that cannot be written while the
+    run is failing already (the disk is still full), the one written at the start
+    stays, whole: its status `running` with no collector holding the lock reads as
+    interrupted (Run.status), and the first error is the one reported."""
+    manifest["finished_at"] = _now()
+    manifest["status"] = ("interrupted" if not session.finished
+                          else "incomplete" if session.failed else "complete")
+    manifest["counts"] = {"requests": total, "ok": done_before + session.collected,
+                          "failed": session.failed}
+    try:
         write_json_atomic(run_dir / MANIFEST, manifest)
-        jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
-        reporter.started(len(prompts) * settings.repeats, len(prompts) * settings.repeats
-                         - len(jobs))
-        session = _Session(client, settings, model, reporter, RunWriter(run_dir))
-        try:
-            with rare_full_collections():
-                await session.run(jobs, prompts)
-        finally:
-            manifest["finished_at"] = _now()
-            manifest["status"] = ("interrupted" if not session.finished
-                                  else "incomplete" if session.failed else "complete")
-            manifest["counts"] = {"requests": len(prompts) * settings.repeats,
-                                  "ok": len(done) + session.collected,
-                                  "failed": session.failed}
-            write_json_atomic(run_dir / MANIFEST, manifest)
-    return CollectResult(run_dir, len(prompts) * settings.repeats,
-                         len(prompts) * settings.repeats - len(jobs),
-                         session.collected, session.failed)
+    except StorageError:
+        if not failing:
+            raise
 
 
 class _Session:
@@ -212,6 +268,8 @@ class _Session:
         self.collected = self.failed = 0
         self.finished = False
         self._warned_no_logprobs = False
+        self._unreachable = 0
+        self._last_answer = time.monotonic()
 
     async def run(self, jobs: list[tuple[Prompt, int]], fillers: list[Prompt]) -> None:
         mode = self.settings.repeat_mode
@@ -290,12 +348,24 @@ class _Session:
                 generation, timing = await self.client.generate(
                     prompt.api, body, self.settings.stream, self.settings.top_logprobs)
             except RetryableError as exc:
+                self._count_failure(exc)
                 record.error = f"{exc} (after {attempt + 1} attempts)"
                 if attempt < self.settings.retries:
                     await sleep_backoff(attempt, exc.retry_after)
                 continue
             except ParameterRejected as exc:
                 raise ParameterRejected(rejection_advice(str(exc), body)) from None
+            except RequestFailed as exc:
+                self._answered()
+                record.error = str(exc)
+                break
+            except QuantcheckError:
+                raise
+            except Exception as exc:  # an answer no parser foresaw: that request fails
+                self._answered()
+                record.error = f"unreadable answer ({type(exc).__name__}: {exc})"
+                break
+            self._answered()
             self._check_logprobs(generation.has_logprobs, generation.text)
             record.error = None
             record.text, record.reasoning = generation.text, generation.reasoning
@@ -306,6 +376,23 @@ class _Session:
             record.ttft_s, record.e2e_s = timing.ttft_s, timing.e2e_s
             break
         return record
+
+    def _answered(self) -> None:
+        self._unreachable = 0
+        self._last_answer = time.monotonic()
+
+    def _count_failure(self, exc: RetryableError) -> None:
+        """Stop the run once nothing has answered for a while (see GIVE_UP_AFTER_*)."""
+        if not exc.unreachable:
+            self._answered()  # the server is there, only unhappy
+            return
+        self._unreachable += 1
+        silent_for = time.monotonic() - self._last_answer
+        if self._unreachable >= GIVE_UP_AFTER_FAILURES and silent_for >= GIVE_UP_AFTER_SECONDS:
+            raise EndpointDown(
+                f"{public_url(self.settings.endpoint)} stopped answering "
+                f"({self._unreachable} connection failures in a row over {silent_for:.0f} s; "
+                f"last: {exc})")
 
     def _check_logprobs(self, has_logprobs: bool, text: str) -> None:
         if has_logprobs or not text or self.settings.top_logprobs == 0:
@@ -368,6 +455,7 @@ def _manifest(settings: CollectSettings, model: str, prompts: list[Prompt],
         "started_at": _now(),
         "finished_at": None,
         "status": "running",
+        "stop_reason": None,
     }
 
 
@@ -385,7 +473,6 @@ def _identity(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prepare_run_dir(run_dir: Path, manifest: dict[str, Any], force: bool) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
     collected = run_dir / COMPLETIONS
     if not (run_dir / MANIFEST).exists() or not collected.exists() \
             or not collected.stat().st_size:

@@ -12,6 +12,7 @@ import orjson
 import pandas as pd
 
 from .approvals import apply_approvals, load_approvals
+from .files import make_directory, write_atomic
 from .forced import PAIR_FORCED_COLUMNS, all_kl, load_forced
 from .forced import pair_columns as forced_pair_columns
 from .logscan import scan_logs
@@ -267,10 +268,8 @@ def _add_forced(pairs: pd.DataFrame, folder: str | Path) -> dict[str, Any]:
 
 
 def write_pairs(frame: pd.DataFrame, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    temporary = out / "pairs.csv.tmp"
-    frame.to_csv(temporary, index=False)
-    temporary.replace(out / "pairs.csv")
+    make_directory(out)
+    write_atomic(out / "pairs.csv", frame.to_csv(index=False).encode("utf-8"))
 
 
 def write_summary(summary: dict[str, Any], out: Path) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .files import make_directory, write_atomic
 from .runstore import write_json_atomic
 from .sides import Side, load_side
 from .tokenstore import round_significant
@@ -88,8 +89,8 @@ def determinism_report(run_dirs: dict[str, Path], out: Path, sig_digits: int = 1
             "logprobs_vary": int((group["verdict"] == "logprobs vary").sum()),
             "deterministic": int((group["verdict"] == "deterministic").sum())}
     summary = {"sig_digits": sig_digits, "modes": modes}
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "determinism.csv", index=False)
+    make_directory(out)
+    write_atomic(out / "determinism.csv", frame.to_csv(index=False).encode("utf-8"))
     write_json_atomic(out / "determinism.json", {**summary, "prompts": rows})
     return frame, summary
 
@@ -101,7 +102,7 @@ def render_determinism(out: Path, rows: list[dict[str, Any]], summary: dict[str,
     html = environment.get_template("determinism.html").render(
         rows=rows, modes=summary["modes"], sig_digits=summary["sig_digits"],
         endpoint=endpoint, model=model)
-    (out / "index.html").write_text(html, encoding="utf-8")
+    write_atomic(out / "index.html", html.encode("utf-8"))
     return out / "index.html"
 
 

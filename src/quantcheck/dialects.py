@@ -15,10 +15,12 @@ Dialects seen in the wild:
 from __future__ import annotations
 
 import operator
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import orjson
 
 from .records import Tokens
 
@@ -104,6 +106,44 @@ def parse_response(raw: bytes, top_k: int) -> Generation:
     return _generation([_decode(raw, _BODY, _Body)], top_k)
 
 
+_SSE_DATA = re.compile(rb"^data:[ \t]*(.*)$", re.MULTILINE)  # JSON ignores a trailing \r
+TOKEN_ID_LIMIT = 2**63  # ids are stored as int64 at most (tokenstore.py)
+
+
+class EventStream:
+    """Cuts the `data:` payloads out of a server-sent event stream as bytes arrive,
+    however the network splits them: one regex per read over the complete lines, the
+    rest kept for the next read (linear in the stream's size, also for a line that
+    never ends). `start` keeps the first bytes, to say what came back instead."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+        self.size = 0
+        self.payloads = 0
+        self.start = b""
+
+    def feed(self, piece: bytes) -> list[bytes]:
+        if len(self.start) < 200:
+            self.start += piece[:200 - len(self.start)]
+        self.size += len(piece)
+        cut = piece.rfind(b"\n") + 1
+        if not cut:
+            self._pending += piece
+            return []
+        lines = bytes(self._pending) + piece[:cut] if self._pending else piece[:cut]
+        self._pending = bytearray(piece[cut:])
+        return self._found(_SSE_DATA.findall(lines))
+
+    def close(self) -> list[bytes]:
+        """The payload of a last line that ended without a newline, if any."""
+        rest, self._pending = self._pending, bytearray()
+        return self._found(_SSE_DATA.findall(rest))
+
+    def _found(self, payloads: list[bytes]) -> list[bytes]:
+        self.payloads += len(payloads)
+        return payloads
+
+
 class StreamAccumulator:
     """Give it the SSE `data:` payloads of a stream as bytes; call `finish()` at the end.
 
@@ -145,7 +185,11 @@ def _decode(raw: bytes, decoder: msgspec.json.Decoder[Any], shape: Any) -> Any:
     except msgspec.DecodeError as exc:
         raise MalformedResponse(f"malformed JSON from server: {exc}") from None
     try:
-        return msgspec.convert(msgspec.json.decode(raw), shape, strict=False)
+        loose = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:  # a typed field went wrong before the JSON did
+        raise MalformedResponse(f"malformed JSON from server: {exc}") from None
+    try:
+        return msgspec.convert(loose, shape, strict=False)
     except msgspec.ValidationError as exc:
         raise MalformedResponse(f"unexpected response shape: {exc}") from None
 
@@ -158,7 +202,7 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
             message = body.error.get("message", body.error) if isinstance(body.error, dict) \
                 else body.error
             raise StreamError(str(message))
-    choices = [choice for body in bodies for choice in body.choices or () if not choice.index]
+    choices = _first_choices(bodies)
     messages = [choice.message or choice.delta for choice in choices]
     pieces = [(message.content if message else choice.text) or ""
               for message, choice in zip(messages, choices, strict=True)]
@@ -169,7 +213,7 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
         finish_reason=finish_reasons[-1] if finish_reasons else None,
         model=_last([body.model for body in bodies]),
         system_fingerprint=_last([body.system_fingerprint for body in bodies]),
-        usage=_last([body.usage for body in bodies]))
+        usage=_storable_usage(_last([body.usage for body in bodies])))
     logprobs = [choice.logprobs for choice in choices if choice.logprobs]
     generation.has_logprobs = bool(logprobs)
     entries = [entry for lp in logprobs for entry in lp.content or ()]
@@ -179,6 +223,39 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
         if lp.tokens is not None:
             _append_legacy(generation.tokens, lp, top_k)
     return generation
+
+
+def _first_choices(bodies: list[_Body]) -> list[_Choice]:
+    """Choice 0 of every body (quantcheck asks for one answer). A response with no
+    choice at all, or two under one index, is malformed, never an empty answer."""
+    choices: list[_Choice] = []
+    any_choice = False
+    for body in bodies:
+        indices = [choice.index or 0 for choice in body.choices or ()]
+        any_choice = any_choice or bool(indices)
+        if len(set(indices)) != len(indices):
+            raise MalformedResponse(f"{len(indices)} choices under index "
+                                    f"{max(indices, key=indices.count)} in one answer "
+                                    "(quantcheck asks for one choice)")
+        choices += [choice for choice in body.choices or () if not choice.index]
+    if not any_choice:
+        raise MalformedResponse("no choices in the answer")
+    if not choices:
+        raise MalformedResponse("no choice with index 0 in the answer")
+    if len(bodies) == 1 and choices[0].message is None and choices[0].text is None:
+        raise MalformedResponse("choice 0 carries neither a message nor a text")
+    return choices
+
+
+def _storable_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The usage object, if it can be written as sent (64-bit integers, sane nesting)."""
+    if usage is None:
+        return None
+    try:
+        orjson.dumps(usage)
+    except orjson.JSONEncodeError as exc:
+        raise MalformedResponse(f"the usage object cannot be stored: {exc}") from None
+    return usage
 
 
 def _last(values: list[Any]) -> Any:
@@ -202,8 +279,14 @@ def _extend_from_entries(tokens: Tokens, entries: list[_Entry], top_k: int) -> N
     tokens.top_logprob += top_logprob
     ids = [entry.id for entry in entries]
     if any(token_id is not None for token_id in ids):
+        wrong = next((i for i in ids if i is not None and not 0 <= i < TOKEN_ID_LIMIT), None)
+        if wrong is not None:
+            raise MalformedResponse(f"token id {wrong} is out of range (0 to 2^63 - 1)")
         tokens.ids = [-1 if token_id is None else token_id for token_id in ids]
     raws = [entry.bytes for entry in entries]
+    for raw in raws:
+        if raw and not 0 <= min(raw) <= max(raw) <= 255:
+            raise MalformedResponse(f"token bytes {raw[:8]} are not bytes (0 to 255)")
     differing = [raw is not None and raw != list(text.encode("utf-8", "surrogatepass"))
                  for raw, text in zip(raws, texts, strict=True)]
     if any(differing):

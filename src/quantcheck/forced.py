@@ -37,6 +37,7 @@ from .client import (
 )
 from .dialects import MalformedResponse
 from .errors import EndpointError, RunFormatError
+from .files import make_directory
 from .records import Completion, Prompt
 from .runstore import (
     iter_jsonl,
@@ -45,7 +46,8 @@ from .runstore import (
     write_json_atomic,
     write_jsonl_atomic,
 )
-from .servers import choose_model, describe_server
+from .runtimes import choose_model
+from .servers import describe_server
 from .triage import kl_lower_bound
 
 FORCED_JSON = "forced.json"
@@ -145,7 +147,7 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
                            if line.get("skipped")},
                "overall": overall.stats(), "noise_floor": noise_floor(with_tokens)}
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_directory(folder)
     write_jsonl_atomic(folder / FORCED_JSONL, lines)
     write_json_atomic(folder / FORCED_JSON, summary)
     return summary
@@ -167,8 +169,8 @@ class _Scorer:
                 line["skipped"] = "a chat prompt cannot be echoed without its chat template"
             else:
                 forced = await self._by_echo(prompt, record)
-        except (HTTPStatusError, MalformedResponse, KeyError, TypeError, ValueError,
-                *TRANSPORT_ERRORS) as exc:
+        except (HTTPStatusError, MalformedResponse, KeyError, IndexError, AttributeError,
+                TypeError, ValueError, *TRANSPORT_ERRORS) as exc:
             raise EndpointError(f"scoring {prompt.id} on {public_url(self.client.endpoint)} "
                                 f"({self.mode}) failed: {exc}") from None
         tokens = record.tokens

@@ -12,6 +12,7 @@ import pandas as pd
 
 from .configfile import read_yaml, reject_unknown
 from .errors import ConfigFileError, RunFormatError
+from .files import write_atomic
 from .reviews import validate_review
 from .rubric import Rubric
 from .runstore import frame_rows, read_json, write_json_atomic
@@ -259,6 +260,10 @@ def one_line(verdict: Verdict) -> str:
     if verdict.passed:
         return "PASS: no rule broken"
     return "FAIL: " + ", ".join(verdict.reasons())
+
+
+def write_junit(verdict: Verdict, pairs: pd.DataFrame, path: Path) -> None:
+    write_atomic(path, junit_xml(verdict, pairs))
 
 
 def append_step_summary(text: str) -> None:

@@ -26,6 +26,7 @@ from .client import (
     TRANSPORT_ERRORS,
     EndpointClient,
     HTTPStatusError,
+    RequestFailed,
     RetryableError,
     public_url,
     server_root,
@@ -34,6 +35,7 @@ from .dialects import Generation, MalformedResponse
 from .errors import EndpointError, ParameterRejected, QuantcheckError
 from .prompts import GREEDY_FIELDS
 from .records import Prompt
+from .runtimes import context_length
 
 DEFAULT_CONTEXT_TOKENS = 6000
 GREEDY_PROBE = ("Write the word echo twelve times, separated by spaces, then count from "
@@ -125,7 +127,7 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     """Run every check against one endpoint (a few short requests and one long one)."""
     started = time.perf_counter()
     report = Preflight(endpoint=public_url(client.endpoint), model=model, api=shape.api,
-                       max_model_len=max_model_len(server, model))
+                       max_model_len=context_length(server, model))
     probes = _Probes(client, model, shape)
     report.checks.append(_model_check(model, models, report.max_model_len))
     report.checks += await _logprob_checks(probes, top_k)
@@ -137,16 +139,6 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
                                if report.tokenizer else "the server reports no token counts"))
     report.seconds = time.perf_counter() - started
     return report
-
-
-def max_model_len(server: dict[str, Any], model: str) -> int | None:
-    for entry in server.get("models") or []:
-        if entry.get("id") == model and entry.get("max_model_len"):
-            return int(entry["max_model_len"])
-    info = server.get("server_info") or {}
-    props = (server.get("props") or {}).get("default_generation_settings") or {}
-    value = info.get("context_length") or props.get("n_ctx")
-    return int(value) if value else None
 
 
 class _Probes:
@@ -168,6 +160,8 @@ class _Probes:
                 from .collect import rejection_advice
 
                 raise ParameterRejected(rejection_advice(str(exc), body)) from None
+            except RequestFailed as exc:
+                raise EndpointError(f"preflight request failed: {exc}") from None
             except RetryableError as exc:
                 attempts -= 1
                 if not attempts:
@@ -383,7 +377,8 @@ async def check_endpoint(endpoint: str, model: str | None = None,
                          context_tokens: int = DEFAULT_CONTEXT_TOKENS,
                          api_key: str | None = None, timeout: float = 600.0) -> Preflight:
     """Every check against one endpoint; an unreachable one raises EndpointError."""
-    from .servers import choose_model, describe_server
+    from .runtimes import choose_model
+    from .servers import describe_server
 
     async with EndpointClient(endpoint, api_key, timeout) as client:
         models = await client.list_models()

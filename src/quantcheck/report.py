@@ -15,6 +15,7 @@ from markupsafe import Markup
 from .cells import CELL_AXES
 from .compare import DETAILS, PAIR_COLUMNS
 from .errors import RunFormatError
+from .files import write_atomic
 from .reviews import load_reviews
 from .rubric import Rubric, load_rubric
 from .runstore import iter_jsonl, read_json
@@ -112,9 +113,7 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
 def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -> Path:
     report_dir = Path(report_dir)
     path = report_dir / SHEET
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(render_sheet(report_dir, rubric_path), encoding="utf-8")
-    temporary.replace(path)
+    write_atomic(path, render_sheet(report_dir, rubric_path).encode("utf-8"))
     return path
 
 

@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from .errors import RunFormatError
+from .files import make_directory
 from .rubric import Rubric
 from .runstore import read_json, write_json_atomic
 
@@ -97,8 +98,8 @@ def review_app(report_dir: Path, reviewer: str, rubric_path: str | Path | None =
             validate_review(document, identity, rubric, prompt_ids, "posted review")
         except (orjson.JSONDecodeError, RunFormatError) as exc:
             return web.Response(status=400, text=str(exc))
-        target.parent.mkdir(exist_ok=True)
-        write_json_atomic(target, document)
+        make_directory(target.parent)
+        write_json_atomic(target, document, report_dir)
         return web.json_response({"path": str(target.relative_to(report_dir))})
 
     app = web.Application(client_max_size=16 * 2**20)

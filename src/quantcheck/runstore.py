@@ -21,6 +21,14 @@ import orjson
 import pandas as pd
 
 from .errors import RunFormatError
+from .files import (
+    DirectoryLock,
+    append,
+    make_directory,
+    open_append,
+    storage_error,
+    write_atomic,
+)
 from .records import Completion, Prompt, Tokens
 from .tokenstore import TOKENS_FILE, PackedTokens, pack, packed_from_tokens, unpack
 
@@ -32,10 +40,9 @@ FRAME_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "reasoning", "fin
                  "n_tokens", "prompt_tokens", "completion_tokens", "ttft_s", "e2e_s", "error"]
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
-    os.replace(temporary, path)
+def write_json_atomic(path: Path, data: Any, within: Path | None = None) -> None:
+    write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS),
+                 within)
 
 
 def read_json(path: Path) -> Any:
@@ -60,35 +67,42 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 class RunWriter:
-    """Appends completion records to a run directory: the token blob, then the line."""
+    """Appends completion records to a run directory: the token blob, then the line.
+
+    Unbuffered: each record reaches the file in one write call or raises StorageError
+    at once (a full disk leaves at most one torn last line, which a resume drops)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._lines: IO[bytes] | None = None
-        self._blobs: IO[bytes] | None = None
+        self._lines: int | None = None
+        self._blobs: int | None = None
 
     def open(self) -> None:
-        self._lines = (self.run_dir / COMPLETIONS).open("ab")
-        self._blobs = (self.run_dir / TOKENS_FILE).open("ab")
+        self._lines = open_append(self.run_dir / COMPLETIONS)
+        self._blobs = open_append(self.run_dir / TOKENS_FILE)
 
     def append(self, record: Completion) -> None:
         assert self._lines is not None and self._blobs is not None
         data = record.to_json()
         if record.tokens is not None:
             blob = pack(record.tokens)
-            offset = self._blobs.seek(0, os.SEEK_END)
-            self._blobs.write(blob)
-            self._blobs.flush()
+            offset = os.fstat(self._blobs).st_size
+            append(self._blobs, blob, self.run_dir / TOKENS_FILE)
             data["tokens"] = {"file": TOKENS_FILE, "offset": offset, "length": len(blob),
                               "n_tokens": len(record.tokens)}
-        self._lines.write(orjson.dumps(data) + b"\n")
-        self._lines.flush()
+        append(self._lines, orjson.dumps(data) + b"\n", self.run_dir / COMPLETIONS)
 
     def close(self) -> None:
-        for handle in (self._lines, self._blobs):
-            if handle is not None:
-                handle.close()
+        for descriptor in (self._lines, self._blobs):
+            if descriptor is not None:
+                os.close(descriptor)
         self._lines = self._blobs = None
+
+
+def lock_run(run_dir: Path) -> DirectoryLock:
+    """The run directory for this process alone while it collects (`RUN_DIR/.lock`)."""
+    make_directory(run_dir)
+    return DirectoryLock(run_dir, "collecting into it")
 
 
 def token_count(reference: dict[str, Any] | None) -> int | None:
@@ -159,9 +173,7 @@ def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
             keys.add(key)  # type: ignore[arg-type]
             keep.append(line)
     if dropped:
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_bytes(b"".join(keep))
-        os.replace(temporary, path)
+        write_atomic(path, b"".join(keep))
     return keys
 
 
@@ -176,10 +188,13 @@ def _loads_or_none(line: bytes) -> dict[str, Any] | None:
 def set_aside(run_dir: Path) -> Path:
     """Move a previous run's files into a dated subfolder (used by --force): nothing lost."""
     target = run_dir / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
-    target.mkdir()
-    for name in (MANIFEST, PROMPTS, COMPLETIONS, TOKENS_FILE):
-        if (run_dir / name).exists():
-            shutil.move(str(run_dir / name), str(target / name))
+    try:
+        target.mkdir()
+        for name in (MANIFEST, PROMPTS, COMPLETIONS, TOKENS_FILE):
+            if (run_dir / name).exists():
+                shutil.move(str(run_dir / name), str(target / name))
+    except OSError as exc:
+        raise storage_error(target, exc) from None
     return target
 
 
@@ -188,10 +203,8 @@ def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{str(k): v for k, v in row.items()} for row in frame.to_dict("records")]
 
 
-def write_jsonl_atomic(path: Path, rows: list[Any]) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
-    os.replace(temporary, path)
+def write_jsonl_atomic(path: Path, rows: list[Any], within: Path | None = None) -> None:
+    write_atomic(path, b"".join(orjson.dumps(row) + b"\n" for row in rows), within)
 
 
 def write_prompts(run_dir: Path, prompts: list[Prompt]) -> None:
@@ -209,6 +222,15 @@ class Run:
     @property
     def label(self) -> str:
         return str(self.manifest.get("label") or self.path.name)
+
+    @property
+    def status(self) -> str:
+        """The manifest's status; `running` only while a collector holds the lock
+        (a process that died, or could not write its last manifest, was interrupted)."""
+        status = str(self.manifest.get("status") or "unknown")
+        if status == "running" and not DirectoryLock.held(self.path):
+            return "interrupted"
+        return status
 
     def completions(self) -> Iterator[Completion]:
         path = self.path / COMPLETIONS

@@ -1,14 +1,11 @@
-"""What a server reveals about itself, and which runtime it is."""
+"""Ask a server what it reveals about itself (read by runtimes.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .client import EndpointClient
-from .errors import EndpointError
-
-RUNTIME_BY_OWNER = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp",
-                    "me": "llama-cpp-python"}
+from .runtimes import choose_model, identify_runtime, runtime_version
 
 
 async def describe_server(client: EndpointClient, models: list[dict[str, Any]]
@@ -46,40 +43,3 @@ def probe(endpoint: str, model: str | None, overrides: dict[str, Any],
         cell.pop("concurrency")  # a property of a collection, not of the server
     return {"endpoint": public_url(endpoint), "server": info, "cell": cell,
             "cell_key": cell_key(cell)}
-
-
-def identify_runtime(info: dict[str, Any]) -> str:
-    for model in info.get("models") or []:
-        runtime = RUNTIME_BY_OWNER.get(str(model.get("owned_by", "")).lower())
-        if runtime:
-            return runtime
-    if "props" in info:
-        return "llama.cpp"
-    if "server_info" in info:
-        return "sglang"
-    if "version" in info:
-        return "vllm"
-    return "unknown"
-
-
-def runtime_version(info: dict[str, Any]) -> str | None:
-    for key in ("version", "server_info"):
-        data = info.get(key)
-        if isinstance(data, dict) and data.get("version"):
-            return str(data["version"])
-    props = info.get("props")
-    if isinstance(props, dict) and props.get("build_info"):
-        return str(props["build_info"])
-    return None
-
-
-def choose_model(models: list[dict[str, Any]], requested: str | None, endpoint: str) -> str:
-    ids = [str(m.get("id")) for m in models if m.get("id")]
-    if requested:
-        return requested
-    if len(ids) == 1:
-        return ids[0]
-    if not ids:
-        raise EndpointError(f"{endpoint} lists no models; pass --model NAME")
-    raise EndpointError(f"{endpoint} serves several models ({', '.join(ids)}); "
-                        "pick one with --model")

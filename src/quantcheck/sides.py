@@ -69,8 +69,28 @@ def load_side(source: str | Path, sig_digits: int = 12,
     run = load_run(path)
     completions = run.path / COMPLETIONS
     rows = list(_index_rows(completions, sig_digits)) if completions.exists() else []
+    _refuse_duplicates(rows, completions)
     return Side(label=run.label, prompts=run.prompts, manifest=run.manifest,
                 index=pd.DataFrame(rows, columns=INDEX_COLUMNS), completions_path=completions)
+
+
+def _refuse_duplicates(rows: list[list[Any]], path: Path) -> None:
+    """A request recorded twice (two collectors at once, before runs were locked) would
+    be counted as an extra repeat: refused, with the way out."""
+    seen: set[tuple[str, int]] = set()
+    twice: list[tuple[str, int]] = []
+    for row in rows:
+        if row[INDEX_COLUMNS.index("error")] is None:  # a successful record
+            key = (row[0], row[2])
+            if key in seen:
+                twice.append(key)
+            seen.add(key)
+    if twice:
+        prompt_id, repeat = twice[0]
+        raise RunFormatError(
+            f"{path}: {len(twice):,} requests are recorded more than once (e.g. "
+            f"{prompt_id!r} repeat {repeat}), as when two collectors write one run; "
+            "resume the collection (rerun the same collect command) to keep one of each")
 
 
 def _index_rows(path: Path, sig_digits: int) -> Iterator[list[Any]]:

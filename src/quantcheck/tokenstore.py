@@ -8,19 +8,22 @@ in completions.jsonl points at it: `"tokens": {"file": "tokens.bin", "offset": 0
     top        every alternative's token string, position by position, UTF-8 (lone
                surrogates kept), joined by NUL (or, when a token holds a NUL, preceded
                by uint32 character lengths)
-    counts     alternatives per position (uint16), unless the header gives one `k`
+    counts     alternatives per position (uint16; uint32 when the header says
+               `"counts": "u4"`), unless the header gives one `k`
     own_token  bitmap: positions whose chosen token is not their top-1 alternative
     chosen     those positions' chosen tokens, joined like `top`
     own_prob   bitmap: positions whose chosen logprob differs from the top-1's
     floats     those positions' chosen logprobs (NaN: none sent), then every
                alternative's logprob; byte-shuffled
-    ids        token ids (int32, -1 unknown), when the server sent any
+    ids        token ids (-1 unknown), when the server sent any: int32, or int64 when
+               the header says `"ids": "i8"` (older blobs say `true`: int32)
 
 zstd finds the repeated token strings itself. Logprobs are stored as float32 when
 that is exact: `f4` when each value is a float32 (vLLM, SGLang and llama-cpp-python
 compute in float32 and send its exact decimal expansion), `f4s` when each is the
 shortest decimal of a float32 (llama.cpp's server prints them so), otherwise `f8`.
-Every digit the server sent comes back.
+Every digit the server sent comes back, and every count and id: the narrow integer
+types are used only when every value fits (the parser refuses ids outside int64).
 """
 
 from __future__ import annotations
@@ -132,16 +135,20 @@ def pack(tokens: Tokens) -> bytes:
     float_format, float_bytes = _encode_floats(floats)
     counts = packed.counts
     uniform = int(counts[0]) if packed.n and (counts == counts[0]).all() else None
+    count_type = _narrowest(counts, "u")
+    id_type = _narrowest(packed.ids, "i") if packed.ids is not None else None
     header = {"v": 1, "n": packed.n, "k": uniform, "alternatives": len(packed.top_logprob),
               "own_token": int(packed.own_token.sum()), "own_prob": int(own_prob.sum()),
-              "floats": float_format, "ids": packed.ids is not None,
+              "floats": float_format, "ids": id_type, "counts": count_type,
               "raw_bytes": None if packed.raw_bytes is None
               else {str(k): v for k, v in packed.raw_bytes.items()}}
     sections = [
-        _sized(packed.top), b"" if uniform is not None else counts.astype(np.uint16).tobytes(),
+        _sized(packed.top),
+        b"" if uniform is not None else counts.astype(INTEGER_TYPES[count_type]).tobytes(),
         np.packbits(packed.own_token).tobytes(), _sized(packed.chosen),
         np.packbits(own_prob).tobytes(), float_bytes,
-        packed.ids.astype(np.int32).tobytes() if packed.ids is not None else b""]
+        packed.ids.astype(INTEGER_TYPES[id_type]).tobytes() if packed.ids is not None
+        and id_type else b""]
     head = orjson.dumps(header)
     return _COMPRESS.compress(struct.pack("<I", len(head)) + head + b"".join(sections))
 
@@ -155,12 +162,13 @@ def unpack(blob: bytes) -> PackedTokens:
     n, alternatives = header["n"], header["alternatives"]
     top = reader.sized()
     counts = (np.full(n, header["k"], np.int64) if header["k"] is not None
-              else reader.array(np.uint16, n).astype(np.int64))
+              else reader.array(INTEGER_TYPES[header.get("counts", "u2")], n).astype(np.int64))
     own_token = reader.bits(n)
     chosen = reader.sized()
     own_prob = reader.bits(n)
     floats = _decode_floats(reader, header["floats"], header["own_prob"] + alternatives)
-    ids = reader.array(np.int32, n).astype(np.int64) if header["ids"] else None
+    id_type = "i4" if header["ids"] is True else header["ids"]
+    ids = reader.array(INTEGER_TYPES[id_type], n).astype(np.int64) if id_type else None
     top_logprob = floats[header["own_prob"]:]
     chosen_logprob = np.full(n, np.nan)
     if alternatives:
@@ -171,6 +179,18 @@ def unpack(blob: bytes) -> PackedTokens:
     return PackedTokens(n=n, top=top, counts=counts, own_token=own_token, chosen=chosen,
                         chosen_logprob=chosen_logprob, top_logprob=top_logprob, ids=ids,
                         raw_bytes=None if raw is None else {int(k): v for k, v in raw.items()})
+
+
+INTEGER_TYPES: dict[str, type[np.integer[Any]]] = {
+    "u2": np.uint16, "u4": np.uint32, "i4": np.int32, "i8": np.int64}
+
+
+def _narrowest(values: np.ndarray, kind: str) -> str:
+    """u2 or u4 (counts), i4 or i8 (ids): the narrow type only when every value fits."""
+    narrow, wide = (("u2", "u4") if kind == "u" else ("i4", "i8"))
+    limits = np.iinfo(INTEGER_TYPES[narrow])
+    fits = not len(values) or (limits.min <= values.min() and values.max() <= limits.max)
+    return narrow if fits else wide
 
 
 def _join(strings: list[str]) -> bytes:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from ..cells import parse_cell_options
+from ..client import DEFAULT_MAX_RESPONSE_MB
 from ..collect import REPEAT_MODES, CollectResult, CollectSettings, collect, collect_async
 from ..compare import compare_to_dir
 from ..errors import QuantcheckError
@@ -156,7 +157,10 @@ def request_options(function: F) -> F:
                      help='JSON merged into every request; null drops a field, e.g. '
                           '\'{"repeat_penalty": null}\'.'),
         click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
-                     help="Seconds per request."),
+                     help="Seconds a request may take as a whole, stream included."),
+        click.option("--max-response-mb", default=DEFAULT_MAX_RESPONSE_MB, show_default=True,
+                     type=click.IntRange(1),
+                     help="Size cap of one answer; a larger one fails at once."),
         click.option("--retries", default=4, show_default=True, type=click.IntRange(0),
                      help="Retries on connection errors, 429 and 5xx (with backoff)."),
         click.option("--preflight/--no-preflight", default=True, show_default=True,
@@ -178,6 +182,7 @@ def settings_from(endpoint: str, label: str, model: str | None, api_key_env: str
         endpoint=endpoint, label=label, model=model, repeats=options["repeats"],
         top_logprobs=options["top_logprobs"], stream=options["stream"],
         concurrency=options["concurrency"], timeout=options["timeout"],
+        max_response_mb=options.get("max_response_mb", DEFAULT_MAX_RESPONSE_MB),
         retries=options["retries"], api_key_env=api_key_env,
         repeat_mode=options.get("repeat_mode", "pool"),
         preflight=options.get("preflight", True),

@@ -171,7 +171,7 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
         verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings,
                                 summary.get("log_matches"))
         gate.write_gate_json(verdict, report_dir / "gate.json")
-        (report_dir / "junit.xml").write_bytes(gate.junit_xml(verdict, pairs))
+        gate.write_junit(verdict, pairs, report_dir / "junit.xml")
         return verdict, summary
 
     verdict, summary = run_guarded(work, "Nothing was written.")

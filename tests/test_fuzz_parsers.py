@@ -1,0 +1,211 @@
+"""Property-based tests of everything that reads a server's answer: any bytes in, either
+a record that stores and reads back exactly, or quantcheck's own error; nothing else.
+
+Seeded and small enough for CI (a few seconds); `QUANTCHECK_FUZZ_EXAMPLES=5000` runs
+longer (bench/README.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, event, given, seed, settings
+from hypothesis import strategies as st
+
+from quantcheck.cells import cell_from_server, cell_key
+from quantcheck.dialects import (
+    EventStream,
+    Generation,
+    MalformedResponse,
+    StreamAccumulator,
+    StreamError,
+    parse_response,
+)
+from quantcheck.errors import EndpointError
+from quantcheck.records import Completion
+from quantcheck.runtimes import choose_model, context_length, identify_runtime, runtime_version
+from quantcheck.tokenstore import pack, unpack
+
+# The strategies below nest "anything" inside every field; hypothesis warns that
+# their repr is long, which only matters when printing a failure.
+pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
+EXAMPLES = int(os.environ.get("QUANTCHECK_FUZZ_EXAMPLES", "300"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+SCALARS = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
+           | st.floats(allow_nan=True, allow_infinity=True) | st.just(-0.0)
+           | st.text(st.characters(codec="utf-8") | st.sampled_from(["\ud83d", "\0", "é"]),
+                     max_size=6))
+ANY_JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                        | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                        max_leaves=12)
+
+
+def shapes(wild: bool) -> st.SearchStrategy[dict[str, Any]]:
+    """Response bodies: well-typed ones with valid values (`wild=False`, most of what
+    the fuzzer sends, so that the success path is exercised), or ones where any field
+    may hold anything, NaN and infinities, out-of-range ids and bytes, lone surrogates."""
+
+    def field(right: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.one_of(right, right, right, ANY_JSON) if wild else right
+
+    token = st.text(max_size=4) | st.sampled_from(["\ufffd", "\0"] + (["\ud800"] if wild else []))
+    logprob = st.floats(max_value=0.0, allow_nan=False, allow_infinity=False) | st.just(-0.0)
+    if wild:
+        logprob |= st.sampled_from([float("nan"), float("-inf"), float("inf"), 1e308])
+    alternative = st.fixed_dictionaries({"token": field(token), "logprob": field(logprob)})
+    entry = st.fixed_dictionaries(
+        {"token": field(token), "logprob": field(logprob)},
+        optional={"bytes": field(st.lists(st.integers(-5 if wild else 0, 300 if wild else 255),
+                                          max_size=4)),
+                  "id": field(st.integers(-3 if wild else 0, 2**64 if wild else 2**63 - 1)),
+                  "top_logprobs": field(st.lists(alternative, max_size=4))})
+    legacy = st.fixed_dictionaries({
+        "tokens": field(st.lists(token, max_size=4)),
+        "token_logprobs": field(st.lists(logprob, max_size=4)),
+        "top_logprobs": field(st.lists(st.dictionaries(token, logprob, max_size=4),
+                                       max_size=4))})
+    message = st.fixed_dictionaries({}, optional={"content": field(st.text(max_size=8)),
+                                                  "reasoning_content": field(st.text(max_size=4))})
+    rest = {"finish_reason": field(st.sampled_from(["stop", "length", None])),
+            "logprobs": field(st.fixed_dictionaries({}, optional={
+                "content": field(st.lists(entry, max_size=4))}) | legacy)}
+    if wild:
+        choice = st.fixed_dictionaries({}, optional={
+            "index": field(st.sampled_from([0, 0, 0, 1])), "message": field(message),
+            "delta": field(message), "text": field(st.text(max_size=8)), **rest})
+        choices = field(st.lists(choice, max_size=2))
+    else:  # one choice carrying its answer, as every server sends
+        choice = st.one_of(*(st.fixed_dictionaries({"index": st.just(0), key: value},
+                                                   optional=rest)
+                             for key, value in (("message", message), ("delta", message),
+                                                ("text", st.text(max_size=8)))))
+        choices = st.lists(choice, min_size=1, max_size=1)
+    usage = st.dictionaries(st.sampled_from(["prompt_tokens", "completion_tokens"]),
+                            field(st.integers(0, 2**66 if wild else 2**40)), max_size=2)
+    return st.fixed_dictionaries({"choices": choices}, optional={
+        "model": field(st.text(max_size=4)), "usage": field(usage),
+        "error": (st.none() | ANY_JSON) if wild else st.none(),
+        "system_fingerprint": field(st.text(max_size=4))})
+
+
+BODY = st.one_of(shapes(wild=False), shapes(wild=False), shapes(wild=True))
+
+
+def encoded(value: Any) -> bytes:
+    """JSON as a careless server writes it: NaN and Infinity as bare words, lone
+    surrogates escaped (json.dumps does both)."""
+    return json.dumps(value).encode()
+
+
+@st.composite
+def damaged(draw: st.DrawFn, raw: bytes) -> bytes:
+    """The bytes as sent, cut short, or with invalid UTF-8 spliced in."""
+    how = draw(st.sampled_from(["whole"] * 6 + ["cut", "splice"]))
+    if how == "cut" and raw:
+        return raw[:draw(st.integers(0, len(raw) - 1))]
+    if how == "splice":
+        at = draw(st.integers(0, len(raw)))
+        return raw[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80"])) + raw[at:]
+    return raw
+
+
+def assert_storable(generation: Generation) -> None:
+    """What a parser lets through is written and read back exactly."""
+    record = Completion("p", "h", 0, text=generation.text, reasoning=generation.reasoning,
+                        usage=generation.usage, finish_reason=generation.finish_reason,
+                        model=generation.model)
+    orjson.dumps(record.to_json())
+    tokens = generation.tokens
+    back = unpack(pack(tokens)).to_tokens()
+    assert json.dumps(back.to_json()) == json.dumps(tokens.to_json())
+
+
+@FUZZ
+@seed(14)
+@given(st.data(), BODY, st.integers(0, 3))
+def test_a_whole_answer_parses_or_is_refused(data: st.DataObject, body: dict[str, Any],
+                                             top_k: int) -> None:
+    raw = data.draw(damaged(encoded(body)))
+    try:
+        generation = parse_response(raw, top_k)
+    except (MalformedResponse, StreamError):
+        event("refused")
+        return
+    event(f"parsed, {'with' if len(generation.tokens) else 'without'} tokens")
+    assert_storable(generation)
+
+
+@FUZZ
+@seed(15)
+@given(st.data(), st.lists(BODY, max_size=4), st.integers(0, 3))
+def test_a_stream_split_anywhere_parses_or_is_refused(data: st.DataObject,
+                                                      chunks: list[dict[str, Any]],
+                                                      top_k: int) -> None:
+    raw = b"".join(b"data: " + data.draw(damaged(encoded(c))) + b"\n\n" for c in chunks)
+    raw += data.draw(st.sampled_from([b"data: [DONE]\n\n", b"", b"data: [DO"]))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
+    events, payloads = EventStream(), []
+    for start, end in zip([0, *cuts], [*cuts, len(raw)], strict=True):
+        payloads += events.feed(raw[start:end])
+    payloads += events.close()
+    whole = EventStream()
+    assert payloads == whole.feed(raw) + whole.close()  # the split never matters
+    accumulator = StreamAccumulator(top_k)
+    accumulator.add([p for p in payloads if not p.startswith(b"[DONE]")])
+    try:
+        generation = accumulator.finish()
+    except (MalformedResponse, StreamError):
+        event("refused")
+        return
+    event(f"parsed, {'with' if len(generation.tokens) else 'without'} tokens")
+    assert_storable(generation)
+
+
+INFO = st.fixed_dictionaries({}, optional={
+    "models": (st.lists(st.fixed_dictionaries(
+        {"id": st.sampled_from(["m", "x"]) | ANY_JSON},
+        optional={"owned_by": st.sampled_from(["vllm", "me", "sglang"]) | ANY_JSON,
+                  "max_model_len": ANY_JSON}) | ANY_JSON, max_size=3) | ANY_JSON),
+    "version": ANY_JSON, "server_info": ANY_JSON, "props": ANY_JSON})
+
+
+@FUZZ
+@seed(16)
+@given(INFO)
+def test_any_server_description_is_read_without_error(info: dict[str, Any]) -> None:
+    info["runtime"] = identify_runtime(info)
+    info["runtime_version"] = runtime_version(info)
+    cell = cell_from_server(info, "m", 1)
+    assert context_length(info, "m") is None or context_length(info, "m") > 0
+    assert isinstance(cell_key(cell), str)
+    orjson.dumps(cell)
+    models = info.get("models") if isinstance(info.get("models"), list) else []
+    try:
+        choose_model([m for m in models if isinstance(m, dict)], None, "http://x")
+    except EndpointError:
+        pass
+
+
+@pytest.mark.parametrize("k", [70_000], ids=["counts-beyond-uint16"])
+def test_more_alternatives_than_uint16_come_back_exactly(k: int) -> None:
+    from quantcheck.records import Tokens
+
+    tokens = Tokens()
+    tokens.append("a", -0.5, [f"t{n}" for n in range(k)], [-0.5 - n for n in range(k)])
+    tokens.append("b", -1.0, ["b"], [-1.0])
+    back = unpack(pack(tokens)).to_tokens()
+    assert back.top_text == tokens.top_text and back.top_logprob == tokens.top_logprob
+
+
+def test_token_ids_beyond_int32_come_back_exactly() -> None:
+    from quantcheck.records import Tokens
+
+    tokens = Tokens()
+    for token_id in (0, 2**31, 2**63 - 1):
+        tokens.append("a", -0.5, ["a"], [-0.5], token_id=token_id)
+    assert unpack(pack(tokens)).to_tokens().ids == [0, 2**31, 2**63 - 1]

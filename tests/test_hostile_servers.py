@@ -1,0 +1,289 @@
+"""collect against servers that misbehave on purpose (tests/hostile.py): every bad answer
+is a failed record with its reason, never a crash, a hang or a wrong success."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+import pytest
+
+from quantcheck import CollectSettings, collect, load_run
+from quantcheck.errors import EndpointError
+
+from .hostile import (
+    MODELS,
+    HostileServer,
+    Request,
+    answer,
+    chat_body,
+    chat_chunk,
+    good,
+    http,
+    sse,
+    stream_head,
+    trickle,
+)
+
+ONE_PROMPT = """
+prompts:
+  - {id: capital, messages: [{role: user, content: "Capital of Australia?"}]}
+"""
+MANY_PROMPTS = "prompts:\n" + "".join(
+    f'  - {{id: p{n}, messages: [{{role: user, content: "Question {n}?"}}]}}\n'
+    for n in range(200))
+
+
+@pytest.fixture
+def hostile() -> Iterator[Callable[..., HostileServer]]:
+    servers: list[HostileServer] = []
+
+    def start(*args: Any, **kwargs: Any) -> HostileServer:
+        server = HostileServer(*args, **kwargs).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def settings(server: HostileServer, **overrides: Any) -> CollectSettings:
+    options: dict[str, Any] = dict(endpoint=server.url, label="b", preflight=False,
+                                   concurrency=1, retries=1, top_logprobs=0, timeout=10.0)
+    return CollectSettings(**{**options, **overrides})
+
+
+def lines(run_dir: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in (run_dir / "completions.jsonl").read_bytes()
+            .splitlines()]
+
+
+def with_logprobs(entries: list[dict[str, Any]] | bytes) -> bytes:
+    """A chat answer whose logprobs.content is `entries` (raw bytes allowed)."""
+    raw = entries if isinstance(entries, bytes) else json.dumps(entries).encode()
+    return (b'{"model": "m", "choices": [{"index": 0, "message": {"content": " x"}, '
+            b'"finish_reason": "stop", "logprobs": {"content": ' + raw + b'}}]}')
+
+
+ENTRY = {"token": " x", "logprob": -0.5, "top_logprobs": [{"token": " x", "logprob": -0.5}]}
+BAD_ANSWERS = {
+    "cut-json": (b"[1, 2", "malformed JSON"),
+    "nan-logprob": (with_logprobs(b'[{"token": " x", "logprob": NaN}]'), "malformed JSON"),
+    "typed-field-then-cut-line": (b'{"model": 5, "choices": [{"ind', "malformed JSON"),
+    "usage-beyond-64-bits": (json.dumps(chat_body(usage={"prompt_tokens": 2**70})).encode(),
+                             "usage"),
+    "token-id-2^63": (with_logprobs([{**ENTRY, "id": 2**63}]), "token id"),
+    "negative-token-id": (with_logprobs([{**ENTRY, "id": -7}]), "token id"),
+    "bytes-beyond-255": (with_logprobs([{**ENTRY, "bytes": [300]}]), "bytes"),
+    "no-choices": (b'{"model": "m"}', "no choices"),
+    "empty-choices": (b'{"model": "m", "choices": []}', "no choices"),
+    "two-choices-index-0": (json.dumps({"choices": [
+        {"index": 0, "message": {"content": "a"}, "finish_reason": "stop"},
+        {"index": 0, "message": {"content": "b"}, "finish_reason": "stop"}]}).encode(),
+        "choice"),
+    "two-choices-no-index": (json.dumps({"choices": [
+        {"message": {"content": "a"}, "finish_reason": "stop"},
+        {"message": {"content": "b"}, "finish_reason": "stop"}]}).encode(), "choice"),
+    "html": (b"<html><body>502 Bad Gateway</body></html>", "text/html"),
+    "a-list": (b"[]", "shape"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ANSWERS), ids=list(BAD_ANSWERS))
+def test_a_bad_answer_is_a_failed_record_and_a_rerun_asks_again(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path, case: str) -> None:
+    body, reason = BAD_ANSWERS[case]
+    bad = hostile(answer(body, "text/html" if case == "html" else "application/json"))
+    prompts = write_prompts(ONE_PROMPT)
+    result = collect([prompts], tmp_path / "run", settings(bad, stream=False, top_logprobs=2))
+    assert (result.collected, result.failed) == (0, 1)
+    (record,) = lines(tmp_path / "run")
+    assert reason in record["error"] and record["text"] is None
+    assert len(bad.requests) == 2  # retried once, as --retries 1 says
+
+    # the same run, once the server answers properly: collected, never duplicated
+    bad.respond = good
+    result = collect([prompts], tmp_path / "run", settings(bad, stream=False, top_logprobs=2))
+    assert (result.collected, result.failed) == (1, 0)
+    assert [r["error"] for r in lines(tmp_path / "run")] == [None]
+
+
+BAD_STREAMS = {
+    "cut-json-chunk": (sse(chat_chunk(" a")) + b"data: {\"choices\": [{\"ind\n\n"
+                       + sse(chat_chunk("", "stop"), b"[DONE]"), "malformed JSON"),
+    "nan-in-a-chunk": (sse(chat_chunk(" a")) + b'data: {"choices": [{"index": 0, '
+                       b'"delta": {"content": "b"}, "logprobs": {"content": [{"token": "b", '
+                       b'"logprob": NaN}]}}]}\n\n' + sse(chat_chunk("", "stop"), b"[DONE]"),
+                       "malformed JSON"),
+    "usage-beyond-64-bits": (sse(chat_chunk(" a", "stop"), {
+        "choices": [], "usage": {"completion_tokens": 2**64}}, b"[DONE]"), "usage"),
+    "no-choices": (sse({"model": "m"}, {"model": "m"}, b"[DONE]"), "no choices"),
+    "two-choices-index-0": (sse({"choices": [
+        {"index": 0, "delta": {"content": "a"}}, {"index": 0, "delta": {"content": "b"}}]},
+        chat_chunk("", "stop"), b"[DONE]"), "choice"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_STREAMS), ids=list(BAD_STREAMS))
+def test_a_bad_stream_is_a_failed_record(hostile: Callable[..., HostileServer],
+                                         write_prompts: Callable[[str], Path],
+                                         tmp_path: Path, case: str) -> None:
+    body, reason = BAD_STREAMS[case]
+
+    def respond(request: Request, out: BinaryIO) -> None:
+        out.write(stream_head() + body)
+
+    server = hostile(respond)
+    result = collect([write_prompts(ONE_PROMPT)], tmp_path / "run",
+                     settings(server, retries=0))
+    assert (result.collected, result.failed) == (0, 1)
+    assert reason in lines(tmp_path / "run")[0]["error"]
+
+
+def test_html_on_a_stream_is_named_as_such(hostile: Callable[..., HostileServer],
+                                           write_prompts: Callable[[str], Path],
+                                           tmp_path: Path) -> None:
+    def respond(request: Request, out: BinaryIO) -> None:
+        out.write(http(200, b"<html><body>Proxy login</body></html>", "text/html"))
+
+    server = hostile(respond)
+    collect([write_prompts(ONE_PROMPT)], tmp_path / "run", settings(server, retries=0))
+    error = lines(tmp_path / "run")[0]["error"]
+    assert "text/html" in error and "Proxy login" in error
+    assert "llama-cpp-python" not in error
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("kind", ["bytes", "keep-alive", "tokens"])
+def test_timeout_bounds_a_trickling_answer(hostile: Callable[..., HostileServer],
+                                           write_prompts: Callable[[str], Path],
+                                           tmp_path: Path, kind: str, stream: bool) -> None:
+    piece = {"bytes": b" ", "keep-alive": b": keep-alive\n\n",
+             "tokens": sse(chat_chunk(" more"))}[kind]
+    head = stream_head() if stream else (b"HTTP/1.1 200 OK\r\nContent-Type: application/json"
+                                         b"\r\nConnection: close\r\n\r\n")
+    server = hostile(trickle(head, piece, 0.3, 12.0))
+    started = time.monotonic()
+    result = collect([write_prompts(ONE_PROMPT)], tmp_path / "run",
+                     settings(server, retries=0, timeout=2.0, stream=stream))
+    assert time.monotonic() - started < 6
+    assert result.failed == 1
+    assert "--timeout 2" in lines(tmp_path / "run")[0]["error"]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_an_oversized_answer_fails_without_retry(hostile: Callable[..., HostileServer],
+                                                 write_prompts: Callable[[str], Path],
+                                                 tmp_path: Path, stream: bool) -> None:
+    line = b"data: " + b"x" * (3 << 20) if stream else b'{"x": "' + b"x" * (3 << 20)
+
+    def respond(request: Request, out: BinaryIO) -> None:
+        head = stream_head() if stream else stream_head("application/json")
+        out.write(head + line)
+
+    server = hostile(respond)
+    result = collect([write_prompts(ONE_PROMPT)], tmp_path / "run",
+                     settings(server, retries=3, stream=stream, max_response_mb=1))
+    assert result.failed == 1 and len(server.requests) == 1
+    assert "larger than --max-response-mb 1" in lines(tmp_path / "run")[0]["error"]
+
+
+def test_a_dead_endpoint_stops_the_run_early_and_a_rerun_finishes(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    server: HostileServer | None = None
+
+    def dies_after_20(request: Request, out: BinaryIO) -> None:
+        if request.number == 20:
+            assert server is not None
+            threading.Thread(target=server.stop).start()
+            return
+        good(request, out)
+
+    server = hostile(dies_after_20)
+    port = server.port
+    prompts = write_prompts(MANY_PROMPTS)
+    started = time.monotonic()
+    with pytest.raises(EndpointError) as stopped:
+        collect([prompts], tmp_path / "run", settings(server, concurrency=4, retries=4))
+    assert time.monotonic() - started < 30
+    message = str(stopped.value)
+    assert "stopped answering" in message and "rerun" in message
+    kept = [r for r in lines(tmp_path / "run") if r["error"] is None]
+    assert 15 <= len(kept) <= len(server.requests)
+    manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
+    assert manifest["status"] == "interrupted" and "stopped answering" in manifest["stop_reason"]
+
+    with HostileServer(good, port=port) as revived:
+        result = collect([prompts], tmp_path / "run", settings(revived, concurrency=4))
+    assert result.failed == 0 and result.skipped == len(kept)
+    keys = [(r["prompt_id"], r["repeat"]) for r in lines(tmp_path / "run")]
+    assert len(keys) == len(set(keys)) == 200
+
+
+ODD_INFO = {
+    "models-a-string": ({"models": b'"abc"'}, "lists no models"),
+    "data-a-string": ({"models": b'{"data": "abc"}'}, "lists no models"),
+    "data-of-ints": ({"models": b'{"data": [1, 2]}'}, "lists no models"),
+    "data-a-dict": ({"models": b'{"data": {"id": "x"}}'}, "lists no models"),
+    "bad-max-model-len": ({"models": json.dumps({"data": [
+        {"id": "m", "owned_by": "vllm", "max_model_len": "lots"}]}).encode()}, None),
+    "odd-info-endpoints": ({"info": {"/props": b"[1, 2]", "/version": b'{"version": [1]}',
+                                     "/get_server_info": b'{"context_length": "x", '
+                                                         b'"tp_size": {"a": 1}}'}}, None),
+    "odd-info-shapes": ({"info": {"/props": b'{"default_generation_settings": "x", '
+                                            b'"model_path": 7, "build_info": {}}',
+                                  "/version": b'"0.1"', "/get_server_info": b"[]"}}, None),
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_INFO), ids=list(ODD_INFO))
+def test_odd_server_descriptions_are_not_revealed_never_a_crash(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path, case: str) -> None:
+    scripted, refusal = ODD_INFO[case]
+    server = hostile(good, **scripted)
+    run = [[write_prompts(ONE_PROMPT)], tmp_path / "run",
+           settings(server, preflight=True, context_tokens=0)]
+    if refusal:
+        with pytest.raises(EndpointError, match=refusal):
+            collect(*run)  # type: ignore[arg-type]
+        return
+    assert collect(*run).collected == 1  # type: ignore[arg-type]
+    manifest = load_run(tmp_path / "run").manifest
+    assert manifest["status"] == "complete"
+
+
+def test_a_404_on_models_names_the_right_url(hostile: Callable[..., HostileServer],
+                                             write_prompts: Callable[[str], Path],
+                                             tmp_path: Path) -> None:
+    server = hostile(good)
+    server.models = b""
+    with pytest.raises(EndpointError) as refused:
+        collect([write_prompts(ONE_PROMPT)], tmp_path / "run",
+                settings(server, endpoint=server.url + "/v1"))
+    assert "/v1/v1" not in str(refused.value)
+    assert f"{server.url}/v1/models" in str(refused.value)
+
+
+def test_the_cli_prints_one_line_and_no_traceback(hostile: Callable[..., HostileServer],
+                                                  write_prompts: Callable[[str], Path],
+                                                  tmp_path: Path) -> None:
+    server = hostile(answer(BAD_ANSWERS["typed-field-then-cut-line"][0]),
+                     models=json.dumps(MODELS).encode())
+    done = subprocess.run(
+        [sys.executable, "-m", "quantcheck", "collect", "--endpoint", server.url, "--label",
+         "b", "--prompts", str(write_prompts(ONE_PROMPT)), "--out", str(tmp_path / "run"),
+         "--no-preflight", "--retries", "0", "--no-stream"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "malformed JSON" in done.stderr
