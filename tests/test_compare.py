@@ -75,7 +75,10 @@ def test_compare_command_writes_report_files(ab_runs: tuple[Path, Path], tmp_pat
                                       str(out)])
     assert result.exit_code == 0, result.output
     assert "a (A) vs b (B): 1 of 10 identical" in result.output
-    assert "1 factual flips by expect (A pass, B fail)" in result.output
+    assert "1 factual flip by expect (A pass, B fail)" in result.output
+    assert "Only 10 of 13 prompts were compared: 1 prompt not comparable: B was collected " \
+           'with prompt "Q: changed!", A with "Q: changed"; 1 prompt only in A, 1 prompt ' \
+           "only in B." in result.output
     assert f"report: {out}" in result.output
 
     pairs = pd.read_csv(out / "pairs.csv")
@@ -85,7 +88,8 @@ def test_compare_command_writes_report_files(ab_runs: tuple[Path, Path], tmp_pat
     assert counts["pairs"] == 10 and counts["identical"] == 1
     assert counts["flips"] == {"regression": 1, "improvement": 1}
     assert counts["degenerate"]["b"] == {"repetition": 1, "empty": 1, "length": 1}
-    assert counts["degenerate_new_on_b"] == 3
+    # one definition everywhere: loops and empty answers; capped answers beside it
+    assert counts["degenerate_new_on_b"] == 2 and counts["length_capped_new_on_b"] == 1
     assert counts["nondeterministic"] == {"a": 1, "b": 11}  # all but the empty answer
     assert counts["status"] == {"compared": 10, "not_comparable": 1, "only_a": 1, "only_b": 1}
     assert summary["performance"]["throughput_comparable"] is False

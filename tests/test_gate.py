@@ -43,13 +43,14 @@ def test_default_policy_fails_on_flip_and_new_degenerate(planted_report: Path) -
     assert found["factual_flips"]["prompts"] == ["flip"]
     assert found["factual_flips"]["count"] == 1 and found["factual_flips"]["limit"] == 0
     assert found["new_degenerate_on_b"]["prompts"] == ["loop", "empty"]  # not "capped"
-    assert "FAIL: 1 factual flip (flip), 2 degenerate outputs on B (loop, empty)" in \
+    assert "FAIL: 1 factual flip (flip), 2 degenerate outputs new on B (loop, empty)" in \
         result.output
     assert json.loads((planted_report / "gate.json").read_text())["verdict"] == "fail"
 
 
 def test_limits_on_the_command_line_pass_the_gate(planted_report: Path) -> None:
-    result = gate(planted_report, "--max-factual-flips", "1", "--max-new-degenerate", "2")
+    result = gate(planted_report, "--max-factual-flips", "1", "--max-new-degenerate", "2",
+                  "--max-not-compared", "3")
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output
     assert json.loads((planted_report / "gate.json").read_text())["verdict"] == "pass"
@@ -78,7 +79,8 @@ def test_optional_rules(planted_report: Path, args: list[str], rule: str,
 
 def test_policy_file_and_command_line_override(planted_report: Path, tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
-    policy.write_text("max_factual_flips: 5\nmax_new_degenerate: 5\nrequire_review: false\n")
+    policy.write_text("max_factual_flips: 5\nmax_new_degenerate: 5\nrequire_review: false\n"
+                      "max_not_compared: 3\n")
     assert gate(planted_report, "--policy", str(policy)).exit_code == 0
     assert gate(planted_report, "--policy", str(policy), "--max-factual-flips", "0"
                 ).exit_code == 1
@@ -123,7 +125,7 @@ def test_require_review_passes_once_everything_is_reviewed(planted_report: Path)
     write_review(planted_report, "dana", {p: {"label": "minor"} for p in pending[:5]})
     write_review(planted_report, "li", {p: {"label": "minor"} for p in pending[5:]})
     result = gate(planted_report, "--require-review", "--max-factual-flips", "1",
-                  "--max-new-degenerate", "2")
+                  "--max-new-degenerate", "2", "--max-not-compared", "3")
     assert result.exit_code == 0, result.output
 
 
@@ -204,7 +206,7 @@ def test_approved_differences_need_no_second_review(
 
 
 def test_pass_rate_drop_rule(planted_report: Path) -> None:
-    base = ["--max-factual-flips", "9", "--max-new-degenerate", "9"]
+    base = ["--max-factual-flips", "9", "--max-new-degenerate", "9", "--max-not-compared", "3"]
     assert gate(planted_report, *base).exit_code == 0
     result = gate(planted_report, *base, "--max-pass-rate-drop", "5")
     assert result.exit_code == 1
@@ -213,4 +215,4 @@ def test_pass_rate_drop_rule(planted_report: Path) -> None:
     assert gate(planted_report, *base, "--max-pass-rate-drop", "100").exit_code == 0
     summary = json.loads((planted_report / "summary.json").read_text())
     assert summary["stats"]["pass_rate"]["sentence"].startswith(
-        "B passes as many of 4 checks as A")
+        "Expect pass rate A 3/4, B 3/4: no change")

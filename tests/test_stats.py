@@ -68,8 +68,8 @@ def test_pass_rate_change_from_pairs_and_the_sentence() -> None:
     assert (change.checked, change.regressions, change.improvements) == (5, 2, 0)
     assert change.difference == pytest.approx(-0.4)
     assert change.sentence().startswith(
-        "B passes 2 fewer of 5 checks than A; not significant (exact McNemar p = 0.5), "
-        "95% CI -")
+        "Expect pass rate A 4/5, B 2/5: B passes 2 fewer; 95% CI of B minus A -")
+    assert change.sentence().endswith("(not significant: the interval includes no change)")
     assert pass_rate_change(pairs.assign(a_expect="")) is None
 
 

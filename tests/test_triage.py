@@ -16,6 +16,7 @@ from quantcheck.runstore import Blobs
 from quantcheck.sides import signature
 from quantcheck.tokenstore import round_significant
 from quantcheck.triage import (
+    NEAR_TIE_NATS,
     classify_divergence,
     degenerate_reason,
     drift,
@@ -111,6 +112,41 @@ def test_degenerate_reason(text: str, finish: str, other: str, reason: str) -> N
     assert degenerate_reason(text, finish, other) == reason
 
 
+# What the broken FP8 head (`demo --fault lmhead-noscale`) wrote, cut by max_tokens of 8
+# to 24; before capped answers were judged as such, most were flagged only `length`.
+CAPPED_GARBAGE = [
+    "  where there once once once once once once once once once once once once once",
+    "   <i><b><i><b><i><b><i><b><i><b><i><b><i><b><i>",
+    "  red<start_of_image>    because  red  light  light  light  light  ",
+    "  Yes  yes  yes  yes  yes  yes  yes  yes",
+    " number days include number days include number days include number days include",
+    "  Answer given here  because  its given here  because  its given here",
+    " \u2018off\u2019.<start_of_image><start_of_image><start_of_image><start_of_image>"
+    "<start_of_image>",
+    " lot about real estate\u2014real estate\u2014where real estate\u2014real estate\u2014where"
+    " real estate\u2014real estate\u2014real estate",
+    " set aside enough room so enough room enough room enough room enough room enough",
+]
+CAPPED_FINE = [
+    "1, 2, 3, 4, 5, 6, 7, 8", "Monday, Tuesday, Wednesday, Thursday",
+    "The capital of France is Paris, which is known for",
+    "for i in range(10): print(i)", "| a | b | c |\n|---|---|---|\n| 1 | 2 | 3 |",
+    "---|---|---|---|", "def f(x):\n    return x + x * x",
+    "- item one\n- item two\n- item three\n- item", "x = 1\ny = 2\nz = 3\nw = 4",
+    "He said no, no, and then he left the room quietly",
+]
+
+
+@pytest.mark.parametrize("text", CAPPED_GARBAGE)
+def test_short_loops_cut_by_the_cap_are_degenerate(text: str) -> None:
+    assert degenerate_reason(text, "length", "stop") == "repetition"
+
+
+@pytest.mark.parametrize("text", CAPPED_FINE)
+def test_answers_cut_by_the_cap_are_not_loops(text: str) -> None:
+    assert degenerate_reason(text, "length", "stop") == "length"
+
+
 def test_first_divergence() -> None:
     assert first_divergence(["a", "b"], ["a", "b"]) is None
     assert first_divergence(["a", "b"], ["a", "c"]) == 1
@@ -119,19 +155,32 @@ def test_first_divergence() -> None:
 
 
 def test_near_tie_and_confident_flip() -> None:
-    a = tokens(("The", -0.1, {"Ottawa": -2.4}), (" capital", -0.2, {}))
-    near = tokens(("Ottawa", -0.5, {"The": -0.9}))
-    far = tokens(("Ottawa", -0.5, {"Paris": -0.9}))
+    a = tokens(("The", -0.5, {"Ottawa": -0.7}), (" capital", -0.2, {}))
+    near = tokens(("Ottawa", -0.5, {"The": -0.6}))
     result = classify_divergence(a, near)
     assert (result.position, result.kind, result.a_token, result.b_token) == (
         0, "near_tie", "The", "Ottawa")
-    assert result.gap == pytest.approx(2.3)
-    assert classify_divergence(a, far).kind == "confident"
+    assert result.gap == pytest.approx(0.2) and result.b_gap == pytest.approx(0.1)
+    far = tokens(("Ottawa", -0.5, {"Paris": -0.9}))
+    assert classify_divergence(a, far).kind == "confident"  # A's token not in B's top-k
     unseen = tokens(("Quebec", -0.5, {"The": -0.9}))
     result = classify_divergence(a, unseen)
     assert result.kind == "confident" and result.gap is None
     assert classify_divergence(a, a).kind == "none"
     assert classify_divergence(a, tokens(("The", -0.1, {}))).kind == "ended"
+
+
+@pytest.mark.parametrize(("a_gap", "b_gap", "kind"), [
+    (0.0, 0.0, "near_tie"), (0.25, 0.25, "near_tie"), (0.24, 0.01, "near_tie"),
+    (0.26, 0.01, "confident"), (0.01, 0.26, "confident"), (0.48, 0.48, "confident"),
+    (2.3, 0.4, "confident"),
+], ids=["tie", "at-the-margin", "inside", "a-beyond", "b-beyond", "0.48-nats", "far"])
+def test_near_tie_needs_both_gaps_within_the_margin(a_gap: float, b_gap: float,
+                                                    kind: str) -> None:
+    assert NEAR_TIE_NATS == 0.25
+    a = tokens(("The", -0.5, {"Ottawa": -0.5 - a_gap}))
+    b = tokens(("Ottawa", -0.5, {"The": -0.5 - b_gap}))
+    assert classify_divergence(a, b).kind == kind
 
 
 def test_split_bytes_are_compared_by_bytes() -> None:

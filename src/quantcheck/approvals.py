@@ -12,12 +12,13 @@ from typing import Any
 
 import pandas as pd
 
-from .errors import ConfigFileError, RunFormatError
+from .errors import ConfigFileError
 from .files import make_directory
 from .runstore import frame_rows, read_json, write_json_atomic
 from .sides import text_hash
 
 APPROVALS_FORMAT = "quantcheck-approvals/1"
+APPROVALS = "approvals.json"
 
 
 def approval_key(prompt_hash: str, a_text: str, b_text: str) -> str:
@@ -35,13 +36,8 @@ def _key(row: dict[str, Any]) -> str:
 
 
 def default_approvals_path(report_dir: Path) -> Path:
-    """approvals.json next to the first prompt file the A run was collected with."""
-    try:
-        manifest = read_json(report_dir / "a" / "manifest.json")
-        first = manifest["prompt_files"][0]["path"]
-        return Path(first).parent / "approvals.json"
-    except (RunFormatError, KeyError, IndexError, TypeError):
-        return Path("approvals.json")
+    """Approvals live in the report directory unless --approvals names a shared file."""
+    return report_dir / APPROVALS
 
 
 def load_approvals(path: Path | None) -> dict[str, dict[str, Any]]:
@@ -67,14 +63,16 @@ def apply_approvals(pairs: pd.DataFrame, approvals: dict[str, dict[str, Any]]) -
 
 
 def approve(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
-            blocking: set[str], path: Path) -> int:
-    """Add every reviewed pair whose reviewers all chose non-blocking labels."""
+            approvable: set[str], path: Path) -> int:
+    """Add every reviewed pair whose reviewers all chose labels the rubric marks
+    approvable (the default rubric: wording only, ambiguous; never a regression)."""
     approvals = load_approvals(path)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     added = 0
     for row in frame_rows(pairs):
         given = [v for v in verdicts.get(str(row["prompt_id"]), []) if v.get("label")]
-        if not _needs_review(row) or not given or any(v["label"] in blocking for v in given):
+        if not _needs_review(row) or not given or any(v["label"] not in approvable
+                                                       for v in given):
             continue
         key = _key(row)
         if key in approvals:

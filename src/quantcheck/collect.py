@@ -479,13 +479,21 @@ def _prepare_run_dir(run_dir: Path, manifest: dict[str, Any], force: bool) -> No
         return  # nothing collected yet: nothing to protect
     previous = read_json(run_dir / MANIFEST)
     old, new = _identity(previous), _identity(manifest)
-    if old == new:
+    held = int((previous.get("parameters") or {}).get("repeats") or 1)
+    fewer_repeats = int(manifest["parameters"]["repeats"]) < held
+    if old == new and not fewer_repeats:
         manifest["started_at"] = previous.get("started_at", manifest["started_at"])
         manifest["preflight"] = previous.get("preflight")
         return
     if force:
         set_aside(run_dir)
         return
+    if old == new:
+        raise RunMismatch(
+            f"{run_dir} holds {held} repeats per prompt; --repeats "
+            f"{manifest['parameters']['repeats']} would leave the others in the comparison "
+            f"but not in the manifest. Rerun with --repeats {held} (or more, to extend it), "
+            "use another --out, or --force to set the old run aside and start over.")
     differences = [_describe_difference(key, old.get(key), new[key])
                    for key in new if old.get(key) != new[key]]
     raise RunMismatch(

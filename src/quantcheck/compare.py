@@ -11,16 +11,18 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from .approvals import apply_approvals, load_approvals
+from .approvals import apply_approvals, default_approvals_path, load_approvals
 from .files import make_directory, write_atomic
-from .forced import PAIR_FORCED_COLUMNS, all_kl, load_forced
+from .forced import all_kl, load_forced
 from .forced import pair_columns as forced_pair_columns
 from .logscan import scan_logs
 from .preflight import tokenizer_agreement
 from .records import Prompt
+from .reportdir import DETAILS, PAIR_COLUMNS, PAIR_FORCED_COLUMNS, PAIRS, SUMMARY
 from .runstore import frame_rows, write_json_atomic, write_jsonl_atomic
 from .sides import Side, load_side
 from .triage import (
+    NEAR_TIE_NATS,
     Divergence,
     Drift,
     classify_divergence,
@@ -32,18 +34,6 @@ from .triage import (
     suggested_label,
 )
 
-PAIR_COLUMNS = [
-    "prompt_id", "category", "prompt_hash", "status", "identical", "similarity", "first_divergence",
-    "divergence_kind", "divergence_gap", "divergence_a_token", "divergence_b_token",
-    "a_repeats", "b_repeats", "a_texts", "b_texts", "a_signatures", "b_signatures",
-    "a_repeat_mode", "b_repeat_mode", "noise",
-    "a_expect", "b_expect", "a_expect_failures", "b_expect_failures", "flip",
-    "numbers_changed", "a_degenerate", "b_degenerate", "a_tokens", "b_tokens",
-    "a_finish_reason", "b_finish_reason", "top1_agreement", "logprob_mean_abs_diff",
-    "logprob_max_abs_diff", "kl_topk_mean", "kl_topk_max", "suggested_label",
-    "approved_label", "approved_at", *PAIR_FORCED_COLUMNS, "a_text", "b_text",
-]
-DETAILS = "details.jsonl"
 STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
 
 
@@ -58,7 +48,7 @@ def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
 def _compared(side_a: Side, side_b: Side, approvals: str | Path | None
               ) -> tuple[pd.DataFrame, list[Record], Path | None]:
     pairs, details = pairs_and_details(side_a, side_b)
-    approvals_path = Path(approvals) if approvals else _approvals_beside_prompts(side_a)
+    approvals_path = Path(approvals) if approvals else None
     apply_approvals(pairs, load_approvals(approvals_path))
     return pairs, details, approvals_path
 
@@ -77,11 +67,6 @@ def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
     side_a = side_a or load_side(a, sig_digits, known)  # type: ignore[arg-type]
     side_b = side_b or load_side(b, sig_digits, known)  # type: ignore[arg-type]
     return side_a, side_b
-
-
-def _approvals_beside_prompts(side: Side) -> Path | None:
-    files = side.manifest.get("prompt_files") or []
-    return Path(files[0]["path"]).parent / "approvals.json" if files else None
 
 
 def _is_texts(source: str | Path | Side) -> bool:
@@ -249,7 +234,8 @@ def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record,
                                                  tokens["top_logprob"][position], strict=True))
     measured: Drift = drift(a_tokens, b_tokens, divergence.position)
     return {"first_divergence": divergence.position, "divergence_kind": divergence.kind,
-            "divergence_gap": divergence.gap, "divergence_a_token": divergence.a_token,
+            "divergence_gap": divergence.gap, "divergence_b_gap": divergence.b_gap,
+            "divergence_a_token": divergence.a_token,
             "divergence_b_token": divergence.b_token, **asdict(measured)}
 
 
@@ -269,11 +255,11 @@ def _add_forced(pairs: pd.DataFrame, folder: str | Path) -> dict[str, Any]:
 
 def write_pairs(frame: pd.DataFrame, out: Path) -> None:
     make_directory(out)
-    write_atomic(out / "pairs.csv", frame.to_csv(index=False).encode("utf-8"))
+    write_atomic(out / PAIRS, frame.to_csv(index=False).encode("utf-8"))
 
 
 def write_summary(summary: dict[str, Any], out: Path) -> None:
-    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / SUMMARY, summary)
 
 
 def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
@@ -288,8 +274,10 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
     from .report import write_sheet
     from .summary import summarize
 
+    out = Path(out)
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
-    pairs, details, approvals_path = _compared(side_a, side_b, approvals)
+    pairs, details, approvals_path = _compared(side_a, side_b,
+                                               approvals or default_approvals_path(out))
     forced_summary = _add_forced(pairs, forced) if forced is not None else None
     summary = summarize(pairs, side_a, side_b)
     summary["forced"] = forced_summary
@@ -297,8 +285,8 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
     summary["log_matches"] = scan_logs(logs or {}, signature_files)
     summary["sources"] = {"a": str(a), "b": str(b)}
     summary["sig_digits"] = sig_digits
+    summary["near_tie_nats"] = NEAR_TIE_NATS
     summary["identity"] = run_identity(pairs)
-    out = Path(out)
     write_pairs(pairs, out)
     write_jsonl_atomic(out / DETAILS, details)
     write_summary(summary, out)

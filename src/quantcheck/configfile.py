@@ -16,6 +16,9 @@ def read_yaml(path: Path, what: str) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigFileError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}: "
+                              f"{exc.reason}); save it as UTF-8") from None
     except yaml.YAMLError as exc:
         raise ConfigFileError(f"{path}: not valid YAML: {exc}") from None
 

@@ -53,9 +53,6 @@ from .triage import kl_lower_bound
 FORCED_JSON = "forced.json"
 FORCED_JSONL = "forced.jsonl"
 MODES = ("auto", "prompt-logprobs", "echo")
-PAIR_FORCED_COLUMNS = ["forced_positions", "forced_top1", "forced_kl_mean", "forced_kl_p99",
-                       "forced_kl_max", "forced_delta_p_mean"]
-
 
 @dataclass
 class ForcedSettings:

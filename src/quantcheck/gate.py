@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,15 @@ import pandas as pd
 from .configfile import read_yaml, reject_unknown
 from .errors import ConfigFileError, RunFormatError
 from .files import write_atomic
+from .records import new_degenerate_on_b
 from .reviews import validate_review
 from .rubric import Rubric
 from .runstore import frame_rows, read_json, write_json_atomic
 from .stats import pass_rate_change
 
-DEGENERATE_KINDS = ("repetition", "empty")
+
+class NothingCompared(RunFormatError):
+    """A report in which no pair was compared: there is nothing to pass."""
 
 
 @dataclass
@@ -30,7 +34,8 @@ class Policy:
     max_nondeterministic: int | None = None
     require_review: bool = False
     min_identical_share: float | None = None
-    max_not_compared: int | None = None
+    max_not_compared: int | None = 0
+    max_failed_requests: int | None = 0  # requests with no answer, on either side
     max_blocking_log_signatures: int | None = 0
     max_pass_rate_drop: float | None = None  # points, against the interval's far end
     max_forced_kl: float | None = None  # mean teacher-forced KL over all scored positions
@@ -38,9 +43,11 @@ class Policy:
 
 @dataclass
 class Rule:
+    """One rule's outcome; `count` is None where the rule does not apply (shown n/a)."""
+
     name: str
     description: str
-    count: int | float
+    count: int | float | None
     limit: int | float | None
     passed: bool
     prompts: list[str] = field(default_factory=list)
@@ -103,10 +110,15 @@ def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
 
 
 def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
-             blocking: set[str], policy: Policy,
-             log_matches: dict[str, list[dict[str, Any]]] | None = None) -> Verdict:
+             blocking: set[str], policy: Policy, summary: dict[str, Any]) -> Verdict:
+    """The verdict. A report where no pair was compared is refused (NothingCompared):
+    a gate that passes on nothing would be worse than none."""
     rows = frame_rows(pairs)
-    rules = _rules(pairs, rows, verdicts, blocking, policy, log_matches)
+    if not any(r["status"] == "compared" for r in rows):
+        sentence = (summary.get("comparison") or {}).get("sentence") or "nothing was compared"
+        raise NothingCompared(f"no pair was compared, so there is nothing to pass: "
+                              f"{sentence}")
+    rules = _rules(pairs, rows, verdicts, blocking, policy, summary)
     approved = [{"prompt_id": r["prompt_id"], "label": r["approved_label"],
                  "approved_at": r["approved_at"]} for r in rows
                 if r["status"] == "compared" and not bool(r["identical"]) and r["approved_label"]]
@@ -116,22 +128,21 @@ def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
 
 def _rules(pairs: pd.DataFrame, rows: list[dict[str, Any]],
            verdicts: dict[str, list[dict[str, Any]]], blocking: set[str], policy: Policy,
-           log_matches: dict[str, list[dict[str, Any]]] | None) -> list[Rule]:
+           summary: dict[str, Any]) -> list[Rule]:
     """Apply the policy's rules to the triaged pairs and the reviewers' verdicts."""
     compared = [r for r in rows if r["status"] == "compared"]
     to_review = [r for r in compared if not bool(r["identical"])]
     flips = [r["prompt_id"] for r in compared
              if r["flip"] == "regression" or any(_blocks(v, blocking) for v in
                                                   verdicts.get(r["prompt_id"], []))]
-    degenerate = [r["prompt_id"] for r in compared
-                  if r["b_degenerate"] in DEGENERATE_KINDS and not r["a_degenerate"]]
+    degenerate = new_degenerate_on_b(compared)
     unreviewed = [r["prompt_id"] for r in to_review
                   if not verdicts.get(r["prompt_id"]) and not r["approved_label"]]
     identical_share = (len(compared) - len(to_review)) / len(compared) if compared else 1.0
     not_compared = [r["prompt_id"] for r in rows if r["status"] != "compared"]
     rules = [
         _rule("factual_flips", "factual flip", flips, policy.max_factual_flips),
-        _rule("new_degenerate_on_b", "degenerate output on B", degenerate,
+        _rule("new_degenerate_on_b", "degenerate output new on B", degenerate,
               policy.max_new_degenerate),
     ]
     for side in ("a", "b"):
@@ -147,8 +158,10 @@ def _rules(pairs: pd.DataFrame, rows: list[dict[str, Any]],
                       or identical_share >= policy.min_identical_share))
     rules.append(_rule("not_compared", "prompt not compared", not_compared,
                        policy.max_not_compared))
+    rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
     signatures = [f"{side.upper()}: {m['signature']}" for side, found in
-                  sorted((log_matches or {}).items()) for m in found if m["blocking"]]
+                  sorted((summary.get("log_matches") or {}).items()) for m in found
+                  if m["blocking"]]
     rules.append(_rule("blocking_log_signatures", "blocking log signature", signatures,
                        policy.max_blocking_log_signatures))
     rules.append(_pass_rate_rule(pairs, policy.max_pass_rate_drop))
@@ -156,12 +169,24 @@ def _rules(pairs: pd.DataFrame, rows: list[dict[str, Any]],
     return rules
 
 
+def _failed_requests_rule(summary: dict[str, Any], limit: int | None) -> Rule:
+    """Requests with no answer on either side (failed after retries, or never sent):
+    what they would have shown is unknown, so by default they fail the gate."""
+    unanswered = (summary.get("counts") or {}).get("unanswered") or {}
+    a, b = int(unanswered.get("a") or 0), int(unanswered.get("b") or 0)
+    count = a + b
+    description = (f"{count} request{'' if count == 1 else 's'} without an answer "
+                   f"(A {a}, B {b}; failed after retries or never sent: rerun the "
+                   "collection to retry them)")
+    return Rule("failed_requests", description, count, limit, limit is None or count <= limit)
+
+
 def _forced_kl_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
     """Mean teacher-forced KL over every scored position (prompts weighted by length)."""
     scored = pairs.dropna(subset=["forced_kl_mean"]) if "forced_kl_mean" in pairs else pairs[:0]
     if scored.empty:
         return Rule("forced_kl", "no teacher-forced scores in this report (run with --forced)"
-                    if limit is not None else "no teacher-forced scores", 0.0, limit,
+                    if limit is not None else "no teacher-forced scores", None, limit,
                     limit is None)
     weights = scored["forced_positions"].astype(float)
     mean = float((scored["forced_kl_mean"] * weights).sum() / weights.sum())
@@ -171,13 +196,17 @@ def _forced_kl_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
 
 
 def _pass_rate_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
-    """The worst plausible drop in expect pass rate (the 95% interval's far end), in points."""
+    """The worst plausible drop in expect pass rate (the 95% interval's far end), in
+    points; n/a while the rule is off or no prompt has an expect."""
     change = pass_rate_change(pairs)
-    drop = max(0.0, -100 * change.low) if change else 0.0
-    description = (f"pass rate may drop {drop:.0f} points (95% CI), more than {limit:g}"
-                   if limit is not None else f"pass rate drop up to {drop:.0f} points")
-    return Rule("pass_rate_drop", description, round(drop, 1), limit,
-                limit is None or drop <= limit)
+    if change is None or limit is None:
+        why = "no expect checks in this report" if change is None else "rule off"
+        return Rule("pass_rate_drop", f"pass rate drop: n/a ({why})", None, limit,
+                    change is not None or limit is None)
+    drop = max(0.0, -100 * change.low)
+    description = (f"expect pass rate {change.rates()}: the 95% interval of B minus A "
+                   f"reaches {-drop:+.1f} points, beyond -{limit:g}")
+    return Rule("pass_rate_drop", description, round(drop, 1), limit, drop <= limit)
 
 
 def _blocks(verdict: dict[str, Any], blocking: set[str]) -> bool:
@@ -205,8 +234,18 @@ def write_gate_json(verdict: Verdict, path: Path) -> None:
                              "reviewers": verdict.reviewers, "approved": verdict.approved})
 
 
+# Characters XML 1.0 cannot hold at all, even escaped: shown as backslash-x-NN instead.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def junit_xml(verdict: Verdict, pairs: pd.DataFrame) -> bytes:
-    """One testcase per prompt; a failure for each rule that prompt breaks."""
+    """One testcase per prompt; a failure for each rule that prompt breaks. Prompt ids
+    and categories come from users' files: characters XML cannot hold are written as
+    backslash-x and two hex digits, so the file stays well-formed."""
     failing: dict[str, list[Rule]] = {}
     for rule in verdict.rules:
         if not rule.passed:
@@ -217,18 +256,18 @@ def junit_xml(verdict: Verdict, pairs: pd.DataFrame) -> bytes:
                                                  if str(p) in failing)))
     for prompt_id, category in zip(pairs["prompt_id"].astype(str),
                                    pairs["category"].astype(str), strict=True):
-        case = ElementTree.SubElement(suite, "testcase", name=prompt_id,
-                                      classname=f"quantcheck.{category or 'general'}")
+        case = ElementTree.SubElement(suite, "testcase", name=_xml(prompt_id),
+                                      classname=_xml(f"quantcheck.{category or 'general'}"))
         for rule in failing.get(prompt_id, []):
             failure = ElementTree.SubElement(case, "failure", type=rule.name,
                                              message=rule.name.replace("_", " "))
-            failure.text = f"{prompt_id}: breaks rule {rule.name} (limit {rule.limit})"
+            failure.text = _xml(f"{prompt_id}: breaks rule {rule.name} (limit {rule.limit})")
     for rule in verdict.rules:
         if not rule.passed and not rule.prompts:
             case = ElementTree.SubElement(suite, "testcase", name=rule.name,
                                           classname="quantcheck.policy")
             ElementTree.SubElement(case, "failure", type=rule.name,
-                                   message=rule.description)
+                                   message=_xml(rule.description))
             suite.set("tests", str(int(suite.get("tests", "0")) + 1))
             suite.set("failures", str(int(suite.get("failures", "0")) + 1))
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)
@@ -241,7 +280,8 @@ def markdown(verdict: Verdict, summary: dict[str, Any]) -> str:
              "| rule | count | limit | result | prompts |", "|---|---|---|---|---|"]
     for rule in verdict.rules:
         limit = "off" if rule.limit is None else rule.limit
-        count = f"{rule.count:.0%}" if rule.name == "identical_share" else rule.count
+        count = ("n/a" if rule.count is None else f"{rule.count:.0%}"
+                 if rule.name == "identical_share" else rule.count)
         prompts = ", ".join(f"`{p}`" for p in rule.prompts[:10])
         if len(rule.prompts) > 10:
             prompts += f" and {len(rule.prompts) - 10} more"
@@ -271,12 +311,3 @@ def append_step_summary(text: str) -> None:
     if target:
         with open(target, "a", encoding="utf-8") as handle:
             handle.write(text)
-
-
-def require_report(report_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
-    from .report import read_pairs
-
-    summary = read_json(report_dir / "summary.json")
-    if "identity" not in summary:
-        raise RunFormatError(f"{report_dir / 'summary.json'}: no run identity; re-run compare")
-    return read_pairs(report_dir), summary

@@ -9,24 +9,17 @@ from typing import Any
 
 import jinja2
 import orjson
-import pandas as pd
 from markupsafe import Markup
 
 from .cells import CELL_AXES
-from .compare import DETAILS, PAIR_COLUMNS
-from .errors import RunFormatError
 from .files import write_atomic
+from .reportdir import DETAILS, read_pairs, read_summary
 from .reviews import load_reviews
 from .rubric import Rubric, load_rubric
-from .runstore import iter_jsonl, read_json
+from .runstore import iter_jsonl
 from .summary import headline
 
 SHEET = "index.html"
-TEXT_COLUMNS = ["prompt_id", "category", "status", "divergence_kind", "divergence_a_token",
-                "divergence_b_token", "a_expect", "b_expect", "a_expect_failures",
-                "b_expect_failures", "flip", "a_degenerate", "b_degenerate", "a_finish_reason",
-                "b_finish_reason", "suggested_label", "approved_label", "approved_at",
-                "prompt_hash", "a_repeat_mode", "b_repeat_mode", "a_text", "b_text"]
 AXES = ["model", "runtime", "runtime_version"]
 
 environment = jinja2.Environment(
@@ -34,22 +27,10 @@ environment = jinja2.Environment(
     autoescape=True, undefined=jinja2.StrictUndefined)
 
 
-def read_pairs(report_dir: Path) -> pd.DataFrame:
-    path = report_dir / "pairs.csv"
-    if not path.exists():
-        raise RunFormatError(f"{path}: missing; run `quantcheck compare` first")
-    frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False,
-                        na_values={c: [""] for c in PAIR_COLUMNS if c not in TEXT_COLUMNS})
-    missing = [c for c in PAIR_COLUMNS if c not in frame.columns]
-    if missing:
-        raise RunFormatError(f"{path}: missing columns {', '.join(missing)}")
-    return frame
-
-
 def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
                summary: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the sheet's script needs, as one JSON-able object."""
-    summary = summary or read_json(report_dir / "summary.json")
+    summary = summary or read_summary(report_dir)
     pairs = read_pairs(report_dir)
     details = {}
     if (report_dir / DETAILS).exists():
@@ -57,11 +38,14 @@ def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = N
     records = [_clean(row) for row in pairs.to_dict("records")]
     for record in records:
         record["detail"] = details.get(str(record["prompt_id"]), {})
+    reviews, refused = load_reviews(report_dir, summary["identity"], rubric,
+                                    {str(r["prompt_id"]) for r in records})
     return {
         "meta": {"identity": summary.get("identity", ""), "a": summary["a"], "b": summary["b"]},
         "rubric": rubric.to_json(),
         "pairs": records,
-        "reviews": load_reviews(report_dir, summary.get("identity", "")),
+        "reviews": reviews,
+        "refused_reviews": refused,
         "live": live,
     }
 
@@ -90,7 +74,7 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
                  live: dict[str, Any] | None = None) -> str:
     report_dir = Path(report_dir)
     rubric = load_rubric(rubric_path)
-    summary = read_json(report_dir / "summary.json")
+    summary = read_summary(report_dir)
     data = sheet_data(report_dir, rubric, live, summary)
     cells = summary.get("cells") or {}
     template = environment.get_template("sheet.html")
@@ -107,6 +91,8 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
         plots=_plots(data["pairs"], summary.get("forced")),
         forced=summary.get("forced") if (summary.get("forced") or {}).get("scored") else None,
         categories=sorted({str(p["category"]) for p in data["pairs"] if p["category"]}),
+        refused_reviews=data["refused_reviews"], comparison=summary.get("comparison"),
+        near_tie_nats=summary.get("near_tie_nats"), e=math.e,
         data_json=embed_json(data))
 
 

@@ -9,7 +9,8 @@ from typing import Any
 from .configfile import read_yaml, reject_unknown, require_bools, require_text
 from .errors import ConfigFileError
 
-LABEL_KEYS = {"id", "name", "description", "key", "blocking", "automatic", "asks_side"}
+LABEL_KEYS = {"id", "name", "description", "key", "blocking", "automatic", "asks_side",
+              "approvable"}
 RUBRIC_KEYS = {"name", "question", "labels"}
 RESERVED_KEYS = {"j", "k", "n", "/", "?"}  # the sheet's own shortcuts
 
@@ -25,6 +26,7 @@ class Label:
     blocking: bool = False
     automatic: bool = False
     asks_side: bool = False
+    approvable: bool = False  # `quantcheck approve` may store it: no second review
 
 
 @dataclass
@@ -38,6 +40,10 @@ class Rubric:
     @property
     def blocking(self) -> list[str]:
         return [label.id for label in self.labels if label.blocking]
+
+    @property
+    def approvable(self) -> list[str]:
+        return [label.id for label in self.labels if label.approvable and not label.blocking]
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "question": self.question,
@@ -79,7 +85,7 @@ def _label(path: Path, position: int, entry: Any) -> Label:
     if key is not None and (not isinstance(key, str) or len(key) != 1 or key in RESERVED_KEYS):
         raise ConfigFileError(f"{where}: field 'key': one character, not one of "
                               f"{' '.join(sorted(RESERVED_KEYS))}")
-    require_bools(where, entry, ["blocking", "automatic", "asks_side"])
+    require_bools(where, entry, ["blocking", "automatic", "asks_side", "approvable"])
     return Label(**{k: entry[k] for k in entry})
 
 

@@ -50,6 +50,8 @@ def read_json(path: Path) -> Any:
         return orjson.loads(path.read_bytes())
     except FileNotFoundError:
         raise RunFormatError(f"{path}: missing") from None
+    except OSError as exc:  # a folder where the file belongs, no permission
+        raise RunFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except orjson.JSONDecodeError as exc:
         raise RunFormatError(f"{path}: not valid JSON ({exc})") from None
 

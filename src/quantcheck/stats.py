@@ -1,5 +1,11 @@
-"""Paired statistics over prompts: an exact McNemar test and an interval for the change
-in expect pass rate, and bootstrap intervals for the mean drift."""
+"""Paired statistics over prompts: an interval for the change in expect pass rate, and
+bootstrap intervals for the mean drift.
+
+The pass-rate verdict ("significant" or not) is read off one interval, Newcombe's score
+interval for paired proportions, the same one the gate's pass_rate_drop rule uses. The
+exact McNemar p-value is kept in summary.json for reference only: being exact it is
+conservative, and with few discordant pairs it can exceed 0.05 while the interval
+already excludes 0, so the two are never quoted side by side."""
 
 from __future__ import annotations
 
@@ -30,16 +36,47 @@ class PassRateChange:
     high: float
     mcnemar_p: float
 
+    def rates(self) -> str:
+        """The absolute pass rates: 'A 16/17, B 14/17'."""
+        return (f"A {self.both_pass + self.regressions}/{self.checked}, "
+                f"B {self.both_pass + self.improvements}/{self.checked}")
+
+    @property
+    def significant(self) -> bool:
+        """Whether the 95% interval of B minus A excludes no change."""
+        return self.low > 0 or self.high < 0
+
     def sentence(self) -> str:
+        """One coherent statement: the rates, the change, its interval, and whether the
+        interval excludes 0 (the same interval the gate's pass_rate_drop reads)."""
         change = self.improvements - self.regressions
         if change == 0:
-            head = f"B passes as many of {self.checked} checks as A"
+            head = f"Expect pass rate {self.rates()}: no change"
         else:
             word = "more" if change > 0 else "fewer"
-            head = f"B passes {abs(change)} {word} of {self.checked} checks than A"
-        verdict = "significant" if self.mcnemar_p < 0.05 else "not significant"
-        return (f"{head}; {verdict} (exact McNemar p = {self.mcnemar_p:.2g}), 95% CI "
-                f"{100 * self.low:+.0f} to {100 * self.high:+.0f} points")
+            head = f"Expect pass rate {self.rates()}: B passes {abs(change)} {word}"
+        low, high = interval_points(self.low, self.high)
+        verdict = ("significant: the interval excludes no change" if self.significant
+                   else "not significant: the interval includes no change")
+        return f"{head}; 95% CI of B minus A {low} to {high} points ({verdict})"
+
+
+def interval_points(low: float, high: float) -> tuple[str, str]:
+    """An interval in points with as many decimals as tell its ends apart from 0 and
+    from each other (never '-0'): '-65 to -7', '-0.4 to +0.2'."""
+    points = [100 * low, 100 * high]
+    decimals = 0
+    def unclear(d: int) -> bool:
+        return any(v != 0 and round(abs(v), d) == 0 for v in points) or (
+            points[0] != points[1] and round(points[0], d) == round(points[1], d))
+
+    while decimals < 3 and unclear(decimals):
+        decimals += 1
+    texts = []
+    for value in points:
+        value = round(value, decimals)
+        texts.append("0" if value == 0 else f"{value:+.{decimals}f}")
+    return texts[0], texts[1]
 
 
 def mcnemar_exact(regressions: int, improvements: int) -> float:

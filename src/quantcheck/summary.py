@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from typing import Any
 
@@ -11,6 +12,7 @@ import pandas as pd
 from . import __version__
 from .cells import confound_warning, differing_axes
 from .determinism import side_determinism
+from .records import DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
 from .sides import Side
 from .stats import paired_statistics
 
@@ -21,12 +23,14 @@ DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_dif
 def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> dict[str, Any]:
     compared = pairs[pairs["status"] == "compared"]
     counts = _counts(pairs, compared)
+    counts["unanswered"] = {"a": unanswered(a), "b": unanswered(b)}
     sides = {"a": _side_stats(a, compared, "a"), "b": _side_stats(b, compared, "b")}
     return {
         "quantcheck_version": __version__,
         "a": {"label": a.label, **_identity(a)},
         "b": {"label": b.label, **_identity(b)},
         "counts": counts,
+        "comparison": comparison_notes(pairs, a, b),
         "cells": _cells(a, b),
         "determinism": {"a": side_determinism(a), "b": side_determinism(b)},
         "drift": _drift(compared),
@@ -62,12 +66,104 @@ def _counts(pairs: pd.DataFrame, compared: pd.DataFrame) -> dict[str, Any]:
         "approved": int((compared["approved_label"].fillna("") != "").sum()),
         "noise": int(compared["noise"].fillna(False).astype(bool).sum()),
         "degenerate": {side: _value_counts(compared[f"{side}_degenerate"]) for side in "ab"},
-        "degenerate_new_on_b": int(((compared["b_degenerate"].fillna("") != "")
-                                    & (compared["a_degenerate"].fillna("") == "")).sum()),
+        **_new_on_b(compared),
         "nondeterministic": {side: _nondeterministic(pairs, side) for side in "ab"},
         "divergence_kinds": _value_counts(compared["divergence_kind"]),
         "status": {status: int(n) for status, n in pairs["status"].value_counts().items()},
     }
+
+
+def _new_on_b(compared: pd.DataFrame) -> dict[str, Any]:
+    a, b = compared["a_degenerate"].fillna(""), compared["b_degenerate"].fillna("")
+    new = [(x, y) for x, y in zip(a, b, strict=True) if new_on_b(x, y, DEGENERATE_KINDS)]
+    capped = [(x, y) for x, y in zip(a, b, strict=True) if new_on_b(x, y, (LENGTH_CAPPED,))]
+    return {"degenerate_new_on_b": len(new),
+            "degenerate_new_on_b_kinds": {kind: sum(y == kind for _, y in new)
+                                          for kind in DEGENERATE_KINDS},
+            "length_capped_new_on_b": len(capped)}
+
+
+def unanswered(side: Side) -> int:
+    """Requests of the run with no successful record: failed after retries, or never
+    sent (an interrupted run)."""
+    if side.text_only:
+        return 0
+    repeats = int((side.manifest.get("parameters") or {}).get("repeats") or 1)
+    expected = {(prompt_id, r) for prompt_id in side.prompts for r in range(repeats)}
+    ok = side.index[side.index["error"].isna()]
+    answered = set(zip(ok["prompt_id"].astype(str), ok["repeat"].astype(int), strict=True))
+    return len(expected - answered)
+
+
+def comparison_notes(pairs: pd.DataFrame, a: Side, b: Side) -> dict[str, Any]:
+    """How many prompts were compared, and in plain words why the others were not."""
+    statuses = pairs["status"].value_counts().to_dict()
+    ids = {status: pairs.loc[pairs["status"] == status, "prompt_id"].astype(str).tolist()
+           for status in statuses}
+    notes = []
+    if ids.get("not_comparable"):
+        notes.append(f"{plural(len(ids['not_comparable']), 'prompt')} not comparable: "
+                     + _request_differences(ids["not_comparable"], a, b))
+    only_a, only_b = ids.get("only_a", []), ids.get("only_b", [])
+    if only_a or only_b:
+        disjoint = set(ids) <= {"only_a", "only_b"}
+        notes.append(f"{plural(len(only_a), 'prompt')} only in A, "
+                     f"{plural(len(only_b), 'prompt')} only in B"
+                     + (" (the two runs share no prompt id)" if disjoint else ""))
+    for side, name in ((a, "a"), (b, "b")):
+        failed = ids.get(f"{name}_failed", [])
+        if failed:
+            notes.append(f"{plural(len(failed), 'prompt')} without an answer on {name.upper()} "
+                         f"({side.label}): {_first_error(side, failed)}")
+    compared = int(statuses.get("compared", 0))
+    return {"compared": compared, "prompts": len(pairs), "notes": notes,
+            "sentence": _comparison_sentence(compared, len(pairs), notes)}
+
+
+def _comparison_sentence(compared: int, prompts: int, notes: list[str]) -> str:
+    if compared == prompts:
+        return f"all {prompts} prompts compared"
+    head = "nothing was compared" if compared == 0 else f"only {compared} of {prompts} " \
+        "prompts were compared"
+    return f"{head}: {'; '.join(notes)}"
+
+
+def _request_differences(prompt_ids: list[str], a: Side, b: Side) -> str:
+    """What differs between A's and B's requests, most common first: "B was collected
+    with max_tokens 64, A with 256"."""
+    seen: dict[str, int] = {}
+    for prompt_id in prompt_ids:
+        a_prompt, b_prompt = a.prompts.get(prompt_id), b.prompts.get(prompt_id)
+        if a_prompt is None or b_prompt is None:
+            continue
+        a_request, b_request = a_prompt.request, b_prompt.request
+        for key in sorted(set(a_request) | set(b_request)):
+            if a_request.get(key) != b_request.get(key):
+                phrase = (f"B was collected with {key} {_short(b_request.get(key))}, A with "
+                          f"{_short(a_request.get(key))}")
+                seen[phrase] = seen.get(phrase, 0) + 1
+    if not seen:
+        return "their prompt hashes differ"
+    ranked = sorted(seen.items(), key=lambda item: -item[1])
+    return "; ".join(f"{phrase} ({plural(n, 'prompt')})" if len(prompt_ids) > 1
+                     else phrase for phrase, n in ranked[:3])
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "none"
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, int | float) \
+        else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _first_error(side: Side, prompt_ids: list[str]) -> str:
+    errors = side.index[side.index["prompt_id"].astype(str).isin(prompt_ids)
+                        & side.index["error"].notna()]["error"]
+    if errors.empty:
+        return "never sent (the collection was interrupted)"
+    common = errors.astype(str).str.replace(r" \(after \d+ attempts\)$", "", regex=True)
+    return str(common.value_counts().index[0])
 
 
 def _value_counts(column: pd.Series) -> dict[str, int]:
@@ -147,6 +243,24 @@ def _throughput_verdict(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "throughput_note": f"token counts match ({a_tokens}); B/A = {b_rate / a_rate:.2f}x"}
 
 
+KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
+
+
+def degenerate_phrase(counts: dict[str, Any]) -> str:
+    """'2 degenerate outputs new on B (1 loop, 1 empty)': the count and its parts."""
+    total = counts["degenerate_new_on_b"]
+    kinds = counts.get("degenerate_new_on_b_kinds") or {}
+    parts = [f"{kinds[kind]} {KIND_NAMES[kind][kinds[kind] != 1]}" for kind in DEGENERATE_KINDS
+             if kinds.get(kind)]
+    return (f"{plural(total, 'degenerate output')} new on B"
+            + (f" ({', '.join(parts)})" if parts else ""))
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """'1 flip', '2 flips' ('1 empty', '2 empty' with nouns='empty')."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def headline(summary: dict[str, Any]) -> str:
     """The seeds' style: "7 of 20 identical, 9 wording only, ..."."""
     counts = summary["counts"]
@@ -154,16 +268,20 @@ def headline(summary: dict[str, Any]) -> str:
              f"{counts['wording_similar']} wording only (suggested)",
              f"{counts['divergent']} to review"]
     flips = counts["flips"]
-    parts.append(f"{flips['regression']} factual flips by expect (A pass, B fail)")
+    parts.append(f"{plural(flips['regression'], 'factual flip')} by expect (A pass, B fail)")
     if flips["improvement"]:
-        parts.append(f"{flips['improvement']} improvements")
-    parts.append(f"{counts['degenerate_new_on_b']} degenerate outputs new on B")
+        parts.append(plural(flips["improvement"], "improvement"))
+    parts.append(degenerate_phrase(counts))
+    if counts.get("length_capped_new_on_b"):
+        parts.append(f"{plural(counts['length_capped_new_on_b'], 'more answer')} on B cut by "
+                     "max_tokens where A stopped")
     nondet = counts["nondeterministic"]
     if nondet["a"] or nondet["b"]:
         parts.append(f"nondeterministic prompts: A {nondet['a']}, B {nondet['b']}")
     if counts["noise"]:
-        parts.append(f"{counts['noise']} differences within repeat noise")
+        parts.append(f"{plural(counts['noise'], 'difference')} within repeat noise")
     others = {k: v for k, v in counts["status"].items() if k != "compared"}
     if others:
-        parts.append("not compared: " + ", ".join(f"{v} {k}" for k, v in others.items()))
+        parts.append("not compared: " + ", ".join(f"{v} {k.replace('_', ' ')}"
+                                                  for k, v in others.items()))
     return ", ".join(parts) + "."

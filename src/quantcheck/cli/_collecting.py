@@ -176,11 +176,11 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: 
     else:
         summary = _model_demo(out, options, b_precision, fault)
     from .. import gate
+    from ..reportdir import require_report
     from ..rubric import load_rubric
 
-    pairs, _ = gate.require_report(out)
-    verdict = gate.evaluate(pairs, {}, set(load_rubric().blocking), gate.Policy(),
-                            summary.get("log_matches"))
+    pairs, _ = require_report(out)
+    verdict = gate.evaluate(pairs, {}, set(load_rubric().blocking), gate.Policy(), summary)
     click.echo(f"gate (default policy): {gate.one_line(verdict)}")
     click.echo(f"\nOpen the review sheet: {(out / 'index.html').resolve().as_uri()}\n"
                f"  or serve it and save reviews to disk: quantcheck review {out}\n"

@@ -13,7 +13,14 @@ import click
 
 from ..cells import parse_cell_options
 from ..client import DEFAULT_MAX_RESPONSE_MB
-from ..collect import REPEAT_MODES, CollectResult, CollectSettings, collect, collect_async
+from ..collect import (
+    REPEAT_MODES,
+    CollectResult,
+    CollectSettings,
+    collect,
+    collect_async,
+    run_blocking,
+)
 from ..compare import compare_to_dir
 from ..errors import QuantcheckError
 from ..forced import MODES, ForcedSettings, score_run
@@ -225,7 +232,7 @@ def compare_options(function: F) -> F:
         click.option("--signatures", "signature_files", multiple=True, type=EXISTING_FILE,
                      help="Your own signatures YAML, besides the shipped one."),
         click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Approvals file (default: approvals.json next to the prompt set)."),
+                     help="Approvals file (default: REPORT_DIR/approvals.json)."),
     ]
     return _apply(options, function)
 
@@ -282,7 +289,15 @@ def sig_digits_option(function: F) -> F:
 
 
 def print_summary(summary: dict[str, Any], out: Path) -> None:
-    click.echo(f"{summary['a']['label']} (A) vs {summary['b']['label']} (B): {headline(summary)}")
+    sides = f"{summary['a']['label']} (A) vs {summary['b']['label']} (B)"
+    comparison = summary["comparison"]
+    if not comparison["compared"]:
+        click.echo(f"{sides}: {comparison['sentence']}.")
+        click.echo(f"report: {out}")
+        return
+    click.echo(f"{sides}: {headline(summary)}")
+    if comparison["compared"] != comparison["prompts"]:
+        click.echo(comparison["sentence"][0].upper() + comparison["sentence"][1:] + ".")
     pass_rate = (summary.get("stats") or {}).get("pass_rate")
     if pass_rate:
         click.echo(pass_rate["sentence"] + ".")
@@ -353,7 +368,7 @@ def run_ab(a: CollectSettings, b: CollectSettings, prompt_files: Sequence[Path],
             await asyncio.gather(*jobs)
 
     try:
-        run_guarded(lambda: asyncio.run(both()),
+        run_guarded(lambda: run_blocking(both()),
                     f"Records so far are kept in {out}; rerun the same command to resume.")
     finally:
         bar.close()

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..prompts import load_prompts
+from ..reportdir import require_report
 from . import cli
 from ._common import (
     EXISTING_DIR,
@@ -130,7 +131,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--min-identical-share", type=click.FloatRange(0, 1),
               help="Minimum share of identical pairs (default off).")
 @click.option("--max-not-compared", type=click.IntRange(0),
-              help="Prompts not compared: other hash, one side only, failed (default off).")
+              help="Prompts not compared: other hash, one side only, failed (default 0).")
+@click.option("--max-failed-requests", type=click.IntRange(0),
+              help="Requests without an answer on either side: failed after retries, or "
+                   "never sent (default 0).")
 @click.option("--max-pass-rate-drop", type=click.FloatRange(0, 100), metavar="POINTS",
               help="Fail when the expect pass rate may drop more than this (the far end of "
                    "the 95% interval of B minus A; default off).")
@@ -162,14 +166,13 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     from ..rubric import load_rubric
 
     def work() -> tuple[gate.Verdict, dict[str, Any]]:
-        pairs, summary = gate.require_report(report_dir)
+        pairs, summary = require_report(report_dir)
         chosen = load_rubric(rubric)
         settings = replace(gate.load_policy(policy),
                            **{k: v for k, v in overrides.items() if v is not None})
         verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
                                       summary["identity"], set(pairs["prompt_id"].astype(str)))
-        verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings,
-                                summary.get("log_matches"))
+        verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings, summary)
         gate.write_gate_json(verdict, report_dir / "gate.json")
         gate.write_junit(verdict, pairs, report_dir / "junit.xml")
         return verdict, summary
@@ -185,18 +188,20 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
 @cli.command("approve")
 @click.argument("report_dir", type=EXISTING_DIR)
 @click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
-              help="Approvals file (default: approvals.json next to the prompt set).")
+              help="Approvals file (default: REPORT_DIR/approvals.json).")
 @click.option("--review", "review_files", multiple=True,
               type=EXISTING_FILE,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
 @click.option("--rubric", type=EXISTING_FILE)
 def approve_command(report_dir: Path, approvals: Path | None, review_files: tuple[Path, ...],
                     rubric: Path | None) -> None:
-    """Store reviewed non-blocking pairs as approved known differences.
+    """Store reviewed pairs whose labels the rubric marks approvable (wording only,
+    ambiguous; never a regression) as approved known differences.
 
-    Later compares prefill the same pair (same prompt hash, same two texts) as
-    approved, so it never needs a second review; any new difference still does.
-    Commit the approvals file next to your prompt set.
+    A later compare into the same report directory (or with --approvals FILE) marks
+    the same pair (same prompt hash, same two texts) as approved, so it never needs a
+    second review; any new difference still does. The default file is
+    REPORT_DIR/approvals.json; keep a shared one with --approvals (commit it).
 
     \b
     Example:
@@ -207,12 +212,12 @@ def approve_command(report_dir: Path, approvals: Path | None, review_files: tupl
     from ..rubric import load_rubric
 
     def work() -> tuple[int, Path]:
-        pairs, summary = gate.require_report(report_dir)
+        pairs, summary = require_report(report_dir)
         chosen = load_rubric(rubric)
         verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
                                       summary["identity"], set(pairs["prompt_id"].astype(str)))
         path = approvals or default_approvals_path(report_dir)
-        return approve(pairs, verdicts, set(chosen.blocking), path), path
+        return approve(pairs, verdicts, set(chosen.approvable), path), path
 
     added, path = run_guarded(work, "Nothing was written.")
     click.echo(f"approved {added} reviewed pairs -> {path}")
