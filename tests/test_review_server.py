@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from quantcheck.reviews import review_app
+from quantcheck.reviewserver import review_app
 
 from .conftest import AppServer
 

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from quantcheck import CollectSettings, collect, compare_to_dir
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.reviews import review_app
+from quantcheck.reviewserver import review_app
 
 from .conftest import AppServer
 

@@ -14,8 +14,10 @@ import os
 import random
 import re
 import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -375,6 +377,41 @@ def backoff_seconds(attempt: int, retry_after: float | None) -> float:
 
 async def sleep_backoff(attempt: int, retry_after: float | None) -> None:
     await asyncio.sleep(backoff_seconds(attempt, retry_after))
+
+
+def rejection_advice(message: str, body: dict[str, Any]) -> ParameterRejected:
+    """A server's 400 as an error that names the fix."""
+    lowered = message.lower()
+    if "logprob" in lowered:
+        limit = re.search(r"max(?:imum)? allowed:?\s*(\d+)|at most (\d+)|<=\s*(\d+)", lowered)
+        value = next((g for g in limit.groups() if g), None) if limit else None
+        fix = f"--top-logprobs {value}" if value else "a smaller --top-logprobs"
+        return ParameterRejected(f"the server rejected the logprobs request: {message}",
+                                 f"{fix} (or --top-logprobs 0 to collect text only).")
+    named = [key for key in body if key not in ("model", "messages", "prompt")
+             and re.search(rf"\b{re.escape(key)}\b", message)]
+    if named:
+        drop = ", ".join(f'"{key}": null' for key in named)
+        return ParameterRejected(f"the server rejected a request parameter: {message}",
+                                 f"--extra-body '{{{drop}}}' to leave it out.")
+    return ParameterRejected(f"the server rejected the request (HTTP 400): {message}")
+
+
+T = TypeVar("T")
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, also from code that already runs an event loop (Jupyter, Playwright):
+    there the coroutine gets its own loop in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+        running = True
+    except RuntimeError:
+        running = False
+    if not running:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def api_key_from_env(variable: str | None) -> str | None:

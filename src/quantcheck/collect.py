@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import re
 import time
-from collections.abc import Coroutine, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from . import __version__
+from ._version import __version__
 from .cells import cell_from_server, cell_key
 from .client import (
     DEFAULT_MAX_RESPONSE_MB,
@@ -22,6 +20,8 @@ from .client import (
     RetryableError,
     api_key_from_env,
     public_url,
+    rejection_advice,
+    run_blocking,
     sleep_backoff,
 )
 from .errors import EndpointError, ParameterRejected, QuantcheckError, RunMismatch
@@ -154,20 +154,6 @@ def rare_full_collections() -> Iterator[None]:
     finally:
         gc.set_threshold(*previous)
         gc.unfreeze()
-
-
-def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run, also from code that already runs an event loop (Jupyter, Playwright):
-    there the coroutine gets its own loop in a worker thread."""
-    try:
-        asyncio.get_running_loop()
-        running = True
-    except RuntimeError:
-        running = False
-    if not running:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
@@ -354,7 +340,7 @@ class _Session:
                     await sleep_backoff(attempt, exc.retry_after)
                 continue
             except ParameterRejected as exc:
-                raise ParameterRejected(rejection_advice(str(exc), body)) from None
+                raise rejection_advice(exc.reason, body) from None
             except RequestFailed as exc:
                 self._answered()
                 record.error = str(exc)
@@ -419,24 +405,6 @@ async def _preflight(client: EndpointClient, settings: CollectSettings, model: s
     if report.failures():
         raise PreflightFailed(report.explanation())
     return report.to_json()
-
-
-def rejection_advice(message: str, body: dict[str, Any]) -> str:
-    """Turn a server's 400 into a message that names the fix."""
-    lowered = message.lower()
-    if "logprob" in lowered:
-        limit = re.search(r"max(?:imum)? allowed:?\s*(\d+)|at most (\d+)|<=\s*(\d+)", lowered)
-        value = next((g for g in limit.groups() if g), None) if limit else None
-        fix = f"--top-logprobs {value}" if value else "a smaller --top-logprobs"
-        return (f"the server rejected the logprobs request: {message}\n"
-                f"Fix: rerun with {fix} (or --top-logprobs 0 to collect text only).")
-    named = [key for key in body if key not in ("model", "messages", "prompt")
-             and re.search(rf"\b{re.escape(key)}\b", message)]
-    if named:
-        drop = ", ".join(f'"{key}": null' for key in named)
-        return (f"the server rejected a request parameter: {message}\n"
-                f"Fix: rerun with --extra-body '{{{drop}}}' to leave it out.")
-    return f"the server rejected the request (HTTP 400): {message}"
 
 
 def _manifest(settings: CollectSettings, model: str, prompts: list[Prompt],

@@ -12,11 +12,11 @@ import orjson
 import pandas as pd
 
 from .approvals import apply_approvals, default_approvals_path, load_approvals
+from .checks import tokenizer_agreement
+from .drift import all_kl, load_forced
+from .drift import pair_columns as forced_pair_columns
 from .files import make_directory, write_atomic
-from .forced import all_kl, load_forced
-from .forced import pair_columns as forced_pair_columns
 from .logscan import scan_logs
-from .preflight import tokenizer_agreement
 from .records import Prompt
 from .reportdir import DETAILS, PAIR_COLUMNS, PAIR_FORCED_COLUMNS, PAIRS, SUMMARY
 from .runstore import frame_rows, write_json_atomic, write_jsonl_atomic

@@ -11,6 +11,7 @@ import pandas as pd
 from .files import make_directory, write_atomic
 from .runstore import write_json_atomic
 from .sides import Side, load_side
+from .templating import environment
 from .tokenstore import round_significant
 from .triage import first_divergence, token_keys
 
@@ -97,8 +98,6 @@ def determinism_report(run_dirs: dict[str, Path], out: Path, sig_digits: int = 1
 
 def render_determinism(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any],
                        endpoint: str, model: str) -> Path:
-    from .report import environment
-
     html = environment.get_template("determinism.html").render(
         rows=rows, modes=summary["modes"], sig_digits=summary["sig_digits"],
         endpoint=endpoint, model=model)

@@ -22,7 +22,12 @@ class EndpointError(QuantcheckError):
 
 
 class ParameterRejected(EndpointError):
-    """The server refused a request parameter (HTTP 400); retrying cannot help."""
+    """The server refused a request parameter (HTTP 400); retrying cannot help.
+    `reason` is what was refused, `fix` the option to rerun with (None if unknown)."""
+
+    def __init__(self, reason: str, fix: str | None = None) -> None:
+        super().__init__(reason if fix is None else f"{reason}\nFix: rerun with {fix}")
+        self.reason, self.fix = reason, fix
 
 
 class RunMismatch(QuantcheckError):

@@ -22,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .checks import Check
+from .checks import tokenizer_agreement as tokenizer_agreement  # its old home
 from .client import (
     TRANSPORT_ERRORS,
     EndpointClient,
@@ -29,6 +31,7 @@ from .client import (
     RequestFailed,
     RetryableError,
     public_url,
+    rejection_advice,
     server_root,
 )
 from .dialects import Generation, MalformedResponse
@@ -51,14 +54,6 @@ _FILLER = ("river", "stone", "quiet", "morning", "garden", "paper", "window", "s
 
 class PreflightFailed(QuantcheckError):
     """A hard preflight check failed; the message explains which and how to fix it."""
-
-
-@dataclass
-class Check:
-    name: str
-    status: str  # pass | warn | fail | skip
-    message: str
-    fix: str | None = None
 
 
 @dataclass
@@ -157,9 +152,7 @@ class _Probes:
                 generation, _ = await self.client.generate(self.shape.api, body, False, top_k)
                 break
             except ParameterRejected as exc:
-                from .collect import rejection_advice
-
-                raise ParameterRejected(rejection_advice(str(exc), body)) from None
+                raise rejection_advice(exc.reason, body) from None
             except RequestFailed as exc:
                 raise EndpointError(f"preflight request failed: {exc}") from None
             except RetryableError as exc:
@@ -190,10 +183,9 @@ async def _logprob_checks(probes: _Probes, top_k: int) -> list[Check]:
     try:
         generation = await probes.ask(GREEDY_PROBE, 32, top_k)
     except ParameterRejected as exc:
-        if "logprob" not in str(exc).lower():
+        if "logprob" not in exc.reason.lower():
             raise  # another field: stop, as collect would, with its fix
-        message, _, fix = str(exc).partition("\nFix: rerun with ")
-        return [Check("logprobs", "fail", message, fix or None),
+        return [Check("logprobs", "fail", exc.reason, exc.fix),
                 Check("greedy", "skip", "needs logprobs")]
     if not generation.has_logprobs or not len(generation.tokens):
         return [Check("logprobs", "warn", "no logprobs came back: only texts will be "
@@ -350,26 +342,6 @@ async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Pro
         return {}
     return {"method": f"{method} tokenize" if method else "prompt token counts",
             "ids": ids, "prompt_tokens": counts}
-
-
-def tokenizer_agreement(a: dict[str, Any] | None, b: dict[str, Any] | None) -> Check:
-    """Whether A and B tokenize alike, from their recorded fingerprints."""
-    a, b = a or {}, b or {}
-    shared_ids = sorted(set(a.get("ids") or {}) & set(b.get("ids") or {}))
-    if shared_ids:
-        same = all(a["ids"][text] == b["ids"][text] for text in shared_ids)
-        return Check("tokenizer", "pass" if same else "warn",
-                     "A and B give the same token ids" if same else
-                     "A and B tokenize differently: token positions do not correspond, so "
-                     "token-level metrics are withheld")
-    shared = sorted(set(a.get("prompt_tokens") or {}) & set(b.get("prompt_tokens") or {}))
-    if shared:
-        same = all(a["prompt_tokens"][t] == b["prompt_tokens"][t] for t in shared)
-        return Check("tokenizer", "pass" if same else "warn",
-                     f"A and B count the same prompt tokens for {len(shared)} probe texts"
-                     if same else "A and B count different prompt tokens for the same texts: "
-                     "they tokenize differently, so token-level metrics are withheld")
-    return Check("tokenizer", "skip", "no tokenizer fingerprint for both sides")
 
 
 async def check_endpoint(endpoint: str, model: str | None = None,

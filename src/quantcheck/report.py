@@ -7,8 +7,6 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-import jinja2
-import orjson
 from markupsafe import Markup
 
 from .cells import CELL_AXES
@@ -18,13 +16,10 @@ from .reviews import load_reviews
 from .rubric import Rubric, load_rubric
 from .runstore import iter_jsonl
 from .summary import headline
+from .templating import embed_json, environment
 
 SHEET = "index.html"
 AXES = ["model", "runtime", "runtime_version"]
-
-environment = jinja2.Environment(
-    loader=jinja2.PackageLoader("quantcheck", "templates"),
-    autoescape=True, undefined=jinja2.StrictUndefined)
 
 
 def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
@@ -59,15 +54,6 @@ def _clean(row: dict[Any, Any]) -> dict[str, Any]:
             value = value.item()
         cleaned[str(key)] = value
     return cleaned
-
-
-def embed_json(data: Any) -> Markup:
-    """JSON that can sit inside <script>: no '<', '>' or '&' can close or open a tag."""
-    text = orjson.dumps(data).decode()
-    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
-        text = text.replace(raw, escaped)
-    return Markup(text)
 
 
 def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .client import EndpointClient
+from .client import EndpointClient, run_blocking
 from .runtimes import choose_model, identify_runtime, runtime_version
 
 
@@ -29,7 +29,6 @@ def probe(endpoint: str, model: str | None, overrides: dict[str, Any],
     """Everything `quantcheck probe` prints: server facts, the cell and its key."""
     from .cells import cell_from_server, cell_key
     from .client import api_key_from_env, public_url
-    from .collect import run_blocking
 
     async def ask() -> tuple[dict[str, Any], str]:
         async with EndpointClient(endpoint, api_key_from_env(api_key_env), 30.0) as client:

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import __version__
+from ._version import __version__
 from .cells import confound_warning, differing_axes
+from .checks import tokenizer_agreement
 from .determinism import side_determinism
 from .records import DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
 from .sides import Side
@@ -42,8 +43,6 @@ def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> dict[str, Any]:
 
 def _preflight(a: Side, b: Side) -> dict[str, Any]:
     """Each side's recorded preflight, and whether their tokenizers agree."""
-    from .preflight import tokenizer_agreement
-
     recorded = {side: s.manifest.get("preflight") for side, s in (("a", a), ("b", b))}
     agreement = tokenizer_agreement(*((report or {}).get("tokenizer")
                                       for report in recorded.values()))

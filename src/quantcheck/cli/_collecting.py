@@ -11,7 +11,6 @@ import click
 
 from ..collect import REPEAT_MODES
 from ..forced import ForcedSettings
-from . import cli
 from ._common import (
     EXISTING_DIR,
     NO_COMPARE_EXTRAS,
@@ -25,6 +24,7 @@ from ._common import (
     settings_from,
     sig_digits_option,
 )
+from ._group import cli
 
 
 @cli.command("collect")

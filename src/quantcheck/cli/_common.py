@@ -12,14 +12,13 @@ from typing import Any, TypeVar
 import click
 
 from ..cells import parse_cell_options
-from ..client import DEFAULT_MAX_RESPONSE_MB
+from ..client import DEFAULT_MAX_RESPONSE_MB, run_blocking
 from ..collect import (
     REPEAT_MODES,
     CollectResult,
     CollectSettings,
     collect,
     collect_async,
-    run_blocking,
 )
 from ..compare import compare_to_dir
 from ..errors import QuantcheckError

@@ -10,7 +10,6 @@ import click
 
 from ..prompts import load_prompts
 from ..reportdir import require_report
-from . import cli
 from ._common import (
     EXISTING_DIR,
     EXISTING_FILE,
@@ -20,6 +19,7 @@ from ._common import (
     run_guarded,
     sig_digits_option,
 )
+from ._group import cli
 
 
 @cli.command("compare")
@@ -95,7 +95,7 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 
     from aiohttp import web
 
-    from ..reviews import review_app
+    from ..reviewserver import review_app
 
     app = run_guarded(lambda: review_app(report_dir, reviewer, rubric), "Nothing was written.")
 

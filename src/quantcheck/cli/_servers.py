@@ -11,17 +11,17 @@ from typing import Any
 
 import click
 
-from .. import __version__
+from .._version import __version__
 from ..cells import CELL_AXES, parse_cell_options
 from ..preflight import DEFAULT_CONTEXT_TOKENS, Preflight, ProbeShape
 from ..prompts import GREEDY_FIELDS, RequestOptions, load_prompts
-from . import cli
 from ._common import (
     EXISTING_FILE,
     echo_preflight,
     json_object_option,
     run_guarded,
 )
+from ._group import cli
 
 
 @cli.command("probe")
@@ -82,9 +82,9 @@ def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env
       quantcheck preflight http://127.0.0.1:8000/v1
       quantcheck preflight http://gpu1:8000/v1 http://gpu2:8000/v1 --prompts prompts/default.yaml
     """
-    from ..client import api_key_from_env
-    from ..collect import run_blocking
-    from ..preflight import check_endpoint, tokenizer_agreement
+    from ..checks import tokenizer_agreement
+    from ..client import api_key_from_env, run_blocking
+    from ..preflight import check_endpoint
 
     if len(endpoints) > 2:
         raise click.UsageError("give one endpoint, or two (A and B)")
