@@ -15,6 +15,7 @@ from quantcheck.cli import cli
 from quantcheck.errors import ConfigFileError
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.logscan import load_signatures, scan_log
+from quantcheck.runstore import ServerInfo
 
 from .conftest import FIXTURES
 
@@ -67,7 +68,7 @@ def test_cell_options_and_differing_axes() -> None:
     a = {"model": "m", "quantization": "bf16", "backend": None, "gpu": "H100"}
     b = {"model": "m", "quantization": "fp8", "backend": "marlin", "gpu": "H200"}
     assert differing_axes(a, b) == ["quantization", "gpu"]
-    assert cell_from_server({"runtime": "vllm", "models": [{"id": "m"}]}, "m", 8)[
+    assert cell_from_server(ServerInfo(runtime="vllm", models=[{"id": "m"}]), "m", 8)[
         "concurrency"] == 8
 
 
@@ -80,11 +81,11 @@ def test_collect_records_the_cell_and_compare_warns_on_confounds(
     collect([prompts], tmp_path / "b", CollectSettings(endpoint=b_server.url, label="b",
                                                        cell={"gpu": "H100"}))
     manifest = load_run(tmp_path / "a").manifest
-    assert manifest["cell"]["gpu"] == "H100" and manifest["cell"]["runtime"] == "vllm"
-    assert manifest["cell_key"] == "scripted-model__vllm-0.11.0__unknown__tpunknown"
+    assert manifest.cell["gpu"] == "H100" and manifest.cell["runtime"] == "vllm"
+    assert manifest.cell_key == "scripted-model__vllm-0.11.0__unknown__tpunknown"
     _, summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
-    assert summary["cells"]["differs"] == ["runtime", "runtime_version"]
-    assert "differ in 2 axes (runtime, runtime_version)" in summary["cells"]["warning"]
+    assert summary.cells.differs == ["runtime", "runtime_version"]
+    assert "differ in 2 axes (runtime, runtime_version)" in str(summary.cells.warning)
     html = (tmp_path / "report" / "index.html").read_text()
     assert 'tr class="differs" data-axis="runtime"' in html
 

@@ -90,8 +90,8 @@ def test_collects_every_dialect(serve: Serve, write_prompts: WritePrompts, tmp_p
     manifest = run.manifest
     expected_runtime = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp",
                         "llama-cpp-python": "llama-cpp-python"}[dialect]
-    assert manifest["server"]["runtime"] == expected_runtime
-    assert manifest["model"] == "scripted-model" and manifest["status"] == "complete"
+    assert manifest.server.runtime == expected_runtime
+    assert manifest.model == "scripted-model" and manifest.status == "complete"
     assert run.prompts["capital-au"].expect is not None
     frame = run.frame()
     assert len(frame) == 4 and set(frame["n_tokens"]) == {6, 4}

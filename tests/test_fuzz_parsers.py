@@ -10,6 +10,7 @@ import json
 import os
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import HealthCheck, event, given, seed, settings
@@ -26,6 +27,7 @@ from quantcheck.dialects import (
 )
 from quantcheck.errors import EndpointError
 from quantcheck.records import Completion
+from quantcheck.runstore import ServerInfo
 from quantcheck.runtimes import choose_model, context_length, identify_runtime, runtime_version
 from quantcheck.tokenstore import pack, unpack
 
@@ -178,15 +180,28 @@ INFO = st.fixed_dictionaries({}, optional={
 @seed(16)
 @given(INFO)
 def test_any_server_description_is_read_without_error(info: dict[str, Any]) -> None:
-    info["runtime"] = identify_runtime(info)
-    info["runtime_version"] = runtime_version(info)
-    cell = cell_from_server(info, "m", 1)
-    assert context_length(info, "m") is None or context_length(info, "m") > 0
+    def answer(value: Any) -> Any:
+        """As the client reads an info endpoint: orjson, or nothing when not JSON."""
+        try:
+            return orjson.loads(json.dumps(value))
+        except orjson.JSONDecodeError:
+            return None
+
+    listed = answer(info.get("models"))
+    server = ServerInfo(  # what the client keeps of /v1/models, and the raw answers
+        models=[m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        if isinstance(listed, list) else [],
+        version=answer(info.get("version")), server_info=answer(info.get("server_info")),
+        props=answer(info.get("props")))
+    server.runtime = identify_runtime(server)
+    server.runtime_version = runtime_version(server)
+    cell = cell_from_server(server, "m", 1)
+    assert context_length(server, "m") is None or context_length(server, "m") > 0
     assert isinstance(cell_key(cell), str)
     orjson.dumps(cell)
-    models = info.get("models") if isinstance(info.get("models"), list) else []
+    orjson.dumps(msgspec.to_builtins(server))  # the manifest can hold it
     try:
-        choose_model([m for m in models if isinstance(m, dict)], None, "http://x")
+        choose_model(server.models, None, "http://x")
     except EndpointError:
         pass
 

@@ -259,8 +259,7 @@ def test_odd_server_descriptions_are_not_revealed_never_a_crash(
             collect(*run)  # type: ignore[arg-type]
         return
     assert collect(*run).collected == 1  # type: ignore[arg-type]
-    manifest = load_run(tmp_path / "run").manifest
-    assert manifest["status"] == "complete"
+    assert load_run(tmp_path / "run").manifest.status == "complete"
 
 
 def test_a_404_on_models_names_the_right_url(hostile: Callable[..., HostileServer],

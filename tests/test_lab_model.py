@@ -73,7 +73,7 @@ def test_logprobs_are_the_models_log_softmax_and_greedy_is_argmax(
     server = lab()
     result = run(server, write_prompts(PROMPTS), tmp_path / "bf16", stream=stream)
     manifest = result.manifest
-    assert manifest["server"]["runtime"] == "vllm" and manifest["model"] == "gemma-3-270m"
+    assert manifest.server.runtime == "vllm" and manifest.model == "gemma-3-270m"
     model = engine().model
     tokenizer = engine().tokenizer
     records = {r.prompt_id: r for r in result.completions()}

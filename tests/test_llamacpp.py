@@ -145,7 +145,7 @@ def test_greedy_matches_the_engine_and_is_really_greedy(servers: dict[str, Any],
                                 strict=True):
             assert logprob == pytest.approx(max(top), abs=1e-6)
         # the same request made directly gives the same greedy text
-        body = {**run.prompts[record.prompt_id].request, "model": run.manifest["model"]}
+        body = {**run.prompts[record.prompt_id].request, "model": run.manifest.model}
         direct = post(url, "/v1/completions", body)
         assert direct["choices"][0]["text"] == record.text
 

@@ -82,14 +82,14 @@ def test_tokenizer_fingerprints_agree_or_not(serve: Serve) -> None:
     for dialect in ("vllm", "llamacpp", "llama-cpp-python"):
         same = [run_blocking(check_endpoint(serve(dialect=dialect).url, context_tokens=0))
                 for _ in range(2)]
-        assert same[0].tokenizer["method"] != "prompt token counts"
+        assert same[0].tokenizer.method != "prompt token counts"
         assert tokenizer_agreement(same[0].tokenizer, same[1].tokenizer).status == "pass"
     other = run_blocking(check_endpoint(serve(faults=Faults(other_tokenizer=True)).url,
                                         context_tokens=0))
     assert tokenizer_agreement(same[0].tokenizer, other.tokenizer).status == "warn"
     sglang = [run_blocking(check_endpoint(serve(dialect="sglang").url, context_tokens=0))
               for _ in range(2)]  # no tokenize endpoint: prompt token counts
-    assert sglang[0].tokenizer["method"] == "prompt token counts"
+    assert sglang[0].tokenizer.method == "prompt token counts"
     assert tokenizer_agreement(sglang[0].tokenizer, sglang[1].tokenizer).status == "pass"
 
 
@@ -133,7 +133,7 @@ def test_different_tokenizers_withhold_token_metrics(serve: Serve, write_prompts
         collect([prompts], tmp_path / side, CollectSettings(endpoint=server.url, label=side,
                                                             context_tokens=0))
     pairs, summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
-    assert "tokenize differently" in summary["preflight"]["token_metrics_withheld"]
+    assert "tokenize differently" in str(summary.preflight.token_metrics_withheld)
     assert pairs["first_divergence"].isna().all() and pairs["kl_topk_mean"].isna().all()
     sheet = (tmp_path / "report" / "index.html").read_text()
     assert 'id="tokens-withheld"' in sheet and "Token-level metrics withheld" in sheet

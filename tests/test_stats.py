@@ -67,9 +67,9 @@ def test_pass_rate_change_from_pairs_and_the_sentence() -> None:
     assert change is not None
     assert (change.checked, change.regressions, change.improvements) == (5, 2, 0)
     assert change.difference == pytest.approx(-0.4)
-    assert change.sentence().startswith(
+    assert change.sentence.startswith(
         "Expect pass rate A 4/5, B 2/5: B passes 2 fewer; 95% CI of B minus A -")
-    assert change.sentence().endswith("(not significant: the interval includes no change)")
+    assert change.sentence.endswith("(not significant: the interval includes no change)")
     assert pass_rate_change(pairs.assign(a_expect="")) is None
 
 
@@ -90,6 +90,6 @@ def test_paired_statistics_shape() -> None:
                           "logprob_mean_abs_diff": [0.1, 0.2, 0.3],
                           "top1_agreement": [1.0, 0.5, 1.0]})
     stats = paired_statistics(pairs)
-    assert stats["pass_rate"]["regressions"] == 1
-    assert set(stats["drift"]) == {"kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement"}
-    assert stats["drift"]["kl_topk_mean"]["prompts"] == 2
+    assert stats.pass_rate is not None and stats.pass_rate.regressions == 1
+    assert set(stats.drift) == {"kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement"}
+    assert stats.drift["kl_topk_mean"].prompts == 2

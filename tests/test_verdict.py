@@ -241,7 +241,7 @@ def frame(a: list[str], b: list[str]) -> pd.DataFrame:
 def test_equal_pass_rates_are_said_as_rates() -> None:
     change = pass_rate_change(frame(["pass"] + ["fail"] * 16, ["pass"] + ["fail"] * 16))
     assert change is not None
-    sentence = change.sentence()
+    sentence = change.sentence
     assert sentence.startswith("Expect pass rate A 1/17, B 1/17: no change")
     assert "as many" not in sentence
 
@@ -256,7 +256,7 @@ def test_the_verdict_is_read_off_the_interval_it_quotes(a: list[str], b: list[st
     change = pass_rate_change(frame(a, b))
     assert change is not None
     excludes_zero = change.low > 0 or change.high < 0
-    sentence = change.sentence()
+    sentence = change.sentence
     assert ("(significant" in sentence) == excludes_zero
     assert ("not significant" in sentence) == (not excludes_zero)
     assert "McNemar" not in sentence

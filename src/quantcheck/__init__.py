@@ -18,21 +18,26 @@ _HOMES = {
     "collect_async": "collect", "compare": "compare", "compare_to_dir": "compare",
     "QuantcheckError": "errors", "RequestOptions": "prompts", "load_prompts": "prompts",
     "Completion": "records", "Expect": "records", "Prompt": "records", "Tokens": "records",
-    "Run": "runstore", "load_run": "runstore",
+    "Run": "runstore", "load_run": "runstore", "Manifest": "runstore",
+    "ABRun": "pipeline", "CompareOptions": "pipeline", "compare_runs": "pipeline",
+    "run_ab": "pipeline", "Summary": "reportdir", "read_summary": "reportdir",
 }
 __all__ = [
-    "CollectResult", "CollectSettings", "Completion", "Expect", "Prompt", "QuantcheckError",
-    "RequestOptions", "Run", "Tokens", "__version__", "collect", "collect_async", "compare",
-    "compare_to_dir", "load_prompts", "load_run",
+    "ABRun", "CollectResult", "CollectSettings", "CompareOptions", "Completion", "Expect",
+    "Manifest", "Prompt", "QuantcheckError", "RequestOptions", "Run", "Summary", "Tokens",
+    "__version__", "collect", "collect_async", "compare", "compare_runs", "compare_to_dir",
+    "load_prompts", "load_run", "read_summary", "run_ab",
 ]
 
 if TYPE_CHECKING:
     from .collect import CollectResult, CollectSettings, collect, collect_async
     from .compare import compare, compare_to_dir
     from .errors import QuantcheckError
+    from .pipeline import ABRun, CompareOptions, compare_runs, run_ab
     from .prompts import RequestOptions, load_prompts
     from .records import Completion, Expect, Prompt, Tokens
-    from .runstore import Run, load_run
+    from .reportdir import Summary, read_summary
+    from .runstore import Manifest, Run, load_run
 
 
 class _Package(types.ModuleType):

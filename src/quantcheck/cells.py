@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from .errors import QuantcheckError
+from .runstore import ServerInfo
 from .runtimes import context_length, mapping, whole_number
 
 CELL_AXES = ["model", "runtime", "runtime_version", "quantization", "kv_cache_dtype", "tp",
@@ -42,15 +43,15 @@ def _number_or_text(raw: str) -> Any:
     return raw
 
 
-def cell_from_server(info: dict[str, Any], model: str, concurrency: int) -> dict[str, Any]:
+def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> dict[str, Any]:
     """What the server's own endpoints say about the cell (None where they are silent)."""
-    sglang = mapping(info.get("server_info"))
-    props = mapping(info.get("props"))
+    sglang = mapping(info.server_info)
+    props = mapping(info.props)
     model_path = props.get("model_path")
     return {
         "model": model,
-        "runtime": info.get("runtime"),
-        "runtime_version": info.get("runtime_version"),
+        "runtime": info.runtime,
+        "runtime_version": info.runtime_version,
         "quantization": _text(sglang.get("quantization")) or _quant_from_name(
             model_path if isinstance(model_path, str) else ""),
         "kv_cache_dtype": _text(sglang.get("kv_cache_dtype")),

@@ -33,6 +33,7 @@ from .dialects import (
     parse_response,
 )
 from .errors import EndpointError, ParameterRejected
+from .records import DEFAULT_MAX_RESPONSE_MB
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
@@ -40,9 +41,6 @@ TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 # Nothing answers at all: refused, reset or dropped before any response came.
 UNREACHABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError,
                aiohttp.ClientOSError, aiohttp.ConnectionTimeoutError, ConnectionError)
-# A top-20 chat response costs about 2 KB per token on the wire: 256 MiB holds more
-# than 100,000 tokens, far beyond any max_tokens a run uses.
-DEFAULT_MAX_RESPONSE_MB = 256
 ERROR_BODY_BYTES = 64 << 10  # enough of an error body to quote it
 
 

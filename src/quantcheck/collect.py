@@ -7,14 +7,14 @@ import gc
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from ._version import __version__
 from .cells import cell_from_server, cell_key
+from .checks import Preflight
 from .client import (
-    DEFAULT_MAX_RESPONSE_MB,
     EndpointClient,
     RequestFailed,
     RetryableError,
@@ -26,24 +26,22 @@ from .client import (
 )
 from .errors import EndpointError, ParameterRejected, QuantcheckError, RunMismatch
 from .files import StorageError
-from .preflight import (
-    DEFAULT_CONTEXT_TOKENS,
-    Preflight,
-    PreflightFailed,
-    ProbeShape,
-    run_preflight,
-)
-from .prompts import RequestOptions, file_sha256, load_prompts
+from .preflight import PreflightFailed, ProbeShape, run_preflight
+from .prompts import file_sha256, load_prompts
 from .records import Completion, Prompt
 from .runstore import (
     COMPLETIONS,
     MANIFEST,
+    Manifest,
+    Parameters,
+    PromptFile,
+    RunCounts,
     RunWriter,
     completed_keys,
     lock_run,
-    read_json,
+    read_manifest,
     set_aside,
-    write_json_atomic,
+    write_manifest,
     write_prompts,
 )
 from .runtimes import choose_model
@@ -60,26 +58,16 @@ class EndpointDown(EndpointError):
     """The endpoint stopped answering in the middle of a run."""
 
 
-@dataclass
-class CollectSettings:
-    """Everything that decides what is requested from one endpoint, and how."""
+class CollectSettings(Parameters, kw_only=True):
+    """A run's parameters (what is requested, and how), and where: the endpoint, the
+    run's label and what the user says about its serving cell (`--cell`)."""
 
     endpoint: str
     label: str
-    model: str | None = None
-    repeats: int = 1
-    top_logprobs: int = 20
-    stream: bool = True
-    concurrency: int = 8
-    timeout: float = 600.0
-    retries: int = 4
-    api_key_env: str | None = None
-    request: RequestOptions = field(default_factory=RequestOptions)
-    cell: dict[str, Any] = field(default_factory=dict)
-    repeat_mode: str = "pool"
-    preflight: bool = True
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS
-    max_response_mb: int = DEFAULT_MAX_RESPONSE_MB
+    cell: dict[str, Any] = {}
+
+    def parameters(self) -> Parameters:
+        return Parameters(**{name: getattr(self, name) for name in Parameters.__struct_fields__})
 
 
 class Reporter(Protocol):
@@ -135,9 +123,6 @@ def collect(prompt_files: Sequence[str | Path], out: str | Path, settings: Colle
     return run_blocking(collect_async(prompt_files, out, settings, reporter, force))
 
 
-T = TypeVar("T")
-
-
 @contextmanager
 def rare_full_collections() -> Iterator[None]:
     """Fewer garbage-collector passes while responses are parsed.
@@ -173,7 +158,7 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
                                          prompts, reporter, force)
 
 
-async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: dict[str, Any],
+async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: Manifest,
                           settings: CollectSettings, model: str, models: list[dict[str, Any]],
                           prompts: list[Prompt], reporter: Reporter, force: bool
                           ) -> CollectResult:
@@ -188,21 +173,21 @@ async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: dict[
         with rare_full_collections():
             await session.run(jobs, prompts)
     except EndpointDown as exc:
-        manifest["stop_reason"] = str(exc)
+        manifest.stop_reason = str(exc)
         _end_run(run_dir, manifest, session, len(done), total, failing=True)
         raise EndpointDown(
             f"stopped: {exc}. {len(done) + session.collected} of {total} requests are "
             f"collected and kept in {run_dir}; rerun the same command when the server "
             "answers again to collect the rest") from None
     except BaseException as exc:
-        manifest["stop_reason"] = str(exc) if isinstance(exc, QuantcheckError) else None
+        manifest.stop_reason = str(exc) if isinstance(exc, QuantcheckError) else None
         _end_run(run_dir, manifest, session, len(done), total, failing=True)
         raise
     _end_run(run_dir, manifest, session, len(done), total, failing=False)
     return CollectResult(run_dir, total, total - len(jobs), session.collected, session.failed)
 
 
-async def _start_run(client: EndpointClient, run_dir: Path, manifest: dict[str, Any],
+async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
                      settings: CollectSettings, model: str, models: list[dict[str, Any]],
                      prompts: list[Prompt], reporter: Reporter, force: bool
                      ) -> set[tuple[str, int]]:
@@ -210,35 +195,35 @@ async def _start_run(client: EndpointClient, run_dir: Path, manifest: dict[str, 
     manifest; the keys already collected."""
     _prepare_run_dir(run_dir, manifest, force)
     done = completed_keys(run_dir)
-    manifest["server"] = await describe_server(client, models)
-    manifest["cell"] = {**cell_from_server(manifest["server"], model, settings.concurrency),
-                        **settings.cell}
-    manifest["cell_key"] = cell_key(manifest["cell"])
+    manifest.server = await describe_server(client, models)
+    manifest.cell = {**cell_from_server(manifest.server, model, settings.concurrency),
+                     **settings.cell}
+    manifest.cell_key = cell_key(manifest.cell)
     if not done:  # a resumed run keeps the preflight it started with
-        manifest["preflight"] = await _preflight(client, settings, model, models,
-                                                 manifest, prompts, reporter)
-    if manifest["server"].get("runtime") == "llama-cpp-python" and settings.concurrency > 1:
+        manifest.preflight = await _preflight(client, settings, model, models,
+                                              manifest, prompts, reporter)
+    if manifest.server.runtime == "llama-cpp-python" and settings.concurrency > 1:
         reporter.warn("llama-cpp-python answers one request at a time and, by default, "
                       "cuts a running stream short when another request arrives: use "
                       "--concurrency 1 (or start it with --interrupt_requests false)")
     write_prompts(run_dir, prompts)
-    write_json_atomic(run_dir / MANIFEST, manifest)
+    write_manifest(run_dir, manifest)
     return done
 
 
-def _end_run(run_dir: Path, manifest: dict[str, Any], session: _Session, done_before: int,
+def _end_run(run_dir: Path, manifest: Manifest, session: _Session, done_before: int,
              total: int, failing: bool) -> None:
     """The manifest at the end of a pass. When even that cannot be written while the
     run is failing already (the disk is still full), the one written at the start
     stays, whole: its status `running` with no collector holding the lock reads as
     interrupted (Run.status), and the first error is the one reported."""
-    manifest["finished_at"] = _now()
-    manifest["status"] = ("interrupted" if not session.finished
-                          else "incomplete" if session.failed else "complete")
-    manifest["counts"] = {"requests": total, "ok": done_before + session.collected,
-                          "failed": session.failed}
+    manifest.finished_at = _now()
+    manifest.status = ("interrupted" if not session.finished
+                       else "incomplete" if session.failed else "complete")
+    manifest.counts = RunCounts(requests=total, ok=done_before + session.collected,
+                                failed=session.failed)
     try:
-        write_json_atomic(run_dir / MANIFEST, manifest)
+        write_manifest(run_dir, manifest)
     except StorageError:
         if not failing:
             raise
@@ -391,77 +376,53 @@ class _Session:
 
 
 async def _preflight(client: EndpointClient, settings: CollectSettings, model: str,
-                     models: list[dict[str, Any]], manifest: dict[str, Any],
-                     prompts: list[Prompt], reporter: Reporter) -> dict[str, Any] | None:
+                     models: list[dict[str, Any]], manifest: Manifest,
+                     prompts: list[Prompt], reporter: Reporter) -> Preflight | None:
     """The preflight report for the manifest. A hard failure stops here, before any
     prompt is sent."""
     if not settings.preflight:
         return None
     reporter.checking(public_url(settings.endpoint))
-    report = await run_preflight(client, model, models, manifest["server"],
+    report = await run_preflight(client, model, models, manifest.server,
                                  ProbeShape.like(prompts[0]),
                                  settings.top_logprobs, settings.context_tokens)
     reporter.checked(report)
     if report.failures():
         raise PreflightFailed(report.explanation())
-    return report.to_json()
+    return report
 
 
 def _manifest(settings: CollectSettings, model: str, prompts: list[Prompt],
-              prompt_files: Sequence[str | Path]) -> dict[str, Any]:
-    parameters = asdict(settings)
-    for key in ("endpoint", "label", "cell"):
-        parameters.pop(key)
-    return {
-        "quantcheck_version": __version__,
-        "label": settings.label,
-        "endpoint": public_url(settings.endpoint),
-        "model": model,
-        "parameters": parameters,
-        "prompt_files": [{"path": str(p), "sha256": file_sha256(Path(p))} for p in prompt_files],
-        "prompt_hashes": {p.id: p.hash for p in prompts},
-        "started_at": _now(),
-        "finished_at": None,
-        "status": "running",
-        "stop_reason": None,
-    }
+              prompt_files: Sequence[str | Path]) -> Manifest:
+    return Manifest(
+        quantcheck_version=__version__, label=settings.label,
+        endpoint=public_url(settings.endpoint), model=model,
+        parameters=settings.parameters(),
+        prompt_files=[PromptFile(str(p), file_sha256(Path(p))) for p in prompt_files],
+        prompt_hashes={p.id: p.hash for p in prompts}, started_at=_now())
 
 
-def _identity(manifest: dict[str, Any]) -> dict[str, Any]:
-    """What must match for a resume: not concurrency, timeouts, retries, repeats or label."""
-    parameters = manifest.get("parameters", {})
-    return {
-        "endpoint": manifest.get("endpoint"),
-        "model": manifest.get("model"),
-        "top_logprobs": parameters.get("top_logprobs"),
-        "stream": parameters.get("stream"),
-        "repeat_mode": parameters.get("repeat_mode", "pool"),
-        "prompt_hashes": manifest.get("prompt_hashes"),
-    }
-
-
-def _prepare_run_dir(run_dir: Path, manifest: dict[str, Any], force: bool) -> None:
+def _prepare_run_dir(run_dir: Path, manifest: Manifest, force: bool) -> None:
     collected = run_dir / COMPLETIONS
     if not (run_dir / MANIFEST).exists() or not collected.exists() \
             or not collected.stat().st_size:
         return  # nothing collected yet: nothing to protect
-    previous = read_json(run_dir / MANIFEST)
-    old, new = _identity(previous), _identity(manifest)
-    held = int((previous.get("parameters") or {}).get("repeats") or 1)
-    fewer_repeats = int(manifest["parameters"]["repeats"]) < held
-    if old == new and not fewer_repeats:
-        manifest["started_at"] = previous.get("started_at", manifest["started_at"])
-        manifest["preflight"] = previous.get("preflight")
+    previous = read_manifest(run_dir)
+    old, new = previous.identity(), manifest.identity()
+    held, asked = previous.parameters.repeats, manifest.parameters.repeats
+    if old == new and asked >= held:
+        manifest.started_at = previous.started_at
+        manifest.preflight = previous.preflight
         return
     if force:
         set_aside(run_dir)
         return
     if old == new:
         raise RunMismatch(
-            f"{run_dir} holds {held} repeats per prompt; --repeats "
-            f"{manifest['parameters']['repeats']} would leave the others in the comparison "
-            f"but not in the manifest. Rerun with --repeats {held} (or more, to extend it), "
-            "use another --out, or --force to set the old run aside and start over.")
+            f"{run_dir} holds {held} repeats per prompt; --repeats {asked} would leave the "
+            f"others in the comparison but not in the manifest. Rerun with --repeats {held} "
+            "(or more, to extend it), use another --out, or --force to set the old run "
+            "aside and start over.")
     differences = [_describe_difference(key, old.get(key), new[key])
                    for key in new if old.get(key) != new[key]]
     raise RunMismatch(

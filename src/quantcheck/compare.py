@@ -18,8 +18,15 @@ from .drift import pair_columns as forced_pair_columns
 from .files import make_directory, write_atomic
 from .logscan import scan_logs
 from .records import Prompt
-from .reportdir import DETAILS, PAIR_COLUMNS, PAIR_FORCED_COLUMNS, PAIRS, SUMMARY
-from .runstore import frame_rows, write_json_atomic, write_jsonl_atomic
+from .reportdir import (
+    DETAILS,
+    PAIR_COLUMNS,
+    PAIR_FORCED_COLUMNS,
+    PAIRS,
+    Summary,
+    write_summary,
+)
+from .runstore import frame_rows, write_jsonl_atomic
 from .sides import Side, load_side
 from .triage import (
     NEAR_TIE_NATS,
@@ -108,8 +115,7 @@ def _by_prompt(index: pd.DataFrame) -> dict[str, list[Record]]:
 def token_metrics_withheld(a: Side, b: Side) -> str | None:
     """Why token positions of A and B do not correspond (their preflights' tokenizer
     fingerprints differ), or None."""
-    agreement = tokenizer_agreement((a.manifest.get("preflight") or {}).get("tokenizer"),
-                                    (b.manifest.get("preflight") or {}).get("tokenizer"))
+    agreement = tokenizer_agreement(a.fingerprint, b.fingerprint)
     return agreement.message if agreement.status == "warn" else None
 
 
@@ -123,8 +129,8 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
     row: dict[str, Any] = {"prompt_id": prompt_id,
                            "category": prompt.category if prompt else ""}
     a_ok, b_ok = _successful(a_rows), _successful(b_rows)
-    row.update(_determinism("a", a_ok), a_repeat_mode=_repeat_mode(a))
-    row.update(_determinism("b", b_ok), b_repeat_mode=_repeat_mode(b))
+    row.update(_determinism("a", a_ok), a_repeat_mode=a.repeat_mode)
+    row.update(_determinism("b", b_ok), b_repeat_mode=b.repeat_mode)
     detail["a_variants"], detail["b_variants"] = _variants(a_ok), _variants(b_ok)
     a_first, b_first = _repeat_zero(a_ok), _repeat_zero(b_ok)
     row["status"] = _status(a_rows, b_rows, a_first, b_first)
@@ -154,11 +160,6 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
         row["identical"], row["similarity"], row["numbers_changed"], row["flip"],
         row["a_expect"], row["b_expect"], row["a_degenerate"], row["b_degenerate"])
     return row
-
-
-def _repeat_mode(side: Side) -> str:
-    return "" if side.text_only else str(
-        (side.manifest.get("parameters") or {}).get("repeat_mode", "pool"))
 
 
 def _successful(rows: list[Record] | None) -> list[Record] | None:
@@ -258,17 +259,13 @@ def write_pairs(frame: pd.DataFrame, out: Path) -> None:
     write_atomic(out / PAIRS, frame.to_csv(index=False).encode("utf-8"))
 
 
-def write_summary(summary: dict[str, Any], out: Path) -> None:
-    write_json_atomic(out / SUMMARY, summary)
-
-
 def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
                    prompts: dict[str, Prompt] | None = None,
                    approvals: str | Path | None = None,
                    logs: dict[str, Path | None] | None = None,
                    signature_files: tuple[Path, ...] = (),
                    forced: str | Path | None = None
-                   ) -> tuple[pd.DataFrame, dict[str, Any]]:
+                   ) -> tuple[pd.DataFrame, Summary]:
     """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
     review sheet index.html. `forced`: a folder written by `quantcheck forced`."""
     from .report import write_sheet
@@ -280,15 +277,15 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
                                                approvals or default_approvals_path(out))
     forced_summary = _add_forced(pairs, forced) if forced is not None else None
     summary = summarize(pairs, side_a, side_b)
-    summary["forced"] = forced_summary
-    summary["approvals_file"] = str(approvals_path) if approvals_path else None
-    summary["log_matches"] = scan_logs(logs or {}, signature_files)
-    summary["sources"] = {"a": str(a), "b": str(b)}
-    summary["sig_digits"] = sig_digits
-    summary["near_tie_nats"] = NEAR_TIE_NATS
-    summary["identity"] = run_identity(pairs)
+    summary.forced = forced_summary
+    summary.approvals_file = str(approvals_path) if approvals_path else None
+    summary.log_matches = scan_logs(logs or {}, signature_files)
+    summary.sources = {"a": str(a), "b": str(b)}
+    summary.sig_digits = sig_digits
+    summary.near_tie_nats = NEAR_TIE_NATS
+    summary.identity = run_identity(pairs)
     write_pairs(pairs, out)
     write_jsonl_atomic(out / DETAILS, details)
-    write_summary(summary, out)
+    write_summary(out, summary)
     write_sheet(out)
     return pairs, summary

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .files import make_directory, write_atomic
+from .reportdir import SideDeterminism
 from .runstore import write_json_atomic
 from .sides import Side, load_side
 from .templating import environment
@@ -105,8 +106,7 @@ def render_determinism(out: Path, rows: list[dict[str, Any]], summary: dict[str,
     return out / "index.html"
 
 
-def side_determinism(side: Side) -> dict[str, Any]:
-    """The compare summary's view: which mode made the repeats, how many prompts vary."""
-    parameters = side.manifest.get("parameters") or {}
-    return {"mode": parameters.get("repeat_mode", "pool"),
-            "repeats": parameters.get("repeats")}
+def side_determinism(side: Side) -> SideDeterminism:
+    """The compare summary's view: which mode made the repeats, and how many."""
+    return SideDeterminism(side.repeat_mode,
+                           side.manifest.parameters.repeats if side.manifest else None)

@@ -77,7 +77,7 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         model = choose_model(models, settings.model, public_url(settings.endpoint))
         server = await describe_server(client, models)
         mode = settings.mode if settings.mode != "auto" else (
-            "prompt-logprobs" if server.get("runtime") == "vllm" else "echo")
+            "prompt-logprobs" if server.runtime == "vllm" else "echo")
         scorer = _Scorer(client, model, mode, settings.top_k)
         semaphore = asyncio.Semaphore(settings.concurrency)
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+import msgspec
 import pandas as pd
 
 from .configfile import read_yaml, reject_unknown
 from .errors import ConfigFileError, RunFormatError
 from .files import write_atomic
-from .records import new_degenerate_on_b
-from .reviews import validate_review
-from .rubric import Rubric
-from .runstore import frame_rows, read_json, write_json_atomic
+from .reportdir import PairRow, Summary, new_degenerate_on_b, pair_rows
+from .reviews import ReviewVerdict
+from .runstore import write_json_atomic
 from .stats import pass_rate_change
 
 
@@ -41,8 +41,7 @@ class Policy:
     max_forced_kl: float | None = None  # mean teacher-forced KL over all scored positions
 
 
-@dataclass
-class Rule:
+class Rule(msgspec.Struct):
     """One rule's outcome; `count` is None where the rule does not apply (shown n/a)."""
 
     name: str
@@ -50,15 +49,26 @@ class Rule:
     count: int | float | None
     limit: int | float | None
     passed: bool
-    prompts: list[str] = field(default_factory=list)
+    prompts: list[str] = []
 
 
-@dataclass
-class Verdict:
-    passed: bool
+class ApprovedPair(msgspec.Struct):
+    prompt_id: str
+    label: str
+    approved_at: str
+
+
+class GateResult(msgspec.Struct, kw_only=True):
+    """gate.json: the verdict, every rule, who reviewed, which pairs were approved."""
+
+    verdict: str  # pass | fail
     rules: list[Rule]
-    reviewers: list[str]
-    approved: list[dict[str, Any]]
+    reviewers: list[str] = []
+    approved: list[ApprovedPair] = []
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
 
     def reasons(self) -> list[str]:
         return [f"{rule.description} ({', '.join(rule.prompts[:3])}"
@@ -95,58 +105,39 @@ def _check_policy_value(path: Path, key: str, value: Any) -> None:
         raise ConfigFileError(f"{path}: field '{key}': a whole number >= 0, or null (off)")
 
 
-def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
-                  identity: str, prompt_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """Every reviewer's verdicts by prompt; a review of another run is an input error."""
-    files = sorted((report_dir / "reviews").glob("*.json")) + list(extra_files)
-    verdicts: dict[str, list[dict[str, Any]]] = {}
-    for path in files:
-        document = validate_review(read_json(path), identity, rubric, prompt_ids, str(path))
-        reviewer = str(document.get("reviewer") or path.stem)
-        for prompt_id, verdict in document["verdicts"].items():
-            if verdict.get("label"):
-                verdicts.setdefault(prompt_id, []).append({**verdict, "reviewer": reviewer})
-    return verdicts
-
-
-def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[dict[str, Any]]],
-             blocking: set[str], policy: Policy, summary: dict[str, Any]) -> Verdict:
+def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[ReviewVerdict]],
+             blocking: set[str], policy: Policy, summary: Summary) -> GateResult:
     """The verdict. A report where no pair was compared is refused (NothingCompared):
     a gate that passes on nothing would be worse than none."""
-    rows = frame_rows(pairs)
-    if not any(r["status"] == "compared" for r in rows):
-        sentence = (summary.get("comparison") or {}).get("sentence") or "nothing was compared"
-        raise NothingCompared(f"no pair was compared, so there is nothing to pass: "
-                              f"{sentence}")
+    rows = pair_rows(pairs)
+    if not any(r.compared for r in rows):
+        raise NothingCompared("no pair was compared, so there is nothing to pass: "
+                              f"{summary.comparison.sentence}")
     rules = _rules(pairs, rows, verdicts, blocking, policy, summary)
-    approved = [{"prompt_id": r["prompt_id"], "label": r["approved_label"],
-                 "approved_at": r["approved_at"]} for r in rows
-                if r["status"] == "compared" and not bool(r["identical"]) and r["approved_label"]]
-    reviewers = sorted({v["reviewer"] for given in verdicts.values() for v in given})
-    return Verdict(all(rule.passed for rule in rules), rules, reviewers, approved)
+    approved = [ApprovedPair(r.prompt_id, r.approved_label, r.approved_at) for r in rows
+                if r.needs_review and r.approved_label]
+    reviewers = sorted({v.reviewer for given in verdicts.values() for v in given})
+    return GateResult(verdict="pass" if all(rule.passed for rule in rules) else "fail",
+                      rules=rules, reviewers=reviewers, approved=approved)
 
 
-def _rules(pairs: pd.DataFrame, rows: list[dict[str, Any]],
-           verdicts: dict[str, list[dict[str, Any]]], blocking: set[str], policy: Policy,
-           summary: dict[str, Any]) -> list[Rule]:
+def _rules(pairs: pd.DataFrame, rows: list[PairRow], verdicts: dict[str, list[ReviewVerdict]],
+           blocking: set[str], policy: Policy, summary: Summary) -> list[Rule]:
     """Apply the policy's rules to the triaged pairs and the reviewers' verdicts."""
-    compared = [r for r in rows if r["status"] == "compared"]
-    to_review = [r for r in compared if not bool(r["identical"])]
-    flips = [r["prompt_id"] for r in compared
-             if r["flip"] == "regression" or any(_blocks(v, blocking) for v in
-                                                  verdicts.get(r["prompt_id"], []))]
-    degenerate = new_degenerate_on_b(compared)
-    unreviewed = [r["prompt_id"] for r in to_review
-                  if not verdicts.get(r["prompt_id"]) and not r["approved_label"]]
+    compared = [r for r in rows if r.compared]
+    to_review = [r for r in compared if r.needs_review]
+    flips = [r.prompt_id for r in compared if r.flip == "regression"
+             or any(_blocks(v, blocking) for v in verdicts.get(r.prompt_id, []))]
+    unreviewed = [r.prompt_id for r in to_review
+                  if not verdicts.get(r.prompt_id) and not r.approved_label]
     identical_share = (len(compared) - len(to_review)) / len(compared) if compared else 1.0
-    not_compared = [r["prompt_id"] for r in rows if r["status"] != "compared"]
     rules = [
         _rule("factual_flips", "factual flip", flips, policy.max_factual_flips),
-        _rule("new_degenerate_on_b", "degenerate output new on B", degenerate,
-              policy.max_new_degenerate),
+        _rule("new_degenerate_on_b", "degenerate output new on B",
+              new_degenerate_on_b(compared), policy.max_new_degenerate),
     ]
     for side in ("a", "b"):
-        unstable = [r["prompt_id"] for r in rows if _nondeterministic(r, side)]
+        unstable = [r.prompt_id for r in rows if _nondeterministic(r, side)]
         rules.append(_rule(f"nondeterministic_{side}", f"nondeterministic prompt on "
                            f"{side.upper()}", unstable, policy.max_nondeterministic))
     rules.append(_rule("unreviewed", "unreviewed non-identical pair", unreviewed,
@@ -156,24 +147,22 @@ def _rules(pairs: pd.DataFrame, rows: list[dict[str, Any]],
                       policy.min_identical_share,
                       policy.min_identical_share is None
                       or identical_share >= policy.min_identical_share))
-    rules.append(_rule("not_compared", "prompt not compared", not_compared,
-                       policy.max_not_compared))
+    rules.append(_rule("not_compared", "prompt not compared",
+                       [r.prompt_id for r in rows if not r.compared], policy.max_not_compared))
     rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
-    signatures = [f"{side.upper()}: {m['signature']}" for side, found in
-                  sorted((summary.get("log_matches") or {}).items()) for m in found
-                  if m["blocking"]]
+    signatures = [f"{side.upper()}: {m.signature}" for side, found in
+                  sorted(summary.log_matches.items()) for m in found if m.blocking]
     rules.append(_rule("blocking_log_signatures", "blocking log signature", signatures,
                        policy.max_blocking_log_signatures))
     rules.append(_pass_rate_rule(pairs, policy.max_pass_rate_drop))
-    rules.append(_forced_kl_rule(pairs, policy.max_forced_kl))
+    rules.append(_forced_kl_rule(rows, policy.max_forced_kl))
     return rules
 
 
-def _failed_requests_rule(summary: dict[str, Any], limit: int | None) -> Rule:
+def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:
     """Requests with no answer on either side (failed after retries, or never sent):
     what they would have shown is unknown, so by default they fail the gate."""
-    unanswered = (summary.get("counts") or {}).get("unanswered") or {}
-    a, b = int(unanswered.get("a") or 0), int(unanswered.get("b") or 0)
+    a, b = summary.counts.unanswered.a, summary.counts.unanswered.b
     count = a + b
     description = (f"{count} request{'' if count == 1 else 's'} without an answer "
                    f"(A {a}, B {b}; failed after retries or never sent: rerun the "
@@ -181,15 +170,16 @@ def _failed_requests_rule(summary: dict[str, Any], limit: int | None) -> Rule:
     return Rule("failed_requests", description, count, limit, limit is None or count <= limit)
 
 
-def _forced_kl_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
+def _forced_kl_rule(rows: list[PairRow], limit: float | None) -> Rule:
     """Mean teacher-forced KL over every scored position (prompts weighted by length)."""
-    scored = pairs.dropna(subset=["forced_kl_mean"]) if "forced_kl_mean" in pairs else pairs[:0]
-    if scored.empty:
+    scored = [(r.forced_kl_mean, r.forced_positions or 0) for r in rows
+              if r.forced_kl_mean is not None]
+    positions = sum(n for _, n in scored)
+    if not positions:
         return Rule("forced_kl", "no teacher-forced scores in this report (run with --forced)"
                     if limit is not None else "no teacher-forced scores", None, limit,
                     limit is None)
-    weights = scored["forced_positions"].astype(float)
-    mean = float((scored["forced_kl_mean"] * weights).sum() / weights.sum())
+    mean = sum(kl * n for kl, n in scored) / positions
     description = (f"teacher-forced KL mean {mean:.3g}, above {limit:g}" if limit is not None
                    else f"teacher-forced KL mean {mean:.3g}")
     return Rule("forced_kl", description, mean, limit, limit is None or mean <= limit)
@@ -209,14 +199,15 @@ def _pass_rate_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
     return Rule("pass_rate_drop", description, round(drop, 1), limit, drop <= limit)
 
 
-def _blocks(verdict: dict[str, Any], blocking: set[str]) -> bool:
+def _blocks(verdict: ReviewVerdict, blocking: set[str]) -> bool:
     # A blocking label with B named right means A was wrong: an improvement, not a flip.
-    return verdict["label"] in blocking and verdict.get("right_side") != "b"
+    return verdict.label in blocking and verdict.right_side != "b"
 
 
-def _nondeterministic(row: dict[str, Any], side: str) -> bool:
-    return any((row[f"{side}_{column}"] or 0) > 1 for column in ("texts", "signatures")
-               if row[f"{side}_{column}"] == row[f"{side}_{column}"])
+def _nondeterministic(row: PairRow, side: str) -> bool:
+    texts, signatures = ((row.a_texts, row.a_signatures) if side == "a"
+                         else (row.b_texts, row.b_signatures))
+    return (texts or 0) > 1 or (signatures or 0) > 1
 
 
 def _rule(name: str, what: str, prompts: list[str], limit: int | None) -> Rule:
@@ -228,10 +219,8 @@ def _rule(name: str, what: str, prompts: list[str], limit: int | None) -> Rule:
                 limit is None or count <= limit, [str(p) for p in prompts])
 
 
-def write_gate_json(verdict: Verdict, path: Path) -> None:
-    write_json_atomic(path, {"verdict": "pass" if verdict.passed else "fail",
-                             "rules": [asdict(rule) for rule in verdict.rules],
-                             "reviewers": verdict.reviewers, "approved": verdict.approved})
+def write_gate_json(result: GateResult, path: Path) -> None:
+    write_json_atomic(path, msgspec.to_builtins(result))
 
 
 # Characters XML 1.0 cannot hold at all, even escaped: shown as backslash-x-NN instead.
@@ -242,7 +231,7 @@ def _xml(text: str) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def junit_xml(verdict: Verdict, pairs: pd.DataFrame) -> bytes:
+def junit_xml(verdict: GateResult, pairs: pd.DataFrame) -> bytes:
     """One testcase per prompt; a failure for each rule that prompt breaks. Prompt ids
     and categories come from users' files: characters XML cannot hold are written as
     backslash-x and two hex digits, so the file stays well-formed."""
@@ -273,10 +262,10 @@ def junit_xml(verdict: Verdict, pairs: pd.DataFrame) -> bytes:
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)
 
 
-def markdown(verdict: Verdict, summary: dict[str, Any]) -> str:
+def markdown(verdict: GateResult, summary: Summary) -> str:
     icon = "PASS" if verdict.passed else "FAIL"
     lines = [f"## quantcheck: {icon}", "",
-             f"**{summary['a']['label']}** (A) vs **{summary['b']['label']}** (B)", "",
+             f"**{summary.a.label}** (A) vs **{summary.b.label}** (B)", "",
              "| rule | count | limit | result | prompts |", "|---|---|---|---|---|"]
     for rule in verdict.rules:
         limit = "off" if rule.limit is None else rule.limit
@@ -289,20 +278,20 @@ def markdown(verdict: Verdict, summary: dict[str, Any]) -> str:
                      f"{'ok' if rule.passed else '**fail**'} | {prompts} |")
     if verdict.approved:
         lines += ["", f"{len(verdict.approved)} pairs approved earlier (no second review): "
-                  + ", ".join(f"`{a['prompt_id']}` ({a['label']}, {a['approved_at']})"
+                  + ", ".join(f"`{a.prompt_id}` ({a.label}, {a.approved_at})"
                               for a in verdict.approved[:10])]
     if verdict.reviewers:
         lines += ["", "Reviewers: " + ", ".join(verdict.reviewers)]
     return "\n".join(lines) + "\n"
 
 
-def one_line(verdict: Verdict) -> str:
+def one_line(verdict: GateResult) -> str:
     if verdict.passed:
         return "PASS: no rule broken"
     return "FAIL: " + ", ".join(verdict.reasons())
 
 
-def write_junit(verdict: Verdict, pairs: pd.DataFrame, path: Path) -> None:
+def write_junit(verdict: GateResult, pairs: pd.DataFrame, path: Path) -> None:
     write_atomic(path, junit_xml(verdict, pairs))
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .configfile import read_yaml, reject_unknown, require_bools, require_text
 from .errors import ConfigFileError, RunFormatError
+from .reportdir import LogMatch
 
 SHIPPED = Path(__file__).parent / "data" / "signatures.yaml"
 SIGNATURE_KEYS = {"id", "pattern", "regex", "meaning", "action", "reference", "blocking"}
@@ -26,21 +27,6 @@ class Signature:
 
     def compiled(self) -> re.Pattern[str]:
         return re.compile(self.pattern if self.regex else re.escape(self.pattern))
-
-
-@dataclass
-class LogMatch:
-    """A signature found in a log: where first, and how often."""
-
-    signature: str
-    log: str
-    line: int
-    text: str
-    count: int
-    meaning: str
-    action: str
-    reference: str
-    blocking: bool
 
 
 def load_signatures(extra: list[Path] | tuple[Path, ...] = ()) -> list[Signature]:
@@ -93,15 +79,16 @@ def scan_log(path: Path, signatures: list[Signature]) -> list[LogMatch]:
                     found[signature.id].count += 1
                 else:
                     found[signature.id] = LogMatch(
-                        signature.id, str(path), number, line.strip()[:300], 1,
-                        signature.meaning, signature.action, signature.reference,
-                        signature.blocking)
+                        signature=signature.id, log=str(path), line=number,
+                        text=line.strip()[:300], count=1, meaning=signature.meaning,
+                        action=signature.action, reference=signature.reference,
+                        blocking=signature.blocking)
     return list(found.values())
 
 
 def scan_logs(logs: dict[str, Path | None], extra: list[Path] | tuple[Path, ...] = ()
-              ) -> dict[str, list[dict[str, Any]]]:
+              ) -> dict[str, list[LogMatch]]:
     """{"a": [...], "b": [...]} for the sides that have a log."""
     signatures = load_signatures(extra)
-    return {side: [asdict(m) for m in scan_log(path, signatures)]
-            for side, path in logs.items() if path is not None}
+    return {side: scan_log(path, signatures) for side, path in logs.items()
+            if path is not None}

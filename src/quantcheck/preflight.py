@@ -19,10 +19,10 @@ import asyncio
 import random
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from .checks import Check
+from .checks import Check, Fingerprint, Preflight
 from .checks import tokenizer_agreement as tokenizer_agreement  # its old home
 from .client import (
     TRANSPORT_ERRORS,
@@ -37,10 +37,10 @@ from .client import (
 from .dialects import Generation, MalformedResponse
 from .errors import EndpointError, ParameterRejected, QuantcheckError
 from .prompts import GREEDY_FIELDS
-from .records import Prompt
+from .records import DEFAULT_CONTEXT_TOKENS, Prompt
+from .runstore import ServerInfo
 from .runtimes import context_length
 
-DEFAULT_CONTEXT_TOKENS = 6000
 GREEDY_PROBE = ("Write the word echo twelve times, separated by spaces, then count from "
                 "one to ten in words.")
 REASONING_PROBE = "What is 17 + 25? Answer with the number only."
@@ -54,39 +54,6 @@ _FILLER = ("river", "stone", "quiet", "morning", "garden", "paper", "window", "s
 
 class PreflightFailed(QuantcheckError):
     """A hard preflight check failed; the message explains which and how to fix it."""
-
-
-@dataclass
-class Preflight:
-    """Every check's outcome for one endpoint, as recorded in the run's manifest."""
-
-    endpoint: str
-    model: str
-    api: str
-    checks: list[Check] = field(default_factory=list)
-    max_model_len: int | None = None
-    tokenizer: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    @property
-    def status(self) -> str:
-        statuses = {check.status for check in self.checks}
-        return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
-
-    def failures(self) -> list[Check]:
-        return [check for check in self.checks if check.status == "fail"]
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "status": self.status}
-
-    def explanation(self) -> str:
-        lines = [f"preflight failed for {self.endpoint} ({self.model}):"]
-        for check in self.failures():
-            lines.append(f"  {check.name}: {check.message}")
-            if check.fix:
-                lines.append(f"    Fix: {check.fix}")
-        lines.append("Nothing was collected. Skip these checks with --no-preflight.")
-        return "\n".join(lines)
 
 
 @dataclass
@@ -117,7 +84,7 @@ class ProbeShape:
 
 
 async def run_preflight(client: EndpointClient, model: str, models: list[dict[str, Any]],
-                        server: dict[str, Any], shape: ProbeShape, top_k: int = 20,
+                        server: ServerInfo, shape: ProbeShape, top_k: int = 20,
                         context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> Preflight:
     """Run every check against one endpoint (a few short requests and one long one)."""
     started = time.perf_counter()
@@ -129,10 +96,12 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     report.checks.append(await _context_check(probes, context_tokens, report.max_model_len))
     report.checks.append(await _reasoning_check(probes))
     report.tokenizer = await tokenizer_fingerprint(client, model, probes)
-    report.checks.append(Check("tokenizer", "pass" if report.tokenizer else "skip",
-                               f"fingerprint recorded ({report.tokenizer.get('method')})"
-                               if report.tokenizer else "the server reports no token counts"))
+    recorded = report.tokenizer.method
+    report.checks.append(Check("tokenizer", "pass" if recorded else "skip",
+                               f"fingerprint recorded ({recorded})" if recorded
+                               else "the server reports no token counts"))
     report.seconds = time.perf_counter() - started
+    report.settle()
     return report
 
 
@@ -319,7 +288,7 @@ async def _reasoning_check(probes: _Probes) -> Check:
 
 
 async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Probes
-                                ) -> dict[str, Any]:
+                                ) -> Fingerprint:
     """Token ids of fixed texts from the server's tokenize endpoint (vLLM, llama.cpp,
     llama-cpp-python), plus the prompt token counts the probes reported."""
     ids: dict[str, list[int]] = {}
@@ -339,9 +308,9 @@ async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Pro
             ids = {}
     counts = dict(probes.prompt_tokens)
     if not ids and not counts:
-        return {}
-    return {"method": f"{method} tokenize" if method else "prompt token counts",
-            "ids": ids, "prompt_tokens": counts}
+        return Fingerprint()
+    return Fingerprint(method=f"{method} tokenize" if method else "prompt token counts",
+                       ids=ids, prompt_tokens=counts)
 
 
 async def check_endpoint(endpoint: str, model: str | None = None,

@@ -8,6 +8,12 @@ from typing import Any
 
 TopK = list[tuple[str, float]]
 
+# Defaults of a run's settings (runstore.Parameters), shared by the client and preflight.
+DEFAULT_CONTEXT_TOKENS = 6000  # the preflight's context probe
+# A top-20 chat answer costs about 2 KB per token on the wire: 256 MiB holds more than
+# 100,000 tokens, far beyond any max_tokens a run uses.
+DEFAULT_MAX_RESPONSE_MB = 256
+
 # Degenerate output, as triage names it in pairs.csv (`a_degenerate`, `b_degenerate`).
 # A loop or an empty answer is degenerate: the gate fails on one new on B. `length`
 # (capped by max_tokens where the other side stopped) is reported beside it, never
@@ -19,13 +25,6 @@ LENGTH_CAPPED = "length"
 def new_on_b(a_reason: str | None, b_reason: str | None, kinds: tuple[str, ...]) -> bool:
     """B's answer is of one of `kinds` and A's is not."""
     return (b_reason or "") in kinds and (a_reason or "") not in kinds
-
-
-def new_degenerate_on_b(rows: list[dict[str, Any]]) -> list[str]:
-    """Prompts whose B answer is degenerate (a loop, empty) and A's is not: the one
-    definition the summary, the sheet and the gate count."""
-    return [str(r["prompt_id"]) for r in rows if r["status"] == "compared"
-            and new_on_b(r["a_degenerate"], r["b_degenerate"], DEGENERATE_KINDS)]
 
 
 @dataclass

@@ -7,11 +7,12 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from markupsafe import Markup
 
 from .cells import CELL_AXES
 from .files import write_atomic
-from .reportdir import DETAILS, read_pairs, read_summary
+from .reportdir import DETAILS, Counts, Summary, read_pairs, read_summary
 from .reviews import load_reviews
 from .rubric import Rubric, load_rubric
 from .runstore import iter_jsonl
@@ -23,7 +24,7 @@ AXES = ["model", "runtime", "runtime_version"]
 
 
 def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
-               summary: dict[str, Any] | None = None) -> dict[str, Any]:
+               summary: Summary | None = None) -> dict[str, Any]:
     """Everything the sheet's script needs, as one JSON-able object."""
     summary = summary or read_summary(report_dir)
     pairs = read_pairs(report_dir)
@@ -33,13 +34,14 @@ def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = N
     records = [_clean(row) for row in pairs.to_dict("records")]
     for record in records:
         record["detail"] = details.get(str(record["prompt_id"]), {})
-    reviews, refused = load_reviews(report_dir, summary["identity"], rubric,
+    reviews, refused = load_reviews(report_dir, summary.identity, rubric,
                                     {str(r["prompt_id"]) for r in records})
     return {
-        "meta": {"identity": summary.get("identity", ""), "a": summary["a"], "b": summary["b"]},
+        "meta": {"identity": summary.identity, "a": msgspec.to_builtins(summary.a),
+                 "b": msgspec.to_builtins(summary.b)},
         "rubric": rubric.to_json(),
         "pairs": records,
-        "reviews": reviews,
+        "reviews": {name: msgspec.to_builtins(review) for name, review in reviews.items()},
         "refused_reviews": refused,
         "live": live,
     }
@@ -62,24 +64,20 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
     rubric = load_rubric(rubric_path)
     summary = read_summary(report_dir)
     data = sheet_data(report_dir, rubric, live, summary)
-    cells = summary.get("cells") or {}
+    forced = summary.forced
     template = environment.get_template("sheet.html")
     return template.render(
-        nonce=secrets.token_urlsafe(16), a=summary["a"], b=summary["b"], rubric=rubric,
-        axes=_axes(summary), axes_warning=cells.get("warning"), headline=headline(summary),
-        count_tiles=_count_tiles(summary["counts"]),
-        throughput_note=summary.get("performance", {}).get("throughput_note", ""),
-        log_matches=summary.get("log_matches") or {}, summary_counts=summary["counts"],
-        pass_rate=(summary.get("stats") or {}).get("pass_rate"),
-        determinism=summary.get("determinism") or {"a": {"mode": "?"}, "b": {"mode": "?"}},
-        preflight={"a": None, "b": None, "tokenizer": None, "token_metrics_withheld": None,
-                   **(summary.get("preflight") or {})},
-        plots=_plots(data["pairs"], summary.get("forced")),
-        forced=summary.get("forced") if (summary.get("forced") or {}).get("scored") else None,
+        nonce=secrets.token_urlsafe(16), a=summary.a, b=summary.b, rubric=rubric,
+        axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
+        count_tiles=_count_tiles(summary.counts),
+        throughput_note=summary.performance.throughput_note,
+        log_matches=summary.log_matches, summary_counts=summary.counts,
+        pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
+        preflight=summary.preflight, plots=_plots(data["pairs"], forced),
+        forced=forced if (forced or {}).get("scored") else None,
         categories=sorted({str(p["category"]) for p in data["pairs"] if p["category"]}),
-        refused_reviews=data["refused_reviews"], comparison=summary.get("comparison"),
-        near_tie_nats=summary.get("near_tie_nats"), e=math.e,
-        data_json=embed_json(data))
+        refused_reviews=data["refused_reviews"], comparison=summary.comparison,
+        near_tie_nats=summary.near_tie_nats, e=math.e, data_json=embed_json(data))
 
 
 def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -> Path:
@@ -89,35 +87,36 @@ def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -
     return path
 
 
-def _axes(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def _axes(summary: Summary) -> list[dict[str, Any]]:
     """Header rows: label and endpoint, then every cell axis either side knows."""
-    cells = summary.get("cells") or {}
-    a_cell, b_cell = cells.get("a") or {}, cells.get("b") or {}
-    differing = set(cells.get("differs") or [])
-    rows = [{"name": name, "a": summary["a"].get(name) or "", "b": summary["b"].get(name) or "",
+    cells = summary.cells
+    a_cell, b_cell = cells.a, cells.b
+    a_side, b_side = msgspec.to_builtins(summary.a), msgspec.to_builtins(summary.b)
+    differing = set(cells.differs)
+    rows = [{"name": name, "a": a_side.get(name) or "", "b": b_side.get(name) or "",
              "differs": False} for name in ("label", "endpoint")]
     names = [k for k in CELL_AXES if k in a_cell or k in b_cell] + sorted(
         (set(a_cell) | set(b_cell)) - set(CELL_AXES))
     for name in names or AXES:
-        a, b = a_cell.get(name, summary["a"].get(name)), b_cell.get(name, summary["b"].get(name))
+        a, b = a_cell.get(name, a_side.get(name)), b_cell.get(name, b_side.get(name))
         rows.append({"name": name, "a": "" if a is None else a, "b": "" if b is None else b,
                      "differs": name in differing})
-    if cells.get("a_key") or cells.get("b_key"):
-        rows.append({"name": "cell key", "a": cells.get("a_key") or "",
-                     "b": cells.get("b_key") or "", "differs": False})
+    if cells.a_key or cells.b_key:
+        rows.append({"name": "cell key", "a": cells.a_key or "", "b": cells.b_key or "",
+                     "differs": False})
     return rows
 
 
-def _count_tiles(counts: dict[str, Any]) -> list[tuple[str, Any]]:
-    return [("pairs compared", counts["pairs"]), ("identical", counts["identical"]),
-            ("wording (suggested)", counts["wording_similar"]),
-            ("to review", counts["divergent"]),
-            ("expect regressions", counts["flips"]["regression"]),
-            ("expect improvements", counts["flips"]["improvement"]),
-            ("degenerate new on B", counts["degenerate_new_on_b"]),
-            ("nondeterministic A / B", f"{counts['nondeterministic']['a']} / "
-                                       f"{counts['nondeterministic']['b']}"),
-            ("not compared", counts["prompts"] - counts["pairs"])]
+def _count_tiles(counts: Counts) -> list[tuple[str, Any]]:
+    return [("pairs compared", counts.pairs), ("identical", counts.identical),
+            ("wording (suggested)", counts.wording_similar),
+            ("to review", counts.divergent),
+            ("expect regressions", counts.flips.regression),
+            ("expect improvements", counts.flips.improvement),
+            ("degenerate new on B", counts.degenerate_new_on_b),
+            ("nondeterministic A / B", f"{counts.nondeterministic.a} / "
+                                       f"{counts.nondeterministic.b}"),
+            ("not compared", counts.prompts - counts.pairs)]
 
 
 def _plots(pairs: list[dict[str, Any]], forced: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from .errors import RunFormatError
 from .rubric import Rubric
 from .runstore import read_json
@@ -22,6 +24,28 @@ class StaleReview(RunFormatError):
     """A review made for another run (its identity does not match)."""
 
 
+class ReviewVerdict(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One reviewer's verdict on one pair. `reviewer` is filled in when read (the file
+    names the reviewer once, at the top)."""
+
+    label: str | None = None
+    right_side: str | None = None  # "a" or "b", for a label that asks which is right
+    notes: str = ""
+    at: str | None = None
+    reviewer: str = ""
+
+
+class Review(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A review file: REPORT_DIR/reviews/NAME.json, or one exported from the sheet."""
+
+    format: str = REVIEW_FORMAT
+    identity: str
+    rubric: str | None = None
+    reviewer: str = ""
+    updated_at: str | None = None
+    verdicts: dict[str, ReviewVerdict] = {}
+
+
 def review_path(report_dir: Path, reviewer: str) -> Path:
     if not REVIEWER_NAME.match(reviewer):
         raise RunFormatError(f"reviewer name {reviewer!r}: use letters, digits, '.', '_' "
@@ -30,8 +54,9 @@ def review_path(report_dir: Path, reviewer: str) -> Path:
 
 
 def validate_review(document: Any, identity: str, rubric: Rubric,
-                    prompt_ids: set[str], source: str) -> dict[str, Any]:
-    """Check a review document; raise RunFormatError (StaleReview) naming what is wrong."""
+                    prompt_ids: set[str], source: str) -> Review:
+    """Check a review document; raise RunFormatError (StaleReview) naming what is wrong.
+    The gate, the review server and the sheet (in JavaScript) apply the same checks."""
     if not isinstance(document, dict) or document.get("format") != REVIEW_FORMAT:
         raise RunFormatError(f"{source}: not a quantcheck review (format {REVIEW_FORMAT})")
     if document.get("identity") != identity:
@@ -58,11 +83,29 @@ def validate_review(document: Any, identity: str, rubric: Rubric,
             raise RunFormatError(f"{where}: right_side must be 'a', 'b' or null")
         if not isinstance(verdict.get("notes", ""), str):
             raise RunFormatError(f"{where}: notes must be text")
-    return document
+    try:
+        return msgspec.convert(document, Review)
+    except msgspec.ValidationError as exc:
+        raise RunFormatError(f"{source}: {exc}") from None
+
+
+def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
+                  identity: str, prompt_ids: set[str]) -> dict[str, list[ReviewVerdict]]:
+    """Every reviewer's labelled verdicts by prompt, from REPORT_DIR/reviews/*.json and
+    exported files; a file the checks refuse (another run's too) is an input error."""
+    files = sorted((report_dir / "reviews").glob("*.json")) + list(extra_files)
+    verdicts: dict[str, list[ReviewVerdict]] = {}
+    for path in files:
+        review = validate_review(read_json(path), identity, rubric, prompt_ids, str(path))
+        for prompt_id, verdict in review.verdicts.items():
+            if verdict.label:
+                verdict.reviewer = review.reviewer or path.stem
+                verdicts.setdefault(prompt_id, []).append(verdict)
+    return verdicts
 
 
 def load_reviews(report_dir: Path, identity: str, rubric: Rubric, prompt_ids: set[str]
-                 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+                 ) -> tuple[dict[str, Review], dict[str, str]]:
     """The review files of this report that belong to this run, by reviewer, and the
     refused ones with the reason, which is the reason the gate would give."""
     reviews, refused = {}, {}

@@ -13,6 +13,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 from aiohttp import web
 
@@ -31,7 +32,7 @@ def review_app(report_dir: Path, reviewer: str, rubric_path: str | Path | None =
     rubric = load_rubric(rubric_path)
     target = review_path(report_dir, reviewer)
     pairs, summary = require_report(report_dir)
-    identity = summary["identity"]
+    identity = summary.identity
     prompt_ids = set(pairs["prompt_id"].astype(str))
     token = secrets.token_urlsafe(24)
     live = {"endpoint": "/api/review", "reviewer": reviewer, "token": token}
@@ -47,12 +48,12 @@ def review_app(report_dir: Path, reviewer: str, rubric_path: str | Path | None =
             if not isinstance(document, dict):
                 raise RunFormatError("posted review: must be a JSON object")
             document["reviewer"] = reviewer
-            validate_review(document, identity, rubric, prompt_ids, "posted review")
+            review = validate_review(document, identity, rubric, prompt_ids, "posted review")
         except (orjson.JSONDecodeError, RunFormatError) as exc:
             return web.Response(status=400, text=str(exc))
         try:
             make_directory(target.parent)
-            write_json_atomic(target, document, report_dir)
+            write_json_atomic(target, msgspec.to_builtins(review), report_dir)
         except StorageError as exc:
             return web.Response(status=507, text=str(exc))
         return web.json_response({"path": str(target.relative_to(report_dir))})

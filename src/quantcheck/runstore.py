@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
 import orjson
 import pandas as pd
 
+from .checks import Preflight
 from .errors import RunFormatError
 from .files import (
     DirectoryLock,
@@ -29,7 +31,14 @@ from .files import (
     storage_error,
     write_atomic,
 )
-from .records import Completion, Prompt, Tokens
+from .prompts import RequestOptions
+from .records import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_MAX_RESPONSE_MB,
+    Completion,
+    Prompt,
+    Tokens,
+)
 from .tokenstore import TOKENS_FILE, PackedTokens, pack, packed_from_tokens, unpack
 
 MANIFEST = "manifest.json"
@@ -38,6 +47,91 @@ COMPLETIONS = "completions.jsonl"
 
 FRAME_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "reasoning", "finish_reason",
                  "n_tokens", "prompt_tokens", "completion_tokens", "ttft_s", "e2e_s", "error"]
+
+
+class Parameters(msgspec.Struct, kw_only=True):
+    """Everything that decides what is requested from an endpoint, and how: the
+    manifest's `parameters` (collect's settings add the endpoint, label and cell)."""
+
+    model: str | None = None
+    repeats: int = 1
+    top_logprobs: int = 20
+    stream: bool = True
+    concurrency: int = 8
+    timeout: float = 600.0
+    retries: int = 4
+    api_key_env: str | None = None
+    request: RequestOptions = msgspec.field(default_factory=RequestOptions)
+    repeat_mode: str = "pool"
+    preflight: bool = True
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    max_response_mb: int = DEFAULT_MAX_RESPONSE_MB
+
+
+class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a server told about itself: `/v1/models` entries, and the raw answers of the
+    runtimes' info endpoints (read through runtimes.py, where odd shapes are "not
+    revealed")."""
+
+    models: list[dict[str, Any]] = []
+    version: Any = None
+    server_info: Any = None
+    props: Any = None
+    runtime: str = "unknown"
+    runtime_version: str | None = None
+
+
+class PromptFile(msgspec.Struct):
+    path: str
+    sha256: str
+
+
+class RunCounts(msgspec.Struct):
+    requests: int
+    ok: int
+    failed: int
+
+
+class Manifest(msgspec.Struct, kw_only=True):
+    """manifest.json: which endpoint, model, settings and prompts made the run, and how
+    its last pass ended."""
+
+    quantcheck_version: str = ""
+    label: str = ""
+    endpoint: str = ""
+    model: str = ""
+    parameters: Parameters = msgspec.field(default_factory=Parameters)
+    prompt_files: list[PromptFile] = []
+    prompt_hashes: dict[str, str] = {}
+    started_at: str = ""
+    finished_at: str | None = None
+    status: str = "running"
+    stop_reason: str | None = None
+    server: ServerInfo = msgspec.field(default_factory=ServerInfo)
+    cell: dict[str, Any] = {}
+    cell_key: str | None = None
+    preflight: Preflight | None = None
+    counts: RunCounts | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for a resume: not concurrency, timeouts, retries, repeats or
+        label."""
+        return {"endpoint": self.endpoint, "model": self.model,
+                "top_logprobs": self.parameters.top_logprobs,
+                "stream": self.parameters.stream, "repeat_mode": self.parameters.repeat_mode,
+                "prompt_hashes": self.prompt_hashes}
+
+
+def read_manifest(run_dir: Path) -> Manifest:
+    path = run_dir / MANIFEST
+    try:
+        return msgspec.convert(read_json(path), Manifest)
+    except msgspec.ValidationError as exc:
+        raise RunFormatError(f"{path}: {exc}") from None
+
+
+def write_manifest(run_dir: Path, manifest: Manifest) -> None:
+    write_json_atomic(run_dir / MANIFEST, msgspec.to_builtins(manifest))
 
 
 def write_json_atomic(path: Path, data: Any, within: Path | None = None) -> None:
@@ -218,18 +312,18 @@ class Run:
     """A collected run directory, read lazily."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     prompts: dict[str, Prompt] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
-        return str(self.manifest.get("label") or self.path.name)
+        return self.manifest.label or self.path.name
 
     @property
     def status(self) -> str:
         """The manifest's status; `running` only while a collector holds the lock
         (a process that died, or could not write its last manifest, was interrupted)."""
-        status = str(self.manifest.get("status") or "unknown")
+        status = self.manifest.status
         if status == "running" and not DirectoryLock.held(self.path):
             return "interrupted"
         return status
@@ -263,7 +357,7 @@ def load_run(run_dir: str | Path) -> Run:
     path = Path(run_dir)
     if not path.is_dir():
         raise RunFormatError(f"{path}: not a directory")
-    manifest = read_json(path / MANIFEST)
+    manifest = read_manifest(path)
     prompts: dict[str, Prompt] = {}
     if (path / PROMPTS).exists():
         for number, data in iter_jsonl(path / PROMPTS):

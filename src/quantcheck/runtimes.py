@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import EndpointError
+from .runstore import ServerInfo
 
 RUNTIME_BY_OWNER = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp",
                     "me": "llama-cpp-python"}
@@ -32,42 +33,37 @@ def whole_number(value: Any) -> int | None:
     return value if isinstance(value, int) and 0 < value < 2**63 else None
 
 
-def listed_models(info: dict[str, Any]) -> list[dict[str, Any]]:
-    models = info.get("models")
-    return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
-
-
-def context_length(info: dict[str, Any], model: str) -> int | None:
+def context_length(info: ServerInfo, model: str) -> int | None:
     """The served context in tokens: vLLM's model card `max_model_len`, SGLang's
     `context_length`, llama.cpp's `n_ctx`; None when not revealed."""
-    for entry in listed_models(info):
+    for entry in info.models:
         if entry.get("id") == model and whole_number(entry.get("max_model_len")):
             return whole_number(entry.get("max_model_len"))
-    settings = mapping(mapping(info.get("props")).get("default_generation_settings"))
-    return (whole_number(mapping(info.get("server_info")).get("context_length"))
+    settings = mapping(mapping(info.props).get("default_generation_settings"))
+    return (whole_number(mapping(info.server_info).get("context_length"))
             or whole_number(settings.get("n_ctx")))
 
 
-def identify_runtime(info: dict[str, Any]) -> str:
-    for model in listed_models(info):
+def identify_runtime(info: ServerInfo) -> str:
+    for model in info.models:
         runtime = RUNTIME_BY_OWNER.get(str(model.get("owned_by", "")).lower())
         if runtime:
             return runtime
-    if "props" in info:
+    if info.props is not None:
         return "llama.cpp"
-    if "server_info" in info:
+    if info.server_info is not None:
         return "sglang"
-    if "version" in info:
+    if info.version is not None:
         return "vllm"
     return "unknown"
 
 
-def runtime_version(info: dict[str, Any]) -> str | None:
-    for key in ("version", "server_info"):
-        version = mapping(info.get(key)).get("version")
+def runtime_version(info: ServerInfo) -> str | None:
+    for answer in (info.version, info.server_info):
+        version = mapping(answer).get("version")
         if isinstance(version, str | int | float) and version:
             return str(version)
-    build = mapping(info.get("props")).get("build_info")
+    build = mapping(info.props).get("build_info")
     return build if isinstance(build, str) and build else None
 
 

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from .client import EndpointClient, run_blocking
+from .runstore import ServerInfo
 from .runtimes import choose_model, identify_runtime, runtime_version
 
 
 async def describe_server(client: EndpointClient, models: list[dict[str, Any]]
-                          ) -> dict[str, Any]:
+                          ) -> ServerInfo:
     """GET /v1/models plus each runtime's own info endpoint (those that answer)."""
-    info: dict[str, Any] = {"models": models}
-    for name, path in (("version", "/version"), ("server_info", "/get_server_info"),
-                       ("props", "/props")):
-        data = await client.get_json(path)
-        if data is None and name == "server_info":
-            data = await client.get_json("/server_info")
-        if data is not None:
-            info[name] = data
-    info["runtime"] = identify_runtime(info)
-    info["runtime_version"] = runtime_version(info)
+    sglang = await client.get_json("/get_server_info")
+    if sglang is None:
+        sglang = await client.get_json("/server_info")
+    info = ServerInfo(models=models, version=await client.get_json("/version"),
+                      server_info=sglang, props=await client.get_json("/props"))
+    info.runtime = identify_runtime(info)
+    info.runtime_version = runtime_version(info)
     return info
 
 
@@ -30,7 +30,7 @@ def probe(endpoint: str, model: str | None, overrides: dict[str, Any],
     from .cells import cell_from_server, cell_key
     from .client import api_key_from_env, public_url
 
-    async def ask() -> tuple[dict[str, Any], str]:
+    async def ask() -> tuple[ServerInfo, str]:
         async with EndpointClient(endpoint, api_key_from_env(api_key_env), 30.0) as client:
             models = await client.list_models()
             chosen = choose_model(models, model, public_url(endpoint))
@@ -40,5 +40,5 @@ def probe(endpoint: str, model: str | None, overrides: dict[str, Any],
     cell = {**cell_from_server(info, chosen, 1), **overrides}
     if "concurrency" not in overrides:
         cell.pop("concurrency")  # a property of a collection, not of the server
-    return {"endpoint": public_url(endpoint), "server": info, "cell": cell,
+    return {"endpoint": public_url(endpoint), "server": msgspec.to_builtins(info), "cell": cell,
             "cell_key": cell_key(cell)}

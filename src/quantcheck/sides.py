@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pandas as pd
 
+from .checks import Fingerprint, Preflight
 from .errors import RunFormatError
 from .records import Prompt
-from .runstore import COMPLETIONS, Blobs, load_run, read_json, token_count
+from .runstore import COMPLETIONS, Blobs, Manifest, load_run, read_json, token_count
 
 INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "text_hash", "signature",
                  "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
@@ -32,9 +33,22 @@ class Side:
     label: str
     prompts: dict[str, Prompt]
     index: pd.DataFrame
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest | None = None  # None for a texts file
     completions_path: Path | None = None
     text_only: bool = False
+
+    @property
+    def preflight(self) -> Preflight | None:
+        return self.manifest.preflight if self.manifest else None
+
+    @property
+    def fingerprint(self) -> Fingerprint | None:
+        return self.preflight.tokenizer if self.preflight else None
+
+    @property
+    def repeat_mode(self) -> str:
+        """The --repeat-mode that made the repeats ("" for a texts file)."""
+        return self.manifest.parameters.repeat_mode if self.manifest else ""
 
     def tokens_at(self, offset: int) -> dict[str, Any] | None:
         """The token arrays (as their JSON dict) of the record whose line starts at `offset`."""

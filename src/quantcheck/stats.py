@@ -10,55 +10,30 @@ already excludes 0, so the two are never quoted side by side."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
+
+from .reportdir import Bootstrap, PassRate, Stats
 
 Z95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 2000
 
 
-@dataclass
-class PassRateChange:
-    """B's expect pass rate minus A's, over prompts checked on both sides."""
-
-    checked: int
-    both_pass: int
-    regressions: int  # A pass, B fail
-    improvements: int  # A fail, B pass
-    both_fail: int
-    a_pass_rate: float
-    b_pass_rate: float
-    difference: float  # B - A, a share (not points)
-    low: float
-    high: float
-    mcnemar_p: float
-
-    def rates(self) -> str:
-        """The absolute pass rates: 'A 16/17, B 14/17'."""
-        return (f"A {self.both_pass + self.regressions}/{self.checked}, "
-                f"B {self.both_pass + self.improvements}/{self.checked}")
-
-    @property
-    def significant(self) -> bool:
-        """Whether the 95% interval of B minus A excludes no change."""
-        return self.low > 0 or self.high < 0
-
-    def sentence(self) -> str:
-        """One coherent statement: the rates, the change, its interval, and whether the
-        interval excludes 0 (the same interval the gate's pass_rate_drop reads)."""
-        change = self.improvements - self.regressions
-        if change == 0:
-            head = f"Expect pass rate {self.rates()}: no change"
-        else:
-            word = "more" if change > 0 else "fewer"
-            head = f"Expect pass rate {self.rates()}: B passes {abs(change)} {word}"
-        low, high = interval_points(self.low, self.high)
-        verdict = ("significant: the interval excludes no change" if self.significant
-                   else "not significant: the interval includes no change")
-        return f"{head}; 95% CI of B minus A {low} to {high} points ({verdict})"
+def pass_rate_sentence(change: PassRate) -> str:
+    """One coherent statement: the rates, the change, its interval, and whether the
+    interval excludes 0 (the same interval the gate's pass_rate_drop reads)."""
+    difference = change.improvements - change.regressions
+    if difference == 0:
+        head = f"Expect pass rate {change.rates()}: no change"
+    else:
+        word = "more" if difference > 0 else "fewer"
+        head = f"Expect pass rate {change.rates()}: B passes {abs(difference)} {word}"
+    low, high = interval_points(change.low, change.high)
+    verdict = ("significant: the interval excludes no change" if change.significant
+               else "not significant: the interval includes no change")
+    return f"{head}; 95% CI of B minus A {low} to {high} points ({verdict})"
 
 
 def interval_points(low: float, high: float) -> tuple[str, str]:
@@ -118,7 +93,7 @@ def paired_difference_interval(both_pass: int, regressions: int, improvements: i
     return max(-1.0, low), min(1.0, high)
 
 
-def pass_rate_change(pairs: pd.DataFrame) -> PassRateChange | None:
+def pass_rate_change(pairs: pd.DataFrame) -> PassRate | None:
     """From pairs.csv's a_expect / b_expect over compared prompts; None without checks."""
     checked = pairs[(pairs["status"] == "compared") & pairs["a_expect"].isin(["pass", "fail"])
                     & pairs["b_expect"].isin(["pass", "fail"])]
@@ -130,10 +105,14 @@ def pass_rate_change(pairs: pd.DataFrame) -> PassRateChange | None:
     both_pass, regressions, improvements, both_fail = counts
     low, high = paired_difference_interval(*counts)
     n = len(checked)
-    return PassRateChange(n, both_pass, regressions, improvements, both_fail,
-                          (both_pass + regressions) / n, (both_pass + improvements) / n,
-                          (improvements - regressions) / n, low, high,
-                          mcnemar_exact(regressions, improvements))
+    change = PassRate(checked=n, both_pass=both_pass, regressions=regressions,
+                      improvements=improvements, both_fail=both_fail,
+                      a_pass_rate=(both_pass + regressions) / n,
+                      b_pass_rate=(both_pass + improvements) / n,
+                      difference=(improvements - regressions) / n, low=low, high=high,
+                      mcnemar_p=mcnemar_exact(regressions, improvements))
+    change.sentence = pass_rate_sentence(change)
+    return change
 
 
 def bootstrap_mean(values: np.ndarray, seed: int = 0) -> dict[str, float] | None:
@@ -147,12 +126,12 @@ def bootstrap_mean(values: np.ndarray, seed: int = 0) -> dict[str, float] | None
             "high": float(np.percentile(means, 97.5)), "prompts": int(values.size)}
 
 
-def paired_statistics(pairs: pd.DataFrame) -> dict[str, Any]:
+def paired_statistics(pairs: pd.DataFrame) -> Stats:
     """summary.json's `stats`: the pass-rate change and bootstrap intervals of drift."""
     compared = pairs[pairs["status"] == "compared"]
-    change = pass_rate_change(pairs)
     drift = {column: bootstrap_mean(pd.to_numeric(compared[column], errors="coerce")
                                     .to_numpy(dtype=float))
              for column in ("kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement")}
-    return {"pass_rate": {**asdict(change), "sentence": change.sentence()} if change else None,
-            "drift": {k: v for k, v in drift.items() if v is not None}}
+    return Stats(pass_rate=pass_rate_change(pairs),
+                 drift={k: msgspec.convert(v, Bootstrap) for k, v in drift.items()
+                        if v is not None})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,21 @@ from .cells import confound_warning, differing_axes
 from .checks import tokenizer_agreement
 from .determinism import side_determinism
 from .records import DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
+from .reportdir import (
+    Cells,
+    Comparison,
+    Counts,
+    Drift,
+    FirstDivergence,
+    Flips,
+    Performance,
+    PerSide,
+    PreflightPair,
+    SideIdentity,
+    SidePerformance,
+    Spread,
+    Summary,
+)
 from .sides import Side
 from .stats import paired_statistics
 
@@ -21,80 +35,66 @@ DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_dif
                  "kl_topk_mean", "kl_topk_max"]
 
 
-def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> dict[str, Any]:
+def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> Summary:
+    """Every total of a comparison (the fields compare adds later keep their defaults)."""
     compared = pairs[pairs["status"] == "compared"]
-    counts = _counts(pairs, compared)
-    counts["unanswered"] = {"a": unanswered(a), "b": unanswered(b)}
-    sides = {"a": _side_stats(a, compared, "a"), "b": _side_stats(b, compared, "b")}
-    return {
-        "quantcheck_version": __version__,
-        "a": {"label": a.label, **_identity(a)},
-        "b": {"label": b.label, **_identity(b)},
-        "counts": counts,
-        "comparison": comparison_notes(pairs, a, b),
-        "cells": _cells(a, b),
-        "determinism": {"a": side_determinism(a), "b": side_determinism(b)},
-        "drift": _drift(compared),
-        "stats": paired_statistics(pairs),
-        "performance": {**sides, **_throughput_verdict(sides)},
-        "preflight": _preflight(a, b),
-    }
+    performance = Performance(a=_side_stats(a, compared, "a"), b=_side_stats(b, compared, "b"))
+    _throughput_verdict(performance)
+    return Summary(
+        quantcheck_version=__version__, a=_identity(a), b=_identity(b),
+        counts=_counts(pairs, compared, a, b), comparison=comparison_notes(pairs, a, b),
+        cells=_cells(a, b),
+        determinism={"a": side_determinism(a), "b": side_determinism(b)},
+        drift=_drift(compared), stats=paired_statistics(pairs), performance=performance,
+        preflight=_preflight(a, b))
 
 
-def _preflight(a: Side, b: Side) -> dict[str, Any]:
+def _preflight(a: Side, b: Side) -> PreflightPair:
     """Each side's recorded preflight, and whether their tokenizers agree."""
-    recorded = {side: s.manifest.get("preflight") for side, s in (("a", a), ("b", b))}
-    agreement = tokenizer_agreement(*((report or {}).get("tokenizer")
-                                      for report in recorded.values()))
-    return {**recorded, "tokenizer": asdict(agreement),
-            "token_metrics_withheld": agreement.message if agreement.status == "warn" else None}
+    agreement = tokenizer_agreement(a.fingerprint, b.fingerprint)
+    return PreflightPair(a=a.preflight, b=b.preflight, tokenizer=agreement,
+                         token_metrics_withheld=agreement.message
+                         if agreement.status == "warn" else None)
 
 
-def _counts(pairs: pd.DataFrame, compared: pd.DataFrame) -> dict[str, Any]:
+def _counts(pairs: pd.DataFrame, compared: pd.DataFrame, a: Side, b: Side) -> Counts:
     identical = int(compared["identical"].sum())
     wording = int((compared["suggested_label"] == "wording").sum())
-    return {
-        "prompts": len(pairs),
-        "pairs": len(compared),
-        "identical": identical,
-        "wording_similar": wording,
-        "divergent": len(compared) - identical - wording,
-        "flips": {"regression": int((compared["flip"] == "regression").sum()),
-                  "improvement": int((compared["flip"] == "improvement").sum())},
-        "suggested_factual_flip": int((compared["suggested_label"] == "factual_flip").sum()),
-        "approved": int((compared["approved_label"].fillna("") != "").sum()),
-        "noise": int(compared["noise"].fillna(False).astype(bool).sum()),
-        "degenerate": {side: _value_counts(compared[f"{side}_degenerate"]) for side in "ab"},
-        **_new_on_b(compared),
-        "nondeterministic": {side: _nondeterministic(pairs, side) for side in "ab"},
-        "divergence_kinds": _value_counts(compared["divergence_kind"]),
-        "status": {status: int(n) for status, n in pairs["status"].value_counts().items()},
-    }
-
-
-def _new_on_b(compared: pd.DataFrame) -> dict[str, Any]:
-    a, b = compared["a_degenerate"].fillna(""), compared["b_degenerate"].fillna("")
-    new = [(x, y) for x, y in zip(a, b, strict=True) if new_on_b(x, y, DEGENERATE_KINDS)]
-    capped = [(x, y) for x, y in zip(a, b, strict=True) if new_on_b(x, y, (LENGTH_CAPPED,))]
-    return {"degenerate_new_on_b": len(new),
-            "degenerate_new_on_b_kinds": {kind: sum(y == kind for _, y in new)
-                                          for kind in DEGENERATE_KINDS},
-            "length_capped_new_on_b": len(capped)}
+    a_reasons, b_reasons = (compared[f"{s}_degenerate"].fillna("") for s in "ab")
+    new = [y for x, y in zip(a_reasons, b_reasons, strict=True)
+           if new_on_b(x, y, DEGENERATE_KINDS)]
+    return Counts(
+        prompts=len(pairs), pairs=len(compared), identical=identical,
+        wording_similar=wording, divergent=len(compared) - identical - wording,
+        flips=Flips(regression=int((compared["flip"] == "regression").sum()),
+                    improvement=int((compared["flip"] == "improvement").sum())),
+        suggested_factual_flip=int((compared["suggested_label"] == "factual_flip").sum()),
+        approved=int((compared["approved_label"].fillna("") != "").sum()),
+        noise=int(compared["noise"].fillna(False).astype(bool).sum()),
+        degenerate={side: _value_counts(compared[f"{side}_degenerate"]) for side in "ab"},
+        degenerate_new_on_b=len(new),
+        degenerate_new_on_b_kinds={kind: new.count(kind) for kind in DEGENERATE_KINDS},
+        length_capped_new_on_b=sum(new_on_b(x, y, (LENGTH_CAPPED,))
+                                   for x, y in zip(a_reasons, b_reasons, strict=True)),
+        nondeterministic=PerSide(_nondeterministic(pairs, "a"), _nondeterministic(pairs, "b")),
+        divergence_kinds=_value_counts(compared["divergence_kind"]),
+        status={str(status): int(n) for status, n in pairs["status"].value_counts().items()},
+        unanswered=PerSide(unanswered(a), unanswered(b)))
 
 
 def unanswered(side: Side) -> int:
     """Requests of the run with no successful record: failed after retries, or never
     sent (an interrupted run)."""
-    if side.text_only:
+    if side.manifest is None:
         return 0
-    repeats = int((side.manifest.get("parameters") or {}).get("repeats") or 1)
+    repeats = side.manifest.parameters.repeats
     expected = {(prompt_id, r) for prompt_id in side.prompts for r in range(repeats)}
     ok = side.index[side.index["error"].isna()]
     answered = set(zip(ok["prompt_id"].astype(str), ok["repeat"].astype(int), strict=True))
     return len(expected - answered)
 
 
-def comparison_notes(pairs: pd.DataFrame, a: Side, b: Side) -> dict[str, Any]:
+def comparison_notes(pairs: pd.DataFrame, a: Side, b: Side) -> Comparison:
     """How many prompts were compared, and in plain words why the others were not."""
     statuses = pairs["status"].value_counts().to_dict()
     ids = {status: pairs.loc[pairs["status"] == status, "prompt_id"].astype(str).tolist()
@@ -115,8 +115,8 @@ def comparison_notes(pairs: pd.DataFrame, a: Side, b: Side) -> dict[str, Any]:
             notes.append(f"{plural(len(failed), 'prompt')} without an answer on {name.upper()} "
                          f"({side.label}): {_first_error(side, failed)}")
     compared = int(statuses.get("compared", 0))
-    return {"compared": compared, "prompts": len(pairs), "notes": notes,
-            "sentence": _comparison_sentence(compared, len(pairs), notes)}
+    return Comparison(compared=compared, prompts=len(pairs), notes=notes,
+                      sentence=_comparison_sentence(compared, len(pairs), notes))
 
 
 def _comparison_sentence(compared: int, prompts: int, notes: list[str]) -> str:
@@ -176,79 +176,84 @@ def _nondeterministic(pairs: pd.DataFrame, side: str) -> int:
     return int((texts | signatures).sum())
 
 
-def _cells(a: Side, b: Side) -> dict[str, Any]:
-    a_cell, b_cell = a.manifest.get("cell") or {}, b.manifest.get("cell") or {}
+def _cells(a: Side, b: Side) -> Cells:
+    a_cell = a.manifest.cell if a.manifest else {}
+    b_cell = b.manifest.cell if b.manifest else {}
     differing = differing_axes(a_cell, b_cell)
-    return {"a": a_cell, "b": b_cell, "a_key": a.manifest.get("cell_key"),
-            "b_key": b.manifest.get("cell_key"), "differs": differing,
-            "warning": confound_warning(differing)}
+    return Cells(a=a_cell, b=b_cell, a_key=a.manifest.cell_key if a.manifest else None,
+                 b_key=b.manifest.cell_key if b.manifest else None, differs=differing,
+                 warning=confound_warning(differing))
 
 
-def _identity(side: Side) -> dict[str, Any]:
-    server = side.manifest.get("server") or {}
-    return {"endpoint": side.manifest.get("endpoint"), "model": side.manifest.get("model"),
-            "runtime": server.get("runtime"), "runtime_version": server.get("runtime_version"),
-            "text_only": side.text_only}
+def _identity(side: Side) -> SideIdentity:
+    if side.manifest is None:
+        return SideIdentity(label=side.label, text_only=side.text_only)
+    manifest = side.manifest
+    return SideIdentity(label=side.label, endpoint=manifest.endpoint, model=manifest.model,
+                        runtime=manifest.server.runtime,
+                        runtime_version=manifest.server.runtime_version,
+                        text_only=side.text_only)
 
 
-def _drift(compared: pd.DataFrame) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+def _drift(compared: pd.DataFrame) -> Drift:
+    drift = Drift()
     for column in DRIFT_COLUMNS:
         values = pd.to_numeric(compared[column], errors="coerce").dropna()
         if len(values):
-            result[column] = {"mean": float(values.mean()), "median": float(values.median()),
-                              "p99": float(np.percentile(values, 99)),
-                              "max": float(values.max())}
+            setattr(drift, column, Spread(
+                mean=float(values.mean()), median=float(values.median()),
+                p99=float(np.percentile(values, 99)), max=float(values.max())))
     divergence = pd.to_numeric(compared["first_divergence"], errors="coerce").dropna()
     if len(divergence):
-        result["first_divergence"] = {"median": float(divergence.median()),
-                                      "min": int(divergence.min())}
-    return result
+        drift.first_divergence = FirstDivergence(median=float(divergence.median()),
+                                                 min=int(divergence.min()))
+    return drift
 
 
-def _side_stats(side: Side, compared: pd.DataFrame, prefix: str) -> dict[str, Any]:
+def _side_stats(side: Side, compared: pd.DataFrame, prefix: str) -> SidePerformance:
     ok = side.index[side.index["error"].isna()]
     tokens = pd.to_numeric(ok["n_tokens"], errors="coerce")
     e2e = pd.to_numeric(ok["e2e_s"], errors="coerce").dropna()
     ttft = pd.to_numeric(ok["ttft_s"], errors="coerce").dropna()
     first_tokens = pd.to_numeric(compared[f"{prefix}_tokens"], errors="coerce")
-    return {
-        "requests": len(side.index),
-        "failed": int(side.index["error"].notna().sum()),
-        "output_tokens": int(tokens.sum()) if tokens.notna().any() else None,
-        "compared_output_tokens": int(first_tokens.sum()) if first_tokens.notna().any() else None,
-        "ttft_p50_s": _percentile(ttft, 50),
-        "e2e_p50_s": _percentile(e2e, 50),
-        "e2e_p99_s": _percentile(e2e, 99),
-        "output_tokens_per_s": (float(tokens[e2e.index].sum() / e2e.sum())
-                                if len(e2e) and e2e.sum() > 0 else None),
-    }
+    return SidePerformance(
+        requests=len(side.index), failed=int(side.index["error"].notna().sum()),
+        output_tokens=int(tokens.sum()) if tokens.notna().any() else None,
+        compared_output_tokens=int(first_tokens.sum()) if first_tokens.notna().any()
+        else None,
+        ttft_p50_s=_percentile(ttft, 50), e2e_p50_s=_percentile(e2e, 50),
+        e2e_p99_s=_percentile(e2e, 99),
+        output_tokens_per_s=(float(tokens[e2e.index].sum() / e2e.sum())
+                             if len(e2e) and e2e.sum() > 0 else None))
 
 
 def _percentile(values: pd.Series, q: float) -> float | None:
     return float(np.percentile(values, q)) if len(values) else None
 
 
-def _throughput_verdict(sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    a_tokens, b_tokens = (sides[s]["compared_output_tokens"] for s in "ab")
-    a_rate, b_rate = (sides[s]["output_tokens_per_s"] for s in "ab")
-    if a_tokens is None or b_tokens is None or not a_rate or not b_rate:
-        return {"throughput_comparable": False, "throughput_note": "no timings on one side"}
-    if a_tokens != b_tokens:
-        return {"throughput_comparable": False,
-                "throughput_note": f"generated token counts differ (A {a_tokens}, "
-                                   f"B {b_tokens}): throughput is not compared"}
-    return {"throughput_comparable": True, "throughput_ratio_b_over_a": b_rate / a_rate,
-            "throughput_note": f"token counts match ({a_tokens}); B/A = {b_rate / a_rate:.2f}x"}
+def _throughput_verdict(performance: Performance) -> None:
+    """Throughput is only compared when the compared pairs generated as many tokens."""
+    a, b = performance.a, performance.b
+    a_tokens, b_tokens = a.compared_output_tokens, b.compared_output_tokens
+    if a_tokens is None or b_tokens is None or not a.output_tokens_per_s \
+            or not b.output_tokens_per_s:
+        performance.throughput_note = "no timings on one side"
+    elif a_tokens != b_tokens:
+        performance.throughput_note = (f"generated token counts differ (A {a_tokens}, "
+                                       f"B {b_tokens}): throughput is not compared")
+    else:
+        ratio = b.output_tokens_per_s / a.output_tokens_per_s
+        performance.throughput_comparable = True
+        performance.throughput_ratio_b_over_a = ratio
+        performance.throughput_note = f"token counts match ({a_tokens}); B/A = {ratio:.2f}x"
 
 
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
 
-def degenerate_phrase(counts: dict[str, Any]) -> str:
+def degenerate_phrase(counts: Counts) -> str:
     """'2 degenerate outputs new on B (1 loop, 1 empty)': the count and its parts."""
-    total = counts["degenerate_new_on_b"]
-    kinds = counts.get("degenerate_new_on_b_kinds") or {}
+    total, kinds = counts.degenerate_new_on_b, counts.degenerate_new_on_b_kinds
     parts = [f"{kinds[kind]} {KIND_NAMES[kind][kinds[kind] != 1]}" for kind in DEGENERATE_KINDS
              if kinds.get(kind)]
     return (f"{plural(total, 'degenerate output')} new on B"
@@ -260,26 +265,25 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n} {noun if n == 1 else nouns or noun + 's'}"
 
 
-def headline(summary: dict[str, Any]) -> str:
+def headline(summary: Summary) -> str:
     """The seeds' style: "7 of 20 identical, 9 wording only, ..."."""
-    counts = summary["counts"]
-    parts = [f"{counts['identical']} of {counts['pairs']} identical",
-             f"{counts['wording_similar']} wording only (suggested)",
-             f"{counts['divergent']} to review"]
-    flips = counts["flips"]
-    parts.append(f"{plural(flips['regression'], 'factual flip')} by expect (A pass, B fail)")
-    if flips["improvement"]:
-        parts.append(plural(flips["improvement"], "improvement"))
+    counts = summary.counts
+    parts = [f"{counts.identical} of {counts.pairs} identical",
+             f"{counts.wording_similar} wording only (suggested)",
+             f"{counts.divergent} to review",
+             f"{plural(counts.flips.regression, 'factual flip')} by expect (A pass, B fail)"]
+    if counts.flips.improvement:
+        parts.append(plural(counts.flips.improvement, "improvement"))
     parts.append(degenerate_phrase(counts))
-    if counts.get("length_capped_new_on_b"):
-        parts.append(f"{plural(counts['length_capped_new_on_b'], 'more answer')} on B cut by "
+    if counts.length_capped_new_on_b:
+        parts.append(f"{plural(counts.length_capped_new_on_b, 'more answer')} on B cut by "
                      "max_tokens where A stopped")
-    nondet = counts["nondeterministic"]
-    if nondet["a"] or nondet["b"]:
-        parts.append(f"nondeterministic prompts: A {nondet['a']}, B {nondet['b']}")
-    if counts["noise"]:
-        parts.append(f"{plural(counts['noise'], 'difference')} within repeat noise")
-    others = {k: v for k, v in counts["status"].items() if k != "compared"}
+    if counts.nondeterministic.a or counts.nondeterministic.b:
+        parts.append(f"nondeterministic prompts: A {counts.nondeterministic.a}, "
+                     f"B {counts.nondeterministic.b}")
+    if counts.noise:
+        parts.append(f"{plural(counts.noise, 'difference')} within repeat noise")
+    others = {k: v for k, v in counts.status.items() if k != "compared"}
     if others:
         parts.append("not compared: " + ", ".join(f"{v} {k.replace('_', ' ')}"
                                                   for k, v in others.items()))

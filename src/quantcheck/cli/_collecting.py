@@ -9,17 +9,19 @@ from typing import Any
 
 import click
 
-from ..collect import REPEAT_MODES
+from ..collect import REPEAT_MODES, CollectSettings
 from ..forced import ForcedSettings
+from ..pipeline import ABRun, CompareOptions
+from ..reportdir import Summary
 from ._common import (
     EXISTING_DIR,
-    NO_COMPARE_EXTRAS,
     collect_with_progress,
+    compare_flags,
     compare_options,
     echo_forced,
     forced_options,
     request_options,
-    run_ab,
+    run_ab_with_progress,
     run_guarded,
     settings_from,
     sig_digits_option,
@@ -78,7 +80,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
               help="Also score A's tokens on B (teacher-forced drift, into OUT/forced).")
 @forced_options
 @sig_digits_option
-@compare_options
+@compare_flags
 @request_options
 def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str | None,
                 b_model: str | None, out: Path, one_side_at_a_time: bool,
@@ -102,9 +104,11 @@ def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str
     forced = ForcedSettings(endpoint=b_url, model=b_model, top_k=options["top_logprobs"] or 20,
                             mode=forced_mode, concurrency=forced_concurrency,
                             timeout=options["timeout"], api_key_env=api_key_env)
-    run_ab(a, b, prompt_files, out, one_side_at_a_time, force, sig_digits,
-            {"a_log": a_log, "b_log": b_log, "signature_files": signature_files,
-             "approvals": approvals}, forced if score_forced else None)
+    compare = compare_options(sig_digits, {"a_log": a_log, "b_log": b_log,
+                                           "signature_files": signature_files,
+                                           "approvals": approvals})
+    run_ab_with_progress(ABRun(a, b, prompt_files, out, one_side_at_a_time, force, compare,
+                               forced if score_forced else None))
 
 
 @cli.command("forced")
@@ -167,14 +171,10 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: 
     """
     for side in ("a", "b"):  # the demo's own runs: its servers get new ports every time
         shutil.rmtree(out / side, ignore_errors=True)
-    options: dict[str, Any] = {
-        "repeats": repeats, "top_logprobs": 5, "stream": True, "concurrency": 2,
-        "timeout": 300.0, "retries": 2, "max_tokens": None, "api": None, "extra_body": {},
-        "context_tokens": 2000}  # a 6,000-token probe costs ~25 s per side on a CPU
     if engine == "scripted":
-        summary = _scripted_demo(out, options)
+        summary = _scripted_demo(out, repeats)
     else:
-        summary = _model_demo(out, options, b_precision, fault)
+        summary = _model_demo(out, repeats, b_precision, fault)
     from .. import gate
     from ..reportdir import require_report
     from ..rubric import load_rubric
@@ -189,7 +189,15 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: 
                "--prompts prompts/default.yaml --out reports/mine")
 
 
-def _scripted_demo(out: Path, options: dict[str, Any]) -> dict[str, Any]:
+def _demo_side(url: str, label: str, repeats: int, cell: dict[str, Any] | None = None
+               ) -> CollectSettings:
+    # a 6,000-token context probe costs ~25 s per side on a CPU: 2,000 here
+    return CollectSettings(endpoint=url, label=label, repeats=repeats, top_logprobs=5,
+                           concurrency=2, timeout=300.0, retries=2, context_tokens=2000,
+                           cell=cell or {})
+
+
+def _scripted_demo(out: Path, repeats: int) -> Summary:
     from ..lab.demo import demo_servers
     from ..prompts import shipped_prompt_file
 
@@ -198,13 +206,12 @@ def _scripted_demo(out: Path, options: dict[str, Any]) -> dict[str, Any]:
     with reference, candidate:
         click.echo(f"A (reference) on {reference.url}/v1, B (candidate) on {candidate.url}/v1 "
                    "[scripted: planted changes, no model]", err=True)
-        a = settings_from(reference.url, "bf16-demo", None, None, options)
-        b = settings_from(candidate.url, "fp8-demo", None, None, options)
-        return run_ab(a, b, [prompt_file], out, False, False, 12, NO_COMPARE_EXTRAS)
+        return run_ab_with_progress(ABRun(_demo_side(reference.url, "bf16-demo", repeats),
+                                          _demo_side(candidate.url, "fp8-demo", repeats),
+                                          [prompt_file], out))
 
 
-def _model_demo(out: Path, options: dict[str, Any], b_precision: str,
-                fault: str) -> dict[str, Any]:
+def _model_demo(out: Path, repeats: int, b_precision: str, fault: str) -> Summary:
     from ..lab.launch import lab_servers
     from ..lab.model import prepare_model
     from ..prompts import shipped_prompt_file
@@ -219,11 +226,12 @@ def _model_demo(out: Path, options: dict[str, Any], b_precision: str,
     with run_guarded(lambda: lab_servers([("bf16", "none"), (b_precision, fault)],
                                          out / "logs"), "") as (a_url, b_url):
         click.echo(f"A on {a_url}/v1, B on {b_url}/v1; collecting...", err=True)
-        a = settings_from(a_url, "bf16", None, None, options, ("quantization=bf16",))
-        b = settings_from(b_url, b_label, None, None, options, (f"quantization={b_precision}",))
-        extras = {**NO_COMPARE_EXTRAS, "a_log": out / "logs" / "server-a.log",
-                  "b_log": out / "logs" / "server-b.log"}
-        return run_ab(a, b, [prompt_file], out, False, False, 12, extras)
+        logs = CompareOptions(a_log=out / "logs" / "server-a.log",
+                              b_log=out / "logs" / "server-b.log")
+        return run_ab_with_progress(ABRun(
+            _demo_side(a_url, "bf16", repeats, {"quantization": "bf16"}),
+            _demo_side(b_url, b_label, repeats, {"quantization": b_precision}),
+            [prompt_file], out, compare=logs))
 
 
 @cli.command("determinism")

@@ -12,20 +12,19 @@ from typing import Any, TypeVar
 import click
 
 from ..cells import parse_cell_options
-from ..client import DEFAULT_MAX_RESPONSE_MB, run_blocking
+from ..checks import Preflight
 from ..collect import (
     REPEAT_MODES,
     CollectResult,
     CollectSettings,
     collect,
-    collect_async,
 )
-from ..compare import compare_to_dir
 from ..errors import QuantcheckError
-from ..forced import MODES, ForcedSettings, score_run
-from ..preflight import DEFAULT_CONTEXT_TOKENS, Preflight
+from ..forced import MODES
+from ..pipeline import ABRun, CompareOptions, run_ab
 from ..prompts import APIS, RequestOptions
-from ..records import Completion
+from ..records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB, Completion
+from ..reportdir import Summary
 from ..summary import headline
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,7 +80,7 @@ class ProgressReporter:
         click.echo(f"{self.label}: preflight checks on {endpoint} ...", err=True)
 
     def checked(self, report: Preflight) -> None:
-        echo_preflight(report.to_json(), self.label)
+        echo_preflight(report, self.label)
 
     def started(self, total: int, already_done: int) -> None:
         self.announce_resume(total, already_done)
@@ -113,14 +112,13 @@ class ProgressReporter:
 STATUS_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 
-def echo_preflight(report: dict[str, Any], label: str) -> None:
+def echo_preflight(report: Preflight, label: str) -> None:
     """One line per check (and its fix), on stderr."""
-    click.echo(f"{label}: preflight {report['status']} ({report['seconds']:.1f} s)", err=True)
-    for check in report["checks"]:
-        click.echo(f"  {STATUS_MARK[check['status']]} {check['name']:<10} {check['message']}",
-                   err=True)
-        if check.get("fix") and check["status"] in ("warn", "fail"):
-            click.echo(f"       {'':<10} fix: {check['fix']}", err=True)
+    click.echo(f"{label}: preflight {report.status} ({report.seconds:.1f} s)", err=True)
+    for check in report.checks:
+        click.echo(f"  {STATUS_MARK[check.status]} {check.name:<10} {check.message}", err=True)
+        if check.fix and check.status in ("warn", "fail"):
+            click.echo(f"       {'':<10} fix: {check.fix}", err=True)
 
 
 def json_object_option(ctx: click.Context, param: click.Parameter, value: str | None
@@ -222,7 +220,7 @@ def run_guarded(function: Callable[[], Any], interrupted_hint: str) -> Any:
         sys.exit(130)
 
 
-def compare_options(function: F) -> F:
+def compare_flags(function: F) -> F:
     """Options of every command that compares: logs to scan and approvals to apply."""
     options = [
         click.option("--a-log", type=EXISTING_FILE, help="A's server log, scanned for known "
@@ -256,13 +254,12 @@ def forced_options(function: F) -> F:
     return _apply(options, function)
 
 
-def comparison(out: Path, a: Path, b: Path, sig_digits: int, options: dict[str, Any],
-                prompts: dict[str, Any] | None = None) -> dict[str, Any]:
-    summary: dict[str, Any] = compare_to_dir(
-        a, b, out, sig_digits, prompts, options["approvals"],
-        {"a": options["a_log"], "b": options["b_log"]}, options["signature_files"],
-        options.get("forced"))[1]
-    return summary
+def compare_options(sig_digits: int, options: dict[str, Any]) -> CompareOptions:
+    """The compare options of a command (see `compare_flags`)."""
+    return CompareOptions(sig_digits=sig_digits, approvals=options["approvals"],
+                          a_log=options["a_log"], b_log=options["b_log"],
+                          signature_files=options["signature_files"],
+                          forced=options.get("forced"))
 
 
 def echo_forced(forced: dict[str, Any]) -> None:
@@ -287,29 +284,28 @@ def sig_digits_option(function: F) -> F:
                         help="Significant digits of logprobs in determinism signatures.")(function)
 
 
-def print_summary(summary: dict[str, Any], out: Path) -> None:
-    sides = f"{summary['a']['label']} (A) vs {summary['b']['label']} (B)"
-    comparison = summary["comparison"]
-    if not comparison["compared"]:
-        click.echo(f"{sides}: {comparison['sentence']}.")
+def print_summary(summary: Summary, out: Path) -> None:
+    sides = f"{summary.a.label} (A) vs {summary.b.label} (B)"
+    comparison = summary.comparison
+    if not comparison.compared:
+        click.echo(f"{sides}: {comparison.sentence}.")
         click.echo(f"report: {out}")
         return
     click.echo(f"{sides}: {headline(summary)}")
-    if comparison["compared"] != comparison["prompts"]:
-        click.echo(comparison["sentence"][0].upper() + comparison["sentence"][1:] + ".")
-    pass_rate = (summary.get("stats") or {}).get("pass_rate")
-    if pass_rate:
-        click.echo(pass_rate["sentence"] + ".")
-    if (summary.get("forced") or {}).get("scored"):
-        echo_forced(summary["forced"])
-    click.echo(summary["performance"]["throughput_note"])
-    if summary["cells"]["warning"]:
-        click.echo(f"warning: {summary['cells']['warning']}")
-    for side, found in sorted(summary.get("log_matches", {}).items()):
+    if comparison.compared != comparison.prompts:
+        click.echo(comparison.sentence[0].upper() + comparison.sentence[1:] + ".")
+    if summary.stats.pass_rate:
+        click.echo(summary.stats.pass_rate.sentence + ".")
+    if (summary.forced or {}).get("scored"):
+        echo_forced(summary.forced or {})
+    click.echo(summary.performance.throughput_note)
+    if summary.cells.warning:
+        click.echo(f"warning: {summary.cells.warning}")
+    for side, found in sorted(summary.log_matches.items()):
         for match in found:
-            kind = "BLOCKING" if match["blocking"] else "warning"
-            click.echo(f"{kind}: {side.upper()} log {match['log']}:{match['line']}: "
-                       f"{match['signature']}: {match['meaning']}")
+            kind = "BLOCKING" if match.blocking else "warning"
+            click.echo(f"{kind}: {side.upper()} log {match.log}:{match.line}: "
+                       f"{match.signature}: {match.meaning}")
     click.echo(f"report: {out} (review sheet: {out / 'index.html'}; or `quantcheck review {out}`)")
 
 
@@ -348,45 +344,18 @@ class SideReporter(ProgressReporter):
         self.bar = self.shared.bar
 
 
-def run_ab(a: CollectSettings, b: CollectSettings, prompt_files: Sequence[Path], out: Path,
-            one_side_at_a_time: bool, force: bool, sig_digits: int,
-            compare_with: dict[str, Any], forced: ForcedSettings | None = None
-            ) -> dict[str, Any]:
-    """Collect both sides (together or one after the other), compare, print the summary."""
-    import asyncio
-
+def run_ab_with_progress(ab: ABRun) -> Summary:
+    """`pipeline.run_ab` with one progress bar for both sides; prints the summary."""
     bar = SharedBar()
-
-    async def both() -> None:
-        jobs = [collect_async(prompt_files, out / side, settings, bar.side(settings.label), force)
-                for side, settings in (("a", a), ("b", b))]
-        if one_side_at_a_time:
-            for job in jobs:
-                await job
-        else:
-            await asyncio.gather(*jobs)
-
+    reporters = (bar.side(ab.a.label), bar.side(ab.b.label))
     try:
-        run_guarded(lambda: run_blocking(both()),
-                    f"Records so far are kept in {out}; rerun the same command to resume.")
+        summary: Summary = run_guarded(
+            lambda: run_ab(ab, reporters, lambda stage: click.echo(stage, err=True)),
+            f"Records so far are kept in {ab.out}; rerun the same command to resume.")
     finally:
         bar.close()
     if any(r.failures for r in bar.reporters):
         click.echo("some requests failed after retries; the comparison skips them. Rerun the "
                    "same command to retry.", err=True)
-    if forced is not None:
-        click.echo(f"scoring A's tokens on {forced.endpoint} (teacher forcing) ...", err=True)
-        run_guarded(lambda: score_run(out / "a", out / "forced", forced),
-                    "The runs are kept; rerun the same command.")
-        compare_with = {**compare_with, "forced": out / "forced"}
-    summary: dict[str, Any] = run_guarded(
-        lambda: comparison(out, out / "a", out / "b", sig_digits, compare_with),
-        "Nothing was written.")
-    print_summary(summary, out)
+    print_summary(summary, ab.out)
     return summary
-
-
-NO_COMPARE_EXTRAS: dict[str, Any] = {"a_log": None, "b_log": None, "signature_files": (),
-                              "approvals": None}
-
-

@@ -8,13 +8,15 @@ from typing import Any
 
 import click
 
+from ..pipeline import compare_runs
 from ..prompts import load_prompts
-from ..reportdir import require_report
+from ..reportdir import Summary, require_report
+from ..reviews import load_verdicts
 from ._common import (
     EXISTING_DIR,
     EXISTING_FILE,
+    compare_flags,
     compare_options,
-    comparison,
     print_summary,
     run_guarded,
     sig_digits_option,
@@ -33,7 +35,7 @@ from ._group import cli
 @click.option("--forced", type=EXISTING_DIR,
               help="Teacher-forced scores of A on B, from `quantcheck forced`.")
 @sig_digits_option
-@compare_options
+@compare_flags
 def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Path, ...],
                     sig_digits: int, **options: Any) -> None:
     """Triage every pair of two runs (A = reference, B = candidate).
@@ -47,9 +49,9 @@ def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Pat
       quantcheck compare bf16.texts.json fp8.texts.json --prompts prompts/default.yaml \\
           --out reports/texts
     """
-    def work() -> dict[str, Any]:
+    def work() -> Summary:
         prompts = {p.id: p for p in load_prompts(prompt_files)} if prompt_files else None
-        return comparison(out, a_run, b_run, sig_digits, options, prompts)
+        return compare_runs(a_run, b_run, out, compare_options(sig_digits, options), prompts)
 
     summary = run_guarded(work, "Nothing was written.")
     print_summary(summary, out)
@@ -165,13 +167,13 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     from .. import gate
     from ..rubric import load_rubric
 
-    def work() -> tuple[gate.Verdict, dict[str, Any]]:
+    def work() -> tuple[gate.GateResult, Summary]:
         pairs, summary = require_report(report_dir)
         chosen = load_rubric(rubric)
         settings = replace(gate.load_policy(policy),
                            **{k: v for k, v in overrides.items() if v is not None})
-        verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
-                                      summary["identity"], set(pairs["prompt_id"].astype(str)))
+        verdicts = load_verdicts(report_dir, list(review_files), chosen,
+                                      summary.identity, set(pairs["prompt_id"].astype(str)))
         verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings, summary)
         gate.write_gate_json(verdict, report_dir / "gate.json")
         gate.write_junit(verdict, pairs, report_dir / "junit.xml")
@@ -207,15 +209,14 @@ def approve_command(report_dir: Path, approvals: Path | None, review_files: tupl
     Example:
       quantcheck approve reports/fp8 --approvals prompts/approvals.json
     """
-    from .. import gate
     from ..approvals import approve, default_approvals_path
     from ..rubric import load_rubric
 
     def work() -> tuple[int, Path]:
         pairs, summary = require_report(report_dir)
         chosen = load_rubric(rubric)
-        verdicts = gate.load_verdicts(report_dir, list(review_files), chosen,
-                                      summary["identity"], set(pairs["prompt_id"].astype(str)))
+        verdicts = load_verdicts(report_dir, list(review_files), chosen,
+                                      summary.identity, set(pairs["prompt_id"].astype(str)))
         path = approvals or default_approvals_path(report_dir)
         return approve(pairs, verdicts, set(chosen.approvable), path), path
 

@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from .._version import __version__
 from ..cells import CELL_AXES, parse_cell_options
-from ..preflight import DEFAULT_CONTEXT_TOKENS, Preflight, ProbeShape
+from ..checks import Preflight
+from ..preflight import ProbeShape
 from ..prompts import GREEDY_FIELDS, RequestOptions, load_prompts
+from ..records import DEFAULT_CONTEXT_TOKENS
 from ._common import (
     EXISTING_FILE,
     echo_preflight,
@@ -95,18 +98,17 @@ def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env
                                            context_tokens, key))
 
     reports: list[Preflight] = [run_guarded(partial(check, e), "") for e in endpoints]
-    found = [report.to_json() for report in reports]
-    agreement = (asdict(tokenizer_agreement(reports[0].tokenizer, reports[1].tokenizer))
+    agreement = (tokenizer_agreement(reports[0].tokenizer, reports[1].tokenizer)
                  if len(reports) == 2 else None)
     if as_json:
-        click.echo(json.dumps({"endpoints": found, "tokenizer_agreement": agreement},
+        click.echo(json.dumps(msgspec.to_builtins({"endpoints": reports,
+                                                   "tokenizer_agreement": agreement}),
                               indent=2))
     else:
-        for label, report in zip("AB", found, strict=False):
-            echo_preflight(report, f"{label} {report['endpoint']}")
+        for label, report in zip("AB", reports, strict=False):
+            echo_preflight(report, f"{label} {report.endpoint}")
         if agreement:
-            click.echo(f"A and B: tokenizer {agreement['status']}: {agreement['message']}",
-                       err=True)
+            click.echo(f"A and B: tokenizer {agreement.status}: {agreement.message}", err=True)
     if any(report.failures() for report in reports):
         sys.exit(2)
 
