@@ -31,7 +31,7 @@ Serve = Callable[..., ScriptedServer]
         ("sglang", {"runtime": "sglang", "runtime_version": "0.5.9", "quantization": "fp8",
                     "kv_cache_dtype": "fp8_e4m3", "tp": 2, "backend": "flashinfer",
                     "context_len": 8192}),
-        ("llamacpp", {"runtime": "llama.cpp", "runtime_version": "b6000-abc1234",
+        ("llama.cpp", {"runtime": "llama.cpp", "runtime_version": "b6000-abc1234",
                       "quantization": "Q4_K_M", "context_len": 8192}),
         ("llama-cpp-python", {"runtime": "llama-cpp-python", "runtime_version": None}),
     ],
@@ -40,7 +40,7 @@ def test_servers_reveal_their_cell(serve: Serve, dialect: str,
                                    expected: dict[str, object]) -> None:
     info = {"quantization": "fp8", "kv_cache_dtype": "fp8_e4m3", "tp_size": 2} \
         if dialect == "sglang" else {}
-    if dialect == "llamacpp":
+    if dialect == "llama.cpp":
         info = {"model_path": "/models/gemma-3-270m-Q4_K_M.gguf"}
     server = serve(ScriptedModel(), dialect, server_info=info)
     result = CliRunner().invoke(cli, ["probe", server.url, "--json", "--cell", "gpu=H100",

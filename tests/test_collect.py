@@ -88,7 +88,7 @@ def test_collects_every_dialect(serve: Serve, write_prompts: WritePrompts, tmp_p
     assert larger.text == " 9.9 is larger than" and larger.finish_reason == "length"
 
     manifest = run.manifest
-    expected_runtime = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp",
+    expected_runtime = {"vllm": "vllm", "sglang": "sglang", "llama.cpp": "llama.cpp",
                         "llama-cpp-python": "llama-cpp-python"}[dialect]
     assert manifest.server.runtime == expected_runtime
     assert manifest.model == "scripted-model" and manifest.status == "complete"

@@ -152,7 +152,7 @@ def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServe
                                               write_prompts: Callable[[str], Path],
                                               tmp_path: Path, one_side: bool) -> None:
     a_server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
-    b_server = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS), "llamacpp")
+    b_server = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS), "llama.cpp")
     prompts = write_prompts(PROMPTS)
     out = tmp_path / "report"
     args = ["run", "--a", a_server.url, "--b", b_server.url, "--a-label", "bf16",

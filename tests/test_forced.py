@@ -45,10 +45,11 @@ def test_same_model_scores_zero_and_a_flip_shows_where(serve: Serve, write_promp
     a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
     same = score_run(a_run, tmp_path / "same", ForcedSettings(
         endpoint=serve(ScriptedModel(A_ANSWERS)).url))
-    assert same["mode"] == "prompt-logprobs" and not same["approximate"]
-    assert same["scored"] == 3
-    assert same["overall"]["top1_agreement"] == 1.0
-    assert same["overall"]["kl"]["max"] == 0.0 and same["overall"]["delta_p"]["abs_max"] == 0
+    assert same.mode == "prompt-logprobs" and not same.approximate
+    assert same.scored == 3
+    assert same.overall.top1_agreement == 1.0
+    assert same.overall.kl is not None and same.overall.delta_p is not None
+    assert same.overall.kl.max == 0.0 and same.overall.delta_p.abs_max == 0
 
     flipped = score_run(a_run, tmp_path / "flip", ForcedSettings(
         endpoint=serve(ScriptedModel(B_ANSWERS)).url, top_k=5))
@@ -57,8 +58,8 @@ def test_same_model_scores_zero_and_a_flip_shows_where(serve: Serve, write_promp
     assert top1.index(False) == 5 and top1.count(False) == 1  # " Canberra," vs " Sydney,"
     assert capital["per_position"]["delta_p"][5] < -0.5  # type: ignore[index]
     assert lines(tmp_path / "flip")["other"]["top1_agreement"] == 1.0
-    assert flipped["noise_floor"]["repeats_compared"] == 3
-    assert flipped["noise_floor"]["kl"]["max"] == 0.0
+    assert flipped.noise_floor.repeats_compared == 3
+    assert flipped.noise_floor.kl is not None and flipped.noise_floor.kl.max == 0.0
 
 
 def test_echo_is_approximate_and_skips_chat_prompts(serve: Serve, write_prompts: WritePrompts,
@@ -66,8 +67,8 @@ def test_echo_is_approximate_and_skips_chat_prompts(serve: Serve, write_prompts:
     a_run = collect_a(serve, write_prompts, tmp_path, "llama-cpp-python")
     b = serve(ScriptedModel(B_ANSWERS), "llama-cpp-python")
     summary = score_run(a_run, tmp_path / "f", ForcedSettings(endpoint=b.url, top_k=5))
-    assert summary["mode"] == "echo" and summary["approximate"]
-    assert summary["skipped"] == {"capital": "a chat prompt cannot be echoed without its chat "
+    assert summary.mode == "echo" and summary.approximate
+    assert summary.skipped == {"capital": "a chat prompt cannot be echoed without its chat "
                                              "template"}
     typed = lines(tmp_path / "f")["typed"]
     assert typed["aligned"] and typed["per_position"]["top1"].count(False) == 1  # type: ignore

@@ -79,7 +79,7 @@ def test_reasoning_problems_warn_with_the_template_switch(serve: Serve, mode: st
 
 
 def test_tokenizer_fingerprints_agree_or_not(serve: Serve) -> None:
-    for dialect in ("vllm", "llamacpp", "llama-cpp-python"):
+    for dialect in ("vllm", "llama.cpp", "llama-cpp-python"):
         same = [run_blocking(check_endpoint(serve(dialect=dialect).url, context_tokens=0))
                 for _ in range(2)]
         assert same[0].tokenizer.method != "prompt token counts"

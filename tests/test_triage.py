@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quantcheck.records import Tokens
 from quantcheck.runstore import Blobs
 from quantcheck.sides import signature
 from quantcheck.tokenstore import round_significant
@@ -30,18 +31,14 @@ from quantcheck.triage import (
 
 
 def tokens(*steps: tuple[str, float, dict[str, float]], raw: list[Any] | None = None
-           ) -> dict[str, Any]:
+           ) -> Tokens:
     """Token arrays from (token, logprob, {alternative: logprob}) steps."""
-    data: dict[str, Any] = {"text": [], "logprob": [], "top_text": [], "top_logprob": []}
+    arrays = Tokens()
     for token, logprob, alternatives in steps:
         top = sorted({token: logprob, **alternatives}.items(), key=lambda kv: -kv[1])
-        data["text"].append(token)
-        data["logprob"].append(logprob)
-        data["top_text"].append([t for t, _ in top])
-        data["top_logprob"].append([v for _, v in top])
-    if raw is not None:
-        data["raw_bytes"] = raw
-    return data
+        arrays.append(token, logprob, [t for t, _ in top], [v for _, v in top])
+    arrays.raw_bytes = raw
+    return arrays
 
 
 def test_similarity_tracks_difflib() -> None:
@@ -243,9 +240,9 @@ def test_flip_and_labels() -> None:
 
 
 def test_signature_rounds_to_significant_digits() -> None:
-    base = tokens(("a", -0.123456789012345, {"b": -2.5}))
-    close = tokens(("a", -0.123456789012399, {"b": -2.5}))
-    far = tokens(("a", -0.1234567, {"b": -2.5}))
+    base = tokens(("a", -0.123456789012345, {"b": -2.5})).to_json()  # as stored inline
+    close = tokens(("a", -0.123456789012399, {"b": -2.5})).to_json()
+    far = tokens(("a", -0.1234567, {"b": -2.5})).to_json()
     here = Blobs(Path("."))
     assert signature(base, here, 12) == signature(close, here, 12)
     assert signature(base, here, 14) != signature(close, here, 14)
@@ -266,8 +263,8 @@ def test_repeated_token_strings_stay_distinct_outcomes() -> None:
     a_tokens, a_logprobs = ["\ufffd", "\ufffd", "x"], [-0.5, -1.5, -2.5]
     assert kl_lower_bound(a_tokens, a_logprobs, a_tokens, a_logprobs) == 0.0
     a = tokens(("x", -0.1, {}))
-    a["top_text"][0] += ["y", "y"]
-    a["top_logprob"][0] += [-1.0, -3.0]
+    a.top_text[0] += ["y", "y"]
+    a.top_logprob[0] += [-1.0, -3.0]
     b = tokens(("y", -0.2, {"x": -0.3}))
     assert classify_divergence(a, b).gap == pytest.approx(0.9)
 

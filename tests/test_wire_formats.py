@@ -33,10 +33,10 @@ CASES = [
      " Canberra.", "stop", LEGACY_CANBERRA, [(" Can", -0.0123), (" Syd", -4.51)]),
     ("llama-cpp-python-chat.json", "llama-cpp-python", "chat", False, "Canberra.", "stop",
      CANBERRA, [("Can", -0.0123), ("Syd", -4.51)]),
-    ("llamacpp-chat-stream.sse", "llamacpp", "chat", True, " Café", "length",
+    ("llamacpp-chat-stream.sse", "llama.cpp", "chat", True, " Café", "length",
      {"text": [" Caf", "\ufffd", "\ufffd"], "logprob": [-0.25, -0.04, -0.001]},
      [(" Caf", -0.25), (" Coffee", -1.6)]),
-    ("llamacpp-completions.json", "llamacpp", "completions", False, " Café", "length",
+    ("llamacpp-completions.json", "llama.cpp", "completions", False, " Café", "length",
      {"text": [" Caf", "\ufffd", "\ufffd"], "logprob": [-0.25, -0.04, -0.001]},
      [(" Caf", -0.25), (" Coffee", -1.6)]),
 ]
@@ -66,7 +66,7 @@ def test_each_dialect_normalizes_to_one_record(
     assert record.tokens.logprob == tokens["logprob"]
     assert record.tokens.top(0) == first_top  # sorted, cut to k (llama-cpp-python sends k+1)
     assert record.usage and record.usage["completion_tokens"] == 3
-    if dialect == "llamacpp":
+    if dialect == "llama.cpp":
         assert record.tokens.ids == [72163, 237, 243]
         assert record.tokens.raw_bytes == [None, [195], [169]]
         assert record.system_fingerprint == "b6123-2bd1b30f"

@@ -24,6 +24,7 @@ from .client import (
     run_blocking,
     sleep_backoff,
 )
+from .dialects import with_logprobs
 from .errors import EndpointError, ParameterRejected, QuantcheckError, RunMismatch
 from .files import StorageError
 from .preflight import PreflightFailed, ProbeShape, run_preflight
@@ -108,13 +109,7 @@ class CollectResult:
 
 def request_body(prompt: Prompt, model: str, top_logprobs: int) -> dict[str, Any]:
     """The exact JSON body sent for `prompt` (streaming fields are added by the client)."""
-    body = {"model": model, **prompt.request}
-    if top_logprobs > 0:
-        if prompt.api == "chat":
-            body.update(logprobs=True, top_logprobs=top_logprobs)
-        else:
-            body["logprobs"] = top_logprobs
-    return body
+    return with_logprobs({"model": model, **prompt.request}, prompt.api, top_logprobs)
 
 
 def collect(prompt_files: Sequence[str | Path], out: str | Path, settings: CollectSettings,

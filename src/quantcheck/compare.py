@@ -13,7 +13,7 @@ import pandas as pd
 
 from .approvals import apply_approvals, default_approvals_path, load_approvals
 from .checks import tokenizer_agreement
-from .drift import all_kl, load_forced
+from .drift import all_kl
 from .drift import pair_columns as forced_pair_columns
 from .files import make_directory, write_atomic
 from .logscan import scan_logs
@@ -23,7 +23,10 @@ from .reportdir import (
     PAIR_COLUMNS,
     PAIR_FORCED_COLUMNS,
     PAIRS,
+    ForcedSummary,
+    KLHistogram,
     Summary,
+    read_forced,
     write_summary,
 )
 from .runstore import frame_rows, write_jsonl_atomic
@@ -49,7 +52,8 @@ def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
             approvals: str | Path | None = None) -> pd.DataFrame:
     """One row per prompt (PAIR_COLUMNS); A is the reference, B the candidate."""
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
-    return _compared(side_a, side_b, approvals)[0]
+    with side_a, side_b:
+        return _compared(side_a, side_b, approvals)[0]
 
 
 def _compared(side_a: Side, side_b: Side, approvals: str | Path | None
@@ -230,9 +234,8 @@ def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record,
     position = divergence.position
     if position is not None:
         for side, tokens in (("a", a_tokens), ("b", b_tokens)):
-            if position < len(tokens["text"]):
-                detail[f"{side}_top"] = list(zip(tokens["top_text"][position],
-                                                 tokens["top_logprob"][position], strict=True))
+            if position < len(tokens):
+                detail[f"{side}_top"] = tokens.top(position)
     measured: Drift = drift(a_tokens, b_tokens, divergence.position)
     return {"first_divergence": divergence.position, "divergence_kind": divergence.kind,
             "divergence_gap": divergence.gap, "divergence_b_gap": divergence.b_gap,
@@ -240,9 +243,9 @@ def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record,
             "divergence_b_token": divergence.b_token, **asdict(measured)}
 
 
-def _add_forced(pairs: pd.DataFrame, folder: str | Path) -> dict[str, Any]:
+def _add_forced(pairs: pd.DataFrame, folder: str | Path) -> ForcedSummary:
     """Each prompt's forced figures as columns; the run's, with a KL histogram, back."""
-    forced, lines = load_forced(folder)
+    forced, lines = read_forced(Path(folder))
     by_prompt = {prompt_id: forced_pair_columns(line) for prompt_id, line in lines.items()}
     for column in PAIR_FORCED_COLUMNS:
         pairs[column] = pairs["prompt_id"].map(
@@ -250,8 +253,9 @@ def _add_forced(pairs: pd.DataFrame, folder: str | Path) -> dict[str, Any]:
     values = np.fromiter(all_kl(lines), float)
     high = float(np.percentile(values, 99)) if len(values) else 0.0
     counts = np.histogram(np.minimum(values, high), bins=20, range=(0.0, high or 1.0))[0]
-    return {**forced, "source": str(folder),
-            "kl_histogram": {"high": high, "counts": counts.tolist()}}
+    forced.source = str(folder)
+    forced.kl_histogram = KLHistogram(high, counts.tolist())
+    return forced
 
 
 def write_pairs(frame: pd.DataFrame, out: Path) -> None:
@@ -273,8 +277,9 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
 
     out = Path(out)
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
-    pairs, details, approvals_path = _compared(side_a, side_b,
-                                               approvals or default_approvals_path(out))
+    with side_a, side_b:
+        pairs, details, approvals_path = _compared(side_a, side_b,
+                                                   approvals or default_approvals_path(out))
     forced_summary = _add_forced(pairs, forced) if forced is not None else None
     summary = summarize(pairs, side_a, side_b)
     summary.forced = forced_summary

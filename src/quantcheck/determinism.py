@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .files import make_directory, write_atomic
+from .records import Tokens
 from .reportdir import SideDeterminism
 from .runstore import write_json_atomic
 from .sides import Side, load_side
@@ -51,7 +52,7 @@ def _verdict(texts: int, signatures: int | None) -> str:
     return "deterministic"
 
 
-def _positions(repeats: list[dict[str, Any]], sig_digits: int) -> dict[str, Any]:
+def _positions(repeats: list[Tokens], sig_digits: int) -> dict[str, Any]:
     """First token / logprob position where repeats differ, and the largest spread."""
     if len(repeats) < 2:
         return {"first_text_divergence": None, "first_logprob_divergence": None,
@@ -59,13 +60,13 @@ def _positions(repeats: list[dict[str, Any]], sig_digits: int) -> dict[str, Any]
     reference = token_keys(repeats[0])
     text_positions = [first_divergence(reference, token_keys(r)) for r in repeats[1:]]
     text_first = min((p for p in text_positions if p is not None), default=None)
-    length = min(len(r["text"]) for r in repeats)
+    length = min(len(r) for r in repeats)
     logprob_first, spread = None, 0.0
     for position in range(length):
-        if any(r["top_text"][position] != repeats[0]["top_text"][position] for r in repeats):
+        if any(r.top_text[position] != repeats[0].top_text[position] for r in repeats):
             logprob_first = position if logprob_first is None else logprob_first
             continue
-        values = np.array([r["top_logprob"][position] for r in repeats], dtype=float)
+        values = np.array([r.top_logprob[position] for r in repeats], dtype=float)
         if values.size == 0:
             continue
         rounded = round_significant(values, sig_digits)
@@ -81,7 +82,8 @@ def determinism_report(run_dirs: dict[str, Path], out: Path, sig_digits: int = 1
     """Analyze one run per mode; write determinism.csv and determinism.json."""
     rows: list[dict[str, Any]] = []
     for mode, run_dir in run_dirs.items():
-        rows += analyze_side(load_side(run_dir, sig_digits), mode, sig_digits)
+        with load_side(run_dir, sig_digits) as side:
+            rows += analyze_side(side, mode, sig_digits)
     frame = pd.DataFrame(rows, columns=DETERMINISM_COLUMNS)
     modes: dict[str, Any] = {}
     for name, group in frame.groupby("mode", sort=False):

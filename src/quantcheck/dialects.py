@@ -101,6 +101,16 @@ _BODY = msgspec.json.Decoder(_Body)
 _BODIES = msgspec.json.Decoder(list[_Body])
 
 
+def with_logprobs(body: dict[str, Any], api: str, top_k: int) -> dict[str, Any]:
+    """`body` asking for the top-k alternatives of every generated token: chat takes
+    `logprobs: true` with `top_logprobs: K`, legacy completions `logprobs: K`."""
+    if top_k <= 0:
+        return body
+    if api == "chat":
+        return {**body, "logprobs": True, "top_logprobs": top_k}
+    return {**body, "logprobs": top_k}
+
+
 def parse_response(raw: bytes, top_k: int) -> Generation:
     """A non-streamed chat or completions response body, as bytes."""
     return _generation([_decode(raw, _BODY, _Body)], top_k)
@@ -319,3 +329,85 @@ def _top_columns(texts: list[str], logprobs: list[float | None], top_k: int
     if 0 < top_k < len(kept):
         kept = kept[:top_k]
     return [text for text, _ in kept], [value for _, value in kept]
+
+
+# --- teacher forcing: a prompt scored token by token ------------------------------------
+
+# B's logprob of the forced token (None when B does not say), and B's top-k there.
+ScoredPosition = tuple[float | None, tuple[list[str], list[float]]]
+
+
+class _PromptLogprob(msgspec.Struct):
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+class _ScoredChoice(msgspec.Struct):
+    prompt_logprobs: list[dict[str, _PromptLogprob] | None] | None = None
+    logprobs: _Logprobs | None = None
+
+
+class _ScoredBody(msgspec.Struct):
+    choices: list[_ScoredChoice]
+    usage: dict[str, Any] | None = None
+
+
+def _scored_choice(answer: Any) -> tuple[_ScoredChoice, dict[str, Any]]:
+    try:
+        body = msgspec.convert(answer, _ScoredBody, strict=False)
+    except msgspec.ValidationError as exc:
+        raise MalformedResponse(f"unexpected scoring answer: {exc}") from None
+    if not body.choices:
+        raise MalformedResponse("no choices in the scoring answer")
+    return body.choices[0], body.usage or {}
+
+
+def parse_prompt_logprobs(answer: Any, ids: list[int], start: int, top_k: int
+                          ) -> list[ScoredPosition]:
+    """vLLM's `prompt_logprobs` (a map of token id to logprob, rank and decoded token
+    per prompt position) for the ids from position `start` on."""
+    choice, _ = _scored_choice(answer)
+    if choice.prompt_logprobs is None:
+        raise MalformedResponse("the answer has no prompt_logprobs")
+    scored = []
+    for token, entry in zip(ids, choice.prompt_logprobs[start:], strict=False):
+        entry = entry or {}
+        ranked = sorted((v for v in entry.values() if v.rank is not None and v.rank <= top_k),
+                        key=lambda v: v.rank or 0)
+        own = entry.get(str(token))
+        scored.append((own.logprob if own else None,
+                       ([v.decoded_token or "" for v in ranked], [v.logprob for v in ranked])))
+    return scored
+
+
+def parse_echo(answer: Any, prompt_chars: int, top_k: int) -> list[ScoredPosition]:
+    """Legacy completions with `echo`: the logprobs of the echoed text after the first
+    `prompt_chars` characters, without the tokens generated past it."""
+    choice, usage = _scored_choice(answer)
+    logprobs = choice.logprobs
+    if logprobs is None or logprobs.tokens is None:
+        raise MalformedResponse("the echo answer has no token logprobs")
+    tokens = logprobs.tokens
+    values = logprobs.token_logprobs or []
+    tops = logprobs.top_logprobs or []
+    generated = usage.get("completion_tokens")
+    end = len(tokens) - (generated if isinstance(generated, int) and generated > 0 else 0)
+    scored = []
+    for n in range(_boundary(tokens, prompt_chars), end):
+        alternatives = (tops[n] if n < len(tops) else None) or {}
+        top = sorted(((t, v) for t, v in alternatives.items() if v is not None),
+                     key=lambda kv: -kv[1])[:top_k]
+        scored.append((values[n] if n < len(values) else None,
+                       ([t for t, _ in top], [v for _, v in top])))
+    return scored
+
+
+def _boundary(tokens: list[str], prompt_chars: int) -> int:
+    """The first echoed token that starts at or after the end of the prompt text."""
+    seen = 0
+    for n, token in enumerate(tokens):
+        if seen >= prompt_chars:
+            return n
+        seen += len(token)
+    return len(tokens)

@@ -1,5 +1,5 @@
 """Teacher-forced drift figures, offline: per position, per prompt, the noise floor of
-A's own repeats, and forced.json / forced.jsonl read back (no network here; the HTTP
+A's own repeats, and the columns pairs.csv takes from forced.jsonl (no network here; the HTTP
 scoring is forced.py).
 
 Per position: `top1` (B's top-1 is A's token), `delta_p` (B's probability of A's token
@@ -11,17 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .records import Completion
-from .runstore import iter_jsonl, read_json
+from .reportdir import DeltaP, ForcedLine, ForcedStats, Spread
 from .triage import kl_lower_bound
-
-FORCED_JSON = "forced.json"
-FORCED_JSONL = "forced.jsonl"
 
 
 @dataclass
@@ -37,19 +33,18 @@ class Positions:
         self.kl += other.kl
         self.delta_p += other.delta_p
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> ForcedStats:
         if not self.kl:
-            return {"positions": 0}
-        kl = np.array(self.kl)
-        delta = np.array(self.delta_p)
-        return {"positions": len(kl), "top1_agreement": float(np.mean(self.top1)),
-                "kl": _spread(kl), "delta_p": {"mean": float(delta.mean()),
-                                                **_spread(np.abs(delta), "abs_")}}
-
-
-def _spread(values: np.ndarray, prefix: str = "") -> dict[str, float]:
-    return {f"{prefix}mean": float(values.mean()), f"{prefix}median": float(np.median(values)),
-            f"{prefix}p99": float(np.percentile(values, 99)), f"{prefix}max": float(values.max())}
+            return ForcedStats(positions=0)
+        kl, delta = np.array(self.kl), np.array(self.delta_p)
+        size = np.abs(delta)
+        return ForcedStats(
+            positions=len(kl), top1_agreement=float(np.mean(self.top1)),
+            kl=Spread(mean=float(kl.mean()), median=float(np.median(kl)),
+                      p99=float(np.percentile(kl, 99)), max=float(kl.max())),
+            delta_p=DeltaP(mean=float(delta.mean()), abs_mean=float(size.mean()),
+                           abs_median=float(np.median(size)),
+                           abs_p99=float(np.percentile(size, 99)), abs_max=float(size.max())))
 
 
 def compare_position(a_token: str, a_logprob: float | None, a_top: tuple[list[str], list[float]],
@@ -62,7 +57,7 @@ def compare_position(a_token: str, a_logprob: float | None, a_top: tuple[list[st
     return top1, p_b - p_a, kl_lower_bound(a_top[0], a_top[1], b_top[0], b_top[1])
 
 
-def noise_floor(completions: list[Completion]) -> dict[str, Any]:
+def noise_floor(completions: list[Completion]) -> ForcedStats:
     """The forced figures for A against A's own repeats (successful records with
     tokens): over each repeat's common prefix with repeat 0, and where they part."""
     floor = Positions()
@@ -77,9 +72,11 @@ def noise_floor(completions: list[Completion]) -> dict[str, Any]:
             repeats += 1
             floor.extend(_repeat_positions(reference, other.tokens))
     if not repeats:
-        return {"positions": 0, "note": "A has one repeat per prompt; collect A with "
-                "--repeats 2 or more for a noise floor"}
-    return {**floor.stats(), "repeats_compared": repeats}
+        return ForcedStats(positions=0, note="A has one repeat per prompt; collect A with "
+                           "--repeats 2 or more for a noise floor")
+    stats = floor.stats()
+    stats.repeats_compared = repeats
+    return stats
 
 
 def _repeat_positions(reference: Any, other: Any) -> Positions:
@@ -99,23 +96,16 @@ def _repeat_positions(reference: Any, other: Any) -> Positions:
     return found
 
 
-def load_forced(folder: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """forced.json, and forced.jsonl's lines by prompt id."""
-    path = Path(folder)
-    summary: dict[str, Any] = read_json(path / FORCED_JSON)
-    lines = {line["prompt_id"]: line for _, line in iter_jsonl(path / FORCED_JSONL)}
-    return summary, lines
-
-
-def pair_columns(line: dict[str, Any] | None) -> dict[str, Any]:
+def pair_columns(line: ForcedLine | None) -> dict[str, Any]:
     """A prompt's forced figures as pairs.csv columns."""
-    if not line or not line.get("positions"):
+    if not line or not line.positions or line.kl is None or line.delta_p is None:
         return {}
-    return {"forced_positions": line["positions"], "forced_top1": line["top1_agreement"],
-            "forced_kl_mean": line["kl"]["mean"], "forced_kl_p99": line["kl"]["p99"],
-            "forced_kl_max": line["kl"]["max"], "forced_delta_p_mean": line["delta_p"]["mean"]}
+    return {"forced_positions": line.positions, "forced_top1": line.top1_agreement,
+            "forced_kl_mean": line.kl.mean, "forced_kl_p99": line.kl.p99,
+            "forced_kl_max": line.kl.max, "forced_delta_p_mean": line.delta_p.mean}
 
 
-def all_kl(lines: dict[str, dict[str, Any]]) -> Iterator[float]:
+def all_kl(lines: dict[str, ForcedLine]) -> Iterator[float]:
     for line in lines.values():
-        yield from (line.get("per_position") or {}).get("kl") or []
+        if line.per_position is not None:
+            yield from line.per_position.kl

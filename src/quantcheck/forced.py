@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from .client import (
     TRANSPORT_ERRORS,
     EndpointClient,
@@ -32,17 +34,15 @@ from .client import (
     run_blocking,
     server_root,
 )
-from .dialects import MalformedResponse
-from .drift import FORCED_JSON, FORCED_JSONL, Positions, compare_position, noise_floor
+from .dialects import MalformedResponse, ScoredPosition, parse_echo, parse_prompt_logprobs
+from .drift import Positions, compare_position, noise_floor
 from .errors import EndpointError, RunFormatError
-from .files import make_directory
 from .records import Completion, Prompt
+from .reportdir import ForcedLine, ForcedSummary, PerPosition, write_forced
 from .runstore import (
     load_run,
-    write_json_atomic,
-    write_jsonl_atomic,
 )
-from .runtimes import choose_model
+from .runtimes import TOKENIZE, choose_model
 from .servers import describe_server
 
 MODES = ("auto", "prompt-logprobs", "echo")
@@ -58,13 +58,13 @@ class ForcedSettings:
     api_key_env: str | None = None
 
 
-def score_run(a_run: str | Path, out: str | Path, settings: ForcedSettings) -> dict[str, Any]:
+def score_run(a_run: str | Path, out: str | Path, settings: ForcedSettings) -> ForcedSummary:
     """Score A's first repeat of every prompt on B; write forced.jsonl and forced.json."""
     return run_blocking(score_run_async(a_run, out, settings))
 
 
 async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSettings
-                          ) -> dict[str, Any]:
+                          ) -> ForcedSummary:
     run = load_run(a_run)
     with_tokens = [r for r in run.completions() if r.ok and r.tokens]
     records = [r for r in with_tokens if r.repeat == 0]
@@ -81,25 +81,23 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         scorer = _Scorer(client, model, mode, settings.top_k)
         semaphore = asyncio.Semaphore(settings.concurrency)
 
-        async def one(record: Completion) -> dict[str, Any]:
+        async def one(record: Completion) -> ForcedLine:
             async with semaphore:
                 return await scorer.score(run.prompts[record.prompt_id], record)
 
         lines = await asyncio.gather(*(one(r) for r in records))
     overall = Positions()
     for line in lines:
-        each = line["per_position"]
-        overall.extend(Positions(each["top1"], each["kl"], each["delta_p"]))
-    summary = {"endpoint": public_url(settings.endpoint), "model": model, "mode": mode,
-               "approximate": mode == "echo", "a_run": str(a_run), "top_k": settings.top_k,
-               "scored": sum(1 for line in lines if line["positions"]),
-               "skipped": {line["prompt_id"]: line["skipped"] for line in lines
-                           if line.get("skipped")},
-               "overall": overall.stats(), "noise_floor": noise_floor(with_tokens)}
-    folder = Path(out)
-    make_directory(folder)
-    write_jsonl_atomic(folder / FORCED_JSONL, lines)
-    write_json_atomic(folder / FORCED_JSON, summary)
+        if line.per_position is not None:
+            each = line.per_position
+            overall.extend(Positions(each.top1, each.kl, each.delta_p))
+    summary = ForcedSummary(
+        endpoint=public_url(settings.endpoint), model=model, mode=mode,
+        approximate=mode == "echo", a_run=str(a_run), top_k=settings.top_k,
+        scored=sum(1 for line in lines if line.positions),
+        skipped={line.prompt_id: line.skipped for line in lines if line.skipped},
+        overall=overall.stats(), noise_floor=noise_floor(with_tokens))
+    write_forced(Path(out), summary, list(lines))
     return summary
 
 
@@ -108,23 +106,21 @@ class _Scorer:
         self.client, self.model, self.mode, self.top_k = client, model, mode, top_k
         self.root = server_root(client.endpoint)
 
-    async def score(self, prompt: Prompt, record: Completion) -> dict[str, Any]:
-        each = Positions()
-        line: dict[str, Any] = {"prompt_id": prompt.id, "mode": self.mode, "positions": 0}
+    async def score(self, prompt: Prompt, record: Completion) -> ForcedLine:
+        if self.mode != "prompt-logprobs" and prompt.api == "chat":
+            return ForcedLine(prompt_id=prompt.id, mode=self.mode, positions=0,
+                              skipped="a chat prompt cannot be echoed without its chat "
+                                      "template")
         try:
-            if self.mode == "prompt-logprobs":
-                forced = await self._by_ids(prompt, record)
-            elif prompt.api == "chat":
-                forced = []
-                line["skipped"] = "a chat prompt cannot be echoed without its chat template"
-            else:
-                forced = await self._by_echo(prompt, record)
+            forced = await (self._by_ids(prompt, record) if self.mode == "prompt-logprobs"
+                            else self._by_echo(prompt, record))
         except (HTTPStatusError, MalformedResponse, KeyError, IndexError, AttributeError,
                 TypeError, ValueError, *TRANSPORT_ERRORS) as exc:
             raise EndpointError(f"scoring {prompt.id} on {public_url(self.client.endpoint)} "
                                 f"({self.mode}) failed: {exc}") from None
         tokens = record.tokens
         assert tokens is not None
+        each = Positions()
         for n, (b_logprob, b_top) in enumerate(forced[:len(tokens)]):
             top1, delta, kl = compare_position(
                 tokens.text[n], tokens.logprob[n], (tokens.top_text[n], tokens.top_logprob[n]),
@@ -132,14 +128,14 @@ class _Scorer:
             each.top1.append(top1)
             each.kl.append(kl)
             each.delta_p.append(delta)
-        line.update(each.stats())
-        line["aligned"] = len(forced) == len(tokens)
-        line["per_position"] = {"top1": each.top1, "kl": each.kl, "delta_p": each.delta_p,
-                                "b_logprob": [logprob for logprob, _ in forced[:len(tokens)]]}
+        line = ForcedLine(prompt_id=prompt.id, mode=self.mode,
+                          **msgspec.structs.asdict(each.stats()))
+        line.aligned = len(forced) == len(tokens)
+        line.per_position = PerPosition(each.top1, each.kl, each.delta_p,
+                                        [logprob for logprob, _ in forced[:len(tokens)]])
         return line
 
-    async def _by_ids(self, prompt: Prompt, record: Completion
-                      ) -> list[tuple[float | None, tuple[list[str], list[float]]]]:
+    async def _by_ids(self, prompt: Prompt, record: Completion) -> list[ScoredPosition]:
         request = ({"messages": prompt.request["messages"], "add_generation_prompt": True}
                    if prompt.api == "chat" else {"prompt": prompt.request["prompt"]})
         prompt_ids = (await self._tokenize(request))
@@ -150,47 +146,19 @@ class _Scorer:
         answer = await self.client.post_json(self.root + "/v1/completions", {
             "model": self.model, "prompt": prompt_ids + ids, "max_tokens": 1,
             "temperature": 0, "prompt_logprobs": self.top_k})
-        entries = answer["choices"][0]["prompt_logprobs"][len(prompt_ids):]
-        forced = []
-        for token, entry in zip(ids, entries, strict=False):
-            ranked = sorted((v for v in entry.values() if v["rank"] <= self.top_k),
-                            key=lambda v: v["rank"])
-            own = entry.get(str(token))
-            forced.append((own["logprob"] if own else None,
-                           ([v["decoded_token"] for v in ranked], [v["logprob"] for v in ranked])))
-        return forced
+        return parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k)
 
     async def _tokenize(self, request: dict[str, Any]) -> list[int]:
-        answer = await self.client.post_json(self.root + "/tokenize",
-                                             {"model": self.model, **request})
-        return [int(t) for t in answer["tokens"]]
+        path, _, _ = TOKENIZE["vllm"]  # prompt-logprobs mode is vLLM's
+        answer = await self.client.post_json(self.root + path, {"model": self.model, **request})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise MalformedResponse(f"{path} answered without token ids")
+        return [int(t) for t in tokens]
 
-    async def _by_echo(self, prompt: Prompt, record: Completion
-                       ) -> list[tuple[float | None, tuple[list[str], list[float]]]]:
+    async def _by_echo(self, prompt: Prompt, record: Completion) -> list[ScoredPosition]:
         text = str(prompt.request["prompt"])
         answer = await self.client.post_json(self.root + "/v1/completions", {
             "model": self.model, "prompt": text + (record.text or ""), "echo": True,
             "logprobs": self.top_k, "max_tokens": 1, "temperature": 0})
-        logprobs = answer["choices"][0]["logprobs"]
-        generated = int((answer.get("usage") or {}).get("completion_tokens") or 0)
-        start = _boundary(logprobs["tokens"], len(text))
-        end = len(logprobs["tokens"]) - generated
-        forced = []
-        for n in range(start, end):
-            top = sorted((logprobs["top_logprobs"][n] or {}).items(), key=lambda kv: -kv[1])
-            top = top[:self.top_k]
-            forced.append((logprobs["token_logprobs"][n],
-                           ([t for t, _ in top], [v for _, v in top])))
-        return forced
-
-
-def _boundary(tokens: list[str], prompt_chars: int) -> int:
-    """The first echoed token that starts at or after the end of the prompt text."""
-    seen = 0
-    for n, token in enumerate(tokens):
-        if seen >= prompt_chars:
-            return n
-        seen += len(token)
-    return len(tokens)
-
-
+        return parse_echo(answer, len(text), self.top_k)

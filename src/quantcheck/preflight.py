@@ -34,12 +34,12 @@ from .client import (
     rejection_advice,
     server_root,
 )
-from .dialects import Generation, MalformedResponse
+from .dialects import Generation, MalformedResponse, with_logprobs
 from .errors import EndpointError, ParameterRejected, QuantcheckError
 from .prompts import GREEDY_FIELDS
 from .records import DEFAULT_CONTEXT_TOKENS, Prompt
 from .runstore import ServerInfo
-from .runtimes import context_length
+from .runtimes import TOKENIZE, context_length
 
 GREEDY_PROBE = ("Write the word echo twelve times, separated by spaces, then count from "
                 "one to ten in words.")
@@ -73,14 +73,10 @@ class ProbeShape:
         body: dict[str, Any] = {"model": model, **self.fields, "max_tokens": max_tokens}
         if self.api == "chat":
             body["messages"] = [{"role": "user", "content": text}]
-            if top_k:
-                body.update(logprobs=True, top_logprobs=top_k)
         else:
             body["prompt"] = text
             body.pop("chat_template_kwargs", None)
-            if top_k:
-                body["logprobs"] = top_k
-        return body
+        return with_logprobs(body, self.api, top_k)
 
 
 async def run_preflight(client: EndpointClient, model: str, models: list[dict[str, Any]],
@@ -294,9 +290,8 @@ async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Pro
     ids: dict[str, list[int]] = {}
     method = None
     root = server_root(client.endpoint)
-    for name, path, key, extra in (("vllm", "/tokenize", "prompt", {"model": model}),
-                                   ("llama.cpp", "/tokenize", "content", {}),
-                                   ("llama-cpp-python", "/extras/tokenize", "input", {})):
+    for name, (path, key, wants_model) in TOKENIZE.items():
+        extra = {"model": model} if wants_model else {}
         try:
             for text in TOKENIZER_PROBES:
                 answer = await client.post_json(root + path, {**extra, key: text})

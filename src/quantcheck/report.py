@@ -12,10 +12,9 @@ from markupsafe import Markup
 
 from .cells import CELL_AXES
 from .files import write_atomic
-from .reportdir import DETAILS, Counts, Summary, read_pairs, read_summary
+from .reportdir import Counts, ForcedSummary, Summary, read_details, read_pairs, read_summary
 from .reviews import load_reviews
 from .rubric import Rubric, load_rubric
-from .runstore import iter_jsonl
 from .summary import headline
 from .templating import embed_json, environment
 
@@ -28,9 +27,7 @@ def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = N
     """Everything the sheet's script needs, as one JSON-able object."""
     summary = summary or read_summary(report_dir)
     pairs = read_pairs(report_dir)
-    details = {}
-    if (report_dir / DETAILS).exists():
-        details = {d["prompt_id"]: d for _, d in iter_jsonl(report_dir / DETAILS)}
+    details = read_details(report_dir)
     records = [_clean(row) for row in pairs.to_dict("records")]
     for record in records:
         record["detail"] = details.get(str(record["prompt_id"]), {})
@@ -74,7 +71,7 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
         log_matches=summary.log_matches, summary_counts=summary.counts,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
         preflight=summary.preflight, plots=_plots(data["pairs"], forced),
-        forced=forced if (forced or {}).get("scored") else None,
+        forced=forced if forced is not None and forced.scored else None,
         categories=sorted({str(p["category"]) for p in data["pairs"] if p["category"]}),
         refused_reviews=data["refused_reviews"], comparison=summary.comparison,
         near_tie_nats=summary.near_tie_nats, e=math.e, data_json=embed_json(data))
@@ -119,7 +116,7 @@ def _count_tiles(counts: Counts) -> list[tuple[str, Any]]:
             ("not compared", counts.prompts - counts.pairs)]
 
 
-def _plots(pairs: list[dict[str, Any]], forced: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _plots(pairs: list[dict[str, Any]], forced: ForcedSummary | None) -> list[dict[str, Any]]:
     compared = [p for p in pairs if p["status"] == "compared" and not p["identical"]]
     similarity = [p["similarity"] for p in compared if p["similarity"] is not None]
     divergence = [p["first_divergence"] for p in compared if p["first_divergence"] is not None]
@@ -135,11 +132,11 @@ def _plots(pairs: list[dict[str, Any]], forced: dict[str, Any] | None) -> list[d
     ]
 
 
-def _forced_plot(forced: dict[str, Any] | None) -> list[dict[str, Any]]:
-    histogram_data = (forced or {}).get("kl_histogram")
-    if not histogram_data or not sum(histogram_data["counts"]):
+def _forced_plot(forced: ForcedSummary | None) -> list[dict[str, Any]]:
+    histogram_data = forced.kl_histogram if forced else None
+    if histogram_data is None or not sum(histogram_data.counts):
         return []
-    counts, high = histogram_data["counts"], histogram_data["high"]
+    counts, high = histogram_data.counts, histogram_data.high
     return [{"svg": bars(counts, 0.0, high or 1.0), "caption":
              f"teacher-forced KL per position ({sum(counts)} positions, to the 99th "
              "percentile)"}]

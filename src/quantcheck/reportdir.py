@@ -22,8 +22,9 @@ import pandas as pd
 
 from .checks import Check, Preflight
 from .errors import RunFormatError
+from .files import make_directory
 from .records import DEGENERATE_KINDS, new_on_b
-from .runstore import MANIFEST, read_json, write_json_atomic
+from .runstore import MANIFEST, iter_jsonl, read_json, write_json_atomic, write_jsonl_atomic
 
 PAIRS = "pairs.csv"
 DETAILS = "details.jsonl"
@@ -279,6 +280,87 @@ class LogMatch(msgspec.Struct, kw_only=True):
     blocking: bool
 
 
+class DeltaP(msgspec.Struct):
+    """B's probability of A's token minus A's: the mean, and spread of its size."""
+
+    mean: float
+    abs_mean: float
+    abs_median: float
+    abs_p99: float
+    abs_max: float
+
+
+class ForcedStats(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Teacher-forced figures over some positions (none scored: `positions` 0 only)."""
+
+    positions: int
+    top1_agreement: float | None = None
+    kl: Spread | None = None
+    delta_p: DeltaP | None = None
+    note: str | None = None  # why a noise floor is missing
+    repeats_compared: int | None = None
+
+
+class PerPosition(msgspec.Struct):
+    top1: list[bool]
+    kl: list[float]
+    delta_p: list[float]
+    b_logprob: list[float | None]
+
+
+class ForcedLine(ForcedStats, kw_only=True, omit_defaults=True):
+    """A line of forced.jsonl: one prompt's figures, and each position's."""
+
+    prompt_id: str
+    mode: str
+    skipped: str | None = None
+    aligned: bool | None = None
+    per_position: PerPosition | None = None
+
+
+class KLHistogram(msgspec.Struct):
+    high: float
+    counts: list[int]
+
+
+class ForcedSummary(msgspec.Struct, kw_only=True):
+    """forced.json (and summary.json's `forced`, with `source` and `kl_histogram`)."""
+
+    endpoint: str
+    model: str
+    mode: str
+    approximate: bool
+    a_run: str
+    top_k: int
+    scored: int
+    skipped: dict[str, str] = {}
+    overall: ForcedStats
+    noise_floor: ForcedStats
+    source: str | None = None
+    kl_histogram: KLHistogram | None = None
+
+
+FORCED_JSON = "forced.json"
+FORCED_JSONL = "forced.jsonl"
+
+
+def read_forced(folder: Path) -> tuple[ForcedSummary, dict[str, ForcedLine]]:
+    """forced.json, and forced.jsonl's lines by prompt id."""
+    try:
+        summary = msgspec.convert(read_json(folder / FORCED_JSON), ForcedSummary)
+        lines = [msgspec.convert(line, ForcedLine) for _, line in
+                 iter_jsonl(folder / FORCED_JSONL)]
+    except msgspec.ValidationError as exc:
+        raise RunFormatError(f"{folder}: not written by `quantcheck forced` ({exc})") from None
+    return summary, {line.prompt_id: line for line in lines}
+
+
+def write_forced(folder: Path, summary: ForcedSummary, lines: list[ForcedLine]) -> None:
+    make_directory(folder)
+    write_jsonl_atomic(folder / FORCED_JSONL, [msgspec.to_builtins(line) for line in lines])
+    write_json_atomic(folder / FORCED_JSON, msgspec.to_builtins(summary))
+
+
 class Summary(msgspec.Struct, kw_only=True):
     """summary.json: every total a reader shows (terminal, sheet, gate)."""
 
@@ -294,7 +376,7 @@ class Summary(msgspec.Struct, kw_only=True):
     stats: Stats
     performance: Performance
     preflight: PreflightPair
-    forced: dict[str, Any] | None = None  # forced.json with `source` and `kl_histogram`
+    forced: ForcedSummary | None = None  # with --forced
     approvals_file: str | None = None
     log_matches: dict[str, list[LogMatch]] = {}
     sources: dict[str, str] = {}
@@ -345,6 +427,16 @@ def pair_rows(pairs: pd.DataFrame) -> list[PairRow]:
                                 PairRow, strict=False) for row in rows]
     except msgspec.ValidationError as exc:
         raise RunFormatError(f"{PAIRS}: {exc}") from None
+
+
+def read_details(report_dir: Path) -> dict[str, dict[str, Any]]:
+    """details.jsonl by prompt id: what the sheet shows beyond pairs.csv (the request,
+    expect, each side's variants across repeats and top-k at the divergence)."""
+    path = report_dir / DETAILS
+    if not path.exists():
+        return {}
+    return {str(detail.get("prompt_id")): detail for _, detail in iter_jsonl(path)
+            if isinstance(detail, dict)}
 
 
 def require_report(report_dir: Path) -> tuple[pd.DataFrame, Summary]:

@@ -122,6 +122,43 @@ class Manifest(msgspec.Struct, kw_only=True):
                 "prompt_hashes": self.prompt_hashes}
 
 
+class CompletionLine(msgspec.Struct, kw_only=True):
+    """The fields of a completions.jsonl line that indexes and resumes read (decoded
+    without the rest; `Completion` is the whole record)."""
+
+    prompt_id: str
+    prompt_hash: str | None = None
+    repeat: int
+    text: str | None = None
+    reasoning: str | None = None
+    tokens: dict[str, Any] | None = None  # a tokens.bin reference, or inline arrays
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    error: str | None = None
+
+    @property
+    def n_tokens(self) -> int | None:
+        if self.tokens:
+            return token_count(self.tokens)
+        tokens = (self.usage or {}).get("completion_tokens")
+        return tokens if isinstance(tokens, int) else None
+
+
+_LINE = msgspec.json.Decoder(CompletionLine)
+
+
+def decode_line(line: bytes) -> CompletionLine | None:
+    """A completions.jsonl line, or None when it is torn or not a record."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        return _LINE.decode(line)
+    except msgspec.MsgspecError:
+        return None
+
+
 def read_manifest(run_dir: Path) -> Manifest:
     path = run_dir / MANIFEST
     try:
@@ -222,6 +259,9 @@ class Blobs:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
         for handle in self._handles.values():
             handle.close()
         self._handles.clear()
@@ -261,24 +301,16 @@ def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
     dropped = False
     with path.open("rb") as handle:
         for line in handle:
-            record = _loads_or_none(line) if line.endswith(b"\n") else None
-            key = (record["prompt_id"], record["repeat"]) if record else None
-            if record is None or record.get("error") or key in keys:
+            record = decode_line(line)
+            key = (record.prompt_id, record.repeat) if record else None
+            if record is None or key is None or record.error or key in keys:
                 dropped = True
                 continue
-            keys.add(key)  # type: ignore[arg-type]
+            keys.add(key)
             keep.append(line)
     if dropped:
         write_atomic(path, b"".join(keep))
     return keys
-
-
-def _loads_or_none(line: bytes) -> dict[str, Any] | None:
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) and "prompt_id" in value else None
 
 
 def set_aside(run_dir: Path) -> Path:
@@ -341,15 +373,22 @@ class Run:
     def frame(self) -> pd.DataFrame:
         """One row per request, without the token arrays (see FRAME_COLUMNS)."""
         rows = []
-        path = self.path / COMPLETIONS
-        for _, record in iter_jsonl(path) if path.exists() else ():
-            usage = record.get("usage") or {}
-            rows.append([record["prompt_id"], record.get("prompt_hash"), record["repeat"],
-                         record.get("text"), record.get("reasoning"),
-                         record.get("finish_reason"), token_count(record.get("tokens")),
+        for line in self.lines():
+            usage = line.usage or {}
+            rows.append([line.prompt_id, line.prompt_hash, line.repeat, line.text,
+                         line.reasoning, line.finish_reason, token_count(line.tokens),
                          usage.get("prompt_tokens"), usage.get("completion_tokens"),
-                         record.get("ttft_s"), record.get("e2e_s"), record.get("error")])
+                         line.ttft_s, line.e2e_s, line.error])
         return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+
+    def lines(self) -> Iterator[CompletionLine]:
+        """Every complete record line (a torn last line is skipped)."""
+        path = self.path / COMPLETIONS
+        for number, data in iter_jsonl(path) if path.exists() else ():
+            try:
+                yield msgspec.convert(data, CompletionLine)
+            except msgspec.ValidationError as exc:
+                raise RunFormatError(f"{path}:{number}: {exc}") from None
 
 
 def load_run(run_dir: str | Path) -> Run:

@@ -14,7 +14,13 @@ from .errors import EndpointError
 from .runstore import ServerInfo
 
 RUNTIME_BY_OWNER = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp",
-                    "me": "llama-cpp-python"}
+                    "me": "llama-cpp-python"}  # /v1/models `owned_by` -> runtime
+RUNTIMES = tuple(RUNTIME_BY_OWNER.values())
+# Each runtime's tokenize endpoint: its path, the field that holds the text, and whether
+# it wants the model's name (SGLang has none).
+TOKENIZE = {"vllm": ("/tokenize", "prompt", True),
+            "llama.cpp": ("/tokenize", "content", False),
+            "llama-cpp-python": ("/extras/tokenize", "input", False)}
 
 
 def mapping(value: Any) -> dict[str, Any]:

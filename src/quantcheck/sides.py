@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-import orjson
 import pandas as pd
 
 from .checks import Fingerprint, Preflight
 from .errors import RunFormatError
-from .records import Prompt
-from .runstore import COMPLETIONS, Blobs, Manifest, load_run, read_json, token_count
+from .records import Prompt, Tokens
+from .runstore import COMPLETIONS, Blobs, Manifest, decode_line, load_run, read_json
 
 INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "text_hash", "signature",
                  "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
@@ -36,6 +35,8 @@ class Side:
     manifest: Manifest | None = None  # None for a texts file
     completions_path: Path | None = None
     text_only: bool = False
+    _lines: IO[bytes] | None = field(default=None, repr=False)
+    _blobs: Blobs | None = field(default=None, repr=False)
 
     @property
     def preflight(self) -> Preflight | None:
@@ -50,16 +51,35 @@ class Side:
         """The --repeat-mode that made the repeats ("" for a texts file)."""
         return self.manifest.parameters.repeat_mode if self.manifest else ""
 
-    def tokens_at(self, offset: int) -> dict[str, Any] | None:
-        """The token arrays (as their JSON dict) of the record whose line starts at `offset`."""
+    def tokens_at(self, offset: int) -> Tokens | None:
+        """The token arrays of the record whose line starts at `offset` (the run's files
+        stay open across calls until `close`)."""
         if self.completions_path is None or offset < 0:
             return None
-        with self.completions_path.open("rb") as handle:
-            handle.seek(offset)
-            record = orjson.loads(handle.readline())
-        with Blobs(self.completions_path.parent) as blobs:
-            tokens = blobs.tokens(record.get("tokens"))
-        return tokens.to_json() if tokens is not None else None
+        if self._lines is None:
+            self._lines = self.completions_path.open("rb")
+            self._blobs = Blobs(self.completions_path.parent)
+        assert self._blobs is not None
+        self._lines.seek(offset)
+        line = decode_line(self._lines.readline())
+        if line is None:
+            raise RunFormatError(f"{self.completions_path}: changed while it was read "
+                                 f"(no record at byte {offset}); compare again")
+        return self._blobs.tokens(line.tokens)
+
+    def close(self) -> None:
+        if self._lines is not None:
+            self._lines.close()
+            self._lines = None
+        if self._blobs is not None:
+            self._blobs.close()
+            self._blobs = None
+
+    def __enter__(self) -> Side:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def signature(reference: dict[str, Any] | None, blobs: Blobs, digits: int) -> str | None:
@@ -110,22 +130,17 @@ def _refuse_duplicates(rows: list[list[Any]], path: Path) -> None:
 def _index_rows(path: Path, sig_digits: int) -> Iterator[list[Any]]:
     offset = 0
     with path.open("rb") as handle, Blobs(path.parent) as blobs:
-        for number, line in enumerate(handle, 1):
-            start, offset = offset, offset + len(line)
-            if not line.endswith(b"\n"):
-                return
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
-            tokens = record.get("tokens")
-            usage = record.get("usage") or {}
-            n_tokens = token_count(tokens) if tokens else usage.get("completion_tokens")
-            yield [record["prompt_id"], record.get("prompt_hash"), record["repeat"],
-                   record.get("text"), text_hash(record.get("text")),
-                   signature(tokens, blobs, sig_digits), n_tokens,
-                   record.get("finish_reason"), record.get("error"), record.get("ttft_s"),
-                   record.get("e2e_s"), start]
+        for number, raw in enumerate(handle, 1):
+            start, offset = offset, offset + len(raw)
+            if not raw.endswith(b"\n"):
+                return  # torn by a kill: a resume collects it again
+            line = decode_line(raw)
+            if line is None:
+                raise RunFormatError(f"{path}:{number}: not a completion record")
+            yield [line.prompt_id, line.prompt_hash, line.repeat, line.text,
+                   text_hash(line.text), signature(line.tokens, blobs, sig_digits),
+                   line.n_tokens, line.finish_reason, line.error, line.ttft_s, line.e2e_s,
+                   start]
 
 
 def _texts_side(path: Path, prompts: dict[str, Prompt] | None) -> Side:

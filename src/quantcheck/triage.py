@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from rapidfuzz.distance import Indel
 
-from .records import numbers_in
+from .records import Tokens, numbers_in
 
 WORDING_SIMILARITY = 0.8
 NO_DIVERGENCE = "none"
@@ -146,12 +146,12 @@ def _periodic_tail(items: str | list[str], period: int) -> int:
 
 # --- token streams -----------------------------------------------------------------
 
-def token_keys(tokens: dict[str, Any]) -> list[Any]:
+def token_keys(tokens: Tokens) -> list[Any]:
     """Token identities: the raw bytes where the string alone is lossy (U+FFFD)."""
-    raw = tokens.get("raw_bytes")
-    if not raw:
-        return list(tokens["text"])
-    return [tuple(b) if b is not None else t for t, b in zip(tokens["text"], raw, strict=True)]
+    if not tokens.raw_bytes:
+        return list(tokens.text)
+    return [tuple(b) if b is not None else t
+            for t, b in zip(tokens.text, tokens.raw_bytes, strict=True)]
 
 
 def _occurrences(tokens: list[str]) -> list[tuple[str, int]]:
@@ -182,7 +182,7 @@ class Divergence:
     b_gap: float | None = None  # on B: B's token's logprob minus A's token's
 
 
-def classify_divergence(a: dict[str, Any], b: dict[str, Any]) -> Divergence:
+def classify_divergence(a: Tokens, b: Tokens) -> Divergence:
     """vLLM's check_logprobs_close rule at the first differing token, with a margin.
 
     A near tie: on each side the other side's token is in the top-k and within
@@ -193,9 +193,9 @@ def classify_divergence(a: dict[str, Any], b: dict[str, Any]) -> Divergence:
     position = first_divergence(token_keys(a), token_keys(b))
     if position is None:
         return Divergence(None, NO_DIVERGENCE)
-    if position >= len(a["text"]) or position >= len(b["text"]):
+    if position >= len(a) or position >= len(b):
         return Divergence(position, "ended")
-    a_token, b_token = a["text"][position], b["text"][position]
+    a_token, b_token = a.text[position], b.text[position]
     gap = _gap(a, position, a_token, b_token)
     b_gap = _gap(b, position, b_token, a_token)
     near = gap is not None and b_gap is not None and max(gap, b_gap) <= NEAR_TIE_NATS
@@ -203,13 +203,13 @@ def classify_divergence(a: dict[str, Any], b: dict[str, Any]) -> Divergence:
                       b_gap)
 
 
-def _gap(tokens: dict[str, Any], position: int, chosen: str, other: str) -> float | None:
+def _gap(tokens: Tokens, position: int, chosen: str, other: str) -> float | None:
     """The chosen token's logprob minus the other token's, on one side; None when the
     other token is not in that side's top-k."""
-    top = _best_logprobs(tokens["top_text"][position], tokens["top_logprob"][position])
+    top = _best_logprobs(tokens.top_text[position], tokens.top_logprob[position])
     if other not in top:
         return None
-    own = tokens["logprob"][position]
+    own = tokens.logprob[position]
     own = top.get(chosen) if own is None else own
     return None if own is None else float(own - top[other])
 
@@ -231,16 +231,16 @@ class Drift:
     kl_topk_max: float | None = None
 
 
-def drift(a: dict[str, Any], b: dict[str, Any], divergence: int | None) -> Drift:
+def drift(a: Tokens, b: Tokens, divergence: int | None) -> Drift:
     """Logprob drift over the common prefix (and top-1 agreement up to the divergence)."""
-    length = min(len(a["text"]), len(b["text"]))
+    length = min(len(a), len(b))
     prefix = length if divergence is None else min(divergence, length)
     compared = min(prefix + 1, length) if divergence is not None else length
     if compared == 0:
         return Drift()
-    agreement = [a["top_text"][i][:1] == b["top_text"][i][:1] for i in range(compared)]
-    diffs = [abs(a["logprob"][i] - b["logprob"][i]) for i in range(prefix)
-             if a["logprob"][i] is not None and b["logprob"][i] is not None]
+    agreement = [a.top_text[i][:1] == b.top_text[i][:1] for i in range(compared)]
+    diffs = [abs(x - y) for x, y in zip(a.logprob[:prefix], b.logprob[:prefix], strict=True)
+             if x is not None and y is not None]
     kls = kl_per_position(a, b, prefix)
     return Drift(
         top1_agreement=sum(agreement) / len(agreement),
@@ -251,21 +251,21 @@ def drift(a: dict[str, Any], b: dict[str, Any], divergence: int | None) -> Drift
     )
 
 
-def kl_per_position(a: dict[str, Any], b: dict[str, Any], positions: int) -> list[float]:
+def kl_per_position(a: Tokens, b: Tokens, positions: int) -> list[float]:
     """kl_lower_bound at each of the first `positions` positions.
 
     Where both sides list the same alternatives in the same order (most of a common
     prefix) the bound is computed for all such positions at once with numpy.
     """
-    same = [i for i in range(positions) if a["top_text"][i] == b["top_text"][i]]
-    widths = {len(a["top_text"][i]) for i in same}
+    same = [i for i in range(positions) if a.top_text[i] == b.top_text[i]]
+    widths = {len(a.top_text[i]) for i in same}
     values: dict[int, float] = {}
     if same and len(widths) == 1 and widths != {0}:
-        a_lp = np.array([a["top_logprob"][i] for i in same], dtype=float)
-        b_lp = np.array([b["top_logprob"][i] for i in same], dtype=float)
+        a_lp = np.array([a.top_logprob[i] for i in same], dtype=float)
+        b_lp = np.array([b.top_logprob[i] for i in same], dtype=float)
         values = dict(zip(same, _kl_aligned(a_lp, b_lp).tolist(), strict=True))
     return [values[i] if i in values else kl_lower_bound(
-        a["top_text"][i], a["top_logprob"][i], b["top_text"][i], b["top_logprob"][i])
+        a.top_text[i], a.top_logprob[i], b.top_text[i], b.top_logprob[i])
         for i in range(positions)]
 
 

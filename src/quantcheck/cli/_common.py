@@ -24,7 +24,7 @@ from ..forced import MODES
 from ..pipeline import ABRun, CompareOptions, run_ab
 from ..prompts import APIS, RequestOptions
 from ..records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB, Completion
-from ..reportdir import Summary
+from ..reportdir import ForcedSummary, Summary
 from ..summary import headline
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -262,21 +262,20 @@ def compare_options(sig_digits: int, options: dict[str, Any]) -> CompareOptions:
                           forced=options.get("forced"))
 
 
-def echo_forced(forced: dict[str, Any]) -> None:
+def echo_forced(forced: ForcedSummary) -> None:
     """The teacher-forced figures in one sentence, with the noise floor."""
-    overall, noise = forced["overall"], forced["noise_floor"]
-    if not overall.get("positions"):
-        click.echo(f"Teacher-forced ({forced['mode']}): nothing scored "
-                   f"({'; '.join(sorted(set(forced['skipped'].values()))) or 'no tokens'}).")
+    overall, noise = forced.overall, forced.noise_floor
+    if not overall.positions or overall.kl is None or overall.delta_p is None:
+        click.echo(f"Teacher-forced ({forced.mode}): nothing scored "
+                   f"({'; '.join(sorted(set(forced.skipped.values()))) or 'no tokens'}).")
         return
-    floor = (f"; A against its own repeats: top-1 {100 * noise['top1_agreement']:.1f}%, KL "
-             f"mean {noise['kl']['mean']:.3g}" if noise.get("positions") else "")
-    approximate = ", approximate" if forced["approximate"] else ""
-    click.echo(f"Teacher-forced ({forced['mode']}{approximate}): B's top-1 is A's token at "
-               f"{100 * overall['top1_agreement']:.1f}% of {overall['positions']} positions, "
-               f"KL mean {overall['kl']['mean']:.3g} (p99 {overall['kl']['p99']:.3g}, max "
-               f"{overall['kl']['max']:.3g}), mean delta p {overall['delta_p']['mean']:+.4f}"
-               f"{floor}.")
+    floor = (f"; A against its own repeats: top-1 {100 * (noise.top1_agreement or 0):.1f}%, "
+             f"KL mean {noise.kl.mean:.3g}" if noise.positions and noise.kl else "")
+    approximate = ", approximate" if forced.approximate else ""
+    click.echo(f"Teacher-forced ({forced.mode}{approximate}): B's top-1 is A's token at "
+               f"{100 * (overall.top1_agreement or 0):.1f}% of {overall.positions} positions, "
+               f"KL mean {overall.kl.mean:.3g} (p99 {overall.kl.p99:.3g}, max "
+               f"{overall.kl.max:.3g}), mean delta p {overall.delta_p.mean:+.4f}{floor}.")
 
 
 def sig_digits_option(function: F) -> F:
@@ -296,8 +295,8 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(comparison.sentence[0].upper() + comparison.sentence[1:] + ".")
     if summary.stats.pass_rate:
         click.echo(summary.stats.pass_rate.sentence + ".")
-    if (summary.forced or {}).get("scored"):
-        echo_forced(summary.forced or {})
+    if summary.forced is not None and summary.forced.scored:
+        echo_forced(summary.forced)
     click.echo(summary.performance.throughput_note)
     if summary.cells.warning:
         click.echo(f"warning: {summary.cells.warning}")

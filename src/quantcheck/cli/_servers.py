@@ -18,6 +18,7 @@ from ..checks import Preflight
 from ..preflight import ProbeShape
 from ..prompts import GREEDY_FIELDS, RequestOptions, load_prompts
 from ..records import DEFAULT_CONTEXT_TOKENS
+from ..runtimes import RUNTIMES
 from ._common import (
     EXISTING_FILE,
     echo_preflight,
@@ -162,7 +163,7 @@ def lab_group() -> None:
 
 
 @lab_group.command("scripted")
-@click.option("--dialect", type=click.Choice(["vllm", "sglang", "llamacpp", "llama-cpp-python"]),
+@click.option("--dialect", type=click.Choice(RUNTIMES),
               default="vllm", show_default=True, help="Whose wire format to speak.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
@@ -199,7 +200,7 @@ def lab_scripted(dialect: str, host: str, port: int) -> None:
               default="none", show_default=True,
               help="nondeterministic: the head's reduction order changes per token; "
                    "lmhead-noscale: an FP8 head whose scales are never applied.")
-@click.option("--dialect", type=click.Choice(["vllm", "sglang", "llamacpp", "llama-cpp-python"]),
+@click.option("--dialect", type=click.Choice(RUNTIMES),
               default="vllm", show_default=True, help="Whose wire format to speak.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)

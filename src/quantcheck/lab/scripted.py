@@ -187,5 +187,5 @@ class ScriptedServer(LabServer):
                  host: str = "127.0.0.1", port: int = 0,
                  server_info: dict[str, Any] | None = None) -> None:
         self.model = model or ScriptedModel()
-        super().__init__(ScriptedEngine(self.model, split_utf8=dialect == "llamacpp"), dialect,
+        super().__init__(ScriptedEngine(self.model, split_utf8=dialect == "llama.cpp"), dialect,
                          faults, replay, host, port, server_info)

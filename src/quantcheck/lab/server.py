@@ -1,7 +1,7 @@
 """A loopback OpenAI-compatible server in each runtime's dialect, driven by an engine.
 
 The engine decides what is generated (scripted answers, or a real model); the server
-speaks the wire format of vllm, sglang, llamacpp or llama-cpp-python, streams, and
+speaks the wire format of vllm, sglang, llama.cpp or llama-cpp-python, streams, and
 injects the faults a real deployment shows (latency, 429, 5xx, dropped connections,
 a top_logprobs limit, missing logprobs, rejected parameters, nondeterministic or
 load-dependent logprobs). It can also replay a recorded response body verbatim.
@@ -21,8 +21,11 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-DIALECTS = ("vllm", "sglang", "llamacpp", "llama-cpp-python")
-OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "llama-cpp-python": "me"}
+from ..runtimes import RUNTIMES
+
+DIALECTS = RUNTIMES  # the runtimes whose wire formats the lab speaks
+OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llama.cpp": "llamacpp",
+            "llama-cpp-python": "me"}
 
 
 @dataclass
@@ -185,7 +188,7 @@ class LabServer:
         return _json({"object": "list", "data": [entry]})
 
     async def _health(self, request: web.Request) -> web.Response:
-        if self.dialect == "llamacpp":
+        if self.dialect == "llama.cpp":
             return _json({"status": "ok"})
         return web.Response(status=200)
 
@@ -203,7 +206,7 @@ class LabServer:
         return _json({**info, **self.server_info})
 
     async def _props(self, request: web.Request) -> web.Response:
-        if self.dialect != "llamacpp":
+        if self.dialect != "llama.cpp":
             raise web.HTTPNotFound()
         props = {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1,
                  "model_path": f"/models/{self.engine.name}.gguf", "build_info": "b6000-abc1234"}
@@ -213,7 +216,7 @@ class LabServer:
         """vLLM (`prompt` or `messages`), llama.cpp (`content`) and llama-cpp-python
         (`/extras/tokenize`, `input`) each have their own."""
         body = orjson.loads(await request.read())
-        field = {"vllm": "prompt", "llamacpp": "content",
+        field = {"vllm": "prompt", "llama.cpp": "content",
                  "llama-cpp-python": "input"}.get(self.dialect)
         wanted = "/extras/tokenize" if self.dialect == "llama-cpp-python" else "/tokenize"
         if field is None or request.path != wanted:
@@ -413,13 +416,13 @@ class _Renderer:
         self.kind = ("chat.completion.chunk" if chat else "text_completion")
         self.logprobs = server.wants_logprobs(body)
         self.extra_alt = server.dialect == "llama-cpp-python"
-        self.legacy = not chat and server.dialect != "llamacpp"
+        self.legacy = not chat and server.dialect != "llama.cpp"
         self.prompt_tokens = len(server.tokenize(prompt_text_of(body)))
         self.no_usage = server.faults.no_usage
         self.completion_tokens = 0
         self.envelope: dict[str, Any] = {"id": "cmpl-scripted", "created": int(time.time()),
                                          "model": self.model}
-        if self.dialect == "llamacpp":
+        if self.dialect == "llama.cpp":
             self.envelope["system_fingerprint"] = "b6000-abc1234"
 
     def usage(self) -> dict[str, int]:
@@ -459,7 +462,7 @@ class _Renderer:
     def closing_chunks(self, pending: list[Step], finish: str) -> list[dict[str, Any]]:
         """The last token (with finish_reason, vLLM-style, or before a separate final
         chunk, SGLang- and llama.cpp-style), then the usage chunk."""
-        separate_finish = self.dialect in ("sglang", "llamacpp")
+        separate_finish = self.dialect in ("sglang", "llama.cpp")
         chunks = [self.step_chunk(step, None if separate_finish else finish)
                   for step in pending]
         if separate_finish or not pending:
@@ -499,7 +502,7 @@ class _Renderer:
                ) -> dict[str, Any]:
         entry: dict[str, Any] = {"token": token, "logprob": logprob}
         entry["bytes"] = None if self.dialect == "llama-cpp-python" else list(raw)
-        if self.dialect == "llamacpp":
+        if self.dialect == "llama.cpp":
             entry["id"] = token_id(raw)
         return {**entry, **(extra or {})}
 
