@@ -5,42 +5,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from .files import make_directory, write_atomic
 from .records import Tokens
-from .reportdir import SideDeterminism
+from .reportdir import DeterminismReport, DeterminismRow, ModeCounts, SideDeterminism
 from .runstore import write_json_atomic
 from .sides import Side, load_side
 from .templating import environment
 from .tokenstore import round_significant
 from .triage import first_divergence, token_keys
 
-DETERMINISM_COLUMNS = ["prompt_id", "category", "mode", "repeats", "distinct_texts",
-                       "distinct_signatures", "texts", "signatures", "first_text_divergence",
-                       "first_logprob_divergence", "max_logprob_spread", "verdict"]
 
-
-def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[dict[str, Any]]:
+def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[DeterminismRow]:
     """One row per prompt: how many distinct texts and signatures its repeats gave."""
     rows = []
     ok = side.index[side.index["error"].isna()]
     for prompt_id, group in ok.groupby("prompt_id", sort=False):
         prompt = side.prompts.get(str(prompt_id))
         repeats = [side.tokens_at(int(offset)) for offset in group["offset"]]
-        tokens = [t for t in repeats if t]
         n = len(group)
         texts = int(group["text_hash"].nunique())
         signatures = int(group["signature"].nunique()) if group["signature"].notna().all() \
             else None
-        rows.append({
-            "prompt_id": str(prompt_id), "category": prompt.category if prompt else "",
-            "mode": mode, "repeats": n, "distinct_texts": texts,
-            "distinct_signatures": signatures, "texts": f"{texts} distinct of {n}",
-            "signatures": f"{signatures} distinct of {n}" if signatures else "",
-            **_positions(tokens, sig_digits),
-            "verdict": _verdict(texts, signatures)})
+        rows.append(DeterminismRow(
+            prompt_id=str(prompt_id), category=prompt.category if prompt else "", mode=mode,
+            repeats=n, distinct_texts=texts, distinct_signatures=signatures,
+            texts=f"{texts} distinct of {n}",
+            signatures=f"{signatures} distinct of {n}" if signatures else "",
+            **_positions([t for t in repeats if t], sig_digits),
+            verdict=_verdict(texts, signatures)))
     return rows
 
 
@@ -78,31 +74,32 @@ def _positions(repeats: list[Tokens], sig_digits: int) -> dict[str, Any]:
 
 
 def determinism_report(run_dirs: dict[str, Path], out: Path, sig_digits: int = 12
-                       ) -> tuple[pd.DataFrame, dict[str, Any]]:
+                       ) -> DeterminismReport:
     """Analyze one run per mode; write determinism.csv and determinism.json."""
-    rows: list[dict[str, Any]] = []
+    rows: list[DeterminismRow] = []
     for mode, run_dir in run_dirs.items():
         with load_side(run_dir, sig_digits) as side:
             rows += analyze_side(side, mode, sig_digits)
-    frame = pd.DataFrame(rows, columns=DETERMINISM_COLUMNS)
-    modes: dict[str, Any] = {}
-    for name, group in frame.groupby("mode", sort=False):
-        modes[str(name)] = {
-            "prompts": len(group),
-            "text_varies": int((group["verdict"] == "text varies").sum()),
-            "logprobs_vary": int((group["verdict"] == "logprobs vary").sum()),
-            "deterministic": int((group["verdict"] == "deterministic").sum())}
-    summary = {"sig_digits": sig_digits, "modes": modes}
+    modes: dict[str, ModeCounts] = {}
+    for mode in dict.fromkeys(row.mode for row in rows):
+        verdicts = [row.verdict for row in rows if row.mode == mode]
+        modes[mode] = ModeCounts(prompts=len(verdicts),
+                                 text_varies=verdicts.count("text varies"),
+                                 logprobs_vary=verdicts.count("logprobs vary"),
+                                 deterministic=verdicts.count("deterministic"))
+    report = DeterminismReport(sig_digits=sig_digits, modes=modes, prompts=rows)
     make_directory(out)
+    frame = pd.DataFrame([msgspec.structs.asdict(row) for row in rows],
+                         columns=list(DeterminismRow.__struct_fields__))
     write_atomic(out / "determinism.csv", frame.to_csv(index=False).encode("utf-8"))
-    write_json_atomic(out / "determinism.json", {**summary, "prompts": rows})
-    return frame, summary
+    write_json_atomic(out / "determinism.json", msgspec.to_builtins(report))
+    return report
 
 
-def render_determinism(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any],
-                       endpoint: str, model: str) -> Path:
+def render_determinism(out: Path, report: DeterminismReport, endpoint: str,
+                       model: str) -> Path:
     html = environment.get_template("determinism.html").render(
-        rows=rows, modes=summary["modes"], sig_digits=summary["sig_digits"],
+        rows=report.prompts, modes=report.modes, sig_digits=report.sig_digits,
         endpoint=endpoint, model=model)
     write_atomic(out / "index.html", html.encode("utf-8"))
     return out / "index.html"

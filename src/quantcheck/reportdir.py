@@ -361,6 +361,43 @@ def write_forced(folder: Path, summary: ForcedSummary, lines: list[ForcedLine]) 
     write_json_atomic(folder / FORCED_JSON, msgspec.to_builtins(summary))
 
 
+class DeterminismRow(msgspec.Struct, kw_only=True):
+    """One prompt in one repeat mode: how many distinct texts and signatures its
+    repeats gave (determinism.csv and determinism.json's `prompts`)."""
+
+    prompt_id: str
+    category: str = ""
+    mode: str
+    repeats: int
+    distinct_texts: int
+    distinct_signatures: int | None = None
+    texts: str  # "k distinct of n"
+    signatures: str = ""
+    first_text_divergence: int | None = None
+    first_logprob_divergence: int | None = None
+    max_logprob_spread: float | None = None
+    verdict: str  # deterministic | logprobs vary | text varies
+
+
+class ModeCounts(msgspec.Struct):
+    prompts: int
+    text_varies: int
+    logprobs_vary: int
+    deterministic: int
+
+
+class DeterminismReport(msgspec.Struct, kw_only=True):
+    """determinism.json: per repeat mode the counts, and every prompt's row."""
+
+    sig_digits: int
+    modes: dict[str, ModeCounts]
+    prompts: list[DeterminismRow]
+
+    @property
+    def varying(self) -> int:
+        return sum(row.verdict != "deterministic" for row in self.prompts)
+
+
 class Summary(msgspec.Struct, kw_only=True):
     """summary.json: every total a reader shows (terminal, sheet, gate)."""
 

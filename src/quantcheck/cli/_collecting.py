@@ -275,16 +275,16 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                                  {**options, "repeat_mode": mode})
         collect_with_progress(prompt_files, out / mode, settings, force)
         runs[mode] = out / mode
-    frame, summary = run_guarded(lambda: determinism_report(runs, out, sig_digits), "")
-    page = render_determinism(out, frame.to_dict("records"), summary, endpoint, model or "")
-    for mode, counts in summary["modes"].items():
-        click.echo(f"{mode}: {counts['prompts']} prompts: {counts['deterministic']} "
-                   f"deterministic, {counts['logprobs_vary']} with varying logprobs, "
-                   f"{counts['text_varies']} with varying text")
+    report = run_guarded(lambda: determinism_report(runs, out, sig_digits), "")
+    page = render_determinism(out, report, endpoint, model or "")
+    for mode, counts in report.modes.items():
+        click.echo(f"{mode}: {counts.prompts} prompts: {counts.deterministic} "
+                   f"deterministic, {counts.logprobs_vary} with varying logprobs, "
+                   f"{counts.text_varies} with varying text")
     click.echo(f"report: {out / 'determinism.csv'}, {page}")
-    varying = int((frame["verdict"] != "deterministic").sum())
-    if fail_on_nondeterminism and varying:
-        click.echo(f"FAIL: {varying} prompt/mode results are nondeterministic", err=True)
+    if fail_on_nondeterminism and report.varying:
+        click.echo(f"FAIL: {report.varying} prompt/mode results are nondeterministic",
+                   err=True)
         sys.exit(1)
 
 
