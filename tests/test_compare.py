@@ -172,3 +172,21 @@ def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServe
     assert again.exit_code == 0
     assert "resuming, 12 of 12" in again.output
     assert (len(a_server.requests), len(b_server.requests)) == sent  # not even probes
+
+
+def test_the_library_runs_the_whole_ab(serve: Callable[..., ScriptedServer],
+                                       write_prompts: Callable[[str], Path],
+                                       tmp_path: Path) -> None:
+    import quantcheck
+
+    a = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
+    b = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS))
+    prompts = write_prompts(PROMPTS)
+    summary = quantcheck.run_ab(quantcheck.ABRun(
+        a=quantcheck.CollectSettings(endpoint=a.url, label="a", preflight=False),
+        b=quantcheck.CollectSettings(endpoint=b.url, label="b", preflight=False),
+        prompt_files=[prompts], out=tmp_path / "ab"))
+    assert isinstance(summary, quantcheck.Summary)
+    assert summary.counts.flips.regression == 1 and summary.counts.prompts == 12
+    assert quantcheck.read_summary(tmp_path / "ab") == summary  # what it wrote, read back
+    assert quantcheck.load_run(tmp_path / "ab" / "b").manifest.label == "b"

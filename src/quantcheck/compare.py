@@ -44,8 +44,6 @@ from .triage import (
     suggested_label,
 )
 
-STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
-
 
 def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
             prompts: dict[str, Prompt] | None = None,

@@ -32,9 +32,10 @@ def compare_runs(a: Path, b: Path, out: Path, options: CompareOptions | None = N
                  prompts: dict[str, Prompt] | None = None) -> Summary:
     """Compare two sides into a report directory; its summary."""
     options = options or CompareOptions()
-    return compare_to_dir(a, b, out, options.sig_digits, prompts, options.approvals,
-                          {"a": options.a_log, "b": options.b_log}, options.signature_files,
-                          options.forced)[1]
+    return compare_to_dir(a, b, out, sig_digits=options.sig_digits, prompts=prompts,
+                          approvals=options.approvals,
+                          logs={"a": options.a_log, "b": options.b_log},
+                          signature_files=options.signature_files, forced=options.forced)[1]
 
 
 @dataclass

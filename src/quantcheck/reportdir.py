@@ -3,9 +3,10 @@
     REPORT_DIR/
       pairs.csv        one row per prompt (PAIR_COLUMNS)
       details.jsonl    per prompt, what the sheet shows beyond pairs.csv
-      summary.json     the totals (the parts every reader relies on: SummaryShape)
+      summary.json     the totals (Summary)
       index.html       the review sheet
-      reviews/NAME.json, approvals.json, gate.json, junit.xml
+      reviews/NAME.json  reviewers' files (reviews.py), approvals.json (approvals.py),
+      gate.json, junit.xml (gate.py), forced/ with `run --forced` (ForcedSummary)
 
 A report is read by the gate, the sheet and the review server; whatever is malformed
 in it (a binary pairs.csv, a summary without a side, a folder where a file belongs) is

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from .errors import RunFormatError
+from .reportdir import REVIEWS
 from .rubric import Rubric
 from .runstore import read_json
 
@@ -50,7 +51,7 @@ def review_path(report_dir: Path, reviewer: str) -> Path:
     if not REVIEWER_NAME.match(reviewer):
         raise RunFormatError(f"reviewer name {reviewer!r}: use letters, digits, '.', '_' "
                              "or '-' (it names the file reviews/NAME.json)")
-    return report_dir / "reviews" / f"{reviewer}.json"
+    return report_dir / REVIEWS / f"{reviewer}.json"
 
 
 def validate_review(document: Any, identity: str, rubric: Rubric,
@@ -93,7 +94,7 @@ def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
                   identity: str, prompt_ids: set[str]) -> dict[str, list[ReviewVerdict]]:
     """Every reviewer's labelled verdicts by prompt, from REPORT_DIR/reviews/*.json and
     exported files; a file the checks refuse (another run's too) is an input error."""
-    files = sorted((report_dir / "reviews").glob("*.json")) + list(extra_files)
+    files = sorted((report_dir / REVIEWS).glob("*.json")) + list(extra_files)
     verdicts: dict[str, list[ReviewVerdict]] = {}
     for path in files:
         review = validate_review(read_json(path), identity, rubric, prompt_ids, str(path))
@@ -109,7 +110,7 @@ def load_reviews(report_dir: Path, identity: str, rubric: Rubric, prompt_ids: se
     """The review files of this report that belong to this run, by reviewer, and the
     refused ones with the reason, which is the reason the gate would give."""
     reviews, refused = {}, {}
-    for path in sorted((report_dir / "reviews").glob("*.json")):
+    for path in sorted((report_dir / REVIEWS).glob("*.json")):
         try:
             document = validate_review(read_json(path), identity, rubric, prompt_ids,
                                        str(path))
