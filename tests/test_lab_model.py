@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,3 +150,17 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert "gate (default policy):" in result.output
     assert (out / "index.html").exists() and (out / "pairs.csv").exists()
     assert "quantization" in (out / "summary.json").read_text()
+
+
+def test_demo_with_two_candidates_recommends_one(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--repeats", "1",
+                                      "--b-precision", "fp8,int4"])
+    assert result.exit_code == 0, result.output
+    overview = json.loads((out / "overview.json").read_text())
+    rows = {row["label"]: row for row in overview["candidates"]}
+    assert set(rows) == {"fp8", "int4"}
+    assert rows["fp8"]["cell"]["quantization"] == "fp8"
+    assert (out / "candidates" / "int4" / "index.html").exists()
+    assert "recommended:" in result.output or "no candidate is recommended" in result.output
+    assert (out / "matrix.csv").read_text().startswith("model_id,runtime,")

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).parents[1] / "src" / "quantcheck"
 # The offline stages (STYLE.md: Judge, Present, Gate, Store) and what they must not load.
 OFFLINE = ["triage", "gate", "report", "records", "reportdir", "compare", "summary", "stats",
            "sides", "drift", "checks", "determinism", "reviews", "approvals", "runstore",
-           "tokenstore", "cells", "runtimes"]
+           "tokenstore", "cells", "runtimes", "reportrecords"]
 NETWORK = ["aiohttp", "quantcheck.client", "quantcheck.dialects", "quantcheck.collect",
            "quantcheck.preflight", "quantcheck.forced", "quantcheck.servers"]
 

@@ -20,7 +20,7 @@ _HOMES = {
     "Completion": "records", "Expect": "records", "Prompt": "records", "Tokens": "records",
     "Run": "runstore", "load_run": "runstore", "Manifest": "runstore",
     "ABRun": "pipeline", "CompareOptions": "pipeline", "compare_runs": "pipeline",
-    "run_ab": "pipeline", "Summary": "reportdir", "read_summary": "reportdir",
+    "run_ab": "pipeline", "Summary": "reportrecords", "read_summary": "reportdir",
 }
 __all__ = [
     "ABRun", "CollectResult", "CollectSettings", "CompareOptions", "Completion", "Expect",
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from .pipeline import ABRun, CompareOptions, compare_runs, run_ab
     from .prompts import RequestOptions, load_prompts
     from .records import Completion, Expect, Prompt, Tokens
-    from .reportdir import Summary, read_summary
+    from .reportdir import read_summary
+    from .reportrecords import Summary
     from .runstore import Manifest, Run, load_run
 
 

@@ -18,17 +18,8 @@ from .drift import pair_columns as forced_pair_columns
 from .files import make_directory, write_atomic
 from .logscan import scan_logs
 from .records import Prompt
-from .reportdir import (
-    DETAILS,
-    PAIR_COLUMNS,
-    PAIR_FORCED_COLUMNS,
-    PAIRS,
-    ForcedSummary,
-    KLHistogram,
-    Summary,
-    read_forced,
-    write_summary,
-)
+from .reportdir import DETAILS, PAIR_COLUMNS, PAIR_FORCED_COLUMNS, PAIRS, read_forced, write_summary
+from .reportrecords import ForcedSummary, KLHistogram, Summary
 from .runstore import frame_rows, write_jsonl_atomic
 from .sides import Side, load_side
 from .triage import (

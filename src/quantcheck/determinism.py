@@ -11,7 +11,7 @@ import pandas as pd
 
 from .files import make_directory, write_atomic
 from .records import Tokens
-from .reportdir import DeterminismReport, DeterminismRow, ModeCounts, SideDeterminism
+from .reportrecords import DeterminismReport, DeterminismRow, ModeCounts, SideDeterminism
 from .runstore import write_json_atomic
 from .sides import Side, load_side
 from .templating import environment

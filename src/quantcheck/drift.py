@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .records import Completion
-from .reportdir import DeltaP, ForcedLine, ForcedStats, Spread
+from .reportrecords import DeltaP, ForcedLine, ForcedStats, Spread
 from .triage import kl_lower_bound
 
 

@@ -38,7 +38,8 @@ from .dialects import MalformedResponse, ScoredPosition, parse_echo, parse_promp
 from .drift import Positions, compare_position, noise_floor
 from .errors import EndpointError, RunFormatError
 from .records import Completion, Prompt
-from .reportdir import ForcedLine, ForcedSummary, PerPosition, write_forced
+from .reportdir import write_forced
+from .reportrecords import ForcedLine, ForcedSummary, PerPosition
 from .runstore import (
     load_run,
 )

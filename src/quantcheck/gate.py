@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ import pandas as pd
 from .configfile import read_yaml, reject_unknown
 from .errors import ConfigFileError, RunFormatError
 from .files import write_atomic
-from .reportdir import PairRow, Summary, new_degenerate_on_b, pair_rows
-from .reviews import ReviewVerdict
+from .reportdir import GATE_JSON, JUNIT_XML, PairRow, new_degenerate_on_b, pair_rows, require_report
+from .reportrecords import Summary
+from .reviews import ReviewVerdict, load_verdicts
+from .rubric import Rubric, load_rubric
 from .runstore import write_json_atomic
 from .stats import pass_rate_change
 
@@ -227,11 +230,11 @@ def write_gate_json(result: GateResult, path: Path) -> None:
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
-def _xml(text: str) -> str:
+def xml_text(text: str) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def junit_xml(verdict: GateResult, pairs: pd.DataFrame) -> bytes:
+def junitxml_text(verdict: GateResult, pairs: pd.DataFrame) -> bytes:
     """One testcase per prompt; a failure for each rule that prompt breaks. Prompt ids
     and categories come from users' files: characters XML cannot hold are written as
     backslash-x and two hex digits, so the file stays well-formed."""
@@ -245,18 +248,18 @@ def junit_xml(verdict: GateResult, pairs: pd.DataFrame) -> bytes:
                                                  if str(p) in failing)))
     for prompt_id, category in zip(pairs["prompt_id"].astype(str),
                                    pairs["category"].astype(str), strict=True):
-        case = ElementTree.SubElement(suite, "testcase", name=_xml(prompt_id),
-                                      classname=_xml(f"quantcheck.{category or 'general'}"))
+        case = ElementTree.SubElement(suite, "testcase", name=xml_text(prompt_id),
+                                      classname=xml_text(f"quantcheck.{category or 'general'}"))
         for rule in failing.get(prompt_id, []):
             failure = ElementTree.SubElement(case, "failure", type=rule.name,
                                              message=rule.name.replace("_", " "))
-            failure.text = _xml(f"{prompt_id}: breaks rule {rule.name} (limit {rule.limit})")
+            failure.text = xml_text(f"{prompt_id}: breaks rule {rule.name} (limit {rule.limit})")
     for rule in verdict.rules:
         if not rule.passed and not rule.prompts:
             case = ElementTree.SubElement(suite, "testcase", name=rule.name,
                                           classname="quantcheck.policy")
             ElementTree.SubElement(case, "failure", type=rule.name,
-                                   message=_xml(rule.description))
+                                   message=xml_text(rule.description))
             suite.set("tests", str(int(suite.get("tests", "0")) + 1))
             suite.set("failures", str(int(suite.get("failures", "0")) + 1))
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)
@@ -292,7 +295,7 @@ def one_line(verdict: GateResult) -> str:
 
 
 def write_junit(verdict: GateResult, pairs: pd.DataFrame, path: Path) -> None:
-    write_atomic(path, junit_xml(verdict, pairs))
+    write_atomic(path, junitxml_text(verdict, pairs))
 
 
 def append_step_summary(text: str) -> None:
@@ -300,3 +303,16 @@ def append_step_summary(text: str) -> None:
     if target:
         with open(target, "a", encoding="utf-8") as handle:
             handle.write(text)
+
+
+def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
+                review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
+    """Gate one report with its reviews; write its gate.json and junit.xml."""
+    rubric = rubric or load_rubric()
+    pairs, summary = require_report(report_dir)
+    verdicts = load_verdicts(report_dir, list(review_files), rubric, summary.identity,
+                             set(pairs["prompt_id"].astype(str)))
+    result = evaluate(pairs, verdicts, set(rubric.blocking), policy or Policy(), summary)
+    write_gate_json(result, report_dir / GATE_JSON)
+    write_junit(result, pairs, report_dir / JUNIT_XML)
+    return result, summary

@@ -9,7 +9,7 @@ from typing import Any
 
 from .configfile import read_yaml, reject_unknown, require_bools, require_text
 from .errors import ConfigFileError, RunFormatError
-from .reportdir import LogMatch
+from .reportrecords import LogMatch
 
 SHIPPED = Path(__file__).parent / "data" / "signatures.yaml"
 SIGNATURE_KEYS = {"id", "pattern", "regex", "meaning", "action", "reference", "blocking"}

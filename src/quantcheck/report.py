@@ -12,7 +12,8 @@ from markupsafe import Markup
 
 from .cells import CELL_AXES
 from .files import write_atomic
-from .reportdir import Counts, ForcedSummary, Summary, read_details, read_pairs, read_summary
+from .reportdir import read_details, read_pairs, read_summary
+from .reportrecords import Counts, ForcedSummary, Overview, Summary
 from .reviews import load_reviews
 from .rubric import Rubric, load_rubric
 from .summary import headline
@@ -82,6 +83,13 @@ def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -
     path = report_dir / SHEET
     write_atomic(path, render_sheet(report_dir, rubric_path).encode("utf-8"))
     return path
+
+
+def write_overview_page(folder: Path, overview: Overview) -> Path:
+    """DIR/index.html of several candidates: one row each, linking to its sheet."""
+    html = environment.get_template("overview.html").render(overview=overview)
+    write_atomic(folder / SHEET, html.encode("utf-8"))
+    return folder / SHEET
 
 
 def _axes(summary: Summary) -> list[dict[str, Any]]:

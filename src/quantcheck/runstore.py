@@ -1,4 +1,5 @@
-"""The run directory: manifest.json, prompts.jsonl, completions.jsonl and tokens.bin.
+"""The run directory: manifest.json, prompts.jsonl, completions.jsonl, tokens.bin, and
+throughput.json after a throughput phase.
 
 completions.jsonl is appended one flushed line per finished request, so a killed
 process loses at most the requests in flight; a resume drops failed and half-written
@@ -44,6 +45,7 @@ from .tokenstore import TOKENS_FILE, PackedTokens, pack, packed_from_tokens, unp
 MANIFEST = "manifest.json"
 PROMPTS = "prompts.jsonl"
 COMPLETIONS = "completions.jsonl"
+THROUGHPUT = "throughput.json"
 
 FRAME_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "reasoning", "finish_reason",
                  "n_tokens", "prompt_tokens", "completion_tokens", "ttft_s", "e2e_s", "error"]
@@ -157,6 +159,37 @@ def decode_line(line: bytes) -> CompletionLine | None:
         return _LINE.decode(line)
     except msgspec.MsgspecError:
         return None
+
+
+class Throughput(msgspec.Struct, kw_only=True):
+    """RUN_DIR/throughput.json: one endpoint's throughput phase (throughput.py)."""
+
+    label: str
+    endpoint: str
+    model: str
+    concurrency: int
+    requests: int
+    seconds: float  # the measured window, after the warm-up
+    output_tokens: int | None = None  # None when the server reports no usage
+    tokens_per_s: float | None = None
+    ttft_p50_s: float | None = None
+    e2e_p99_s: float | None = None
+    prompt_tokens: dict[str, int] | None = None  # each prompt's first answer, in tokens
+
+
+def read_throughput(run_dir: Path) -> Throughput | None:
+    path = run_dir / THROUGHPUT
+    if not path.exists():
+        return None
+    try:
+        return msgspec.convert(read_json(path), Throughput)
+    except msgspec.ValidationError as exc:
+        raise RunFormatError(f"{path}: {exc}") from None
+
+
+def write_throughput(run_dir: Path, throughput: Throughput) -> None:
+    make_directory(run_dir)
+    write_json_atomic(run_dir / THROUGHPUT, msgspec.to_builtins(throughput))
 
 
 def read_manifest(run_dir: Path) -> Manifest:

@@ -47,6 +47,10 @@ class Side:
         return self.preflight.tokenizer if self.preflight else None
 
     @property
+    def run_dir(self) -> Path | None:
+        return self.completions_path.parent if self.completions_path else None
+
+    @property
     def repeat_mode(self) -> str:
         """The --repeat-mode that made the repeats ("" for a texts file)."""
         return self.manifest.parameters.repeat_mode if self.manifest else ""

@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .reportdir import Bootstrap, PassRate, Stats
+from .reportrecords import Bootstrap, PassRate, Stats
 
 Z95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 2000

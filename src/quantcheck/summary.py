@@ -13,7 +13,7 @@ from .cells import confound_warning, differing_axes
 from .checks import tokenizer_agreement
 from .determinism import side_determinism
 from .records import DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
-from .reportdir import (
+from .reportrecords import (
     Cells,
     Comparison,
     Counts,
@@ -27,7 +27,9 @@ from .reportdir import (
     SidePerformance,
     Spread,
     Summary,
+    ThroughputPair,
 )
+from .runstore import Throughput, read_throughput
 from .sides import Side
 from .stats import paired_statistics
 
@@ -46,7 +48,43 @@ def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> Summary:
         cells=_cells(a, b),
         determinism={"a": side_determinism(a), "b": side_determinism(b)},
         drift=_drift(compared), stats=paired_statistics(pairs), performance=performance,
-        preflight=_preflight(a, b))
+        preflight=_preflight(a, b), throughput=_throughput(a, b))
+
+
+def _throughput(a: Side, b: Side) -> ThroughputPair | None:
+    """The throughput phases the runs hold (run --throughput), if any."""
+    measured = [read_throughput(s.run_dir) if s.run_dir else None for s in (a, b)]
+    if measured == [None, None]:
+        return None
+    return throughput_verdict(*measured)
+
+
+def throughput_verdict(a: Throughput | None, b: Throughput | None) -> ThroughputPair:
+    """B's throughput against A's, compared only when every prompt's generated token
+    count matches; otherwise by how much they differ, per generated token only."""
+    pair = ThroughputPair(a=a, b=b)
+    if a is None or b is None:
+        pair.note = f"throughput measured on {'A' if a else 'B'} only"
+        return pair
+    if a.tokens_per_s is None or b.tokens_per_s is None or a.prompt_tokens is None \
+            or b.prompt_tokens is None:
+        pair.note = "throughput not comparable: the server reports no token counts"
+        return pair
+    shared = sorted(set(a.prompt_tokens) & set(b.prompt_tokens))
+    a_total = sum(a.prompt_tokens[p] for p in shared)
+    b_total = sum(b.prompt_tokens[p] for p in shared)
+    pair.ratio_b_over_a = b.tokens_per_s / a.tokens_per_s
+    if a_total == b_total:
+        pair.comparable = True
+        pair.note = (f"generated token counts match ({a_total}): B/A = "
+                     f"{pair.ratio_b_over_a:.2f}x ({b.tokens_per_s:,.0f} vs "
+                     f"{a.tokens_per_s:,.0f} tokens/s)")
+    else:
+        differ = abs(b_total - a_total) / max(a_total, 1)
+        pair.note = (f"throughput not comparable, token counts differ {differ:.0%} "
+                     f"(A {a_total}, B {b_total}); per generated token only: B/A = "
+                     f"{pair.ratio_b_over_a:.2f}x")
+    return pair
 
 
 def _preflight(a: Side, b: Side) -> PreflightPair:

@@ -11,10 +11,13 @@ import click
 
 from ..collect import REPEAT_MODES, CollectSettings
 from ..forced import ForcedSettings
-from ..pipeline import ABRun, CompareOptions
-from ..reportdir import Summary
+from ..pipeline import ABRun, CompareOptions, ThroughputSettings
+from ..reportrecords import Overview, Summary
+from ..throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
 from ._common import (
     EXISTING_DIR,
+    EXISTING_FILE,
+    PlainProgress,
     collect_with_progress,
     compare_flags,
     compare_options,
@@ -64,32 +67,49 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 
 @cli.command("run")
 @click.option("--a", "a_url", required=True, help="Reference endpoint (e.g. BF16).")
-@click.option("--b", "b_url", required=True, help="Candidate endpoint (e.g. FP8).")
+@click.option("--b", "b_urls", required=True, multiple=True,
+              help="Candidate endpoint (e.g. FP8); repeat for several candidates.")
 @click.option("--a-label", default="a", show_default=True)
-@click.option("--b-label", default="b", show_default=True)
+@click.option("--b-label", "b_labels", multiple=True,
+              help="Label of each --b, in order (default: b; with several, b1, b2, ...).")
 @click.option("--a-model", help="Model name on A (default: the one it lists).")
-@click.option("--b-model", help="Model name on B (default: the one it lists).")
+@click.option("--b-model", help="Model name on every B (default: the one each lists).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Report directory; runs go to OUT/a and OUT/b.")
+              help="Report directory; runs go to OUT/a and OUT/b (several candidates: "
+                   "OUT/candidates/LABEL/).")
 @click.option("--one-side-at-a-time", is_flag=True,
-              help="Collect A fully, then B (when both cannot be served at once).")
+              help="Collect A fully, then each B (when they cannot be served at once).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--a-cell", multiple=True, metavar="KEY=VALUE", help="Cell facts for A.")
-@click.option("--b-cell", multiple=True, metavar="KEY=VALUE", help="Cell facts for B.")
+@click.option("--b-cell", multiple=True, metavar="[LABEL:]KEY=VALUE",
+              help="Cell facts for B (LABEL: for one candidate only).")
 @click.option("--forced", "score_forced", is_flag=True,
-              help="Also score A's tokens on B (teacher-forced drift, into OUT/forced).")
+              help="Also score A's tokens on each B (teacher-forced drift).")
+@click.option("--throughput", "measure_throughput", is_flag=True,
+              help="After collecting, measure each endpoint's throughput without logprobs "
+                   "(one endpoint at a time).")
+@click.option("--throughput-concurrency", default=DEFAULT_CONCURRENCY, show_default=True,
+              type=click.IntRange(1), help="Requests in flight in the throughput phase.")
+@click.option("--throughput-seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
+              type=click.FloatRange(0), help="Least duration of the throughput phase.")
+@click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
+              help="Append the serving matrix's rows to this CSV (several candidates).")
 @forced_options
 @sig_digits_option
 @compare_flags
 @request_options
-def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str | None,
-                b_model: str | None, out: Path, one_side_at_a_time: bool,
-                api_key_env: str | None, a_cell: tuple[str, ...], b_cell: tuple[str, ...],
-                sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
-                a_log: Path | None, b_log: Path | None, signature_files: tuple[Path, ...],
-                approvals: Path | None, score_forced: bool, forced_mode: str,
-                forced_concurrency: int, **options: Any) -> None:
-    """The whole A/B in one command: collect both sides, then compare.
+def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
+                b_labels: tuple[str, ...], a_model: str | None, b_model: str | None,
+                out: Path, one_side_at_a_time: bool, api_key_env: str | None,
+                a_cell: tuple[str, ...], b_cell: tuple[str, ...], sig_digits: int,
+                prompt_files: tuple[Path, ...], force: bool, a_log: Path | None,
+                b_log: Path | None, signature_files: tuple[Path, ...],
+                approvals: Path | None, score_forced: bool, measure_throughput: bool,
+                throughput_concurrency: int, throughput_seconds: float, matrix: Path | None,
+                forced_mode: str, forced_concurrency: int, **options: Any) -> None:
+    """The whole A/B in one command: collect the reference and each candidate, then
+    compare. With several --b, one report per candidate and an overview that
+    recommends the fastest candidate passing the gate.
 
     Resumable like collect: rerun the same command after an interruption.
 
@@ -98,17 +118,112 @@ def run_command(a_url: str, b_url: str, a_label: str, b_label: str, a_model: str
       quantcheck run --a http://127.0.0.1:8000/v1 --a-label bf16 \\
           --b http://127.0.0.1:8001/v1 --b-label fp8 \\
           --prompts prompts/default.yaml --repeats 3 --out reports/fp8
+      quantcheck run --a http://gpu:8000/v1 --a-label bf16 \\
+          --b http://gpu:8001/v1 --b-label fp8 --b http://gpu:8002/v1 --b-label int4 \\
+          --prompts prompts/default.yaml --throughput --out reports/quants
     """
+    labels = _candidate_labels(b_urls, b_labels)
     a = settings_from(a_url, a_label, a_model, api_key_env, options, a_cell)
-    b = settings_from(b_url, b_label, b_model, api_key_env, options, b_cell)
-    forced = ForcedSettings(endpoint=b_url, model=b_model, top_k=options["top_logprobs"] or 20,
-                            mode=forced_mode, concurrency=forced_concurrency,
-                            timeout=options["timeout"], api_key_env=api_key_env)
+    bs = [settings_from(url, label, b_model, api_key_env, options,
+                        _cell_for(label, b_cell)) for url, label in zip(b_urls, labels,
+                                                                        strict=True)]
+    forced = ForcedSettings(endpoint=b_urls[0], model=b_model,
+                            top_k=options["top_logprobs"] or 20, mode=forced_mode,
+                            concurrency=forced_concurrency, timeout=options["timeout"],
+                            api_key_env=api_key_env)
     compare = compare_options(sig_digits, {"a_log": a_log, "b_log": b_log,
                                            "signature_files": signature_files,
                                            "approvals": approvals})
-    run_ab_with_progress(ABRun(a, b, prompt_files, out, one_side_at_a_time, force, compare,
-                               forced if score_forced else None))
+    phase = ThroughputSettings(concurrency=throughput_concurrency,
+                               min_seconds=throughput_seconds)
+    result = run_ab_with_progress(ABRun(
+        a, bs if len(bs) > 1 else bs[0], prompt_files, out, one_side_at_a_time, force,
+        compare, forced if score_forced else None,
+        phase if measure_throughput else None, matrix=matrix))
+    _exit_like_the_gate(result)
+
+
+def _candidate_labels(urls: tuple[str, ...], labels: tuple[str, ...]) -> list[str]:
+    if len(labels) > len(urls):
+        raise click.BadParameter(f"{len(labels)} labels for {len(urls)} candidates",
+                                 param_hint="--b-label")
+    defaults = ["b"] if len(urls) == 1 else [f"b{n}" for n in range(1, len(urls) + 1)]
+    return list(labels) + defaults[len(labels):]
+
+
+def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
+    """The --b-cell facts for one candidate: unprefixed ones, and LABEL:KEY=VALUE ones."""
+    chosen = []
+    for value in cells:
+        prefix, separator, rest = value.partition(":")
+        if separator and "=" not in prefix:
+            if prefix == label:
+                chosen.append(rest)
+        else:
+            chosen.append(value)
+    return tuple(chosen)
+
+
+def _exit_like_the_gate(result: Summary | Overview) -> None:
+    """Several candidates and none recommended: exit 1, as the gate would."""
+    if isinstance(result, Overview) and result.recommendation.label is None:
+        sys.exit(1)
+
+
+@cli.command("throughput")
+@click.argument("endpoint")
+@click.option("--prompts", "prompt_files", multiple=True, required=True, type=EXISTING_FILE,
+              help="Prompt set (YAML), cycled; repeat for several.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="A run directory of this endpoint: writes OUT/throughput.json, which "
+                   "compare then shows next to the other side's.")
+@click.option("--label", help="Name of this endpoint in the figures.")
+@click.option("--model", help="Model name (default: the one it lists).")
+@click.option("--concurrency", default=DEFAULT_CONCURRENCY, show_default=True,
+              type=click.IntRange(1), help="Requests in flight.")
+@click.option("--seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
+              type=click.FloatRange(0), help="Least duration of the measured window.")
+@click.option("--max-tokens", type=click.IntRange(1),
+              help="Cap for every prompt (use the run's own).")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
+              help="Seconds a request may take as a whole.")
+def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path | None,
+                       label: str | None, model: str | None, concurrency: int, seconds: float,
+                       max_tokens: int | None, api_key_env: str | None,
+                       timeout: float) -> None:
+    """Throughput as the seeds measure it: no logprobs, after a warm-up, the prompt set
+    cycled at --concurrency for at least --seconds; aggregate output tokens/s, TTFT
+    p50, end-to-end p99, and every prompt's generated token count (throughputs of two
+    endpoints are compared only when those match).
+
+    \b
+    Example:
+      quantcheck throughput http://127.0.0.1:8000/v1 --prompts prompts/default.yaml \\
+          --out runs/bf16
+    """
+    from ..prompts import RequestOptions
+    from ..runstore import write_throughput
+    from ..throughput import measure
+
+    bar = PlainProgress(max(int(seconds), 1), label or "throughput")
+
+    def heard(requests: int, elapsed: float) -> None:
+        bar.update(min(int(elapsed), bar.length) - bar.done)
+
+    result = run_guarded(lambda: measure(
+        endpoint, prompt_files, label=label or "", model=model, concurrency=concurrency,
+        min_seconds=seconds, request=RequestOptions(max_tokens=max_tokens),
+        api_key_env=api_key_env, timeout=timeout, progress=heard), "Nothing was written.")
+    speed = f"{result.tokens_per_s:,.0f} output tokens/s" if result.tokens_per_s else \
+        "no token counts (the server reports no usage)"
+    ttft = f"{1000 * result.ttft_p50_s:.0f} ms" if result.ttft_p50_s is not None else "-"
+    e2e = f"{result.e2e_p99_s:.2f} s" if result.e2e_p99_s is not None else "-"
+    click.echo(f"{result.label}: {speed} at concurrency {concurrency}, {result.requests} "
+               f"requests in {result.seconds:.1f} s; TTFT p50 {ttft}, end-to-end p99 {e2e}")
+    if out is not None:
+        run_guarded(lambda: write_throughput(out, result), "Nothing was written.")
+        click.echo(f"written: {out / 'throughput.json'}")
 
 
 @cli.command("forced")
@@ -149,17 +264,20 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
               show_default=True,
               help="gemma: the real Gemma 3 270M on CPU (needs the demo extra); scripted: "
                    "planted changes, no model.")
-@click.option("--b-precision", type=click.Choice(["bf16", "fp8", "int4"]), default="fp8",
-              show_default=True, help="The candidate's weight format (A is bf16).")
+@click.option("--b-precision", default="fp8", show_default=True,
+              help="The candidates' weight formats, comma-separated: bf16, fp8, int4 (A is "
+                   "bf16); two or more give one report each and an overview.")
 @click.option("--fault", type=click.Choice(["none", "nondeterministic", "lmhead-noscale"]),
-              default="none", show_default=True, help="A fault planted in B.")
+              default="none", show_default=True, help="A fault planted in every B.")
 @click.option("--out", default=Path("reports/demo"), show_default=True,
-              type=click.Path(file_okay=False, path_type=Path))
-@click.option("--repeats", default=2, show_default=True, type=click.IntRange(1))
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory (the demo replaces its own previous runs there).")
+@click.option("--repeats", default=2, show_default=True, type=click.IntRange(1),
+              help="Identical requests per prompt and side.")
 def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: int) -> None:
     """The whole A/B on built-in local endpoints: no GPU, no endpoints of your own.
 
-    Starts two lab servers on 127.0.0.1 (A = bf16, B = --b-precision, with --fault),
+    Starts lab servers on 127.0.0.1 (A = bf16, a B per --b-precision, with --fault),
     runs prompts/demo.yaml, compares, writes the review sheet, prints the summary and
     the gate's verdict, stops the servers, and prints how to go on.
 
@@ -167,21 +285,25 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: 
     Example:
       quantcheck demo
       quantcheck demo --b-precision int4
+      quantcheck demo --b-precision fp8,int4
       quantcheck demo --fault lmhead-noscale
     """
-    for side in ("a", "b"):  # the demo's own runs: its servers get new ports every time
+    precisions = [p.strip() for p in b_precision.split(",") if p.strip()]
+    unknown = [p for p in precisions if p not in ("bf16", "fp8", "int4")]
+    if unknown or not precisions or len(set(precisions)) != len(precisions):
+        raise click.BadParameter("comma-separated, each once: bf16, fp8, int4",
+                                 param_hint="--b-precision")
+    for side in ("a", "b", "candidates"):  # the demo's own runs: new ports every time
         shutil.rmtree(out / side, ignore_errors=True)
     if engine == "scripted":
-        summary = _scripted_demo(out, repeats)
+        result = _scripted_demo(out, repeats)
     else:
-        summary = _model_demo(out, repeats, b_precision, fault)
-    from .. import gate
-    from ..reportdir import require_report
-    from ..rubric import load_rubric
+        result = _model_demo(out, repeats, precisions, fault)
+    if isinstance(result, Summary):
+        from .. import gate
 
-    pairs, _ = require_report(out)
-    verdict = gate.evaluate(pairs, {}, set(load_rubric().blocking), gate.Policy(), summary)
-    click.echo(f"gate (default policy): {gate.one_line(verdict)}")
+        verdict, _ = gate.gate_report(out)
+        click.echo(f"gate (default policy): {gate.one_line(verdict)}")
     click.echo(f"\nOpen the review sheet: {(out / 'index.html').resolve().as_uri()}\n"
                f"  or serve it and save reviews to disk: quantcheck review {out}\n"
                "Run the same A/B on your own endpoints:\n"
@@ -197,7 +319,7 @@ def _demo_side(url: str, label: str, repeats: int, cell: dict[str, Any] | None =
                            cell=cell or {})
 
 
-def _scripted_demo(out: Path, repeats: int) -> Summary:
+def _scripted_demo(out: Path, repeats: int) -> Summary | Overview:
     from ..lab.demo import demo_servers
     from ..prompts import shipped_prompt_file
 
@@ -211,8 +333,9 @@ def _scripted_demo(out: Path, repeats: int) -> Summary:
                                           [prompt_file], out))
 
 
-def _model_demo(out: Path, repeats: int, b_precision: str, fault: str) -> Summary:
-    from ..lab.launch import lab_servers
+def _model_demo(out: Path, repeats: int, precisions: list[str], fault: str
+                ) -> Summary | Overview:
+    from ..lab.launch import lab_servers, server_log
     from ..lab.model import prepare_model
     from ..prompts import shipped_prompt_file
 
@@ -220,18 +343,21 @@ def _model_demo(out: Path, repeats: int, b_precision: str, fault: str) -> Summar
     click.echo("preparing Gemma 3 270M (the first run converts the shipped GGUF once, about "
                "a minute)...", err=True)
     run_guarded(prepare_model, "")
-    b_label = b_precision + ("" if fault == "none" else f"+{fault}")
-    click.echo(f"starting lab servers: A = bf16, B = {b_label} (loading takes ~10 s)...",
-               err=True)
-    with run_guarded(lambda: lab_servers([("bf16", "none"), (b_precision, fault)],
-                                         out / "logs"), "") as (a_url, b_url):
-        click.echo(f"A on {a_url}/v1, B on {b_url}/v1; collecting...", err=True)
-        logs = CompareOptions(a_log=out / "logs" / "server-a.log",
-                              b_log=out / "logs" / "server-b.log")
+    labels = [p + ("" if fault == "none" else f"+{fault}") for p in precisions]
+    click.echo(f"starting lab servers: A = bf16, B = {', '.join(labels)} (loading takes "
+               "~10 s each)...", err=True)
+    specs = [("bf16", "none")] + [(p, fault) for p in precisions]
+    with run_guarded(lambda: lab_servers(specs, out / "logs"), "") as urls:
+        click.echo(f"A on {urls[0]}/v1, B on {', '.join(u + '/v1' for u in urls[1:])}; "
+                   "collecting...", err=True)
+        logs = [server_log(out / "logs", n) for n in range(len(urls))]
+        bs = [_demo_side(url, label, repeats, {"quantization": precision})
+              for url, label, precision in zip(urls[1:], labels, precisions, strict=True)]
         return run_ab_with_progress(ABRun(
-            _demo_side(a_url, "bf16", repeats, {"quantization": "bf16"}),
-            _demo_side(b_url, b_label, repeats, {"quantization": b_precision}),
-            [prompt_file], out, compare=logs))
+            _demo_side(urls[0], "bf16", repeats, {"quantization": "bf16"}),
+            bs if len(bs) > 1 else bs[0], [prompt_file], out,
+            compare=CompareOptions(a_log=logs[0], b_log=logs[1]),
+            candidate_logs={b.label: log for b, log in zip(bs, logs[1:], strict=True)}))
 
 
 @cli.command("determinism")

@@ -21,10 +21,10 @@ from ..collect import (
 )
 from ..errors import QuantcheckError
 from ..forced import MODES
-from ..pipeline import ABRun, CompareOptions, run_ab
+from ..pipeline import ABRun, CompareOptions, run_ab, run_candidates
 from ..prompts import APIS, RequestOptions
 from ..records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB, Completion
-from ..reportdir import ForcedSummary, Summary
+from ..reportrecords import ForcedSummary, Overview, Summary
 from ..summary import headline
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -343,18 +343,53 @@ class SideReporter(ProgressReporter):
         self.bar = self.shared.bar
 
 
-def run_ab_with_progress(ab: ABRun) -> Summary:
-    """`pipeline.run_ab` with one progress bar for both sides; prints the summary."""
+def run_ab_with_progress(ab: ABRun) -> Summary | Overview:
+    """`pipeline.run_ab` (one candidate) or `run_candidates` (several) with one progress
+    bar for every side; prints the summary or the overview."""
     bar = SharedBar()
-    reporters = (bar.side(ab.a.label), bar.side(ab.b.label))
+    reporters = [bar.side(settings.label) for settings in (ab.a, *ab.candidates)]
+    several = len(ab.candidates) > 1
+
+    def work() -> Summary | Overview:
+        notify = (lambda stage: click.echo(stage, err=True))  # noqa: E731
+        return (run_candidates(ab, reporters, notify) if several
+                else run_ab(ab, reporters, notify))
+
     try:
-        summary: Summary = run_guarded(
-            lambda: run_ab(ab, reporters, lambda stage: click.echo(stage, err=True)),
-            f"Records so far are kept in {ab.out}; rerun the same command to resume.")
+        result: Summary | Overview = run_guarded(
+            work, f"Records so far are kept in {ab.out}; rerun the same command to resume.")
     finally:
         bar.close()
     if any(r.failures for r in bar.reporters):
         click.echo("some requests failed after retries; the comparison skips them. Rerun the "
                    "same command to retry.", err=True)
-    print_summary(summary, ab.out)
-    return summary
+    if isinstance(result, Overview):
+        print_overview(result, ab.out)
+    else:
+        print_summary(result, ab.out)
+    return result
+
+
+def print_overview(overview: Overview, out: Path) -> None:
+    """One line per candidate, then the recommendation and why the others were not."""
+    head = (f"{'candidate':<16} {'gate':<5} {'compared':>9} {'identical':>9} {'flips':>6} "
+            f"{'degen.':>7} {'pass rate (A, B)':<18} {'forced KL':>9}  throughput")
+    click.echo(f"{overview.reference.label} (reference) against "
+               f"{len(overview.candidates)} candidates:")
+    click.echo(head)
+    for row in overview.candidates:
+        rates = row.pass_rate.rates() if row.pass_rate else "-"
+        kl = f"{row.forced_kl_mean:.3g}" if row.forced_kl_mean is not None else "-"
+        speed = row.throughput.note if row.throughput else "not measured"
+        click.echo(f"{row.label:<16} {row.gate:<5} {f'{row.compared}/{row.prompts}':>9} "
+                   f"{row.identical:>9} {row.factual_flips:>6} {row.degenerate_new_on_b:>7} "
+                   f"{rates:<18} {kl:>9}  {speed}")
+    decision = overview.recommendation
+    if decision.label:
+        click.echo(f"recommended: {decision.label}, {decision.reason}")
+    else:
+        click.echo(f"no candidate is recommended: {decision.reason}")
+    for label, why in decision.not_picked.items():
+        click.echo(f"  not {label}: {why}")
+    click.echo(f"overview: {out / 'index.html'} (overview.json, matrix.csv; each "
+               f"candidate's report in {out / 'candidates'})")

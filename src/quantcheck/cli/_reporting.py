@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..pipeline import compare_runs
+from ..pipeline import compare_candidates, compare_runs
 from ..prompts import load_prompts
-from ..reportdir import Summary, require_report
+from ..reportdir import OVERVIEW, require_report
+from ..reportrecords import Summary
 from ..reviews import load_verdicts
 from ._common import (
     EXISTING_DIR,
     EXISTING_FILE,
     compare_flags,
     compare_options,
+    print_overview,
     print_summary,
     run_guarded,
     sig_digits_option,
@@ -26,19 +29,24 @@ from ._group import cli
 
 @cli.command("compare")
 @click.argument("a_run", type=click.Path(exists=True, path_type=Path))
-@click.argument("b_run", type=click.Path(exists=True, path_type=Path))
+@click.argument("b_runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Report directory (pairs.csv, summary.json).")
+              help="Report directory (pairs.csv, summary.json); with several B runs, the "
+                   "overview and OUT/candidates/LABEL/ for each.")
 @click.option("--prompts", "prompt_files", multiple=True,
               type=EXISTING_FILE,
               help="Prompt set naming the texts of a *.texts.json side (and its expects).")
 @click.option("--forced", type=EXISTING_DIR,
-              help="Teacher-forced scores of A on B, from `quantcheck forced`.")
+              help="Teacher-forced scores of A on B, from `quantcheck forced` (one B).")
+@click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
+              help="Append the serving matrix's rows to this CSV (several B runs).")
 @sig_digits_option
 @compare_flags
-def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Path, ...],
-                    sig_digits: int, **options: Any) -> None:
-    """Triage every pair of two runs (A = reference, B = candidate).
+def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
+                    prompt_files: tuple[Path, ...], sig_digits: int, matrix: Path | None,
+                    **options: Any) -> None:
+    """Triage every pair of A (the reference) and B (a candidate); with several B runs,
+    one report each and an overview that recommends one.
 
     A side is a run directory from collect, or a JSON list of texts in prompt order
     (`*.texts.json`, the seeds' format) for text-only triage.
@@ -46,12 +54,27 @@ def compare_command(a_run: Path, b_run: Path, out: Path, prompt_files: tuple[Pat
     \b
     Example:
       quantcheck compare runs/bf16 runs/fp8 --out reports/fp8
+      quantcheck compare runs/bf16 runs/fp8 runs/int4 runs/nvfp4 --out reports/quants
       quantcheck compare bf16.texts.json fp8.texts.json --prompts prompts/default.yaml \\
           --out reports/texts
     """
+    if len(b_runs) > 1:
+        if options.get("forced"):
+            raise click.BadParameter("with several B runs, score each with `quantcheck "
+                                     "forced` and compare them one at a time",
+                                     param_hint="--forced")
+        overview = run_guarded(lambda: compare_candidates(
+            a_run, list(b_runs), out, compare_options(sig_digits, options), matrix=matrix),
+            "Nothing was written.")
+        print_overview(overview, out)
+        if overview.recommendation.label is None:
+            sys.exit(1)
+        return
+
     def work() -> Summary:
         prompts = {p.id: p for p in load_prompts(prompt_files)} if prompt_files else None
-        return compare_runs(a_run, b_run, out, compare_options(sig_digits, options), prompts)
+        return compare_runs(a_run, b_runs[0], out, compare_options(sig_digits, options),
+                            prompts)
 
     summary = run_guarded(work, "Nothing was written.")
     print_summary(summary, out)
@@ -150,34 +173,42 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
 @click.option("--rubric", type=EXISTING_FILE,
               help="Rubric YAML naming the blocking labels (default: rubrics/default.yaml).")
+@click.option("--candidate", metavar="LABEL",
+              help="With an overview of several candidates: gate this one only.")
 def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path, ...],
-                 rubric: Path | None, **overrides: Any) -> None:
+                 rubric: Path | None, candidate: str | None, **overrides: Any) -> None:
     """Fail the build on any factual flip: exit 0 pass, 1 fail, 2 input error.
 
     Writes REPORT_DIR/gate.json and junit.xml, prints a Markdown summary (also
-    appended to $GITHUB_STEP_SUMMARY) and a one-line verdict on stderr.
+    appended to $GITHUB_STEP_SUMMARY) and a one-line verdict on stderr. On an overview
+    of several candidates it gates every one (or --candidate LABEL) and fails when any
+    fails, with one JUnit test case per candidate and rule.
 
     \b
     Example:
       quantcheck gate reports/fp8 --require-review
       quantcheck gate reports/fp8 --policy prompts/policy.yaml
+      quantcheck gate reports/quants --candidate fp8
     """
     from dataclasses import replace
 
     from .. import gate
     from ..rubric import load_rubric
 
+    def settings() -> gate.Policy:
+        return replace(gate.load_policy(policy),
+                       **{k: v for k, v in overrides.items() if v is not None})
+
+    if (report_dir / OVERVIEW).exists():
+        if review_files:
+            raise click.BadParameter("give a candidate's own report directory "
+                                     "(REPORT_DIR/candidates/LABEL) to gate it with exported "
+                                     "reviews", param_hint="--review")
+        _gate_candidates(report_dir, settings, rubric, candidate)
+        return
+
     def work() -> tuple[gate.GateResult, Summary]:
-        pairs, summary = require_report(report_dir)
-        chosen = load_rubric(rubric)
-        settings = replace(gate.load_policy(policy),
-                           **{k: v for k, v in overrides.items() if v is not None})
-        verdicts = load_verdicts(report_dir, list(review_files), chosen,
-                                      summary.identity, set(pairs["prompt_id"].astype(str)))
-        verdict = gate.evaluate(pairs, verdicts, set(chosen.blocking), settings, summary)
-        gate.write_gate_json(verdict, report_dir / "gate.json")
-        gate.write_junit(verdict, pairs, report_dir / "junit.xml")
-        return verdict, summary
+        return gate.gate_report(report_dir, settings(), load_rubric(rubric), review_files)
 
     verdict, summary = run_guarded(work, "Nothing was written.")
     text = gate.markdown(verdict, summary)
@@ -185,6 +216,33 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     gate.append_step_summary(text)
     click.echo(gate.one_line(verdict), err=True)
     sys.exit(0 if verdict.passed else 1)
+
+
+def _gate_candidates(folder: Path, policy: Callable[[], Any], rubric: Path | None,
+                     only: str | None) -> None:
+    from .. import gate
+    from ..overview import gate_candidates
+    from ..rubric import load_rubric
+
+    decision, overview = run_guarded(
+        lambda: gate_candidates(folder, policy(), load_rubric(rubric), only),
+        "Nothing was written.")
+    lines = [f"## quantcheck: {decision.verdict.upper()}", "",
+             f"**{overview.reference.label}** (reference) against "
+             f"{len(decision.candidates)} candidates", "",
+             "| candidate | verdict | why |", "|---|---|---|"]
+    for label, result in decision.candidates.items():
+        lines.append(f"| {label} | {result.verdict} | {'; '.join(result.reasons())} |")
+    choice = decision.recommendation
+    lines += ["", f"Recommended: **{choice.label}**, {choice.reason}." if choice.label
+              else f"No candidate is recommended: {choice.reason}."]
+    text = "\n".join(lines) + "\n"
+    click.echo(text)
+    gate.append_step_summary(text)
+    failing = [label for label, r in decision.candidates.items() if not r.passed]
+    click.echo(f"FAIL: {', '.join(failing)}" if failing else "PASS: every candidate passes",
+               err=True)
+    sys.exit(1 if failing else 0)
 
 
 @cli.command("approve")

@@ -49,6 +49,11 @@ def wait_until_healthy(url: str, process: subprocess.Popen[bytes], log: Path,
     raise EndpointError(f"the lab server for {url} did not come up in {timeout:.0f} s; see {log}")
 
 
+def server_log(log_dir: Path, n: int) -> Path:
+    """The log of the n-th server lab_servers starts: server-a, server-b, server-2, ..."""
+    return log_dir / f"server-{'ab'[n] if n < 2 else n}.log"
+
+
 @contextmanager
 def lab_servers(specs: list[tuple[str, str]], log_dir: Path) -> Iterator[list[str]]:
     """Start one server per (precision, fault); yield their URLs; always stop them."""
@@ -57,7 +62,7 @@ def lab_servers(specs: list[tuple[str, str]], log_dir: Path) -> Iterator[list[st
     try:
         for n, (precision, fault) in enumerate(specs):
             port = free_port()
-            log = log_dir / f"server-{'ab'[n] if n < 2 else n}.log"
+            log = server_log(log_dir, n)
             started.append((start_server(precision, fault, port, log), f"http://127.0.0.1:{port}",
                             log))
         for process, url, log in started:

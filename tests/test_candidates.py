@@ -1,0 +1,210 @@
+"""Several candidates against one reference: the reports, the overview and its
+recommendation, the gate per candidate, the throughput rule and the serving matrix."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from junitparser import JUnitXml
+
+from quantcheck.cli import cli
+from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.matrix import COLUMNS
+
+from .conftest import RUNNER_UPS
+
+Serve = Callable[..., ScriptedServer]
+PROMPTS = """
+prompts:
+  - {id: capital, prompt: "Q: capital", expect: {contains: Canberra}}
+  - {id: count, prompt: "Q: count", expect: {number: 4}}
+  - {id: story, prompt: "Q: story"}
+"""
+ANSWERS: dict[str, str | list[str]] = {
+    "Q: capital": " The capital of Australia is Canberra.",
+    "Q: count": " A dog has 4 legs.",
+    "Q: story": " Once upon a time there was a river.",
+}
+FLIPPED = {**ANSWERS, "Q: capital": " The capital of Australia is Sydney."}
+VERBOSE = {key: f"{text} That is all there is to say about it." for key, text in
+           ANSWERS.items()}
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def invoke(*args: Any) -> Any:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture
+def endpoints(serve: Serve) -> dict[str, str]:
+    """The reference and four candidates: a flip, a clean copy, a slower clean copy, and
+    one that passes but writes more tokens."""
+    return {
+        "bf16": serve(ScriptedModel(ANSWERS, RUNNER_UPS)).url,
+        "flips": serve(ScriptedModel(FLIPPED, RUNNER_UPS)).url,
+        "clean": serve(ScriptedModel(ANSWERS, RUNNER_UPS)).url,
+        "slow": serve(ScriptedModel(ANSWERS, RUNNER_UPS),
+                      faults=Faults(token_delay_s=0.02)).url,
+        "verbose": serve(ScriptedModel(VERBOSE, RUNNER_UPS)).url,
+    }
+
+
+def run_candidates(endpoints: dict[str, str], prompts: Path, out: Path,
+                   *extra: Any) -> Any:
+    args: list[Any] = ["run", "--a", endpoints["bf16"], "--a-label", "bf16"]
+    for label in ("flips", "clean", "slow", "verbose"):
+        args += ["--b", endpoints[label], "--b-label", label]
+    return invoke(*args, "--prompts", prompts, "--out", out, "--no-preflight",
+                  "--throughput", "--throughput-seconds", "1", "--throughput-concurrency",
+                  "2", *extra)
+
+
+def test_the_overview_recommends_the_fastest_candidate_that_passes(
+        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    out = tmp_path / "quants"
+    result = run_candidates(endpoints, write_prompts(PROMPTS), out)
+    assert result.exit_code == 0, result.output
+    for label in ("flips", "clean", "slow", "verbose"):
+        report = out / "candidates" / label
+        assert (report / "index.html").exists() and (report / "b" / "manifest.json").exists()
+        assert json.loads((report / "summary.json").read_text())["b"]["label"] == label
+    assert not (out / "b").exists() and (out / "a" / "throughput.json").exists()
+
+    overview = json.loads((out / "overview.json").read_text())
+    rows = {row["label"]: row for row in overview["candidates"]}
+    assert [row["label"] for row in overview["candidates"]] == ["flips", "clean", "slow",
+                                                                 "verbose"]
+    assert rows["flips"]["gate"] == "fail" and rows["flips"]["factual_flips"] == 1
+    assert all(rows[label]["gate"] == "pass" for label in ("clean", "slow", "verbose"))
+    assert rows["clean"]["throughput"]["comparable"]
+    assert not rows["verbose"]["throughput"]["comparable"]
+    decision = overview["recommendation"]
+    assert decision["label"] == "clean"
+    assert decision["reason"].startswith("the fastest candidate that passes the gate")
+    assert decision["not_picked"]["flips"] == "1 factual flip (capital)"
+    assert decision["not_picked"]["slow"].startswith("passes too, but slower")
+    assert decision["not_picked"]["verbose"].startswith(
+        "throughput not comparable, token counts differ")
+
+    assert "recommended: clean, the fastest candidate that passes the gate" in result.output
+    assert "not flips: 1 factual flip (capital)" in result.output
+    page = (out / "index.html").read_text()
+    assert 'href="candidates/clean/index.html"' in page and "Recommended: <b>clean</b>" in page
+
+
+def test_the_throughput_rule_compares_only_matching_token_counts(
+        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    prompts = write_prompts(PROMPTS)
+    out = tmp_path / "ab"
+    result = invoke("run", "--a", endpoints["bf16"], "--b", endpoints["slow"], "--prompts",
+                    prompts, "--out", out, "--no-preflight", "--throughput",
+                    "--throughput-seconds", "1", "--throughput-concurrency", "2")
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())["throughput"]
+    assert summary["comparable"] and summary["ratio_b_over_a"] < 1
+    assert summary["a"]["prompt_tokens"] == summary["b"]["prompt_tokens"]
+    assert summary["note"].startswith("generated token counts match")
+
+    verbose = tmp_path / "verbose"
+    invoke("run", "--a", endpoints["bf16"], "--b", endpoints["verbose"], "--prompts",
+           prompts, "--out", verbose, "--no-preflight", "--throughput",
+           "--throughput-seconds", "1")
+    note = json.loads((verbose / "summary.json").read_text())["throughput"]["note"]
+    assert note.startswith("throughput not comparable, token counts differ")
+    assert "per generated token only" in note
+
+
+def test_the_gate_on_an_overview_gates_every_candidate(
+        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    out = tmp_path / "quants"
+    run_candidates(endpoints, write_prompts(PROMPTS), out)
+    result = invoke("gate", out)
+    assert result.exit_code == 1
+    assert "| flips | fail | 1 factual flip (capital) |" in result.output
+    assert "Recommended: **clean**" in result.output
+    suite = next(iter(JUnitXml.fromfile(str(out / "junit.xml"))))
+    cases = {case.name: case for case in suite}
+    assert not cases["flips: factual_flips"].is_passed
+    assert cases["clean: factual_flips"].is_passed
+    assert len(cases) == 4 * len(json.loads((out / "candidates" / "clean" / "gate.json")
+                                            .read_text())["rules"])
+    assert invoke("gate", out, "--candidate", "clean").exit_code == 0
+    assert "no candidate 'nvfp4'" in invoke("gate", out, "--candidate", "nvfp4").output
+
+
+def test_runs_collected_one_at_a_time_compare_into_an_overview(
+        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    prompts = write_prompts(PROMPTS)
+    runs = tmp_path / "runs"
+    for label in ("bf16", "flips", "clean"):
+        collected = invoke("collect", "--endpoint", endpoints[label], "--label", label,
+                           "--prompts", prompts, "--out", runs / label, "--no-preflight")
+        assert collected.exit_code == 0, collected.output
+    throughput = invoke("throughput", endpoints["clean"], "--prompts", prompts, "--out",
+                        runs / "clean", "--seconds", "1", "--concurrency", "2")
+    assert throughput.exit_code == 0 and "output tokens/s" in throughput.output
+    result = invoke("compare", runs / "bf16", runs / "flips", runs / "clean", "--out",
+                    tmp_path / "report")
+    assert result.exit_code == 0, result.output
+    overview = json.loads((tmp_path / "report" / "overview.json").read_text())
+    assert [row["label"] for row in overview["candidates"]] == ["flips", "clean"]
+    assert overview["recommendation"]["label"] == "clean"
+    assert "throughput not measured" in overview["recommendation"]["reason"]
+    none_pass = invoke("compare", runs / "bf16", runs / "flips", runs / "flips", "--out",
+                       tmp_path / "none")
+    assert none_pass.exit_code == 1
+    assert "no candidate is recommended: no candidate passes the gate" in none_pass.output
+    assert (tmp_path / "none" / "candidates" / "flips-2").is_dir()  # labels made distinct
+
+
+def test_the_matrix_has_the_seeds_columns_and_appends_without_duplicates(
+        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    mine = tmp_path / "matrix.csv"
+    earlier = dict.fromkeys(COLUMNS, "")
+    earlier.update(model_id="other-model", runtime="vllm", tested_at="2026-01-01",
+                   note="an earlier test")
+    with mine.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerow(earlier)
+    prompts = write_prompts(PROMPTS)
+    for attempt in range(2):  # the same cells on the same day: replaced, not added
+        result = run_candidates(endpoints, prompts, tmp_path / f"quants-{attempt}",
+                                "--matrix", mine)
+        assert result.exit_code == 0, result.output
+    report_rows = read_csv(tmp_path / "quants-0" / "matrix.csv")
+    assert list(report_rows[0]) == COLUMNS and len(report_rows) == 5
+    assert report_rows[0]["correctness_status"] == "reference"
+    by_note = {row["note"].split(";")[0]: row for row in report_rows[1:]}
+    assert by_note["flips"]["correctness_status"] == "fail"
+    assert by_note["clean"]["correctness_status"] == "pass"
+    assert float(by_note["clean"]["agg_tokens_per_second"]) > 0
+    assert by_note["clean"]["runtime"] == "vllm" and by_note["clean"]["concurrency"] == "2"
+    kept = read_csv(mine)
+    assert kept[0] == earlier and len(kept) == 1 + 5
+
+
+def test_a_matrix_with_other_columns_is_refused(endpoints: dict[str, str],
+                                                write_prompts: Callable[[str], Path],
+                                                tmp_path: Path) -> None:
+    mine = tmp_path / "matrix.csv"
+    mine.write_text("model,speed\nx,1\n")
+    result = run_candidates(endpoints, write_prompts(PROMPTS), tmp_path / "q",
+                            "--matrix", mine)
+    assert result.exit_code == 2 and "not a serving matrix" in result.output
+    assert mine.read_text() == "model,speed\nx,1\n"
