@@ -299,13 +299,17 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: 
         result = _scripted_demo(out, repeats)
     else:
         result = _model_demo(out, repeats, precisions, fault)
+    sheet = out
     if isinstance(result, Summary):
         from .. import gate
 
         verdict, _ = gate.gate_report(out)
         click.echo(f"gate (default policy): {gate.one_line(verdict)}")
-    click.echo(f"\nOpen the review sheet: {(out / 'index.html').resolve().as_uri()}\n"
-               f"  or serve it and save reviews to disk: quantcheck review {out}\n"
+    else:
+        sheet = out / "candidates" / result.candidates[0].label
+        click.echo(f"\nOpen the overview: {(out / 'index.html').resolve().as_uri()}")
+    click.echo(f"\nOpen the review sheet: {(sheet / 'index.html').resolve().as_uri()}\n"
+               f"  or serve it and save reviews to disk: quantcheck review {sheet}\n"
                "Run the same A/B on your own endpoints:\n"
                "  quantcheck run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
                "--prompts prompts/default.yaml --out reports/mine")
