@@ -371,3 +371,24 @@ def test_llama_cpp_python_with_concurrency_warns(serve: Serve, write_prompts: Wr
     assert warned.exit_code == 0 and "use --concurrency 1" in warned.output
     quiet = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "b"), "--concurrency", "1"])
     assert quiet.exit_code == 0 and "--concurrency 1" not in quiet.output
+
+
+def test_failures_of_one_cause_are_one_line_and_a_count(serve: Serve,
+                                                         write_prompts: WritePrompts,
+                                                         tmp_path: Path) -> None:
+    """A server failing every request alike prints its cause once, then the count, not
+    a line per request."""
+    server = serve(MODEL, faults=Faults(status={n: 500 for n in range(2, 40)},
+                                        status_message="CUDA error: an illegal memory access"))
+    prompts = write_prompts("prompts:\n" + "".join(
+        f"  - {{id: p{n}, prompt: 'Q{n}'}}\n" for n in range(12)))
+    result = CliRunner().invoke(cli, ["collect", "--endpoint", server.url, "--prompts",
+                                      str(prompts), "--out", str(tmp_path / "run"),
+                                      "--retries", "0", "--concurrency", "1",
+                                      "--no-preflight"])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert sum("repeat 0 failed: HTTP 500" in line for line in lines) == 1
+    assert any(line.startswith("run: 10 requests failed: HTTP 500") and "illegal memory" in
+               line for line in lines)
+    assert "" not in lines[:-1]  # no blank line after each failure in a log

@@ -38,3 +38,23 @@ def test_every_command_has_help_with_an_example(path: tuple[str, ...]) -> None:
 @pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
 def test_readme_mentions_every_command(path: tuple[str, ...]) -> None:
     assert f"quantcheck {' '.join(path)}" in README
+
+
+def test_readme_documents_every_expect_check_with_an_example_that_loads(
+        tmp_path: Path) -> None:
+    import re
+
+    import yaml
+
+    from quantcheck.expectations import CHECKS
+    from quantcheck.prompts import load_prompts
+
+    rows = re.findall(r"^\| `(\w+)`(?: \([^)]*\))? \| `(\{.*?\})` \|", README, re.MULTILINE)
+    assert {name for name, _ in rows} == set(CHECKS)
+    for n, (name, example) in enumerate(rows):
+        expect = yaml.safe_load(example)
+        assert name in expect
+        path = tmp_path / f"{n}.yaml"
+        path.write_text(yaml.safe_dump({"prompts": [{"id": "p", "prompt": "x",
+                                                     "expect": expect}]}))
+        load_prompts([path])  # the example is a valid expect

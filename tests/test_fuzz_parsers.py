@@ -25,8 +25,10 @@ from quantcheck.dialects import (
     StreamError,
     parse_response,
 )
-from quantcheck.errors import EndpointError
-from quantcheck.records import Completion
+from quantcheck.errors import EndpointError, PromptFileError
+from quantcheck.expectations import choice_of, evaluate
+from quantcheck.prompts import load_prompts
+from quantcheck.records import Completion, Expect, ToolCall, ToolCallExpect
 from quantcheck.runstore import ServerInfo
 from quantcheck.runtimes import choose_model, context_length, identify_runtime, runtime_version
 from quantcheck.tokenstore import pack, unpack
@@ -71,8 +73,16 @@ def shapes(wild: bool) -> st.SearchStrategy[dict[str, Any]]:
         "token_logprobs": field(st.lists(logprob, max_size=4)),
         "top_logprobs": field(st.lists(st.dictionaries(token, logprob, max_size=4),
                                        max_size=4))})
+    function = st.fixed_dictionaries({}, optional={
+        "name": field(st.sampled_from(["f", "get_weather", ""]) | st.none()),
+        "arguments": field(st.text(max_size=6) | st.sampled_from(['{"a": 1}', "{", "null"]))})
+    tool_call = st.fixed_dictionaries({}, optional={
+        "index": field(st.integers(0, 2) | st.none()), "id": field(st.text(max_size=3)),
+        "type": field(st.just("function")), "function": field(function)})
     message = st.fixed_dictionaries({}, optional={"content": field(st.text(max_size=8)),
-                                                  "reasoning_content": field(st.text(max_size=4))})
+                                                  "reasoning_content": field(st.text(max_size=4)),
+                                                  "tool_calls": field(st.lists(tool_call,
+                                                                               max_size=2))})
     rest = {"finish_reason": field(st.sampled_from(["stop", "length", None])),
             "logprobs": field(st.fixed_dictionaries({}, optional={
                 "content": field(st.lists(entry, max_size=4))}) | legacy)}
@@ -120,8 +130,10 @@ def assert_storable(generation: Generation) -> None:
     """What a parser lets through is written and read back exactly."""
     record = Completion("p", "h", 0, text=generation.text, reasoning=generation.reasoning,
                         usage=generation.usage, finish_reason=generation.finish_reason,
-                        model=generation.model)
-    orjson.dumps(record.to_json())
+                        model=generation.model, tool_calls=generation.tool_calls or None)
+    stored = orjson.loads(orjson.dumps(record.to_json(), option=orjson.OPT_APPEND_NEWLINE))
+    assert Completion.from_json(stored).tool_calls == record.tool_calls
+    assert all(call.name for call in generation.tool_calls)
     tokens = generation.tokens
     back = unpack(pack(tokens)).to_tokens()
     assert json.dumps(back.to_json()) == json.dumps(tokens.to_json())
@@ -224,3 +236,90 @@ def test_token_ids_beyond_int32_come_back_exactly() -> None:
     for token_id in (0, 2**31, 2**63 - 1):
         tokens.append("a", -0.5, ["a"], [-0.5], token_id=token_id)
     assert unpack(pack(tokens)).to_tokens().ids == [0, 2**31, 2**63 - 1]
+
+
+# --- tool calls and expectations ----------------------------------------------------
+
+CALL = st.tuples(st.sampled_from(["get_weather", "f", "send_email"]),
+                 st.text(max_size=12) | st.builds(json.dumps, ANY_JSON))
+
+
+@FUZZ
+@seed(17)
+@given(st.data(), st.lists(CALL, min_size=1, max_size=3), st.sampled_from(
+    ["vllm", "sglang", "llama.cpp"]))
+def test_streamed_call_pieces_assemble_to_the_calls_however_split(
+        data: st.DataObject, calls: list[tuple[str, str]], style: str) -> None:
+    payloads = []
+    for index, (name, arguments) in enumerate(calls):
+        first: dict[str, Any] = {"index": index, "id": f"c{index}", "type": "function",
+                                 "function": {"name": name}}
+        if style != "vllm":
+            first["function"]["arguments"] = ""
+        pieces = [first]
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(arguments)), max_size=4)))
+        for start, end in zip([0, *cuts], [*cuts, len(arguments)], strict=True):
+            piece: dict[str, Any] = {"index": index,
+                                     "function": {"arguments": arguments[start:end]}}
+            if style == "sglang":
+                piece.update(id=None, type="function")
+                piece["function"]["name"] = None
+            pieces.append(piece)
+        payloads += [orjson.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [p]}}]})
+                     for p in pieces]
+    payloads.append(orjson.dumps({"choices": [{"index": 0, "delta": {},
+                                               "finish_reason": "tool_calls"}]}))
+    accumulator = StreamAccumulator(0)
+    accumulator.add(payloads)
+    generation = accumulator.finish()
+    assert [(c.name, c.arguments) for c in generation.tool_calls] == calls
+    for call in generation.tool_calls:
+        try:
+            expected = json.loads(call.arguments)
+        except ValueError:
+            expected = None
+        assert json.dumps(call.parsed_arguments) == json.dumps(expected)
+
+
+EXPECT = Expect(contains=["x"], any_of=["y", "z"], not_contains=["q"], regex="a+b",
+                number=3.0, tolerance=0.5, json=True, json_schema={"type": "object",
+                "required": ["a"], "properties": {"a": {"type": "integer", "minimum": 0}}},
+                tool_call=[ToolCallExpect("f", {"type": "object"}, {"a": 1}),
+                           ToolCallExpect("get_weather")], choice="B")
+
+
+@FUZZ
+@seed(18)
+@given(st.text(max_size=40) | st.builds(json.dumps, ANY_JSON),
+       st.lists(st.builds(ToolCall, st.sampled_from(["f", "get_weather", "x"]),
+                          st.text(max_size=12) | st.builds(json.dumps, ANY_JSON)), max_size=3))
+def test_every_check_judges_any_answer(text: str, calls: list[ToolCall]) -> None:
+    results = evaluate(EXPECT, text, calls)
+    assert [r.check for r in results] == ["contains", "any_of", "not_contains", "regex",
+                                          "number", "json", "json_schema", "tool_call",
+                                          "choice"]
+    assert all(r.status in ("pass", "fail") and (r.status == "pass") == (not r.reason)
+               for r in results)
+    assert choice_of(text) in (None, *"ABCDEFGHIJ")
+
+
+EXPECT_SPECS = st.dictionaries(
+    st.sampled_from(["contains", "json", "json_schema", "tool_call", "ordered", "code",
+                     "choice", "number", "unknown"]),
+    ANY_JSON | st.sampled_from([{"name": "f"}, {"type": "object"}, "B", True,
+                                {"entry_point": "f", "tests": "assert f()"}]), max_size=3)
+
+
+@FUZZ
+@seed(19)
+@given(EXPECT_SPECS)
+def test_any_expect_in_a_prompt_file_loads_or_names_file_line_and_field(
+        tmp_path_factory: pytest.TempPathFactory, spec: dict[str, Any]) -> None:
+    path = tmp_path_factory.mktemp("prompts") / "p.yaml"
+    path.write_text(json.dumps({"prompts": [{"id": "p", "prompt": "hi", "expect": spec}]}))
+    try:
+        load_prompts([path])
+    except PromptFileError as exc:
+        message = str(exc)  # YAML cannot read every JSON escape (surrogate pairs)
+        assert message.startswith(f"{path}:") and ("field 'expect" in message
+                                                   or "not valid YAML" in message)

@@ -63,11 +63,11 @@ def gguf_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"Q4_K_M": shipped, "Q2_K": q2}
 
 
-def python_server(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def python_server(model: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512",
-               "--logits_all", "true", "--n_threads", "1", "--verbose", "false"]
+               "--logits_all", "true", "--n_threads", "1", "--verbose", "false", *extra]
     with log.open("wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
     return process, f"http://127.0.0.1:{port}"
@@ -189,3 +189,44 @@ def test_forced_scoring_on_the_real_engine(servers: dict[str, Any], write_prompt
              (tmp_path / "on-b" / "forced.jsonl").read_text().splitlines()]
     # echo scores A's text: a stop token the text leaves out is not scored
     assert all(line["positions"] >= 1 for line in lines)
+
+
+TOOL_PROMPTS = """
+defaults:
+  max_tokens: 48
+  tools: [{type: function, function: {name: get_weather, parameters: {type: object,
+          properties: {city: {type: string}}, required: [city]}}}]
+  tool_choice: {type: function, function: {name: get_weather}}
+prompts:
+  - id: paris
+    messages: [{role: user, content: "What is the weather in Paris?"}]
+    expect: {tool_call: {name: get_weather, arguments_schema: {type: object, required: [city]}}}
+"""
+
+
+def test_tool_calls_from_a_real_engine_are_recorded_and_checked(
+        gguf_files: dict[str, Path], write_prompts: Any, tmp_path: Path) -> None:
+    """llama-cpp-python with its function-calling chat format: tool_choice forces the
+    call, the engine's grammar shapes the arguments; streamed and not, the same call."""
+    process, url = python_server(gguf_files["Q4_K_M"], tmp_path / "tools.log",
+                                 "--chat_format", "chatml-function-calling")
+    try:
+        wait_until_healthy(url, process, tmp_path / "tools.log", timeout=300)
+        prompts = write_prompts(TOOL_PROMPTS)
+        for side, stream in (("a", False), ("b", True)):
+            collect([prompts], tmp_path / side, CollectSettings(
+                endpoint=url, label=side, stream=stream, top_logprobs=0, concurrency=1,
+                preflight=False))
+    finally:
+        process.terminate()
+        process.wait(30)
+    records = [next(load_run(tmp_path / side).completions()) for side in ("a", "b")]
+    for record in records:
+        assert record.error is None and record.finish_reason == "tool_calls"
+        (call,) = record.tool_calls or []
+        assert call.name == "get_weather" and isinstance(call.parsed_arguments, dict)
+        assert "city" in call.parsed_arguments
+    pairs = compare(tmp_path / "a", tmp_path / "b")
+    row = pairs.iloc[0]
+    assert (row["a_expect"], row["b_expect"], row["tool_call_change"]) == (
+        "pass", "pass", "identical")

@@ -7,6 +7,7 @@ import pytest
 
 from quantcheck import Expect, RequestOptions, load_prompts
 from quantcheck.errors import PromptFileError
+from quantcheck.expectations import evaluate, overall
 from quantcheck.prompts import GREEDY_FIELDS
 
 REPO = Path(__file__).parent.parent
@@ -96,9 +97,36 @@ def test_hash_is_stable_and_tracks_the_request(write_prompts: Callable[[str], Pa
         ("prompts: []\n", "field 'prompts': must be a non-empty list"),
         ("prompts:\n  - id: a\n   prompt: x\n", "not valid YAML"),
         ("- just a list\n", "expected a mapping with a 'prompts:' list"),
+        ("prompts:\n  - id: a\n    prompt: x\n    expect:\n      json_schema: {type: objekt}\n",
+         ":5: prompt a: field 'expect.json_schema': not a valid JSON Schema"),
+        ("prompts:\n  - id: a\n    prompt: x\n    expect:\n      tool_call: {arguments: {}}\n",
+         ":5: prompt a: field 'expect.tool_call': each call needs 'name'"),
+        ("prompts:\n  - id: a\n    prompt: x\n    expect:\n"
+         "      tool_call: [{name: null}, {name: f}]\n",
+         "field 'expect.tool_call': name: null (no call) stands alone"),
+        ("prompts:\n  - id: a\n    prompt: x\n    expect:\n"
+         "      code: {entry_point: f, tests: 'assert f('}\n",
+         "field 'expect.code': tests are not valid Python"),
+        ("prompts:\n  - id: a\n    prompt: x\n    expect: {choice: b}\n",
+         "field 'expect.choice': must be one letter A to J"),
+        ("prompts:\n  - id: a\n    prompt: x\n    tools: [{type: function, function: {name: f}}]\n",
+         ":4: prompt a: field 'tools': tools need the chat API"),
+        ("prompts:\n  - id: a\n    messages: [{role: user, content: x}]\n    tools: [f]\n",
+         "field 'tools': must be a list of {type: function"),
+        ("prompts:\n  - id: a\n    messages: [{role: user, content: x}]\n"
+         "    tool_choice: any\n",
+         "field 'tool_choice': must be one of auto, none, required"),
+        ("prompts:\n  - id: a\n    prompt: x\n    haystack: {tokens: 100, needle: N.}\n",
+         "field 'haystack': the prompt's text has no {haystack} to fill"),
+        ("prompts:\n  - id: a\n    prompt: '{haystack}'\n"
+         "    haystack: {tokens: 9, needle: N., depth: 2}\n",
+         "field 'haystack': depth must be from 0 (start) to 1 (end)"),
     ],
     ids=["duplicate", "unknown-field", "no-text", "no-id", "bad-max-tokens", "bad-number",
-         "bad-regex", "unknown-check", "bad-message", "bad-api", "empty", "yaml", "not-mapping"],
+         "bad-regex", "unknown-check", "bad-message", "bad-api", "empty", "yaml", "not-mapping",
+         "bad-schema", "call-without-name", "no-call-with-others", "bad-tests", "bad-choice",
+         "tools-on-completions", "bad-tools", "bad-tool-choice", "no-placeholder",
+         "bad-depth"],
 )
 def test_bad_prompt_files_name_file_line_and_field(
     write_prompts: Callable[[str], Path], text: str, message: str
@@ -141,9 +169,29 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     ],
 )
 def test_expect_checks(expect: Expect, text: str, passes: bool) -> None:
-    assert (expect.failures(text) == []) is passes
+    assert (overall(evaluate(expect, text)) == "pass") is passes
 
 
 def test_expect_round_trips_through_json() -> None:
     expect = Expect(contains=["x"], number=0.0, tolerance=0.1)
-    assert Expect(**expect.to_json()) == expect
+    assert Expect.from_json(expect.to_json()) == expect
+
+
+def test_tools_and_haystack_shape_the_request(write_prompts: Callable[[str], Path]) -> None:
+    path = write_prompts("""
+        prompts:
+          - id: t
+            messages: [{role: user, content: "weather?"}]
+            tools: [{type: function, function: {name: get_weather, parameters: {type: object}}}]
+            tool_choice: required
+          - id: n
+            prompt: "Before. {haystack} After."
+            haystack: {tokens: 300, depth: 0.5, needle: The codeword is heron-7., seed: 3}
+    """)
+    tools, needle = load_prompts([path])
+    assert tools.request["tools"][0]["function"]["name"] == "get_weather"
+    assert tools.request["tool_choice"] == "required"
+    text = needle.request["prompt"]
+    assert text.startswith("Before. ") and text.endswith(" After.")
+    assert 200 < text.index("heron-7") < len(text) - 200  # in the middle
+    assert load_prompts([path])[1].hash == needle.hash  # the filler is the same every time

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quantcheck.expectations import CheckResult
 from quantcheck.records import Tokens
 from quantcheck.runstore import Blobs
 from quantcheck.sides import signature
@@ -21,8 +22,8 @@ from quantcheck.triage import (
     classify_divergence,
     degenerate_reason,
     drift,
+    expectation_columns,
     first_divergence,
-    flip,
     is_repetition_loop,
     kl_lower_bound,
     similarity,
@@ -227,9 +228,20 @@ def test_kl_from_top_k_never_exceeds_the_full_kl(p_raw: list[float], q_raw: list
 
 
 def test_flip_and_labels() -> None:
-    assert flip("pass", "fail") == "regression"
-    assert flip("fail", "pass") == "improvement"
-    assert flip("pass", "pass") == flip("", "") == ""
+    def results(*statuses: str) -> list[CheckResult]:
+        return [CheckResult(check, status, "" if status == "pass" else "why")
+                for check, status in zip(("contains", "number"), statuses, strict=False)]
+
+    def flip(a: list[CheckResult], b: list[CheckResult]) -> tuple[str, str]:
+        columns = expectation_columns(a, b)
+        return columns["flip"], columns["flipped_checks"]
+
+    assert flip(results("pass"), results("fail")) == ("regression", "contains")
+    assert flip(results("fail"), results("pass")) == ("improvement", "")
+    assert flip(results("pass"), results("pass")) == ("", "")
+    # per check: one check regressing is a flip even when another one improved
+    assert flip(results("pass", "fail"), results("fail", "pass")) == ("regression", "contains")
+    assert flip(results("skipped"), results("fail")) == ("", "")
     assert suggested_label(True, 1.0, False, "", "", "", "", "") == "identical"
     assert suggested_label(False, 0.95, False, "regression", "pass", "fail", "", "") == \
         "factual_flip"

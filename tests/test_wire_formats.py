@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -140,3 +141,58 @@ def test_a_stream_cut_short_at_done_is_retried_not_kept(
     assert result.failed == 1
     (record,) = list(load_run(tmp_path / "run").completions())
     assert "without a finish_reason" in str(record.error) and len(server.requests) == 2
+
+
+# --- tool calls ---------------------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOL_PROMPT = ("prompts:\n  - id: p\n    messages: [{role: user, content: two cities}]\n"
+               f"    tools: {TOOLS}\n")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_recorded_llama_cpp_python_tool_call_is_recorded_once(
+    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    stream: bool,
+) -> None:
+    """Recorded from llama-cpp-python's server (chatml-function-calling, the real Gemma 3
+    270M, tool_choice forcing get_weather): it sends each call twice, as `tool_calls`
+    and as the older `function_call`, and streams the name again with every piece."""
+    name = "llama-cpp-python-chat-tools" + ("-stream.sse" if stream else ".json")
+    server = serve(dialect="llama-cpp-python", replay={
+        "chat-stream" if stream else "chat": (FIXTURES / "wire" / name).read_bytes()})
+    collect([write_prompts(TOOL_PROMPT)], tmp_path / "run", CollectSettings(
+        endpoint=server.url, label="lcp", stream=stream, top_logprobs=0, preflight=False))
+    (record,) = list(load_run(tmp_path / "run").completions())
+    assert record.error is None and record.finish_reason == "tool_calls"
+    assert record.text == ""
+    (call,) = record.tool_calls or []
+    assert (call.name, call.arguments, call.parsed_arguments) == (
+        "get_weather", '{ "city": "Paris" } ', {"city": "Paris"})
+    assert call.id is not None and call.id.startswith("call__0_get_weather_")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_openai_sdk_assembles_the_lab_tool_calls_as_quantcheck_does(
+    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    dialect: str, stream: bool,
+) -> None:
+    calls = [("get_weather", '{"city": "Paris"}'), ("get_weather", '{"city": "Rome"}')]
+    server = serve(ScriptedModel(calls={"two cities": calls}), dialect)
+    sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    request: dict[str, Any] = {"model": "scripted-model", "max_tokens": 32, "tools": TOOLS,
+                               "messages": [{"role": "user", "content": "two cities"}]}
+    if stream:
+        with sdk.chat.completions.stream(**request) as events:
+            message = events.get_final_completion().choices[0].message
+    else:
+        message = sdk.chat.completions.create(**request).choices[0].message
+    sdk.close()
+    sdk_calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
+
+    collect([write_prompts(TOOL_PROMPT)], tmp_path / "run", CollectSettings(
+        endpoint=server.url, label=dialect, stream=stream, top_logprobs=2, preflight=False))
+    (record,) = list(load_run(tmp_path / "run").completions())
+    assert [(c.name, c.arguments) for c in record.tool_calls or []] == sdk_calls == calls

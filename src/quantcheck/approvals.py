@@ -38,15 +38,17 @@ class ApprovalsFile(msgspec.Struct):
     approvals: dict[str, Approval]
 
 
-def approval_key(prompt_hash: str, a_text: str, b_text: str) -> str:
-    return f"{prompt_hash}:{text_hash(a_text)}:{text_hash(b_text)}"
+def approval_key(prompt_hash: str, a_text: str, b_text: str, a_calls: str | None = None,
+                 b_calls: str | None = None) -> str:
+    return f"{prompt_hash}:{text_hash(a_text, a_calls)}:{text_hash(b_text, b_calls)}"
 
 
 def _key(row: PairRow) -> str | None:
     """The approval key of a pair that needs a review, else None."""
     if not row.needs_review or row.prompt_hash is None:
         return None
-    return approval_key(row.prompt_hash, row.a_text or "", row.b_text or "")
+    return approval_key(row.prompt_hash, row.a_text or "", row.b_text or "", row.a_tool_calls,
+                        row.b_tool_calls)
 
 
 def default_approvals_path(report_dir: Path) -> Path:

@@ -335,6 +335,7 @@ class _Session:
             self._check_logprobs(generation.has_logprobs, generation.text)
             record.error = None
             record.text, record.reasoning = generation.text, generation.reasoning
+            record.tool_calls = generation.tool_calls or None
             record.tokens = generation.tokens if generation.has_logprobs else None
             record.finish_reason, record.usage = generation.finish_reason, generation.usage
             record.model, record.system_fingerprint = (generation.model,

@@ -15,12 +15,14 @@ from .approvals import apply_approvals, default_approvals_path, load_approvals
 from .checks import tokenizer_agreement
 from .drift import all_kl
 from .drift import pair_columns as forced_pair_columns
+from .expectations import CodeRunner, evaluate, parse_calls
 from .files import make_directory, write_atomic
 from .logscan import scan_logs
 from .records import Prompt
 from .reportdir import DETAILS, PAIR_COLUMNS, PAIR_FORCED_COLUMNS, PAIRS, read_forced, write_summary
 from .reportrecords import ForcedSummary, KLHistogram, Summary
 from .runstore import frame_rows, write_jsonl_atomic
+from .sandbox import Limits, code_execution, code_runner
 from .sides import Side, load_side
 from .triage import (
     NEAR_TIE_NATS,
@@ -29,25 +31,29 @@ from .triage import (
     classify_divergence,
     degenerate_reason,
     drift,
-    flip,
+    expectation_columns,
     numbers_changed,
     similarity,
     suggested_label,
+    tool_call_change,
+    with_calls,
 )
 
 
 def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
             prompts: dict[str, Prompt] | None = None,
-            approvals: str | Path | None = None) -> pd.DataFrame:
-    """One row per prompt (PAIR_COLUMNS); A is the reference, B the candidate."""
+            approvals: str | Path | None = None, code_exec: Limits | None = None
+            ) -> pd.DataFrame:
+    """One row per prompt (PAIR_COLUMNS); A is the reference, B the candidate.
+    `code_exec`: run `code` checks within these limits (None: they are skipped)."""
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
     with side_a, side_b:
-        return _compared(side_a, side_b, approvals)[0]
+        return _compared(side_a, side_b, approvals, code_exec)[0]
 
 
-def _compared(side_a: Side, side_b: Side, approvals: str | Path | None
-              ) -> tuple[pd.DataFrame, list[Record], Path | None]:
-    pairs, details = pairs_and_details(side_a, side_b)
+def _compared(side_a: Side, side_b: Side, approvals: str | Path | None,
+              code_exec: Limits | None) -> tuple[pd.DataFrame, list[Record], Path | None]:
+    pairs, details = pairs_and_details(side_a, side_b, code_runner(code_exec))
     approvals_path = Path(approvals) if approvals else None
     apply_approvals(pairs, load_approvals(approvals_path))
     return pairs, details, approvals_path
@@ -76,7 +82,8 @@ def _is_texts(source: str | Path | Side) -> bool:
 Record = dict[str, Any]
 
 
-def pairs_and_details(a: Side, b: Side) -> tuple[pd.DataFrame, list[Record]]:
+def pairs_and_details(a: Side, b: Side, run_code: CodeRunner | None = None
+                      ) -> tuple[pd.DataFrame, list[Record]]:
     """The pairs frame, and per prompt what the review sheet shows beyond it."""
     a_groups, b_groups = _by_prompt(a.index), _by_prompt(b.index)
     order = list(dict.fromkeys([*a.prompts, *a_groups, *b.prompts, *b_groups]))
@@ -85,7 +92,7 @@ def pairs_and_details(a: Side, b: Side) -> tuple[pd.DataFrame, list[Record]]:
     for prompt_id in order:
         detail: Record = {"prompt_id": prompt_id}
         rows.append(_pair_row(prompt_id, a, b, a_groups.get(prompt_id),
-                              b_groups.get(prompt_id), detail, token_level))
+                              b_groups.get(prompt_id), detail, token_level, run_code))
         details.append(detail)
     return pd.DataFrame(rows, columns=PAIR_COLUMNS), details
 
@@ -113,11 +120,11 @@ def token_metrics_withheld(a: Side, b: Side) -> str | None:
 
 
 def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
-              b_rows: list[Record] | None, detail: Record, token_level: bool) -> dict[str, Any]:
+              b_rows: list[Record] | None, detail: Record, token_level: bool,
+              run_code: CodeRunner | None) -> dict[str, Any]:
     prompt = a.prompts.get(prompt_id) or b.prompts.get(prompt_id)
     if prompt is not None:
-        detail["request"] = {k: v for k, v in prompt.request.items() if k in (
-            "messages", "prompt", "max_tokens")}
+        detail["request"] = _shown_request(prompt.request)
         detail["expect"] = prompt.expect.to_json() if prompt.expect else None
     row: dict[str, Any] = {"prompt_id": prompt_id,
                            "category": prompt.category if prompt else ""}
@@ -134,24 +141,34 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
         return row
     assert a_first is not None and b_first is not None and a_ok and b_ok
     a_text, b_text = a_first["text"] or "", b_first["text"] or ""
-    row.update(a_text=a_text, b_text=b_text, identical=a_text == b_text,
-               similarity=similarity(a_text, b_text),
-               numbers_changed=numbers_changed(a_text, b_text),
+    a_calls, b_calls = _calls(a_first), _calls(b_first)
+    a_content, b_content = with_calls(a_text, a_calls), with_calls(b_text, b_calls)
+    row.update(a_text=a_text, b_text=b_text, a_tool_calls=a_calls, b_tool_calls=b_calls,
+               identical=a_text == b_text and a_calls == b_calls,
+               similarity=similarity(a_content, b_content),
+               numbers_changed=numbers_changed(a_content, b_content),
+               tool_call_change=tool_call_change(a_calls, b_calls),
                a_tokens=a_first["n_tokens"], b_tokens=b_first["n_tokens"],
                a_finish_reason=a_first["finish_reason"], b_finish_reason=b_first["finish_reason"])
-    row["a_degenerate"] = degenerate_reason(a_text, a_first["finish_reason"],
+    row["a_degenerate"] = degenerate_reason(a_content, a_first["finish_reason"],
                                             b_first["finish_reason"])
-    row["b_degenerate"] = degenerate_reason(b_text, b_first["finish_reason"],
+    row["b_degenerate"] = degenerate_reason(b_content, b_first["finish_reason"],
                                             a_first["finish_reason"])
-    row.update(_expectations(prompt, a_text, b_text))
+    if prompt is not None and prompt.expect is not None:
+        a_results, b_results = (evaluate(prompt.expect, text, parse_calls(calls), run_code)
+                                for text, calls in ((a_text, a_calls), (b_text, b_calls)))
+        row.update(expectation_columns(a_results, b_results))
+        detail["checks"] = [[r.check, r.status, r.reason] for r in a_results], \
+            [[r.check, r.status, r.reason] for r in b_results]
     row.update(_token_comparison(a, b, a_first, b_first, detail) if token_level
                else {"divergence_kind": ""})
     # Nondeterminism, not regression: a side's own repeats also show the other's text.
     row["noise"] = not row["identical"] and bool(
         {r["text_hash"] for r in a_ok} & {r["text_hash"] for r in b_ok})
     row["suggested_label"] = suggested_label(
-        row["identical"], row["similarity"], row["numbers_changed"], row["flip"],
-        row["a_expect"], row["b_expect"], row["a_degenerate"], row["b_degenerate"])
+        row["identical"], row["similarity"], row["numbers_changed"], row.get("flip", ""),
+        row.get("a_expect", ""), row.get("b_expect", ""), row["a_degenerate"],
+        row["b_degenerate"], row["tool_call_change"])
     return row
 
 
@@ -192,14 +209,33 @@ def _determinism(side: str, ok: list[Record] | None) -> dict[str, Any]:
             f"{side}_signatures": len(signatures) if signatures else None}
 
 
-def _expectations(prompt: Prompt | None, a_text: str, b_text: str) -> dict[str, Any]:
-    if prompt is None or prompt.expect is None:
-        return {"a_expect": "", "b_expect": "", "flip": ""}
-    a_failures, b_failures = prompt.expect.failures(a_text), prompt.expect.failures(b_text)
-    a_result = "fail" if a_failures else "pass"
-    b_result = "fail" if b_failures else "pass"
-    return {"a_expect": a_result, "b_expect": b_result, "flip": flip(a_result, b_result),
-            "a_expect_failures": "; ".join(a_failures), "b_expect_failures": "; ".join(b_failures)}
+# A prompt longer than this (a long-context haystack) is shown in the sheet by its
+# start and end: the reviewer needs the question, not 60 KB of filler per pair.
+SHOWN_PROMPT_CHARS = 4000
+
+
+def _shown_request(request: dict[str, Any]) -> dict[str, Any]:
+    """The messages (or text) and max_tokens of a request, long texts shortened."""
+    def shown(text: Any) -> Any:
+        if not isinstance(text, str) or len(text) <= SHOWN_PROMPT_CHARS:
+            return text
+        half = SHOWN_PROMPT_CHARS // 2
+        return (f"{text[:half]}\n[... {len(text) - 2 * half:,} characters not shown ...]\n"
+                f"{text[-half:]}")
+
+    shown_request = {k: v for k, v in request.items() if k in ("messages", "prompt",
+                                                                "max_tokens")}
+    if "prompt" in shown_request:
+        shown_request["prompt"] = shown(shown_request["prompt"])
+    if "messages" in shown_request:
+        shown_request["messages"] = [{**m, "content": shown(m.get("content"))}
+                                     for m in shown_request["messages"]]
+    return shown_request
+
+
+def _calls(record: Record) -> str | None:
+    calls = record.get("tool_calls")
+    return calls if isinstance(calls, str) and calls else None
 
 
 def _variants(ok: list[Record] | None) -> list[tuple[str, int]] | None:
@@ -257,7 +293,7 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
                    approvals: str | Path | None = None,
                    logs: dict[str, Path | None] | None = None,
                    signature_files: tuple[Path, ...] = (),
-                   forced: str | Path | None = None
+                   forced: str | Path | None = None, code_exec: Limits | None = None
                    ) -> tuple[pd.DataFrame, Summary]:
     """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
     review sheet index.html. `forced`: a folder written by `quantcheck forced`."""
@@ -267,8 +303,8 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
     out = Path(out)
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
     with side_a, side_b:
-        pairs, details, approvals_path = _compared(side_a, side_b,
-                                                   approvals or default_approvals_path(out))
+        pairs, details, approvals_path = _compared(
+            side_a, side_b, approvals or default_approvals_path(out), code_exec)
     forced_summary = _add_forced(pairs, forced) if forced is not None else None
     summary = summarize(pairs, side_a, side_b)
     summary.forced = forced_summary
@@ -277,6 +313,8 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
     summary.sources = {"a": str(a), "b": str(b)}
     summary.sig_digits = sig_digits
     summary.near_tie_nats = NEAR_TIE_NATS
+    if any(p.expect and p.expect.code for side in (side_a, side_b) for p in side.prompts.values()):
+        summary.code_execution = code_execution(code_exec)
     summary.identity = run_identity(pairs)
     write_pairs(pairs, out)
     write_jsonl_atomic(out / DETAILS, details)

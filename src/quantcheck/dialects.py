@@ -9,11 +9,17 @@ Dialects seen in the wild:
   /v1/completions too; holds back split UTF-8 bytes, so a stream chunk can have an
   empty delta and a token whose string is not valid text.
 - llama-cpp-python: legacy completions with k+1 alternatives (the sampled token is
-  added), chat entries with `bytes: null`.
+  added), chat entries with `bytes: null`; a tool call also as the older
+  `function_call`.
+Tool calls: `message.tool_calls[]` {id, type, function: {name, arguments}} (vLLM sends
+`[]` when there is none); streamed as `delta.tool_calls[]` pieces tied together by
+`index`: the name once, the arguments string in fragments (SGLang and llama.cpp send
+`arguments: ""` with the name, vLLM leaves it out).
 """
 
 from __future__ import annotations
 
+import json
 import operator
 import re
 from dataclasses import dataclass, field
@@ -22,7 +28,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from .records import Tokens
+from .records import Tokens, ToolCall
 
 _LOGPROB = operator.attrgetter("logprob")
 _TOKEN = operator.attrgetter("token")
@@ -40,6 +46,7 @@ class Generation:
     usage: dict[str, Any] | None = None
     model: str | None = None
     system_fingerprint: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 class StreamError(Exception):
@@ -74,10 +81,23 @@ class _Logprobs(msgspec.Struct):
     top_logprobs: list[dict[str, float | None] | None] | None = None
 
 
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | dict[str, Any] | None = None  # a string; a few servers send an object
+
+
+class _ToolCallPart(msgspec.Struct):  # a whole call, or a streamed piece of one
+    index: int | None = None
+    id: str | None = None
+    function: _Function | None = None
+
+
 class _Message(msgspec.Struct):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
+    tool_calls: list[_ToolCallPart] | None = None
+    function_call: _Function | None = None
 
 
 class _Choice(msgspec.Struct):
@@ -181,7 +201,8 @@ def first_output(payload: bytes) -> bool:
         return False
     for choice in body.choices or ():
         message = choice.delta or choice.message
-        if (message and (message.content or message.reasoning_content or message.reasoning)) \
+        if (message and (message.content or message.reasoning_content or message.reasoning
+                         or message.tool_calls or message.function_call)) \
                 or choice.text or choice.logprobs:
             return True
     return False
@@ -223,7 +244,8 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
         finish_reason=finish_reasons[-1] if finish_reasons else None,
         model=_last([body.model for body in bodies]),
         system_fingerprint=_last([body.system_fingerprint for body in bodies]),
-        usage=_storable_usage(_last([body.usage for body in bodies])))
+        usage=_storable_usage(_last([body.usage for body in bodies])),
+        tool_calls=_tool_calls([m for m in messages if m]))
     logprobs = [choice.logprobs for choice in choices if choice.logprobs]
     generation.has_logprobs = bool(logprobs)
     entries = [entry for lp in logprobs for entry in lp.content or ()]
@@ -255,6 +277,43 @@ def _first_choices(bodies: list[_Body]) -> list[_Choice]:
     if len(bodies) == 1 and choices[0].message is None and choices[0].text is None:
         raise MalformedResponse("choice 0 carries neither a message nor a text")
     return choices
+
+
+def _tool_calls(messages: list[_Message]) -> list[ToolCall]:
+    """The calls of a message, or of a stream's deltas assembled: a piece with an
+    `index` joins that call; one without joins the last call unless it names a tool
+    or carries an id (then it starts one, as every piece of a whole message does)."""
+    parts = [part for message in messages for part in message.tool_calls or ()]
+    if not parts:  # llama-cpp-python also sends its call as function_call: counted once
+        parts = [_ToolCallPart(function=m.function_call) for m in messages if m.function_call]
+    calls: dict[Any, list[Any]] = {}  # key -> [id, name, argument pieces]
+    key: Any = None
+    for number, part in enumerate(parts):
+        function = part.function or _Function()
+        if part.index is not None:
+            key = ("index", part.index)
+        elif key is None or part.id or function.name:
+            key = ("piece", number)
+        call = calls.setdefault(key, [None, "", []])
+        call[0] = call[0] or part.id
+        if function.name and function.name != call[1]:
+            call[1] += function.name  # a name sent in fragments
+        if isinstance(function.arguments, dict):
+            call[2].append(orjson.dumps(function.arguments).decode())
+        elif function.arguments:
+            call[2].append(function.arguments)
+    return [_tool_call(n, *call) for n, call in enumerate(calls.values())]
+
+
+def _tool_call(number: int, call_id: str | None, name: str, pieces: list[str]) -> ToolCall:
+    if not name:
+        raise MalformedResponse(f"tool call {number} names no function")
+    arguments = "".join(pieces)
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, RecursionError):
+        parsed = None
+    return ToolCall(name=name, arguments=arguments, parsed_arguments=parsed, id=call_id)
 
 
 def _storable_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:

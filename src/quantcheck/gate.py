@@ -15,6 +15,7 @@ import pandas as pd
 
 from .configfile import read_yaml, reject_unknown
 from .errors import ConfigFileError, RunFormatError
+from .expectations import SKIPPED
 from .files import write_atomic
 from .reportdir import GATE_JSON, JUNIT_XML, PairRow, new_degenerate_on_b, pair_rows, require_report
 from .reportrecords import Summary
@@ -39,6 +40,7 @@ class Policy:
     min_identical_share: float | None = None
     max_not_compared: int | None = 0
     max_failed_requests: int | None = 0  # requests with no answer, on either side
+    max_skipped_checks: int | None = 0  # prompts with an expect check not run (code)
     max_blocking_log_signatures: int | None = 0
     max_pass_rate_drop: float | None = None  # points, against the interval's far end
     max_forced_kl: float | None = None  # mean teacher-forced KL over all scored positions
@@ -153,6 +155,10 @@ def _rules(pairs: pd.DataFrame, rows: list[PairRow], verdicts: dict[str, list[Re
     rules.append(_rule("not_compared", "prompt not compared",
                        [r.prompt_id for r in rows if not r.compared], policy.max_not_compared))
     rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
+    rules.append(_rule("skipped_checks", "prompt with a skipped expect check (code: compare "
+                       "with --allow-code-exec to run it)",
+                       [r.prompt_id for r in compared if SKIPPED in (r.a_expect, r.b_expect)],
+                       policy.max_skipped_checks))
     signatures = [f"{side.upper()}: {m.signature}" for side, found in
                   sorted(summary.log_matches.items()) for m in found if m.blocking]
     rules.append(_rule("blocking_log_signatures", "blocking log signature", signatures,

@@ -24,6 +24,7 @@ from .report import write_overview_page
 from .reportdir import CANDIDATES, MATRIX, write_overview
 from .reportrecords import Overview, Summary
 from .runstore import Throughput, load_run, read_throughput, write_throughput
+from .sandbox import Limits
 from .throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
 
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -39,6 +40,7 @@ class CompareOptions:
     b_log: Path | None = None
     signature_files: tuple[Path, ...] = ()
     forced: Path | None = None  # a folder written by `quantcheck forced`
+    code_exec: Limits | None = None  # run `code` checks in these limits (else skipped)
 
 
 def compare_runs(a: Path, b: Path, out: Path, options: CompareOptions | None = None,
@@ -48,7 +50,8 @@ def compare_runs(a: Path, b: Path, out: Path, options: CompareOptions | None = N
     return compare_to_dir(a, b, out, sig_digits=options.sig_digits, prompts=prompts,
                           approvals=options.approvals,
                           logs={"a": options.a_log, "b": options.b_log},
-                          signature_files=options.signature_files, forced=options.forced)[1]
+                          signature_files=options.signature_files, forced=options.forced,
+                          code_exec=options.code_exec)[1]
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,9 @@ import orjson
 import yaml
 
 from .errors import PromptFileError
-from .records import Expect, Prompt
+from .expectations import CHOICE_LETTERS, check_schema
+from .haystack import PLACEHOLDER, haystack
+from .records import CodeExpect, Expect, Prompt, ToolCallExpect
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -38,7 +40,9 @@ GREEDY_FIELDS: dict[str, Any] = {
 UNHASHED_FIELDS = {"model", "stream", "stream_options", "logprobs", "top_logprobs"}
 
 PROMPT_KEYS = {"id", "category", "messages", "prompt", "max_tokens", "tags", "expect", "stop",
-               "chat_template_kwargs", "extra"}
+               "chat_template_kwargs", "extra", "tools", "tool_choice", "haystack"}
+HAYSTACK_KEYS = {"tokens", "depth", "needle", "seed"}
+TOOL_CHOICES = ("auto", "none", "required")
 TOP_KEYS = {"defaults", "prompts", "name", "description"}
 EXPECT_KEYS = set(Expect.__dataclass_fields__)
 APIS = ("chat", "completions")
@@ -54,9 +58,10 @@ class RequestOptions:
 
 
 def shipped_prompt_file(name: str) -> Path:
-    """A prompt set shipped with quantcheck (in the wheel, or prompts/ of a checkout)."""
+    """A prompt set (or folder of them) shipped with quantcheck (in the wheel, or
+    prompts/ of a checkout)."""
     for folder in (Path(__file__).parent / "_prompts", Path(__file__).parents[2] / "prompts"):
-        if (folder / name).is_file():
+        if (folder / name).exists():
             return folder / name
     raise PromptFileError(f"the shipped prompt set {name!r} is missing from this installation")
 
@@ -98,20 +103,22 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 class _Where:
     """Builds error messages that name the file, line, prompt and field."""
 
-    def __init__(self, path: Path, mapping: Any, prompt: str | None = None) -> None:
+    def __init__(self, path: Path, mapping: Any, prompt: str | None = None,
+                 prefix: str = "") -> None:
         self.path = path
         self.mapping = mapping
         self.prompt = prompt
+        self.prefix = prefix  # "expect.": the mapping's keys are named expect.KEY
 
     def error(self, key: str | None, message: str) -> PromptFileError:
         line = getattr(self.mapping, "line", 0)
         if key is not None:
-            line = getattr(self.mapping, "key_lines", {}).get(key, line)
+            line = getattr(self.mapping, "key_lines", {}).get(key.split(".")[-1], line)
         parts = [f"{self.path}:{line}" if line else str(self.path)]
         if self.prompt:
             parts.append(f"prompt {self.prompt}")
         if key is not None:
-            parts.append(f"field '{key}'")
+            parts.append(f"field '{self.prefix}{key}'")
         return PromptFileError(": ".join(parts + [message]))
 
 
@@ -200,26 +207,28 @@ def _request_body(
     has_messages, has_prompt = "messages" in entry, "prompt" in entry
     if has_messages == has_prompt:
         raise where.error(None, "needs exactly one of 'messages' (chat) or 'prompt' (completions)")
+    fill = _haystack(where, entry.get("haystack"))
     if has_messages:
         if api == "completions":
             raise where.error("messages", "the completions API takes 'prompt', not 'messages'")
         api = "chat"
-        body: dict[str, Any] = {"messages": _messages(where, entry["messages"])}
+        body: dict[str, Any] = {"messages": [
+            {**m, "content": fill(m["content"])} for m in _messages(where, entry["messages"])]}
     else:
-        text = _string(where, entry, "prompt")
+        text = fill(_string(where, entry, "prompt"))
         api = api or "completions"
         body = {"prompt": text} if api == "completions" else {
             "messages": [{"role": "user", "content": text}]}
 
-    extra = {k: v for k, v in defaults.items() if k not in {"api", "max_tokens"}}
+    extra = {k: _plain(v) for k, v in defaults.items() if k not in {"api", "max_tokens"}}
     body["max_tokens"] = options.max_tokens or _positive_int(
         where, entry, "max_tokens", _positive_int(set_where, defaults, "max_tokens",
                                                   DEFAULT_MAX_TOKENS))
     body.update(GREEDY_FIELDS)
     body.update(extra)
-    for key in ("stop", "chat_template_kwargs"):
+    for key in ("stop", "chat_template_kwargs", "tools", "tool_choice"):
         if key in entry:
-            body[key] = entry[key]
+            body[key] = _plain(entry[key])
     per_prompt_extra = entry.get("extra") or {}
     if not isinstance(per_prompt_extra, dict):
         raise where.error("extra", "must be a mapping of extra request fields")
@@ -229,7 +238,54 @@ def _request_body(
         raise where.error("stop", "must be a string or a list of strings")
     if api == "completions":
         body.pop("chat_template_kwargs", None)
+    _check_tools(where, body, api)
     return api, {k: v for k, v in body.items() if v is not None}
+
+
+def _haystack(where: _Where, spec: Any) -> Callable[[str], str]:
+    """What fills `{haystack}` in the prompt's text (haystack.py), or the identity."""
+    if spec is None:
+        return lambda text: text
+    if not isinstance(spec, dict) or not {"tokens", "needle"} <= set(spec):
+        raise where.error("haystack", "must be {tokens: N, needle: SENTENCE, depth: 0..1, "
+                          "seed: N}")
+    _reject_unknown(_Where(where.path, spec, where.prompt), spec, HAYSTACK_KEYS)
+    tokens, depth, seed = spec["tokens"], spec.get("depth", 0.5), spec.get("seed", 0)
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 < tokens <= 1_000_000:
+        raise where.error("haystack", f"tokens must be 1 to 1,000,000, not {tokens!r}")
+    if isinstance(depth, bool) or not isinstance(depth, int | float) or not 0 <= depth <= 1:
+        raise where.error("haystack", f"depth must be from 0 (start) to 1 (end), not {depth!r}")
+    if not isinstance(spec["needle"], str) or not isinstance(seed, int):
+        raise where.error("haystack", "needle must be a sentence and seed an integer")
+    filler = haystack(tokens, float(depth), spec["needle"], seed)
+
+    def fill(text: str) -> str:
+        if PLACEHOLDER not in text:
+            raise where.error("haystack", f"the prompt's text has no {PLACEHOLDER} to fill")
+        return text.replace(PLACEHOLDER, filler)
+    return fill
+
+
+def _check_tools(where: _Where, body: dict[str, Any], api: str) -> None:
+    """`tools` (OpenAI function tools) and `tool_choice`, on the chat API only."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if (tools is not None or choice is not None) and api != "chat":
+        raise where.error("tools", "tools need the chat API ('messages')")
+    if tools is not None:
+        if not isinstance(tools, list) or not tools or not all(
+                isinstance(t, dict) and t.get("type") == "function" and isinstance(
+                    t.get("function"), dict) and isinstance(t["function"].get("name"), str)
+                for t in tools):
+            raise where.error("tools", "must be a list of {type: function, function: {name, "
+                              "description, parameters}}")
+        for tool in tools:
+            parameters = tool["function"].get("parameters")
+            if parameters is not None and (problem := check_schema(parameters)):
+                raise where.error("tools", f"{tool['function']['name']} parameters: {problem}")
+    if choice is not None and choice not in TOOL_CHOICES and not (
+            isinstance(choice, dict) and isinstance(choice.get("function"), dict)):
+        raise where.error("tool_choice", f"must be one of {', '.join(TOOL_CHOICES)} or "
+                          "{type: function, function: {name: NAME}}")
 
 
 def _is_stop(value: Any) -> bool:
@@ -276,34 +332,114 @@ def _expect(where: _Where, entry: dict[str, Any]) -> Expect | None:
     spec = entry.get("expect")
     if spec is None:
         return None
-    expect_where = _Where(where.path, spec, where.prompt)
+    at = _Where(where.path, spec, where.prompt, "expect.")
     if not isinstance(spec, dict) or not spec:
         raise where.error("expect", "must be a mapping, e.g. {contains: Canberra}")
     for key in spec:
         if key not in EXPECT_KEYS:
-            raise expect_where.error(
-                f"expect.{key}", f"unknown check; allowed: {', '.join(sorted(EXPECT_KEYS))}")
+            raise at.error(str(key),
+                           f"unknown check; allowed: {', '.join(sorted(EXPECT_KEYS))}")
     number = spec.get("number")
     if number is not None and (isinstance(number, bool) or not isinstance(number, int | float)):
-        raise expect_where.error("expect.number", "must be a number")
+        raise at.error("number", "must be a number")
     tolerance = spec.get("tolerance", 0.0)
     if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0:
-        raise expect_where.error("expect.tolerance", "must be a number >= 0")
+        raise at.error("tolerance", "must be a number >= 0")
     regex = spec.get("regex")
     if regex is not None:
         try:
             re.compile(str(regex))
         except re.error as exc:
-            raise expect_where.error("expect.regex", f"invalid regular expression: {exc}") from None
-    case_sensitive = spec.get("case_sensitive", False)
-    if not isinstance(case_sensitive, bool):
-        raise expect_where.error("expect.case_sensitive", "must be true or false")
+            raise at.error("regex", f"invalid regular expression: {exc}") from None
+    json_schema = spec.get("json_schema")
+    if json_schema is not None and (problem := check_schema(json_schema)):
+        raise at.error("json_schema", problem)
     return Expect(
-        contains=_string_list(expect_where, spec, "contains"),
-        any_of=_string_list(expect_where, spec, "any_of"),
-        not_contains=_string_list(expect_where, spec, "not_contains"),
+        contains=_string_list(at, spec, "contains"),
+        any_of=_string_list(at, spec, "any_of"),
+        not_contains=_string_list(at, spec, "not_contains"),
         regex=str(regex) if regex is not None else None,
         number=float(number) if number is not None else None,
         tolerance=float(tolerance),
-        case_sensitive=case_sensitive,
+        case_sensitive=_flag(at, spec, "case_sensitive"),
+        json=_flag(at, spec, "json"),
+        json_schema=_plain(json_schema),
+        tool_call=_tool_call_expect(at, spec.get("tool_call")),
+        ordered=_flag(at, spec, "ordered"),
+        code=_code_expect(at, spec.get("code")),
+        choice=_choice(at, spec.get("choice")),
     )
+
+
+def _flag(at: _Where, spec: dict[str, Any], key: str) -> bool:
+    value = spec.get(key, False)
+    if not isinstance(value, bool):
+        raise at.error(key, "must be true or false")
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """A YAML value without the line bookkeeping (plain dicts and lists)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+TOOL_CALL_KEYS = {"name", "arguments_schema", "arguments"}
+
+
+def _tool_call_expect(at: _Where, value: Any) -> list[ToolCallExpect] | None:
+    if value is None:
+        return None
+    calls = value if isinstance(value, list) else [value]
+    if not calls or not all(isinstance(call, dict) for call in calls):
+        raise at.error("tool_call", "must be a mapping {name, arguments_schema, "
+                       "arguments}, or a list of them")
+    expected = []
+    for call in calls:
+        _reject_unknown(_Where(at.path, call, at.prompt, "expect.tool_call."), call,
+                        TOOL_CALL_KEYS)
+        if "name" not in call:
+            raise at.error("tool_call", "each call needs 'name' (null: no call at all)")
+        name = call["name"]
+        if name is not None and (not isinstance(name, str) or not name):
+            raise at.error("tool_call", f"name must be a tool's name or null, not {name!r}")
+        schema = call.get("arguments_schema")
+        if schema is not None and (problem := check_schema(schema)):
+            raise at.error("tool_call", f"arguments_schema: {problem}")
+        arguments = call.get("arguments")
+        if arguments is not None and not isinstance(arguments, dict):
+            raise at.error("tool_call", "arguments must be a mapping of argument values")
+        if name is None and (schema is not None or arguments is not None or len(calls) > 1):
+            raise at.error("tool_call", "name: null (no call) stands alone")
+        expected.append(ToolCallExpect(name, _plain(schema), _plain(arguments)))
+    return expected
+
+
+def _code_expect(at: _Where, value: Any) -> CodeExpect | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"entry_point", "tests"}:
+        raise at.error("code", "must be {entry_point: NAME, tests: 'assert NAME(...)...'}")
+    entry_point, tests = value["entry_point"], value["tests"]
+    if not isinstance(entry_point, str) or not entry_point.isidentifier():
+        raise at.error("code", f"entry_point must be a Python name, not {entry_point!r}")
+    if not isinstance(tests, str) or not tests.strip():
+        raise at.error("code", "tests must be Python code (asserts)")
+    try:
+        compile(tests, "tests", "exec")
+    except SyntaxError as exc:
+        raise at.error("code", f"tests are not valid Python: {exc.msg} (line "
+                       f"{exc.lineno})") from None
+    return CodeExpect(entry_point, tests)
+
+
+def _choice(at: _Where, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) != 1 or value not in CHOICE_LETTERS:
+        raise at.error("choice", f"must be one letter {CHOICE_LETTERS[0]} to "
+                       f"{CHOICE_LETTERS[-1]}, not {value!r}")
+    return value

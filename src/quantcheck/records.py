@@ -28,8 +28,35 @@ def new_on_b(a_reason: str | None, b_reason: str | None, kinds: tuple[str, ...])
 
 
 @dataclass
+class ToolCallExpect:
+    """One expected tool call: the tool's name (None: no call at all), a JSON Schema its
+    arguments must validate against, and argument values they must equal."""
+
+    name: str | None
+    arguments_schema: dict[str, Any] | None = None
+    arguments: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name}
+        if self.arguments_schema is not None:
+            data["arguments_schema"] = self.arguments_schema
+        if self.arguments is not None:
+            data["arguments"] = self.arguments
+        return data
+
+
+@dataclass
+class CodeExpect:
+    """Python code in the answer must define `entry_point` and pass `tests`."""
+
+    entry_point: str
+    tests: str
+
+
+@dataclass
 class Expect:
-    """A machine-checkable expected answer; all given keys must hold (AND)."""
+    """A machine-checkable expected answer; all given keys must hold (AND).
+    expectations.py evaluates it; README's "Expected answers" documents each key."""
 
     contains: list[str] = field(default_factory=list)
     any_of: list[str] = field(default_factory=list)
@@ -38,28 +65,28 @@ class Expect:
     number: float | None = None
     tolerance: float = 0.0
     case_sensitive: bool = False
-
-    def failures(self, text: str) -> list[str]:
-        """Why `text` does not meet this expectation (empty when it does)."""
-        fold = (lambda s: s) if self.case_sensitive else str.casefold
-        haystack = fold(text)
-        problems = [f"missing {s!r}" for s in self.contains if fold(s) not in haystack]
-        if self.any_of and not any(fold(s) in haystack for s in self.any_of):
-            problems.append(f"none of {self.any_of!r}")
-        problems += [f"contains {s!r}" for s in self.not_contains if fold(s) in haystack]
-        if self.regex is not None:
-            flags = 0 if self.case_sensitive else re.IGNORECASE
-            if not re.search(self.regex, text, flags):
-                problems.append(f"no match for /{self.regex}/")
-        if self.number is not None:
-            found = first_number(text)
-            if found is None or abs(found - self.number) > self.tolerance:
-                problems.append(f"first number is {found}, expected {self.number:g}")
-        return problems
+    json: bool = False
+    json_schema: dict[str, Any] | None = None
+    tool_call: list[ToolCallExpect] | None = None
+    ordered: bool = False
+    code: CodeExpect | None = None
+    choice: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         defaults = asdict(Expect())
-        return {k: v for k, v in asdict(self).items() if v != defaults[k]}
+        data = {k: v for k, v in asdict(self).items() if v != defaults[k]}
+        if self.tool_call is not None:
+            data["tool_call"] = [call.to_json() for call in self.tool_call]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Expect:
+        fields = dict(data)
+        if fields.get("tool_call") is not None:
+            fields["tool_call"] = [ToolCallExpect(**call) for call in fields["tool_call"]]
+        if fields.get("code") is not None:
+            fields["code"] = CodeExpect(**fields["code"])
+        return cls(**fields)
 
 
 # A loose scan (starting with a character class keeps the regex engine fast), then
@@ -120,7 +147,7 @@ class Prompt:
             api=data["api"],
             hash=data["hash"],
             tags=data.get("tags") or [],
-            expect=Expect(**expect) if expect else None,
+            expect=Expect.from_json(expect) if expect else None,
             request=data["request"],
             source=data.get("source", ""),
         )
@@ -200,6 +227,26 @@ class Tokens:
 
 
 @dataclass
+class ToolCall:
+    """One tool call of an answer: the tool's name, its arguments as sent (a JSON string
+    by the OpenAI format, kept verbatim), and those arguments parsed (None when they are
+    not JSON)."""
+
+    name: str
+    arguments: str
+    parsed_arguments: Any = None
+    id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(name=data["name"], arguments=data["arguments"],
+                   parsed_arguments=data.get("parsed_arguments"), id=data.get("id"))
+
+
+@dataclass
 class Completion:
     """One request to one endpoint and what came back: a line of completions.jsonl."""
 
@@ -217,6 +264,7 @@ class Completion:
     model: str | None = None
     system_fingerprint: str | None = None
     started_at: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
     @property
     def ok(self) -> bool:
@@ -226,6 +274,8 @@ class Completion:
         # Not dataclasses.asdict: it deep-copies every token list (most of the cost).
         data = {name: getattr(self, name) for name in _COMPLETION_FIELDS}
         data["tokens"] = self.tokens.to_json() if self.tokens is not None else None
+        if self.tool_calls is not None:
+            data["tool_calls"] = [call.to_json() for call in self.tool_calls]
         return data
 
     @classmethod
@@ -233,6 +283,8 @@ class Completion:
         tokens = data.get("tokens")
         fields: dict[str, Any] = {k: data.get(k) for k in _COMPLETION_FIELDS}
         fields["tokens"] = Tokens.from_json(tokens) if tokens else None
+        calls = data.get("tool_calls")
+        fields["tool_calls"] = [ToolCall.from_json(call) for call in calls] if calls else None
         return cls(**fields)
 
 

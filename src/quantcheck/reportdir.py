@@ -73,6 +73,10 @@ class PairRow(msgspec.Struct, kw_only=True):
     a_expect_failures: str = ""
     b_expect_failures: str = ""
     flip: str = ""
+    a_checks: str = ""
+    b_checks: str = ""
+    flipped_checks: str = ""
+    tool_call_change: str = ""
     numbers_changed: bool | None = None
     a_degenerate: str = ""
     b_degenerate: str = ""
@@ -96,6 +100,8 @@ class PairRow(msgspec.Struct, kw_only=True):
     forced_delta_p_mean: float | None = None
     a_text: str | None = None
     b_text: str | None = None
+    a_tool_calls: str | None = None
+    b_tool_calls: str | None = None
 
     @property
     def compared(self) -> bool:
@@ -118,9 +124,11 @@ def new_degenerate_on_b(rows: list[PairRow]) -> list[str]:
 PAIR_FORCED_COLUMNS = [c for c in PAIR_COLUMNS if c.startswith("forced_")]
 TEXT_COLUMNS = ["prompt_id", "category", "status", "divergence_kind", "divergence_a_token",
                 "divergence_b_token", "a_expect", "b_expect", "a_expect_failures",
-                "b_expect_failures", "flip", "a_degenerate", "b_degenerate", "a_finish_reason",
+                "b_expect_failures", "flip", "a_checks", "b_checks", "flipped_checks",
+                "tool_call_change", "a_degenerate", "b_degenerate", "a_finish_reason",
                 "b_finish_reason", "suggested_label", "approved_label", "approved_at",
-                "prompt_hash", "a_repeat_mode", "b_repeat_mode", "a_text", "b_text"]
+                "prompt_hash", "a_repeat_mode", "b_repeat_mode", "a_text", "b_text",
+                "a_tool_calls", "b_tool_calls"]
 
 
 FORCED_JSON = "forced.json"

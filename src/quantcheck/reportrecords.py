@@ -33,6 +33,29 @@ class Flips(msgspec.Struct):
     improvement: int
 
 
+class CheckCounts(msgspec.Struct, kw_only=True):
+    """One kind of expect check (`contains`, `json_schema`, `tool_call`, ...) over the
+    compared prompts that have it: results per side and flips."""
+
+    checked: int  # compared prompts with this check
+    a_pass: int
+    b_pass: int
+    regressions: int  # A pass, B fail: factual flips by this check
+    improvements: int  # A fail, B pass
+    skipped: int  # on either side (code checks without --allow-code-exec)
+
+
+class CodeExecution(msgspec.Struct, kw_only=True):
+    """Whether `code` checks ran (--allow-code-exec), within which limits, and whether
+    the sandbox had the network cut (sandbox.py)."""
+
+    allowed: bool
+    network_isolated: bool | None = None
+    wall_s: float | None = None
+    cpu_s: int | None = None
+    memory_mb: int | None = None
+
+
 class Counts(msgspec.Struct, kw_only=True):
     prompts: int
     pairs: int  # compared
@@ -51,6 +74,8 @@ class Counts(msgspec.Struct, kw_only=True):
     divergence_kinds: dict[str, int]
     status: dict[str, int]
     unanswered: PerSide  # requests without a successful record
+    checks: dict[str, CheckCounts] = {}  # by check kind, in expectations.CHECKS order
+    tool_calls: dict[str, int] = {}  # tool_call_change -> compared prompts
 
 
 class Comparison(msgspec.Struct):
@@ -310,6 +335,7 @@ class Summary(msgspec.Struct, kw_only=True):
     sig_digits: int = 12
     near_tie_nats: float | None = None
     throughput: ThroughputPair | None = None  # when a throughput phase ran
+    code_execution: CodeExecution | None = None  # when a prompt has a code check
 
 
 class CandidateRow(msgspec.Struct, kw_only=True):

@@ -139,6 +139,7 @@ class CompletionLine(msgspec.Struct, kw_only=True):
     ttft_s: float | None = None
     e2e_s: float | None = None
     error: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
     @property
     def n_tokens(self) -> int | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
 import pandas as pd
 
 from .checks import Fingerprint, Preflight
@@ -21,8 +22,8 @@ from .errors import RunFormatError
 from .records import Prompt, Tokens
 from .runstore import COMPLETIONS, Blobs, Manifest, decode_line, load_run, read_json
 
-INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "text_hash", "signature",
-                 "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
+INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "tool_calls", "text_hash",
+                 "signature", "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
 
 
 @dataclass
@@ -92,10 +93,23 @@ def signature(reference: dict[str, Any] | None, blobs: Blobs, digits: int) -> st
     return blobs.packed(reference).signature(digits) if reference else None
 
 
-def text_hash(text: str | None) -> str | None:
+def text_hash(text: str | None, tool_calls: str | None = None) -> str | None:
+    """Digest of an answer: its text, and its tool calls when it made any."""
     if text is None:
         return None
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12)
+    if tool_calls:
+        digest.update(b"\0" + tool_calls.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def calls_json(calls: list[dict[str, Any]] | None) -> str | None:
+    """An answer's tool calls as pairs.csv shows them: a JSON list of {name, arguments}
+    (the arguments string as sent), or None without calls."""
+    if not calls:
+        return None
+    return orjson.dumps([{"name": c.get("name"), "arguments": c.get("arguments")}
+                         for c in calls]).decode()
 
 
 def load_side(source: str | Path, sig_digits: int = 12,
@@ -141,8 +155,9 @@ def _index_rows(path: Path, sig_digits: int) -> Iterator[list[Any]]:
             line = decode_line(raw)
             if line is None:
                 raise RunFormatError(f"{path}:{number}: not a completion record")
-            yield [line.prompt_id, line.prompt_hash, line.repeat, line.text,
-                   text_hash(line.text), signature(line.tokens, blobs, sig_digits),
+            calls = calls_json(line.tool_calls)
+            yield [line.prompt_id, line.prompt_hash, line.repeat, line.text, calls,
+                   text_hash(line.text, calls), signature(line.tokens, blobs, sig_digits),
                    line.n_tokens, line.finish_reason, line.error, line.ttft_s, line.e2e_s,
                    start]
 
@@ -155,7 +170,8 @@ def _texts_side(path: Path, prompts: dict[str, Prompt] | None) -> Side:
     if len(ids) != len(texts):
         raise RunFormatError(f"{path}: {len(texts)} texts for {len(ids)} prompts; a texts "
                              "file lists one text per prompt, in prompt order")
-    rows = [[prompt_id, None, 0, text, text_hash(text), None, None, None, None, None, None, -1]
+    rows = [[prompt_id, None, 0, text, None, text_hash(text), None, None, None, None, None, None,
+             -1]
             for prompt_id, text in zip(ids, texts, strict=True)]
     label = path.name.removesuffix(".json").removesuffix(".texts")
     return Side(label=label, prompts=dict(prompts or {}), text_only=True,

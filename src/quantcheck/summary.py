@@ -12,9 +12,11 @@ from ._version import __version__
 from .cells import confound_warning, differing_axes
 from .checks import tokenizer_agreement
 from .determinism import side_determinism
+from .expectations import CHECKS, FAIL, PASS, SKIPPED
 from .records import DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
 from .reportrecords import (
     Cells,
+    CheckCounts,
     Comparison,
     Counts,
     Drift,
@@ -117,7 +119,30 @@ def _counts(pairs: pd.DataFrame, compared: pd.DataFrame, a: Side, b: Side) -> Co
         nondeterministic=PerSide(_nondeterministic(pairs, "a"), _nondeterministic(pairs, "b")),
         divergence_kinds=_value_counts(compared["divergence_kind"]),
         status={str(status): int(n) for status, n in pairs["status"].value_counts().items()},
-        unanswered=PerSide(unanswered(a), unanswered(b)))
+        unanswered=PerSide(unanswered(a), unanswered(b)),
+        checks=check_counts(compared), tool_calls=_value_counts(compared["tool_call_change"]))
+
+
+def check_counts(compared: pd.DataFrame) -> dict[str, CheckCounts]:
+    """Per check kind, from pairs.csv's a_checks / b_checks cells."""
+    counts: dict[str, CheckCounts] = {}
+    for a_cell, b_cell in zip(compared["a_checks"], compared["b_checks"], strict=True):
+        a, b = _statuses(a_cell), _statuses(b_cell)
+        for check in a.keys() | b.keys():
+            c = counts.setdefault(check, CheckCounts(checked=0, a_pass=0, b_pass=0,
+                                                     regressions=0, improvements=0, skipped=0))
+            pair = (a.get(check), b.get(check))
+            c.checked += 1
+            c.a_pass += pair[0] == PASS
+            c.b_pass += pair[1] == PASS
+            c.regressions += pair == (PASS, FAIL)
+            c.improvements += pair == (FAIL, PASS)
+            c.skipped += SKIPPED in pair
+    return {check: counts[check] for check in CHECKS if check in counts}
+
+
+def _statuses(cell: Any) -> dict[str, str]:
+    return dict(token.split("=", 1) for token in cell.split()) if isinstance(cell, str) else {}
 
 
 def unanswered(side: Side) -> int:
@@ -312,6 +337,17 @@ def headline(summary: Summary) -> str:
              f"{plural(counts.flips.regression, 'factual flip')} by expect (A pass, B fail)"]
     if counts.flips.improvement:
         parts.append(plural(counts.flips.improvement, "improvement"))
+    by_check = [f"{check} {c.regressions}" for check, c in counts.checks.items()
+                if c.regressions]
+    if len(counts.checks) > 1 and by_check:
+        parts.append("flips by check: " + ", ".join(by_check))
+    skipped = sum(c.skipped for c in counts.checks.values())
+    if skipped:
+        parts.append(f"{plural(skipped, 'check')} skipped (code: compare with "
+                     "--allow-code-exec to run them)")
+    if counts.tool_calls:
+        parts.append("tool calls: " + ", ".join(f"{v} {k.replace('_', ' ')}"
+                                                for k, v in counts.tool_calls.items()))
     parts.append(degenerate_phrase(counts))
     if counts.length_capped_new_on_b:
         parts.append(f"{plural(counts.length_capped_new_on_b, 'more answer')} on B cut by "

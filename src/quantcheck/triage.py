@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 from rapidfuzz.distance import Indel
 
+from .expectations import FAIL, PASS, CheckResult, overall
 from .records import Tokens, numbers_in
 
 WORDING_SIMILARITY = 0.8
@@ -302,23 +304,77 @@ def kl_lower_bound(a_tokens: list[str], a_logprobs: list[float], b_tokens: list[
     return max(total, 0.0)
 
 
+# --- tool calls ---------------------------------------------------------------------
+
+TOOL_CALL_CHANGES = ("identical", "arguments_changed", "different_tool", "call_vs_no_call")
+
+
+def with_calls(text: str, calls: str | None) -> str:
+    """An answer's content for similarity and the degenerate check: its text, then its
+    tool calls (pairs.csv's JSON), so that a call is content too."""
+    return f"{text}\n{calls}" if calls else text
+
+
+def tool_call_change(a_calls: str | None, b_calls: str | None) -> str:
+    """How B's tool calls differ from A's (TOOL_CALL_CHANGES), "" when neither side
+    called one. Arguments compare as JSON values (whitespace and key order aside),
+    the calls as a set (parallel calls may come in any order)."""
+    if not a_calls and not b_calls:
+        return ""
+    if not a_calls or not b_calls:
+        return "call_vs_no_call"
+    a, b = _canonical_calls(a_calls), _canonical_calls(b_calls)
+    if sorted(name for name, _ in a) != sorted(name for name, _ in b):
+        return "different_tool"
+    return "identical" if sorted(a) == sorted(b) else "arguments_changed"
+
+
+def _canonical_calls(calls: str) -> list[tuple[str, str]]:
+    canonical = []
+    for call in orjson.loads(calls):
+        arguments = call.get("arguments") or ""
+        try:
+            arguments = orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONDecodeError:
+            pass  # not JSON: compared as sent
+        canonical.append((str(call.get("name")), arguments))
+    return canonical
+
+
 # --- expectations and labels ------------------------------------------------------
 
-def flip(a_expect: str, b_expect: str) -> str:
-    if a_expect == "pass" and b_expect == "fail":
-        return "regression"
-    if a_expect == "fail" and b_expect == "pass":
-        return "improvement"
-    return ""
+def expectation_columns(a_results: list[CheckResult], b_results: list[CheckResult]
+                        ) -> dict[str, Any]:
+    """Each side's checks, overall result and failures; the flip: a regression when any
+    check passed on A and fails on B, an improvement when one went the other way only."""
+    a_status = {r.check: r.status for r in a_results}
+    flipped = [r.check for r in b_results if r.status == FAIL and a_status[r.check] == PASS]
+    improved = any(r.status == PASS and a_status[r.check] == FAIL for r in b_results)
+    return {"a_expect": overall(a_results), "b_expect": overall(b_results),
+            "flip": "regression" if flipped else "improvement" if improved else "",
+            "flipped_checks": " ".join(flipped),
+            "a_checks": checks_cell(a_results), "b_checks": checks_cell(b_results),
+            "a_expect_failures": _reasons(a_results), "b_expect_failures": _reasons(b_results)}
+
+
+def checks_cell(results: list[CheckResult]) -> str:
+    """pairs.csv's a_checks / b_checks: `check=status` for each check, space-separated."""
+    return " ".join(f"{r.check}={r.status}" for r in results)
+
+
+def _reasons(results: list[CheckResult]) -> str:
+    return "; ".join(f"{r.check}: {r.reason}" for r in results if r.status != PASS)
 
 
 def suggested_label(identical: bool, similar: float, numbers_differ: bool, flip_kind: str,
-                    a_expect: str, b_expect: str, a_degenerate: str, b_degenerate: str) -> str:
+                    a_expect: str, b_expect: str, a_degenerate: str, b_degenerate: str,
+                    calls_change: str = "") -> str:
     if identical:
         return "identical"
     if flip_kind:
         return "factual_flip"
     if (similar >= WORDING_SIMILARITY and not numbers_differ and a_expect == b_expect
-            and not a_degenerate and not b_degenerate):
+            and not a_degenerate and not b_degenerate
+            and calls_change in ("", "identical")):
         return "wording"
     return ""

@@ -54,6 +54,8 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
     Example:
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --label bf16 \\
           --prompts prompts/default.yaml --repeats 3 --out runs/bf16
+      quantcheck collect --endpoint http://127.0.0.1:8000/v1 --suite facts,json \\
+          --out runs/bf16-suites
     """
     settings = settings_from(endpoint, label or out.name, model, api_key_env, options, cell)
     result = collect_with_progress(prompt_files, out, settings, force)
@@ -121,6 +123,8 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
       quantcheck run --a http://gpu:8000/v1 --a-label bf16 \\
           --b http://gpu:8001/v1 --b-label fp8 --b http://gpu:8002/v1 --b-label int4 \\
           --prompts prompts/default.yaml --throughput --out reports/quants
+      quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
+          --suite code,tools --allow-code-exec --out reports/fp8-code
     """
     labels = _candidate_labels(b_urls, b_labels)
     a = settings_from(a_url, a_label, a_model, api_key_env, options, a_cell)
@@ -133,7 +137,7 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
                             api_key_env=api_key_env)
     compare = compare_options(sig_digits, {"a_log": a_log, "b_log": b_log,
                                            "signature_files": signature_files,
-                                           "approvals": approvals})
+                                           "approvals": approvals, **options})
     phase = ThroughputSettings(concurrency=throughput_concurrency,
                                min_seconds=throughput_seconds)
     result = run_ab_with_progress(ABRun(
@@ -418,3 +422,24 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
         sys.exit(1)
 
 
+
+
+@cli.command("suites")
+def suites_command() -> None:
+    """List the built-in prompt suites: name, prompts, the checks they use, what they test.
+
+    \b
+    Example:
+      quantcheck suites
+      quantcheck run --a URL_A --b URL_B --suite json,tools --out reports/structured
+      quantcheck collect --endpoint http://127.0.0.1:8000/v1 --suite code --out runs/bf16
+    """
+    from ..suites import describe, suite_names
+
+    suites = run_guarded(lambda: [describe(name) for name in suite_names()], "")
+    width = max(len(s.name) for s in suites)
+    for suite in suites:
+        click.echo(f"{suite.name:<{width}}  {suite.prompts:>3} prompts  "
+                   f"checks: {', '.join(suite.checks)}")
+        click.echo(f"{'':<{width}}  {suite.description}")
+    click.echo(f"\nFiles: {suites[0].path.parent}")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -25,6 +27,7 @@ from ..pipeline import ABRun, CompareOptions, run_ab, run_candidates
 from ..prompts import APIS, RequestOptions
 from ..records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB, Completion
 from ..reportrecords import ForcedSummary, Overview, Summary
+from ..sandbox import Limits
 from ..summary import headline
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -75,6 +78,7 @@ class ProgressReporter:
         self.label = label
         self.bar: Any = None
         self.failures = 0
+        self.causes: dict[str, int] = {}  # error -> requests that failed with it
 
     def checking(self, endpoint: str) -> None:
         click.echo(f"{self.label}: preflight checks on {endpoint} ...", err=True)
@@ -93,20 +97,35 @@ class ProgressReporter:
                        "collected", err=True)
 
     def completed(self, record: Completion) -> None:
+        """A failure is printed the first time its cause is seen; the same cause again
+        is only counted (a dead server fails every request alike), and `close` prints
+        the counts."""
         if record.error:
             self.failures += 1
-            click.echo(f"\n{self.label}: {record.prompt_id} repeat {record.repeat} failed: "
-                       f"{record.error}", err=True)
+            seen = self.causes.get(record.error, 0)
+            self.causes[record.error] = seen + 1
+            if not seen:
+                self._line(f"{self.label}: {record.prompt_id} repeat {record.repeat} failed: "
+                           f"{record.error}")
         if self.bar is not None:
             self.bar.update(1)
 
     def warn(self, message: str) -> None:
-        click.echo(f"\nwarning: {message}", err=True)
+        self._line(f"warning: {message}")
+
+    def _line(self, text: str) -> None:
+        """A line of its own, also when a live bar holds the terminal's last line."""
+        click.echo(("\n" if sys.stderr.isatty() else "") + text, err=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
             self.bar = None
+        if any(count > 1 for count in self.causes.values()):
+            for cause, count in sorted(self.causes.items(), key=lambda item: -item[1]):
+                click.echo(f"{self.label}: {count} request{'s' * (count != 1)} failed: {cause}",
+                           err=True)
+        self.causes = {}
 
 
 STATUS_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
@@ -135,11 +154,27 @@ def json_object_option(ctx: click.Context, param: click.Parameter, value: str | 
 
 
 def request_options(function: F) -> F:
-    """Options shared by every command that sends prompts."""
+    """Options shared by every command that sends prompts; --suite names join the
+    --prompts files."""
+
+    @functools.wraps(function)
+    def with_suites(*args: Any, suite: tuple[str, ...] = (), **kwargs: Any) -> Any:
+        from ..suites import suite_files
+
+        files = tuple(kwargs["prompt_files"]) + tuple(run_guarded(lambda: suite_files(suite),
+                                                                  ""))
+        if not files:
+            raise click.UsageError("give a prompt set with --prompts FILE or a built-in suite "
+                                   "with --suite NAME (see `quantcheck suites`)")
+        kwargs["prompt_files"] = files
+        return function(*args, **kwargs)
+
     options = [
-        click.option("--prompts", "prompt_files", multiple=True, required=True,
-                     type=EXISTING_FILE,
+        click.option("--prompts", "prompt_files", multiple=True, type=EXISTING_FILE,
                      help="Prompt set (YAML); repeat for several."),
+        click.option("--suite", multiple=True, metavar="NAME[,NAME]",
+                     help="A built-in suite (facts, math, json, tools, code, multilingual, "
+                          "long-context); with or instead of --prompts."),
         click.option("--repeats", default=1, show_default=True, type=click.IntRange(1),
                      help="Identical requests per prompt (feeds the determinism signature)."),
         click.option("--repeat-mode", type=click.Choice(REPEAT_MODES), default="pool",
@@ -177,7 +212,7 @@ def request_options(function: F) -> F:
         click.option("--force", is_flag=True,
                      help="Set aside a run made with other parameters and start over."),
     ]
-    return _apply(options, function)
+    return cast(F, _apply(options, with_suites))
 
 
 def settings_from(endpoint: str, label: str, model: str | None, api_key_env: str | None,
@@ -230,6 +265,14 @@ def compare_flags(function: F) -> F:
                      help="Your own signatures YAML, besides the shipped one."),
         click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
                      help="Approvals file (default: REPORT_DIR/approvals.json)."),
+        click.option("--allow-code-exec", is_flag=True,
+                     help="Run the answers' code for `code` checks (untrusted code, in a "
+                          "limited process: see README); without it they are skipped."),
+        click.option("--code-timeout", default=Limits.wall_s, show_default=True,
+                     type=click.FloatRange(0.1), metavar="SECONDS",
+                     help="Wall-clock and CPU limit of one code check."),
+        click.option("--code-memory-mb", default=Limits.memory_mb, show_default=True,
+                     type=click.IntRange(32), help="Memory limit of one code check."),
     ]
     return _apply(options, function)
 
@@ -256,10 +299,13 @@ def forced_options(function: F) -> F:
 
 def compare_options(sig_digits: int, options: dict[str, Any]) -> CompareOptions:
     """The compare options of a command (see `compare_flags`)."""
+    limits = Limits(wall_s=options["code_timeout"], cpu_s=math.ceil(options["code_timeout"]),
+                    memory_mb=options["code_memory_mb"])
     return CompareOptions(sig_digits=sig_digits, approvals=options["approvals"],
                           a_log=options["a_log"], b_log=options["b_log"],
                           signature_files=options["signature_files"],
-                          forced=options.get("forced"))
+                          forced=options.get("forced"),
+                          code_exec=limits if options["allow_code_exec"] else None)
 
 
 def echo_forced(forced: ForcedSummary) -> None:

@@ -160,6 +160,9 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-failed-requests", type=click.IntRange(0),
               help="Requests without an answer on either side: failed after retries, or "
                    "never sent (default 0).")
+@click.option("--max-skipped-checks", type=click.IntRange(0),
+              help="Prompts whose code check did not run (no --allow-code-exec when "
+                   "comparing; default 0: a check that did not run never passes).")
 @click.option("--max-pass-rate-drop", type=click.FloatRange(0, 100), metavar="POINTS",
               help="Fail when the expect pass rate may drop more than this (the far end of "
                    "the 95% interval of B minus A; default off).")

@@ -37,6 +37,12 @@ class ScriptedModel:
     runner_ups: dict[str, list[str]] = field(default_factory=dict)
     name: str = "scripted-model"
     served: dict[str, int] = field(default_factory=dict)
+    # When the request offers tools: the first key found in the prompt picks these
+    # calls, each (tool name, arguments as the model writes them).
+    calls: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+    def calls_for(self, prompt_text: str) -> list[tuple[str, str]] | None:
+        return next((calls for key, calls in self.calls.items() if key in prompt_text), None)
 
     def answer(self, prompt_text: str, advance: bool = True) -> str:
         """The answer to `prompt_text` (`advance=False`: without moving a cycled list)."""
@@ -85,7 +91,11 @@ def tokenize(text: str, split_utf8: bool) -> list[tuple[str, bytes, str]]:
 
 
 def plan(model: ScriptedModel, prompt_text: str, max_tokens: int, top_k: int,
-         split_utf8: bool, jitter: Callable[[], float]) -> tuple[list[Step], str]:
+         split_utf8: bool, jitter: Callable[[], float], tools: bool = False
+         ) -> tuple[list[Step], str]:
+    calls = model.calls_for(prompt_text) if tools else None
+    if calls is not None:
+        return _call_plan(calls, prompt_text, max_tokens, top_k, jitter)
     pieces = tokenize(model.answer(prompt_text), split_utf8)
     finish = "stop" if len(pieces) <= max_tokens else "length"
     steps = []
@@ -94,6 +104,19 @@ def plan(model: ScriptedModel, prompt_text: str, max_tokens: int, top_k: int,
                          jitter)
         steps.append(Step(token, raw, content, top[0][1], top))
     return steps, finish
+
+
+def _call_plan(calls: list[tuple[str, str]], prompt_text: str, max_tokens: int, top_k: int,
+               jitter: Callable[[], float]) -> tuple[list[Step], str]:
+    """Each call as tokens: its name, then its arguments word by word."""
+    steps: list[Step] = []
+    for number, (name, arguments) in enumerate(calls):
+        pieces = [(name, name)] + [(word, word) for word, _, _ in tokenize(arguments, False)]
+        for n, (token, content) in enumerate(pieces):
+            top = forced_top(prompt_text, len(steps), token, top_k, jitter=jitter)
+            steps.append(Step(token, token.encode(), "" if n == 0 else content, top[0][1], top,
+                              call=number, call_name=name if n == 0 else None))
+    return steps[:max_tokens], "tool_calls" if len(steps) <= max_tokens else "length"
 
 
 def forced_top(prompt_text: str, position: int, token: str, top_k: int,
@@ -172,8 +195,9 @@ class ScriptedEngine:
     async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
                   emit: Emit) -> str:
         rng = random.Random(self._rng.random())
+        tools = bool(body.get("tools")) and body.get("tool_choice") != "none"
         steps, finish = plan(self.model, prompt_text_of(body), int(body.get("max_tokens") or 16),
-                             top_k, self.split_utf8, lambda: rng.uniform(-jitter, jitter))
+                             top_k, self.split_utf8, lambda: rng.uniform(-jitter, jitter), tools)
         for step in steps:
             await emit(step)
         return finish

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import orjson
@@ -61,6 +61,8 @@ class Step:
     logprob: float
     top: list[tuple[str, float]]
     reasoning: bool = False  # part of the reasoning, not of the answer
+    call: int | None = None  # part of tool call number `call`: its name, or its arguments
+    call_name: str | None = None  # set on a call's first step (the name's token)
 
 
 @dataclass
@@ -348,12 +350,12 @@ class LabServer:
                     await emit(Step(word, word.encode(), word, -0.01, top,
                                     reasoning=faults.reasoning == "eat"))
             if thinking and faults.reasoning == "eat":
-                step = Step(step.token, step.raw, step.content, step.logprob, step.top,
-                            reasoning=True)
+                step = replace(step, reasoning=True)
             if (sampling and position % 5 == 3 or faults.not_greedy == "penalty"
                     and position % 4 == 2) and len(step.top) > 1:
                 token, logprob = step.top[1]  # not the most likely token
-                step = Step(token, token.encode(), token, logprob, step.top)
+                step = replace(step, token=token, raw=token.encode(), content=token,
+                               logprob=logprob)
             position += 1
             await emit(step)
 
@@ -431,13 +433,15 @@ class _Renderer:
 
     def whole(self, steps: list[Step], finish: str) -> dict[str, Any]:
         self.completion_tokens = len(steps)
-        text = "".join(step.content for step in steps if not step.reasoning or not self.chat)
+        text = "".join(step.content for step in steps
+                       if step.call is None and (not step.reasoning or not self.chat))
         reasoning = "".join(step.content for step in steps if step.reasoning) or None
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": text}
             if self.dialect == "vllm" or reasoning:
                 choice["message"]["reasoning_content"] = reasoning
+            choice["message"].update(self._whole_calls(steps))
         else:
             choice["text"] = text
         choice["logprobs"] = self._logprobs(steps) if self.logprobs else None
@@ -455,9 +459,52 @@ class _Renderer:
     def step_chunk(self, step: Step, finish: str | None) -> dict[str, Any]:
         self.completion_tokens += 1
         logprobs = self._logprobs([step]) if self.logprobs else None
+        if step.call is not None and self.chat:
+            return self._chunk(self.kind, {"tool_calls": [self._call_piece(step)]}, logprobs,
+                               finish)
         field = "reasoning_content" if step.reasoning and self.chat else "content"
         return self._chunk(self.kind, {field: step.content}, logprobs, finish,
                            text=step.content)
+
+    # Tool calls, as each runtime writes them (their response models: vLLM's ToolCall /
+    # DeltaToolCall, SGLang's ToolCall, llama.cpp's server, llama-cpp-python's
+    # chatml-function-calling). The content of a message with calls is null.
+
+    def _call_id(self, number: int) -> str:
+        return {"vllm": "chatcmpl-tool-", "sglang": "call_", "llama.cpp": "call_",
+                "llama-cpp-python": "call__"}[self.dialect] + f"{number:04d}scripted"
+
+    def _whole_calls(self, steps: list[Step]) -> dict[str, Any]:
+        calls: dict[int, list[str]] = {}
+        for step in steps:
+            if step.call is not None:
+                name_and_arguments = calls.setdefault(step.call, ["", ""])
+                if step.call_name is not None:
+                    name_and_arguments[0] = step.call_name
+                else:
+                    name_and_arguments[1] += step.content
+        if not calls:
+            return {"tool_calls": []} if self.dialect == "vllm" else {}
+        listed = [{"id": self._call_id(n), "type": "function",
+                   "function": {"name": name, "arguments": arguments}}
+                  for n, (name, arguments) in sorted(calls.items())]
+        message: dict[str, Any] = {"content": None, "tool_calls": listed}
+        if self.dialect == "llama-cpp-python":
+            message["function_call"] = listed[0]["function"]
+        return message
+
+    def _call_piece(self, step: Step) -> dict[str, Any]:
+        number = step.call or 0
+        if step.call_name is not None:  # a call's first piece: its id and name
+            function: dict[str, Any] = {"name": step.call_name}
+            if self.dialect != "vllm":
+                function["arguments"] = ""
+            return {"index": number, "id": self._call_id(number), "type": "function",
+                    "function": function}
+        if self.dialect == "sglang":
+            return {"id": None, "index": number, "type": "function",
+                    "function": {"name": None, "arguments": step.content}}
+        return {"index": number, "function": {"arguments": step.content}}
 
     def closing_chunks(self, pending: list[Step], finish: str) -> list[dict[str, Any]]:
         """The last token (with finish_reason, vLLM-style, or before a separate final
