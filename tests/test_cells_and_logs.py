@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,7 +59,8 @@ def test_cell_key_style() -> None:
     cell = {"model": "nvidia/Qwen3.6-35B-A3B-NVFP4", "runtime": "vllm",
             "runtime_version": "0.27.1", "quantization": "nvfp4", "tp": 1}
     assert cell_key(cell) == "nvidia/Qwen3.6-35B-A3B-NVFP4__vllm-0.27.1__nvfp4__tp1"
-    assert cell_key({"model": "a b:c"}) == "a_b_c__unknown-unknown__unknown__tpunknown"
+    assert cell_key({"model": "a b:c"}) == "a_b_c"  # unknown parts are left out
+    assert cell_key({"model": "m", "runtime": "vllm", "tp": 2}) == "m__vllm__tp2"
 
 
 def test_cell_options_and_differing_axes() -> None:
@@ -82,7 +85,7 @@ def test_collect_records_the_cell_and_compare_warns_on_confounds(
                                                        cell={"gpu": "H100"}))
     manifest = load_run(tmp_path / "a").manifest
     assert manifest.cell["gpu"] == "H100" and manifest.cell["runtime"] == "vllm"
-    assert manifest.cell_key == "scripted-model__vllm-0.11.0__unknown__tpunknown"
+    assert manifest.cell_key == "scripted-model__vllm-0.11.0"
     _, summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     assert summary.cells.differs == ["runtime", "runtime_version"]
     assert "differ in 2 axes (runtime, runtime_version)" in str(summary.cells.warning)
@@ -154,3 +157,30 @@ def test_blocking_signature_in_a_side_log_fails_the_gate(ab_runs: tuple[Path, Pa
     allowed = CliRunner().invoke(cli, ["gate", str(out), *lenient,
                                        "--max-blocking-log-signatures", "1"])
     assert allowed.exit_code == 0
+
+
+def test_probe_prints_aligned_known_axes_and_names_the_unknown_once(serve: Serve) -> None:
+    result = CliRunner().invoke(cli, ["probe", serve(ScriptedModel()).url,
+                                      "--cell", "gpu=H100"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    values = [line for line in lines if not line.startswith("not revealed")]
+    columns = {len(line) - len(line.split("  ", 1)[1].lstrip()) for line in values}
+    assert len(columns) == 1  # one column for the values
+    assert any(line.split() == ["gpu", "H100"] for line in lines)
+    assert "unknown" not in result.output.replace("not revealed", "")
+    (unknown,) = [line for line in lines if line.startswith("not revealed by the server:")]
+    named = unknown.split(": ", 1)[1].split(" (")[0].split(", ")
+    assert "quantization" in named and "tp" in named
+    assert "gpu" not in named and "concurrency" not in named  # given; not a server fact
+    assert [line for line in lines if line.startswith("cell key")][0].split()[-1] == \
+        "scripted-model__vllm-0.11.0"
+
+
+def test_preflight_results_go_to_stdout(serve: Serve) -> None:
+    result = subprocess.run([sys.executable, "-m", "quantcheck", "preflight",
+                             serve(ScriptedModel()).url, "--context-tokens", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "preflight pass" in result.stdout and "greedy" in result.stdout
+    assert result.stderr == ""

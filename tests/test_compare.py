@@ -42,7 +42,7 @@ def test_every_planted_difference_is_triaged(ab_runs: tuple[Path, Path]) -> None
     assert (flipped["a_expect"], flipped["b_expect"], flipped["flip"]) == (
         "pass", "fail", "regression")
     assert flipped["suggested_label"] == "factual_flip"
-    assert "missing 'Canberra'" in flipped["b_expect_failures"]
+    assert 'missing "Canberra"' in flipped["b_expect_failures"]
 
     assert row("better")["flip"] == "improvement"
     assert row("better")["numbers_changed"] and row("numbers")["numbers_changed"]

@@ -81,3 +81,29 @@ def test_compare_says_which_mode_made_the_repeats(
     assert set(pairs["a_repeat_mode"]) == {mode}
     varies = (pairs["b_signatures"] > 1).all()
     assert varies == (mode != "sequential")
+
+
+def test_help_defaults_and_behaviour_agree(serve: Callable[..., ScriptedServer],
+                                           write_prompts: Callable[[str], Path],
+                                           tmp_path: Path) -> None:
+    """Six repeats by default, as --help says; --repeat-mode is not an option here (the
+    modes are --modes); the endpoint is preflighted once, not once per mode; the page
+    names the model the server serves."""
+    runner = CliRunner()
+    help_text = runner.invoke(cli, ["determinism", "--help"]).output
+    assert "[default: 6; x>=2]" in help_text and "--repeat-mode" not in help_text
+    refused = runner.invoke(cli, ["determinism", "--endpoint", "http://127.0.0.1:9",
+                                  "--prompts", str(write_prompts(PROMPTS)), "--out",
+                                  str(tmp_path / "x"), "--repeats", "1"])
+    assert refused.exit_code == 2 and "--repeats" in refused.output
+    server = serve(ScriptedModel())
+    result = runner.invoke(cli, [
+        "determinism", "--endpoint", server.url, "--prompts", str(write_prompts(PROMPTS)),
+        "--out", str(tmp_path / "det"), "--modes", "sequential,burst", "--context-tokens",
+        "0"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("preflight checks on") == 1
+    for mode in ("sequential", "burst"):
+        lines = (tmp_path / "det" / mode / "completions.jsonl").read_bytes().count(b"\n")
+        assert lines == 3 * 6
+    assert "(model scripted-model)" in (tmp_path / "det" / "index.html").read_text()

@@ -11,6 +11,8 @@ from click.testing import CliRunner
 from quantcheck.cli import cli
 
 README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+DOCS = {path.name: path.read_text(encoding="utf-8")
+        for path in sorted((Path(__file__).parent.parent / "docs").glob("*.md"))}
 
 
 def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -49,7 +51,8 @@ def test_readme_documents_every_expect_check_with_an_example_that_loads(
     from quantcheck.expectations import CHECKS
     from quantcheck.prompts import load_prompts
 
-    rows = re.findall(r"^\| `(\w+)`(?: \([^)]*\))? \| `(\{.*?\})` \|", README, re.MULTILINE)
+    rows = re.findall(r"^\| `(\w+)`(?: \([^)]*\))? \| `(\{.*?\})` \|", DOCS["prompts.md"],
+                      re.MULTILINE)
     assert {name for name, _ in rows} == set(CHECKS)
     for n, (name, example) in enumerate(rows):
         expect = yaml.safe_load(example)
@@ -58,3 +61,93 @@ def test_readme_documents_every_expect_check_with_an_example_that_loads(
         path.write_text(yaml.safe_dump({"prompts": [{"id": "p", "prompt": "x",
                                                      "expect": expect}]}))
         load_prompts([path])  # the example is a valid expect
+
+
+# --- every documented command line parses as printed --------------------------------
+
+REPO = Path(__file__).parent.parent
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(where, command line) for each `quantcheck ...` line of the code blocks of README
+    and docs/, and of every command's --help examples."""
+    found: list[tuple[str, str]] = []
+    for name, text in [("README.md", README), *((f"docs/{n}", t) for n, t in DOCS.items())]:
+        found += _commands_in(name, text)
+    for path in COMMANDS:
+        text = CliRunner().invoke(cli, [*path, "--help"]).output
+        example = text.split("Example:", 1)[1].split("Options:", 1)[0]
+        for line in example.replace("\\\n", " ").splitlines():
+            if line.strip().startswith("quantcheck "):
+                found.append((f"quantcheck {' '.join(path)} --help", line.strip()))
+    return [(where, command) for where, command in found
+            if command.split()[1] in cli.commands]
+
+
+def _commands_in(name: str, text: str) -> list[tuple[str, str]]:
+    import re
+
+    found = []
+    fenced = False
+    logical = ""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced, logical = not fenced, ""
+            continue
+        if not fenced:
+            continue
+        logical += line.rstrip("\\").strip() + " "
+        if line.endswith("\\"):
+            continue
+        match = re.search(r"(?:^|\s|/|run: )quantcheck ([a-z].*)", logical.split("&&")[-1])
+        if match:
+            found.append((f"{name}:{number}", "quantcheck " + match.group(1).split(" #")[0]))
+        logical = ""
+    return found
+
+
+def test_the_readme_stays_a_newcomers_page_and_links_the_reference() -> None:
+    assert len(README.splitlines()) < 350
+    for name, text in DOCS.items():
+        assert f"(docs/{name})" in README, name
+        assert "(../README.md)" in text, name
+
+
+DOCUMENTED = documented_commands()
+
+
+@pytest.mark.parametrize(("where", "command"), DOCUMENTED, ids=[w for w, _ in DOCUMENTED])
+def test_every_documented_command_parses_as_printed(where: str, command: str,
+                                                    tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Options, arguments and their types as click reads them, in a checkout-like folder
+    (prompts/, rubrics/); the runs and reports a command names are made empty first."""
+    import re
+    import shlex
+    import shutil
+
+    for folder in ("prompts", "rubrics"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    monkeypatch.chdir(tmp_path)
+    words = shlex.split(command)[1:]
+    group: click.Group = cli
+    while isinstance(group.commands.get(words[0]), click.Group):
+        group, words = group.commands[words[0]], words[1:]  # type: ignore[assignment]
+    name, args = words[0], words[1:]
+    for _ in range(10):
+        try:
+            group.commands[name].make_context(name, list(args))
+            return
+        except click.BadParameter as exc:
+            missing = re.search(r"'([^']+)' does not exist", exc.format_message())
+            assert missing, f"{where}: {command}: {exc.format_message()}"
+            target = tmp_path / missing.group(1)
+            kind = getattr(exc.param, "type", None)
+            if isinstance(kind, click.Path) and kind.dir_okay and not kind.file_okay:
+                target.mkdir(parents=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text("[]")
+        except click.UsageError as exc:
+            raise AssertionError(f"{where}: {command}: {exc.format_message()}") from None
+    raise AssertionError(f"{where}: {command}: too many missing paths")

@@ -137,3 +137,15 @@ def test_different_tokenizers_withhold_token_metrics(serve: Serve, write_prompts
     assert pairs["first_divergence"].isna().all() and pairs["kl_topk_mean"].isna().all()
     sheet = (tmp_path / "report" / "index.html").read_text()
     assert 'id="tokens-withheld"' in sheet and "Token-level metrics withheld" in sheet
+
+
+def test_greedy_is_checked_over_enough_positions(serve: Serve) -> None:
+    """A model that stops after a token or two is probed again with other texts; one
+    that never says more is a warning, not a pass on a single position."""
+    terse = ScriptedModel({"echo twelve": " Echo.", "printing press": " Yes.",
+                           "days of the week": " No."})
+    status, message, _ = checks(serve(terse).url, context_tokens=0)["greedy"]
+    assert status == "warn" and "only 3 generated positions to check in 3 probes" in message
+    talkative = ScriptedModel({"echo twelve": " Echo.", "printing press": " it spread " * 8})
+    status, message, _ = checks(serve(talkative).url, context_tokens=0)["greedy"]
+    assert status == "pass" and message.endswith("positions of 2 probes")

@@ -105,10 +105,13 @@ def test_score_with_mouse_and_keyboard_and_reload_keeps_scores(page: Any,
     open_sheet(page, url)
     card(page, "wording").locator("label.choice", has_text="Wording only").click()
     assert page.locator("#progress").inner_text() == "1 of 9 reviewed"
-    page.keyboard.press("j")
-    page.keyboard.press("j")  # the second pair, "wording"; the first, "same", is identical
+    page.keyboard.press("j")  # "wording": pairs needing a review come first; j skips "same"
     page.keyboard.press("j")
     assert page.locator("article.pair.current").get_attribute("data-prompt") == "near-tie"
+    # the card's head sits below the sticky toolbar, not under it
+    toolbar = page.locator(".toolbar").bounding_box()
+    head = page.locator("article.pair.current > header").bounding_box()
+    assert toolbar and head and head["y"] >= toolbar["y"] + toolbar["height"] - 1
     page.keyboard.press("a")
     page.keyboard.press("j")
     page.keyboard.press("f")
@@ -268,7 +271,7 @@ def test_approved_pairs_show_as_reviewed(page: Any, ab_runs: tuple[Path, Path],
     compare_to_dir(*ab_runs, tmp_path / "report", approvals=approvals)
     open_sheet(page, (tmp_path / "report" / "index.html").as_uri())
     wording = card(page, "wording")
-    assert "approved: wording (2026-11-01)" in wording.locator("header").inner_text()
+    assert "approved: Wording only (2026-11-01)" in wording.locator("header").inner_text()
     assert "no second review needed" in wording.inner_text()
     assert page.locator("#progress").inner_text() == "1 of 9 reviewed"
 
@@ -325,3 +328,70 @@ def test_prompt_ids_named_like_object_properties_keep_their_verdicts(
     assert sorted(exported) == sorted(ODD_IDS)
     assert exported["__proto__"]["label"] == "minor"
     assert not page.errors
+
+
+# --- the reviewer's first screen and keys ---------------------------------------------
+
+@pytest.mark.parametrize("width", [1400, 800])
+def test_the_first_pair_needing_review_is_in_the_first_viewport(
+        browser: Any, planted_report: Path, width: int) -> None:
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    open_sheet(page, (planted_report / "index.html").as_uri())
+    first = page.locator("article.pair").first
+    assert first.locator("form.rubric").count() == 1  # pairs needing a review come first
+    head = first.locator("header").bounding_box()
+    assert head is not None and head["y"] + head["height"] <= 900
+    # the cell shows the axes that differ; empty and equal rows wait behind a button
+    assert page.locator("#cell tr[data-axis=runtime]").is_visible()
+    assert not page.locator("#cell tr[data-axis=endpoint]").is_visible()
+    assert page.locator("#cell tr[data-axis=gpu]").count() == 0  # empty on both sides
+    page.click("#all-axes")
+    assert page.locator("#cell tr[data-axis=endpoint]").is_visible()
+    assert not page.locator("#preflight").get_attribute("open")  # every check passed
+    context.close()
+
+
+def test_keys_visit_the_pairs_needing_review_and_question_mark_shows_them(
+        page: Any, planted_report: Path) -> None:
+    open_sheet(page, (planted_report / "index.html").as_uri())
+    seen = []
+    for _ in range(12):
+        page.keyboard.press("j")
+        seen.append(page.locator("article.pair.current").get_attribute("data-prompt"))
+    assert "same" not in seen and "changed" not in seen  # identical, not comparable
+    assert seen[-1] == seen[-2]  # j stops at the last pair needing review
+    page.check("#f-keys-all")
+    for _ in range(12):
+        page.keyboard.press("j")
+    assert page.locator("article.pair.current").get_attribute("data-prompt") == "same"
+    assert page.locator("#keys-help").is_hidden()
+    page.keyboard.press("?")
+    help_text = page.locator("#keys-help").inner_text()
+    assert "Factual flip" in help_text and "near tie" in help_text
+    page.keyboard.press("Escape")
+    assert page.locator("#keys-help").is_hidden()
+
+
+def test_a_chosen_label_looks_chosen_and_says_its_name(page: Any, planted_report: Path
+                                                      ) -> None:
+    open_sheet(page, (planted_report / "index.html").as_uri())
+    flip = card(page, "flip")
+    flip.locator("label.choice", has_text="Factual flip").click()
+    chosen = card(page, "flip").locator("label.choice.chosen input")
+    assert chosen.is_checked()
+    # the checked dot is drawn in the accent colour: white on the chosen label's blue
+    assert chosen.evaluate("e => getComputedStyle(e).accentColor") == "rgb(255, 255, 255)"
+    assert "reviewed: Factual flip" in card(page, "flip").locator("header").inner_text()
+
+
+def test_the_alternatives_at_a_divergence_show_what_matters_first(
+        page: Any, planted_report: Path) -> None:
+    open_sheet(page, (planted_report / "index.html").as_uri())
+    flip = card(page, "flip")
+    rows = flip.locator("table.topk tr")
+    shown = [r for r in rows.all() if r.is_visible()]
+    assert 2 < len(shown) < rows.count()  # the header, both tokens; not all five
+    assert flip.locator("table.topk td.chosen").count() == 2
+    flip.locator("button.more-topk").click()
+    assert all(r.is_visible() for r in rows.all())

@@ -73,12 +73,22 @@ def _quant_from_name(path: str) -> str | None:
     return match.group(1).upper() if match else None
 
 
+KEY_AXES = ("model", "runtime", "runtime_version", "quantization", "tp")
+
+
 def cell_key(cell: dict[str, Any]) -> str:
-    """`model__runtime-version__quant__tpN`, every character outside A-Za-z0-9.+/- as _."""
-    runtime = f"{cell.get('runtime') or 'unknown'}-{cell.get('runtime_version') or 'unknown'}"
-    fields = [str(cell.get("model") or "unknown"), runtime,
-              str(cell.get("quantization") or "unknown"), f"tp{cell.get('tp') or 'unknown'}"]
-    return "__".join(re.sub(r"[^A-Za-z0-9.+/-]", "_", field) for field in fields)
+    """`model__runtime-version__quant__tpN` from the parts that are known (an unknown
+    part is left out, not written as "unknown": `unknown_key_axes` names those), every
+    character outside A-Za-z0-9.+/- as _."""
+    runtime = "-".join(str(cell[k]) for k in ("runtime", "runtime_version") if cell.get(k))
+    fields = [str(cell.get("model") or ""), runtime, str(cell.get("quantization") or ""),
+              f"tp{cell['tp']}" if cell.get("tp") else ""]
+    return "__".join(re.sub(r"[^A-Za-z0-9.+/-]", "_", field) for field in fields if field)
+
+
+def unknown_key_axes(cell: dict[str, Any]) -> list[str]:
+    """The parts of the cell key this cell does not know (set them with --cell)."""
+    return [axis for axis in KEY_AXES if not cell.get(axis)]
 
 
 def differing_axes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

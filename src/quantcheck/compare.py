@@ -21,6 +21,7 @@ from .logscan import scan_logs
 from .records import Prompt
 from .reportdir import DETAILS, PAIR_COLUMNS, PAIR_FORCED_COLUMNS, PAIRS, read_forced, write_summary
 from .reportrecords import ForcedSummary, KLHistogram, Summary
+from .reviews import set_aside_stale_reviews
 from .runstore import frame_rows, write_jsonl_atomic
 from .sandbox import Limits, code_execution, code_runner
 from .sides import Side, load_side
@@ -316,6 +317,7 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
     if any(p.expect and p.expect.code for side in (side_a, side_b) for p in side.prompts.values()):
         summary.code_execution = code_execution(code_exec)
     summary.identity = run_identity(pairs)
+    summary.reviews_set_aside = [str(p) for p in set_aside_stale_reviews(out, summary.identity)]
     write_pairs(pairs, out)
     write_jsonl_atomic(out / DETAILS, details)
     write_summary(out, summary)

@@ -83,13 +83,15 @@ def _text_checks(expect: Expect, text: str) -> list[CheckResult]:
     haystack = fold(text)
     results = []
     if expect.contains:
-        results.append(_result("contains", [f"missing {s!r}" for s in expect.contains
+        results.append(_result("contains", [f"missing {quoted(s)}" for s in expect.contains
                                             if fold(s) not in haystack]))
     if expect.any_of:
         found = any(fold(s) in haystack for s in expect.any_of)
-        results.append(_result("any_of", [] if found else [f"none of {expect.any_of!r}"]))
+        results.append(_result("any_of", [] if found else [
+            f"none of {', '.join(map(quoted, expect.any_of))}"]))
     if expect.not_contains:
-        results.append(_result("not_contains", [f"contains {s!r}" for s in expect.not_contains
+        results.append(_result("not_contains", [f"contains {quoted(s)}"
+                                                for s in expect.not_contains
                                                 if fold(s) in haystack]))
     if expect.regex is not None:
         flags = 0 if expect.case_sensitive else re.IGNORECASE
@@ -99,7 +101,8 @@ def _text_checks(expect: Expect, text: str) -> list[CheckResult]:
         number = first_number(text)
         near = number is not None and abs(number - expect.number) <= expect.tolerance
         results.append(_result("number", [] if near else [
-            f"first number is {number}, expected {expect.number:g}"]))
+            f"no number, expected {expect.number:g}" if number is None else
+            f"first number is {number:g}, expected {expect.number:g}"]))
     return results
 
 
@@ -164,6 +167,14 @@ def _json_checks(expect: Expect, text: str) -> list[CheckResult]:
     return results
 
 
+def quoted(value: Any) -> str:
+    """A value as a reason shows it: JSON ("Paris", 1.5, true, ["a"])."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _short(message: str) -> str:
     return message if len(message) <= _REASON_CHARS else message[:_REASON_CHARS] + "..."
 
@@ -206,10 +217,10 @@ def call_problem(expected: ToolCallExpect, call: ToolCall) -> str:
             return f"{call.name} arguments {reason}"
     for key, value in (expected.arguments or {}).items():
         if not isinstance(arguments, dict) or key not in arguments:
-            return f"{call.name} has no argument {key!r}"
+            return f"{call.name} has no argument {key}"
         if not json_equal(arguments[key], value):
-            return f"{call.name} argument {key!r} is {_short(repr(arguments[key]))}, " \
-                   f"expected {value!r}"
+            return f"{call.name} argument {key} is {_short(quoted(arguments[key]))}, " \
+                   f"expected {quoted(value)}"
     return ""
 
 

@@ -41,8 +41,13 @@ from .records import DEFAULT_CONTEXT_TOKENS, Prompt
 from .runstore import ServerInfo
 from .runtimes import TOKENIZE, context_length
 
-GREEDY_PROBE = ("Write the word echo twelve times, separated by spaces, then count from "
-                "one to ten in words.")
+# Probed in turn until MIN_GREEDY_POSITIONS positions are checked: a model that stops
+# after a token or two (a small base model on a chat prompt) proves nothing with one.
+GREEDY_PROBES = ("Write the word echo twelve times, separated by spaces, then count from "
+                 "one to ten in words.",
+                 "The history of the printing press began in the fifteenth century, when",
+                 "List the days of the week, then the months of the year, separated by commas.")
+MIN_GREEDY_POSITIONS = 16
 REASONING_PROBE = "What is 17 + 25? Answer with the number only."
 TOKENIZER_PROBES = ("The quick brown fox jumps over 13 lazy dogs.",
                     "Ünïcödé, emoji 🙂 and CJK 漢字 mixed with code: x = f(y) + 3.14;",
@@ -146,7 +151,7 @@ async def _logprob_checks(probes: _Probes, top_k: int) -> list[Check]:
         return [Check("logprobs", "skip", "--top-logprobs 0: text only"),
                 Check("greedy", "skip", "needs logprobs")]
     try:
-        generation = await probes.ask(GREEDY_PROBE, 32, top_k)
+        generation = await probes.ask(GREEDY_PROBES[0], 32, top_k)
     except ParameterRejected as exc:
         if "logprob" not in exc.reason.lower():
             raise  # another field: stop, as collect would, with its fix
@@ -181,12 +186,22 @@ def first_non_greedy(generation: Generation) -> str | None:
 
 
 async def _greedy_check(probes: _Probes, generation: Generation, top_k: int) -> Check:
+    positions, used = len(generation.tokens), 1
     where = first_non_greedy(generation)
+    while where is None and positions < MIN_GREEDY_POSITIONS and used < len(GREEDY_PROBES):
+        generation = await probes.ask(GREEDY_PROBES[used], 32, top_k)
+        positions, used = positions + len(generation.tokens), used + 1
+        where = first_non_greedy(generation)
+    if where is None and positions < MIN_GREEDY_POSITIONS:
+        return Check("greedy", "warn", f"only {positions} generated positions to check in "
+                     f"{used} probes (the model stops early); the top-1 token was chosen at "
+                     "each")
     if where is None:
-        return Check("greedy", "pass", f"the top-1 token was chosen at all "
-                     f"{len(generation.tokens)} positions of a probe")
+        return Check("greedy", "pass", f"the top-1 token was chosen at all {positions} "
+                     f"positions of {used} probe{'s' * (used > 1)}")
     try:
-        retried: Generation | None = await probes.ask(GREEDY_PROBE, 32, top_k, {"top_k": 1})
+        retried: Generation | None = await probes.ask(GREEDY_PROBES[used - 1], 32, top_k,
+                                                      {"top_k": 1})
     except ParameterRejected:
         retried = None
     if retried is not None and first_non_greedy(retried) is None:
@@ -213,7 +228,7 @@ def needle_prompt(code: str, words: int, seed: int = 0) -> str:
 
 async def _context_check(probes: _Probes, context_tokens: int, length: int | None) -> Check:
     if context_tokens <= 0:
-        return Check("context", "skip", "--context-tokens 0")
+        return Check("context", "skip", "not checked (a context probe of 0 tokens)")
     code = f"{random.Random(context_tokens).randrange(10**6):06d}"
     wanted = min(context_tokens, length - 256) if length else context_tokens
     note = f" (the server's context is {length:,})" if length and wanted < context_tokens \
@@ -241,7 +256,8 @@ async def _context_check(probes: _Probes, context_tokens: int, length: int | Non
                      "num_ctx) or keep prompts shorter")
     if code not in control.text:
         return Check("context", "warn", "inconclusive: the model did not repeat the code "
-                     "from a short prompt either", "--context-tokens 0 to skip this check")
+                     "from a short prompt either",
+                     "collect and run: --context-tokens 0 skips this check")
     if code not in answer.text and counted is not None:
         return Check("context", "warn", f"the server counted the whole {counted:,}-token "
                      f"prompt, but the model did not recall a code from its start{note} (a "

@@ -56,7 +56,7 @@ class CodeExpect:
 @dataclass
 class Expect:
     """A machine-checkable expected answer; all given keys must hold (AND).
-    expectations.py evaluates it; README's "Expected answers" documents each key."""
+    expectations.py evaluates it; docs/prompts.md ("Expected answers") documents each key."""
 
     contains: list[str] = field(default_factory=list)
     any_of: list[str] = field(default_factory=list)

@@ -21,6 +21,10 @@ from .templating import embed_json, environment
 
 SHEET = "index.html"
 AXES = ["model", "runtime", "runtime_version"]
+# At a divergence the sheet shows both sides' tokens and the alternatives within this
+# many nats of a side's most likely token (at least e^-2, 14% of its probability);
+# a top-20 list beyond them is noise a reviewer opens on demand.
+TOPK_MARGIN_NATS = 2.0
 
 
 def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
@@ -75,7 +79,8 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
         forced=forced if forced is not None and forced.scored else None,
         categories=sorted({str(p["category"]) for p in data["pairs"] if p["category"]}),
         refused_reviews=data["refused_reviews"], comparison=summary.comparison,
-        near_tie_nats=summary.near_tie_nats, e=math.e, data_json=embed_json(data))
+        near_tie_nats=summary.near_tie_nats, topk_margin_nats=TOPK_MARGIN_NATS, e=math.e,
+        data_json=embed_json(data))
 
 
 def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -> Path:
@@ -104,6 +109,8 @@ def _axes(summary: Summary) -> list[dict[str, Any]]:
         (set(a_cell) | set(b_cell)) - set(CELL_AXES))
     for name in names or AXES:
         a, b = a_cell.get(name, a_side.get(name)), b_cell.get(name, b_side.get(name))
+        if a in (None, "") and b in (None, ""):
+            continue  # nothing known on either side: no row
         rows.append({"name": name, "a": "" if a is None else a, "b": "" if b is None else b,
                      "differs": name in differing})
     if cells.a_key or cells.b_key:

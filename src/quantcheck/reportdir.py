@@ -44,7 +44,7 @@ CANDIDATES = "candidates"  # and each one's report in DIR/candidates/LABEL/
 MATRIX = "matrix.csv"
 
 class PairRow(msgspec.Struct, kw_only=True):
-    """One row of pairs.csv: one prompt, A against B (README: the pairs.csv table).
+    """One row of pairs.csv: one prompt, A against B (docs/formats.md: the pairs.csv table).
     Only `compared` rows have the triage columns filled; None is an empty cell."""
 
     prompt_id: str

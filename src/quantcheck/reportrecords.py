@@ -336,6 +336,7 @@ class Summary(msgspec.Struct, kw_only=True):
     near_tie_nats: float | None = None
     throughput: ThroughputPair | None = None  # when a throughput phase ran
     code_execution: CodeExecution | None = None  # when a prompt has a code check
+    reviews_set_aside: list[str] = []  # review files of the report this one replaced
 
 
 class CandidateRow(msgspec.Struct, kw_only=True):

@@ -6,6 +6,7 @@ another run is never applied to this one.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import msgspec
 
 from .errors import RunFormatError
+from .files import make_directory, storage_error
 from .reportdir import REVIEWS
 from .rubric import Rubric
 from .runstore import read_json
@@ -119,3 +121,26 @@ def load_reviews(report_dir: Path, identity: str, rubric: Rubric, prompt_ids: se
             continue
         reviews[path.stem] = document
     return reviews, refused
+
+
+def set_aside_stale_reviews(report_dir: Path, identity: str) -> list[Path]:
+    """Move the review files made for the report this one replaced (another identity)
+    to REPORT_DIR/reviews/set-aside-IDENTITY/, where nothing reads them: a rerun into
+    the same folder would otherwise leave them to be refused. Where they went, back."""
+    moved = []
+    for path in sorted((report_dir / REVIEWS).glob("*.json")):
+        try:
+            old = read_json(path).get("identity")
+        except (RunFormatError, AttributeError):
+            continue  # not a review at all: left for the gate to name
+        if not isinstance(old, str) or old == identity or not old.isalnum():
+            continue
+        folder = path.parent / f"set-aside-{old}"
+        make_directory(folder)
+        target = folder / path.name
+        try:
+            os.replace(path, target)
+        except OSError as exc:
+            raise storage_error(target, exc) from None
+        moved.append(target)
+    return moved

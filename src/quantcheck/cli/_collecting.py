@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -12,7 +13,9 @@ import click
 from ..collect import REPEAT_MODES, CollectSettings
 from ..forced import ForcedSettings
 from ..pipeline import ABRun, CompareOptions, ThroughputSettings
+from ..prompts import shipped_prompt_file
 from ..reportrecords import Overview, Summary
+from ..runstore import load_run
 from ..throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
 from ._common import (
     EXISTING_DIR,
@@ -21,8 +24,10 @@ from ._common import (
     collect_with_progress,
     compare_flags,
     compare_options,
+    determinism_request_options,
     echo_forced,
     forced_options,
+    invocation,
     request_options,
     run_ab_with_progress,
     run_guarded,
@@ -273,12 +278,14 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
                    "bf16); two or more give one report each and an overview.")
 @click.option("--fault", type=click.Choice(["none", "nondeterministic", "lmhead-noscale"]),
               default="none", show_default=True, help="A fault planted in every B.")
-@click.option("--out", default=Path("reports/demo"), show_default=True,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="Report directory (the demo replaces its own previous runs there).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Report directory; the demo replaces its own previous runs there "
+                   "(default: reports/demo, with --engine scripted reports/demo-scripted).")
 @click.option("--repeats", default=2, show_default=True, type=click.IntRange(1),
-              help="Identical requests per prompt and side.")
-def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: int) -> None:
+              help="Identical requests per prompt and side (they feed the determinism "
+                   "signature).")
+def demo_command(engine: str, b_precision: str, fault: str, out: Path | None,
+                 repeats: int) -> None:
     """The whole A/B on built-in local endpoints: no GPU, no endpoints of your own.
 
     Starts lab servers on 127.0.0.1 (A = bf16, a B per --b-precision, with --fault),
@@ -297,6 +304,7 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: 
     if unknown or not precisions or len(set(precisions)) != len(precisions):
         raise click.BadParameter("comma-separated, each once: bf16, fp8, int4",
                                  param_hint="--b-precision")
+    out = out or Path("reports/demo-scripted" if engine == "scripted" else "reports/demo")
     for side in ("a", "b", "candidates"):  # the demo's own runs: new ports every time
         shutil.rmtree(out / side, ignore_errors=True)
     if engine == "scripted":
@@ -312,24 +320,34 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path, repeats: 
     else:
         sheet = out / "candidates" / result.candidates[0].label
         click.echo(f"\nOpen the overview: {(out / 'index.html').resolve().as_uri()}")
+    me = invocation()
     click.echo(f"\nOpen the review sheet: {(sheet / 'index.html').resolve().as_uri()}\n"
-               f"  or serve it and save reviews to disk: quantcheck review {sheet}\n"
+               f"  or serve it and save reviews to disk: {me} review {shlex.quote(str(sheet))}\n"
                "Run the same A/B on your own endpoints:\n"
-               "  quantcheck run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
-               "--prompts prompts/default.yaml --out reports/mine")
+               f"  {me} run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
+               f"--prompts {shlex.quote(_shown_path(shipped_prompt_file('default.yaml')))} "
+               "--out reports/mine")
+
+
+def _shown_path(path: Path) -> str:
+    """`path` relative to the working directory when it is below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _demo_side(url: str, label: str, repeats: int, cell: dict[str, Any] | None = None
                ) -> CollectSettings:
-    # a 6,000-token context probe costs ~25 s per side on a CPU: 2,000 here
+    # No context probe: the demo's small base model does not repeat a code even from a
+    # short prompt, so the probe could only say "inconclusive" (and costs ~8 s a side).
     return CollectSettings(endpoint=url, label=label, repeats=repeats, top_logprobs=5,
-                           concurrency=2, timeout=300.0, retries=2, context_tokens=2000,
+                           concurrency=2, timeout=300.0, retries=2, context_tokens=0,
                            cell=cell or {})
 
 
 def _scripted_demo(out: Path, repeats: int) -> Summary | Overview:
     from ..lab.demo import demo_servers
-    from ..prompts import shipped_prompt_file
 
     prompt_file = run_guarded(lambda: shipped_prompt_file("spot-check.yaml"), "")
     reference, candidate = demo_servers()
@@ -345,7 +363,6 @@ def _model_demo(out: Path, repeats: int, precisions: list[str], fault: str
                 ) -> Summary | Overview:
     from ..lab.launch import lab_servers, server_log
     from ..lab.model import prepare_model
-    from ..prompts import shipped_prompt_file
 
     prompt_file = run_guarded(lambda: shipped_prompt_file("demo.yaml"), "")
     click.echo("preparing Gemma 3 270M (the first run converts the shipped GGUF once, about "
@@ -379,7 +396,7 @@ def _model_demo(out: Path, repeats: int, precisions: list[str], fault: str
 @click.option("--fail-on-nondeterminism", is_flag=True,
               help="Exit 1 when any prompt gives more than one signature (or text).")
 @sig_digits_option
-@request_options
+@determinism_request_options
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                         api_key_env: str | None, fail_on_nondeterminism: bool,
                         sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
@@ -401,16 +418,17 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
     if unknown or not chosen:
         raise click.BadParameter(f"unknown mode {unknown[0] if unknown else modes!r}; choose "
                                  f"from {', '.join(REPEAT_MODES)}", param_hint="--modes")
-    if options["repeats"] == 1:
-        options["repeats"] = 6
     runs = {}
-    for mode in chosen:
-        settings = settings_from(endpoint, mode, model, api_key_env,
-                                 {**options, "repeat_mode": mode})
+    for number, mode in enumerate(chosen):
+        # the endpoint is checked once, before the first mode: the same server answers all
+        settings = settings_from(endpoint, mode, model, api_key_env, {
+            **options, "repeat_mode": mode,
+            "preflight": options["preflight"] and number == 0})
         collect_with_progress(prompt_files, out / mode, settings, force)
         runs[mode] = out / mode
     report = run_guarded(lambda: determinism_report(runs, out, sig_digits), "")
-    page = render_determinism(out, report, endpoint, model or "")
+    served = load_run(runs[chosen[0]]).manifest.model
+    page = render_determinism(out, report, endpoint, model or served or "")
     for mode, counts in report.modes.items():
         click.echo(f"{mode}: {counts.prompts} prompts: {counts.deterministic} "
                    f"deterministic, {counts.logprobs_vary} with varying logprobs, "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -131,13 +133,14 @@ class ProgressReporter:
 STATUS_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 
-def echo_preflight(report: Preflight, label: str) -> None:
-    """One line per check (and its fix), on stderr."""
-    click.echo(f"{label}: preflight {report.status} ({report.seconds:.1f} s)", err=True)
+def echo_preflight(report: Preflight, label: str, err: bool = True) -> None:
+    """One line per check (and its fix): on stderr beside a collection's progress, on
+    stdout as the `preflight` command's own result."""
+    click.echo(f"{label}: preflight {report.status} ({report.seconds:.1f} s)", err=err)
     for check in report.checks:
-        click.echo(f"  {STATUS_MARK[check.status]} {check.name:<10} {check.message}", err=True)
+        click.echo(f"  {STATUS_MARK[check.status]} {check.name:<10} {check.message}", err=err)
         if check.fix and check.status in ("warn", "fail"):
-            click.echo(f"       {'':<10} fix: {check.fix}", err=True)
+            click.echo(f"       {'':<10} fix: {check.fix}", err=err)
 
 
 def json_object_option(ctx: click.Context, param: click.Parameter, value: str | None
@@ -156,6 +159,16 @@ def json_object_option(ctx: click.Context, param: click.Parameter, value: str | 
 def request_options(function: F) -> F:
     """Options shared by every command that sends prompts; --suite names join the
     --prompts files."""
+    return _request_options(function, repeats=1, least_repeats=1, repeat_mode=True)
+
+
+def determinism_request_options(function: F) -> F:
+    """The same for `determinism`: six repeats by default (two at least: one request
+    has nothing to differ from), the modes given by --modes."""
+    return _request_options(function, repeats=6, least_repeats=2, repeat_mode=False)
+
+
+def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode: bool) -> F:
 
     @functools.wraps(function)
     def with_suites(*args: Any, suite: tuple[str, ...] = (), **kwargs: Any) -> Any:
@@ -175,13 +188,15 @@ def request_options(function: F) -> F:
         click.option("--suite", multiple=True, metavar="NAME[,NAME]",
                      help="A built-in suite (facts, math, json, tools, code, multilingual, "
                           "long-context); with or instead of --prompts."),
-        click.option("--repeats", default=1, show_default=True, type=click.IntRange(1),
+        click.option("--repeats", default=repeats, show_default=True,
+                     type=click.IntRange(least_repeats),
                      help="Identical requests per prompt (feeds the determinism signature)."),
-        click.option("--repeat-mode", type=click.Choice(REPEAT_MODES), default="pool",
-                     show_default=True,
-                     help="pool: everything at --concurrency; sequential: one request at a "
-                          "time; burst: a prompt's repeats all at once; loaded: each repeat "
-                          "while fillers keep the server busy."),
+        *([click.option("--repeat-mode", type=click.Choice(REPEAT_MODES), default="pool",
+                        show_default=True,
+                        help="pool: everything at --concurrency; sequential: one request at "
+                             "a time; burst: a prompt's repeats all at once; loaded: each "
+                             "repeat while fillers keep the server busy.")]
+          if repeat_mode else []),
         click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(0),
                      help="Top-k alternatives per token; 0 collects text only."),
         click.option("--max-tokens", type=click.IntRange(1),
@@ -267,7 +282,7 @@ def compare_flags(function: F) -> F:
                      help="Approvals file (default: REPORT_DIR/approvals.json)."),
         click.option("--allow-code-exec", is_flag=True,
                      help="Run the answers' code for `code` checks (untrusted code, in a "
-                          "limited process: see README); without it they are skipped."),
+                          "limited process: see docs/prompts.md); without it they are skipped."),
         click.option("--code-timeout", default=Limits.wall_s, show_default=True,
                      type=click.FloatRange(0.1), metavar="SECONDS",
                      help="Wall-clock and CPU limit of one code check."),
@@ -351,7 +366,25 @@ def print_summary(summary: Summary, out: Path) -> None:
             kind = "BLOCKING" if match.blocking else "warning"
             click.echo(f"{kind}: {side.upper()} log {match.log}:{match.line}: "
                        f"{match.signature}: {match.meaning}")
-    click.echo(f"report: {out} (review sheet: {out / 'index.html'}; or `quantcheck review {out}`)")
+    if summary.reviews_set_aside:
+        click.echo(f"{len(summary.reviews_set_aside)} review file(s) made for the report this "
+                   f"one replaces set aside in {Path(summary.reviews_set_aside[0]).parent} "
+                   "(they reviewed other answers)")
+    click.echo(f"report: {out} (review sheet: {out / 'index.html'}; or "
+               f"`{invocation()} review {shlex.quote(str(out))}`)")
+
+
+def invocation() -> str:
+    """quantcheck as the user can type it again: `quantcheck` when that name on PATH is
+    this program, else this program's path (a virtual environment not activated), else
+    `python -m quantcheck`."""
+    program = Path(sys.argv[0])
+    if program.name == "quantcheck" and program.exists():
+        found = shutil.which("quantcheck")
+        if found and Path(found).resolve() == program.resolve():
+            return "quantcheck"
+        return shlex.quote(str(program.resolve()))
+    return f"{shlex.quote(sys.executable)} -m quantcheck"
 
 
 class SharedBar:

@@ -102,7 +102,8 @@ def report_command(report_dir: Path, rubric: Path | None) -> None:
 @click.argument("report_dir", type=EXISTING_DIR)
 @click.option("--reviewer", default="reviewer", show_default=True,
               help="Your name: every change is written to REPORT_DIR/reviews/NAME.json.")
-@click.option("--port", default=8765, show_default=True, type=int)
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to serve the sheet on (0: any free port).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (only this machine by default).")
 @click.option("--rubric", type=EXISTING_FILE,

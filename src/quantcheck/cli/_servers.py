@@ -50,11 +50,19 @@ def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
     if as_json:
         click.echo(json.dumps(found, indent=2, sort_keys=True))
         return
-    click.echo(f"endpoint: {found['endpoint']}")
-    for axis in [*CELL_AXES, *sorted(set(found["cell"]) - set(CELL_AXES))]:
-        value = found["cell"].get(axis)
-        click.echo(f"{axis:>16}: {'(unknown)' if value is None else value}")
-    click.echo(f"cell key: {found['cell_key']}")
+    axes = [*CELL_AXES, *sorted(set(found["cell"]) - set(CELL_AXES))]
+    known = [(axis, found["cell"][axis]) for axis in axes
+             if found["cell"].get(axis) not in (None, "")]
+    width = max(len(name) for name in ["endpoint", "cell key", *(a for a, _ in known)])
+    click.echo(f"{'endpoint':<{width}}  {found['endpoint']}")
+    for axis, value in known:
+        click.echo(f"{axis:<{width}}  {value}")
+    click.echo(f"{'cell key':<{width}}  {found['cell_key']}")
+    unknown = [axis for axis in axes if found["cell"].get(axis) in (None, "")
+               and axis != "concurrency"]  # a property of a collection, not of the server
+    if unknown:
+        click.echo(f"not revealed by the server: {', '.join(unknown)} (give them with "
+                   "--cell KEY=VALUE, e.g. --cell gpu=H100)")
 
 
 @cli.command("preflight")
@@ -107,9 +115,9 @@ def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env
                               indent=2))
     else:
         for label, report in zip("AB", reports, strict=False):
-            echo_preflight(report, f"{label} {report.endpoint}")
+            echo_preflight(report, f"{label} {report.endpoint}", err=False)
         if agreement:
-            click.echo(f"A and B: tokenizer {agreement.status}: {agreement.message}", err=True)
+            click.echo(f"A and B: tokenizer {agreement.status}: {agreement.message}")
     if any(report.failures() for report in reports):
         sys.exit(2)
 
@@ -165,8 +173,10 @@ def lab_group() -> None:
 @lab_group.command("scripted")
 @click.option("--dialect", type=click.Choice(RUNTIMES),
               default="vllm", show_default=True, help="Whose wire format to speak.")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind (the lab is for this machine: keep 127.0.0.1).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to serve on.")
 def lab_scripted(dialect: str, host: str, port: int) -> None:
     """Serve scripted answers in a runtime's OpenAI-compatible dialect (no model).
 
@@ -202,8 +212,10 @@ def lab_scripted(dialect: str, host: str, port: int) -> None:
                    "lmhead-noscale: an FP8 head whose scales are never applied.")
 @click.option("--dialect", type=click.Choice(RUNTIMES),
               default="vllm", show_default=True, help="Whose wire format to speak.")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind (the lab is for this machine: keep 127.0.0.1).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to serve on.")
 @click.option("--threads", type=click.IntRange(1), help="CPU threads for the model.")
 def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
               threads: int | None) -> None:
