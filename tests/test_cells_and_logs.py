@@ -12,7 +12,15 @@ import pytest
 from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.cells import cell_from_server, cell_key, differing_axes, parse_cell_options
+from quantcheck.cells import (
+    cell_from_server,
+    cell_key,
+    confound_warning,
+    differing_axes,
+    ftype_quantization,
+    gguf_model_name,
+    parse_cell_options,
+)
 from quantcheck.cli import cli
 from quantcheck.errors import ConfigFileError
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
@@ -73,6 +81,53 @@ def test_cell_options_and_differing_axes() -> None:
     assert differing_axes(a, b) == ["quantization", "gpu"]
     assert cell_from_server(ServerInfo(runtime="vllm", models=[{"id": "m"}]), "m", 8)[
         "concurrency"] == 8
+
+
+def llama_server_cell(quantization: str, **meta: int) -> dict[str, object]:
+    """The cell of a real llama-server's recorded answers (`/v1/models`, `/props`)."""
+    answers = json.loads((FIXTURES / "wire" / f"llama-server-info-{quantization}.json")
+                         .read_text())
+    answers["models"][0]["meta"].update(meta)
+    info = ServerInfo(models=answers["models"], props=answers["props"], runtime="llama.cpp")
+    return cell_from_server(info, answers["models"][0]["id"], 1)
+
+
+def test_quantizations_of_one_gguf_are_one_model_and_other_models_are_not() -> None:
+    a, b = llama_server_cell("q4_k_m"), llama_server_cell("q2_k")
+    assert a["model"] == b["model"] == "gemma-3-270m"
+    assert (a["quantization"], b["quantization"]) == ("Q4_K_M", "Q2_K")  # model_ftype
+    assert a["model_shape"] == ("params 268098176, vocab 262144, embd 640, "
+                                "ctx_train 32768") == b["model_shape"]
+    assert differing_axes(a, b) == ["quantization"] and confound_warning(["quantization"]) \
+        is None
+    # whatever the file is called, the shape says it is the same model ...
+    renamed = {**b, "model": "candidate"}
+    assert differing_axes(a, renamed) == ["quantization"]
+    # ... and another model under a look-alike name is still a confound
+    other = llama_server_cell("q2_k", n_params=1_000_000_000, n_embd=2048)
+    assert differing_axes(a, other) == ["model", "quantization"]
+    assert "not a single-variable A/B" in (confound_warning(differing_axes(a, other)) or "")
+
+
+@pytest.mark.parametrize(("name", "model"), [
+    ("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m"),
+    ("/models/Qwen3-30B-A3B-Q8_0-00001-of-00003.gguf", "Qwen3-30B-A3B"),
+    ("llama-3.1-8b-instruct.Q5_K_M.gguf", "llama-3.1-8b-instruct"),
+    ("gemma-f16.gguf", "gemma"),
+    ("Q8_0.gguf", "Q8_0"),  # nothing left: the name stays
+])
+def test_gguf_model_names(name: str, model: str) -> None:
+    assert gguf_model_name(name) == model
+
+
+@pytest.mark.parametrize(("ftype", "quantization"), [
+    ("Q2_K - Medium", "Q2_K"), ("Q2_K - Small", "Q2_K_S"), ("Q4_K - Medium", "Q4_K_M"),
+    ("Q3_K - Large", "Q3_K_L"), ("F16", "F16"), ("all F32", "F32"),
+    ("(guessed) Q8_0", "Q8_0"), ("IQ4_XS - 4.25 bpw", "IQ4_XS"),
+    ("IQ3_S mix - 3.66 bpw", "IQ3_M"), ("MXFP4 MoE", "MXFP4"), ("", None), (7, None)])
+def test_llama_cpp_ftype_names_read_as_file_names_spell_them(ftype: object,
+                                                             quantization: str | None) -> None:
+    assert ftype_quantization(ftype) == quantization
 
 
 def test_collect_records_the_cell_and_compare_warns_on_confounds(

@@ -350,7 +350,6 @@ def test_ctrl_c_keeps_records_and_says_how_to_resume(serve: Serve, write_prompts
     assert 3 <= len(records(out)) < 20
 
 
-
 def test_a_validation_error_sent_as_http_500_stops_the_run(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     # llama-cpp-python reports a rejected field as HTTP 500 with a pydantic message

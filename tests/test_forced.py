@@ -13,7 +13,7 @@ from quantcheck import CollectSettings, collect
 from quantcheck.cli import cli
 from quantcheck.errors import EndpointError
 from quantcheck.forced import ForcedSettings, compare_position, score_run
-from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.lab.scripted import Faults, ScriptedModel
 
 from .test_collect import Serve, WritePrompts
 
@@ -60,6 +60,50 @@ def test_same_model_scores_zero_and_a_flip_shows_where(serve: Serve, write_promp
     assert lines(tmp_path / "flip")["other"]["top1_agreement"] == 1.0
     assert flipped.noise_floor.repeats_compared == 3
     assert flipped.noise_floor.kl is not None and flipped.noise_floor.kl.max == 0.0
+
+
+def test_token_ids_on_llama_server_is_exact_and_reuses_the_cache(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "llama.cpp")
+    same_server = serve(ScriptedModel(A_ANSWERS), "llama.cpp")
+    same = score_run(a_run, tmp_path / "same", ForcedSettings(endpoint=same_server.url,
+                                                              top_k=5))
+    assert same.mode == "token-ids" and not same.approximate
+    assert same.tokenizer == "A and B give the same token ids"
+    assert same.scored == 3 and not same.skipped  # the chat prompt too (B's template)
+    assert same.overall.top1_agreement == 1.0
+    assert same.overall.kl is not None and same.overall.kl.max == 0.0
+    asked = [body for body in same_server.requests if "n_predict" in body]
+    assert all(body["n_predict"] == 1 and body["cache_prompt"] and body["n_probs"] == 5
+               for body in asked)
+    assert len(asked) == same.overall.positions  # one request per position
+    lengths = [len(body["prompt"]) for body in asked]  # each one token longer
+    assert sum(1 for n, m in zip(lengths, lengths[1:], strict=False) if m == n + 1) >= \
+        len(asked) - 3
+
+    flipped = score_run(a_run, tmp_path / "flip", ForcedSettings(
+        endpoint=serve(ScriptedModel(B_ANSWERS), "llama.cpp").url, top_k=5))
+    for prompt_id in ("capital", "typed"):  # " Canberra," vs " Sydney,"
+        top1 = lines(tmp_path / "flip")[prompt_id]["per_position"]["top1"]  # type: ignore
+        assert top1.index(False) == 5 and all(top1[:5])
+    assert lines(tmp_path / "flip")["other"]["top1_agreement"] == 1.0
+    assert flipped.overall.delta_p is not None and flipped.overall.delta_p.abs_max > 0.5
+
+
+def test_token_ids_refuses_another_tokenizer_and_records_without_ids(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "llama.cpp")
+    other = serve(ScriptedModel(A_ANSWERS), "llama.cpp", faults=Faults(other_tokenizer=True))
+    with pytest.raises(EndpointError, match="tokenizes unlike A .*--forced-mode echo"):
+        score_run(a_run, tmp_path / "f", ForcedSettings(endpoint=other.url))
+    vllm_run = tmp_path / "v"
+    collect([write_prompts(PROMPTS)], vllm_run, CollectSettings(
+        endpoint=serve(ScriptedModel(A_ANSWERS), "vllm").url, label="a", preflight=False))
+    summary = score_run(vllm_run, tmp_path / "g", ForcedSettings(
+        endpoint=serve(ScriptedModel(A_ANSWERS), "llama.cpp").url))
+    assert summary.tokenizer is not None and summary.tokenizer.startswith("not checked")
+    assert summary.scored == 0 and set(summary.skipped) == {"capital", "typed", "other"}
+    assert "no token ids" in summary.skipped["typed"]
 
 
 def test_echo_is_approximate_and_skips_chat_prompts(serve: Serve, write_prompts: WritePrompts,

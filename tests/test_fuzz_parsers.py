@@ -7,6 +7,7 @@ longer (bench/README.md)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -23,6 +24,7 @@ from quantcheck.dialects import (
     MalformedResponse,
     StreamAccumulator,
     StreamError,
+    parse_native_next,
     parse_response,
 )
 from quantcheck.errors import EndpointError, PromptFileError
@@ -186,6 +188,38 @@ INFO = st.fixed_dictionaries({}, optional={
         optional={"owned_by": st.sampled_from(["vllm", "me", "sglang"]) | ANY_JSON,
                   "max_model_len": ANY_JSON}) | ANY_JSON, max_size=3) | ANY_JSON),
     "version": ANY_JSON, "server_info": ANY_JSON, "props": ANY_JSON})
+
+
+def mostly(right: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """`right` nine times in ten, anything else the tenth."""
+    return st.integers(0, 9).flatmap(lambda n: right if n else ANY_JSON)
+
+
+ALTERNATIVE = st.fixed_dictionaries(
+    {"id": mostly(st.integers(0, 40)), "logprob": mostly(st.floats(max_value=0))},
+    optional={"token": mostly(st.text(max_size=3)), "bytes": ANY_JSON})
+NATIVE = mostly(st.fixed_dictionaries({"completion_probabilities": mostly(st.lists(
+    mostly(st.fixed_dictionaries({}, optional={
+        "top_logprobs": mostly(st.lists(mostly(ALTERNATIVE), max_size=5))})), max_size=2))},
+    optional={"content": ANY_JSON}))
+
+
+@FUZZ
+@seed(19)
+@given(NATIVE, st.integers(0, 40), st.integers(1, 5))
+def test_a_native_completion_answer_scores_or_is_refused(answer: Any, token: int,
+                                                         top_k: int) -> None:
+    try:
+        own, (texts, logprobs) = parse_native_next(answer, token, "<A's>", top_k)
+    except MalformedResponse:
+        event("refused")
+        return
+    event("scored")
+    assert len(texts) == len(logprobs) <= top_k
+    assert logprobs == sorted(logprobs, reverse=True)
+    assert all(not math.isnan(v) and v != math.inf for v in logprobs)
+    assert (own is None) == ("<A's>" not in texts)
+    assert own is None or own in logprobs
 
 
 @FUZZ

@@ -3,6 +3,13 @@
 A cell is model, runtime and version, quantization, KV cache dtype, tensor
 parallelism, backend, GPU and its memory, context length and concurrency. The server
 reveals some of it; `--cell key=value` fills in or overrides the rest.
+
+A GGUF served by llama.cpp is named by its file: the model is the file's name without
+its folder, `.gguf`, split suffix and quantization (`/m/gemma-3-270m-Q2_K.gguf` is
+gemma-3-270m, quantization Q2_K; llama-server's `model_ftype` wins over the name).
+llama-server also reports the model's shape (`/v1/models` meta: parameters,
+vocabulary, embedding size, training context), the same for every quantization of one
+model: when both sides report it, it decides whether the model differs, not the names.
 """
 
 from __future__ import annotations
@@ -14,11 +21,14 @@ from .errors import QuantcheckError
 from .runstore import ServerInfo
 from .runtimes import context_length, mapping, whole_number
 
-CELL_AXES = ["model", "runtime", "runtime_version", "quantization", "kv_cache_dtype", "tp",
-             "backend", "gpu", "vram_gb", "context_len", "concurrency"]
+CELL_AXES = ["model", "model_shape", "runtime", "runtime_version", "quantization",
+             "kv_cache_dtype", "tp", "backend", "gpu", "vram_gb", "context_len", "concurrency"]
 QUANT_IN_NAME = re.compile(
     r"(?i)(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|FP8|NVFP4|MXFP4|AWQ|GPTQ|INT[48])"
     r"(?![A-Za-z0-9])")
+GGUF_SPLIT = re.compile(r"-\d{5}-of-\d{5}$")
+# llama.cpp's ftype names (llama_ftype_name) that differ from the file-name convention
+FTYPE_SIZES = {"Small": "_S", "Medium": "_M", "Large": "_L"}
 
 
 def parse_cell_options(values: tuple[str, ...] | list[str]) -> dict[str, Any]:
@@ -47,13 +57,17 @@ def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> dict[str
     """What the server's own endpoints say about the cell (None where they are silent)."""
     sglang = mapping(info.server_info)
     props = mapping(info.props)
-    model_path = props.get("model_path")
+    model_path = _text(props.get("model_path")) or ""
+    gguf = info.runtime in ("llama.cpp", "llama-cpp-python")
+    meta = _model_meta(info, model)
     return {
-        "model": model,
+        "model": gguf_model_name(model) if gguf else model,
+        "model_shape": _shape(meta),
         "runtime": info.runtime,
         "runtime_version": info.runtime_version,
-        "quantization": _text(sglang.get("quantization")) or _quant_from_name(
-            model_path if isinstance(model_path, str) else ""),
+        "quantization": _text(sglang.get("quantization")) or ftype_quantization(
+            props.get("model_ftype") or meta.get("ftype")) or _quant_from_name(
+            model_path or (model if gguf else "")),
         "kv_cache_dtype": _text(sglang.get("kv_cache_dtype")),
         "tp": whole_number(sglang.get("tp_size")),
         "backend": _text(sglang.get("attention_backend")),
@@ -62,6 +76,45 @@ def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> dict[str
         "context_len": context_length(info, model),
         "concurrency": concurrency,
     }
+
+
+def gguf_model_name(path: str) -> str:
+    """`/models/gemma-3-270m-it-Q4_K_M-00001-of-00002.gguf` -> `gemma-3-270m-it`."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    name = GGUF_SPLIT.sub("", name[:-5] if name.lower().endswith(".gguf") else name)
+    stripped = QUANT_IN_NAME.sub("", name).strip("-_. ")
+    return re.sub(r"[-_.]{2,}", lambda run: run.group(0)[0], stripped) or name
+
+
+def ftype_quantization(ftype: Any) -> str | None:
+    """llama.cpp's ftype name as a file name spells it: "Q4_K - Medium" -> Q4_K_M,
+    "Q2_K - Medium" -> Q2_K, "IQ4_XS - 4.25 bpw" -> IQ4_XS, "all F32" -> F32."""
+    if not isinstance(ftype, str) or not ftype.strip():
+        return None
+    name = ftype.removeprefix("(guessed) ").removeprefix("all ").strip()
+    base, _, detail = name.partition(" - ")
+    base = base.split()[0]
+    if base == "Q2_K" and detail == "Medium":
+        return base
+    if base == "IQ3_S" and name.startswith("IQ3_S mix"):
+        return "IQ3_M"
+    return base + FTYPE_SIZES.get(detail, "")
+
+
+def _model_meta(info: ServerInfo, model: str) -> dict[str, Any]:
+    entries = [entry for entry in info.models if isinstance(entry, dict)]
+    chosen = next((e for e in entries if e.get("id") == model), entries[0] if entries else {})
+    return mapping(chosen.get("meta"))
+
+
+def _shape(meta: dict[str, Any]) -> str | None:
+    """The model's shape as llama-server reports it, or None when it does not."""
+    parts = [(whole_number(meta.get(key)), label) for key, label in (
+        ("n_params", "params"), ("n_vocab", "vocab"), ("n_embd", "embd"),
+        ("n_ctx_train", "ctx_train"))]
+    if not all(value for value, _ in parts):
+        return None
+    return ", ".join(f"{label} {value}" for value, label in parts)
 
 
 def _text(value: Any) -> str | None:
@@ -92,11 +145,17 @@ def unknown_key_axes(cell: dict[str, Any]) -> list[str]:
 
 
 def differing_axes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Axes known on both sides with different values (an unknown axis cannot confound)."""
+    """Axes known on both sides with different values (an unknown axis cannot confound).
+    A model shape known on both sides stands for the model: the names of two
+    quantizations of one model may differ, their shapes do not."""
     keys = [k for k in CELL_AXES if k in a or k in b] + sorted(
         (set(a) | set(b)) - set(CELL_AXES))
-    return [k for k in keys if a.get(k) is not None and b.get(k) is not None
-            and a.get(k) != b.get(k)]
+    differing = [k for k in keys if a.get(k) is not None and b.get(k) is not None
+                 and a.get(k) != b.get(k)]
+    if a.get("model_shape") and b.get("model_shape"):
+        differing = [k for k in differing if k != "model"]
+        differing = ["model" if k == "model_shape" else k for k in differing]
+    return differing
 
 
 def confound_warning(differing: list[str]) -> str | None:

@@ -58,7 +58,8 @@ class Preflight(msgspec.Struct, kw_only=True):
 def tokenizer_agreement(a: Fingerprint | None, b: Fingerprint | None) -> Check:
     """Whether A and B tokenize alike, from their recorded fingerprints."""
     a, b = a or Fingerprint(), b or Fingerprint()
-    shared_ids = sorted(set(a.ids) & set(b.ids))
+    # empty ids are no answer (earlier runs recorded llama-server's that way)
+    shared_ids = sorted(t for t in set(a.ids) & set(b.ids) if a.ids[t] and b.ids[t])
     if shared_ids:
         same = all(a.ids[text] == b.ids[text] for text in shared_ids)
         return Check("tokenizer", "pass" if same else "warn",

@@ -7,7 +7,9 @@ Dialects seen in the wild:
   in a separate final chunk with an empty delta.
 - llama.cpp llama-server: chat-style entries that also carry token `id`s, on
   /v1/completions too; holds back split UTF-8 bytes, so a stream chunk can have an
-  empty delta and a token whose string is not valid text.
+  empty delta and a token whose string is not valid text. Its native `/completion`
+  (teacher-forced scoring) answers `completion_probabilities[]` entries whose
+  `top_logprobs[]` are {id, token, bytes, logprob}.
 - llama-cpp-python: legacy completions with k+1 alternatives (the sampled token is
   added), chat entries with `bytes: null`; a tool call also as the older
   `function_call`.
@@ -20,6 +22,7 @@ Tool calls: `message.tool_calls[]` {id, type, function: {name, arguments}} (vLLM
 from __future__ import annotations
 
 import json
+import math
 import operator
 import re
 from dataclasses import dataclass, field
@@ -460,6 +463,41 @@ def parse_echo(answer: Any, prompt_chars: int, top_k: int) -> list[ScoredPositio
         scored.append((values[n] if n < len(values) else None,
                        ([t for t, _ in top], [v for _, v in top])))
     return scored
+
+
+class _NativeAlternative(msgspec.Struct):
+    id: int
+    logprob: float
+    token: str = ""
+
+
+class _NativeProbability(msgspec.Struct):
+    top_logprobs: list[_NativeAlternative] = []
+
+
+class _NativeCompletion(msgspec.Struct):
+    completion_probabilities: list[_NativeProbability]
+
+
+def parse_native_next(answer: Any, token_id: int, token_text: str, top_k: int
+                      ) -> ScoredPosition:
+    """llama-server's native `/completion` with `n_predict: 1` and `n_probs`: the
+    alternatives for the next token, and the logprob of `token_id` among them (None when
+    it is outside the top-k). The alternative with that id is given `token_text`, so that
+    comparing texts compares ids."""
+    try:
+        body = msgspec.convert(answer, _NativeCompletion, strict=False)
+    except msgspec.ValidationError as exc:
+        raise MalformedResponse(f"unexpected /completion answer: {exc}") from None
+    if not body.completion_probabilities:
+        raise MalformedResponse("the /completion answer has no completion_probabilities")
+    alternatives = body.completion_probabilities[0].top_logprobs
+    if any(math.isnan(a.logprob) or a.logprob == math.inf for a in alternatives):
+        raise MalformedResponse("the /completion answer has a logprob that is not a number")
+    ranked = sorted(alternatives, key=lambda alternative: -alternative.logprob)[:top_k]
+    own = next((a.logprob for a in ranked if a.id == token_id), None)
+    return own, ([token_text if a.id == token_id else a.token for a in ranked],
+                 [a.logprob for a in ranked])
 
 
 def _boundary(tokens: list[str], prompt_chars: int) -> int:

@@ -8,6 +8,13 @@ perplexity tool reports it), and a KL(A || B) lower bound over the shared top-k.
 
 Modes: `prompt-logprobs` sends token ids (the prompt through the server's /tokenize,
 A's tokens by their ids) to vLLM's completions with `prompt_logprobs`: exact.
+`token-ids` asks llama.cpp's llama-server on its native `/completion`, one position
+per request: the prompt is A's prompt ids (the prompt, or the chat template applied by
+B's `/apply-template`, through B's `/tokenize` with the special tokens the server adds
+itself) plus A's generated ids so far, `n_predict` 1, `n_probs` k; with `cache_prompt`
+each request evaluates about one token. Exact, after checking that B tokenizes like A
+(A's preflight fingerprint); needs A's token ids (llama-server records them). B's
+logprob of A's token is known only when it is in B's top-k (else delta p counts it 0).
 `echo` sends text to legacy completions with `echo` and `logprobs` (vLLM,
 llama-cpp-python, others): B re-tokenizes the text, so it is labelled approximate;
 chat prompts cannot be echoed and are skipped with the reason.
@@ -19,12 +26,14 @@ prefix and the first position where they part).
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from .checks import Fingerprint, tokenizer_agreement
 from .client import (
     TRANSPORT_ERRORS,
     EndpointClient,
@@ -34,19 +43,25 @@ from .client import (
     run_blocking,
     server_root,
 )
-from .dialects import MalformedResponse, ScoredPosition, parse_echo, parse_prompt_logprobs
+from .dialects import (
+    MalformedResponse,
+    ScoredPosition,
+    parse_echo,
+    parse_native_next,
+    parse_prompt_logprobs,
+)
 from .drift import Positions, compare_position, noise_floor
 from .errors import EndpointError, RunFormatError
+from .preflight import TOKENIZER_PROBES
 from .records import Completion, Prompt
 from .reportdir import write_forced
 from .reportrecords import ForcedLine, ForcedSummary, PerPosition
-from .runstore import (
-    load_run,
-)
-from .runtimes import TOKENIZE, choose_model
+from .runstore import Run, ServerInfo, load_run
+from .runtimes import TOKENIZE, choose_model, mapping, whole_number
 from .servers import describe_server
 
-MODES = ("auto", "prompt-logprobs", "echo")
+MODES = ("auto", "prompt-logprobs", "token-ids", "echo")
+AUTO_MODE = {"vllm": "prompt-logprobs", "llama.cpp": "token-ids"}  # else echo
 
 @dataclass
 class ForcedSettings:
@@ -72,15 +87,17 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
     if not records:
         raise RunFormatError(f"{a_run}: no completions with logprobs to score (collect A "
                              "with --top-logprobs above 0)")
+    started = time.monotonic()
     async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
                               settings.timeout) as client:
         models = await client.list_models()
         model = choose_model(models, settings.model, public_url(settings.endpoint))
         server = await describe_server(client, models)
-        mode = settings.mode if settings.mode != "auto" else (
-            "prompt-logprobs" if server.runtime == "vllm" else "echo")
+        mode = settings.mode if settings.mode != "auto" else AUTO_MODE.get(server.runtime,
+                                                                           "echo")
         scorer = _Scorer(client, model, mode, settings.top_k)
-        semaphore = asyncio.Semaphore(settings.concurrency)
+        tokenizer = await scorer.same_tokenizer(run, a_run) if mode == "token-ids" else None
+        semaphore = asyncio.Semaphore(_concurrency(mode, settings.concurrency, server))
 
         async def one(record: Completion) -> ForcedLine:
             async with semaphore:
@@ -95,6 +112,7 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
     summary = ForcedSummary(
         endpoint=public_url(settings.endpoint), model=model, mode=mode,
         approximate=mode == "echo", a_run=str(a_run), top_k=settings.top_k,
+        tokenizer=tokenizer, seconds=round(time.monotonic() - started, 3),
         scored=sum(1 for line in lines if line.positions),
         skipped={line.prompt_id: line.skipped for line in lines if line.skipped},
         overall=overall.stats(), noise_floor=noise_floor(with_tokens))
@@ -102,19 +120,49 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
     return summary
 
 
+def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
+    """token-ids scores a prompt's positions one after another on one llama-server
+    slot, reusing its cache: more prompts in flight than slots would evict each other."""
+    if mode != "token-ids":
+        return wanted
+    return min(wanted, whole_number(mapping(server.props).get("total_slots")) or 1)
+
+
 class _Scorer:
     def __init__(self, client: EndpointClient, model: str, mode: str, top_k: int) -> None:
         self.client, self.model, self.mode, self.top_k = client, model, mode, top_k
         self.root = server_root(client.endpoint)
 
-    async def score(self, prompt: Prompt, record: Completion) -> ForcedLine:
-        if self.mode != "prompt-logprobs" and prompt.api == "chat":
-            return ForcedLine(prompt_id=prompt.id, mode=self.mode, positions=0,
-                              skipped="a chat prompt cannot be echoed without its chat "
-                                      "template")
+    async def same_tokenizer(self, run: Run, a_run: str | Path) -> str:
+        """Refuse a B that tokenizes unlike A (its ids would not mean A's tokens)."""
         try:
-            forced = await (self._by_ids(prompt, record) if self.mode == "prompt-logprobs"
-                            else self._by_echo(prompt, record))
+            ids = {text: await self._native_tokenize(text, special=False)
+                   for text in TOKENIZER_PROBES}
+        except (HTTPStatusError, MalformedResponse, *TRANSPORT_ERRORS) as exc:
+            raise EndpointError(f"{public_url(self.client.endpoint)} /tokenize failed "
+                                f"({exc}): token-ids scoring needs llama-server's native "
+                                "API") from None
+        a_print = run.manifest.preflight.tokenizer if run.manifest.preflight else None
+        check = tokenizer_agreement(a_print, Fingerprint(method="llama.cpp tokenize", ids=ids))
+        if check.status == "warn":
+            raise EndpointError(f"{public_url(self.client.endpoint)} tokenizes unlike A "
+                                f"({a_run}): A's token ids would mean other tokens there. "
+                                "Score with --forced-mode echo (approximate), or check "
+                                "that B serves the same model.")
+        if check.status == "skip":
+            return ("not checked: A's run has no tokenizer fingerprint (collected with "
+                    "--no-preflight); B's ids are taken to mean A's tokens")
+        return check.message
+
+    async def score(self, prompt: Prompt, record: Completion) -> ForcedLine:
+        skipped = self._skip_reason(prompt, record)
+        if skipped:
+            return ForcedLine(prompt_id=prompt.id, mode=self.mode, positions=0,
+                              skipped=skipped)
+        scoring = {"prompt-logprobs": self._by_ids, "token-ids": self._by_native_ids,
+                   "echo": self._by_echo}[self.mode]
+        try:
+            forced = await scoring(prompt, record)
         except (HTTPStatusError, MalformedResponse, KeyError, IndexError, AttributeError,
                 TypeError, ValueError, *TRANSPORT_ERRORS) as exc:
             raise EndpointError(f"scoring {prompt.id} on {public_url(self.client.endpoint)} "
@@ -156,6 +204,46 @@ class _Scorer:
         if not isinstance(tokens, list):
             raise MalformedResponse(f"{path} answered without token ids")
         return [int(t) for t in tokens]
+
+    def _skip_reason(self, prompt: Prompt, record: Completion) -> str | None:
+        if self.mode == "echo" and prompt.api == "chat":
+            return "a chat prompt cannot be echoed without its chat template"
+        ids = record.tokens.ids if record.tokens else None
+        if self.mode == "token-ids" and not (ids and min(ids) >= 0):
+            return ("A's record has no token ids (llama-server's logprobs carry them); "
+                    "score with --forced-mode echo")
+        return None
+
+    async def _by_native_ids(self, prompt: Prompt, record: Completion
+                             ) -> list[ScoredPosition]:
+        if prompt.api == "chat":
+            template = await self.client.post_json(self.root + "/apply-template",
+                                                   prompt.request)
+            text = mapping(template).get("prompt")
+            if not isinstance(text, str):
+                raise MalformedResponse("/apply-template answered without a prompt")
+        else:
+            text = str(prompt.request["prompt"])
+        # the special tokens (BOS) the server adds to a text prompt itself
+        prompt_ids = await self._native_tokenize(text, special=True)
+        tokens = record.tokens
+        assert tokens is not None and tokens.ids is not None
+        ids = tokens.ids
+        scored = []
+        for n, (token_id, token_text) in enumerate(zip(ids, tokens.text, strict=True)):
+            answer = await self.client.post_json(self.root + "/completion", {
+                "prompt": prompt_ids + ids[:n], "n_predict": 1, "n_probs": self.top_k,
+                "cache_prompt": True, "temperature": 0})
+            scored.append(parse_native_next(answer, token_id, token_text, self.top_k))
+        return scored
+
+    async def _native_tokenize(self, text: str, special: bool) -> list[int]:
+        answer = await self.client.post_json(self.root + "/tokenize",
+                                             {"content": text, "add_special": special})
+        tokens = mapping(answer).get("tokens")
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+            raise MalformedResponse("/tokenize answered without token ids")
+        return tokens
 
     async def _by_echo(self, prompt: Prompt, record: Completion) -> list[ScoredPosition]:
         text = str(prompt.request["prompt"])

@@ -96,7 +96,7 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     report.checks += await _logprob_checks(probes, top_k)
     report.checks.append(await _context_check(probes, context_tokens, report.max_model_len))
     report.checks.append(await _reasoning_check(probes))
-    report.tokenizer = await tokenizer_fingerprint(client, model, probes)
+    report.tokenizer = await tokenizer_fingerprint(client, model, probes, server.runtime)
     recorded = report.tokenizer.method
     report.checks.append(Check("tokenizer", "pass" if recorded else "skip",
                                f"fingerprint recorded ({recorded})" if recorded
@@ -299,19 +299,24 @@ async def _reasoning_check(probes: _Probes) -> Check:
     return Check("reasoning", "pass", "no reasoning in the output")
 
 
-async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Probes
-                                ) -> Fingerprint:
+async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Probes,
+                                runtime: str = "unknown") -> Fingerprint:
     """Token ids of fixed texts from the server's tokenize endpoint (vLLM, llama.cpp,
-    llama-cpp-python), plus the prompt token counts the probes reported."""
+    llama-cpp-python; the runtime's own first), plus the prompt token counts the probes
+    reported. No ids for a text is no answer: llama-server answers vLLM's request shape
+    (without its `content` field) with an empty list."""
     ids: dict[str, list[int]] = {}
     method = None
     root = server_root(client.endpoint)
-    for name, (path, key, wants_model) in TOKENIZE.items():
+    for name in sorted(TOKENIZE, key=lambda name: name != runtime):
+        path, key, wants_model = TOKENIZE[name]
         extra = {"model": model} if wants_model else {}
         try:
             for text in TOKENIZER_PROBES:
                 answer = await client.post_json(root + path, {**extra, key: text})
                 ids[text] = [int(t) for t in answer["tokens"]]
+                if not ids[text]:
+                    raise ValueError(f"{path} gave no token ids")
             method = name
             break
         except (HTTPStatusError, MalformedResponse, KeyError, TypeError, ValueError,

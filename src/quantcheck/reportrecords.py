@@ -262,6 +262,8 @@ class ForcedSummary(msgspec.Struct, kw_only=True):
     skipped: dict[str, str] = {}
     overall: ForcedStats
     noise_floor: ForcedStats
+    tokenizer: str | None = None  # token-ids mode: whether B tokenizes like A
+    seconds: float | None = None  # scoring's wall time
     source: str | None = None
     kl_histogram: KLHistogram | None = None
 

@@ -304,10 +304,14 @@ def forced_options(function: F) -> F:
         click.option("--forced-mode", type=click.Choice(MODES), default="auto",
                      show_default=True,
                      help="prompt-logprobs: token ids with vLLM's prompt_logprobs (exact); "
-                          "echo: text with echo + logprobs (approximate); auto: "
-                          "prompt-logprobs on vLLM, else echo."),
+                          "token-ids: token ids on llama-server's /completion, one "
+                          "position per request (exact); echo: text with echo + logprobs "
+                          "(approximate); auto: prompt-logprobs on vLLM, token-ids on "
+                          "llama-server, else echo."),
         click.option("--forced-concurrency", default=4, show_default=True,
-                     type=click.IntRange(1), help="Scoring requests in flight at once."),
+                     type=click.IntRange(1),
+                     help="Scoring requests in flight at once (token-ids: at most "
+                          "llama-server's slots)."),
     ]
     return _apply(options, function)
 
@@ -333,10 +337,14 @@ def echo_forced(forced: ForcedSummary) -> None:
     floor = (f"; A against its own repeats: top-1 {100 * (noise.top1_agreement or 0):.1f}%, "
              f"KL mean {noise.kl.mean:.3g}" if noise.positions and noise.kl else "")
     approximate = ", approximate" if forced.approximate else ""
+    speed = (f" ({overall.positions / forced.seconds:,.0f} positions/s)"
+             if forced.seconds else "")
     click.echo(f"Teacher-forced ({forced.mode}{approximate}): B's top-1 is A's token at "
-               f"{100 * (overall.top1_agreement or 0):.1f}% of {overall.positions} positions, "
-               f"KL mean {overall.kl.mean:.3g} (p99 {overall.kl.p99:.3g}, max "
+               f"{100 * (overall.top1_agreement or 0):.1f}% of {overall.positions} positions"
+               f"{speed}, KL mean {overall.kl.mean:.3g} (p99 {overall.kl.p99:.3g}, max "
                f"{overall.kl.max:.3g}), mean delta p {overall.delta_p.mean:+.4f}{floor}.")
+    if forced.tokenizer:
+        click.echo(f"Tokenizer: {forced.tokenizer}.")
 
 
 def sig_digits_option(function: F) -> F:

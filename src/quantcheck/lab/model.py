@@ -166,6 +166,20 @@ class ModelEngine:
             text = str(body.get("prompt", ""))
         return list(self.tokenizer(text).input_ids)
 
+    def next_top(self, ids: list[int], top_k: int) -> list[tuple[int, str, float]]:
+        # any token can fill the next position: its distribution does not depend on it
+        return self.score([*ids, ids[-1]], len(ids), top_k)[0].top
+
+    def prompt_text(self, body: dict[str, Any], chat: bool) -> str:
+        if not (chat and self.tokenizer.chat_template):
+            return str(body.get("prompt", "")) if not chat else "\n".join(
+                str(m.get("content", "")) for m in body.get("messages") or [])
+        text = str(self.tokenizer.apply_chat_template(body.get("messages") or [],
+                                                      add_generation_prompt=True,
+                                                      tokenize=False))
+        bos = str(self.tokenizer.bos_token or "")  # llama.cpp drops it: tokenizing adds it
+        return text[len(bos):] if bos and text.startswith(bos) else text
+
     def generate(self, body: dict[str, Any], chat: bool, top_k: int,
                  put: Any = None) -> str:
         """Greedy decoding; each token goes to `put` as it is made; returns finish reason."""

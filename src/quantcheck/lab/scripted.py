@@ -145,14 +145,13 @@ class ScriptedEngine:
         self._vocabulary: dict[int, tuple[str, bytes, str]] = {}
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
-        ids = []
-        for piece in tokenize(text, self.split_utf8):
-            ids.append(token_id(piece[1]))
-            self._vocabulary[ids[-1]] = piece
-        return ids
+        return [self.tokenize_piece(piece) for piece in tokenize(text, self.split_utf8)]
 
     def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
         return self.tokenize(prompt_text_of(body))
+
+    def prompt_text(self, body: dict[str, Any], chat: bool) -> str:
+        return prompt_text_of(body)
 
     def token_text(self, token: int) -> str:
         return self._vocabulary.get(token, (f"<{token}>", b"", ""))[0]
@@ -181,6 +180,24 @@ class ScriptedEngine:
                 self.tokenize(alternative)  # so their ids map back to text
             scored.append(Scored(logprob, [(token_id(t.encode()), t, v) for t, v in top]))
         return scored
+
+    def next_top(self, ids: list[int], top_k: int) -> list[tuple[int, str, float]]:
+        """Its own answer's next token when `ids` end on its track (a prompt, then a
+        prefix of the answer to that prompt); else as if the last token came again."""
+        pieces = [self._vocabulary.get(i, (f"<{i}>", b"", "")) for i in ids]
+        following = ids[-1]
+        for split in range(1, len(pieces) + 1):
+            prompt = "".join(piece[2] for piece in pieces[:split])
+            own = tokenize(self.model.answer(prompt, advance=False), self.split_utf8)
+            done = [piece[0] for piece in pieces[split:]]
+            if len(done) < len(own) and [t for t, _, _ in own[:len(done)]] == done:
+                following = self.tokenize_piece(own[len(done)])
+                break
+        return self.score([*ids, following], len(ids), top_k)[0].top
+
+    def tokenize_piece(self, piece: tuple[str, bytes, str]) -> int:
+        self._vocabulary[token_id(piece[1])] = piece
+        return token_id(piece[1])
 
     def _answer_start(self, pieces: list[tuple[str, bytes, str]]) -> int | None:
         """Where the prompt ends: the first position whose token is the first token of

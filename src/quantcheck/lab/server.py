@@ -89,9 +89,15 @@ class Engine(Protocol):
 
     def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]: ...
 
+    def prompt_text(self, body: dict[str, Any], chat: bool) -> str:
+        """The text whose tokenization (with special tokens) is `prompt_ids`."""
+
     def token_text(self, token: int) -> str: ...
 
     def score(self, ids: list[int], start: int, top_k: int) -> list[Scored]: ...
+
+    def next_top(self, ids: list[int], top_k: int) -> list[tuple[int, str, float]]:
+        """The top-k (id, text, logprob) for the token after `ids`."""
 
 
 def prompt_text_of(body: dict[str, Any]) -> str:
@@ -140,6 +146,8 @@ class LabServer:
         app.router.add_post("/extras/tokenize", self._tokenize)
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_post("/v1/completions", self._generate)
+        app.router.add_post("/completion", self._native_completion)
+        app.router.add_post("/apply-template", self._apply_template)
         return app
 
     async def start_async(self) -> None:
@@ -223,15 +231,45 @@ class LabServer:
         wanted = "/extras/tokenize" if self.dialect == "llama-cpp-python" else "/tokenize"
         if field is None or request.path != wanted:
             raise web.HTTPNotFound()
+        if field not in body and self.dialect == "llama.cpp":
+            return _json({"tokens": []})  # as llama-server answers another server's shape
         if field not in body and not (self.dialect == "vllm" and "messages" in body):
             return _json(_error_body(f"missing field {field!r}", 400), 400)
         if "messages" in body:
             ids = self.engine.prompt_ids(body, chat=True)
-        else:
-            ids = self.tokenize(str(body[field]), bool(body.get("add_special_tokens", True)))
+        else:  # llama.cpp's `add_special` defaults to false, vLLM's to true
+            special = body.get("add_special", False) if self.dialect == "llama.cpp" else \
+                body.get("add_special_tokens", True)
+            ids = self.tokenize(str(body[field]), bool(special))
         if self.dialect == "vllm":
             return _json({"count": len(ids), "max_model_len": 8192, "tokens": ids})
         return _json({"tokens": ids})
+
+    async def _apply_template(self, request: web.Request) -> web.Response:
+        if self.dialect != "llama.cpp":
+            raise web.HTTPNotFound()
+        body = orjson.loads(await request.read())
+        return _json({"prompt": self.engine.prompt_text(body, chat=True)})
+
+    async def _native_completion(self, request: web.Request) -> web.Response:
+        """llama-server's `/completion` as forced scoring uses it: a prompt of token ids,
+        one token predicted, the `n_probs` alternatives for it (with their ids)."""
+        if self.dialect != "llama.cpp":
+            raise web.HTTPNotFound()
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        prompt = body.get("prompt")
+        ids = ([int(i) for i in prompt] if isinstance(prompt, list)
+               else self.tokenize(str(prompt), True))
+        alternatives = await asyncio.to_thread(self.engine.next_top, ids,
+                                               int(body.get("n_probs") or 1))
+        top = [{"id": i, "token": t, "bytes": list(t.encode()), "logprob": v}
+               for i, t, v in alternatives]
+        return _json({"content": top[0]["token"] if top else "", "id_slot": 0, "stop": True,
+                      "model": self.engine.name, "tokens_predicted": 1,
+                      "tokens_evaluated": len(ids), "stop_type": "limit",
+                      "completion_probabilities": [{**top[0], "top_logprobs": top}] if top
+                      else []})
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
         ids = self.engine.tokenize(text, special)
