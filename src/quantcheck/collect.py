@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
+
 from ._version import __version__
 from .cells import cell_from_server, cell_key
 from .checks import Preflight
@@ -24,7 +26,7 @@ from .client import (
     run_blocking,
     sleep_backoff,
 )
-from .dialects import with_logprobs
+from .dialects import Generation, MalformedResponse, generated_routing, with_logprobs
 from .errors import EndpointError, ParameterRejected, QuantcheckError, RunMismatch
 from .files import StorageError
 from .preflight import PreflightFailed, ProbeShape, run_preflight
@@ -140,6 +142,10 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
                         settings: CollectSettings, reporter: Reporter | None = None,
                         force: bool = False) -> CollectResult:
     reporter = reporter or SilentReporter()
+    if settings.routed_experts and settings.stream:
+        settings = msgspec.structs.replace(settings, stream=False)
+        reporter.warn("--routed-experts collects without streaming (routing comes only in "
+                      "whole answers): time to first token is not measured")
     prompts = load_prompts(prompt_files, settings.request)
     run_dir = Path(out)
     async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
@@ -163,7 +169,8 @@ async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: Manif
     total = len(prompts) * settings.repeats
     jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
     reporter.started(total, total - len(jobs))
-    session = _Session(client, settings, model, reporter, RunWriter(run_dir))
+    session = _Session(client, settings, model, reporter, RunWriter(run_dir),
+                       manifest.server.runtime)
     try:
         with rare_full_collections():
             await session.run(jobs, prompts)
@@ -197,6 +204,10 @@ async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
     if not done:  # a resumed run keeps the preflight it started with
         manifest.preflight = await _preflight(client, settings, model, models,
                                               manifest, prompts, reporter)
+    if settings.routed_experts and manifest.server.runtime not in ("vllm", "sglang",
+                                                                   "unknown"):
+        reporter.warn(f"{manifest.server.runtime} does not return MoE routing: "
+                      "--routed-experts will record none")
     if manifest.server.runtime == "llama-cpp-python" and settings.concurrency > 1:
         reporter.warn("llama-cpp-python answers one request at a time and, by default, "
                       "cuts a running stream short when another request arrives: use "
@@ -228,12 +239,13 @@ class _Session:
     """One collection pass: a bounded pool of workers over the pending jobs."""
 
     def __init__(self, client: EndpointClient, settings: CollectSettings, model: str,
-                 reporter: Reporter, writer: RunWriter) -> None:
+                 reporter: Reporter, writer: RunWriter, runtime: str = "unknown") -> None:
         self.client, self.settings, self.model = client, settings, model
-        self.reporter, self.writer = reporter, writer
+        self.reporter, self.writer, self.runtime = reporter, writer, runtime
         self.collected = self.failed = 0
         self.finished = False
         self._warned_no_logprobs = False
+        self._warned_routing: set[str] = set()
         self._unreachable = 0
         self._last_answer = time.monotonic()
 
@@ -307,6 +319,8 @@ class _Session:
 
     async def _request(self, prompt: Prompt, repeat: int) -> Completion:
         body = request_body(prompt, self.model, self.settings.top_logprobs)
+        if self.settings.routed_experts and self.runtime == "sglang":
+            body["return_routed_experts"] = True  # vLLM sends it when started to
         record = Completion(prompt_id=prompt.id, prompt_hash=prompt.hash, repeat=repeat,
                             started_at=_now())
         for attempt in range(self.settings.retries + 1):
@@ -337,12 +351,40 @@ class _Session:
             record.text, record.reasoning = generation.text, generation.reasoning
             record.tool_calls = generation.tool_calls or None
             record.tokens = generation.tokens if generation.has_logprobs else None
+            if self.settings.routed_experts:
+                self._keep_routing(record, generation)
             record.finish_reason, record.usage = generation.finish_reason, generation.usage
             record.model, record.system_fingerprint = (generation.model,
                                                        generation.system_fingerprint)
             record.ttft_s, record.e2e_s = timing.ttft_s, timing.e2e_s
             break
         return record
+
+    def _keep_routing(self, record: Completion, generation: Generation) -> None:
+        """The routing of the generated tokens onto the record's tokens; what stops
+        that is said once, never a failed request."""
+        endpoint = public_url(self.settings.endpoint)
+        if generation.routing is None or record.tokens is None:
+            self._warn_routing("none", f"{endpoint} returned no MoE routing (vLLM: start it "
+                               "with --enable-return-routed-experts; SGLang: with routed "
+                               "experts capture on; a dense model has none; routing is "
+                               "kept with the logprobs, so --top-logprobs must be above 0)")
+            return
+        usage = generation.usage or {}
+        prompt_tokens = usage.get("prompt_tokens")
+        shape = self.settings.routed_experts_shape
+        try:
+            record.tokens.routing = generated_routing(
+                generation.routing, len(record.tokens),
+                prompt_tokens if isinstance(prompt_tokens, int) else None,
+                (shape[0], shape[1]) if shape else None)
+        except MalformedResponse as exc:
+            self._warn_routing("shape", f"{endpoint}: routing not kept: {exc}")
+
+    def _warn_routing(self, kind: str, message: str) -> None:
+        if kind not in self._warned_routing:
+            self._warned_routing.add(kind)
+            self.reporter.warn(message)
 
     def _answered(self) -> None:
         self._unreachable = 0

@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from . import routing
 from .approvals import apply_approvals, default_approvals_path, load_approvals
 from .checks import tokenizer_agreement
 from .drift import all_kl
@@ -163,6 +164,8 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
             [[r.check, r.status, r.reason] for r in b_results]
     row.update(_token_comparison(a, b, a_first, b_first, detail) if token_level
                else {"divergence_kind": ""})
+    if a.routed or b.routed:
+        row.update(_routing_columns(a, b, a_ok, b_ok, row, detail, token_level))
     # Nondeterminism, not regression: a side's own repeats also show the other's text.
     row["noise"] = not row["identical"] and bool(
         {r["text_hash"] for r in a_ok} & {r["text_hash"] for r in b_ok})
@@ -267,6 +270,35 @@ def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record,
             "divergence_gap": divergence.gap, "divergence_b_gap": divergence.b_gap,
             "divergence_a_token": divergence.a_token,
             "divergence_b_token": divergence.b_token, **asdict(measured)}
+
+
+def _routing_columns(a: Side, b: Side, a_ok: list[Record], b_ok: list[Record],
+                     row: dict[str, Any], detail: Record, token_level: bool
+                     ) -> dict[str, Any]:
+    """Each side's routing across its repeats, and A's against B's (repeat 0)."""
+    columns: dict[str, Any] = {}
+    shown: dict[str, Any] = {}
+    firsts = {}
+    for name, side, ok in (("a", a, a_ok), ("b", b, b_ok)):
+        routings = side.routing_of(ok)
+        if not routings:
+            continue
+        repeats = routing.across_repeats(list(routings.values()),
+                                         row.get(f"{name}_signatures"))
+        columns[f"{name}_routings"], columns[f"{name}_routing"] = repeats.distinct, repeats.kind
+        shown[f"{name}_repeats"] = {"sentence": repeats.sentence,
+                                    **routing.grid_cells(repeats.grid)}
+        if 0 in routings:
+            firsts[name] = routings[0]
+    if token_level and len(firsts) == 2:
+        pair = routing.between(firsts["a"], firsts["b"], row.get("first_divergence"))
+        columns.update(routing_first_token=pair.first_token,
+                       routing_first_layer=pair.first_layer,
+                       routing_diff_share=round(pair.share, 6))
+        shown["ab"] = {"sentence": pair.sentence, **routing.grid_cells(pair.grid)}
+    if shown:
+        detail["routing"] = shown
+    return columns
 
 
 def _add_forced(pairs: pd.DataFrame, folder: str | Path) -> ForcedSummary:

@@ -12,6 +12,7 @@ import pandas as pd
 from .files import make_directory, write_atomic
 from .records import Tokens
 from .reportrecords import DeterminismReport, DeterminismRow, ModeCounts, SideDeterminism
+from .routing import across_repeats
 from .runstore import write_json_atomic
 from .sides import Side, load_side
 from .templating import environment
@@ -30,13 +31,17 @@ def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[Determinis
         texts = int(group["text_hash"].nunique())
         signatures = int(group["signature"].nunique()) if group["signature"].notna().all() \
             else None
+        routings = [t.routing for t in repeats if t and t.routing is not None]
+        routed = across_repeats(routings, signatures) if routings else None
         rows.append(DeterminismRow(
             prompt_id=str(prompt_id), category=prompt.category if prompt else "", mode=mode,
             repeats=n, distinct_texts=texts, distinct_signatures=signatures,
             texts=f"{texts} distinct of {n}",
             signatures=f"{signatures} distinct of {n}" if signatures else "",
             **_positions([t for t in repeats if t], sig_digits),
-            verdict=_verdict(texts, signatures)))
+            verdict=_verdict(texts, signatures),
+            routing=routed.kind if routed else "",
+            routing_sentence=routed.sentence if routed else ""))
     return rows
 
 
@@ -83,10 +88,13 @@ def determinism_report(run_dirs: dict[str, Path], out: Path, sig_digits: int = 1
     modes: dict[str, ModeCounts] = {}
     for mode in dict.fromkeys(row.mode for row in rows):
         verdicts = [row.verdict for row in rows if row.mode == mode]
+        routings = [row.routing for row in rows if row.mode == mode]
         modes[mode] = ModeCounts(prompts=len(verdicts),
                                  text_varies=verdicts.count("text varies"),
                                  logprobs_vary=verdicts.count("logprobs vary"),
-                                 deterministic=verdicts.count("deterministic"))
+                                 deterministic=verdicts.count("deterministic"),
+                                 routing={kind: routings.count(kind) for kind in
+                                          dict.fromkeys(routings) if kind})
     report = DeterminismReport(sig_digits=sig_digits, modes=modes, prompts=rows)
     make_directory(out)
     frame = pd.DataFrame([msgspec.structs.asdict(row) for row in rows],
@@ -100,7 +108,7 @@ def render_determinism(out: Path, report: DeterminismReport, endpoint: str,
                        model: str) -> Path:
     html = environment.get_template("determinism.html").render(
         rows=report.prompts, modes=report.modes, sig_digits=report.sig_digits,
-        endpoint=endpoint, model=model)
+        endpoint=endpoint, model=model, routed=any(row.routing for row in report.prompts))
     write_atomic(out / "index.html", html.encode("utf-8"))
     return out / "index.html"
 

@@ -44,6 +44,7 @@ class Policy:
     max_blocking_log_signatures: int | None = 0
     max_pass_rate_drop: float | None = None  # points, against the interval's far end
     max_forced_kl: float | None = None  # mean teacher-forced KL over all scored positions
+    require_routing_determinism: bool = False  # no prompt whose B repeats route differently
 
 
 class Rule(msgspec.Struct):
@@ -94,7 +95,7 @@ def load_policy(path: Path | None) -> Policy:
 
 
 def _check_policy_value(path: Path, key: str, value: Any) -> None:
-    if key == "require_review":
+    if key in ("require_review", "require_routing_determinism"):
         if not isinstance(value, bool):
             raise ConfigFileError(f"{path}: field '{key}': must be true or false")
     elif key == "min_identical_share":
@@ -165,7 +166,21 @@ def _rules(pairs: pd.DataFrame, rows: list[PairRow], verdicts: dict[str, list[Re
                        policy.max_blocking_log_signatures))
     rules.append(_pass_rate_rule(pairs, policy.max_pass_rate_drop))
     rules.append(_forced_kl_rule(rows, policy.max_forced_kl))
+    rules.append(_routing_rule(rows, policy.require_routing_determinism))
     return rules
+
+
+def _routing_rule(rows: list[PairRow], required: bool) -> Rule:
+    """Prompts whose B repeats were routed to other experts (gating nondeterminism);
+    n/a when B recorded no routing."""
+    routed = [r for r in rows if r.b_routing]
+    gating = [r.prompt_id for r in routed if r.b_routing == "gating"]
+    if not routed:
+        return Rule("routing_determinism", "no MoE routing recorded on B (collect with "
+                    "--routed-experts)" if required else "no MoE routing recorded", None,
+                    0 if required else None, not required)
+    return _rule("routing_determinism", "prompt whose B repeats are routed to other experts "
+                 "(gating is not deterministic)", gating, 0 if required else None)
 
 
 def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:

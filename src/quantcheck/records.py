@@ -6,6 +6,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 TopK = list[tuple[str, float]]
 
 # Defaults of a run's settings (runstore.Parameters), shared by the client and preflight.
@@ -161,6 +163,8 @@ class Tokens:
     highest first (kept as two parallel lists: triage hashes and rounds them as arrays).
     `ids` is set when the server gave token ids. `raw_bytes[i]` is set only where the
     server's bytes differ from `text[i]` in UTF-8 (split multi-byte characters).
+    `routing[i]` (tokens, layers, k; int32) is the MoE experts each layer routed the
+    forward pass that chose token i to, when asked for and sent (`--routed-experts`).
     """
 
     text: list[str] = field(default_factory=list)
@@ -169,6 +173,7 @@ class Tokens:
     top_logprob: list[list[float]] = field(default_factory=list)
     ids: list[int] | None = None
     raw_bytes: list[list[int] | None] | None = None
+    routing: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.text)
@@ -212,6 +217,8 @@ class Tokens:
             data["ids"] = self.ids
         if self.raw_bytes is not None:
             data["raw_bytes"] = self.raw_bytes
+        if self.routing is not None:
+            data["routing"] = self.routing.tolist()
         return data
 
     @classmethod
@@ -223,7 +230,15 @@ class Tokens:
             top_logprob=data["top_logprob"],
             ids=data.get("ids"),
             raw_bytes=data.get("raw_bytes"),
+            routing=_routing_array(data.get("routing")),
         )
+
+
+def _routing_array(value: Any) -> np.ndarray | None:
+    if value is None:
+        return None
+    array = np.array(value, np.int32)
+    return array.reshape(0, 0, 0) if not array.size else array
 
 
 @dataclass

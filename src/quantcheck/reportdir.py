@@ -98,6 +98,13 @@ class PairRow(msgspec.Struct, kw_only=True):
     forced_kl_p99: float | None = None
     forced_kl_max: float | None = None
     forced_delta_p_mean: float | None = None
+    a_routings: int | None = None
+    b_routings: int | None = None
+    a_routing: str = ""
+    b_routing: str = ""
+    routing_first_token: int | None = None
+    routing_first_layer: int | None = None
+    routing_diff_share: float | None = None
     a_text: str | None = None
     b_text: str | None = None
     a_tool_calls: str | None = None
@@ -127,7 +134,8 @@ TEXT_COLUMNS = ["prompt_id", "category", "status", "divergence_kind", "divergenc
                 "b_expect_failures", "flip", "a_checks", "b_checks", "flipped_checks",
                 "tool_call_change", "a_degenerate", "b_degenerate", "a_finish_reason",
                 "b_finish_reason", "suggested_label", "approved_label", "approved_at",
-                "prompt_hash", "a_repeat_mode", "b_repeat_mode", "a_text", "b_text",
+                "prompt_hash", "a_repeat_mode", "b_repeat_mode", "a_routing", "b_routing", "a_text",
+                "b_text",
                 "a_tool_calls", "b_tool_calls"]
 
 

@@ -76,6 +76,18 @@ class Counts(msgspec.Struct, kw_only=True):
     unanswered: PerSide  # requests without a successful record
     checks: dict[str, CheckCounts] = {}  # by check kind, in expectations.CHECKS order
     tool_calls: dict[str, int] = {}  # tool_call_change -> compared prompts
+    routing: RoutingCounts | None = None  # when either side recorded MoE routing
+
+
+class RoutingCounts(msgspec.Struct, kw_only=True):
+    """Prompts by what their MoE routing showed (pairs.csv's routing columns)."""
+
+    pairs: int  # compared prompts with routing on both sides
+    a_gating: int  # routing differs between A's repeats
+    b_gating: int
+    a_after_routing: int  # routing identical across repeats, logprobs not
+    b_after_routing: int
+    ab_differs: int  # B routed a shared token elsewhere than A
 
 
 class Comparison(msgspec.Struct):
@@ -284,13 +296,16 @@ class DeterminismRow(msgspec.Struct, kw_only=True):
     first_logprob_divergence: int | None = None
     max_logprob_spread: float | None = None
     verdict: str  # deterministic | logprobs vary | text varies
+    routing: str = ""  # with --routed-experts: identical | after_routing | gating
+    routing_sentence: str = ""
 
 
-class ModeCounts(msgspec.Struct):
+class ModeCounts(msgspec.Struct, omit_defaults=True):
     prompts: int
     text_varies: int
     logprobs_vary: int
     deterministic: int
+    routing: dict[str, int] = {}  # routing diagnosis -> prompts (with --routed-experts)
 
 
 class DeterminismReport(msgspec.Struct, kw_only=True):

@@ -68,6 +68,8 @@ class Parameters(msgspec.Struct, kw_only=True):
     preflight: bool = True
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
     max_response_mb: int = DEFAULT_MAX_RESPONSE_MB
+    routed_experts: bool = False  # ask for MoE routing (forces non-streamed requests)
+    routed_experts_shape: list[int] | None = None  # [layers, k] of a flat (SGLang) routing
 
 
 class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import orjson
 import pandas as pd
 
@@ -71,6 +72,21 @@ class Side:
             raise RunFormatError(f"{self.completions_path}: changed while it was read "
                                  f"(no record at byte {offset}); compare again")
         return self._blobs.tokens(line.tokens)
+
+    @property
+    def routed(self) -> bool:
+        """Whether the run asked for MoE routing (`--routed-experts`)."""
+        return bool(self.manifest and self.manifest.parameters.routed_experts)
+
+    def routing_of(self, records: list[dict[str, Any]]) -> dict[int, np.ndarray]:
+        """The routings of these index records by repeat, in repeat order (those that
+        have one)."""
+        found = {}
+        for record in sorted(records, key=lambda r: r["repeat"]):
+            tokens = self.tokens_at(int(record["offset"]))
+            if tokens is not None and tokens.routing is not None:
+                found[int(record["repeat"])] = tokens.routing
+        return found
 
     def close(self) -> None:
         if self._lines is not None:

@@ -25,6 +25,7 @@ from .reportrecords import (
     Performance,
     PerSide,
     PreflightPair,
+    RoutingCounts,
     SideIdentity,
     SidePerformance,
     Spread,
@@ -120,7 +121,22 @@ def _counts(pairs: pd.DataFrame, compared: pd.DataFrame, a: Side, b: Side) -> Co
         divergence_kinds=_value_counts(compared["divergence_kind"]),
         status={str(status): int(n) for status, n in pairs["status"].value_counts().items()},
         unanswered=PerSide(unanswered(a), unanswered(b)),
-        checks=check_counts(compared), tool_calls=_value_counts(compared["tool_call_change"]))
+        checks=check_counts(compared), tool_calls=_value_counts(compared["tool_call_change"]),
+        routing=routing_counts(compared))
+
+
+def routing_counts(compared: pd.DataFrame) -> RoutingCounts | None:
+    kinds = {side: compared[f"{side}_routing"].astype(object).fillna("") for side in "ab"}
+    if not any((kind != "").any() for kind in kinds.values()):
+        return None
+    both = (kinds["a"] != "") & (kinds["b"] != "")
+    return RoutingCounts(
+        pairs=int(both.sum()),
+        a_gating=int((kinds["a"] == "gating").sum()),
+        b_gating=int((kinds["b"] == "gating").sum()),
+        a_after_routing=int((kinds["a"] == "after_routing").sum()),
+        b_after_routing=int((kinds["b"] == "after_routing").sum()),
+        ab_differs=int(compared["routing_first_token"].notna().sum()))
 
 
 def check_counts(compared: pd.DataFrame) -> dict[str, CheckCounts]:

@@ -17,6 +17,8 @@ in completions.jsonl points at it: `"tokens": {"file": "tokens.bin", "offset": 0
                alternative's logprob; byte-shuffled
     ids        token ids (-1 unknown), when the server sent any: int32, or int64 when
                the header says `"ids": "i8"` (older blobs say `true`: int32)
+    routing    MoE experts per generated token, layer and slot, when the header has
+               `"routing": [tokens, layers, k, type]` (type u1, u2 or i4)
 
 zstd finds the repeated token strings itself. Logprobs are stored as float32 when
 that is exact: `f4` when each value is a float32 (vLLM, SGLang and llama-cpp-python
@@ -60,6 +62,7 @@ class PackedTokens:
     top_logprob: np.ndarray
     ids: np.ndarray | None = None
     raw_bytes: dict[int, list[int]] | None = None
+    routing: np.ndarray | None = None
 
     def signature(self, digits: int) -> str:
         """Digest of the token sequence and every position's top-k, logprobs rounded
@@ -89,7 +92,8 @@ class PackedTokens:
             text=text,
             logprob=[None if v != v else v for v in self.chosen_logprob.tolist()],  # NaN
             top_text=top_text, top_logprob=[top_logprob_flat[a:b] for a, b in spans],
-            ids=self.ids.tolist() if self.ids is not None else None, raw_bytes=raw)
+            ids=self.ids.tolist() if self.ids is not None else None, raw_bytes=raw,
+            routing=self.routing)
 
 
 def round_significant(values: np.ndarray, digits: int) -> np.ndarray:
@@ -119,7 +123,7 @@ def packed_from_tokens(tokens: Tokens) -> PackedTokens:
         top_logprob=np.fromiter(chain.from_iterable(tokens.top_logprob), float,
                                 count=len(alternatives)),
         ids=np.array(tokens.ids, np.int64) if tokens.ids is not None else None,
-        raw_bytes=raw)
+        raw_bytes=raw, routing=tokens.routing)
 
 
 def pack(tokens: Tokens) -> bytes:
@@ -137,18 +141,24 @@ def pack(tokens: Tokens) -> bytes:
     uniform = int(counts[0]) if packed.n and (counts == counts[0]).all() else None
     count_type = _narrowest(counts, "u")
     id_type = _narrowest(packed.ids, "i") if packed.ids is not None else None
-    header = {"v": 1, "n": packed.n, "k": uniform, "alternatives": len(packed.top_logprob),
-              "own_token": int(packed.own_token.sum()), "own_prob": int(own_prob.sum()),
-              "floats": float_format, "ids": id_type, "counts": count_type,
-              "raw_bytes": None if packed.raw_bytes is None
-              else {str(k): v for k, v in packed.raw_bytes.items()}}
+    header: dict[str, Any] = {
+        "v": 1, "n": packed.n, "k": uniform, "alternatives": len(packed.top_logprob),
+        "own_token": int(packed.own_token.sum()), "own_prob": int(own_prob.sum()),
+        "floats": float_format, "ids": id_type, "counts": count_type,
+        "raw_bytes": None if packed.raw_bytes is None
+        else {str(k): v for k, v in packed.raw_bytes.items()}}
+    routing = packed.routing
+    if routing is not None:
+        routing_type = _narrowest(routing, "e")
+        header["routing"] = [*routing.shape, routing_type]
     sections = [
         _sized(packed.top),
         b"" if uniform is not None else counts.astype(INTEGER_TYPES[count_type]).tobytes(),
         np.packbits(packed.own_token).tobytes(), _sized(packed.chosen),
         np.packbits(own_prob).tobytes(), float_bytes,
         packed.ids.astype(INTEGER_TYPES[id_type]).tobytes() if packed.ids is not None
-        and id_type else b""]
+        and id_type else b"",
+        routing.astype(INTEGER_TYPES[routing_type]).tobytes() if routing is not None else b""]
     head = orjson.dumps(header)
     return _COMPRESS.compress(struct.pack("<I", len(head)) + head + b"".join(sections))
 
@@ -176,21 +186,31 @@ def unpack(blob: bytes) -> PackedTokens:
         chosen_logprob = top_logprob[first.astype(np.int64)]
     chosen_logprob[own_prob] = floats[:header["own_prob"]]
     raw = header["raw_bytes"]
+    routing = None
+    if header.get("routing"):
+        *shape, routing_type = header["routing"]
+        routing = reader.array(INTEGER_TYPES[routing_type], int(np.prod(shape))).astype(
+            np.int32).reshape(shape)
     return PackedTokens(n=n, top=top, counts=counts, own_token=own_token, chosen=chosen,
                         chosen_logprob=chosen_logprob, top_logprob=top_logprob, ids=ids,
-                        raw_bytes=None if raw is None else {int(k): v for k, v in raw.items()})
+                        raw_bytes=None if raw is None else {int(k): v for k, v in raw.items()},
+                        routing=routing)
 
 
 INTEGER_TYPES: dict[str, type[np.integer[Any]]] = {
-    "u2": np.uint16, "u4": np.uint32, "i4": np.int32, "i8": np.int64}
+    "u1": np.uint8, "u2": np.uint16, "u4": np.uint32, "i4": np.int32, "i8": np.int64}
+_WIDTHS = {"u": ("u2", "u4"), "i": ("i4", "i8"), "e": ("u1", "u2", "i4")}
 
 
 def _narrowest(values: np.ndarray, kind: str) -> str:
-    """u2 or u4 (counts), i4 or i8 (ids): the narrow type only when every value fits."""
-    narrow, wide = (("u2", "u4") if kind == "u" else ("i4", "i8"))
-    limits = np.iinfo(INTEGER_TYPES[narrow])
-    fits = not len(values) or (limits.min <= values.min() and values.max() <= limits.max)
-    return narrow if fits else wide
+    """u2 or u4 (counts), i4 or i8 (ids), u1, u2 or i4 (experts): the narrowest type
+    every value fits."""
+    *narrow, wide = _WIDTHS[kind]
+    for name in narrow:
+        limits = np.iinfo(INTEGER_TYPES[name])
+        if not values.size or (limits.min <= values.min() and values.max() <= limits.max):
+            return name
+    return wide
 
 
 def _join(strings: list[str]) -> bytes:

@@ -14,7 +14,7 @@ from ..collect import REPEAT_MODES, CollectSettings
 from ..forced import ForcedSettings
 from ..pipeline import ABRun, CompareOptions, ThroughputSettings
 from ..prompts import shipped_prompt_file
-from ..reportrecords import Overview, Summary
+from ..reportrecords import DeterminismReport, Overview, Summary
 from ..runstore import load_run
 from ..throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
 from ._common import (
@@ -433,6 +433,7 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
         click.echo(f"{mode}: {counts.prompts} prompts: {counts.deterministic} "
                    f"deterministic, {counts.logprobs_vary} with varying logprobs, "
                    f"{counts.text_varies} with varying text")
+        echo_routing_verdicts(report, mode)
     click.echo(f"report: {out / 'determinism.csv'}, {page}")
     if fail_on_nondeterminism and report.varying:
         click.echo(f"FAIL: {report.varying} prompt/mode results are nondeterministic",
@@ -440,6 +441,12 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
         sys.exit(1)
 
 
+def echo_routing_verdicts(report: DeterminismReport, mode: str) -> None:
+    """One line per routing diagnosis of a mode, with an example prompt's sentence."""
+    for kind, prompts in report.modes[mode].routing.items():
+        example = next(row for row in report.prompts if row.mode == mode and row.routing == kind)
+        click.echo(f"  routing: {prompts} prompt{'s' if prompts != 1 else ''}: "
+                   f"{example.routing_sentence} (e.g. {example.prompt_id})")
 
 
 @cli.command("suites")

@@ -226,8 +226,26 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
                      help="Length of the preflight's context-truncation probe; 0 skips it."),
         click.option("--force", is_flag=True,
                      help="Set aside a run made with other parameters and start over."),
+        click.option("--routed-experts", is_flag=True,
+                     help="Record MoE expert routing per token and layer (vLLM started with "
+                          "--enable-return-routed-experts; SGLang with routed experts "
+                          "capture); collects without streaming."),
+        click.option("--routed-experts-shape", callback=_layers_and_k, metavar="LAYERS,K",
+                     help="The model's num_hidden_layers and num_experts_per_tok: SGLang "
+                          "sends routing without its shape."),
     ]
     return cast(F, _apply(options, with_suites))
+
+
+def _layers_and_k(context: click.Context, parameter: click.Parameter, value: str | None
+                  ) -> list[int] | None:
+    if value is None:
+        return None
+    parts = value.replace(" ", "").split(",")
+    if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise click.BadParameter(f"{value!r}: expected LAYERS,K, e.g. 48,8", context,
+                                 parameter)
+    return [int(part) for part in parts]
 
 
 def settings_from(endpoint: str, label: str, model: str | None, api_key_env: str | None,
@@ -241,6 +259,8 @@ def settings_from(endpoint: str, label: str, model: str | None, api_key_env: str
         repeat_mode=options.get("repeat_mode", "pool"),
         preflight=options.get("preflight", True),
         context_tokens=options.get("context_tokens", DEFAULT_CONTEXT_TOKENS),
+        routed_experts=options.get("routed_experts", False),
+        routed_experts_shape=options.get("routed_experts_shape"),
         request=RequestOptions(max_tokens=options["max_tokens"], api=options["api"],
                                extra_body=options["extra_body"]),
         cell=run_guarded(lambda: parse_cell_options(cell), ""))

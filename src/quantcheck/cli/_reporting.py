@@ -170,6 +170,9 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-forced-kl", type=click.FloatRange(0), metavar="X",
               help="Fail when the mean teacher-forced KL over all scored positions exceeds X "
                    "(needs a report made with --forced; default off).")
+@click.option("--require-routing-determinism/--no-require-routing-determinism", default=None,
+              help="Fail when B's repeats of a prompt were routed to other MoE experts "
+                   "(needs runs collected with --routed-experts; default off).")
 @click.option("--max-blocking-log-signatures", type=click.IntRange(0),
               help="Blocking failure signatures found in --a-log/--b-log (default 0).")
 @click.option("--review", "review_files", multiple=True,

@@ -5,12 +5,22 @@ speaks the wire format of vllm, sglang, llama.cpp or llama-cpp-python, streams, 
 injects the faults a real deployment shows (latency, 429, 5xx, dropped connections,
 a top_logprobs limit, missing logprobs, rejected parameters, nondeterministic or
 load-dependent logprobs). It can also replay a recorded response body verbatim.
+
+MoE routing (`Faults.routing`, as a server started to return it): a pretend mixture
+of ROUTING_EXPERTS experts, ROUTING_LAYERS layers, ROUTING_K per token, each forward
+pass routed by a hash of its token and position, sent as vLLM does (non-streamed
+`choices[0].routed_experts`, base64 `.npy`) or SGLang does (`sglext.routed_experts`,
+base64 raw int32, when the request asks `return_routed_experts`). Planted: gating that
+changes from request to request (`gating_nondeterministic`), and one (token, layer)
+routed elsewhere (`routing_flip_at`, a generated token's position).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import io
 import random
 import threading
 import time
@@ -18,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+import numpy as np
 import orjson
 from aiohttp import web
 
@@ -49,6 +60,24 @@ class Faults:
     not_greedy: str | None = None  # "sampling" (unless top_k is 1) or "penalty" (always)
     reasoning: str | None = None  # "leak" into content, or "eat" every token (chat only)
     other_tokenizer: bool = False  # other token ids and counts (B with another vocabulary)
+    routing: bool = False  # return MoE routing (vLLM's server flag; SGLang when asked)
+    gating_nondeterministic: bool = False  # one (token, layer) routed by request number
+    routing_flip_at: int | None = None  # this generated token's layer 1 routed elsewhere
+
+
+ROUTING_LAYERS, ROUTING_K, ROUTING_EXPERTS = 4, 2, 8
+
+
+def lab_routing(forwarded: list[str]) -> np.ndarray:
+    """(tokens, layers, k) experts: each token's forward pass routed by a hash of the
+    token and its position, k distinct experts per layer."""
+    rows = []
+    for position, token in enumerate(forwarded):
+        digest = hashlib.blake2b(f"{position}\0{token}".encode(), digest_size=8).digest()
+        chooser = random.Random(int.from_bytes(digest, "little"))
+        rows.append([sorted(chooser.sample(range(ROUTING_EXPERTS), ROUTING_K))
+                     for _ in range(ROUTING_LAYERS)])
+    return np.array(rows, np.int32).reshape(len(rows), ROUTING_LAYERS, ROUTING_K)
 
 
 @dataclass
@@ -328,7 +357,36 @@ class LabServer:
         if number in self.faults.drop:
             request.transport.close()  # type: ignore[union-attr]
             return web.Response()
-        return _json(render.whole(steps, finish))
+        answer = render.whole(steps, finish)
+        if self.faults.routing:
+            self._add_routing(answer, body, steps, number)
+        return _json(answer)
+
+    def _add_routing(self, answer: dict[str, Any], body: dict[str, Any], steps: list[Step],
+                     number: int) -> None:
+        if self.dialect == "sglang" and not body.get("return_routed_experts"):
+            return
+        forwarded = [str(i) for i in self.tokenize(prompt_text_of(body))] + [
+            step.token for step in steps[:-1]]
+        routing = lab_routing(forwarded)
+        generated = len(forwarded) - len(steps)  # the row that chose token 0: the prompt's last
+        if self.faults.gating_nondeterministic and steps:
+            self._reroute(routing, generated + (number * 7) % len(steps), number % 4)
+        if self.faults.routing_flip_at is not None and self.faults.routing_flip_at < len(steps):
+            self._reroute(routing, generated + self.faults.routing_flip_at, 1)
+        if self.dialect == "sglang":
+            answer["sglext"] = {"routed_experts": base64.b64encode(
+                routing.astype("<i4").tobytes()).decode()}
+        elif self.dialect == "vllm":
+            buffer = io.BytesIO()
+            np.save(buffer, routing.astype(np.uint8))
+            answer["choices"][0]["routed_experts"] = base64.b64encode(
+                buffer.getvalue()).decode()
+
+    @staticmethod
+    def _reroute(routing: np.ndarray, row: int, layer: int) -> None:
+        if 0 <= row < len(routing):
+            routing[row, layer] = (routing[row, layer] + ROUTING_K) % ROUTING_EXPERTS
 
     async def _stream(self, request: web.Request, body: dict[str, Any], chat: bool,
                       number: int, render: _Renderer) -> web.StreamResponse:
