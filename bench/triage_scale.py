@@ -6,6 +6,10 @@ prompts are nondeterministic on B). Also times quantcheck's text triage against 
 seeds' difflib loop on a 1,000-pair subset.
 
     python bench/triage_scale.py [--prompts 10000] [--repeats 6] [--tokens 256] [--top 20]
+        [--jobs N]
+
+With `--jobs N` (N above 1) compare also runs on N processes and the speedup against
+one process is reported (the same report either way).
 """
 
 from __future__ import annotations
@@ -136,6 +140,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--generate-into", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.generate_into:
@@ -154,15 +159,29 @@ def main() -> None:
         print(f"generated {size / 2**30:.2f} GiB of runs in {generated:.0f} s", flush=True)
         wall, peak, _ = run_measured([sys.executable, "-m", "quantcheck", "compare",
                                       str(root / "a"), str(root / "b"), "--out",
-                                      str(root / "report")])
+                                      str(root / "report"), "--jobs", "1"])
+        parallel: dict[str, Any] = {}
+        if args.jobs > 1:
+            wall_n, peak_n, _ = run_measured([
+                sys.executable, "-m", "quantcheck", "compare", str(root / "a"),
+                str(root / "b"), "--out", str(root / "report-jobs"), "--jobs", str(args.jobs)])
+            same = all((root / "report" / name).read_bytes()
+                       == (root / "report-jobs" / name).read_bytes()
+                       for name in ("pairs.csv", "details.jsonl"))
+            parallel = {"jobs": args.jobs, "wall_s": wall_n, "peak_rss_mib": peak_n,
+                        "speedup": wall / wall_n, "share_of_linear": wall / wall_n / args.jobs,
+                        "same_report": same}
         ratio = text_triage_ratio(root, min(1000, args.prompts))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     figures = {"prompts": args.prompts, "repeats": args.repeats, "tokens": args.tokens,
                "top_k": args.top, "runs_bytes": size, "compare_wall_s": wall,
-               "compare_peak_rss_mib": peak, "text_triage": ratio}
+               "compare_peak_rss_mib": peak, "parallel": parallel, "text_triage": ratio}
     print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
-    print(f"saved {save('triage_scale', figures)}")
+    scale = (args.prompts, args.repeats, args.tokens, args.top)
+    name = "triage_scale" if scale == (10_000, 6, 256, 20) else \
+        f"triage_scale_{args.prompts}x{args.repeats}x{args.tokens}"
+    print(f"saved {save(name, figures)}")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from .runstore import (
 )
 from .runtimes import choose_model
 from .servers import describe_server
+from .shards import shard_prompts
 
 REPEAT_MODES = ("pool", "sequential", "burst", "loaded")
 # A dead endpoint: this many connection failures in a row, over at least this long
@@ -147,6 +148,8 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
         reporter.warn("--routed-experts collects without streaming (routing comes only in "
                       "whole answers): time to first token is not measured")
     prompts = load_prompts(prompt_files, settings.request)
+    if settings.shard:
+        prompts = shard_prompts(prompts, settings.shard)
     run_dir = Path(out)
     async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
                               settings.timeout, max(settings.concurrency * 2, 16),

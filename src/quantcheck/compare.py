@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from .drift import pair_columns as forced_pair_columns
 from .expectations import CodeRunner, evaluate, parse_calls
 from .files import make_directory, write_atomic
 from .logscan import scan_logs
+from .parallel import ordered_map
 from .records import Prompt
 from .reportdir import DETAILS, PAIR_COLUMNS, PAIR_FORCED_COLUMNS, PAIRS, read_forced, write_summary
 from .reportrecords import ForcedSummary, KLHistogram, Summary
@@ -44,32 +46,34 @@ from .triage import (
 
 def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
             prompts: dict[str, Prompt] | None = None,
-            approvals: str | Path | None = None, code_exec: Limits | None = None
-            ) -> pd.DataFrame:
+            approvals: str | Path | None = None, code_exec: Limits | None = None,
+            jobs: int = 1) -> pd.DataFrame:
     """One row per prompt (PAIR_COLUMNS); A is the reference, B the candidate.
-    `code_exec`: run `code` checks within these limits (None: they are skipped)."""
-    side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
+    `code_exec`: run `code` checks within these limits (None: they are skipped).
+    `jobs`: processes for the signatures and the pairs (available_cores(): all)."""
+    side_a, side_b = _resolve_sides(a, b, sig_digits, prompts, jobs)
     with side_a, side_b:
-        return _compared(side_a, side_b, approvals, code_exec)[0]
+        return _compared(side_a, side_b, approvals, code_exec, jobs)[0]
 
 
 def _compared(side_a: Side, side_b: Side, approvals: str | Path | None,
-              code_exec: Limits | None) -> tuple[pd.DataFrame, list[Record], Path | None]:
-    pairs, details = pairs_and_details(side_a, side_b, code_runner(code_exec))
+              code_exec: Limits | None, jobs: int
+              ) -> tuple[pd.DataFrame, list[Record], Path | None]:
+    pairs, details = pairs_and_details(side_a, side_b, code_runner(code_exec), jobs)
     approvals_path = Path(approvals) if approvals else None
     apply_approvals(pairs, load_approvals(approvals_path))
     return pairs, details, approvals_path
 
 
 def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
-                   prompts: dict[str, Prompt] | None) -> tuple[Side, Side]:
+                   prompts: dict[str, Prompt] | None, jobs: int = 1) -> tuple[Side, Side]:
     # A texts file names its prompts after the other side's prompt set (or --prompts).
     side_a = a if isinstance(a, Side) else None
     side_b = b if isinstance(b, Side) else None
     if side_a is None and not _is_texts(a):
-        side_a = load_side(a, sig_digits)  # type: ignore[arg-type]
+        side_a = load_side(a, sig_digits, jobs=jobs)  # type: ignore[arg-type]
     if side_b is None and not _is_texts(b):
-        side_b = load_side(b, sig_digits)  # type: ignore[arg-type]
+        side_b = load_side(b, sig_digits, jobs=jobs)  # type: ignore[arg-type]
     known = prompts or (side_a.prompts if side_a else None) or (
         side_b.prompts if side_b else None)
     side_a = side_a or load_side(a, sig_digits, known)  # type: ignore[arg-type]
@@ -84,19 +88,28 @@ def _is_texts(source: str | Path | Side) -> bool:
 Record = dict[str, Any]
 
 
-def pairs_and_details(a: Side, b: Side, run_code: CodeRunner | None = None
+def pairs_and_details(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: int = 1
                       ) -> tuple[pd.DataFrame, list[Record]]:
-    """The pairs frame, and per prompt what the review sheet shows beyond it."""
+    """The pairs frame, and per prompt what the review sheet shows beyond it; the
+    pairs are judged in `jobs` processes."""
     a_groups, b_groups = _by_prompt(a.index), _by_prompt(b.index)
     order = list(dict.fromkeys([*a.prompts, *a_groups, *b.prompts, *b_groups]))
     token_level = token_metrics_withheld(a, b) is None
-    rows, details = [], []
-    for prompt_id in order:
-        detail: Record = {"prompt_id": prompt_id}
-        rows.append(_pair_row(prompt_id, a, b, a_groups.get(prompt_id),
-                              b_groups.get(prompt_id), detail, token_level, run_code))
-        details.append(detail)
-    return pd.DataFrame(rows, columns=PAIR_COLUMNS), details
+
+    def judge(prompt_ids: Sequence[str]) -> list[tuple[dict[str, Any], Record]]:
+        judged = []
+        for prompt_id in prompt_ids:
+            detail: Record = {"prompt_id": prompt_id}
+            judged.append((_pair_row(prompt_id, a, b, a_groups.get(prompt_id),
+                                     b_groups.get(prompt_id), detail, token_level, run_code),
+                           detail))
+        return judged
+
+    a.close()  # each worker opens the runs' files itself (a shared offset would race)
+    b.close()
+    judged = ordered_map(judge, order, jobs)
+    return (pd.DataFrame([row for row, _ in judged], columns=PAIR_COLUMNS),
+            [detail for _, detail in judged])
 
 
 def run_identity(pairs: pd.DataFrame) -> str:
@@ -326,18 +339,19 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
                    approvals: str | Path | None = None,
                    logs: dict[str, Path | None] | None = None,
                    signature_files: tuple[Path, ...] = (),
-                   forced: str | Path | None = None, code_exec: Limits | None = None
-                   ) -> tuple[pd.DataFrame, Summary]:
+                   forced: str | Path | None = None, code_exec: Limits | None = None,
+                   jobs: int = 1) -> tuple[pd.DataFrame, Summary]:
     """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
-    review sheet index.html. `forced`: a folder written by `quantcheck forced`."""
+    review sheet index.html. `forced`: a folder written by `quantcheck forced`; `jobs`:
+    processes for the signatures and the pairs."""
     from .report import write_sheet
     from .summary import summarize
 
     out = Path(out)
-    side_a, side_b = _resolve_sides(a, b, sig_digits, prompts)
+    side_a, side_b = _resolve_sides(a, b, sig_digits, prompts, jobs)
     with side_a, side_b:
         pairs, details, approvals_path = _compared(
-            side_a, side_b, approvals or default_approvals_path(out), code_exec)
+            side_a, side_b, approvals or default_approvals_path(out), code_exec, jobs)
     forced_summary = _add_forced(pairs, forced) if forced is not None else None
     summary = summarize(pairs, side_a, side_b)
     summary.forced = forced_summary

@@ -35,7 +35,7 @@ import math
 import operator
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -43,6 +43,7 @@ import orjson
 
 from .records import Tokens, ToolCall
 
+_Shape = TypeVar("_Shape", bound=msgspec.Struct)
 _LOGPROB = operator.attrgetter("logprob")
 _TOKEN = operator.attrgetter("token")
 
@@ -508,11 +509,15 @@ class _ScoredBody(msgspec.Struct):
     usage: dict[str, Any] | None = None
 
 
-def _scored_choice(answer: Any) -> tuple[_ScoredChoice, dict[str, Any]]:
+def _converted(answer: Any, shape: type[_Shape], what: str) -> _Shape:
     try:
-        body = msgspec.convert(answer, _ScoredBody, strict=False)
+        return msgspec.convert(answer, shape, strict=False)
     except msgspec.ValidationError as exc:
-        raise MalformedResponse(f"unexpected scoring answer: {exc}") from None
+        raise MalformedResponse(f"unexpected {what}: {exc}") from None
+
+
+def _scored_choice(answer: Any) -> tuple[_ScoredChoice, dict[str, Any]]:
+    body = _converted(answer, _ScoredBody, "scoring answer")
     if not body.choices:
         raise MalformedResponse("no choices in the scoring answer")
     return body.choices[0], body.usage or {}
@@ -578,10 +583,7 @@ def parse_native_next(answer: Any, token_id: int, token_text: str, top_k: int
     alternatives for the next token, and the logprob of `token_id` among them (None when
     it is outside the top-k). The alternative with that id is given `token_text`, so that
     comparing texts compares ids."""
-    try:
-        body = msgspec.convert(answer, _NativeCompletion, strict=False)
-    except msgspec.ValidationError as exc:
-        raise MalformedResponse(f"unexpected /completion answer: {exc}") from None
+    body = _converted(answer, _NativeCompletion, "/completion answer")
     if not body.completion_probabilities:
         raise MalformedResponse("the /completion answer has no completion_probabilities")
     alternatives = body.completion_probabilities[0].top_logprobs

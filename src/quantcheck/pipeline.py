@@ -41,6 +41,7 @@ class CompareOptions:
     signature_files: tuple[Path, ...] = ()
     forced: Path | None = None  # a folder written by `quantcheck forced`
     code_exec: Limits | None = None  # run `code` checks in these limits (else skipped)
+    jobs: int = 1  # processes for the signatures and the pairs
 
 
 def compare_runs(a: Path, b: Path, out: Path, options: CompareOptions | None = None,
@@ -51,7 +52,7 @@ def compare_runs(a: Path, b: Path, out: Path, options: CompareOptions | None = N
                           approvals=options.approvals,
                           logs={"a": options.a_log, "b": options.b_log},
                           signature_files=options.signature_files, forced=options.forced,
-                          code_exec=options.code_exec)[1]
+                          code_exec=options.code_exec, jobs=options.jobs)[1]
 
 
 @dataclass

@@ -25,6 +25,12 @@ AXES = ["model", "runtime", "runtime_version"]
 # many nats of a side's most likely token (at least e^-2, 14% of its probability);
 # a top-20 list beyond them is noise a reviewer opens on demand.
 TOPK_MARGIN_NATS = 2.0
+# Above this many pairs the sheet embeds the texts and details of the pairs that need
+# a human only (not identical, not approved); the others keep their row (id, category,
+# status, flags: counted, filtered, found by id) and name pairs.csv for their texts.
+# 20,000 pairs of which 60% identical then open like 8,000 (bench/sheet.py).
+EMBED_ALL_UP_TO = 2000
+ELIDED_FIELDS = ("a_text", "b_text", "a_tool_calls", "b_tool_calls")
 
 
 def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
@@ -34,8 +40,14 @@ def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = N
     pairs = read_pairs(report_dir)
     details = read_details(report_dir)
     records = [_clean(row) for row in pairs.to_dict("records")]
-    for record in records:
-        record["detail"] = details.get(str(record["prompt_id"]), {})
+    elide = len(records) > EMBED_ALL_UP_TO
+    for number, record in enumerate(records):
+        if elide and not _needs_human(record):  # its row without texts or empty cells
+            records[number] = {key: value for key, value in record.items()
+                               if key not in ELIDED_FIELDS and value not in (None, "")}
+            records[number].update(detail={}, elided=True)
+        else:
+            record["detail"] = details.get(str(record["prompt_id"]), {})
     reviews, refused = load_reviews(report_dir, summary.identity, rubric,
                                     {str(r["prompt_id"]) for r in records})
     return {
@@ -47,6 +59,11 @@ def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = N
         "refused_reviews": refused,
         "live": live,
     }
+
+
+def _needs_human(record: dict[str, Any]) -> bool:
+    return (record.get("status") == "compared" and not record.get("identical")
+            and not record.get("approved_label"))
 
 
 def _clean(row: dict[Any, Any]) -> dict[str, Any]:
@@ -77,7 +94,7 @@ def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
         preflight=summary.preflight, plots=_plots(data["pairs"], forced),
         forced=forced if forced is not None and forced.scored else None,
-        categories=sorted({str(p["category"]) for p in data["pairs"] if p["category"]}),
+        categories=sorted({str(p["category"]) for p in data["pairs"] if p.get("category")}),
         refused_reviews=data["refused_reviews"], comparison=summary.comparison,
         near_tie_nats=summary.near_tie_nats, topk_margin_nats=TOPK_MARGIN_NATS, e=math.e,
         data_json=embed_json(data))
@@ -132,10 +149,11 @@ def _count_tiles(counts: Counts) -> list[tuple[str, Any]]:
 
 
 def _plots(pairs: list[dict[str, Any]], forced: ForcedSummary | None) -> list[dict[str, Any]]:
-    compared = [p for p in pairs if p["status"] == "compared" and not p["identical"]]
-    similarity = [p["similarity"] for p in compared if p["similarity"] is not None]
-    divergence = [p["first_divergence"] for p in compared if p["first_divergence"] is not None]
-    gap = [p["divergence_gap"] for p in compared if p["divergence_gap"] is not None]
+    compared = [p for p in pairs if p["status"] == "compared" and not p.get("identical")]
+    similarity = [p["similarity"] for p in compared if p.get("similarity") is not None]
+    divergence = [p["first_divergence"] for p in compared
+                  if p.get("first_divergence") is not None]
+    gap = [p["divergence_gap"] for p in compared if p.get("divergence_gap") is not None]
     return [
         {"svg": histogram(similarity, 0.0, 1.0), "caption":
          f"similarity of the {len(similarity)} non-identical pairs (0 to 1)"},

@@ -68,6 +68,7 @@ class Parameters(msgspec.Struct, kw_only=True):
     preflight: bool = True
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
     max_response_mb: int = DEFAULT_MAX_RESPONSE_MB
+    shard: str | None = None  # "I/N": this run holds shard I of N of the prompt set
     routed_experts: bool = False  # ask for MoE routing (forces non-streamed requests)
     routed_experts_shape: list[int] | None = None  # [layers, k] of a flat (SGLang) routing
 
@@ -261,6 +262,15 @@ class RunWriter:
                               "n_tokens": len(record.tokens)}
         append(self._lines, orjson.dumps(data) + b"\n", self.run_dir / COMPLETIONS)
 
+    def append_line(self, data: dict[str, Any], blob: bytes | None) -> None:
+        """A record as another run stored it, with its token blob (copied as is)."""
+        assert self._lines is not None and self._blobs is not None
+        if blob is not None:
+            offset = os.fstat(self._blobs).st_size
+            append(self._blobs, blob, self.run_dir / TOKENS_FILE)
+            data = {**data, "tokens": {**data["tokens"], "offset": offset}}
+        append(self._lines, orjson.dumps(data) + b"\n", self.run_dir / COMPLETIONS)
+
     def close(self) -> None:
         for descriptor in (self._lines, self._blobs):
             if descriptor is not None:
@@ -313,6 +323,10 @@ class Blobs:
         if "file" not in reference:
             return packed_from_tokens(Tokens.from_json(reference))
         return unpack(self._read(reference))
+
+    def blob(self, reference: dict[str, Any] | None) -> bytes | None:
+        """A record's compressed token blob as stored, or None (no tokens, or inline)."""
+        return self._read(reference) if reference and "file" in reference else None
 
     def _read(self, reference: dict[str, Any]) -> bytes:
         name = reference["file"]

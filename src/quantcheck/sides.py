@@ -9,8 +9,9 @@ re-read by offset for the few records a pair needs. That keeps memory bounded at
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,6 +21,7 @@ import pandas as pd
 
 from .checks import Fingerprint, Preflight
 from .errors import RunFormatError
+from .parallel import ordered_map
 from .records import Prompt, Tokens
 from .runstore import COMPLETIONS, Blobs, Manifest, decode_line, load_run, read_json
 
@@ -129,14 +131,20 @@ def calls_json(calls: list[dict[str, Any]] | None) -> str | None:
 
 
 def load_side(source: str | Path, sig_digits: int = 12,
-              prompts: dict[str, Prompt] | None = None) -> Side:
-    """A run directory, or a JSON list of texts in prompt order (then `prompts` names them)."""
+              prompts: dict[str, Prompt] | None = None, jobs: int = 1) -> Side:
+    """A run directory, or a JSON list of texts in prompt order (then `prompts` names them).
+    The signatures (a decompression and a digest per record) take `jobs` processes."""
     path = Path(source)
     if path.is_file() and path.suffix == ".json":
         return _texts_side(path, prompts)
     run = load_run(path)
     completions = run.path / COMPLETIONS
-    rows = list(_index_rows(completions, sig_digits)) if completions.exists() else []
+    rows = list(_index_rows(completions)) if completions.exists() else []
+    column = INDEX_COLUMNS.index("signature")
+    signatures = ordered_map(partial(_signatures, run.path, sig_digits),
+                             [row[column] for row in rows], jobs)
+    for row, found in zip(rows, signatures, strict=True):
+        row[column] = found
     _refuse_duplicates(rows, completions)
     return Side(label=run.label, prompts=run.prompts, manifest=run.manifest,
                 index=pd.DataFrame(rows, columns=INDEX_COLUMNS), completions_path=completions)
@@ -161,9 +169,17 @@ def _refuse_duplicates(rows: list[list[Any]], path: Path) -> None:
             "resume the collection (rerun the same collect command) to keep one of each")
 
 
-def _index_rows(path: Path, sig_digits: int) -> Iterator[list[Any]]:
+def _signatures(run_dir: Path, digits: int, references: Sequence[dict[str, Any] | None]
+                ) -> list[str | None]:
+    with Blobs(run_dir) as blobs:
+        return [signature(reference, blobs, digits) for reference in references]
+
+
+def _index_rows(path: Path) -> Iterator[list[Any]]:
+    """The index's rows, each with the record's token reference where its signature
+    goes (load_side computes them)."""
     offset = 0
-    with path.open("rb") as handle, Blobs(path.parent) as blobs:
+    with path.open("rb") as handle:
         for number, raw in enumerate(handle, 1):
             start, offset = offset, offset + len(raw)
             if not raw.endswith(b"\n"):
@@ -173,7 +189,7 @@ def _index_rows(path: Path, sig_digits: int) -> Iterator[list[Any]]:
                 raise RunFormatError(f"{path}:{number}: not a completion record")
             calls = calls_json(line.tool_calls)
             yield [line.prompt_id, line.prompt_hash, line.repeat, line.text, calls,
-                   text_hash(line.text, calls), signature(line.tokens, blobs, sig_digits),
+                   text_hash(line.text, calls), line.tokens,
                    line.n_tokens, line.finish_reason, line.error, line.ttft_s, line.e2e_s,
                    start]
 

@@ -449,6 +449,30 @@ def echo_routing_verdicts(report: DeterminismReport, mode: str) -> None:
                    f"{example.routing_sentence} (e.g. {example.prompt_id})")
 
 
+@cli.command("merge")
+@click.argument("runs", nargs=-1, required=True, type=EXISTING_DIR)
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="A new run directory for the merged run.")
+def merge_command(runs: tuple[Path, ...], out: Path) -> None:
+    """Join the shard runs of one endpoint (collected with --shard I/N) into one run.
+
+    Refuses shards of other endpoints, models, settings or prompt sets, a shard given
+    twice or missing, and a prompt in two shards. Records and token arrays are copied
+    as stored; the merged run compares exactly like an unsharded one.
+
+    \b
+    Example:
+      quantcheck collect --endpoint URL --prompts P.yaml --shard 1/2 --out runs/fp8-1
+      quantcheck collect --endpoint URL --prompts P.yaml --shard 2/2 --out runs/fp8-2
+      quantcheck merge runs/fp8-1 runs/fp8-2 --out runs/fp8
+    """
+    from ..shards import merge_runs
+
+    result = run_guarded(lambda: merge_runs(list(runs), out), "Nothing was merged.")
+    click.echo(f"merged {result.shards} shards: {result.prompts} prompts, "
+               f"{result.records} records -> {result.out}")
+
+
 @cli.command("suites")
 def suites_command() -> None:
     """List the built-in prompt suites: name, prompts, the checks they use, what they test.

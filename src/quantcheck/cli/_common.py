@@ -25,6 +25,7 @@ from ..collect import (
 )
 from ..errors import QuantcheckError
 from ..forced import MODES
+from ..parallel import available_cores
 from ..pipeline import ABRun, CompareOptions, run_ab, run_candidates
 from ..prompts import APIS, RequestOptions
 from ..records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB, Completion
@@ -226,6 +227,9 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
                      help="Length of the preflight's context-truncation probe; 0 skips it."),
         click.option("--force", is_flag=True,
                      help="Set aside a run made with other parameters and start over."),
+        click.option("--shard", metavar="I/N", callback=_shard_option,
+                     help="Collect only shard I of N of the prompts (a deterministic slice "
+                          "by prompt id); join the shard runs with `quantcheck merge`."),
         click.option("--routed-experts", is_flag=True,
                      help="Record MoE expert routing per token and layer (vLLM started with "
                           "--enable-return-routed-experts; SGLang with routed experts "
@@ -235,6 +239,19 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
                           "sends routing without its shape."),
     ]
     return cast(F, _apply(options, with_suites))
+
+
+def _shard_option(context: click.Context, parameter: click.Parameter, value: str | None
+                  ) -> str | None:
+    from ..shards import ShardError, parse_shard
+
+    if value is None:
+        return None
+    try:
+        index, count = parse_shard(value)
+    except ShardError as exc:
+        raise click.BadParameter(str(exc), context, parameter) from None
+    return f"{index}/{count}"
 
 
 def _layers_and_k(context: click.Context, parameter: click.Parameter, value: str | None
@@ -259,6 +276,7 @@ def settings_from(endpoint: str, label: str, model: str | None, api_key_env: str
         repeat_mode=options.get("repeat_mode", "pool"),
         preflight=options.get("preflight", True),
         context_tokens=options.get("context_tokens", DEFAULT_CONTEXT_TOKENS),
+        shard=options.get("shard"),
         routed_experts=options.get("routed_experts", False),
         routed_experts_shape=options.get("routed_experts_shape"),
         request=RequestOptions(max_tokens=options["max_tokens"], api=options["api"],
@@ -308,6 +326,8 @@ def compare_flags(function: F) -> F:
                      help="Wall-clock and CPU limit of one code check."),
         click.option("--code-memory-mb", default=Limits.memory_mb, show_default=True,
                      type=click.IntRange(32), help="Memory limit of one code check."),
+        click.option("--jobs", type=click.IntRange(1), metavar="N",
+                     help="Processes that judge pairs (default: every core)."),
     ]
     return _apply(options, function)
 
@@ -341,6 +361,7 @@ def compare_options(sig_digits: int, options: dict[str, Any]) -> CompareOptions:
     limits = Limits(wall_s=options["code_timeout"], cpu_s=math.ceil(options["code_timeout"]),
                     memory_mb=options["code_memory_mb"])
     return CompareOptions(sig_digits=sig_digits, approvals=options["approvals"],
+                          jobs=options.get("jobs") or available_cores(),
                           a_log=options["a_log"], b_log=options["b_log"],
                           signature_files=options["signature_files"],
                           forced=options.get("forced"),

@@ -1,0 +1,166 @@
+"""Scale: sharded collection and merge (four shards of a run merge into a run that
+compares byte for byte like the unsharded one; shards that do not belong together are
+refused), and compare on several processes (the same report as on one)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quantcheck import CollectSettings, collect, compare_to_dir, load_run, report
+from quantcheck.cli import cli
+from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.shards import ShardError, in_shard, merge_runs, parse_shard
+
+from .test_collect import Serve, WritePrompts
+
+
+def prompt_set(count: int) -> str:
+    return "prompts:\n" + "".join(
+        f"  - {{id: q{n}, category: c{n % 3}, prompt: 'question {n} about Australia'}}\n"
+        for n in range(count))
+
+
+PROMPTS = prompt_set(23)
+A = {"Australia": " The capital of Australia is Canberra, not Sydney."}
+B = {"Australia": " The capital of Australia is Sydney, not Canberra."}
+
+
+def collect_shards(url: str, prompts: Path, folder: Path, count: int, **extra: object
+                   ) -> list[Path]:
+    runs = []
+    for index in range(1, count + 1):
+        runs.append(folder / f"shard{index}")
+        collect([prompts], runs[-1], CollectSettings(
+            endpoint=url, label="b", repeats=2, context_tokens=0,
+            shard=f"{index}/{count}", concurrency=1 + index, **extra))  # type: ignore[arg-type]
+    return runs
+
+
+def test_four_shards_merge_into_the_unsharded_run(serve: Serve, write_prompts: WritePrompts,
+                                                  tmp_path: Path) -> None:
+    prompts = write_prompts(PROMPTS)
+    a, b = serve(ScriptedModel(A)), serve(ScriptedModel(B))
+    collect([prompts], tmp_path / "a", CollectSettings(endpoint=a.url, label="a", repeats=2,
+                                                       context_tokens=0))
+    collect([prompts], tmp_path / "whole", CollectSettings(endpoint=b.url, label="b",
+                                                           repeats=2, context_tokens=0))
+    shards = collect_shards(b.url, prompts, tmp_path, 4)
+    sizes = [len(load_run(shard).prompts) for shard in shards]
+    assert sum(sizes) == 23 and all(sizes)  # every prompt in exactly one shard
+
+    result = CliRunner().invoke(cli, ["merge", *map(str, reversed(shards)), "--out",
+                                      str(tmp_path / "merged")])
+    assert result.exit_code == 0, result.output
+    assert "merged 4 shards: 23 prompts, 46 records" in result.output
+    merged = load_run(tmp_path / "merged")
+    assert merged.status == "complete" and merged.manifest.parameters.shard is None
+    assert list(merged.prompts) == list(load_run(tmp_path / "whole").prompts)
+    for name in ("whole", "merged"):
+        compare_to_dir(tmp_path / "a", tmp_path / name, tmp_path / f"report-{name}")
+    assert (tmp_path / "report-merged" / "pairs.csv").read_bytes() == (
+        tmp_path / "report-whole" / "pairs.csv").read_bytes()
+    summaries = [json.loads((tmp_path / f"report-{name}" / "summary.json").read_text())
+                 for name in ("whole", "merged")]
+    assert summaries[0]["counts"] == summaries[1]["counts"]
+
+
+def test_shards_that_do_not_belong_together_are_refused(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    prompts = write_prompts(PROMPTS)
+    b = serve(ScriptedModel(B))
+    shards = collect_shards(b.url, prompts, tmp_path / "one", 2)
+    other = serve(ScriptedModel(B))
+    elsewhere = collect_shards(other.url, prompts, tmp_path / "two", 2)
+    thirds = collect_shards(b.url, prompts, tmp_path / "three", 3)
+    more_tokens = collect_shards(b.url, prompts, tmp_path / "four", 2, top_logprobs=5)
+    cases = [
+        ([shards[0]], "shard 2/2 missing"),
+        ([shards[0], shards[0], shards[1]], "shard 1/2 given twice"),
+        ([shards[0], elsewhere[1]], "not shards of one run: endpoint"),
+        ([shards[0], thirds[1]], "different numbers of shards"),
+        ([shards[0], more_tokens[1]], "top_logprobs 5 vs 20"),
+        ([tmp_path / "one" / "shard1", tmp_path / "nothing"], "not"),
+    ]
+    for runs, message in cases:
+        result = CliRunner().invoke(cli, ["merge", *map(str, runs), "--out",
+                                          str(tmp_path / "out")])
+        assert result.exit_code == 2, (message, result.output)
+        assert message in result.output, result.output
+        assert "Traceback" not in result.output
+    unsharded = tmp_path / "plain"
+    collect([prompts], unsharded, CollectSettings(endpoint=b.url, label="b", context_tokens=0))
+    with pytest.raises(ShardError, match="is not a shard"):
+        merge_runs([unsharded], tmp_path / "out")
+    merge_runs(shards, tmp_path / "out")
+    with pytest.raises(ShardError, match="holds a run already"):
+        merge_runs(shards, tmp_path / "out")
+    bad = CliRunner().invoke(cli, ["collect", "--endpoint", b.url, "--prompts", str(prompts),
+                                   "--out", str(tmp_path / "x"), "--shard", "3/2"])
+    assert bad.exit_code == 2 and "expected I/N with 1 <= I <= N" in bad.output
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.text(max_size=20), st.integers(1, 9))
+def test_every_prompt_is_in_exactly_one_shard(prompt_id: str, count: int) -> None:
+    assert sum(in_shard(prompt_id, index, count) for index in range(1, count + 1)) == 1
+    assert parse_shard(f"{count}/{count}") == (count, count)
+
+
+def test_compare_on_several_processes_writes_the_same_report(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    prompts = write_prompts(prompt_set(150))  # above parallel.MIN_ITEMS
+    for side, answers in (("a", A), ("b", B)):
+        collect([prompts], tmp_path / side, CollectSettings(
+            endpoint=serve(ScriptedModel(answers)).url, label=side, repeats=2,
+            context_tokens=0, concurrency=16))
+    for jobs in ("1", "2"):
+        result = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b"),
+                                          "--out", str(tmp_path / f"r{jobs}"), "--jobs", jobs])
+        assert result.exit_code == 0, result.output
+    for name in ("pairs.csv", "details.jsonl"):
+        assert (tmp_path / "r1" / name).read_bytes() == (tmp_path / "r2" / name).read_bytes()
+    summaries = [json.loads((tmp_path / f"r{jobs}" / "summary.json").read_text())
+                 for jobs in "12"]
+    assert summaries[0]["counts"] == summaries[1]["counts"]
+    assert summaries[0]["counts"]["pairs"] == 150
+
+
+def test_a_large_sheet_embeds_only_the_pairs_that_need_a_human(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, browser: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report, "EMBED_ALL_UP_TO", 10)  # 23 pairs count as "large" here
+    prompts = write_prompts(PROMPTS)
+    a = serve(ScriptedModel(A))
+    b = serve(ScriptedModel({"question 1": B["Australia"], **A}))  # q1, q10..q19 differ
+    collect([prompts], tmp_path / "a", CollectSettings(endpoint=a.url, label="a",
+                                                       context_tokens=0))
+    collect([prompts], tmp_path / "b", CollectSettings(endpoint=b.url, label="b",
+                                                       context_tokens=0))
+    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "r")
+    sheet = (tmp_path / "r" / "index.html").read_text()
+    assert sheet.count("Sydney, not Canberra") == 11  # B's text of the 11 differing pairs
+    assert sheet.count("Canberra, not Sydney") == 11  # A's: the 12 identical ones elided
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto((tmp_path / "r" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=true]")
+    assert page.locator("#shown").inner_text() == "23 of 23 shown"
+    page.fill("#f-search", "q5")
+    page.dispatch_event("#f-search", "input")
+    identical = page.locator('article.pair[data-prompt="q5"]')
+    identical.locator("summary").click()
+    assert "pairs.csv, row \"q5\"" in identical.locator(".elided").inner_text()
+    page.fill("#f-search", "q12")
+    page.dispatch_event("#f-search", "input")
+    differing = page.locator('article.pair[data-prompt="q12"]')
+    assert "Sydney" in differing.locator(".side.b").inner_text()
+    assert not errors
+    page.close()
