@@ -57,45 +57,57 @@ def jitter(tokens: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return {**tokens, "top_logprob": [[v * scale for v in row] for row in tokens["top_logprob"]]}
 
 
-def write_side(folder: Path, label: str, variants: list[list[dict[str, Any]]],
-               repeats: int) -> None:
-    folder.mkdir(parents=True)
-    ids = [f"p{n}" for n in range(len(variants))]
-    manifest = {"label": label, "endpoint": "synthetic", "model": "synthetic",
-                "prompt_hashes": {pid: "h" + pid for pid in ids}, "server": {}}
-    (folder / "manifest.json").write_bytes(orjson.dumps(manifest))
-    with (folder / "prompts.jsonl").open("wb") as handle:
-        for pid in ids:
-            handle.write(orjson.dumps({"id": pid, "category": "synthetic", "api": "completions",
-                                       "hash": "h" + pid, "request": {"prompt": pid}}) + b"\n")
-    with (folder / "completions.jsonl").open("wb") as lines, \
-            (folder / "tokens.bin").open("wb") as blobs:
-        for pid, versions in zip(ids, variants, strict=True):
-            blobs_of = [pack(Tokens.from_json(version)) for version in versions]
-            texts = ["".join(v["text"]) for v in versions]
-            for repeat in range(repeats):
-                which = repeat % len(versions)
-                reference = {"file": "tokens.bin", "offset": blobs.tell(),
-                             "length": len(blobs_of[which]),
-                             "n_tokens": len(versions[which]["text"])}
-                blobs.write(blobs_of[which])  # each repeat its own blob, as collect writes
-                lines.write(orjson.dumps({
-                    "prompt_id": pid, "prompt_hash": "h" + pid, "repeat": repeat,
-                    "text": texts[which], "finish_reason": "length", "error": None,
-                    "e2e_s": 1.0, "ttft_s": 0.05, "tokens": reference}) + b"\n")
+class SideWriter:
+    """One synthetic run directory, written prompt by prompt (memory stays flat: 100,000
+    prompts would not fit in memory at once)."""
+
+    def __init__(self, folder: Path, label: str, ids: list[str], repeats: int) -> None:
+        folder.mkdir(parents=True)
+        self.repeats = repeats
+        manifest = {"label": label, "endpoint": "synthetic", "model": "synthetic",
+                    "prompt_hashes": {pid: "h" + pid for pid in ids}, "server": {}}
+        (folder / "manifest.json").write_bytes(orjson.dumps(manifest))
+        with (folder / "prompts.jsonl").open("wb") as handle:
+            for pid in ids:
+                handle.write(orjson.dumps({"id": pid, "category": "synthetic",
+                                           "api": "completions", "hash": "h" + pid,
+                                           "request": {"prompt": pid}}) + b"\n")
+        self.lines = (folder / "completions.jsonl").open("wb")
+        self.blobs = (folder / "tokens.bin").open("wb")
+
+    def add(self, pid: str, versions: list[dict[str, Any]]) -> None:
+        blobs_of = [pack(Tokens.from_json(version)) for version in versions]
+        texts = ["".join(v["text"]) for v in versions]
+        for repeat in range(self.repeats):
+            which = repeat % len(versions)
+            reference = {"file": "tokens.bin", "offset": self.blobs.tell(),
+                         "length": len(blobs_of[which]),
+                         "n_tokens": len(versions[which]["text"])}
+            self.blobs.write(blobs_of[which])  # each repeat its own blob, as collect writes
+            self.lines.write(orjson.dumps({
+                "prompt_id": pid, "prompt_hash": "h" + pid, "repeat": repeat,
+                "text": texts[which], "finish_reason": "length", "error": None,
+                "e2e_s": 1.0, "ttft_s": 0.05, "tokens": reference}) + b"\n")
+
+    def close(self) -> None:
+        self.lines.close()
+        self.blobs.close()
 
 
 def generate(root: Path, prompts: int, repeats: int, length: int, top: int) -> None:
     rng = random.Random(7)
-    a_variants, b_variants = [], []
-    for _ in range(prompts):
-        base = make_tokens(rng, length, top)
-        a_variants.append([base])
-        candidate = fork(base, rng, top) if rng.random() < 0.4 else base
-        b_variants.append([candidate, jitter(candidate, rng)] if rng.random() < 0.05
-                          else [candidate])
-    write_side(root / "a", "a", a_variants, repeats)
-    write_side(root / "b", "b", b_variants, repeats)
+    ids = [f"p{n}" for n in range(prompts)]
+    a, b = (SideWriter(root / name, name, ids, repeats) for name in ("a", "b"))
+    try:
+        for pid in ids:
+            base = make_tokens(rng, length, top)
+            candidate = fork(base, rng, top) if rng.random() < 0.4 else base
+            a.add(pid, [base])
+            b.add(pid, [candidate, jitter(candidate, rng)] if rng.random() < 0.05
+                  else [candidate])
+    finally:
+        a.close()
+        b.close()
 
 
 def text_triage_ratio(root: Path, pairs: int) -> dict[str, float]:

@@ -98,8 +98,12 @@ def test_shards_that_do_not_belong_together_are_refused(
     collect([prompts], unsharded, CollectSettings(endpoint=b.url, label="b", context_tokens=0))
     with pytest.raises(ShardError, match="is not a shard"):
         merge_runs([unsharded], tmp_path / "out")
+    (tmp_path / "out.merging").mkdir()  # an interrupted merge's leftovers
+    (tmp_path / "out.merging" / "completions.jsonl").write_text("torn")
     merge_runs(shards, tmp_path / "out")
-    with pytest.raises(ShardError, match="holds a run already"):
+    assert not (tmp_path / "out.merging").exists()
+    assert len(list(load_run(tmp_path / "out").completions())) == 46  # 23 x 2 repeats
+    with pytest.raises(ShardError, match="is not empty"):
         merge_runs(shards, tmp_path / "out")
     bad = CliRunner().invoke(cli, ["collect", "--endpoint", b.url, "--prompts", str(prompts),
                                    "--out", str(tmp_path / "x"), "--shard", "3/2"])

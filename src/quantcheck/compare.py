@@ -146,7 +146,7 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
     a_ok, b_ok = _successful(a_rows), _successful(b_rows)
     row.update(_determinism("a", a_ok), a_repeat_mode=a.repeat_mode)
     row.update(_determinism("b", b_ok), b_repeat_mode=b.repeat_mode)
-    detail["a_variants"], detail["b_variants"] = _variants(a_ok), _variants(b_ok)
+    detail["a_variants"], detail["b_variants"] = _variants(a, a_ok), _variants(b, b_ok)
     a_first, b_first = _repeat_zero(a_ok), _repeat_zero(b_ok)
     row["status"] = _status(a_rows, b_rows, a_first, b_first)
     first = a_first if a_first is not None else b_first
@@ -155,7 +155,7 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
     if row["status"] != "compared":
         return row
     assert a_first is not None and b_first is not None and a_ok and b_ok
-    a_text, b_text = a_first["text"] or "", b_first["text"] or ""
+    a_text, b_text = a.text_of(a_first), b.text_of(b_first)
     a_calls, b_calls = _calls(a_first), _calls(b_first)
     a_content, b_content = with_calls(a_text, a_calls), with_calls(b_text, b_calls)
     row.update(a_text=a_text, b_text=b_text, a_tool_calls=a_calls, b_tool_calls=b_calls,
@@ -255,13 +255,14 @@ def _calls(record: Record) -> str | None:
     return calls if isinstance(calls, str) and calls else None
 
 
-def _variants(ok: list[Record] | None) -> list[tuple[str, int]] | None:
-    """Distinct texts across repeats with their counts, when there is more than one."""
-    if not ok:
+def _variants(side: Side, ok: list[Record] | None) -> list[tuple[str, int]] | None:
+    """Distinct texts across repeats with their counts, when there is more than one
+    (told apart by their hashes; only then is a text read)."""
+    if not ok or len({r["text_hash"] for r in ok}) < 2:
         return None
     counts: dict[str, int] = {}
     for record in ok:
-        text = record["text"] if isinstance(record["text"], str) else ""
+        text = side.text_of(record)
         counts[text] = counts.get(text, 0) + 1
     return sorted(counts.items(), key=lambda kv: -kv[1]) if len(counts) > 1 else None
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from .errors import QuantcheckError
-from .files import make_directory
+from .files import LOCK_FILE
 from .records import Prompt
 from .runstore import (
     COMPLETIONS,
@@ -77,14 +78,24 @@ def merge_runs(run_dirs: list[Path], out: Path) -> MergeResult:
     """Join the shard runs of one endpoint into `out` (a new, empty run directory)."""
     runs = [load_run(path) for path in run_dirs]
     _check_shards(runs)
-    if (out / COMPLETIONS).exists():
-        raise ShardError(f"{out} holds a run already; merge into a new directory")
+    if out.exists() and any(out.iterdir()):
+        raise ShardError(f"{out} is not empty; merge into a new directory")
     prompts = _in_set_order(runs)
-    make_directory(out)
-    with lock_run(out):
-        write_prompts(out, prompts)
-        records = _copy_records(runs, out)
-        write_manifest(out, _merged_manifest(runs, prompts))
+    # built beside `out` and renamed into place whole: an interrupted merge leaves no
+    # half run under the name (only OUT.merging, which the next merge replaces)
+    building = out.with_name(out.name + ".merging")
+    with lock_run(building):  # a second merge into `out` at the same time is refused
+        for stale in building.iterdir():  # what an interrupted merge left
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            elif stale.name != LOCK_FILE:
+                stale.unlink()
+        write_prompts(building, prompts)
+        records = _copy_records(runs, building)
+        write_manifest(building, _merged_manifest(runs, prompts))
+    if out.exists():
+        out.rmdir()  # empty, checked above
+    building.rename(out)
     return MergeResult(out, len(runs), len(prompts), records)
 
 

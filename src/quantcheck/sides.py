@@ -23,8 +23,17 @@ from .checks import Fingerprint, Preflight
 from .errors import RunFormatError
 from .parallel import ordered_map
 from .records import Prompt, Tokens
-from .runstore import COMPLETIONS, Blobs, Manifest, decode_line, load_run, read_json
+from .runstore import (
+    COMPLETIONS,
+    Blobs,
+    CompletionLine,
+    Manifest,
+    decode_line,
+    load_run,
+    read_json,
+)
 
+# `text` is filled for a texts file only: a run's texts are read by `offset` (text_of).
 INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "tool_calls", "text_hash",
                  "signature", "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
 
@@ -62,18 +71,32 @@ class Side:
     def tokens_at(self, offset: int) -> Tokens | None:
         """The token arrays of the record whose line starts at `offset` (the run's files
         stay open across calls until `close`)."""
+        line = self._line_at(offset)
+        if line is None:
+            return None
+        assert self._blobs is not None
+        return self._blobs.tokens(line.tokens)
+
+    def text_of(self, record: dict[str, Any]) -> str:
+        """An index record's text: a run's index holds none (read from its line, so
+        that the index stays small), a texts file's holds it."""
+        if isinstance(record["text"], str):
+            return record["text"]
+        line = self._line_at(int(record["offset"]))
+        return line.text or "" if line is not None else ""
+
+    def _line_at(self, offset: int) -> CompletionLine | None:
         if self.completions_path is None or offset < 0:
             return None
         if self._lines is None:
             self._lines = self.completions_path.open("rb")
             self._blobs = Blobs(self.completions_path.parent)
-        assert self._blobs is not None
         self._lines.seek(offset)
         line = decode_line(self._lines.readline())
         if line is None:
             raise RunFormatError(f"{self.completions_path}: changed while it was read "
                                  f"(no record at byte {offset}); compare again")
-        return self._blobs.tokens(line.tokens)
+        return line
 
     @property
     def routed(self) -> bool:
@@ -188,7 +211,7 @@ def _index_rows(path: Path) -> Iterator[list[Any]]:
             if line is None:
                 raise RunFormatError(f"{path}:{number}: not a completion record")
             calls = calls_json(line.tool_calls)
-            yield [line.prompt_id, line.prompt_hash, line.repeat, line.text, calls,
+            yield [line.prompt_id, line.prompt_hash, line.repeat, None, calls,
                    text_hash(line.text, calls), line.tokens,
                    line.n_tokens, line.finish_reason, line.error, line.ttft_s, line.e2e_s,
                    start]

@@ -19,6 +19,7 @@ from .reportrecords import Bootstrap, PassRate, Stats
 
 Z95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_BATCH_VALUES = 2_000_000  # resampled values held at once
 
 
 def pass_rate_sentence(change: PassRate) -> str:
@@ -121,7 +122,12 @@ def bootstrap_mean(values: np.ndarray, seed: int = 0) -> dict[str, float] | None
     if values.size == 0:
         return None
     rng = np.random.default_rng(seed)
-    means = rng.choice(values, size=(BOOTSTRAP_RESAMPLES, values.size)).mean(axis=1)
+    # a few resamples at a time: all at once held resamples x prompts floats (1.6 GB
+    # at 100,000 prompts); this holds at most about 16 MB
+    batch = max(1, min(BOOTSTRAP_RESAMPLES, BOOTSTRAP_BATCH_VALUES // values.size))
+    means = np.concatenate([
+        rng.choice(values, size=(min(batch, BOOTSTRAP_RESAMPLES - done), values.size))
+        .mean(axis=1) for done in range(0, BOOTSTRAP_RESAMPLES, batch)])
     return {"mean": float(values.mean()), "low": float(np.percentile(means, 2.5)),
             "high": float(np.percentile(means, 97.5)), "prompts": int(values.size)}
 

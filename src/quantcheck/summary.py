@@ -36,12 +36,14 @@ from .runstore import Throughput, read_throughput
 from .sides import Side
 from .stats import paired_statistics
 
+LONG_TEXT_COLUMNS = ["a_text", "b_text", "a_tool_calls", "b_tool_calls"]
 DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
                  "kl_topk_mean", "kl_topk_max"]
 
 
 def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> Summary:
     """Every total of a comparison (the fields compare adds later keep their defaults)."""
+    pairs = pairs.drop(columns=LONG_TEXT_COLUMNS)  # its selections copy what is left
     compared = pairs[pairs["status"] == "compared"]
     performance = Performance(a=_side_stats(a, compared, "a"), b=_side_stats(b, compared, "b"))
     _throughput_verdict(performance)
@@ -168,7 +170,7 @@ def unanswered(side: Side) -> int:
         return 0
     repeats = side.manifest.parameters.repeats
     expected = {(prompt_id, r) for prompt_id in side.prompts for r in range(repeats)}
-    ok = side.index[side.index["error"].isna()]
+    ok = side.index.loc[side.index["error"].isna(), ["prompt_id", "repeat"]]
     answered = set(zip(ok["prompt_id"].astype(str), ok["repeat"].astype(int), strict=True))
     return len(expected - answered)
 
@@ -290,7 +292,7 @@ def _drift(compared: pd.DataFrame) -> Drift:
 
 
 def _side_stats(side: Side, compared: pd.DataFrame, prefix: str) -> SidePerformance:
-    ok = side.index[side.index["error"].isna()]
+    ok = side.index.loc[side.index["error"].isna(), ["n_tokens", "e2e_s", "ttft_s"]]
     tokens = pd.to_numeric(ok["n_tokens"], errors="coerce")
     e2e = pd.to_numeric(ok["e2e_s"], errors="coerce").dropna()
     ttft = pd.to_numeric(ok["ttft_s"], errors="coerce").dropna()
