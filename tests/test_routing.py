@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from quantcheck.dialects import (
     decode_raw_routing,
     generated_routing,
 )
+from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.records import Tokens
 from quantcheck.routing import across_repeats, between
@@ -224,3 +227,25 @@ def test_any_routing_text_decodes_or_is_refused(data: bytes | str, kind: str) ->
     except MalformedResponse:
         return
     assert kept.ndim == 3 and len(kept) <= 3
+
+
+def test_lab_scripted_serves_planted_routing_from_the_command_line(
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "lab.log"
+    with log.open("wb") as handle:
+        process = subprocess.Popen([sys.executable, "-m", "quantcheck", "lab", "scripted",
+                                    "--routing", "gating", "--port", str(port)],
+                                   stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_healthy(url, process, log, timeout=60)
+        result = CliRunner().invoke(cli, [
+            "determinism", "--endpoint", url, "--prompts", str(write_prompts(PROMPTS)),
+            "--out", str(tmp_path / "d"), "--repeats", "3", "--modes", "sequential",
+            "--routed-experts", "--context-tokens", "0"])
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert result.exit_code == 0, result.output
+    assert "routing: 2 prompts: routing differs between repeats" in result.output

@@ -290,7 +290,9 @@ def _take_token_ids(tokens: Tokens, ids: list[int]) -> None:
         tokens.ids = ids
 
 
-ROUTING_LIMIT = 2**28  # routing entries in one answer (1 GiB as int32): beyond, refused
+# Routing entries in one answer, beyond which it is refused: 256 MiB as int32, above
+# a long answer of a large MoE (32k tokens x 94 layers x 8 experts is 24 million)
+ROUTING_LIMIT = 2**26
 
 
 def _routing(choices: list[_Choice], bodies: list[_Body]) -> np.ndarray | None:

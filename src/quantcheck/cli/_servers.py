@@ -170,6 +170,12 @@ def lab_group() -> None:
     """Built-in local endpoints for trying quantcheck without a GPU."""
 
 
+ROUTING_FAULTS: dict[str, dict[str, Any]] = {  # lab.server.Faults fields
+    "none": {}, "stable": {"routing": True},
+    "finalize": {"routing": True, "nondeterministic": True},
+    "gating": {"routing": True, "gating_nondeterministic": True}}
+
+
 @lab_group.command("scripted")
 @click.option("--dialect", type=click.Choice(RUNTIMES),
               default="vllm", show_default=True, help="Whose wire format to speak.")
@@ -177,7 +183,12 @@ def lab_group() -> None:
               help="Address to bind (the lab is for this machine: keep 127.0.0.1).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="Port to serve on.")
-def lab_scripted(dialect: str, host: str, port: int) -> None:
+@click.option("--routing", type=click.Choice(list(ROUTING_FAULTS)), default="none",
+              show_default=True,
+              help="Return MoE routing (vllm and sglang dialects; collect with "
+                   "--routed-experts, and for sglang --routed-experts-shape 4,2): stable, "
+                   "stable with moving logprobs (finalize), or moving (gating).")
+def lab_scripted(dialect: str, host: str, port: int, routing: str) -> None:
     """Serve scripted answers in a runtime's OpenAI-compatible dialect (no model).
 
     It is the loopback server the tests use: handy to try collect and compare.
@@ -185,12 +196,14 @@ def lab_scripted(dialect: str, host: str, port: int) -> None:
     \b
     Example:
       quantcheck lab scripted --dialect sglang --port 8001
+      quantcheck lab scripted --routing gating --port 8002
     """
     import asyncio
 
-    from ..lab.scripted import ScriptedServer
+    from ..lab.scripted import Faults, ScriptedServer
 
-    server = ScriptedServer(dialect=dialect, host=host, port=port)
+    server = ScriptedServer(dialect=dialect, host=host, port=port,
+                            faults=Faults(**ROUTING_FAULTS[routing]))
 
     async def serve() -> None:
         await server.start_async()

@@ -155,6 +155,7 @@ class LabServer:
         self._counter = 0
         self.in_flight = 0
         self._rng = random.Random(1234)
+        self._routed: dict[str, int] = {}  # requests per prompt text (gating fault)
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -359,11 +360,11 @@ class LabServer:
             return web.Response()
         answer = render.whole(steps, finish)
         if self.faults.routing:
-            self._add_routing(answer, body, steps, number)
+            self._add_routing(answer, body, steps)
         return _json(answer)
 
-    def _add_routing(self, answer: dict[str, Any], body: dict[str, Any], steps: list[Step],
-                     number: int) -> None:
+    def _add_routing(self, answer: dict[str, Any], body: dict[str, Any], steps: list[Step]
+                     ) -> None:
         if self.dialect == "sglang" and not body.get("return_routed_experts"):
             return
         forwarded = [str(i) for i in self.tokenize(prompt_text_of(body))] + [
@@ -371,7 +372,13 @@ class LabServer:
         routing = lab_routing(forwarded)
         generated = len(forwarded) - len(steps)  # the row that chose token 0: the prompt's last
         if self.faults.gating_nondeterministic and steps:
-            self._reroute(routing, generated + (number * 7) % len(steps), number % 4)
+            # the k-th request of a prompt is routed elsewhere at its own (token, layer):
+            # every repeat differs from every other, whatever else is in flight
+            seen = self._routed.get(prompt_text_of(body), 0)
+            self._routed[prompt_text_of(body)] = seen + 1
+            if seen:
+                self._reroute(routing, generated + seen % len(steps),
+                              (seen // len(steps)) % ROUTING_LAYERS)
         if self.faults.routing_flip_at is not None and self.faults.routing_flip_at < len(steps):
             self._reroute(routing, generated + self.faults.routing_flip_at, 1)
         if self.dialect == "sglang":
