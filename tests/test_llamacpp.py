@@ -86,13 +86,16 @@ def cpp_server(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     return process, f"http://127.0.0.1:{port}"
 
 
-ENGINES = ["llama-cpp-python"] + (["llama-server"] if shutil.which("llama-server")
-                                  or os.environ.get("CI") else [])
+ENGINES = ["llama-cpp-python", "llama-server"]
 
 
 @pytest.fixture(scope="module", params=ENGINES)
 def servers(request: pytest.FixtureRequest, gguf_files: dict[str, Path],
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    if request.param == "llama-server" and not shutil.which("llama-server"):
+        if os.environ.get("CI"):
+            pytest.fail("CI must have llama-server on PATH (.ci/build-llama-server)")
+        pytest.skip("no llama-server on PATH (.ci/build-llama-server builds it)")
     start = python_server if request.param == "llama-cpp-python" else cpp_server
     logs = tmp_path_factory.mktemp("logs")
     started = {name: start(path, logs / f"{name}.log") for name, path in gguf_files.items()}
@@ -176,14 +179,13 @@ def test_repeated_sequential_requests_give_one_signature(servers: dict[str, Any]
     assert pairs["identical"].all()
 
 
+@pytest.mark.parametrize("servers", ["llama-server"], indirect=True)
 def test_forced_scoring_is_exact_on_llama_server(servers: dict[str, Any], write_prompts: Any,
                                                 tmp_path: Path) -> None:
     """By token ids on /completion: every one of A's positions scored, A scoring its own
     tokens near zero, Q2_K clearly above. Not exactly zero: llama.cpp's numerics depend
     on how many tokens a batch evaluates (measured here: A against itself top-1 98.6%,
     KL mean 0.0012, logprobs within 0.21 nats; Q2_K top-1 79.2%, KL mean 0.26)."""
-    if servers["engine"] != "llama-server":
-        pytest.skip("token ids on /completion are llama-server's")
     collect([write_prompts(PROMPTS)], tmp_path / "a", CollectSettings(
         endpoint=servers["Q4_K_M"], label="a", top_logprobs=5, repeats=2, concurrency=1,
         context_tokens=0))
@@ -206,11 +208,11 @@ def test_forced_scoring_is_exact_on_llama_server(servers: dict[str, Any], write_
     assert on_b.overall.kl.mean > 10 * on_a.overall.kl.mean
 
 
+@pytest.mark.parametrize("servers", ["llama-cpp-python"], indirect=True)
 def test_forced_scoring_on_the_real_engine(servers: dict[str, Any], write_prompts: Any,
                                            tmp_path: Path) -> None:
-    """B (Q2_K) scores A's (Q4_K_M) own tokens by echo; A scoring itself is the floor."""
-    if servers["engine"] != "llama-cpp-python":
-        pytest.skip("llama-cpp-python scores by echo; llama-server by token ids (above)")
+    """B (Q2_K) scores A's (Q4_K_M) own tokens by echo (llama-server scores by token
+    ids, above); A scoring itself is the floor."""
     prompts = write_prompts(PROMPTS)
     collect([prompts], tmp_path / "a", CollectSettings(
         endpoint=servers["Q4_K_M"], label="a", top_logprobs=5, repeats=2, concurrency=1,
