@@ -252,18 +252,17 @@ class RunWriter:
         self._blobs = open_append(self.run_dir / TOKENS_FILE)
 
     def append(self, record: Completion) -> None:
-        assert self._lines is not None and self._blobs is not None
         data = record.to_json()
+        blob = None
         if record.tokens is not None:
             blob = pack(record.tokens)
-            offset = os.fstat(self._blobs).st_size
-            append(self._blobs, blob, self.run_dir / TOKENS_FILE)
-            data["tokens"] = {"file": TOKENS_FILE, "offset": offset, "length": len(blob),
+            data["tokens"] = {"file": TOKENS_FILE, "length": len(blob),
                               "n_tokens": len(record.tokens)}
-        append(self._lines, orjson.dumps(data) + b"\n", self.run_dir / COMPLETIONS)
+        self.append_line(data, blob)
 
     def append_line(self, data: dict[str, Any], blob: bytes | None) -> None:
-        """A record as another run stored it, with its token blob (copied as is)."""
+        """A record's line, its token blob first (at the end of tokens.bin: the line's
+        `tokens` gets that offset). merge copies other runs' blobs as they are."""
         assert self._lines is not None and self._blobs is not None
         if blob is not None:
             offset = os.fstat(self._blobs).st_size

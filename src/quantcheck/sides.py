@@ -50,6 +50,9 @@ class Side:
     text_only: bool = False
     _lines: IO[bytes] | None = field(default=None, repr=False)
     _blobs: Blobs | None = field(default=None, repr=False)
+    # the record read last: a pair reads one record's text, tokens and routing in turn
+    _last_line: tuple[int, CompletionLine] | None = field(default=None, repr=False)
+    _last_tokens: tuple[int, Tokens | None] | None = field(default=None, repr=False)
 
     @property
     def preflight(self) -> Preflight | None:
@@ -71,11 +74,15 @@ class Side:
     def tokens_at(self, offset: int) -> Tokens | None:
         """The token arrays of the record whose line starts at `offset` (the run's files
         stay open across calls until `close`)."""
+        if self._last_tokens is not None and self._last_tokens[0] == offset:
+            return self._last_tokens[1]
         line = self._line_at(offset)
         if line is None:
             return None
         assert self._blobs is not None
-        return self._blobs.tokens(line.tokens)
+        tokens = self._blobs.tokens(line.tokens)
+        self._last_tokens = (offset, tokens)
+        return tokens
 
     def text_of(self, record: dict[str, Any]) -> str:
         """An index record's text: a run's index holds none (read from its line, so
@@ -88,6 +95,8 @@ class Side:
     def _line_at(self, offset: int) -> CompletionLine | None:
         if self.completions_path is None or offset < 0:
             return None
+        if self._last_line is not None and self._last_line[0] == offset:
+            return self._last_line[1]
         if self._lines is None:
             self._lines = self.completions_path.open("rb")
             self._blobs = Blobs(self.completions_path.parent)
@@ -96,6 +105,7 @@ class Side:
         if line is None:
             raise RunFormatError(f"{self.completions_path}: changed while it was read "
                                  f"(no record at byte {offset}); compare again")
+        self._last_line = (offset, line)
         return line
 
     @property
@@ -114,6 +124,7 @@ class Side:
         return found
 
     def close(self) -> None:
+        self._last_line = self._last_tokens = None
         if self._lines is not None:
             self._lines.close()
             self._lines = None
