@@ -127,7 +127,10 @@ class HostileServer:
         self.stop()
 
     def _handle(self, rfile: BinaryIO, wfile: BinaryIO) -> None:
-        method, path, _ = rfile.readline().decode("latin-1").split(" ", 2)
+        request_line = rfile.readline().decode("latin-1")
+        if not request_line.strip():
+            return  # a connection opened and closed without a request
+        method, path, _ = request_line.split(" ", 2)
         length = 0
         while (line := rfile.readline().strip()):
             name, _, value = line.decode("latin-1").partition(":")

@@ -335,10 +335,13 @@ def test_ctrl_c_keeps_records_and_says_how_to_resume(serve: Serve, write_prompts
     # slow enough that a loaded machine still interrupts it mid-run (about 16 s)
     server = serve(MODEL, faults=Faults(token_delay_s=0.2))
     out = tmp_path / "run"
+    # Ctrl-C as in a terminal: a test run started in the background (`pytest &`, a CI
+    # job) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
     process = subprocess.Popen(
         [sys.executable, "-m", "quantcheck", "collect", "--endpoint", server.url, "--prompts",
          str(write_prompts(many)), "--out", str(out), "--concurrency", "2", "--no-preflight"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_records(out, 3)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)

@@ -3,8 +3,10 @@ and approximate (echo), the noise floor, and compare / sheet / gate on top."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from click.testing import CliRunner
@@ -15,6 +17,7 @@ from quantcheck.errors import EndpointError
 from quantcheck.forced import ForcedSettings, compare_position, score_run
 from quantcheck.lab.scripted import Faults, ScriptedModel
 
+from .hostile import HostileServer, Request, http
 from .test_collect import Serve, WritePrompts
 
 PROMPTS = """
@@ -166,3 +169,31 @@ def test_gate_on_forced_kl_needs_forced_scores(serve: Serve, write_prompts: Writ
                              str(write_prompts(PROMPTS)), "--out", str(out)])
     gate = CliRunner().invoke(cli, ["gate", str(out), "--max-forced-kl", "0.1"])
     assert gate.exit_code == 1 and "no teacher-forced scores" in gate.output
+
+
+@pytest.mark.parametrize("completion", [
+    b"[1, 2", b'{"completion_probabilities": "x"}', b'{"completion_probabilities": []}',
+    b'{"completion_probabilities": [{"top_logprobs": [{"id": 1, "logprob": NaN}]}]}',
+    b"<html>busy</html>"], ids=["cut", "wrong-type", "empty", "nan", "html"])
+def test_a_broken_llama_server_answer_stops_scoring_with_one_line(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, completion: bytes) -> None:
+    a_run = tmp_path / "a"
+    collect([write_prompts(PROMPTS)], a_run, CollectSettings(
+        endpoint=serve(ScriptedModel(A_ANSWERS), "llama.cpp").url, label="a",
+        preflight=False))
+
+    def respond(request: Request, out: BinaryIO) -> None:
+        tokens = b'{"tokens": [2, 818, 3823]}'
+        out.write(http(200, tokens if request.path == "/tokenize" else completion))
+
+    models = json.dumps({"object": "list", "data": [{"id": "m", "owned_by": "llamacpp"}]})
+    with HostileServer(respond, models=models.encode(),
+                       info={"/props": b'{"total_slots": 1}'}) as broken:
+        result = CliRunner().invoke(cli, ["forced", str(a_run), "--endpoint", broken.url,
+                                          "--out", str(tmp_path / "f")])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "(token-ids) failed" in errors[0], result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "f" / "forced.json").exists()
+    gc.collect()  # a client session left open by a request after the failure warns here

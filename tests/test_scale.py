@@ -5,6 +5,9 @@ refused), and compare on several processes (the same report as on one)."""
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +19,11 @@ from hypothesis import strategies as st
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run, report
 from quantcheck.cli import cli
 from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.runstore import lock_run
 from quantcheck.shards import ShardError, in_shard, merge_runs, parse_shard
 
 from .test_collect import Serve, WritePrompts
+from .test_storage import assert_one_clear_line
 
 
 def prompt_set(count: int) -> str:
@@ -105,9 +110,29 @@ def test_shards_that_do_not_belong_together_are_refused(
     assert len(list(load_run(tmp_path / "out").completions())) == 46  # 23 x 2 repeats
     with pytest.raises(ShardError, match="is not empty"):
         merge_runs(shards, tmp_path / "out")
+
     bad = CliRunner().invoke(cli, ["collect", "--endpoint", b.url, "--prompts", str(prompts),
                                    "--out", str(tmp_path / "x"), "--shard", "3/2"])
     assert bad.exit_code == 2 and "expected I/N with 1 <= I <= N" in bad.output
+
+def test_merge_refuses_links_and_a_second_merge_and_keeps_what_they_point_at(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    shards = collect_shards(serve(ScriptedModel(B)).url, write_prompts(PROMPTS), tmp_path, 2)
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine")
+    (tmp_path / "linked.merging").symlink_to(precious)  # planted where merge builds
+    with pytest.raises(ShardError, match="is a symbolic link"):
+        merge_runs(shards, tmp_path / "linked")
+    (tmp_path / "elsewhere").symlink_to(precious, target_is_directory=True)
+    with pytest.raises(ShardError, match="is a symbolic link"):
+        merge_runs(shards, tmp_path / "elsewhere")
+    assert (precious / "keep.txt").read_text() == "mine"
+    with lock_run(tmp_path / "busy.merging"):  # another merge into the same place
+        result = CliRunner().invoke(cli, ["merge", *map(str, shards), "--out",
+                                          str(tmp_path / "busy")])
+    assert result.exit_code == 2 and "in use by another quantcheck process" in result.output
+    assert not (tmp_path / "busy").exists()
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -168,3 +193,24 @@ def test_a_large_sheet_embeds_only_the_pairs_that_need_a_human(
     assert "Sydney" in differing.locator(".side.b").inner_text()
     assert not errors
     page.close()
+
+
+def test_a_merge_that_cannot_write_says_so_and_a_rerun_finishes(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    shards = collect_shards(serve(ScriptedModel(B)).url, write_prompts(PROMPTS), tmp_path, 2)
+    before = [(shard / "tokens.bin").read_bytes() for shard in shards]
+    command = [sys.executable, "-m", "quantcheck", "merge", *map(str, shards), "--out",
+               str(tmp_path / "merged")]
+
+    def limit_file_size() -> None:  # as a full disk: the blobs cannot be written
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4_000, 4_000))
+
+    limited = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                             preexec_fn=limit_file_size)
+    assert limited.returncode == 2
+    assert_one_clear_line(limited.stderr, "File too large")
+    assert not (tmp_path / "merged").exists()  # no half run under the name
+    assert [(shard / "tokens.bin").read_bytes() for shard in shards] == before
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert len(list(load_run(tmp_path / "merged").completions())) == 46

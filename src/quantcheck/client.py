@@ -14,7 +14,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -396,6 +396,19 @@ def rejection_advice(message: str, body: dict[str, Any]) -> ParameterRejected:
 
 
 T = TypeVar("T")
+
+
+async def all_or_none(coroutines: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """asyncio.gather that cancels the others when one fails, and raises that error.
+    gather leaves them running: inside `async with EndpointClient` one of them could
+    start a request after the client closed, opening a session nothing closes."""
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -38,6 +38,7 @@ from .client import (
     TRANSPORT_ERRORS,
     EndpointClient,
     HTTPStatusError,
+    all_or_none,
     api_key_from_env,
     public_url,
     run_blocking,
@@ -103,7 +104,7 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
             async with semaphore:
                 return await scorer.score(run.prompts[record.prompt_id], record)
 
-        lines = await asyncio.gather(*(one(r) for r in records))
+        lines = await all_or_none(one(r) for r in records)
     overall = Positions()
     for line in lines:
         if line.per_position is not None:

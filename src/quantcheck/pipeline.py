@@ -4,14 +4,13 @@ for several candidates, the overview); `quantcheck run` is this plus printing.""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .client import run_blocking
+from .client import all_or_none, run_blocking
 from .collect import CollectSettings, Reporter, collect_async
 from .compare import compare_to_dir
 from .errors import QuantcheckError
@@ -127,7 +126,7 @@ def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
             for job in jobs:
                 await job
         else:
-            await asyncio.gather(*jobs)
+            await all_or_none(jobs)
 
     run_blocking(collect_all())
     if ab.throughput is not None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 
 from .errors import QuantcheckError
-from .files import LOCK_FILE
+from .files import LOCK_FILE, storage_error
 from .records import Prompt
 from .runstore import (
     COMPLETIONS,
@@ -78,25 +78,36 @@ def merge_runs(run_dirs: list[Path], out: Path) -> MergeResult:
     """Join the shard runs of one endpoint into `out` (a new, empty run directory)."""
     runs = [load_run(path) for path in run_dirs]
     _check_shards(runs)
-    if out.exists() and any(out.iterdir()):
-        raise ShardError(f"{out} is not empty; merge into a new directory")
-    prompts = _in_set_order(runs)
     # built beside `out` and renamed into place whole: an interrupted merge leaves no
     # half run under the name (only OUT.merging, which the next merge replaces)
     building = out.with_name(out.name + ".merging")
+    for path in (out, building):
+        if path.is_symlink():  # its stale files would be deleted wherever it points
+            raise ShardError(f"{path} is a symbolic link; merge into a real directory")
+    if out.exists() and any(out.iterdir()):
+        raise ShardError(f"{out} is not empty; merge into a new directory")
+    prompts = _in_set_order(runs)
     with lock_run(building):  # a second merge into `out` at the same time is refused
-        for stale in building.iterdir():  # what an interrupted merge left
-            if stale.is_dir():
-                shutil.rmtree(stale)
-            elif stale.name != LOCK_FILE:
-                stale.unlink()
-        write_prompts(building, prompts)
-        records = _copy_records(runs, building)
-        write_manifest(building, _merged_manifest(runs, prompts))
-    if out.exists():
-        out.rmdir()  # empty, checked above
-    building.rename(out)
+        try:
+            _clear_except_lock(building)
+            write_prompts(building, prompts)
+            records = _copy_records(runs, building)
+            write_manifest(building, _merged_manifest(runs, prompts))
+            if out.exists():
+                out.rmdir()  # empty, checked above
+            building.rename(out)
+        except OSError as exc:
+            raise storage_error(out, exc) from None
     return MergeResult(out, len(runs), len(prompts), records)
+
+
+def _clear_except_lock(folder: Path) -> None:
+    """What an interrupted merge left in `folder`, its lock aside."""
+    for stale in folder.iterdir():
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale)
+        elif stale.name != LOCK_FILE:
+            stale.unlink()
 
 
 def _check_shards(runs: list[Run]) -> None:

@@ -9,7 +9,6 @@ tokens quietly becomes a 10% throughput lie).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .client import EndpointClient, RetryableError, api_key_from_env, public_url, run_blocking
+from .client import (
+    EndpointClient,
+    RetryableError,
+    all_or_none,
+    api_key_from_env,
+    public_url,
+    run_blocking,
+)
 from .collect import request_body
 from .errors import EndpointError
 from .prompts import RequestOptions, load_prompts
@@ -53,8 +59,8 @@ async def _measure(endpoint: str, prompts: list[Prompt], label: str, model: str 
             await _one(client, prompt.api, body)
         window = _Window(prompts, min_seconds, progress)
         cycle = itertools.cycle(bodies)
-        await asyncio.gather(*(window.worker(client, cycle)
-                               for _ in range(min(concurrency, max(len(bodies), 1) * 4))))
+        await all_or_none(window.worker(client, cycle)
+                          for _ in range(min(concurrency, max(len(bodies), 1) * 4)))
     return window.result(label or public_url(endpoint), public_url(endpoint), chosen,
                          concurrency)
 
