@@ -9,7 +9,9 @@ seeds' difflib loop on a 1,000-pair subset.
         [--jobs N]
 
 With `--jobs N` (N above 1) compare also runs on N processes and the speedup against
-one process is reported (the same report either way).
+one process is reported (the same report either way). `--runs DIR` measures runs an
+earlier `--generate-into DIR` wrote (kept: 100,000 prompts take 11 GB and 5 minutes to
+generate), and `--only-jobs` skips the one-process compare.
 """
 
 from __future__ import annotations
@@ -146,6 +148,34 @@ def text_triage_ratio(root: Path, pairs: int) -> dict[str, float]:
             "speedup_full_text_triage": seeds / full}
 
 
+def compare_measured(root: Path, jobs: int) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of `quantcheck compare` A vs B on `jobs`."""
+    out = root / f"report-{jobs}"
+    shutil.rmtree(out, ignore_errors=True)
+    wall, peak, _ = run_measured([sys.executable, "-m", "quantcheck", "compare",
+                                  str(root / "a"), str(root / "b"), "--out", str(out),
+                                  "--jobs", str(jobs)])
+    print(f"compare --jobs {jobs}: {wall:.1f} s, peak RSS {peak:.0f} MiB", flush=True)
+    return wall, peak
+
+
+def measure(root: Path, jobs: int, only_jobs: bool) -> dict[str, Any]:
+    figures: dict[str, Any] = {"parallel": {}}
+    if not only_jobs:
+        figures["compare_wall_s"], figures["compare_peak_rss_mib"] = compare_measured(root, 1)
+    if jobs > 1:
+        wall_n, peak_n = compare_measured(root, jobs)
+        parallel = figures["parallel"] = {"jobs": jobs, "wall_s": wall_n,
+                                          "peak_rss_mib": peak_n}
+        if not only_jobs:
+            wall = figures["compare_wall_s"]
+            parallel.update(speedup=wall / wall_n, share_of_linear=wall / wall_n / jobs,
+                            same_report=all((root / "report-1" / name).read_bytes()
+                                            == (root / f"report-{jobs}" / name).read_bytes()
+                                            for name in ("pairs.csv", "details.jsonl")))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prompts", type=int, default=10_000)
@@ -154,41 +184,31 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--generate-into", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=Path)
+    parser.add_argument("--only-jobs", action="store_true")
     args = parser.parse_args()
     if args.generate_into:
         generate(args.generate_into, args.prompts, args.repeats, args.tokens, args.top)
         return
-    root = Path(tempfile.mkdtemp(prefix="qc-triage-"))
+    root = args.runs or Path(tempfile.mkdtemp(prefix="qc-triage-"))
     try:
-        # Generate in a child: a forked child starts with its parent's resident memory,
-        # which would inflate the peak RSS measured for compare.
-        generated, _, _ = run_measured([
-            sys.executable, __file__, "--prompts", str(args.prompts), "--repeats",
-            str(args.repeats), "--tokens", str(args.tokens), "--top", str(args.top),
-            "--generate-into", str(root)])
+        if not args.runs:
+            # Generate in a child: a forked child starts with its parent's resident
+            # memory, which would inflate the peak RSS measured for compare.
+            generated, _, _ = run_measured([
+                sys.executable, __file__, "--prompts", str(args.prompts), "--repeats",
+                str(args.repeats), "--tokens", str(args.tokens), "--top", str(args.top),
+                "--generate-into", str(root)])
+            print(f"generated runs in {generated:.0f} s", flush=True)
         size = sum(p.stat().st_size for name in ("completions.jsonl", "tokens.bin")
-                   for p in root.rglob(name))
-        print(f"generated {size / 2**30:.2f} GiB of runs in {generated:.0f} s", flush=True)
-        wall, peak, _ = run_measured([sys.executable, "-m", "quantcheck", "compare",
-                                      str(root / "a"), str(root / "b"), "--out",
-                                      str(root / "report"), "--jobs", "1"])
-        parallel: dict[str, Any] = {}
-        if args.jobs > 1:
-            wall_n, peak_n, _ = run_measured([
-                sys.executable, "-m", "quantcheck", "compare", str(root / "a"),
-                str(root / "b"), "--out", str(root / "report-jobs"), "--jobs", str(args.jobs)])
-            same = all((root / "report" / name).read_bytes()
-                       == (root / "report-jobs" / name).read_bytes()
-                       for name in ("pairs.csv", "details.jsonl"))
-            parallel = {"jobs": args.jobs, "wall_s": wall_n, "peak_rss_mib": peak_n,
-                        "speedup": wall / wall_n, "share_of_linear": wall / wall_n / args.jobs,
-                        "same_report": same}
+                   for side in ("a", "b") for p in [root / side / name])
+        figures = measure(root, args.jobs, args.only_jobs)
         ratio = text_triage_ratio(root, min(1000, args.prompts))
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.runs:
+            shutil.rmtree(root, ignore_errors=True)
     figures = {"prompts": args.prompts, "repeats": args.repeats, "tokens": args.tokens,
-               "top_k": args.top, "runs_bytes": size, "compare_wall_s": wall,
-               "compare_peak_rss_mib": peak, "parallel": parallel, "text_triage": ratio}
+               "top_k": args.top, "runs_bytes": size, **figures, "text_triage": ratio}
     print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
     scale = (args.prompts, args.repeats, args.tokens, args.top)
     name = "triage_scale" if scale == (10_000, 6, 256, 20) else \

@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from quantcheck.cli import cli
-from quantcheck.compare import PAIR_COLUMNS, compare
+from quantcheck.compare import compare
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.reportdir import PAIR_COLUMNS
 
 from .conftest import A_ANSWERS, B_ANSWERS, PROMPTS, RUNNER_UPS
 

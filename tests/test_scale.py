@@ -4,26 +4,34 @@ refused), and compare on several processes (the same report as on one)."""
 
 from __future__ import annotations
 
+import csv
+import importlib
 import json
+import re
 import resource
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantcheck import CollectSettings, collect, compare_to_dir, load_run, report
+from quantcheck import CollectSettings, collect, compare_to_dir, load_run, report, sides
 from quantcheck.cli import cli
 from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.reportdir import PAIR_DTYPES, DetailsReader
 from quantcheck.runstore import lock_run
 from quantcheck.shards import ShardError, in_shard, merge_runs, parse_shard
 
 from .test_collect import Serve, WritePrompts
 from .test_storage import assert_one_clear_line
+
+compare_module = importlib.import_module("quantcheck.compare")  # the package exports a function
 
 
 def prompt_set(count: int) -> str:
@@ -214,3 +222,138 @@ def test_a_merge_that_cannot_write_says_so_and_a_rerun_finishes(
     again = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert len(list(load_run(tmp_path / "merged").completions())) == 46
+
+
+def two_runs(serve: Serve, write_prompts: WritePrompts, folder: Path, a_count: int = 23,
+             b_count: int = 23) -> tuple[Path, Path]:
+    """A and B of PROMPTS (B with its first b_count prompts), 2 repeats each."""
+    for side, answers, count in (("a", A, a_count), ("b", B, b_count)):
+        collect([write_prompts(prompt_set(count))], folder / side, CollectSettings(
+            endpoint=serve(ScriptedModel(answers)).url, label=side, repeats=2,
+            context_tokens=0, concurrency=8))
+    return folder / "a", folder / "b"
+
+
+def test_a_report_written_a_few_pairs_at_a_time_is_the_report_written_whole(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare streams its pairs to pairs.csv and details.jsonl in chunks: however many,
+    the files, the identity and the totals are those of one chunk, and pairs.csv is the
+    library's whole frame written at once."""
+    a, b = two_runs(serve, write_prompts, tmp_path, a_count=23, b_count=20)
+    compare_to_dir(a, b, tmp_path / "whole")
+    monkeypatch.setattr(compare_module, "CHUNK_PAIRS", 3)
+    monkeypatch.setattr(report, "SHEET_PAIRS_CHUNK", 4)
+    compare_to_dir(a, b, tmp_path / "chunked")
+    for name in ("pairs.csv", "details.jsonl"):
+        assert (tmp_path / "whole" / name).read_bytes() == \
+            (tmp_path / "chunked" / name).read_bytes()
+    whole, chunked = (json.loads((tmp_path / r / "summary.json").read_text())
+                      for r in ("whole", "chunked"))
+    assert whole["identity"] == chunked["identity"] and whole["counts"] == chunked["counts"]
+    assert whole["counts"]["status"] == {"compared": 20, "only_a": 3}
+    frame = compare_module.compare(a, b)
+    assert frame.to_csv(index=False) == (tmp_path / "whole" / "pairs.csv").read_text()
+    sheets = [(tmp_path / r / "index.html").read_text() for r in ("whole", "chunked")]
+    assert [s.count("Sydney, not Canberra") for s in sheets] == [20, 20]
+
+
+def test_integer_columns_stay_integers_beside_empty_cells(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """pandas wrote an integer column with an empty cell as floats ("12.0"); each column
+    now keeps PairRow's type, so a chunk writes the same whatever its neighbours."""
+    a, b = two_runs(serve, write_prompts, tmp_path, a_count=5, b_count=3)
+    compare_to_dir(a, b, tmp_path / "r")
+    with (tmp_path / "r" / "pairs.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    integers = [c for c, kind in PAIR_DTYPES.items() if kind == "Int64"]
+    cells = {row["a_tokens"] for row in rows}
+    assert "" in cells and len(cells) > 1  # compared rows and empty only_a rows
+    for row in rows:
+        for column in integers:
+            assert re.fullmatch(r"-?\d*", row[column]), (column, row[column])
+    assert {row["identical"] for row in rows} == {"False", ""}
+
+
+def test_a_broken_pairs_table_found_while_the_sheet_streams_leaves_the_old_sheet(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = two_runs(serve, write_prompts, tmp_path)
+    compare_to_dir(a, b, tmp_path / "r")
+    sheet = (tmp_path / "r" / "index.html").read_bytes()
+    with (tmp_path / "r" / "pairs.csv").open("a") as handle:
+        handle.write('q99,"a cell that never ends\n')
+    monkeypatch.setattr(report, "SHEET_PAIRS_CHUNK", 5)  # the break is in a later chunk
+    result = CliRunner().invoke(cli, ["report", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert_one_clear_line(result.output, "pairs.csv: not a pairs table written by compare")
+    assert (tmp_path / "r" / "index.html").read_bytes() == sheet
+    assert not list((tmp_path / "r").glob(".*.tmp"))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.text(max_size=6), unique=True, max_size=12), st.randoms())
+def test_details_are_found_in_any_order_and_missing_ones_are_empty(
+        ids: list[str], rng: Any) -> None:
+    """The sheet reads details.jsonl forward beside pairs.csv; a file in another order,
+    or without some prompts, still gives every pair its own details."""
+    written = [i for i in ids if rng.random() < 0.8]
+    rng.shuffle(written)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "details.jsonl"
+        path.write_text("".join(json.dumps({"prompt_id": i, "n": ids.index(i)}) + "\n"
+                                for i in written))
+        reader = DetailsReader(Path(folder))
+        for prompt_id in ids:
+            detail = reader.get(prompt_id)
+            assert detail == ({"prompt_id": prompt_id, "n": ids.index(prompt_id)}
+                              if prompt_id in written else {})
+
+
+index_rows = st.lists(st.tuples(
+    st.sampled_from(["p1", "p2", "p3", "p\u00e9"]), st.one_of(st.none(), st.text(max_size=4)),
+    st.integers(0, 5), st.one_of(st.none(), st.text(max_size=4)),
+    st.one_of(st.none(), st.text("0123456789abcdef", min_size=16, max_size=16)),
+    st.one_of(st.none(), st.text("0123456789abcdef", min_size=16, max_size=16)),
+    st.one_of(st.none(), st.integers(0, 10**6)), st.sampled_from([None, "stop", "length"]),
+    st.one_of(st.none(), st.text(max_size=8)),
+    st.one_of(st.none(), st.floats(0, 100)), st.integers(-1, 2**40)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(index_rows)
+def test_the_compact_index_gives_back_every_record_and_groups_them_by_prompt(
+        rows: list[tuple[Any, ...]]) -> None:
+    """A side's index keeps ids, hashes and reasons as categories and digests as 64-bit
+    integers: every record reads back as it was read, and a prompt's records in order."""
+    builder = sides._IndexBuilder()
+    builder.add([[pid, phash, repeat, None, calls, thash, sig, n, reason, error, t, t, offset]
+                 for pid, phash, repeat, calls, thash, sig, n, reason, error, t, offset
+                 in rows])
+    side = sides.Side(label="x", prompts={}, index=builder.frame())
+    records = side.records(np.arange(len(rows))) or []
+    for record, (pid, phash, repeat, calls, thash, sig, n, reason, error, t, offset) \
+            in zip(records, rows, strict=True):
+        assert (record["prompt_id"], record["prompt_hash"], record["repeat"],
+                record["tool_calls"], record["finish_reason"], record["error"],
+                record["offset"]) == (pid, phash, repeat, calls, reason, error, offset)
+        assert record["text_hash"] == (None if thash is None else sides._digest64(thash))
+        assert record["signature"] == (None if sig is None else sides._digest64(sig))
+        for value, given_value in ((record["n_tokens"], n), (record["e2e_s"], t)):
+            assert value == given_value or (given_value is None and value != value)
+    groups = side.groups()
+    assert list(groups) == list(dict.fromkeys(r[0] for r in rows))
+    for prompt_id in groups:
+        rows_of = groups.get(prompt_id)
+        assert rows_of is not None
+        assert rows_of.tolist() == [n for n, r in enumerate(rows) if r[0] == prompt_id]
+    assert groups.get("never") is None
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.text("0123456789abcdef", min_size=16, max_size=32),
+       st.text("0123456789abcdef", min_size=16, max_size=32))
+def test_digests_differ_as_their_first_64_bits_do(one: str, other: str) -> None:
+    same = int(one[:16], 16) == int(other[:16], 16)
+    assert (sides._digest64(one) == sides._digest64(other)) == same
+    assert sides._digest64(one) != sides.MISSING_DIGEST

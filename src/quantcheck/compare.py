@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -13,19 +13,26 @@ import orjson
 import pandas as pd
 
 from . import routing
-from .approvals import apply_approvals, default_approvals_path, load_approvals
+from .approvals import Approval, apply_approvals, default_approvals_path, load_approvals
 from .checks import tokenizer_agreement
 from .drift import all_kl
 from .drift import pair_columns as forced_pair_columns
 from .expectations import CodeRunner, evaluate, parse_calls
-from .files import make_directory, write_atomic
+from .files import AtomicFile, make_directory
 from .logscan import scan_logs
-from .parallel import ordered_map
+from .parallel import ordered_chunks
 from .records import Prompt
-from .reportdir import DETAILS, PAIR_COLUMNS, PAIR_FORCED_COLUMNS, PAIRS, read_forced, write_summary
+from .reportdir import (
+    DETAILS,
+    PAIR_DTYPES,
+    PAIR_FORCED_COLUMNS,
+    PAIRS,
+    pair_frame,
+    read_forced,
+    write_summary,
+)
 from .reportrecords import ForcedSummary, KLHistogram, Summary
 from .reviews import set_aside_stale_reviews
-from .runstore import frame_rows, write_jsonl_atomic
 from .sandbox import Limits, code_execution, code_runner
 from .sides import Side, load_side
 from .triage import (
@@ -53,16 +60,9 @@ def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
     `jobs`: processes for the signatures and the pairs (available_cores(): all)."""
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts, jobs)
     with side_a, side_b:
-        return _compared(side_a, side_b, approvals, code_exec, jobs)[0]
-
-
-def _compared(side_a: Side, side_b: Side, approvals: str | Path | None,
-              code_exec: Limits | None, jobs: int
-              ) -> tuple[pd.DataFrame, list[Record], Path | None]:
-    pairs, details = pairs_and_details(side_a, side_b, code_runner(code_exec), jobs)
-    approvals_path = Path(approvals) if approvals else None
-    apply_approvals(pairs, load_approvals(approvals_path))
-    return pairs, details, approvals_path
+        pairs, _ = pairs_and_details(side_a, side_b, code_runner(code_exec), jobs)
+    apply_approvals(pairs, load_approvals(Path(approvals) if approvals else None))
+    return pairs
 
 
 def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
@@ -78,7 +78,17 @@ def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
         side_b.prompts if side_b else None)
     side_a = side_a or load_side(a, sig_digits, known)  # type: ignore[arg-type]
     side_b = side_b or load_side(b, sig_digits, known)  # type: ignore[arg-type]
+    _share_prompts(side_a.prompts, side_b.prompts)
     return side_a, side_b
+
+
+def _share_prompts(a: dict[str, Prompt], b: dict[str, Prompt]) -> None:
+    """B's prompts that equal A's become A's (two runs of one prompt set hold it once:
+    about 80 bytes per prompt instead of 800 more)."""
+    for prompt_id, prompt in b.items():
+        same = a.get(prompt_id)
+        if same is not None and same is not prompt and same == prompt:
+            b[prompt_id] = same
 
 
 def _is_texts(source: str | Path | Side) -> bool:
@@ -88,11 +98,27 @@ def _is_texts(source: str | Path | Side) -> bool:
 Record = dict[str, Any]
 
 
+# Pairs judged, written and forgotten at a time: compare's memory does not grow with
+# the prompt count (a chunk is about 1 MB of rows and details at 128-token answers).
+CHUNK_PAIRS = 256
+
+
 def pairs_and_details(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: int = 1
                       ) -> tuple[pd.DataFrame, list[Record]]:
-    """The pairs frame, and per prompt what the review sheet shows beyond it; the
-    pairs are judged in `jobs` processes."""
-    a_groups, b_groups = _by_prompt(a.index), _by_prompt(b.index)
+    """The pairs frame, and per prompt what the review sheet shows beyond it, whole."""
+    frames: list[pd.DataFrame] = []
+    details: list[Record] = []
+    for frame, chunk_details in judged_chunks(a, b, run_code, jobs):
+        frames.append(frame)
+        details += chunk_details
+    return (pd.concat(frames, ignore_index=True) if frames else pair_frame([])), details
+
+
+def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: int = 1
+                  ) -> Iterator[tuple[pd.DataFrame, list[Record]]]:
+    """The pairs in prompt order, CHUNK_PAIRS at a time: a frame of PAIR_COLUMNS and
+    each pair's details; judged in `jobs` processes."""
+    a_groups, b_groups = a.groups(), b.groups()
     order = list(dict.fromkeys([*a.prompts, *a_groups, *b.prompts, *b_groups]))
     token_level = token_metrics_withheld(a, b) is None
 
@@ -100,31 +126,28 @@ def pairs_and_details(a: Side, b: Side, run_code: CodeRunner | None = None, jobs
         judged = []
         for prompt_id in prompt_ids:
             detail: Record = {"prompt_id": prompt_id}
-            judged.append((_pair_row(prompt_id, a, b, a_groups.get(prompt_id),
-                                     b_groups.get(prompt_id), detail, token_level, run_code),
-                           detail))
+            judged.append((_pair_row(prompt_id, a, b, a.records(a_groups.get(prompt_id)),
+                                     b.records(b_groups.get(prompt_id)), detail, token_level,
+                                     run_code), detail))
         return judged
 
     a.close()  # each worker opens the runs' files itself (a shared offset would race)
     b.close()
-    judged = ordered_map(judge, order, jobs)
-    return (pd.DataFrame([row for row, _ in judged], columns=PAIR_COLUMNS),
-            [detail for _, detail in judged])
+    for judged in ordered_chunks(judge, order, jobs, CHUNK_PAIRS):
+        yield pair_frame([row for row, _ in judged]), [detail for _, detail in judged]
+
+
+def update_identity(digest: Any, pairs: pd.DataFrame) -> None:
+    """Feed pairs, in order, to the digest run_identity reads (see there)."""
+    for row in pairs[["prompt_id", "status", "a_text", "b_text"]].itertuples(index=False):
+        digest.update(orjson.dumps([None if v is pd.NA or v != v else v for v in row]))
 
 
 def run_identity(pairs: pd.DataFrame) -> str:
     """What a review belongs to: every prompt's status and both texts."""
     digest = hashlib.sha256()
-    for row in pairs[["prompt_id", "status", "a_text", "b_text"]].itertuples(index=False):
-        digest.update(orjson.dumps([None if v != v else v for v in row]))
+    update_identity(digest, pairs)
     return digest.hexdigest()[:20]
-
-
-def _by_prompt(index: pd.DataFrame) -> dict[str, list[Record]]:
-    groups: dict[str, list[Record]] = {}
-    for record in frame_rows(index):
-        groups.setdefault(str(record["prompt_id"]), []).append(record)
-    return groups
 
 
 def token_metrics_withheld(a: Side, b: Side) -> str | None:
@@ -315,24 +338,22 @@ def _routing_columns(a: Side, b: Side, a_ok: list[Record], b_ok: list[Record],
     return columns
 
 
-def _add_forced(pairs: pd.DataFrame, folder: str | Path) -> ForcedSummary:
-    """Each prompt's forced figures as columns; the run's, with a KL histogram, back."""
+def _forced(folder: str | Path) -> tuple[ForcedSummary, dict[str, dict[str, Any]]]:
+    """The run's forced figures, with a KL histogram, and each prompt's columns."""
     forced, lines = read_forced(Path(folder))
-    by_prompt = {prompt_id: forced_pair_columns(line) for prompt_id, line in lines.items()}
-    for column in PAIR_FORCED_COLUMNS:
-        pairs[column] = pairs["prompt_id"].map(
-            {prompt_id: row.get(column) for prompt_id, row in by_prompt.items()})
     values = np.fromiter(all_kl(lines), float)
     high = float(np.percentile(values, 99)) if len(values) else 0.0
     counts = np.histogram(np.minimum(values, high), bins=20, range=(0.0, high or 1.0))[0]
     forced.source = str(folder)
     forced.kl_histogram = KLHistogram(high, counts.tolist())
-    return forced
+    return forced, {prompt_id: forced_pair_columns(line) for prompt_id, line in lines.items()}
 
 
-def write_pairs(frame: pd.DataFrame, out: Path) -> None:
-    make_directory(out)
-    write_atomic(out / PAIRS, frame.to_csv(index=False).encode("utf-8"))
+def _add_forced(pairs: pd.DataFrame, by_prompt: dict[str, dict[str, Any]]) -> None:
+    for column in PAIR_FORCED_COLUMNS:
+        pairs[column] = pairs["prompt_id"].map(
+            {prompt_id: row.get(column) for prompt_id, row in by_prompt.items()}
+        ).astype(PAIR_DTYPES[column])  # type: ignore[call-overload]
 
 
 def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
@@ -344,29 +365,54 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
                    jobs: int = 1) -> tuple[pd.DataFrame, Summary]:
     """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
     review sheet index.html. `forced`: a folder written by `quantcheck forced`; `jobs`:
-    processes for the signatures and the pairs."""
+    processes for the signatures and the pairs. The pairs come back without their
+    texts (LONG_TEXT_COLUMNS): pairs.csv has them."""
     from .report import write_sheet
-    from .summary import summarize
 
     out = Path(out)
+    approvals_path = Path(approvals) if approvals else default_approvals_path(out)
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts, jobs)
-    with side_a, side_b:
-        pairs, details, approvals_path = _compared(
-            side_a, side_b, approvals or default_approvals_path(out), code_exec, jobs)
-    forced_summary = _add_forced(pairs, forced) if forced is not None else None
-    summary = summarize(pairs, side_a, side_b)
-    summary.forced = forced_summary
-    summary.approvals_file = str(approvals_path) if approvals_path else None
+    pairs, summary = _write_pairs(side_a, side_b, out, load_approvals(approvals_path),
+                                  forced, code_exec, jobs)
+    summary.approvals_file = str(approvals_path)
     summary.log_matches = scan_logs(logs or {}, signature_files)
     summary.sources = {"a": str(a), "b": str(b)}
     summary.sig_digits = sig_digits
-    summary.near_tie_nats = NEAR_TIE_NATS
-    if any(p.expect and p.expect.code for side in (side_a, side_b) for p in side.prompts.values()):
-        summary.code_execution = code_execution(code_exec)
-    summary.identity = run_identity(pairs)
     summary.reviews_set_aside = [str(p) for p in set_aside_stale_reviews(out, summary.identity)]
-    write_pairs(pairs, out)
-    write_jsonl_atomic(out / DETAILS, details)
     write_summary(out, summary)
+    del side_a, side_b  # the sheet is written without the sides' index and prompts
     write_sheet(out)
+    return pairs, summary
+
+
+def _write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, Approval],
+                 forced: str | Path | None, code_exec: Limits | None, jobs: int
+                 ) -> tuple[pd.DataFrame, Summary]:
+    """pairs.csv and details.jsonl written chunk by chunk, in place once the summary
+    of what they hold is made (a failure leaves the report as it was); that summary
+    and the pairs without texts."""
+    from .summary import LONG_TEXT_COLUMNS, summarize
+
+    forced_summary, forced_columns = _forced(forced) if forced is not None else (None, {})
+    identity = hashlib.sha256()
+    slim: list[pd.DataFrame] = []
+    make_directory(out)
+    with side_a, side_b, AtomicFile(out / PAIRS) as table, AtomicFile(out / DETAILS) as lines:
+        for frame, details in judged_chunks(side_a, side_b, code_runner(code_exec), jobs):
+            apply_approvals(frame, approvals)
+            if forced_summary is not None:
+                _add_forced(frame, forced_columns)
+            table.write(frame.to_csv(index=False, header=not slim).encode("utf-8"))
+            lines.write(b"".join(orjson.dumps(detail) + b"\n" for detail in details))
+            update_identity(identity, frame)
+            slim.append(frame.drop(columns=LONG_TEXT_COLUMNS))
+        pairs = pd.concat(slim, ignore_index=True) if slim else \
+            pair_frame([]).drop(columns=LONG_TEXT_COLUMNS)
+        summary = summarize(pairs, side_a, side_b)
+        summary.forced = forced_summary
+        summary.near_tie_nats = NEAR_TIE_NATS
+        summary.identity = identity.hexdigest()[:20]
+        if any(p.expect and p.expect.code for side in (side_a, side_b)
+               for p in side.prompts.values()):
+            summary.code_execution = code_execution(code_exec)
     return pairs, summary

@@ -1,7 +1,8 @@
 """Every write of quantcheck's own files, safe against bad luck and planted links.
 
-- `write_atomic`: a fresh temporary file in the target's directory, created
-  exclusively under a unique name, written whole, then `os.replace`d over the target:
+- `write_atomic` (or `AtomicFile`, written in pieces): a fresh temporary file in the
+  target's directory, created exclusively under a unique name, written whole, then
+  `os.replace`d over the target:
   readers see the old file or the new one, never a torn one; two writers never share a
   temporary name; a planted `*.tmp` symlink is never written through.
 - `open_append`: an append-only file opened without following a symlink.
@@ -63,19 +64,43 @@ def check_target(path: Path, within: Path | None = None) -> None:
 
 def write_atomic(path: Path, data: bytes, within: Path | None = None) -> None:
     """Replace `path` with `data` in one step (see the module docstring)."""
-    check_target(path, within)
-    temporary: str | None = None
-    try:
-        descriptor, temporary = _exclusive_temporary(path)
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, path)
-        temporary = None
-    except OSError as exc:
-        raise storage_error(path, exc) from None
-    finally:
-        if temporary is not None:
-            _unlink_quietly(temporary)
+    with AtomicFile(path, within) as handle:
+        handle.write(data)
+
+
+class AtomicFile:
+    """A file written in pieces that replaces `path` whole when the block ends without
+    an exception (otherwise the temporary is removed and `path` is untouched)."""
+
+    def __init__(self, path: Path, within: Path | None = None) -> None:
+        check_target(path, within)
+        self.path = path
+        try:
+            descriptor, self._temporary = _exclusive_temporary(path)
+        except OSError as exc:
+            raise storage_error(path, exc) from None
+        self._handle = os.fdopen(descriptor, "wb", buffering=1 << 20)
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._handle.write(data)
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
+
+    def __enter__(self) -> AtomicFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        try:
+            self._handle.close()
+            if kind is None:
+                os.replace(self._temporary, self.path)
+        except OSError as error:
+            _unlink_quietly(self._temporary)
+            if kind is None:
+                raise storage_error(self.path, error) from None
+        if kind is not None:
+            _unlink_quietly(self._temporary)
 
 
 def _exclusive_temporary(path: Path) -> tuple[int, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 Item = TypeVar("Item")
@@ -44,6 +44,25 @@ def ordered_map(work: Callable[[Sequence[Item]], list[Result]], items: Sequence[
     finally:
         _work = None
     return [result for part in parts for result in part]
+
+
+def ordered_chunks(work: Callable[[Sequence[Item]], list[Result]], items: Sequence[Item],
+                   jobs: int, size: int) -> Iterator[list[Result]]:
+    """`work` over chunks of `size` items in `jobs` processes, each chunk's results as it
+    comes, in order: the caller writes and forgets them (memory stays flat)."""
+    chunks = [items[start:start + size] for start in range(0, len(items), size)]
+    if jobs <= 1 or len(items) < MIN_ITEMS or "fork" not in multiprocessing.get_all_start_methods():
+        for chunk in chunks:
+            yield work(chunk)
+        return
+    global _work
+    _work = work
+    try:
+        pool = multiprocessing.get_context("fork").Pool(min(jobs, len(chunks)))
+    finally:
+        _work = None  # the workers have their copy
+    with pool:
+        yield from pool.imap(_run_chunk, chunks)
 
 
 def _run_chunk(chunk: Sequence[Any]) -> list[Any]:

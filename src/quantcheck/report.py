@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import pandas as pd
 from markupsafe import Markup
 
 from .cells import CELL_AXES
-from .files import write_atomic
-from .reportdir import read_details, read_pairs, read_summary
+from .files import AtomicFile, write_atomic
+from .reportdir import DetailsReader, iter_pairs, read_pairs_columns, read_summary
 from .reportrecords import Counts, ForcedSummary, Overview, Summary
 from .reviews import load_reviews
 from .rubric import Rubric, load_rubric
@@ -33,32 +35,51 @@ EMBED_ALL_UP_TO = 2000
 ELIDED_FIELDS = ("a_text", "b_text", "a_tool_calls", "b_tool_calls")
 
 
+SHEET_PAIRS_CHUNK = 2000  # pairs.csv rows read at a time while the sheet is written
+# What the template needs from every pair (the rest is streamed into the page).
+OVERVIEW_COLUMNS = ["prompt_id", "category", "status", "identical", "similarity",
+                    "first_divergence", "divergence_gap"]
+
+
 def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
                summary: Summary | None = None) -> dict[str, Any]:
     """Everything the sheet's script needs, as one JSON-able object."""
     summary = summary or read_summary(report_dir)
-    pairs = read_pairs(report_dir)
-    details = read_details(report_dir)
-    records = [_clean(row) for row in pairs.to_dict("records")]
-    elide = len(records) > EMBED_ALL_UP_TO
-    for number, record in enumerate(records):
-        if elide and not _needs_human(record):  # its row without texts or empty cells
-            records[number] = {key: value for key, value in record.items()
-                               if key not in ELIDED_FIELDS and value not in (None, "")}
-            records[number].update(detail={}, elided=True)
-        else:
-            record["detail"] = details.get(str(record["prompt_id"]), {})
+    overview = read_pairs_columns(report_dir, OVERVIEW_COLUMNS)
+    return {**_sheet_head(report_dir, rubric, live, summary, overview),
+            "pairs": list(_sheet_pairs(report_dir, len(overview) > EMBED_ALL_UP_TO))}
+
+
+def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None,
+                summary: Summary, overview: pd.DataFrame) -> dict[str, Any]:
+    """The sheet's data without its pairs."""
     reviews, refused = load_reviews(report_dir, summary.identity, rubric,
-                                    {str(r["prompt_id"]) for r in records})
+                                    set(overview["prompt_id"].astype(str)))
     return {
         "meta": {"identity": summary.identity, "a": msgspec.to_builtins(summary.a),
                  "b": msgspec.to_builtins(summary.b)},
         "rubric": rubric.to_json(),
-        "pairs": records,
         "reviews": {name: msgspec.to_builtins(review) for name, review in reviews.items()},
         "refused_reviews": refused,
         "live": live,
     }
+
+
+def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, Any]]:
+    """Each pair of pairs.csv with its details, in order; with `elide`, those that need
+    no human without texts or empty cells."""
+    details = DetailsReader(report_dir)
+    for frame in iter_pairs(report_dir, SHEET_PAIRS_CHUNK):
+        for row in frame.to_dict("records"):
+            record = _clean(row)
+            detail = details.get(str(record["prompt_id"]))
+            if elide and not _needs_human(record):  # its row without texts or empty cells
+                record = {key: value for key, value in record.items()
+                          if key not in ELIDED_FIELDS and value not in (None, "")}
+                record.update(detail={}, elided=True)
+            else:
+                record["detail"] = detail
+            yield record
 
 
 def _needs_human(record: dict[str, Any]) -> bool:
@@ -69,7 +90,7 @@ def _needs_human(record: dict[str, Any]) -> bool:
 def _clean(row: dict[Any, Any]) -> dict[str, Any]:
     cleaned: dict[str, Any] = {}
     for key, value in row.items():
-        if isinstance(value, float) and math.isnan(value):
+        if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
             value = None
         elif hasattr(value, "item"):
             value = value.item()
@@ -77,33 +98,53 @@ def _clean(row: dict[Any, Any]) -> dict[str, Any]:
     return cleaned
 
 
-def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
-                 live: dict[str, Any] | None = None) -> str:
+def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
+                 live: dict[str, Any] | None = None) -> Iterator[str]:
+    """The review sheet's HTML in pieces: the page, its data streamed pair by pair (a
+    100,000-pair report is never one string), the rest of the page."""
     report_dir = Path(report_dir)
     rubric = load_rubric(rubric_path)
     summary = read_summary(report_dir)
-    data = sheet_data(report_dir, rubric, live, summary)
+    overview = read_pairs_columns(report_dir, OVERVIEW_COLUMNS)
+    head = _sheet_head(report_dir, rubric, live, summary, overview)
     forced = summary.forced
     template = environment.get_template("sheet.html")
-    return template.render(
+    page = template.render(
         nonce=secrets.token_urlsafe(16), a=summary.a, b=summary.b, rubric=rubric,
         axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
         count_tiles=_count_tiles(summary.counts),
         throughput_note=summary.performance.throughput_note,
         log_matches=summary.log_matches, summary_counts=summary.counts,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
-        preflight=summary.preflight, plots=_plots(data["pairs"], forced),
+        preflight=summary.preflight, plots=_plots(overview, forced),
         forced=forced if forced is not None and forced.scored else None,
-        categories=sorted({str(p["category"]) for p in data["pairs"] if p.get("category")}),
-        refused_reviews=data["refused_reviews"], comparison=summary.comparison,
+        categories=sorted({str(c) for c in overview["category"].dropna() if c}),
+        refused_reviews=head["refused_reviews"], comparison=summary.comparison,
         near_tie_nats=summary.near_tie_nats, topk_margin_nats=TOPK_MARGIN_NATS, e=math.e,
-        data_json=embed_json(data))
+        data_json=Markup(DATA_PLACEHOLDER))
+    before, after = page.split(DATA_PLACEHOLDER)
+    yield before
+    yield str(embed_json(head))[:-1] + ',"pairs":['
+    for number, record in enumerate(_sheet_pairs(report_dir, len(overview) > EMBED_ALL_UP_TO)):
+        yield ("," if number else "") + embed_json(record)
+    yield "]}"
+    yield after
+
+
+DATA_PLACEHOLDER = "\0sheet-data\0"
+
+
+def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
+                 live: dict[str, Any] | None = None) -> str:
+    return "".join(sheet_pieces(report_dir, rubric_path, live))
 
 
 def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -> Path:
     report_dir = Path(report_dir)
     path = report_dir / SHEET
-    write_atomic(path, render_sheet(report_dir, rubric_path).encode("utf-8"))
+    with AtomicFile(path) as page:
+        for piece in sheet_pieces(report_dir, rubric_path):
+            page.write(piece.encode("utf-8"))
     return path
 
 
@@ -148,12 +189,14 @@ def _count_tiles(counts: Counts) -> list[tuple[str, Any]]:
             ("not compared", counts.prompts - counts.pairs)]
 
 
-def _plots(pairs: list[dict[str, Any]], forced: ForcedSummary | None) -> list[dict[str, Any]]:
-    compared = [p for p in pairs if p["status"] == "compared" and not p.get("identical")]
-    similarity = [p["similarity"] for p in compared if p.get("similarity") is not None]
-    divergence = [p["first_divergence"] for p in compared
-                  if p.get("first_divergence") is not None]
-    gap = [p["divergence_gap"] for p in compared if p.get("divergence_gap") is not None]
+def _plots(pairs: pd.DataFrame, forced: ForcedSummary | None) -> list[dict[str, Any]]:
+    compared = pairs[(pairs["status"] == "compared") & ~pairs["identical"].eq(True)]
+
+    def values(column: str) -> list[float]:
+        return pd.to_numeric(compared[column], errors="coerce").dropna().astype(float).tolist()
+
+    similarity, divergence, gap = (values(c) for c in ("similarity", "first_divergence",
+                                                        "divergence_gap"))
     return [
         {"svg": histogram(similarity, 0.0, 1.0), "caption":
          f"similarity of the {len(similarity)} non-identical pairs (0 to 1)"},

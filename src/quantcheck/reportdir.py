@@ -15,6 +15,8 @@ one RunFormatError naming the file, never a traceback.
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,21 @@ class PairRow(msgspec.Struct, kw_only=True):
 PAIR_COLUMNS = list(PairRow.__struct_fields__)
 
 
+def _dtype(annotation: str) -> str:
+    """A column's pandas type: nullable integers and booleans stay what they are, so a
+    chunk of pairs.csv writes 5, not 5.0, whether or not its column has an empty cell."""
+    kind = annotation.split(" ")[0]
+    return {"int": "Int64", "float": "float64", "bool": "boolean"}.get(kind, "object")
+
+
+PAIR_DTYPES = {name: _dtype(PairRow.__annotations__[name]) for name in PAIR_COLUMNS}
+
+
+def pair_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Pairs as a frame with PAIR_COLUMNS, each of its own type."""
+    return pd.DataFrame(rows, columns=PAIR_COLUMNS).astype(PAIR_DTYPES)
+
+
 def new_degenerate_on_b(rows: list[PairRow]) -> list[str]:
     """Prompts whose B answer is degenerate (a loop, empty) and A's is not: the one
     definition the summary, the sheet and the gate count."""
@@ -179,20 +196,46 @@ def write_summary(report_dir: Path, summary: Summary) -> None:
 
 
 def read_pairs(report_dir: Path) -> pd.DataFrame:
+    frames = list(iter_pairs(report_dir))
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def read_pairs_columns(report_dir: Path, columns: list[str]) -> pd.DataFrame:
+    """Some columns of pairs.csv, whole (the rest is never held)."""
+    return next(iter_pairs(report_dir, usecols=columns))
+
+
+def iter_pairs(report_dir: Path, chunk: int | None = None,
+               usecols: list[str] | None = None) -> Iterator[pd.DataFrame]:
+    """pairs.csv, `chunk` rows at a time (whole without one); a malformed file is one
+    RunFormatError naming it, wherever it breaks."""
     path = report_dir / PAIRS
     if not path.exists():
         raise RunFormatError(f"{path}: missing; run `quantcheck compare` first")
+    wanted = usecols or PAIR_COLUMNS
     try:
-        frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False,
-                            na_values={c: [""] for c in PAIR_COLUMNS if c not in TEXT_COLUMNS})
+        missing = [c for c in wanted if c not in _header(path)]
+        if missing:
+            raise RunFormatError(f"{path}: missing columns {', '.join(missing)}")
+        options: dict[str, Any] = {
+            "dtype": {c: str for c in TEXT_COLUMNS if c in wanted}, "usecols": usecols,
+            "keep_default_na": False,
+            "na_values": {c: [""] for c in wanted if c not in TEXT_COLUMNS}}
+        if chunk is None:
+            yield pd.read_csv(path, **options)
+        else:
+            with pd.read_csv(path, chunksize=chunk, **options) as frames:
+                yield from frames
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError,
             pd.errors.EmptyDataError) as exc:
         raise RunFormatError(f"{path}: not a pairs table written by compare "
                              f"({str(exc).splitlines()[0][:200]})") from None
-    missing = [c for c in PAIR_COLUMNS if c not in frame.columns]
-    if missing:
-        raise RunFormatError(f"{path}: missing columns {', '.join(missing)}")
-    return frame
+
+
+def _header(path: Path) -> list[str]:
+    with path.open("rb") as handle:
+        first = handle.readline().decode("utf-8")
+    return next(csv.reader([first]), []) if first.strip() else []
 
 
 def pair_rows(pairs: pd.DataFrame) -> list[PairRow]:
@@ -205,14 +248,27 @@ def pair_rows(pairs: pd.DataFrame) -> list[PairRow]:
         raise RunFormatError(f"{PAIRS}: {exc}") from None
 
 
-def read_details(report_dir: Path) -> dict[str, dict[str, Any]]:
-    """details.jsonl by prompt id: what the sheet shows beyond pairs.csv (the request,
-    expect, each side's variants across repeats and top-k at the divergence)."""
-    path = report_dir / DETAILS
-    if not path.exists():
+class DetailsReader:
+    """details.jsonl by prompt id, read forward: asked in the file's order (pairs.csv's,
+    as compare writes them) it holds one line at a time; a line asked out of order is
+    found by reading on, keeping what it passed."""
+
+    def __init__(self, report_dir: Path) -> None:
+        path = report_dir / DETAILS
+        self._lines = iter_jsonl(path) if path.exists() else iter(())
+        self._passed: dict[str, dict[str, Any]] = {}
+
+    def get(self, prompt_id: str) -> dict[str, Any]:
+        if prompt_id in self._passed:
+            return self._passed.pop(prompt_id)
+        for _, detail in self._lines:
+            if not isinstance(detail, dict):
+                continue
+            found = str(detail.get("prompt_id"))
+            if found == prompt_id:
+                return detail
+            self._passed[found] = detail
         return {}
-    return {str(detail.get("prompt_id")): detail for _, detail in iter_jsonl(path)
-            if isinstance(detail, dict)}
 
 
 def read_overview(folder: Path) -> Overview:

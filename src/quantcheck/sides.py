@@ -1,14 +1,17 @@
 """One side of a comparison: a run directory or a plain `*.texts.json` list, indexed.
 
-A run is read once, line by line, into one small row per request (text, hashes,
-counts, timings and the byte offset of its line); token arrays are not kept but
-re-read by offset for the few records a pair needs. That keeps memory bounded at
-10,000 prompts x 6 repeats x 256 tokens x top-20.
+A run is read once, line by line, into one small row per request (hashes, counts,
+timings and the byte offset of its line, about 90 bytes in numpy columns: prompt ids,
+hashes and finish reasons as categories, digests as 64-bit integers); texts and token
+arrays are not kept but re-read by offset for the few records a pair needs. At
+100,000 prompts x 2 repeats a side's index is about 20 MB.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -34,8 +37,15 @@ from .runstore import (
 )
 
 # `text` is filled for a texts file only: a run's texts are read by `offset` (text_of).
+# text_hash and signature are 64-bit digests: only compared within a prompt's records.
 INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "tool_calls", "text_hash",
                  "signature", "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
+CATEGORY_COLUMNS = ("prompt_id", "prompt_hash", "finish_reason")
+DIGEST_COLUMNS = ("text_hash", "signature")
+INTEGER_COLUMNS = ("repeat", "offset")
+FLOAT_COLUMNS = ("n_tokens", "ttft_s", "e2e_s")
+OBJECT_COLUMNS = ("text", "tool_calls", "error")
+BLOCK_RECORDS = 20_000  # records read before their signatures are computed
 
 
 @dataclass
@@ -53,6 +63,27 @@ class Side:
     # the record read last: a pair reads one record's text, tokens and routing in turn
     _last_line: tuple[int, CompletionLine] | None = field(default=None, repr=False)
     _last_tokens: tuple[int, Tokens | None] | None = field(default=None, repr=False)
+    _getters: dict[str, Any] | None = field(default=None, repr=False)
+
+    def groups(self) -> Groups:
+        """The index's rows by prompt id."""
+        codes = self.index["prompt_id"].cat.codes.to_numpy()
+        ids = self.index["prompt_id"].cat.categories
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(ids) + 1))
+        return Groups(ids, order, bounds, self._columns())
+
+    def records(self, rows: np.ndarray | None) -> list[dict[str, Any]] | None:
+        """Index rows as plain records (None for None)."""
+        if rows is None:
+            return None
+        columns = self._columns()
+        return [{name: get(int(row)) for name, get in columns.items()} for row in rows]
+
+    def _columns(self) -> dict[str, Any]:
+        if self._getters is None:
+            self._getters = {name: _getter(self.index[name]) for name in INDEX_COLUMNS}
+        return self._getters
 
     @property
     def preflight(self) -> Preflight | None:
@@ -139,6 +170,40 @@ class Side:
         self.close()
 
 
+@dataclass
+class Groups:
+    """A side's index rows by prompt: prompt k's rows are order[bounds[k]:bounds[k+1]]."""
+
+    ids: pd.Index
+    order: np.ndarray
+    bounds: np.ndarray
+    columns: dict[str, Any]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def get(self, prompt_id: str) -> np.ndarray | None:
+        try:
+            k = int(self.ids.get_loc(prompt_id))  # type: ignore[arg-type]
+        except KeyError:
+            return None
+        return self.order[self.bounds[k]:self.bounds[k + 1]]
+
+
+def _getter(column: pd.Series) -> Any:
+    """Row number -> the plain Python value (None for a missing one)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes, names = column.cat.codes.to_numpy(), column.cat.categories.to_numpy(object)
+        return lambda row: names[codes[row]] if codes[row] >= 0 else None
+    if isinstance(column.dtype, pd.Int64Dtype):
+        values, missing = column.to_numpy("int64", na_value=0), column.isna().to_numpy()
+        return lambda row: None if missing[row] else int(values[row])
+    values = column.to_numpy()
+    if values.dtype.kind in "if":
+        return lambda row: values[row].item()
+    return values.__getitem__
+
+
 def signature(reference: dict[str, Any] | None, blobs: Blobs, digits: int) -> str | None:
     """Digest of the token sequence and every position's top-k, logprobs rounded
     (the same for inline arrays and tokens.bin blobs of the same content)."""
@@ -173,30 +238,96 @@ def load_side(source: str | Path, sig_digits: int = 12,
         return _texts_side(path, prompts)
     run = load_run(path)
     completions = run.path / COMPLETIONS
-    rows = list(_index_rows(completions)) if completions.exists() else []
+    index = _IndexBuilder()
+    block: list[list[Any]] = []
+    rows = _index_rows(completions) if completions.exists() else iter(())
+    for row in rows:
+        block.append(row)
+        if len(block) == BLOCK_RECORDS:
+            index.add(_with_signatures(block, run.path, sig_digits, jobs))
+            block = []
+    index.add(_with_signatures(block, run.path, sig_digits, jobs))
+    frame = index.frame()
+    _refuse_duplicates(frame, completions)
+    return Side(label=run.label, prompts=run.prompts, manifest=run.manifest,
+                index=frame, completions_path=completions)
+
+
+def _with_signatures(rows: list[list[Any]], run_dir: Path, digits: int, jobs: int
+                     ) -> list[list[Any]]:
     column = INDEX_COLUMNS.index("signature")
-    signatures = ordered_map(partial(_signatures, run.path, sig_digits),
+    signatures = ordered_map(partial(_signatures, run_dir, digits),
                              [row[column] for row in rows], jobs)
     for row, found in zip(rows, signatures, strict=True):
         row[column] = found
-    _refuse_duplicates(rows, completions)
-    return Side(label=run.label, prompts=run.prompts, manifest=run.manifest,
-                index=pd.DataFrame(rows, columns=INDEX_COLUMNS), completions_path=completions)
+    return rows
 
 
-def _refuse_duplicates(rows: list[list[Any]], path: Path) -> None:
+class _IndexBuilder:
+    """The index's columns, grown block by block (no row objects are kept)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, dict[Any, int]] = {c: {} for c in CATEGORY_COLUMNS}
+        self.codes = {c: array("i") for c in CATEGORY_COLUMNS}
+        self.digests = {c: array("q") for c in DIGEST_COLUMNS}
+        self.integers = {c: array("q") for c in INTEGER_COLUMNS}
+        self.floats = {c: array("d") for c in FLOAT_COLUMNS}
+        self.objects: dict[str, list[Any]] = {c: [] for c in OBJECT_COLUMNS}
+
+    def add(self, rows: list[list[Any]]) -> None:
+        where = {name: n for n, name in enumerate(INDEX_COLUMNS)}
+        for row in rows:
+            for name, codes in self.codes.items():
+                value = row[where[name]]
+                codes.append(-1 if value is None else
+                             self.names[name].setdefault(value, len(self.names[name])))
+            for name, digests in self.digests.items():
+                digests.append(_digest64(row[where[name]]))
+            for name, numbers in self.integers.items():
+                numbers.append(row[where[name]])
+            for name, floats in self.floats.items():
+                value = row[where[name]]
+                floats.append(math.nan if value is None else value)
+            for name, values in self.objects.items():
+                values.append(row[where[name]])
+
+    def frame(self) -> pd.DataFrame:
+        columns: dict[str, Any] = {}
+        for name, codes in self.codes.items():
+            columns[name] = pd.Categorical.from_codes(
+                np.frombuffer(codes, np.int32), categories=pd.Index(list(self.names[name]),
+                                                                    dtype=object))
+        for name, digests in self.digests.items():
+            hashes = np.frombuffer(digests, np.int64)
+            columns[name] = pd.arrays.IntegerArray(hashes.copy(), hashes == MISSING_DIGEST)
+        for name, numbers in self.integers.items():
+            columns[name] = np.frombuffer(numbers, np.int64).copy()
+        for name, floats in self.floats.items():
+            columns[name] = np.frombuffer(floats, np.float64).copy()
+        for name, objects in self.objects.items():
+            columns[name] = pd.Series(objects, dtype=object)
+        return pd.DataFrame(columns)[INDEX_COLUMNS]
+
+
+MISSING_DIGEST = -(2**63)
+
+
+def _digest64(digest: str | None) -> int:
+    """A hex digest as a signed 64-bit integer (MISSING_DIGEST for None)."""
+    if digest is None:
+        return MISSING_DIGEST
+    value = int(digest[:16], 16)
+    signed = value - 2**64 if value >= 2**63 else value
+    return signed if signed != MISSING_DIGEST else signed + 1
+
+
+def _refuse_duplicates(index: pd.DataFrame, path: Path) -> None:
     """A request recorded twice (two collectors at once, before runs were locked) would
     be counted as an extra repeat: refused, with the way out."""
-    seen: set[tuple[str, int]] = set()
-    twice: list[tuple[str, int]] = []
-    for row in rows:
-        if row[INDEX_COLUMNS.index("error")] is None:  # a successful record
-            key = (row[0], row[2])
-            if key in seen:
-                twice.append(key)
-            seen.add(key)
-    if twice:
-        prompt_id, repeat = twice[0]
+    ok = index.loc[index["error"].isna(), ["prompt_id", "repeat"]]
+    twice = ok[ok.duplicated()]
+    if len(twice):
+        prompt_id, repeat = twice.iloc[0]
         raise RunFormatError(
             f"{path}: {len(twice):,} requests are recorded more than once (e.g. "
             f"{prompt_id!r} repeat {repeat}), as when two collectors write one run; "
@@ -236,9 +367,8 @@ def _texts_side(path: Path, prompts: dict[str, Prompt] | None) -> Side:
     if len(ids) != len(texts):
         raise RunFormatError(f"{path}: {len(texts)} texts for {len(ids)} prompts; a texts "
                              "file lists one text per prompt, in prompt order")
-    rows = [[prompt_id, None, 0, text, None, text_hash(text), None, None, None, None, None, None,
-             -1]
-            for prompt_id, text in zip(ids, texts, strict=True)]
+    index = _IndexBuilder()
+    index.add([[prompt_id, None, 0, text, None, text_hash(text), None, None, None, None, None,
+                None, -1] for prompt_id, text in zip(ids, texts, strict=True)])
     label = path.name.removesuffix(".json").removesuffix(".texts")
-    return Side(label=label, prompts=dict(prompts or {}), text_only=True,
-                index=pd.DataFrame(rows, columns=INDEX_COLUMNS))
+    return Side(label=label, prompts=dict(prompts or {}), text_only=True, index=index.frame())

@@ -43,7 +43,7 @@ DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_dif
 
 def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> Summary:
     """Every total of a comparison (the fields compare adds later keep their defaults)."""
-    pairs = pairs.drop(columns=LONG_TEXT_COLUMNS)  # its selections copy what is left
+    pairs = pairs.drop(columns=LONG_TEXT_COLUMNS, errors="ignore")  # selections copy the rest
     compared = pairs[pairs["status"] == "compared"]
     performance = Performance(a=_side_stats(a, compared, "a"), b=_side_stats(b, compared, "b"))
     _throughput_verdict(performance)
