@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run, report, sides
 from quantcheck.cli import cli
+from quantcheck.errors import RunFormatError
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.reportdir import PAIR_DTYPES, DetailsReader
-from quantcheck.runstore import lock_run
+from quantcheck.runstore import PromptLines, lock_run
 from quantcheck.shards import ShardError, in_shard, merge_runs, parse_shard
 
 from .test_collect import Serve, WritePrompts
@@ -357,3 +358,40 @@ def test_digests_differ_as_their_first_64_bits_do(one: str, other: str) -> None:
     same = int(one[:16], 16) == int(other[:16], 16)
     assert (sides._digest64(one) == sides._digest64(other)) == same
     assert sides._digest64(one) != sides.MISSING_DIGEST
+
+
+prompt_lines = st.lists(st.tuples(
+    st.sampled_from(["q1", "q2", "q3", "\u00e9", ""]), st.text(max_size=12),
+    st.sampled_from(["ok", "ok", "torn", "not json", "no id"])), max_size=12)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(prompt_lines)
+def test_a_runs_prompts_read_on_demand_are_the_prompts_read_whole(
+        lines: list[tuple[str, str, str]]) -> None:
+    """compare holds a run's prompts.jsonl as ids and offsets (PromptLines) and parses a
+    prompt when asked: the same prompts, in the same order, as load_run reads at once,
+    the same error (file and line) for a malformed line, a torn last line skipped."""
+    with tempfile.TemporaryDirectory() as folder:
+        run = Path(folder)
+        (run / "manifest.json").write_text("{}")
+        text = ""
+        for number, (prompt_id, prompt, kind) in enumerate(lines):
+            line = json.dumps({"id": prompt_id, "category": "c", "api": "completions",
+                               "hash": f"h{number}", "request": {"prompt": prompt}})
+            text += {"ok": line + "\n", "torn": line, "not json": "{\n",
+                     "no id": '{"category": "c"}\n'}[kind]
+            if kind == "torn":
+                break
+        (run / "prompts.jsonl").write_text(text)
+        try:
+            whole = load_run(run).prompts
+        except RunFormatError as exc:
+            with pytest.raises(RunFormatError) as raised:
+                PromptLines(run / "prompts.jsonl")
+            assert str(raised.value) == str(exc)
+            return
+        lazy = PromptLines(run / "prompts.jsonl")
+        assert list(lazy) == list(whole) and len(lazy) == len(whole)
+        assert all(lazy[prompt_id] == prompt for prompt_id, prompt in whole.items())
+        assert "never" not in lazy and lazy.get("never") is None

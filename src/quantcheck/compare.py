@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ from .triage import (
 
 
 def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
-            prompts: dict[str, Prompt] | None = None,
+            prompts: Mapping[str, Prompt] | None = None,
             approvals: str | Path | None = None, code_exec: Limits | None = None,
             jobs: int = 1) -> pd.DataFrame:
     """One row per prompt (PAIR_COLUMNS); A is the reference, B the candidate.
@@ -66,7 +66,7 @@ def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
 
 
 def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
-                   prompts: dict[str, Prompt] | None, jobs: int = 1) -> tuple[Side, Side]:
+                   prompts: Mapping[str, Prompt] | None, jobs: int = 1) -> tuple[Side, Side]:
     # A texts file names its prompts after the other side's prompt set (or --prompts).
     side_a = a if isinstance(a, Side) else None
     side_b = b if isinstance(b, Side) else None
@@ -78,17 +78,7 @@ def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
         side_b.prompts if side_b else None)
     side_a = side_a or load_side(a, sig_digits, known)  # type: ignore[arg-type]
     side_b = side_b or load_side(b, sig_digits, known)  # type: ignore[arg-type]
-    _share_prompts(side_a.prompts, side_b.prompts)
     return side_a, side_b
-
-
-def _share_prompts(a: dict[str, Prompt], b: dict[str, Prompt]) -> None:
-    """B's prompts that equal A's become A's (two runs of one prompt set hold it once:
-    about 80 bytes per prompt instead of 800 more)."""
-    for prompt_id, prompt in b.items():
-        same = a.get(prompt_id)
-        if same is not None and same is not prompt and same == prompt:
-            b[prompt_id] = same
 
 
 def _is_texts(source: str | Path | Side) -> bool:
@@ -357,7 +347,7 @@ def _add_forced(pairs: pd.DataFrame, by_prompt: dict[str, dict[str, Any]]) -> No
 
 
 def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
-                   prompts: dict[str, Prompt] | None = None,
+                   prompts: Mapping[str, Prompt] | None = None,
                    approvals: str | Path | None = None,
                    logs: dict[str, Path | None] | None = None,
                    signature_files: tuple[Path, ...] = (),
@@ -405,7 +395,7 @@ def _write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, App
             table.write(frame.to_csv(index=False, header=not slim).encode("utf-8"))
             lines.write(b"".join(orjson.dumps(detail) + b"\n" for detail in details))
             update_identity(identity, frame)
-            slim.append(frame.drop(columns=LONG_TEXT_COLUMNS))
+            slim.append(frame.drop(columns=LONG_TEXT_COLUMNS).copy())  # frees the texts
         pairs = pd.concat(slim, ignore_index=True) if slim else \
             pair_frame([]).drop(columns=LONG_TEXT_COLUMNS)
         summary = summarize(pairs, side_a, side_b)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -449,10 +450,57 @@ def load_run(run_dir: str | Path) -> Run:
     prompts: dict[str, Prompt] = {}
     if (path / PROMPTS).exists():
         for number, data in iter_jsonl(path / PROMPTS):
-            try:
-                prompt = Prompt.from_json(data)
-            except (KeyError, TypeError) as exc:
-                raise RunFormatError(f"{path / PROMPTS}:{number}: malformed prompt ({exc})") \
-                    from None
+            prompt = _prompt(data, path / PROMPTS, number)
             prompts[prompt.id] = prompt
     return Run(path=path, manifest=manifest, prompts=prompts)
+
+
+def _prompt(data: Any, path: Path, number: int) -> Prompt:
+    try:
+        return Prompt.from_json(data)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RunFormatError(f"{path}:{number}: malformed prompt ({exc})") from None
+
+
+class PromptLines(Mapping[str, Prompt]):
+    """A run's prompts.jsonl by id, each prompt parsed when asked: the ids and their
+    lines' offsets are held, about 120 bytes a prompt where the parsed prompt set holds
+    740 (measured at 100,000 prompts: 74 MB). Every line is checked when it is opened."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._numbers: dict[str, int] = {}  # the last line of an id, as load_run keeps
+        self._offsets = array("q", [0])
+        if not path.exists():
+            return
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.endswith(b"\n"):
+                    break  # torn by a kill, as iter_jsonl reads it
+                try:
+                    data = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
+                self._numbers[_prompt(data, path, number).id] = number - 1
+                self._offsets.append(self._offsets[-1] + len(line))
+
+    def __getitem__(self, prompt_id: str) -> Prompt:
+        number = self._numbers[prompt_id]
+        start, end = self._offsets[number], self._offsets[number + 1]
+        with self.path.open("rb") as handle:
+            handle.seek(start)
+            line = handle.read(end - start)
+        try:
+            return _prompt(orjson.loads(line), self.path, number + 1)
+        except orjson.JSONDecodeError:
+            raise RunFormatError(f"{self.path}:{number + 1}: changed while it was read; "
+                                 "compare again") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._numbers)
+
+    def __len__(self) -> int:
+        return len(self._numbers)
+
+    def __contains__(self, prompt_id: object) -> bool:
+        return prompt_id in self._numbers

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,12 +28,14 @@ from .parallel import ordered_map
 from .records import Prompt, Tokens
 from .runstore import (
     COMPLETIONS,
+    PROMPTS,
     Blobs,
     CompletionLine,
     Manifest,
+    PromptLines,
     decode_line,
-    load_run,
     read_json,
+    read_manifest,
 )
 
 # `text` is filled for a texts file only: a run's texts are read by `offset` (text_of).
@@ -53,7 +55,7 @@ class Side:
     """Everything triage needs from one side, without the token arrays."""
 
     label: str
-    prompts: dict[str, Prompt]
+    prompts: Mapping[str, Prompt]  # a run's: PromptLines, each parsed when asked
     index: pd.DataFrame
     manifest: Manifest | None = None  # None for a texts file
     completions_path: Path | None = None
@@ -230,26 +232,30 @@ def calls_json(calls: list[dict[str, Any]] | None) -> str | None:
 
 
 def load_side(source: str | Path, sig_digits: int = 12,
-              prompts: dict[str, Prompt] | None = None, jobs: int = 1) -> Side:
+              prompts: Mapping[str, Prompt] | None = None, jobs: int = 1) -> Side:
     """A run directory, or a JSON list of texts in prompt order (then `prompts` names them).
     The signatures (a decompression and a digest per record) take `jobs` processes."""
     path = Path(source)
     if path.is_file() and path.suffix == ".json":
         return _texts_side(path, prompts)
-    run = load_run(path)
-    completions = run.path / COMPLETIONS
+    if not path.is_dir():
+        raise RunFormatError(f"{path}: not a directory")
+    manifest = read_manifest(path)
+    manifest.prompt_hashes = {}  # compare never reads it: 20 MB at 100,000 prompts
+    prompts = PromptLines(path / PROMPTS)
+    completions = path / COMPLETIONS
     index = _IndexBuilder()
     block: list[list[Any]] = []
     rows = _index_rows(completions) if completions.exists() else iter(())
     for row in rows:
         block.append(row)
         if len(block) == BLOCK_RECORDS:
-            index.add(_with_signatures(block, run.path, sig_digits, jobs))
+            index.add(_with_signatures(block, path, sig_digits, jobs))
             block = []
-    index.add(_with_signatures(block, run.path, sig_digits, jobs))
+    index.add(_with_signatures(block, path, sig_digits, jobs))
     frame = index.frame()
     _refuse_duplicates(frame, completions)
-    return Side(label=run.label, prompts=run.prompts, manifest=run.manifest,
+    return Side(label=manifest.label or path.name, prompts=prompts, manifest=manifest,
                 index=frame, completions_path=completions)
 
 
@@ -359,7 +365,7 @@ def _index_rows(path: Path) -> Iterator[list[Any]]:
                    start]
 
 
-def _texts_side(path: Path, prompts: dict[str, Prompt] | None) -> Side:
+def _texts_side(path: Path, prompts: Mapping[str, Prompt] | None) -> Side:
     texts = read_json(path)
     if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
         raise RunFormatError(f"{path}: a texts file must be a JSON list of strings")
@@ -371,4 +377,4 @@ def _texts_side(path: Path, prompts: dict[str, Prompt] | None) -> Side:
     index.add([[prompt_id, None, 0, text, None, text_hash(text), None, None, None, None, None,
                 None, -1] for prompt_id, text in zip(ids, texts, strict=True)])
     label = path.name.removesuffix(".json").removesuffix(".texts")
-    return Side(label=label, prompts=dict(prompts or {}), text_only=True, index=index.frame())
+    return Side(label=label, prompts=prompts or {}, text_only=True, index=index.frame())

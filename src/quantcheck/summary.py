@@ -169,10 +169,12 @@ def unanswered(side: Side) -> int:
     if side.manifest is None:
         return 0
     repeats = side.manifest.parameters.repeats
-    expected = {(prompt_id, r) for prompt_id in side.prompts for r in range(repeats)}
-    ok = side.index.loc[side.index["error"].isna(), ["prompt_id", "repeat"]]
-    answered = set(zip(ok["prompt_id"].astype(str), ok["repeat"].astype(int), strict=True))
-    return len(expected - answered)
+    ok = side.index.loc[side.index["error"].isna(), ["prompt_id", "repeat"]].drop_duplicates()
+    ids = ok["prompt_id"].cat.categories
+    in_prompt_set = np.fromiter((str(i) in side.prompts for i in ids), bool, len(ids))
+    codes = ok["prompt_id"].cat.codes.to_numpy()
+    answered = in_prompt_set[codes] & (ok["repeat"].to_numpy() < repeats) & (codes >= 0)
+    return len(side.prompts) * repeats - int(answered.sum())
 
 
 def comparison_notes(pairs: pd.DataFrame, a: Side, b: Side) -> Comparison:
