@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -191,3 +192,18 @@ def test_the_library_runs_the_whole_ab(serve: Callable[..., ScriptedServer],
     assert summary.counts.flips.regression == 1 and summary.counts.prompts == 12
     assert quantcheck.read_summary(tmp_path / "ab") == summary  # what it wrote, read back
     assert quantcheck.load_run(tmp_path / "ab" / "b").manifest.label == "b"
+
+
+def test_the_summary_needs_only_the_columns_compare_keeps(ab_runs: tuple[Path, Path]) -> None:
+    """compare keeps SUMMARY_COLUMNS of every pair for the summary (not the texts, not
+    40 MB of other columns at 100,000 pairs): the summary of every column is the same."""
+    from quantcheck.sides import load_side
+    from quantcheck.summary import SUMMARY_COLUMNS, summarize
+
+    whole = compare(*ab_runs)
+    with load_side(ab_runs[0]) as a, load_side(ab_runs[1]) as b:
+        full, kept = (msgspec.to_builtins(summarize(pairs, a, b))
+                      for pairs in (whole, whole[SUMMARY_COLUMNS]))
+    assert full == kept
+    assert full["counts"]["flips"]["regression"] and full["counts"]["nondeterministic"]["b"]
+    assert {"not_comparable", "only_a", "only_b"} <= set(full["counts"]["status"])

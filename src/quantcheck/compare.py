@@ -355,8 +355,8 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
                    jobs: int = 1) -> tuple[pd.DataFrame, Summary]:
     """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
     review sheet index.html. `forced`: a folder written by `quantcheck forced`; `jobs`:
-    processes for the signatures and the pairs. The pairs come back without their
-    texts (LONG_TEXT_COLUMNS): pairs.csv has them."""
+    processes for the signatures and the pairs. The pairs come back with the columns
+    the summary reads (summary.SUMMARY_COLUMNS): pairs.csv has them all."""
     from .report import write_sheet
 
     out = Path(out)
@@ -380,24 +380,24 @@ def _write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, App
                  ) -> tuple[pd.DataFrame, Summary]:
     """pairs.csv and details.jsonl written chunk by chunk, in place once the summary
     of what they hold is made (a failure leaves the report as it was); that summary
-    and the pairs without texts."""
-    from .summary import LONG_TEXT_COLUMNS, summarize
+    and the pairs' SUMMARY_COLUMNS."""
+    from .summary import SUMMARY_COLUMNS, summarize
 
     forced_summary, forced_columns = _forced(forced) if forced is not None else (None, {})
     identity = hashlib.sha256()
-    slim: list[pd.DataFrame] = []
+    kept: list[pd.DataFrame] = []
     make_directory(out)
     with side_a, side_b, AtomicFile(out / PAIRS) as table, AtomicFile(out / DETAILS) as lines:
         for frame, details in judged_chunks(side_a, side_b, code_runner(code_exec), jobs):
             apply_approvals(frame, approvals)
             if forced_summary is not None:
                 _add_forced(frame, forced_columns)
-            table.write(frame.to_csv(index=False, header=not slim).encode("utf-8"))
+            table.write(frame.to_csv(index=False, header=not kept).encode("utf-8"))
             lines.write(b"".join(orjson.dumps(detail) + b"\n" for detail in details))
             update_identity(identity, frame)
-            slim.append(frame.drop(columns=LONG_TEXT_COLUMNS).copy())  # frees the texts
-        pairs = pd.concat(slim, ignore_index=True) if slim else \
-            pair_frame([]).drop(columns=LONG_TEXT_COLUMNS)
+            kept.append(frame[SUMMARY_COLUMNS].copy())  # a copy: frees the rest
+        pairs = pd.concat(kept, ignore_index=True) if kept else \
+            pair_frame([])[SUMMARY_COLUMNS]
         summary = summarize(pairs, side_a, side_b)
         summary.forced = forced_summary
         summary.near_tie_nats = NEAR_TIE_NATS

@@ -39,6 +39,14 @@ from .stats import paired_statistics
 LONG_TEXT_COLUMNS = ["a_text", "b_text", "a_tool_calls", "b_tool_calls"]
 DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
                  "kl_topk_mean", "kl_topk_max"]
+# The pairs' columns summarize reads: compare keeps only these of every pair (at
+# 100,000 pairs the other columns would hold about 40 MB more).
+SUMMARY_COLUMNS = [
+    "prompt_id", "status", "identical", "first_divergence", "divergence_kind", "noise",
+    "suggested_label", "approved_label", "flip", "tool_call_change", "routing_first_token",
+    *DRIFT_COLUMNS,
+    *(f"{side}_{name}" for side in "ab" for name in (
+        "texts", "signatures", "expect", "checks", "degenerate", "tokens", "routing"))]
 
 
 def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> Summary:
