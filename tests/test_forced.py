@@ -3,6 +3,7 @@ and approximate (echo), the noise floor, and compare / sheet / gate on top."""
 
 from __future__ import annotations
 
+import csv
 import gc
 import json
 from pathlib import Path
@@ -148,8 +149,11 @@ def test_run_forced_reaches_pairs_summary_sheet_and_gate(
     assert "Teacher-forced (prompt-logprobs): B's top-1 is A's token at" in result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["forced"]["scored"] == 3 and sum(summary["forced"]["kl_histogram"]["counts"])
-    pairs = (out / "pairs.csv").read_text().splitlines()
-    assert "forced_kl_mean" in pairs[0] and "forced_top1" in pairs[0]
+    with (out / "pairs.csv").open(newline="") as handle:
+        pairs = list(csv.DictReader(handle))
+    scored = [row for row in pairs if row["forced_positions"]]
+    assert len(scored) == 3 and all(row["forced_positions"].isdigit() for row in scored)
+    assert all(float(row["forced_kl_mean"]) >= 0 and row["forced_top1"] for row in scored)
     sheet = (out / "index.html").read_text()
     assert 'id="forced-summary"' in sheet and "teacher-forced KL per position" in sheet
 

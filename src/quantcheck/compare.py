@@ -128,16 +128,10 @@ def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: in
 
 
 def update_identity(digest: Any, pairs: pd.DataFrame) -> None:
-    """Feed pairs, in order, to the digest run_identity reads (see there)."""
+    """Feed pairs, in order, to a sha256 whose first 20 hex digits are the report's
+    identity, what a review belongs to: every prompt's status and both texts."""
     for row in pairs[["prompt_id", "status", "a_text", "b_text"]].itertuples(index=False):
         digest.update(orjson.dumps([None if v is pd.NA or v != v else v for v in row]))
-
-
-def run_identity(pairs: pd.DataFrame) -> str:
-    """What a review belongs to: every prompt's status and both texts."""
-    digest = hashlib.sha256()
-    update_identity(digest, pairs)
-    return digest.hexdigest()[:20]
 
 
 def token_metrics_withheld(a: Side, b: Side) -> str | None:
@@ -340,10 +334,10 @@ def _forced(folder: str | Path) -> tuple[ForcedSummary, dict[str, dict[str, Any]
 
 
 def _add_forced(pairs: pd.DataFrame, by_prompt: dict[str, dict[str, Any]]) -> None:
+    found = [by_prompt.get(str(prompt_id), {}) for prompt_id in pairs["prompt_id"]]
     for column in PAIR_FORCED_COLUMNS:
-        pairs[column] = pairs["prompt_id"].map(
-            {prompt_id: row.get(column) for prompt_id, row in by_prompt.items()}
-        ).astype(PAIR_DTYPES[column])  # type: ignore[call-overload]
+        pairs[column] = pd.Series([row.get(column) for row in found], index=pairs.index,
+                                  dtype=PAIR_DTYPES[column])
 
 
 def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,

@@ -334,7 +334,7 @@ class Summary(msgspec.Struct, kw_only=True):
     """summary.json: every total a reader shows (terminal, sheet, gate)."""
 
     quantcheck_version: str
-    identity: str = ""  # what review files belong to (see compare.run_identity)
+    identity: str = ""  # what review files belong to (see compare.update_identity)
     a: SideIdentity
     b: SideIdentity
     counts: Counts
