@@ -106,6 +106,9 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
     rubric = load_rubric(rubric_path)
     summary = read_summary(report_dir)
     overview = read_pairs_columns(report_dir, OVERVIEW_COLUMNS)
+    # where the data goes: unguessable, so no text the page shows (a label, a log line)
+    # can stand in for it
+    placeholder = f"\0{secrets.token_hex(16)}\0"
     head = _sheet_head(report_dir, rubric, live, summary, overview)
     forced = summary.forced
     template = environment.get_template("sheet.html")
@@ -121,17 +124,14 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
         categories=sorted({str(c) for c in overview["category"].dropna() if c}),
         refused_reviews=head["refused_reviews"], comparison=summary.comparison,
         near_tie_nats=summary.near_tie_nats, topk_margin_nats=TOPK_MARGIN_NATS, e=math.e,
-        data_json=Markup(DATA_PLACEHOLDER))
-    before, after = page.split(DATA_PLACEHOLDER)
+        data_json=Markup(placeholder))
+    before, after = page.split(placeholder)
     yield before
     yield str(embed_json(head))[:-1] + ',"pairs":['
     for number, record in enumerate(_sheet_pairs(report_dir, len(overview) > EMBED_ALL_UP_TO)):
         yield ("," if number else "") + embed_json(record)
     yield "]}"
     yield after
-
-
-DATA_PLACEHOLDER = "\0sheet-data\0"
 
 
 def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,

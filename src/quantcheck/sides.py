@@ -1,10 +1,10 @@
 """One side of a comparison: a run directory or a plain `*.texts.json` list, indexed.
 
 A run is read once, line by line, into one small row per request (hashes, counts,
-timings and the byte offset of its line, about 90 bytes in numpy columns: prompt ids,
+timings and the byte offset of its line, about 95 bytes in numpy columns: prompt ids,
 hashes and finish reasons as categories, digests as 64-bit integers); texts and token
 arrays are not kept but re-read by offset for the few records a pair needs. At
-100,000 prompts x 2 repeats a side's index is about 20 MB.
+100,000 prompts x 2 repeats a side's index is about 30 MB, its ids and hashes included.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Side:
         ids = self.index["prompt_id"].cat.categories
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(ids) + 1))
-        return Groups(ids, order, bounds, self._columns())
+        return Groups(ids, order, bounds)
 
     def records(self, rows: np.ndarray | None) -> list[dict[str, Any]] | None:
         """Index rows as plain records (None for None)."""
@@ -179,7 +179,6 @@ class Groups:
     ids: pd.Index
     order: np.ndarray
     bounds: np.ndarray
-    columns: dict[str, Any]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.ids)
