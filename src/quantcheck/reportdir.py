@@ -196,8 +196,7 @@ def write_summary(report_dir: Path, summary: Summary) -> None:
 
 
 def read_pairs(report_dir: Path) -> pd.DataFrame:
-    frames = list(iter_pairs(report_dir))
-    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return next(iter_pairs(report_dir))
 
 
 def read_pairs_columns(report_dir: Path, columns: list[str]) -> pd.DataFrame:
@@ -214,7 +213,8 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
         raise RunFormatError(f"{path}: missing; run `quantcheck compare` first")
     wanted = usecols or PAIR_COLUMNS
     try:
-        missing = [c for c in wanted if c not in _header(path)]
+        header = _header(path)
+        missing = [c for c in wanted if c not in header]
         if missing:
             raise RunFormatError(f"{path}: missing columns {', '.join(missing)}")
         options: dict[str, Any] = {
