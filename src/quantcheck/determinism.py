@@ -24,7 +24,7 @@ def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[Determinis
     """One row per prompt: how many distinct texts and signatures its repeats gave."""
     rows = []
     ok = side.index[side.index["error"].isna()]
-    for prompt_id, group in ok.groupby("prompt_id", sort=False):
+    for prompt_id, group in ok.groupby("prompt_id", sort=False, observed=True):
         prompt = side.prompts.get(str(prompt_id))
         repeats = [side.tokens_at(int(offset)) for offset in group["offset"]]
         n = len(group)
