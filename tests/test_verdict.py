@@ -3,6 +3,7 @@ malformed input is one line and exit 2, and every count is the same everywhere."
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare_to_dir
 from quantcheck.cli import cli
-from quantcheck.errors import RunMismatch
+from quantcheck.errors import RunFormatError, RunMismatch
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 from quantcheck.stats import interval_points, pass_rate_change
 
@@ -134,6 +135,28 @@ def test_a_binary_pairs_table_is_one_line(planted_report: Path) -> None:
     (planted_report / "pairs.csv").write_bytes(bytes(range(256)) * 40)
     line = one_error_line(invoke("gate", planted_report))
     assert "pairs.csv" in line
+
+
+def test_a_pairs_table_without_a_column_is_refused_by_every_reader(planted_report: Path
+                                                                   ) -> None:
+    """The sheet and the review server read a few columns of pairs.csv; every column
+    is still checked, before anything is written or served."""
+    from quantcheck.reviewserver import review_app
+
+    path = planted_report / "pairs.csv"
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, [c for c in rows[0] if c != "noise"],
+                                extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    sheet = (planted_report / "index.html").read_bytes()
+    for command in (["gate"], ["report"]):
+        assert "missing columns noise" in one_error_line(invoke(*command, planted_report))
+    assert (planted_report / "index.html").read_bytes() == sheet
+    with pytest.raises(RunFormatError, match="missing columns noise"):
+        review_app(planted_report, "dana", None)
 
 
 def test_a_review_path_that_is_a_folder_is_one_line(planted_report: Path) -> None:

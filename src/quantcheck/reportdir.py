@@ -200,7 +200,7 @@ def read_pairs(report_dir: Path) -> pd.DataFrame:
 
 
 def read_pairs_columns(report_dir: Path, columns: list[str]) -> pd.DataFrame:
-    """Some columns of pairs.csv, whole (the rest is never held)."""
+    """Some columns of pairs.csv, whole (the others are checked present, never held)."""
     return next(iter_pairs(report_dir, usecols=columns))
 
 
@@ -213,8 +213,8 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
         raise RunFormatError(f"{path}: missing; run `quantcheck compare` first")
     wanted = usecols or PAIR_COLUMNS
     try:
-        header = _header(path)
-        missing = [c for c in wanted if c not in header]
+        header = _header(path)  # every column is checked, whichever are read
+        missing = [c for c in PAIR_COLUMNS if c not in header]
         if missing:
             raise RunFormatError(f"{path}: missing columns {', '.join(missing)}")
         options: dict[str, Any] = {

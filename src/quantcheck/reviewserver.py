@@ -20,7 +20,7 @@ from aiohttp import web
 from .errors import RunFormatError
 from .files import StorageError, make_directory
 from .report import render_sheet
-from .reportdir import require_report
+from .reportdir import read_pairs_columns, read_summary
 from .reviews import review_path, validate_review
 from .rubric import load_rubric
 from .runstore import write_json_atomic
@@ -31,9 +31,9 @@ def review_app(report_dir: Path, reviewer: str, rubric_path: str | Path | None =
     """Serve the sheet and accept its review; nothing outside REPORT_DIR is touched."""
     rubric = load_rubric(rubric_path)
     target = review_path(report_dir, reviewer)
-    pairs, summary = require_report(report_dir)
-    identity = summary.identity
-    prompt_ids = set(pairs["prompt_id"].astype(str))
+    identity = read_summary(report_dir).identity
+    # the ids alone: all of a 100,000-pair table would take several hundred MB
+    prompt_ids = set(read_pairs_columns(report_dir, ["prompt_id"])["prompt_id"].astype(str))
     token = secrets.token_urlsafe(24)
     live = {"endpoint": "/api/review", "reviewer": reviewer, "token": token}
 
