@@ -395,3 +395,27 @@ def test_a_runs_prompts_read_on_demand_are_the_prompts_read_whole(
         assert list(lazy) == list(whole) and len(lazy) == len(whole)
         assert all(lazy[prompt_id] == prompt for prompt_id, prompt in whole.items())
         assert "never" not in lazy and lazy.get("never") is None
+
+
+def test_a_compare_that_cannot_write_keeps_the_old_report_and_a_rerun_finishes(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """pairs.csv and details.jsonl are streamed to temporaries: a full disk (a file-size
+    limit here) is one line, and the report already there stays whole."""
+    a, b = two_runs(serve, write_prompts, tmp_path)
+    report = tmp_path / "r"
+    compare_to_dir(a, a, report)
+    before = {p.name: p.read_bytes() for p in report.iterdir() if p.is_file()}
+    command = [sys.executable, "-m", "quantcheck", "compare", str(a), str(b), "--out",
+               str(report)]
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3_000, 3_000))
+
+    limited = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                             preexec_fn=limit_file_size)
+    assert limited.returncode == 2
+    assert_one_clear_line(limited.stderr, "File too large")
+    assert {p.name: p.read_bytes() for p in report.iterdir() if p.is_file()} == before
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "Sydney" in (report / "pairs.csv").read_text()

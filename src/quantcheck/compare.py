@@ -390,6 +390,8 @@ def _write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, App
             lines.write(b"".join(orjson.dumps(detail) + b"\n" for detail in details))
             update_identity(identity, frame)
             kept.append(frame[SUMMARY_COLUMNS].copy())  # a copy: frees the rest
+        table.flush()  # both written before either replaces the old report's
+        lines.flush()
         pairs = pd.concat(kept, ignore_index=True) if kept else \
             pair_frame([])[SUMMARY_COLUMNS]
         summary = summarize(pairs, side_a, side_b)

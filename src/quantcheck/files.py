@@ -87,6 +87,14 @@ class AtomicFile:
         except OSError as exc:
             raise storage_error(self.path, exc) from None
 
+    def flush(self) -> None:
+        """Everything written reaches the file now (a full disk says so here, while a
+        caller writing several files can still keep them all as they were)."""
+        try:
+            self._handle.flush()
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
+
     def __enter__(self) -> AtomicFile:
         return self
 
