@@ -32,25 +32,15 @@ def ordered_map(work: Callable[[Sequence[Item]], list[Result]], items: Sequence[
                 jobs: int) -> list[Result]:
     """`work` over chunks of `items` in `jobs` processes; the results in item order.
     `work` takes a chunk and returns one result per item."""
-    if jobs <= 1 or len(items) < MIN_ITEMS or "fork" not in multiprocessing.get_all_start_methods():
-        return work(items)
-    global _work
-    size = math.ceil(len(items) / (jobs * CHUNKS_PER_JOB))
-    chunks = [items[start:start + size] for start in range(0, len(items), size)]
-    _work = work
-    try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(chunks))) as pool:
-            parts = pool.map(_run_chunk, chunks)
-    finally:
-        _work = None
-    return [result for part in parts for result in part]
+    size = math.ceil(len(items) / (jobs * CHUNKS_PER_JOB)) if jobs > 1 else len(items)
+    return [result for part in ordered_chunks(work, items, jobs, size) for result in part]
 
 
 def ordered_chunks(work: Callable[[Sequence[Item]], list[Result]], items: Sequence[Item],
                    jobs: int, size: int) -> Iterator[list[Result]]:
     """`work` over chunks of `size` items in `jobs` processes, each chunk's results as it
     comes, in order: the caller writes and forgets them (memory stays flat)."""
-    chunks = [items[start:start + size] for start in range(0, len(items), size)]
+    chunks = [items[start:start + size] for start in range(0, len(items), max(size, 1))]
     if jobs <= 1 or len(items) < MIN_ITEMS or "fork" not in multiprocessing.get_all_start_methods():
         for chunk in chunks:
             yield work(chunk)

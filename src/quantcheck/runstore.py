@@ -227,12 +227,18 @@ def read_json(path: Path) -> Any:
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each complete line; a torn last line is skipped."""
+    for number, _, data in jsonl_lines(path):
+        yield number, data
+
+
+def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(line number, the line's length in bytes, object), as iter_jsonl reads them."""
     with path.open("rb") as handle:
         for number, line in enumerate(handle, 1):
             if not line.endswith(b"\n"):
                 return  # written while the process was killed
             try:
-                yield number, orjson.loads(line)
+                yield number, len(line), orjson.loads(line)
             except orjson.JSONDecodeError as exc:
                 raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
 
@@ -471,18 +477,9 @@ class PromptLines(Mapping[str, Prompt]):
         self.path = path
         self._numbers: dict[str, int] = {}  # the last line of an id, as load_run keeps
         self._offsets = array("q", [0])
-        if not path.exists():
-            return
-        with path.open("rb") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.endswith(b"\n"):
-                    break  # torn by a kill, as iter_jsonl reads it
-                try:
-                    data = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
-                self._numbers[_prompt(data, path, number).id] = number - 1
-                self._offsets.append(self._offsets[-1] + len(line))
+        for number, length, data in jsonl_lines(path) if path.exists() else ():
+            self._numbers[_prompt(data, path, number).id] = number - 1
+            self._offsets.append(self._offsets[-1] + length)
 
     def __getitem__(self, prompt_id: str) -> Prompt:
         number = self._numbers[prompt_id]
