@@ -8,7 +8,6 @@ import csv
 import importlib
 import json
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from quantcheck.runstore import PromptLines, lock_run
 from quantcheck.shards import ShardError, in_shard, merge_runs, parse_shard
 
 from .test_collect import Serve, WritePrompts
-from .test_storage import assert_one_clear_line
+from .test_storage import assert_one_clear_line, run_with_file_limit
 
 compare_module = importlib.import_module("quantcheck.compare")  # the package exports a function
 
@@ -211,11 +210,7 @@ def test_a_merge_that_cannot_write_says_so_and_a_rerun_finishes(
     command = [sys.executable, "-m", "quantcheck", "merge", *map(str, shards), "--out",
                str(tmp_path / "merged")]
 
-    def limit_file_size() -> None:  # as a full disk: the blobs cannot be written
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4_000, 4_000))
-
-    limited = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                             preexec_fn=limit_file_size)
+    limited = run_with_file_limit(command, 4_000)  # the blobs cannot be written
     assert limited.returncode == 2
     assert_one_clear_line(limited.stderr, "File too large")
     assert not (tmp_path / "merged").exists()  # no half run under the name
@@ -408,11 +403,7 @@ def test_a_compare_that_cannot_write_keeps_the_old_report_and_a_rerun_finishes(
     command = [sys.executable, "-m", "quantcheck", "compare", str(a), str(b), "--out",
                str(report)]
 
-    def limit_file_size() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (3_000, 3_000))
-
-    limited = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                             preexec_fn=limit_file_size)
+    limited = run_with_file_limit(command, 3_000)
     assert limited.returncode == 2
     assert_one_clear_line(limited.stderr, "File too large")
     assert {p.name: p.read_bytes() for p in report.iterdir() if p.is_file()} == before

@@ -118,16 +118,21 @@ def test_a_full_disk_stops_with_one_line_and_loses_nothing(
     assert_one_clear_line(stderr, "Read-only file system")
 
 
+def run_with_file_limit(command: list[str], limit: int) -> subprocess.CompletedProcess[str]:
+    """Run a quantcheck command that may write no file beyond `limit` bytes: a full disk."""
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          preexec_fn=limit_file_size)
+
+
 def test_a_file_size_limit_stops_with_one_line_and_a_rerun_finishes(
         serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
     server = serve(MODEL)
     command = collect_command(server.url, write_prompts(PROMPTS), tmp_path / "run")
 
-    def limit_file_size() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000))
-
-    limited = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                             preexec_fn=limit_file_size)
+    limited = run_with_file_limit(command, 30_000)
     assert limited.returncode == 2
     assert_one_clear_line(limited.stderr, "File too large")
     assert not temporary_files(tmp_path / "run")
