@@ -194,16 +194,24 @@ def test_the_library_runs_the_whole_ab(serve: Callable[..., ScriptedServer],
     assert quantcheck.load_run(tmp_path / "ab" / "b").manifest.label == "b"
 
 
-def test_the_summary_needs_only_the_columns_compare_keeps(ab_runs: tuple[Path, Path]) -> None:
-    """compare keeps SUMMARY_COLUMNS of every pair for the summary (not the texts, not
-    40 MB of other columns at 100,000 pairs): the summary of every column is the same."""
+def test_the_summary_gathered_chunk_by_chunk_is_the_summary_of_all_pairs(
+        ab_runs: tuple[Path, Path]) -> None:
+    """compare forgets each chunk of pairs once written (summary.PairTotals keeps counts,
+    the ids not compared and the drift values): totals gathered a few pairs at a time
+    give the summary of the whole frame, every status, flip and percentile included."""
     from quantcheck.sides import load_side
-    from quantcheck.summary import SUMMARY_COLUMNS, summarize
+    from quantcheck.summary import PairTotals
 
     whole = compare(*ab_runs)
     with load_side(ab_runs[0]) as a, load_side(ab_runs[1]) as b:
-        full, kept = (msgspec.to_builtins(summarize(pairs, a, b))
-                      for pairs in (whole, whole[SUMMARY_COLUMNS]))
-    assert full == kept
-    assert full["counts"]["flips"]["regression"] and full["counts"]["nondeterministic"]["b"]
-    assert {"not_comparable", "only_a", "only_b"} <= set(full["counts"]["status"])
+        at_once = msgspec.json.encode(PairTotals().add(whole).summary(a, b))
+        for size in (1, 3, 5):
+            totals = PairTotals()
+            for start in range(0, len(whole), size):
+                totals.add(whole.iloc[start:start + size])
+            assert msgspec.json.encode(totals.summary(a, b)) == at_once
+    summary = msgspec.json.decode(at_once)
+    assert summary["counts"]["flips"]["regression"] and summary["counts"]["nondeterministic"]["b"]
+    assert {"not_comparable", "only_a", "only_b"} <= set(summary["counts"]["status"])
+    assert summary["drift"]["kl_topk_mean"] and summary["stats"]["drift"]
+    assert summary["comparison"]["notes"]

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from junitparser import JUnitXml
 
 from quantcheck.cli import cli
+from quantcheck.reportdir import read_pairs
 
 
 def gate(report: Path, *args: str, env: dict[str, str] | None = None) -> Any:
@@ -192,8 +193,8 @@ def test_approved_differences_need_no_second_review(
     assert sorted(e["prompt_id"] for e in stored.values()) == ["near-tie", "wording"]
 
     again = tmp_path / "again"
-    pairs, _ = compare_to_dir(*ab_runs, again, approvals=approvals)
-    approved = pairs.set_index("prompt_id")["approved_label"]
+    compare_to_dir(*ab_runs, again, approvals=approvals)
+    approved = read_pairs(again).set_index("prompt_id")["approved_label"]
     assert approved["wording"] == "wording" and approved["near-tie"] == "ambiguous"
     assert approved["numbers"] == ""
     result = gate(again, "--require-review", "--max-factual-flips", "9",

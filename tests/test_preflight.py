@@ -14,6 +14,7 @@ from quantcheck.cli import cli
 from quantcheck.collect import run_blocking
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.preflight import PreflightFailed, check_endpoint, tokenizer_agreement
+from quantcheck.reportdir import read_pairs
 
 from .test_collect import TWO_PROMPTS, Serve, WritePrompts
 
@@ -134,7 +135,8 @@ def test_different_tokenizers_withhold_token_metrics(serve: Serve, write_prompts
         server = serve(ScriptedModel(responses={"Australia": " Canberra."}), faults=faults)
         collect([prompts], tmp_path / side, CollectSettings(endpoint=server.url, label=side,
                                                             context_tokens=0))
-    pairs, summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    pairs = read_pairs(tmp_path / "report")
     assert "tokenize differently" in str(summary.preflight.token_metrics_withheld)
     assert pairs["first_divergence"].isna().all() and pairs["kl_topk_mean"].isna().all()
     sheet = (tmp_path / "report" / "index.html").read_text()

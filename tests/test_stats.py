@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 
 from quantcheck.stats import (
+    BOOTSTRAPPED,
     bootstrap_mean,
     mcnemar_exact,
     paired_difference_interval,
     paired_statistics,
+    pass_counts,
     pass_rate_change,
 )
 
@@ -89,7 +91,8 @@ def test_paired_statistics_shape() -> None:
                           "kl_topk_mean": [0.0, 0.5, None],
                           "logprob_mean_abs_diff": [0.1, 0.2, 0.3],
                           "top1_agreement": [1.0, 0.5, 1.0]})
-    stats = paired_statistics(pairs)
+    stats = paired_statistics(pass_counts(pairs).tolist(), {
+        column: pd.to_numeric(pairs[column]).dropna().to_numpy() for column in BOOTSTRAPPED})
     assert stats.pass_rate is not None and stats.pass_rate.regressions == 1
     assert set(stats.drift) == {"kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement"}
     assert stats.drift["kl_topk_mean"].prompts == 2

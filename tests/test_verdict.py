@@ -19,6 +19,7 @@ from quantcheck import CollectSettings, collect, compare_to_dir
 from quantcheck.cli import cli
 from quantcheck.errors import RunFormatError, RunMismatch
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.reportdir import read_pairs
 from quantcheck.stats import interval_points, pass_rate_change
 
 from .conftest import A_ANSWERS, PROMPTS, RUNNER_UPS
@@ -335,8 +336,8 @@ def test_approve_keeps_approvals_with_the_report_and_never_a_regression(
     stored = json.loads((planted_report / "approvals.json").read_text())["approvals"]
     assert sorted(e["prompt_id"] for e in stored.values()) == ["near-tie", "wording"]
     assert not (tmp_path / "approvals.json").exists()  # not beside the prompt files
-    pairs, _ = compare_to_dir(*ab_runs, planted_report)  # the same report, compared again
-    approved = pairs.set_index("prompt_id")["approved_label"]
+    compare_to_dir(*ab_runs, planted_report)  # the same report, compared again
+    approved = read_pairs(planted_report).set_index("prompt_id")["approved_label"]
     assert approved["wording"] == "wording" and approved["numbers"] == ""
 
 

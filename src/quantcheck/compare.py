@@ -108,23 +108,38 @@ def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: in
                   ) -> Iterator[tuple[pd.DataFrame, list[Record]]]:
     """The pairs in prompt order, CHUNK_PAIRS at a time: a frame of PAIR_COLUMNS and
     each pair's details; judged in `jobs` processes."""
-    a_groups, b_groups = a.groups(), b.groups()
-    order = list(dict.fromkeys([*a.prompts, *a_groups, *b.prompts, *b_groups]))
     token_level = token_metrics_withheld(a, b) is None
 
-    def judge(prompt_ids: Sequence[str]) -> list[tuple[dict[str, Any], Record]]:
+    def judge(keys: Sequence[int]) -> list[tuple[dict[str, Any], Record]]:
         judged = []
-        for prompt_id in prompt_ids:
+        for key in map(int, keys):
+            prompt = a.prompt_by_key(key) or b.prompt_by_key(key)
+            prompt_id = prompt.id if prompt else _record_id(a, key) or _record_id(b, key)
+            assert prompt_id is not None  # every key in the order has a prompt or records
             detail: Record = {"prompt_id": prompt_id}
-            judged.append((_pair_row(prompt_id, a, b, a.records(a_groups.get(prompt_id)),
-                                     b.records(b_groups.get(prompt_id)), detail, token_level,
+            judged.append((_pair_row(prompt_id, prompt, a, b, a.records(prompt_id, key),
+                                     b.records(prompt_id, key), detail, token_level,
                                      run_code), detail))
         return judged
 
     a.close()  # each worker opens the runs' files itself (a shared offset would race)
     b.close()
+    order: Any = prompt_order(a, b)  # sliced into chunks as a sequence is
     for judged in ordered_chunks(judge, order, jobs, CHUNK_PAIRS):
         yield pair_frame([row for row, _ in judged]), [detail for _, detail in judged]
+
+
+def prompt_order(a: Side, b: Side) -> np.ndarray:
+    """Every prompt's key once: A's prompt set in its order, then prompts only A's
+    records name, then B's prompt set, then B's records."""
+    keys = np.concatenate([a.prompt_keys(), a.index.order, b.prompt_keys(), b.index.order])
+    return keys[np.sort(np.unique(keys, return_index=True)[1])]
+
+
+def _record_id(side: Side, key: int) -> str | None:
+    """The prompt id of a side's records under this key (a prompt outside the sets)."""
+    rows = side.index.rows(key)
+    return side.record_id(rows[0]) if rows else None
 
 
 def update_identity(digest: Any, pairs: pd.DataFrame) -> None:
@@ -141,10 +156,9 @@ def token_metrics_withheld(a: Side, b: Side) -> str | None:
     return agreement.message if agreement.status == "warn" else None
 
 
-def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
-              b_rows: list[Record] | None, detail: Record, token_level: bool,
-              run_code: CodeRunner | None) -> dict[str, Any]:
-    prompt = a.prompts.get(prompt_id) or b.prompts.get(prompt_id)
+def _pair_row(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
+              a_rows: list[Record] | None, b_rows: list[Record] | None, detail: Record,
+              token_level: bool, run_code: CodeRunner | None) -> dict[str, Any]:
     if prompt is not None:
         detail["request"] = _shown_request(prompt.request)
         detail["expect"] = prompt.expect.to_json() if prompt.expect else None
@@ -162,7 +176,7 @@ def _pair_row(prompt_id: str, a: Side, b: Side, a_rows: list[Record] | None,
     if row["status"] != "compared":
         return row
     assert a_first is not None and b_first is not None and a_ok and b_ok
-    a_text, b_text = a.text_of(a_first), b.text_of(b_first)
+    a_text, b_text = a_first["text"], b_first["text"]
     a_calls, b_calls = _calls(a_first), _calls(b_first)
     a_content, b_content = with_calls(a_text, a_calls), with_calls(b_text, b_calls)
     row.update(a_text=a_text, b_text=b_text, a_tool_calls=a_calls, b_tool_calls=b_calls,
@@ -269,7 +283,7 @@ def _variants(side: Side, ok: list[Record] | None) -> list[tuple[str, int]] | No
         return None
     counts: dict[str, int] = {}
     for record in ok:
-        text = side.text_of(record)
+        text = record["text"]
         counts[text] = counts.get(text, 0) + 1
     return sorted(counts.items(), key=lambda kv: -kv[1]) if len(counts) > 1 else None
 
@@ -346,18 +360,17 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
                    logs: dict[str, Path | None] | None = None,
                    signature_files: tuple[Path, ...] = (),
                    forced: str | Path | None = None, code_exec: Limits | None = None,
-                   jobs: int = 1) -> tuple[pd.DataFrame, Summary]:
+                   jobs: int = 1) -> Summary:
     """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
-    review sheet index.html. `forced`: a folder written by `quantcheck forced`; `jobs`:
-    processes for the signatures and the pairs. The pairs come back with the columns
-    the summary reads (summary.SUMMARY_COLUMNS): pairs.csv has them all."""
+    review sheet index.html; the summary. `forced`: a folder written by `quantcheck
+    forced`; `jobs`: processes for the signatures and the pairs."""
     from .report import write_sheet
 
     out = Path(out)
     approvals_path = Path(approvals) if approvals else default_approvals_path(out)
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts, jobs)
-    pairs, summary = _write_pairs(side_a, side_b, out, load_approvals(approvals_path),
-                                  forced, code_exec, jobs)
+    summary = _write_pairs(side_a, side_b, out, load_approvals(approvals_path), forced,
+                           code_exec, jobs)
     summary.approvals_file = str(approvals_path)
     summary.log_matches = scan_logs(logs or {}, signature_files)
     summary.sources = {"a": str(a), "b": str(b)}
@@ -366,39 +379,38 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
     write_summary(out, summary)
     del side_a, side_b  # the sheet is written without the sides' index and prompts
     write_sheet(out)
-    return pairs, summary
+    return summary
 
 
 def _write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, Approval],
-                 forced: str | Path | None, code_exec: Limits | None, jobs: int
-                 ) -> tuple[pd.DataFrame, Summary]:
+                 forced: str | Path | None, code_exec: Limits | None, jobs: int) -> Summary:
     """pairs.csv and details.jsonl written chunk by chunk, in place once the summary
-    of what they hold is made (a failure leaves the report as it was); that summary
-    and the pairs' SUMMARY_COLUMNS."""
-    from .summary import SUMMARY_COLUMNS, summarize
+    of what they hold is made (a failure leaves the report as it was); that summary,
+    from totals gathered as the chunks pass (summary.PairTotals)."""
+    from .summary import PairTotals
 
     forced_summary, forced_columns = _forced(forced) if forced is not None else (None, {})
     identity = hashlib.sha256()
-    kept: list[pd.DataFrame] = []
+    totals = PairTotals()
     make_directory(out)
     with side_a, side_b, AtomicFile(out / PAIRS) as table, AtomicFile(out / DETAILS) as lines:
         for frame, details in judged_chunks(side_a, side_b, code_runner(code_exec), jobs):
             apply_approvals(frame, approvals)
             if forced_summary is not None:
                 _add_forced(frame, forced_columns)
-            table.write(frame.to_csv(index=False, header=not kept).encode("utf-8"))
+            table.write(frame.to_csv(index=False, header=not totals.prompts).encode("utf-8"))
             lines.write(b"".join(orjson.dumps(detail) + b"\n" for detail in details))
             update_identity(identity, frame)
-            kept.append(frame[SUMMARY_COLUMNS].copy())  # a copy: frees the rest
+            totals.add(frame)
+        if not totals.prompts:
+            table.write(pair_frame([]).to_csv(index=False).encode("utf-8"))
         table.flush()  # both written before either replaces the old report's
         lines.flush()
-        pairs = pd.concat(kept, ignore_index=True) if kept else \
-            pair_frame([])[SUMMARY_COLUMNS]
-        summary = summarize(pairs, side_a, side_b)
+        summary = totals.summary(side_a, side_b)
         summary.forced = forced_summary
         summary.near_tie_nats = NEAR_TIE_NATS
         summary.identity = identity.hexdigest()[:20]
         if any(p.expect and p.expect.code for side in (side_a, side_b)
                for p in side.prompts.values()):
             summary.code_execution = code_execution(code_exec)
-    return pairs, summary
+    return summary

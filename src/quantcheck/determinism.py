@@ -23,14 +23,17 @@ from .triage import first_divergence, token_keys
 def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[DeterminismRow]:
     """One row per prompt: how many distinct texts and signatures its repeats gave."""
     rows = []
-    ok = side.index[side.index["error"].isna()]
-    for prompt_id, group in ok.groupby("prompt_id", sort=False, observed=True):
-        prompt = side.prompts.get(str(prompt_id))
-        repeats = [side.tokens_at(int(offset)) for offset in group["offset"]]
-        n = len(group)
-        texts = int(group["text_hash"].nunique())
-        signatures = int(group["signature"].nunique()) if group["signature"].notna().all() \
-            else None
+    for key in side.index.order:
+        prompt_id = side.record_id(side.index.rows(key)[0])
+        ok = [r for r in side.records(prompt_id, key) or () if r["error"] is None]
+        if not ok:
+            continue
+        prompt = side.prompts.get(prompt_id)
+        repeats = [side.tokens_at(int(record["offset"])) for record in ok]
+        n = len(ok)
+        texts = len({record["text_hash"] for record in ok})
+        signatures = len({r["signature"] for r in ok}) \
+            if all(r["signature"] is not None for r in ok) else None
         routings = [t.routing for t in repeats if t and t.routing is not None]
         routed = across_repeats(routings, signatures) if routings else None
         rows.append(DeterminismRow(

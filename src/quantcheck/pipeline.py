@@ -51,7 +51,7 @@ def compare_runs(a: Path, b: Path, out: Path, options: CompareOptions | None = N
                           approvals=options.approvals,
                           logs={"a": options.a_log, "b": options.b_log},
                           signature_files=options.signature_files, forced=options.forced,
-                          code_exec=options.code_exec, jobs=options.jobs)[1]
+                          code_exec=options.code_exec, jobs=options.jobs)
 
 
 @dataclass

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
 from .cells import CELL_AXES
 from .files import AtomicFile, write_atomic
-from .reportdir import DetailsReader, iter_pairs, read_pairs_columns, read_summary
+from .reportdir import PAIRS_READ_AT_ONCE, DetailsReader, PromptIds, iter_pairs, read_summary
 from .reportrecords import Counts, ForcedSummary, Overview, Summary
 from .reviews import load_reviews
 from .rubric import Rubric, load_rubric
@@ -35,26 +37,52 @@ EMBED_ALL_UP_TO = 2000
 ELIDED_FIELDS = ("a_text", "b_text", "a_tool_calls", "b_tool_calls")
 
 
-SHEET_PAIRS_CHUNK = 2000  # pairs.csv rows read at a time while the sheet is written
+SHEET_PAIRS_CHUNK = PAIRS_READ_AT_ONCE
 # What the template needs from every pair (the rest is streamed into the page).
-OVERVIEW_COLUMNS = ["prompt_id", "category", "status", "identical", "similarity",
-                    "first_divergence", "divergence_gap"]
+PLOTTED = ("similarity", "first_divergence", "divergence_gap")
+OVERVIEW_COLUMNS = ["category", "status", "identical", *PLOTTED]
+
+
+@dataclass
+class PairsOverview:
+    """What the sheet's page shows of all pairs, read from pairs.csv a few thousand
+    rows at a time: the count, the categories, the spreads it plots (non-identical
+    compared pairs) and the prompt ids reviews are checked against."""
+
+    pairs: int
+    categories: list[str]
+    plotted: dict[str, np.ndarray]
+    prompt_ids: PromptIds
+
+    @classmethod
+    def read(cls, report_dir: Path) -> PairsOverview:
+        pairs, categories = 0, set()
+        plotted: dict[str, list[np.ndarray]] = {column: [] for column in PLOTTED}
+        for frame in iter_pairs(report_dir, PAIRS_READ_AT_ONCE, OVERVIEW_COLUMNS):
+            pairs += len(frame)
+            categories |= {str(c) for c in frame["category"].dropna() if c}
+            shown = frame[(frame["status"] == "compared") & ~frame["identical"].eq(True)]
+            for column, values in plotted.items():
+                values.append(pd.to_numeric(shown[column], errors="coerce").dropna()
+                              .to_numpy(float))
+        return cls(pairs, sorted(categories),
+                   {c: np.concatenate(v) if v else np.zeros(0) for c, v in plotted.items()},
+                   PromptIds(report_dir))
 
 
 def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
                summary: Summary | None = None) -> dict[str, Any]:
     """Everything the sheet's script needs, as one JSON-able object."""
     summary = summary or read_summary(report_dir)
-    overview = read_pairs_columns(report_dir, OVERVIEW_COLUMNS)
-    return {**_sheet_head(report_dir, rubric, live, summary, overview),
-            "pairs": list(_sheet_pairs(report_dir, len(overview) > EMBED_ALL_UP_TO))}
+    overview = PairsOverview.read(report_dir)
+    return {**_sheet_head(report_dir, rubric, live, summary, overview.prompt_ids),
+            "pairs": list(_sheet_pairs(report_dir, overview.pairs > EMBED_ALL_UP_TO))}
 
 
 def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None,
-                summary: Summary, overview: pd.DataFrame) -> dict[str, Any]:
+                summary: Summary, prompt_ids: Container[str]) -> dict[str, Any]:
     """The sheet's data without its pairs."""
-    reviews, refused = load_reviews(report_dir, summary.identity, rubric,
-                                    set(overview["prompt_id"].astype(str)))
+    reviews, refused = load_reviews(report_dir, summary.identity, rubric, prompt_ids)
     return {
         "meta": {"identity": summary.identity, "a": msgspec.to_builtins(summary.a),
                  "b": msgspec.to_builtins(summary.b)},
@@ -105,11 +133,11 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
     report_dir = Path(report_dir)
     rubric = load_rubric(rubric_path)
     summary = read_summary(report_dir)
-    overview = read_pairs_columns(report_dir, OVERVIEW_COLUMNS)
+    overview = PairsOverview.read(report_dir)
     # where the data goes: unguessable, so no text the page shows (a label, a log line)
     # can stand in for it
     placeholder = f"\0{secrets.token_hex(16)}\0"
-    head = _sheet_head(report_dir, rubric, live, summary, overview)
+    head = _sheet_head(report_dir, rubric, live, summary, overview.prompt_ids)
     forced = summary.forced
     template = environment.get_template("sheet.html")
     page = template.render(
@@ -119,16 +147,16 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
         throughput_note=summary.performance.throughput_note,
         log_matches=summary.log_matches, summary_counts=summary.counts,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
-        preflight=summary.preflight, plots=_plots(overview, forced),
+        preflight=summary.preflight, plots=_plots(overview.plotted, forced),
         forced=forced if forced is not None and forced.scored else None,
-        categories=sorted({str(c) for c in overview["category"].dropna() if c}),
+        categories=overview.categories,
         refused_reviews=head["refused_reviews"], comparison=summary.comparison,
         near_tie_nats=summary.near_tie_nats, topk_margin_nats=TOPK_MARGIN_NATS, e=math.e,
         data_json=Markup(placeholder))
     before, after = page.split(placeholder)
     yield before
     yield str(embed_json(head))[:-1] + ',"pairs":['
-    for number, record in enumerate(_sheet_pairs(report_dir, len(overview) > EMBED_ALL_UP_TO)):
+    for number, record in enumerate(_sheet_pairs(report_dir, overview.pairs > EMBED_ALL_UP_TO)):
         yield ("," if number else "") + embed_json(record)
     yield "]}"
     yield after
@@ -189,20 +217,17 @@ def _count_tiles(counts: Counts) -> list[tuple[str, Any]]:
             ("not compared", counts.prompts - counts.pairs)]
 
 
-def _plots(pairs: pd.DataFrame, forced: ForcedSummary | None) -> list[dict[str, Any]]:
-    compared = pairs[(pairs["status"] == "compared") & ~pairs["identical"].eq(True)]
-
-    def values(column: str) -> list[float]:
-        return pd.to_numeric(compared[column], errors="coerce").dropna().astype(float).tolist()
-
-    similarity, divergence, gap = (values(c) for c in ("similarity", "first_divergence",
-                                                        "divergence_gap"))
+def _plots(plotted: dict[str, np.ndarray], forced: ForcedSummary | None
+           ) -> list[dict[str, Any]]:
+    similarity, divergence, gap = (plotted[c] for c in PLOTTED)
+    highest = {name: float(values.max()) if len(values) else 1.0
+               for name, values in (("divergence", divergence), ("gap", gap))}
     return [
         {"svg": histogram(similarity, 0.0, 1.0), "caption":
          f"similarity of the {len(similarity)} non-identical pairs (0 to 1)"},
-        {"svg": histogram(divergence, 0.0, max(divergence, default=1.0) or 1.0), "caption":
+        {"svg": histogram(divergence, 0.0, highest["divergence"] or 1.0), "caption":
          f"token where the streams diverge ({len(divergence)} pairs)"},
-        {"svg": histogram(gap, 0.0, max(gap, default=1.0) or 1.0), "caption":
+        {"svg": histogram(gap, 0.0, highest["gap"] or 1.0), "caption":
          f"logprob gap at the divergence ({len(gap)} pairs with B's token in A's top-k)"},
         *_forced_plot(forced),
     ]
@@ -218,7 +243,7 @@ def _forced_plot(forced: ForcedSummary | None) -> list[dict[str, Any]]:
              "percentile)"}]
 
 
-def histogram(values: list[float], low: float, high: float, bins: int = 10) -> Markup:
+def histogram(values: Iterable[float], low: float, high: float, bins: int = 10) -> Markup:
     """A small histogram as inline SVG (numbers only, so nothing to escape)."""
     counts = [0] * bins
     for value in values:

@@ -16,11 +16,12 @@ one RunFormatError naming the file, never a traceback.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pandas as pd
 
 from .errors import RunFormatError
@@ -30,6 +31,7 @@ from .reportrecords import ForcedLine, ForcedSummary, Overview, Summary
 from .runstore import (
     MANIFEST,
     iter_jsonl,
+    prompt_key,
     read_json,
     write_json_atomic,
     write_jsonl_atomic,
@@ -44,6 +46,7 @@ JUNIT_XML = "junit.xml"
 OVERVIEW = "overview.json"  # several candidates: DIR/overview.json,
 CANDIDATES = "candidates"  # and each one's report in DIR/candidates/LABEL/
 MATRIX = "matrix.csv"
+PAIRS_READ_AT_ONCE = 2000  # rows of pairs.csv read at a time where it is streamed
 
 class PairRow(msgspec.Struct, kw_only=True):
     """One row of pairs.csv: one prompt, A against B (docs/formats.md: the pairs.csv table).
@@ -199,9 +202,24 @@ def read_pairs(report_dir: Path) -> pd.DataFrame:
     return next(iter_pairs(report_dir))
 
 
-def read_pairs_columns(report_dir: Path, columns: list[str]) -> pd.DataFrame:
-    """Some columns of pairs.csv, whole (the others are checked present, never held)."""
-    return next(iter_pairs(report_dir, usecols=columns))
+class PromptIds(Container[str]):
+    """The prompt ids of pairs.csv, held as sorted 64-bit keys (runstore.prompt_key):
+    8 bytes a prompt where a set of the ids took about 90."""
+
+    def __init__(self, report_dir: Path) -> None:
+        keys = [np.fromiter((prompt_key(str(i)) for i in frame["prompt_id"]), np.int64)
+                for frame in iter_pairs(report_dir, PAIRS_READ_AT_ONCE, ["prompt_id"])]
+        self.keys = np.sort(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+
+    def __contains__(self, prompt_id: object) -> bool:
+        if not isinstance(prompt_id, str):
+            return False
+        key = prompt_key(prompt_id)
+        at = int(np.searchsorted(self.keys, key))
+        return at < len(self.keys) and bool(self.keys[at] == key)
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 def iter_pairs(report_dir: Path, chunk: int | None = None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def review_path(report_dir: Path, reviewer: str) -> Path:
 
 
 def validate_review(document: Any, identity: str, rubric: Rubric,
-                    prompt_ids: set[str], source: str) -> Review:
+                    prompt_ids: Container[str], source: str) -> Review:
     """Check a review document; raise RunFormatError (StaleReview) naming what is wrong.
     The gate, the review server and the sheet (in JavaScript) apply the same checks."""
     if not isinstance(document, dict) or document.get("format") != REVIEW_FORMAT:
@@ -93,7 +94,7 @@ def validate_review(document: Any, identity: str, rubric: Rubric,
 
 
 def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
-                  identity: str, prompt_ids: set[str]) -> dict[str, list[ReviewVerdict]]:
+                  identity: str, prompt_ids: Container[str]) -> dict[str, list[ReviewVerdict]]:
     """Every reviewer's labelled verdicts by prompt, from REPORT_DIR/reviews/*.json and
     exported files; a file the checks refuse (another run's too) is an input error."""
     files = sorted((report_dir / REVIEWS).glob("*.json")) + list(extra_files)
@@ -107,7 +108,7 @@ def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
     return verdicts
 
 
-def load_reviews(report_dir: Path, identity: str, rubric: Rubric, prompt_ids: set[str]
+def load_reviews(report_dir: Path, identity: str, rubric: Rubric, prompt_ids: Container[str]
                  ) -> tuple[dict[str, Review], dict[str, str]]:
     """The review files of this report that belong to this run, by reviewer, and the
     refused ones with the reason, which is the reason the gate would give."""

@@ -20,7 +20,7 @@ from aiohttp import web
 from .errors import RunFormatError
 from .files import StorageError, make_directory
 from .report import render_sheet
-from .reportdir import read_pairs_columns, read_summary
+from .reportdir import PromptIds, read_summary
 from .reviews import review_path, validate_review
 from .rubric import load_rubric
 from .runstore import write_json_atomic
@@ -33,7 +33,7 @@ def review_app(report_dir: Path, reviewer: str, rubric_path: str | Path | None =
     target = review_path(report_dir, reviewer)
     identity = read_summary(report_dir).identity
     # the ids alone: all of a 100,000-pair table would take several hundred MB
-    prompt_ids = set(read_pairs_columns(report_dir, ["prompt_id"])["prompt_id"].astype(str))
+    prompt_ids = PromptIds(report_dir)
     token = secrets.token_urlsafe(24)
     live = {"endpoint": "/api/review", "reviewer": reviewer, "token": token}
 

@@ -1,17 +1,20 @@
 """One side of a comparison: a run directory or a plain `*.texts.json` list, indexed.
 
-A run is read once, line by line, into one small row per request (hashes, counts,
-timings and the byte offset of its line, about 95 bytes in numpy columns: prompt ids,
-hashes and finish reasons as categories, digests as 64-bit integers); texts and token
-arrays are not kept but re-read by offset for the few records a pair needs. At
-100,000 prompts x 2 repeats a side's index is about 30 MB, its ids and hashes included.
+A run is read once, line by line. Held per request: its prompt's key (runstore.
+prompt_key, the id as a 64-bit digest), the byte offset of its line and the digest of
+its token signature, 24 bytes in numpy columns sorted by prompt; at 100,000 prompts x 2
+repeats, 4.8 MB a side. Everything else of a record (text, hashes, finish reason,
+timings) is read again from its line when a pair needs it, and the side's request
+counts and timings are summed while the run is read (Side.performance).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 from array import array
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,12 +23,12 @@ from typing import IO, Any
 
 import numpy as np
 import orjson
-import pandas as pd
 
 from .checks import Fingerprint, Preflight
 from .errors import RunFormatError
 from .parallel import ordered_map
 from .records import Prompt, Tokens
+from .reportrecords import SidePerformance
 from .runstore import (
     COMPLETIONS,
     PROMPTS,
@@ -34,58 +37,108 @@ from .runstore import (
     Manifest,
     PromptLines,
     decode_line,
+    prompt_key,
     read_json,
     read_manifest,
 )
 
-# `text` is filled for a texts file only: a run's texts are read by `offset` (text_of).
-# text_hash and signature are 64-bit digests: only compared within a prompt's records.
-INDEX_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "tool_calls", "text_hash",
-                 "signature", "n_tokens", "finish_reason", "error", "ttft_s", "e2e_s", "offset"]
-CATEGORY_COLUMNS = ("prompt_id", "prompt_hash", "finish_reason")
-DIGEST_COLUMNS = ("text_hash", "signature")
-INTEGER_COLUMNS = ("repeat", "offset")
-FLOAT_COLUMNS = ("n_tokens", "ttft_s", "e2e_s")
-OBJECT_COLUMNS = ("text", "tool_calls", "error")
 BLOCK_RECORDS = 20_000  # records read before their signatures are computed
+MISSING_DIGEST = -(2**63)
+Record = dict[str, Any]
+
+
+@dataclass
+class Index:
+    """A side's requests sorted by prompt key (a prompt's requests in file order): the
+    key, the offset of the line (a texts file: the text's position) and the signature
+    digest of each; and the keys in the order the prompts first appear."""
+
+    keys: np.ndarray
+    offsets: np.ndarray
+    signatures: np.ndarray
+    order: np.ndarray
+
+    def rows(self, key: int) -> range:
+        """The rows of a prompt's requests (empty when it has none)."""
+        return range(int(np.searchsorted(self.keys, key, "left")),
+                     int(np.searchsorted(self.keys, key, "right")))
 
 
 @dataclass
 class Side:
-    """Everything triage needs from one side, without the token arrays."""
+    """Everything triage needs from one side, without the texts and token arrays."""
 
     label: str
     prompts: Mapping[str, Prompt]  # a run's: PromptLines, each parsed when asked
-    index: pd.DataFrame
+    index: Index
+    performance: SidePerformance  # counted while the run was read
     manifest: Manifest | None = None  # None for a texts file
     completions_path: Path | None = None
     text_only: bool = False
+    unanswered: int = 0  # requests of the run without a successful record
+    texts: list[str] | None = None  # a texts file's, and the ids it names them by
+    text_ids: list[str] | None = None
     _lines: IO[bytes] | None = field(default=None, repr=False)
     _blobs: Blobs | None = field(default=None, repr=False)
-    # the record read last: a pair reads one record's text, tokens and routing in turn
-    _last_line: tuple[int, CompletionLine] | None = field(default=None, repr=False)
+    # the lines of the prompt read last: a pair reads its records' texts, tokens and
+    # routing in turn
+    _read: dict[int, CompletionLine] = field(default_factory=dict, repr=False)
     _last_tokens: tuple[int, Tokens | None] | None = field(default=None, repr=False)
-    _getters: dict[str, Any] | None = field(default=None, repr=False)
+    _prompt_keys: dict[int, Prompt] | None = field(default=None, repr=False)
 
-    def groups(self) -> Groups:
-        """The index's rows by prompt id."""
-        codes = self.index["prompt_id"].cat.codes.to_numpy()
-        ids = self.index["prompt_id"].cat.categories
-        order = np.argsort(codes, kind="stable")
-        bounds = np.searchsorted(codes[order], np.arange(len(ids) + 1))
-        return Groups(ids, order, bounds)
+    def prompt_keys(self) -> np.ndarray:
+        """The keys of the side's prompt set, in its order."""
+        if isinstance(self.prompts, PromptLines):
+            return self.prompts.keys_in_order()
+        return np.fromiter((prompt_key(i) for i in self.prompts), np.int64, len(self.prompts))
 
-    def records(self, rows: np.ndarray | None) -> list[dict[str, Any]] | None:
-        """Index rows as plain records (None for None)."""
-        if rows is None:
+    def prompt_by_key(self, key: int) -> Prompt | None:
+        if isinstance(self.prompts, PromptLines):
+            return self.prompts.by_key(key)
+        if self._prompt_keys is None:
+            self._prompt_keys = {prompt_key(i): p for i, p in self.prompts.items()}
+        return self._prompt_keys.get(key)
+
+    def records(self, prompt_id: str, key: int | None = None) -> list[Record] | None:
+        """A prompt's requests as plain records, in file order (None without any)."""
+        rows = self.index.rows(prompt_key(prompt_id) if key is None else key)
+        if not rows:
             return None
-        columns = self._columns()
-        return [{name: get(int(row)) for name, get in columns.items()} for row in rows]
+        self._read = {}
+        records = [self._record(row, prompt_id) for row in rows]
+        for record in records:
+            if record["prompt_id"] != prompt_id:
+                raise RunFormatError(
+                    f"{self.completions_path}: prompt ids {prompt_id!r} and "
+                    f"{record['prompt_id']!r} share a 64-bit key; rename one of them")
+        return records
 
-    def _columns(self) -> dict[str, Any]:
-        if self._getters is None:
-            self._getters = {name: _getter(self.index[name]) for name in INDEX_COLUMNS}
-        return self._getters
+    def record_id(self, row: int) -> str:
+        """The prompt id of the request in this row."""
+        if self.text_ids is not None:
+            return self.text_ids[int(self.index.offsets[row])]
+        line = self._line_at(int(self.index.offsets[row]))
+        assert line is not None
+        return line.prompt_id
+
+    def _record(self, row: int, prompt_id: str) -> Record:
+        offset = int(self.index.offsets[row])
+        signature = int(self.index.signatures[row])
+        if self.texts is not None:
+            text = self.texts[offset]
+            return {"prompt_id": prompt_id, "prompt_hash": None, "repeat": 0, "text": text,
+                    "tool_calls": None, "text_hash": text_hash(text), "signature": None,
+                    "n_tokens": None, "finish_reason": None, "error": None, "offset": -1}
+        line = self._line_at(offset)
+        assert line is not None
+        self._read[offset] = line
+        calls = calls_json(line.tool_calls)
+        return {"prompt_id": line.prompt_id, "prompt_hash": line.prompt_hash,
+                "repeat": line.repeat, "text": line.text or "", "tool_calls": calls,
+                "text_hash": text_hash(line.text, calls),
+                "signature": None if signature == MISSING_DIGEST else signature,
+                "n_tokens": line.n_tokens, "finish_reason": line.finish_reason,
+                "error": line.error, "offset": offset}
 
     @property
     def preflight(self) -> Preflight | None:
@@ -117,19 +170,11 @@ class Side:
         self._last_tokens = (offset, tokens)
         return tokens
 
-    def text_of(self, record: dict[str, Any]) -> str:
-        """An index record's text: a run's index holds none (read from its line, so
-        that the index stays small), a texts file's holds it."""
-        if isinstance(record["text"], str):
-            return record["text"]
-        line = self._line_at(int(record["offset"]))
-        return line.text or "" if line is not None else ""
-
     def _line_at(self, offset: int) -> CompletionLine | None:
         if self.completions_path is None or offset < 0:
             return None
-        if self._last_line is not None and self._last_line[0] == offset:
-            return self._last_line[1]
+        if offset in self._read:
+            return self._read[offset]
         if self._lines is None:
             self._lines = self.completions_path.open("rb")
             self._blobs = Blobs(self.completions_path.parent)
@@ -138,7 +183,6 @@ class Side:
         if line is None:
             raise RunFormatError(f"{self.completions_path}: changed while it was read "
                                  f"(no record at byte {offset}); compare again")
-        self._last_line = (offset, line)
         return line
 
     @property
@@ -146,9 +190,9 @@ class Side:
         """Whether the run asked for MoE routing (`--routed-experts`)."""
         return bool(self.manifest and self.manifest.parameters.routed_experts)
 
-    def routing_of(self, records: list[dict[str, Any]]) -> dict[int, np.ndarray]:
-        """The routings of these index records by repeat, in repeat order (those that
-        have one)."""
+    def routing_of(self, records: list[Record]) -> dict[int, np.ndarray]:
+        """The routings of these records by repeat, in repeat order (those that have
+        one)."""
         found = {}
         for record in sorted(records, key=lambda r: r["repeat"]):
             tokens = self.tokens_at(int(record["offset"]))
@@ -156,8 +200,18 @@ class Side:
                 found[int(record["repeat"])] = tokens.routing
         return found
 
+    def first_error(self, prompt_ids: list[str]) -> str | None:
+        """The most common error of these prompts' failed requests ("(after N attempts)"
+        left out), or None when none failed (they were never sent)."""
+        errors: Counter[str] = Counter()
+        for prompt_id in prompt_ids:
+            for record in self.records(prompt_id) or ():
+                if record["error"] is not None:
+                    errors[_ATTEMPTS.sub("", str(record["error"]))] += 1
+        return errors.most_common(1)[0][0] if errors else None
+
     def close(self) -> None:
-        self._last_line = self._last_tokens = None
+        self._read, self._last_tokens = {}, None
         if self._lines is not None:
             self._lines.close()
             self._lines = None
@@ -172,37 +226,7 @@ class Side:
         self.close()
 
 
-@dataclass
-class Groups:
-    """A side's index rows by prompt: prompt k's rows are order[bounds[k]:bounds[k+1]]."""
-
-    ids: pd.Index
-    order: np.ndarray
-    bounds: np.ndarray
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.ids)
-
-    def get(self, prompt_id: str) -> np.ndarray | None:
-        try:
-            k = int(self.ids.get_loc(prompt_id))  # type: ignore[arg-type]
-        except KeyError:
-            return None
-        return self.order[self.bounds[k]:self.bounds[k + 1]]
-
-
-def _getter(column: pd.Series) -> Any:
-    """Row number -> the plain Python value (None for a missing one)."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        codes, names = column.cat.codes.to_numpy(), column.cat.categories.to_numpy(object)
-        return lambda row: names[codes[row]] if codes[row] >= 0 else None
-    if isinstance(column.dtype, pd.Int64Dtype):
-        values, missing = column.to_numpy("int64", na_value=0), column.isna().to_numpy()
-        return lambda row: None if missing[row] else int(values[row])
-    values = column.to_numpy()
-    if values.dtype.kind in "if":
-        return lambda row: values[row].item()
-    return values.__getitem__
+_ATTEMPTS = re.compile(r" \(after \d+ attempts\)$")
 
 
 def signature(reference: dict[str, Any] | None, blobs: Blobs, digits: int) -> str | None:
@@ -241,80 +265,108 @@ def load_side(source: str | Path, sig_digits: int = 12,
         raise RunFormatError(f"{path}: not a directory")
     manifest = read_manifest(path)
     manifest.prompt_hashes = {}  # compare never reads it: 20 MB at 100,000 prompts
-    prompts = PromptLines(path / PROMPTS)
+    prompt_lines = PromptLines(path / PROMPTS)
     completions = path / COMPLETIONS
-    index = _IndexBuilder()
-    block: list[list[Any]] = []
-    rows = _index_rows(completions) if completions.exists() else iter(())
-    for row in rows:
+    requests = _Requests()
+    block: list[_Row] = []
+    for row in _index_rows(completions) if completions.exists() else ():
         block.append(row)
         if len(block) == BLOCK_RECORDS:
-            index.add(_with_signatures(block, path, sig_digits, jobs))
+            requests.add(block, _signatures_of(block, path, sig_digits, jobs))
             block = []
-    index.add(_with_signatures(block, path, sig_digits, jobs))
-    frame = index.frame()
-    _refuse_duplicates(frame, completions)
-    return Side(label=manifest.label or path.name, prompts=prompts, manifest=manifest,
-                index=frame, completions_path=completions)
+    requests.add(block, _signatures_of(block, path, sig_digits, jobs))
+    side = Side(label=manifest.label or path.name, prompts=prompt_lines, manifest=manifest,
+                index=requests.index(), performance=requests.performance(),
+                completions_path=completions)
+    _refuse_duplicates(side, requests)
+    side.unanswered = requests.unanswered(prompt_lines, manifest.parameters.repeats)
+    return side
 
 
-def _with_signatures(rows: list[list[Any]], run_dir: Path, digits: int, jobs: int
-                     ) -> list[list[Any]]:
-    column = INDEX_COLUMNS.index("signature")
-    signatures = ordered_map(partial(_signatures, run_dir, digits),
-                             [row[column] for row in rows], jobs)
-    for row, found in zip(rows, signatures, strict=True):
-        row[column] = found
-    return rows
+# A completions.jsonl line as the index reads it: its prompt's key, its offset, its
+# token reference (for the signature), and what the side's request counts need.
+_Row = tuple[int, int, dict[str, Any] | None, bool, int, float, float, float]
 
 
-class _IndexBuilder:
-    """The index's columns, grown block by block (no row objects are kept)."""
+def _signatures_of(rows: list[_Row], run_dir: Path, digits: int, jobs: int) -> list[int]:
+    return ordered_map(partial(_signatures, run_dir, digits), [row[2] for row in rows], jobs)
+
+
+def _signatures(run_dir: Path, digits: int, references: Sequence[dict[str, Any] | None]
+                ) -> list[int]:
+    with Blobs(run_dir) as blobs:
+        return [_digest64(signature(reference, blobs, digits)) for reference in references]
+
+
+class _Requests:
+    """A run's requests as they are read, in columns: the index's, and those the
+    side's counts need (these are dropped once counted)."""
 
     def __init__(self) -> None:
-        self.names: dict[str, dict[Any, int]] = {c: {} for c in CATEGORY_COLUMNS}
-        self.codes = {c: array("i") for c in CATEGORY_COLUMNS}
-        self.digests = {c: array("q") for c in DIGEST_COLUMNS}
-        self.integers = {c: array("q") for c in INTEGER_COLUMNS}
-        self.floats = {c: array("d") for c in FLOAT_COLUMNS}
-        self.objects: dict[str, list[Any]] = {c: [] for c in OBJECT_COLUMNS}
+        self.keys, self.offsets, self.signatures = array("q"), array("q"), array("q")
+        self.ok, self.repeats = array("b"), array("q")
+        self.tokens, self.ttft, self.e2e = array("d"), array("d"), array("d")
 
-    def add(self, rows: list[list[Any]]) -> None:
-        where = {name: n for n, name in enumerate(INDEX_COLUMNS)}
-        for row in rows:
-            for name, codes in self.codes.items():
-                value = row[where[name]]
-                codes.append(-1 if value is None else
-                             self.names[name].setdefault(value, len(self.names[name])))
-            for name, digests in self.digests.items():
-                digests.append(_digest64(row[where[name]]))
-            for name, numbers in self.integers.items():
-                numbers.append(row[where[name]])
-            for name, floats in self.floats.items():
-                value = row[where[name]]
-                floats.append(math.nan if value is None else value)
-            for name, values in self.objects.items():
-                values.append(row[where[name]])
+    def add(self, rows: list[_Row], signatures: list[int]) -> None:
+        for (key, offset, _, ok, repeat, tokens, ttft, e2e), found in zip(
+                rows, signatures, strict=True):
+            self.keys.append(key)
+            self.offsets.append(offset)
+            self.signatures.append(found)
+            self.ok.append(ok)
+            self.repeats.append(repeat)
+            self.tokens.append(tokens)
+            self.ttft.append(ttft)
+            self.e2e.append(e2e)
 
-    def frame(self) -> pd.DataFrame:
-        columns: dict[str, Any] = {}
-        for name, codes in self.codes.items():
-            columns[name] = pd.Categorical.from_codes(
-                np.frombuffer(codes, np.int32), categories=pd.Index(list(self.names[name]),
-                                                                    dtype=object))
-        for name, digests in self.digests.items():
-            hashes = np.frombuffer(digests, np.int64)
-            columns[name] = pd.arrays.IntegerArray(hashes.copy(), hashes == MISSING_DIGEST)
-        for name, numbers in self.integers.items():
-            columns[name] = np.frombuffer(numbers, np.int64).copy()
-        for name, floats in self.floats.items():
-            columns[name] = np.frombuffer(floats, np.float64).copy()
-        for name, objects in self.objects.items():
-            columns[name] = pd.Series(objects, dtype=object)
-        return pd.DataFrame(columns)[INDEX_COLUMNS]
+    def column(self, name: str) -> np.ndarray:
+        values = getattr(self, name)
+        dtype = {"b": np.bool_, "q": np.int64, "d": np.float64}[values.typecode]
+        return np.frombuffer(values, dtype) if len(values) else np.zeros(0, dtype)
+
+    def index(self) -> Index:
+        keys = self.column("keys")
+        by_key = np.argsort(keys, kind="stable")
+        first = np.sort(np.unique(keys, return_index=True)[1])
+        return Index(keys=keys[by_key], offsets=self.column("offsets")[by_key],
+                     signatures=self.column("signatures")[by_key], order=keys[first])
+
+    def performance(self) -> SidePerformance:
+        ok = self.column("ok")
+        tokens, ttft, e2e = (self.column(name)[ok] for name in ("tokens", "ttft", "e2e"))
+        timed = ~np.isnan(e2e)
+        counted = ~np.isnan(tokens)
+        seconds = float(e2e[timed].sum())
+        return SidePerformance(
+            requests=len(ok), failed=int((~ok).sum()),
+            output_tokens=int(tokens[counted].sum()) if counted.any() else None,
+            ttft_p50_s=_percentile(ttft[~np.isnan(ttft)], 50),
+            e2e_p50_s=_percentile(e2e[timed], 50), e2e_p99_s=_percentile(e2e[timed], 99),
+            output_tokens_per_s=float(np.nansum(tokens[timed]) / seconds)
+            if timed.any() and seconds > 0 else None)
+
+    def answered(self) -> tuple[np.ndarray, np.ndarray]:
+        """The successful requests' keys and repeats."""
+        ok = self.column("ok")
+        return self.column("keys")[ok], self.column("repeats")[ok]
+
+    def unanswered(self, prompts: PromptLines, repeats: int) -> int:
+        """Requests of the prompt set without a successful record: failed after
+        retries, or never sent (an interrupted run)."""
+        keys, numbers = self.answered()
+        asked = np.isin(keys, prompts.keys_in_order()) & (numbers < repeats)
+        keys, numbers, _ = _by_key_and_repeat(keys[asked], numbers[asked])
+        distinct = int(((keys[1:] != keys[:-1]) | (numbers[1:] != numbers[:-1])).sum())
+        return len(prompts) * repeats - (distinct + 1 if len(keys) else 0)
 
 
-MISSING_DIGEST = -(2**63)
+def _by_key_and_repeat(keys: np.ndarray, repeats: np.ndarray) -> tuple[np.ndarray, ...]:
+    order = np.lexsort((repeats, keys))
+    return keys[order], repeats[order], order
+
+
+def _percentile(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
 
 
 def _digest64(digest: str | None) -> int:
@@ -326,28 +378,31 @@ def _digest64(digest: str | None) -> int:
     return signed if signed != MISSING_DIGEST else signed + 1
 
 
-def _refuse_duplicates(index: pd.DataFrame, path: Path) -> None:
+def _refuse_duplicates(side: Side, requests: _Requests) -> None:
     """A request recorded twice (two collectors at once, before runs were locked) would
     be counted as an extra repeat: refused, with the way out."""
-    ok = index.loc[index["error"].isna(), ["prompt_id", "repeat"]]
-    twice = ok[ok.duplicated()]
+    keys, repeats, order = _by_key_and_repeat(*requests.answered())
+    twice = np.flatnonzero((keys[1:] == keys[:-1]) & (repeats[1:] == repeats[:-1]))
     if len(twice):
-        prompt_id, repeat = twice.iloc[0]
+        offsets = requests.column("offsets")[requests.column("ok")]
+        at = int(np.argmin(order[twice + 1]))  # the first in the file
+        line, earlier = (side._line_at(int(offsets[order[twice[at] + n]])) for n in (1, 0))
+        side.close()
+        assert line is not None and earlier is not None
+        if line.prompt_id != earlier.prompt_id:
+            raise RunFormatError(f"{side.completions_path}: prompt ids {earlier.prompt_id!r} "
+                                 f"and {line.prompt_id!r} share a 64-bit key; rename one "
+                                 "of them")
         raise RunFormatError(
-            f"{path}: {len(twice):,} requests are recorded more than once (e.g. "
-            f"{prompt_id!r} repeat {repeat}), as when two collectors write one run; "
-            "resume the collection (rerun the same collect command) to keep one of each")
+            f"{side.completions_path}: {len(twice):,} requests are recorded more than once "
+            f"(e.g. {line.prompt_id!r} repeat {line.repeat}), as when two collectors write "
+            "one run; resume the collection (rerun the same collect command) to keep one "
+            "of each")
 
 
-def _signatures(run_dir: Path, digits: int, references: Sequence[dict[str, Any] | None]
-                ) -> list[str | None]:
-    with Blobs(run_dir) as blobs:
-        return [signature(reference, blobs, digits) for reference in references]
-
-
-def _index_rows(path: Path) -> Iterator[list[Any]]:
-    """The index's rows, each with the record's token reference where its signature
-    goes (load_side computes them)."""
+def _index_rows(path: Path) -> Iterator[_Row]:
+    """The index's rows, each with the record's token reference (load_side computes
+    the signatures)."""
     offset = 0
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, 1):
@@ -357,11 +412,13 @@ def _index_rows(path: Path) -> Iterator[list[Any]]:
             line = decode_line(raw)
             if line is None:
                 raise RunFormatError(f"{path}:{number}: not a completion record")
-            calls = calls_json(line.tool_calls)
-            yield [line.prompt_id, line.prompt_hash, line.repeat, None, calls,
-                   text_hash(line.text, calls), line.tokens,
-                   line.n_tokens, line.finish_reason, line.error, line.ttft_s, line.e2e_s,
-                   start]
+            yield (prompt_key(line.prompt_id), start, line.tokens, line.error is None,
+                   line.repeat, _number(line.n_tokens), _number(line.ttft_s),
+                   _number(line.e2e_s))
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
 
 
 def _texts_side(path: Path, prompts: Mapping[str, Prompt] | None) -> Side:
@@ -372,8 +429,9 @@ def _texts_side(path: Path, prompts: Mapping[str, Prompt] | None) -> Side:
     if len(ids) != len(texts):
         raise RunFormatError(f"{path}: {len(texts)} texts for {len(ids)} prompts; a texts "
                              "file lists one text per prompt, in prompt order")
-    index = _IndexBuilder()
-    index.add([[prompt_id, None, 0, text, None, text_hash(text), None, None, None, None, None,
-                None, -1] for prompt_id, text in zip(ids, texts, strict=True)])
+    requests = _Requests()
+    requests.add([(prompt_key(i), n, None, True, 0, math.nan, math.nan, math.nan)
+                  for n, i in enumerate(ids)], [MISSING_DIGEST] * len(ids))
     label = path.name.removesuffix(".json").removesuffix(".texts")
-    return Side(label=label, prompts=prompts or {}, text_only=True, index=index.frame())
+    return Side(label=label, prompts=prompts or {}, text_only=True, index=requests.index(),
+                performance=requests.performance(), texts=texts, text_ids=ids)

@@ -10,6 +10,7 @@ already excludes 0, so the two are never quoted side by side."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import msgspec
 import numpy as np
@@ -20,6 +21,7 @@ from .reportrecords import Bootstrap, PassRate, Stats
 Z95 = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_BATCH_VALUES = 2_000_000  # resampled values held at once
+BOOTSTRAPPED = ("kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement")
 
 
 def pass_rate_sentence(change: PassRate) -> str:
@@ -94,18 +96,28 @@ def paired_difference_interval(both_pass: int, regressions: int, improvements: i
     return max(-1.0, low), min(1.0, high)
 
 
-def pass_rate_change(pairs: pd.DataFrame) -> PassRate | None:
-    """From pairs.csv's a_expect / b_expect over compared prompts; None without checks."""
+def pass_counts(pairs: pd.DataFrame) -> np.ndarray:
+    """Compared prompts with an expect result on both sides (pairs.csv's a_expect /
+    b_expect), as [both pass, regressions (A pass, B fail), improvements, both fail]."""
     checked = pairs[(pairs["status"] == "compared") & pairs["a_expect"].isin(["pass", "fail"])
                     & pairs["b_expect"].isin(["pass", "fail"])]
-    if checked.empty:
-        return None
     a_pass, b_pass = checked["a_expect"] == "pass", checked["b_expect"] == "pass"
-    counts = [int((a_pass & b_pass).sum()), int((a_pass & ~b_pass).sum()),
-              int((~a_pass & b_pass).sum()), int((~a_pass & ~b_pass).sum())]
-    both_pass, regressions, improvements, both_fail = counts
-    low, high = paired_difference_interval(*counts)
-    n = len(checked)
+    return np.array([int((a_pass & b_pass).sum()), int((a_pass & ~b_pass).sum()),
+                     int((~a_pass & b_pass).sum()), int((~a_pass & ~b_pass).sum())], np.int64)
+
+
+def pass_rate_change(pairs: pd.DataFrame) -> PassRate | None:
+    """From pairs.csv's a_expect / b_expect over compared prompts; None without checks."""
+    return pass_rate_of(*pass_counts(pairs).tolist())
+
+
+def pass_rate_of(both_pass: int, regressions: int, improvements: int, both_fail: int
+                 ) -> PassRate | None:
+    """The change in expect pass rate, from pass_counts; None without checks."""
+    n = both_pass + regressions + improvements + both_fail
+    if n == 0:
+        return None
+    low, high = paired_difference_interval(both_pass, regressions, improvements, both_fail)
     change = PassRate(checked=n, both_pass=both_pass, regressions=regressions,
                       improvements=improvements, both_fail=both_fail,
                       a_pass_rate=(both_pass + regressions) / n,
@@ -132,12 +144,10 @@ def bootstrap_mean(values: np.ndarray, seed: int = 0) -> dict[str, float] | None
             "high": float(np.percentile(means, 97.5)), "prompts": int(values.size)}
 
 
-def paired_statistics(pairs: pd.DataFrame) -> Stats:
-    """summary.json's `stats`: the pass-rate change and bootstrap intervals of drift."""
-    compared = pairs[pairs["status"] == "compared"]
-    drift = {column: bootstrap_mean(pd.to_numeric(compared[column], errors="coerce")
-                                    .to_numpy(dtype=float))
-             for column in ("kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement")}
-    return Stats(pass_rate=pass_rate_change(pairs),
-                 drift={k: msgspec.convert(v, Bootstrap) for k, v in drift.items()
+def paired_statistics(pass_counts: Sequence[int], drift: Mapping[str, np.ndarray]) -> Stats:
+    """summary.json's `stats`: the pass-rate change (from pass_counts) and bootstrap
+    intervals of the mean drift (from each column's values over compared prompts)."""
+    intervals = {column: bootstrap_mean(drift[column]) for column in BOOTSTRAPPED}
+    return Stats(pass_rate=pass_rate_of(*pass_counts),
+                 drift={k: msgspec.convert(v, Bootstrap) for k, v in intervals.items()
                         if v is not None})

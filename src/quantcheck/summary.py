@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections import Counter, defaultdict
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -34,34 +36,189 @@ from .reportrecords import (
 )
 from .runstore import Throughput, read_throughput
 from .sides import Side
-from .stats import paired_statistics
+from .stats import BOOTSTRAPPED, paired_statistics, pass_counts
 
-LONG_TEXT_COLUMNS = ["a_text", "b_text", "a_tool_calls", "b_tool_calls"]
 DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
                  "kl_topk_mean", "kl_topk_max"]
-# The pairs' columns summarize reads: compare keeps only these of every pair (at
-# 100,000 pairs the other columns would hold about 40 MB more).
-SUMMARY_COLUMNS = [
-    "prompt_id", "status", "identical", "first_divergence", "divergence_kind", "noise",
-    "suggested_label", "approved_label", "flip", "tool_call_change", "routing_first_token",
-    *DRIFT_COLUMNS,
-    *(f"{side}_{name}" for side in "ab" for name in (
-        "texts", "signatures", "expect", "checks", "degenerate", "tokens", "routing"))]
+COUNTED_COLUMNS = ("a_degenerate", "b_degenerate", "divergence_kind", "tool_call_change")
 
 
 def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> Summary:
     """Every total of a comparison (the fields compare adds later keep their defaults)."""
-    pairs = pairs.drop(columns=LONG_TEXT_COLUMNS, errors="ignore")  # selections copy the rest
-    compared = pairs[pairs["status"] == "compared"]
-    performance = Performance(a=_side_stats(a, compared, "a"), b=_side_stats(b, compared, "b"))
-    _throughput_verdict(performance)
-    return Summary(
-        quantcheck_version=__version__, a=_identity(a), b=_identity(b),
-        counts=_counts(pairs, compared, a, b), comparison=comparison_notes(pairs, a, b),
-        cells=_cells(a, b),
-        determinism={"a": side_determinism(a), "b": side_determinism(b)},
-        drift=_drift(compared), stats=paired_statistics(pairs), performance=performance,
-        preflight=_preflight(a, b), throughput=_throughput(a, b))
+    return PairTotals().add(pairs).summary(a, b)
+
+
+class PairTotals:
+    """What summary.json says of the pairs, gathered chunk by chunk (compare forgets a
+    chunk once it is written): counts, the ids of the prompts not compared, and the
+    compared pairs' drift values (48 bytes a pair: percentiles need every value)."""
+
+    def __init__(self) -> None:
+        self.prompts = self.compared = 0
+        self.counts: Counter[str] = Counter()  # identical, flips, approved, ...
+        self.values: dict[str, Counter[str]] = defaultdict(Counter)  # a column's values
+        self.not_compared: dict[str, list[str]] = defaultdict(list)  # ids by status
+        self.checks: dict[str, CheckCounts] = {}
+        self.pass_counts = np.zeros(4, np.int64)  # see stats.pass_counts
+        self.numbers: dict[str, list[np.ndarray]] = defaultdict(list)
+        self.routing: Counter[str] | None = None
+
+    def add(self, pairs: pd.DataFrame) -> PairTotals:
+        """Count a frame of pairs (PAIR_COLUMNS), the next in prompt order."""
+        self.prompts += len(pairs)
+        self.values["status"].update(pairs["status"].astype(str))
+        others = pairs[pairs["status"] != "compared"]
+        for prompt_id, status in zip(others["prompt_id"], others["status"], strict=True):
+            self.not_compared[str(status)].append(str(prompt_id))
+        for side in "ab":
+            texts = pairs[f"{side}_texts"].fillna(0) > 1
+            signatures = pairs[f"{side}_signatures"].fillna(0) > 1
+            self.counts[f"{side}_nondeterministic"] += int((texts | signatures).sum())
+        compared = pairs[pairs["status"] == "compared"]
+        self.compared += len(compared)
+        self._count(compared)
+        for column in (*DRIFT_COLUMNS, "first_divergence"):
+            values = pd.to_numeric(compared[column], errors="coerce").dropna()
+            self.numbers[column].append(values.to_numpy(float))
+        self.pass_counts += pass_counts(compared)
+        _add_checks(self.checks, compared)
+        self._add_routing(compared)
+        return self
+
+    def _count(self, compared: pd.DataFrame) -> None:
+        counts = self.counts
+        counts["identical"] += int(compared["identical"].sum())
+        for label in ("wording", "factual_flip"):
+            counts[label] += int((compared["suggested_label"] == label).sum())
+        for flip in ("regression", "improvement"):
+            counts[flip] += int((compared["flip"] == flip).sum())
+        counts["approved"] += int((compared["approved_label"].fillna("") != "").sum())
+        counts["noise"] += int(compared["noise"].fillna(False).astype(bool).sum())
+        a_reasons, b_reasons = (compared[f"{s}_degenerate"].fillna("") for s in "ab")
+        for x, y in zip(a_reasons, b_reasons, strict=True):
+            if new_on_b(x, y, DEGENERATE_KINDS):
+                self.values["new_on_b"][y] += 1
+            counts["length_capped_new_on_b"] += new_on_b(x, y, (LENGTH_CAPPED,))
+        for side in "ab":
+            tokens = pd.to_numeric(compared[f"{side}_tokens"], errors="coerce").dropna()
+            counts[f"{side}_tokens"] += int(tokens.sum())
+            counts[f"{side}_with_tokens"] += len(tokens)
+        for column in COUNTED_COLUMNS:
+            values = compared[column].fillna("")
+            self.values[column].update(values[values != ""].astype(str))
+
+    def _add_routing(self, compared: pd.DataFrame) -> None:
+        kinds = {side: compared[f"{side}_routing"].astype(object).fillna("") for side in "ab"}
+        if not any((kind != "").any() for kind in kinds.values()):
+            return
+        routing = self.routing = self.routing or Counter()
+        routing["pairs"] += int(((kinds["a"] != "") & (kinds["b"] != "")).sum())
+        for side in "ab":
+            for kind in ("gating", "after_routing"):
+                routing[f"{side}_{kind}"] += int((kinds[side] == kind).sum())
+        routing["ab_differs"] += int(compared["routing_first_token"].notna().sum())
+
+    def number_column(self, column: str) -> np.ndarray:
+        """A drift column's values over the compared pairs that have one, in order."""
+        return np.concatenate(self.numbers[column]) if self.numbers[column] else \
+            np.zeros(0)
+
+    def summary(self, a: Side, b: Side) -> Summary:
+        performance = Performance(a=_side_stats(a, self, "a"), b=_side_stats(b, self, "b"))
+        _throughput_verdict(performance)
+        return Summary(
+            quantcheck_version=__version__, a=_identity(a), b=_identity(b),
+            counts=self._counts(a, b), comparison=comparison_notes(self, a, b),
+            cells=_cells(a, b),
+            determinism={"a": side_determinism(a), "b": side_determinism(b)},
+            drift=self._drift(),
+            stats=paired_statistics(self.pass_counts.tolist(),
+                                    {c: self.number_column(c) for c in BOOTSTRAPPED}),
+            performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b))
+
+    def _counts(self, a: Side, b: Side) -> Counts:
+        counts, new = self.counts, self.values["new_on_b"]
+        wording = counts["wording"]
+        return Counts(
+            prompts=self.prompts, pairs=self.compared, identical=counts["identical"],
+            wording_similar=wording, divergent=self.compared - counts["identical"] - wording,
+            flips=Flips(regression=counts["regression"], improvement=counts["improvement"]),
+            suggested_factual_flip=counts["factual_flip"], approved=counts["approved"],
+            noise=counts["noise"],
+            degenerate={side: _ranked(self.values[f"{side}_degenerate"]) for side in "ab"},
+            degenerate_new_on_b=sum(new.values()),
+            degenerate_new_on_b_kinds={kind: new[kind] for kind in DEGENERATE_KINDS},
+            length_capped_new_on_b=counts["length_capped_new_on_b"],
+            nondeterministic=PerSide(counts["a_nondeterministic"],
+                                     counts["b_nondeterministic"]),
+            divergence_kinds=_ranked(self.values["divergence_kind"]),
+            status=_ranked(self.values["status"]),
+            unanswered=PerSide(a.unanswered, b.unanswered),
+            checks={check: self.checks[check] for check in CHECKS if check in self.checks},
+            tool_calls=_ranked(self.values["tool_call_change"]),
+            routing=RoutingCounts(**self.routing) if self.routing is not None else None)
+
+    def _drift(self) -> Drift:
+        drift = Drift()
+        for column in DRIFT_COLUMNS:
+            values = self.number_column(column)
+            if len(values):
+                setattr(drift, column, Spread(
+                    mean=float(values.mean()), median=float(np.median(values)),
+                    p99=float(np.percentile(values, 99)), max=float(values.max())))
+        divergence = self.number_column("first_divergence")
+        if len(divergence):
+            drift.first_divergence = FirstDivergence(median=float(np.median(divergence)),
+                                                     min=int(divergence.min()))
+        return drift
+
+
+def _ranked(counts: Counter[str]) -> dict[str, int]:
+    """Values by count, most common first (ties by name: the same for any chunking)."""
+    return {key: n for key, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def _add_checks(counts: dict[str, CheckCounts], compared: pd.DataFrame) -> None:
+    """Per check kind, from pairs.csv's a_checks / b_checks cells."""
+    for a_cell, b_cell in zip(compared["a_checks"], compared["b_checks"], strict=True):
+        a, b = _statuses(a_cell), _statuses(b_cell)
+        for check in a.keys() | b.keys():
+            c = counts.setdefault(check, CheckCounts(checked=0, a_pass=0, b_pass=0,
+                                                     regressions=0, improvements=0, skipped=0))
+            pair = (a.get(check), b.get(check))
+            c.checked += 1
+            c.a_pass += pair[0] == PASS
+            c.b_pass += pair[1] == PASS
+            c.regressions += pair == (PASS, FAIL)
+            c.improvements += pair == (FAIL, PASS)
+            c.skipped += SKIPPED in pair
+
+
+def _statuses(cell: Any) -> dict[str, str]:
+    return dict(token.split("=", 1) for token in cell.split()) if isinstance(cell, str) else {}
+
+
+def comparison_notes(totals: PairTotals, a: Side, b: Side) -> Comparison:
+    """How many prompts were compared, and in plain words why the others were not."""
+    ids = totals.not_compared
+    notes = []
+    if ids.get("not_comparable"):
+        notes.append(f"{plural(len(ids['not_comparable']), 'prompt')} not comparable: "
+                     + _request_differences(ids["not_comparable"], a, b))
+    only_a, only_b = ids.get("only_a", []), ids.get("only_b", [])
+    if only_a or only_b:
+        disjoint = totals.compared == 0 and set(ids) <= {"only_a", "only_b"}
+        notes.append(f"{plural(len(only_a), 'prompt')} only in A, "
+                     f"{plural(len(only_b), 'prompt')} only in B"
+                     + (" (the two runs share no prompt id)" if disjoint else ""))
+    for side, name in ((a, "a"), (b, "b")):
+        failed = ids.get(f"{name}_failed", [])
+        if failed:
+            error = side.first_error(failed) or "never sent (the collection was interrupted)"
+            notes.append(f"{plural(len(failed), 'prompt')} without an answer on {name.upper()} "
+                         f"({side.label}): {error}")
+    return Comparison(compared=totals.compared, prompts=totals.prompts, notes=notes,
+                      sentence=_comparison_sentence(totals.compared, totals.prompts, notes))
 
 
 def _throughput(a: Side, b: Side) -> ThroughputPair | None:
@@ -108,108 +265,6 @@ def _preflight(a: Side, b: Side) -> PreflightPair:
                          if agreement.status == "warn" else None)
 
 
-def _counts(pairs: pd.DataFrame, compared: pd.DataFrame, a: Side, b: Side) -> Counts:
-    identical = int(compared["identical"].sum())
-    wording = int((compared["suggested_label"] == "wording").sum())
-    a_reasons, b_reasons = (compared[f"{s}_degenerate"].fillna("") for s in "ab")
-    new = [y for x, y in zip(a_reasons, b_reasons, strict=True)
-           if new_on_b(x, y, DEGENERATE_KINDS)]
-    return Counts(
-        prompts=len(pairs), pairs=len(compared), identical=identical,
-        wording_similar=wording, divergent=len(compared) - identical - wording,
-        flips=Flips(regression=int((compared["flip"] == "regression").sum()),
-                    improvement=int((compared["flip"] == "improvement").sum())),
-        suggested_factual_flip=int((compared["suggested_label"] == "factual_flip").sum()),
-        approved=int((compared["approved_label"].fillna("") != "").sum()),
-        noise=int(compared["noise"].fillna(False).astype(bool).sum()),
-        degenerate={side: _value_counts(compared[f"{side}_degenerate"]) for side in "ab"},
-        degenerate_new_on_b=len(new),
-        degenerate_new_on_b_kinds={kind: new.count(kind) for kind in DEGENERATE_KINDS},
-        length_capped_new_on_b=sum(new_on_b(x, y, (LENGTH_CAPPED,))
-                                   for x, y in zip(a_reasons, b_reasons, strict=True)),
-        nondeterministic=PerSide(_nondeterministic(pairs, "a"), _nondeterministic(pairs, "b")),
-        divergence_kinds=_value_counts(compared["divergence_kind"]),
-        status={str(status): int(n) for status, n in pairs["status"].value_counts().items()},
-        unanswered=PerSide(unanswered(a), unanswered(b)),
-        checks=check_counts(compared), tool_calls=_value_counts(compared["tool_call_change"]),
-        routing=routing_counts(compared))
-
-
-def routing_counts(compared: pd.DataFrame) -> RoutingCounts | None:
-    kinds = {side: compared[f"{side}_routing"].astype(object).fillna("") for side in "ab"}
-    if not any((kind != "").any() for kind in kinds.values()):
-        return None
-    both = (kinds["a"] != "") & (kinds["b"] != "")
-    return RoutingCounts(
-        pairs=int(both.sum()),
-        a_gating=int((kinds["a"] == "gating").sum()),
-        b_gating=int((kinds["b"] == "gating").sum()),
-        a_after_routing=int((kinds["a"] == "after_routing").sum()),
-        b_after_routing=int((kinds["b"] == "after_routing").sum()),
-        ab_differs=int(compared["routing_first_token"].notna().sum()))
-
-
-def check_counts(compared: pd.DataFrame) -> dict[str, CheckCounts]:
-    """Per check kind, from pairs.csv's a_checks / b_checks cells."""
-    counts: dict[str, CheckCounts] = {}
-    for a_cell, b_cell in zip(compared["a_checks"], compared["b_checks"], strict=True):
-        a, b = _statuses(a_cell), _statuses(b_cell)
-        for check in a.keys() | b.keys():
-            c = counts.setdefault(check, CheckCounts(checked=0, a_pass=0, b_pass=0,
-                                                     regressions=0, improvements=0, skipped=0))
-            pair = (a.get(check), b.get(check))
-            c.checked += 1
-            c.a_pass += pair[0] == PASS
-            c.b_pass += pair[1] == PASS
-            c.regressions += pair == (PASS, FAIL)
-            c.improvements += pair == (FAIL, PASS)
-            c.skipped += SKIPPED in pair
-    return {check: counts[check] for check in CHECKS if check in counts}
-
-
-def _statuses(cell: Any) -> dict[str, str]:
-    return dict(token.split("=", 1) for token in cell.split()) if isinstance(cell, str) else {}
-
-
-def unanswered(side: Side) -> int:
-    """Requests of the run with no successful record: failed after retries, or never
-    sent (an interrupted run)."""
-    if side.manifest is None:
-        return 0
-    repeats = side.manifest.parameters.repeats
-    ok = side.index.loc[side.index["error"].isna(), ["prompt_id", "repeat"]].drop_duplicates()
-    ids = ok["prompt_id"].cat.categories
-    in_prompt_set = np.fromiter((str(i) in side.prompts for i in ids), bool, len(ids))
-    codes = ok["prompt_id"].cat.codes.to_numpy()
-    answered = in_prompt_set[codes] & (ok["repeat"].to_numpy() < repeats) & (codes >= 0)
-    return len(side.prompts) * repeats - int(answered.sum())
-
-
-def comparison_notes(pairs: pd.DataFrame, a: Side, b: Side) -> Comparison:
-    """How many prompts were compared, and in plain words why the others were not."""
-    statuses = pairs["status"].value_counts().to_dict()
-    ids = {status: pairs.loc[pairs["status"] == status, "prompt_id"].astype(str).tolist()
-           for status in statuses}
-    notes = []
-    if ids.get("not_comparable"):
-        notes.append(f"{plural(len(ids['not_comparable']), 'prompt')} not comparable: "
-                     + _request_differences(ids["not_comparable"], a, b))
-    only_a, only_b = ids.get("only_a", []), ids.get("only_b", [])
-    if only_a or only_b:
-        disjoint = set(ids) <= {"only_a", "only_b"}
-        notes.append(f"{plural(len(only_a), 'prompt')} only in A, "
-                     f"{plural(len(only_b), 'prompt')} only in B"
-                     + (" (the two runs share no prompt id)" if disjoint else ""))
-    for side, name in ((a, "a"), (b, "b")):
-        failed = ids.get(f"{name}_failed", [])
-        if failed:
-            notes.append(f"{plural(len(failed), 'prompt')} without an answer on {name.upper()} "
-                         f"({side.label}): {_first_error(side, failed)}")
-    compared = int(statuses.get("compared", 0))
-    return Comparison(compared=compared, prompts=len(pairs), notes=notes,
-                      sentence=_comparison_sentence(compared, len(pairs), notes))
-
-
 def _comparison_sentence(compared: int, prompts: int, notes: list[str]) -> str:
     if compared == prompts:
         return f"all {prompts} prompts compared"
@@ -247,26 +302,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _first_error(side: Side, prompt_ids: list[str]) -> str:
-    errors = side.index[side.index["prompt_id"].astype(str).isin(prompt_ids)
-                        & side.index["error"].notna()]["error"]
-    if errors.empty:
-        return "never sent (the collection was interrupted)"
-    common = errors.astype(str).str.replace(r" \(after \d+ attempts\)$", "", regex=True)
-    return str(common.value_counts().index[0])
-
-
-def _value_counts(column: pd.Series) -> dict[str, int]:
-    values = column.fillna("")
-    return {str(k): int(v) for k, v in values[values != ""].value_counts().items()}
-
-
-def _nondeterministic(pairs: pd.DataFrame, side: str) -> int:
-    texts = pairs[f"{side}_texts"].fillna(0) > 1
-    signatures = pairs[f"{side}_signatures"].fillna(0) > 1
-    return int((texts | signatures).sum())
-
-
 def _cells(a: Side, b: Side) -> Cells:
     a_cell = a.manifest.cell if a.manifest else {}
     b_cell = b.manifest.cell if b.manifest else {}
@@ -286,40 +321,12 @@ def _identity(side: Side) -> SideIdentity:
                         text_only=side.text_only)
 
 
-def _drift(compared: pd.DataFrame) -> Drift:
-    drift = Drift()
-    for column in DRIFT_COLUMNS:
-        values = pd.to_numeric(compared[column], errors="coerce").dropna()
-        if len(values):
-            setattr(drift, column, Spread(
-                mean=float(values.mean()), median=float(values.median()),
-                p99=float(np.percentile(values, 99)), max=float(values.max())))
-    divergence = pd.to_numeric(compared["first_divergence"], errors="coerce").dropna()
-    if len(divergence):
-        drift.first_divergence = FirstDivergence(median=float(divergence.median()),
-                                                 min=int(divergence.min()))
-    return drift
-
-
-def _side_stats(side: Side, compared: pd.DataFrame, prefix: str) -> SidePerformance:
-    ok = side.index.loc[side.index["error"].isna(), ["n_tokens", "e2e_s", "ttft_s"]]
-    tokens = pd.to_numeric(ok["n_tokens"], errors="coerce")
-    e2e = pd.to_numeric(ok["e2e_s"], errors="coerce").dropna()
-    ttft = pd.to_numeric(ok["ttft_s"], errors="coerce").dropna()
-    first_tokens = pd.to_numeric(compared[f"{prefix}_tokens"], errors="coerce")
-    return SidePerformance(
-        requests=len(side.index), failed=int(side.index["error"].notna().sum()),
-        output_tokens=int(tokens.sum()) if tokens.notna().any() else None,
-        compared_output_tokens=int(first_tokens.sum()) if first_tokens.notna().any()
-        else None,
-        ttft_p50_s=_percentile(ttft, 50), e2e_p50_s=_percentile(e2e, 50),
-        e2e_p99_s=_percentile(e2e, 99),
-        output_tokens_per_s=(float(tokens[e2e.index].sum() / e2e.sum())
-                             if len(e2e) and e2e.sum() > 0 else None))
-
-
-def _percentile(values: pd.Series, q: float) -> float | None:
-    return float(np.percentile(values, q)) if len(values) else None
+def _side_stats(side: Side, totals: PairTotals, prefix: str) -> SidePerformance:
+    """The side's request counts and timings, and the tokens of its compared answers."""
+    with_tokens = totals.counts[f"{prefix}_with_tokens"]
+    return msgspec.structs.replace(
+        side.performance,
+        compared_output_tokens=totals.counts[f"{prefix}_tokens"] if with_tokens else None)
 
 
 def _throughput_verdict(performance: Performance) -> None:

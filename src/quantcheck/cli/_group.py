@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .._version import __version__
+from ..heap import return_freed_memory
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,3 +16,4 @@ def cli() -> None:
     Sends the same greedy prompts to two OpenAI-compatible endpoints, triages every
     pair, renders a review sheet and gates CI on factual flips.
     """
+    return_freed_memory()
