@@ -395,3 +395,29 @@ def test_the_alternatives_at_a_divergence_show_what_matters_first(
     assert flip.locator("table.topk td.chosen").count() == 2
     flip.locator("button.more-topk").click()
     assert all(r.is_visible() for r in rows.all())
+
+
+def test_a_b_text_sent_as_its_shared_start_with_a_reads_back_whole(
+        page: Any, tmp_path: Path) -> None:
+    """The page carries B's text as [n, rest] when it starts with A's first n UTF-16
+    units: astral characters before the fork, B ending inside A, identical texts and
+    markup after the fork all read back as B's exact text, and nothing executes."""
+    shared = "\U0001f642 caf\u00e9 \U0001d54f a long shared start, " * 2
+    texts = [(shared + "then A goes on.", shared + "then B <img src=x onerror=alert(1)>."),
+             (shared + "A is longer than B", shared + "A is"),
+             (shared, shared),
+             ("short A", "other B")]
+    (tmp_path / "a.texts.json").write_text(json.dumps([a for a, _ in texts]))
+    (tmp_path / "b.texts.json").write_text(json.dumps([b for _, b in texts]))
+    compare_to_dir(tmp_path / "a.texts.json", tmp_path / "b.texts.json", tmp_path / "report")
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert html.count("then A goes on") == 1  # the shared start is not sent twice
+    open_sheet(page, (tmp_path / "report" / "index.html").as_uri())
+    assert not page.errors and page.locator("img").count() == 0
+    for number, (a_text, b_text) in enumerate(texts):
+        shown = card(page, str(number)).locator(".side.b")
+        if a_text != b_text:
+            assert shown.inner_text() == f"B: b\n{b_text}"
+    page.fill("#f-search", "then b <img")  # the search reads the rebuilt texts too
+    page.wait_for_timeout(300)
+    assert card(page, "0").count() == 1 and card(page, "1").count() == 0

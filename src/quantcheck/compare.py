@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -34,7 +35,8 @@ from .reportdir import (
 from .reportrecords import ForcedSummary, KLHistogram, Summary
 from .reviews import set_aside_stale_reviews
 from .sandbox import Limits, code_execution, code_runner
-from .sides import Side, load_side
+from .sides import Record, Side, load_side
+from .summary import PairTotals
 from .triage import (
     NEAR_TIE_NATS,
     Divergence,
@@ -84,8 +86,6 @@ def _resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
 def _is_texts(source: str | Path | Side) -> bool:
     return not isinstance(source, Side) and Path(source).suffix == ".json"
 
-
-Record = dict[str, Any]
 
 
 # Pairs judged, written and forgotten at a time: compare's memory does not grow with
@@ -167,7 +167,7 @@ def _pair_row(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
     a_ok, b_ok = _successful(a_rows), _successful(b_rows)
     row.update(_determinism("a", a_ok), a_repeat_mode=a.repeat_mode)
     row.update(_determinism("b", b_ok), b_repeat_mode=b.repeat_mode)
-    detail["a_variants"], detail["b_variants"] = _variants(a, a_ok), _variants(b, b_ok)
+    detail["a_variants"], detail["b_variants"] = _variants(a_ok), _variants(b_ok)
     a_first, b_first = _repeat_zero(a_ok), _repeat_zero(b_ok)
     row["status"] = _status(a_rows, b_rows, a_first, b_first)
     first = a_first if a_first is not None else b_first
@@ -276,15 +276,9 @@ def _calls(record: Record) -> str | None:
     return calls if isinstance(calls, str) and calls else None
 
 
-def _variants(side: Side, ok: list[Record] | None) -> list[tuple[str, int]] | None:
-    """Distinct texts across repeats with their counts, when there is more than one
-    (told apart by their hashes; only then is a text read)."""
-    if not ok or len({r["text_hash"] for r in ok}) < 2:
-        return None
-    counts: dict[str, int] = {}
-    for record in ok:
-        text = record["text"]
-        counts[text] = counts.get(text, 0) + 1
+def _variants(ok: list[Record] | None) -> list[tuple[str, int]] | None:
+    """Distinct texts across repeats with their counts, when there is more than one."""
+    counts = Counter(record["text"] for record in ok or ())
     return sorted(counts.items(), key=lambda kv: -kv[1]) if len(counts) > 1 else None
 
 
@@ -369,26 +363,26 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
     out = Path(out)
     approvals_path = Path(approvals) if approvals else default_approvals_path(out)
     side_a, side_b = _resolve_sides(a, b, sig_digits, prompts, jobs)
-    summary = _write_pairs(side_a, side_b, out, load_approvals(approvals_path), forced,
-                           code_exec, jobs)
+    summary, totals = _write_pairs(side_a, side_b, out, load_approvals(approvals_path),
+                                   forced, code_exec, jobs)
+    del side_a, side_b  # the statistics and the sheet need neither index nor prompts
+    summary.stats = totals.statistics()
     summary.approvals_file = str(approvals_path)
     summary.log_matches = scan_logs(logs or {}, signature_files)
     summary.sources = {"a": str(a), "b": str(b)}
     summary.sig_digits = sig_digits
     summary.reviews_set_aside = [str(p) for p in set_aside_stale_reviews(out, summary.identity)]
     write_summary(out, summary)
-    del side_a, side_b  # the sheet is written without the sides' index and prompts
     write_sheet(out)
     return summary
 
 
 def _write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, Approval],
-                 forced: str | Path | None, code_exec: Limits | None, jobs: int) -> Summary:
+                 forced: str | Path | None, code_exec: Limits | None, jobs: int
+                 ) -> tuple[Summary, PairTotals]:
     """pairs.csv and details.jsonl written chunk by chunk, in place once the summary
-    of what they hold is made (a failure leaves the report as it was); that summary,
-    from totals gathered as the chunks pass (summary.PairTotals)."""
-    from .summary import PairTotals
-
+    of what they hold is made (a failure leaves the report as it was); that summary
+    but its statistics, and the totals gathered as the chunks passed."""
     forced_summary, forced_columns = _forced(forced) if forced is not None else (None, {})
     identity = hashlib.sha256()
     totals = PairTotals()
@@ -406,11 +400,11 @@ def _write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, App
             table.write(pair_frame([]).to_csv(index=False).encode("utf-8"))
         table.flush()  # both written before either replaces the old report's
         lines.flush()
-        summary = totals.summary(side_a, side_b)
+        summary = totals.summary(side_a, side_b, statistics=False)
         summary.forced = forced_summary
         summary.near_tie_nats = NEAR_TIE_NATS
         summary.identity = identity.hexdigest()[:20]
         if any(p.expect and p.expect.code for side in (side_a, side_b)
                for p in side.prompts.values()):
             summary.code_execution = code_execution(code_exec)
-    return summary
+    return summary, totals

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import secrets
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
@@ -16,7 +17,14 @@ from markupsafe import Markup
 
 from .cells import CELL_AXES
 from .files import AtomicFile, write_atomic
-from .reportdir import PAIRS_READ_AT_ONCE, DetailsReader, PromptIds, iter_pairs, read_summary
+from .reportdir import (
+    PAIR_COLUMNS,
+    PAIRS_READ_AT_ONCE,
+    DetailsReader,
+    PromptIds,
+    iter_pairs,
+    read_summary,
+)
 from .reportrecords import Counts, ForcedSummary, Overview, Summary
 from .reviews import load_reviews
 from .rubric import Rubric, load_rubric
@@ -35,6 +43,9 @@ TOPK_MARGIN_NATS = 2.0
 # 20,000 pairs of which 60% identical then open like 8,000 (bench/sheet.py).
 EMBED_ALL_UP_TO = 2000
 ELIDED_FIELDS = ("a_text", "b_text", "a_tool_calls", "b_tool_calls")
+# A pair in the page is a row of these values: at 20,000 pairs, naming every value
+# took a third of the page's 40 MB
+SHEET_COLUMNS = [*PAIR_COLUMNS, "detail", "elided"]
 
 
 SHEET_PAIRS_CHUNK = PAIRS_READ_AT_ONCE
@@ -155,11 +166,24 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
         data_json=Markup(placeholder))
     before, after = page.split(placeholder)
     yield before
-    yield str(embed_json(head))[:-1] + ',"pairs":['
+    yield str(embed_json(head))[:-1] + f',"columns":{embed_json(SHEET_COLUMNS)},"rows":['
     for number, record in enumerate(_sheet_pairs(report_dir, overview.pairs > EMBED_ALL_UP_TO)):
-        yield ("," if number else "") + embed_json(record)
+        record["b_text"] = shared_start(record.get("a_text"), record.get("b_text"))
+        yield ("," if number else "") + embed_json([record.get(c) for c in SHEET_COLUMNS])
     yield "]}"
     yield after
+
+
+def shared_start(a_text: Any, b_text: Any) -> Any:
+    """B's text as [n, rest] when it starts with A's first n characters, n counted in
+    UTF-16 units as the page's script slices (a pair that forks late, or is identical,
+    carries its common start once); otherwise as it is."""
+    if not isinstance(a_text, str) or not isinstance(b_text, str):
+        return b_text
+    start = os.path.commonprefix([a_text, b_text])
+    if len(start) < 16:
+        return b_text
+    return [len(start.encode("utf-16-le", "surrogatepass")) // 2, b_text[len(start):]]
 
 
 def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,

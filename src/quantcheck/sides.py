@@ -105,7 +105,7 @@ class Side:
         if not rows:
             return None
         self._read = {}
-        records = [self._record(row, prompt_id) for row in rows]
+        records = [self._record(row) for row in rows]
         for record in records:
             if record["prompt_id"] != prompt_id:
                 raise RunFormatError(
@@ -121,14 +121,15 @@ class Side:
         assert line is not None
         return line.prompt_id
 
-    def _record(self, row: int, prompt_id: str) -> Record:
+    def _record(self, row: int) -> Record:
         offset = int(self.index.offsets[row])
         signature = int(self.index.signatures[row])
-        if self.texts is not None:
+        if self.texts is not None and self.text_ids is not None:
             text = self.texts[offset]
-            return {"prompt_id": prompt_id, "prompt_hash": None, "repeat": 0, "text": text,
-                    "tool_calls": None, "text_hash": text_hash(text), "signature": None,
-                    "n_tokens": None, "finish_reason": None, "error": None, "offset": -1}
+            return {"prompt_id": self.text_ids[offset], "prompt_hash": None, "repeat": 0,
+                    "text": text, "tool_calls": None, "text_hash": text_hash(text),
+                    "signature": None, "n_tokens": None, "finish_reason": None,
+                    "error": None, "offset": -1}
         line = self._line_at(offset)
         assert line is not None
         self._read[offset] = line

@@ -1,4 +1,4 @@
-"""Aggregate a pairs frame into summary.json and the one-paragraph terminal summary."""
+"""Aggregate pairs, chunk by chunk, into summary.json; the one-paragraph terminal summary."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from .reportrecords import (
     SideIdentity,
     SidePerformance,
     Spread,
+    Stats,
     Summary,
     ThroughputPair,
 )
@@ -41,11 +42,6 @@ from .stats import BOOTSTRAPPED, paired_statistics, pass_counts
 DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
                  "kl_topk_mean", "kl_topk_max"]
 COUNTED_COLUMNS = ("a_degenerate", "b_degenerate", "divergence_kind", "tool_call_change")
-
-
-def summarize(pairs: pd.DataFrame, a: Side, b: Side) -> Summary:
-    """Every total of a comparison (the fields compare adds later keep their defaults)."""
-    return PairTotals().add(pairs).summary(a, b)
 
 
 class PairTotals:
@@ -123,7 +119,9 @@ class PairTotals:
         return np.concatenate(self.numbers[column]) if self.numbers[column] else \
             np.zeros(0)
 
-    def summary(self, a: Side, b: Side) -> Summary:
+    def summary(self, a: Side, b: Side, statistics: bool = True) -> Summary:
+        """The summary; without `statistics`, `stats` is left empty for statistics()
+        to fill once the sides are let go (compare: the bootstrap holds 32 MB a while)."""
         performance = Performance(a=_side_stats(a, self, "a"), b=_side_stats(b, self, "b"))
         _throughput_verdict(performance)
         return Summary(
@@ -131,10 +129,12 @@ class PairTotals:
             counts=self._counts(a, b), comparison=comparison_notes(self, a, b),
             cells=_cells(a, b),
             determinism={"a": side_determinism(a), "b": side_determinism(b)},
-            drift=self._drift(),
-            stats=paired_statistics(self.pass_counts.tolist(),
-                                    {c: self.number_column(c) for c in BOOTSTRAPPED}),
+            drift=self._drift(), stats=self.statistics() if statistics else Stats(None, {}),
             performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b))
+
+    def statistics(self) -> Stats:
+        return paired_statistics(self.pass_counts.tolist(),
+                                 {c: self.number_column(c) for c in BOOTSTRAPPED})
 
     def _counts(self, a: Side, b: Side) -> Counts:
         counts, new = self.counts, self.values["new_on_b"]
