@@ -130,3 +130,20 @@ def test_two_servers_for_one_reviewer_never_collide(planted_report: Path) -> Non
     saved = json.loads((planted_report / "reviews" / "dana.json").read_text())
     assert saved["verdicts"]["wording"]["notes"].endswith("-39")
     assert [p.name for p in (planted_report / "reviews").iterdir()] == ["dana.json"]
+
+
+def test_the_sheet_is_streamed_whole_and_a_broken_table_is_a_500_naming_it(
+        server: Any, planted_report: Path) -> None:
+    """The server streams the sheet in batches; a pairs.csv that cannot be read is found
+    before any byte is sent (a 500 that names it, not half a page), and once the file is
+    whole again the next page is whole."""
+    status, page = request(server, "GET", "/")
+    assert status == 200 and page.rstrip().endswith("</html>")
+    pairs = planted_report / "pairs.csv"
+    whole = pairs.read_bytes()
+    pairs.write_bytes(whole + b'q99,"a cell that never ends\n')
+    status, text = request(server, "GET", "/")
+    assert status == 500 and "pairs.csv: not a pairs table written by compare" in text
+    pairs.write_bytes(whole)
+    status, again = request(server, "GET", "/")
+    assert status == 200 and again.rstrip().endswith("</html>") and len(again) == len(page)

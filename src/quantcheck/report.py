@@ -186,11 +186,6 @@ def shared_start(a_text: Any, b_text: Any) -> Any:
     return [len(start.encode("utf-16-le", "surrogatepass")) // 2, b_text[len(start):]]
 
 
-def render_sheet(report_dir: str | Path, rubric_path: str | Path | None = None,
-                 live: dict[str, Any] | None = None) -> str:
-    return "".join(sheet_pieces(report_dir, rubric_path, live))
-
-
 def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -> Path:
     report_dir = Path(report_dir)
     path = report_dir / SHEET

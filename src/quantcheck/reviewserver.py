@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from aiohttp import web
 
 from .errors import RunFormatError
 from .files import StorageError, make_directory
-from .report import render_sheet
+from .report import sheet_pieces
 from .reportdir import PromptIds, read_summary
 from .reviews import review_path, validate_review
 from .rubric import load_rubric
@@ -37,10 +38,24 @@ def review_app(report_dir: Path, reviewer: str, rubric_path: str | Path | None =
     token = secrets.token_urlsafe(24)
     live = {"endpoint": "/api/review", "reviewer": reviewer, "token": token}
 
-    async def sheet(request: web.Request) -> web.Response:
-        html = render_sheet(report_dir, rubric_path, live)
-        return web.Response(text=html, content_type="text/html",
-                            headers={"Cache-Control": "no-store"})
+    async def sheet(request: web.Request) -> web.StreamResponse:
+        # streamed (a 100,000-pair sheet is about 120 MB). A report that cannot be read
+        # (pairs.csv broken, the summary missing) is a 500 naming the file, before any
+        # byte is sent; a file changed under the server mid-page cuts the connection,
+        # so the browser shows a failed load, never a page cut short as if whole
+        pieces = sheet_pieces(report_dir, rubric_path, live)
+        try:
+            head = next(pieces)  # pairs.csv is read through once before this is made
+        except RunFormatError as exc:
+            return web.Response(status=500, text=str(exc))
+        response = web.StreamResponse(headers={"Cache-Control": "no-store"})
+        response.content_type, response.charset = "text/html", "utf-8"
+        await response.prepare(request)
+        await response.write(head.encode("utf-8"))
+        for part in _batched(pieces):
+            await response.write(part)
+        await response.write_eof()
+        return response
 
     async def save(request: web.Request) -> web.Response:
         try:
@@ -62,6 +77,19 @@ def review_app(report_dir: Path, reviewer: str, rubric_path: str | Path | None =
     app.router.add_get("/", sheet)
     app.router.add_post("/api/review", save)
     return app
+
+
+def _batched(pieces: Iterator[str], size: int = 2**20) -> Iterator[bytes]:
+    """The sheet's pieces (one a pair) joined into writes of about `size` bytes."""
+    batch: list[bytes] = []
+    held = 0
+    for piece in pieces:
+        batch.append(piece.encode("utf-8"))
+        held += len(batch[-1])
+        if held >= size:
+            yield b"".join(batch)
+            batch, held = [], 0
+    yield b"".join(batch)
 
 
 def _guard(token: str) -> Any:
