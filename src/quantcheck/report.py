@@ -51,7 +51,7 @@ SHEET_COLUMNS = [*PAIR_COLUMNS, "detail", "elided"]
 SHEET_PAIRS_CHUNK = PAIRS_READ_AT_ONCE
 # What the template needs from every pair (the rest is streamed into the page).
 PLOTTED = ("similarity", "first_divergence", "divergence_gap")
-OVERVIEW_COLUMNS = ["category", "status", "identical", *PLOTTED]
+OVERVIEW_COLUMNS = ["prompt_id", "category", "status", "identical", *PLOTTED]
 
 
 @dataclass
@@ -67,10 +67,11 @@ class PairsOverview:
 
     @classmethod
     def read(cls, report_dir: Path) -> PairsOverview:
-        pairs, categories = 0, set()
+        pairs, categories, keys = 0, set(), []
         plotted: dict[str, list[np.ndarray]] = {column: [] for column in PLOTTED}
         for frame in iter_pairs(report_dir, PAIRS_READ_AT_ONCE, OVERVIEW_COLUMNS):
             pairs += len(frame)
+            keys.append(PromptIds.of(frame))
             categories |= {str(c) for c in frame["category"].dropna() if c}
             shown = frame[(frame["status"] == "compared") & ~frame["identical"].eq(True)]
             for column, values in plotted.items():
@@ -78,7 +79,7 @@ class PairsOverview:
                               .to_numpy(float))
         return cls(pairs, sorted(categories),
                    {c: np.concatenate(v) if v else np.zeros(0) for c, v in plotted.items()},
-                   PromptIds(report_dir))
+                   PromptIds(keys))
 
 
 def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,

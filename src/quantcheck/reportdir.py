@@ -206,10 +206,18 @@ class PromptIds(Container[str]):
     """The prompt ids of pairs.csv, held as sorted 64-bit keys (runstore.prompt_key):
     8 bytes a prompt where a set of the ids took about 90."""
 
-    def __init__(self, report_dir: Path) -> None:
-        keys = [np.fromiter((prompt_key(str(i)) for i in frame["prompt_id"]), np.int64)
-                for frame in iter_pairs(report_dir, PAIRS_READ_AT_ONCE, ["prompt_id"])]
+    def __init__(self, keys: list[np.ndarray]) -> None:
         self.keys = np.sort(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+
+    @staticmethod
+    def of(pairs: pd.DataFrame) -> np.ndarray:
+        """The keys of some rows' prompt ids."""
+        return np.fromiter((prompt_key(str(i)) for i in pairs["prompt_id"]), np.int64)
+
+    @classmethod
+    def read(cls, report_dir: Path) -> PromptIds:
+        return cls([cls.of(frame) for frame in
+                    iter_pairs(report_dir, PAIRS_READ_AT_ONCE, ["prompt_id"])])
 
     def __contains__(self, prompt_id: object) -> bool:
         if not isinstance(prompt_id, str):

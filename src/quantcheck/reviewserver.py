@@ -34,7 +34,7 @@ def review_app(report_dir: Path, reviewer: str, rubric_path: str | Path | None =
     target = review_path(report_dir, reviewer)
     identity = read_summary(report_dir).identity
     # the ids alone: all of a 100,000-pair table would take several hundred MB
-    prompt_ids = PromptIds(report_dir)
+    prompt_ids = PromptIds.read(report_dir)
     token = secrets.token_urlsafe(24)
     live = {"endpoint": "/api/review", "reviewer": reviewer, "token": token}
 
