@@ -34,6 +34,7 @@ from .reportdir import (
 )
 from .reportrecords import ForcedSummary, KLHistogram, Summary
 from .reviews import set_aside_stale_reviews
+from .runstore import first_seen
 from .sandbox import Limits, code_execution, code_runner
 from .sides import Record, Side, load_side
 from .summary import PairTotals
@@ -133,7 +134,8 @@ def prompt_order(a: Side, b: Side) -> np.ndarray:
     """Every prompt's key once: A's prompt set in its order, then prompts only A's
     records name, then B's prompt set, then B's records."""
     keys = np.concatenate([a.prompt_keys(), a.index.order, b.prompt_keys(), b.index.order])
-    return keys[np.sort(np.unique(keys, return_index=True)[1])]
+    order: np.ndarray = keys[first_seen(keys)]
+    return order
 
 
 def _record_id(side: Side, key: int) -> str | None:

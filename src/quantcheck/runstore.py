@@ -478,6 +478,17 @@ def prompt_key(prompt_id: str) -> int:
     return int.from_bytes(digest.digest(), "little", signed=True)
 
 
+def first_seen(keys: np.ndarray) -> np.ndarray:
+    """Where each distinct key first appears, in order."""
+    return np.sort(np.unique(keys, return_index=True)[1])
+
+
+def shared_key(path: Path | None, one: str, other: str) -> RunFormatError:
+    """Two prompt ids of one run with one key: refused, never merged."""
+    return RunFormatError(f"{path}: prompt ids {one!r} and {other!r} share a 64-bit key; "
+                          "rename one of them")
+
+
 class PromptLines(Mapping[str, Prompt]):
     """A run's prompts.jsonl by id, each prompt parsed when asked. Held: each line's
     prompt key and offset, and the keys sorted, 32 bytes a prompt where the ids alone
@@ -499,7 +510,7 @@ class PromptLines(Mapping[str, Prompt]):
         sorted_keys = self._keys[by_key]
         last = np.append(sorted_keys[1:] != sorted_keys[:-1], True)[:len(sorted_keys)]
         self._sorted, self._line_of = sorted_keys[last], by_key[last]
-        first = np.sort(np.unique(self._keys, return_index=True)[1])
+        first = first_seen(self._keys)
         self._first_lines = None if len(first) == len(self._keys) else first
         self._check_keys(by_key, sorted_keys)
 
@@ -507,10 +518,9 @@ class PromptLines(Mapping[str, Prompt]):
         """Lines that share a key hold one id (the same id twice), or are refused."""
         repeated = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])
         for at in repeated:
-            ids = {self._line(int(by_key[n])).id for n in (at, at + 1)}
-            if len(ids) > 1:
-                raise RunFormatError(f"{self.path}: prompt ids {' and '.join(map(repr, ids))}"
-                                     " share a 64-bit key; rename one of them")
+            one, other = (self._line(int(by_key[n])).id for n in (at, at + 1))
+            if one != other:
+                raise shared_key(self.path, one, other)
 
     def _line(self, number: int) -> Prompt:
         start, end = int(self._ends[number - 1]) if number else 0, int(self._ends[number])

@@ -37,9 +37,11 @@ from .runstore import (
     Manifest,
     PromptLines,
     decode_line,
+    first_seen,
     prompt_key,
     read_json,
     read_manifest,
+    shared_key,
 )
 
 BLOCK_RECORDS = 20_000  # records read before their signatures are computed
@@ -108,9 +110,7 @@ class Side:
         records = [self._record(row) for row in rows]
         for record in records:
             if record["prompt_id"] != prompt_id:
-                raise RunFormatError(
-                    f"{self.completions_path}: prompt ids {prompt_id!r} and "
-                    f"{record['prompt_id']!r} share a 64-bit key; rename one of them")
+                raise shared_key(self.completions_path, prompt_id, record["prompt_id"])
         return records
 
     def record_id(self, row: int) -> str:
@@ -328,9 +328,8 @@ class _Requests:
     def index(self) -> Index:
         keys = self.column("keys")
         by_key = np.argsort(keys, kind="stable")
-        first = np.sort(np.unique(keys, return_index=True)[1])
         return Index(keys=keys[by_key], offsets=self.column("offsets")[by_key],
-                     signatures=self.column("signatures")[by_key], order=keys[first])
+                     signatures=self.column("signatures")[by_key], order=keys[first_seen(keys)])
 
     def performance(self) -> SidePerformance:
         ok = self.column("ok")
@@ -391,9 +390,7 @@ def _refuse_duplicates(side: Side, requests: _Requests) -> None:
         side.close()
         assert line is not None and earlier is not None
         if line.prompt_id != earlier.prompt_id:
-            raise RunFormatError(f"{side.completions_path}: prompt ids {earlier.prompt_id!r} "
-                                 f"and {line.prompt_id!r} share a 64-bit key; rename one "
-                                 "of them")
+            raise shared_key(side.completions_path, earlier.prompt_id, line.prompt_id)
         raise RunFormatError(
             f"{side.completions_path}: {len(twice):,} requests are recorded more than once "
             f"(e.g. {line.prompt_id!r} repeat {line.repeat}), as when two collectors write "
