@@ -28,7 +28,7 @@ import orjson
 from _common import save
 
 from quantcheck import CollectSettings, collect
-from quantcheck.collect import rare_full_collections
+from quantcheck.fetch.collect import rare_full_collections
 from quantcheck.lab.launch import free_port, wait_until_healthy
 
 TOKENS = 256

@@ -15,7 +15,7 @@ from junitparser import JUnitXml
 
 from quantcheck.cli import cli
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
-from quantcheck.matrix import COLUMNS
+from quantcheck.present.matrix import COLUMNS
 
 from .conftest import RUNNER_UPS
 

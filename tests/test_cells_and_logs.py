@@ -12,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.cells import (
+from quantcheck.cli import cli
+from quantcheck.errors import ConfigFileError
+from quantcheck.judge.cells import (
     cell_from_server,
     cell_key,
     confound_warning,
@@ -21,11 +23,9 @@ from quantcheck.cells import (
     gguf_model_name,
     parse_cell_options,
 )
-from quantcheck.cli import cli
-from quantcheck.errors import ConfigFileError
+from quantcheck.judge.log_signatures import load_signatures, scan_log
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.logscan import load_signatures, scan_log
-from quantcheck.runstore import ServerInfo
+from quantcheck.store.run_dir import ServerInfo
 
 from .conftest import FIXTURES
 

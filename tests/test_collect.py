@@ -19,8 +19,8 @@ from quantcheck import CollectSettings, collect, load_run
 from quantcheck.cli import cli
 from quantcheck.errors import ParameterRejected, RunMismatch
 from quantcheck.lab.scripted import DIALECTS, Faults, ScriptedModel, ScriptedServer
-from quantcheck.prompts import GREEDY_FIELDS
-from quantcheck.runtimes import choose_model
+from quantcheck.store.prompt_sets import GREEDY_FIELDS
+from quantcheck.store.runtimes import choose_model
 
 TWO_PROMPTS = """
 prompts:

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from quantcheck.cli import cli
-from quantcheck.compare import compare
+from quantcheck.judge.pairs import compare
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.reportdir import PAIR_COLUMNS
+from quantcheck.store.report_dir import PAIR_COLUMNS
 
 from .conftest import A_ANSWERS, B_ANSWERS, PROMPTS, RUNNER_UPS
 
@@ -199,8 +199,8 @@ def test_the_summary_gathered_chunk_by_chunk_is_the_summary_of_all_pairs(
     """compare forgets each chunk of pairs once written (summary.PairTotals keeps counts,
     the ids not compared and the drift values): totals gathered a few pairs at a time
     give the summary of the whole frame, every status, flip and percentile included."""
-    from quantcheck.sides import load_side
-    from quantcheck.summary import PairTotals
+    from quantcheck.judge.sides import load_side
+    from quantcheck.judge.summary import PairTotals
 
     whole = compare(*ab_runs)
     with load_side(ab_runs[0]) as a, load_side(ab_runs[1]) as b:

@@ -48,8 +48,8 @@ def test_readme_documents_every_expect_check_with_an_example_that_loads(
 
     import yaml
 
-    from quantcheck.expectations import CHECKS
-    from quantcheck.prompts import load_prompts
+    from quantcheck.store.prompt_sets import load_prompts
+    from quantcheck.store.run_records import CHECKS
 
     rows = re.findall(r"^\| `(\w+)`(?: \([^)]*\))? \| `(\{.*?\})` \|", DOCS["prompts.md"],
                       re.MULTILINE)

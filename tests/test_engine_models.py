@@ -31,9 +31,9 @@ import numpy as np
 import pytest
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.dialects import EventStream, StreamAccumulator
 from quantcheck.lab.scripted import ScriptedServer
-from quantcheck.records import Completion
+from quantcheck.store.run_records import Completion
+from quantcheck.wire.dialects import EventStream, StreamAccumulator
 
 from .conftest import skip_module_without_extra
 

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.cli import cli
-from quantcheck.expectations import choice_of, code_of, tool_call_failure, unfenced
+from quantcheck.judge.expects import choice_of, code_of, tool_call_failure, unfenced
+from quantcheck.judge.triage import tool_call_change
 from quantcheck.lab.scripted import DIALECTS, ScriptedModel, ScriptedServer
-from quantcheck.records import ToolCall, ToolCallExpect
-from quantcheck.triage import tool_call_change
+from quantcheck.store.run_records import ToolCall, ToolCallExpect
 
 Serve = Callable[..., ScriptedServer]
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from quantcheck import CollectSettings, collect
 from quantcheck.cli import cli
 from quantcheck.errors import EndpointError
-from quantcheck.forced import ForcedSettings, compare_position, score_run
+from quantcheck.fetch.forced_scoring import ForcedSettings, compare_position, score_run
 from quantcheck.lab.scripted import Faults, ScriptedModel
 
 from .hostile import HostileServer, Request, http

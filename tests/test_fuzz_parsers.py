@@ -17,8 +17,20 @@ import pytest
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
-from quantcheck.cells import cell_from_server, cell_key
-from quantcheck.dialects import (
+from quantcheck.errors import EndpointError, PromptFileError
+from quantcheck.judge.cells import cell_from_server, cell_key
+from quantcheck.judge.expects import choice_of, evaluate
+from quantcheck.store.prompt_sets import load_prompts
+from quantcheck.store.run_dir import ServerInfo
+from quantcheck.store.run_records import Completion, Expect, ToolCall, ToolCallExpect
+from quantcheck.store.runtimes import (
+    choose_model,
+    context_length,
+    identify_runtime,
+    runtime_version,
+)
+from quantcheck.store.token_columns import pack, unpack
+from quantcheck.wire.dialects import (
     EventStream,
     Generation,
     MalformedResponse,
@@ -27,13 +39,6 @@ from quantcheck.dialects import (
     parse_native_next,
     parse_response,
 )
-from quantcheck.errors import EndpointError, PromptFileError
-from quantcheck.expectations import choice_of, evaluate
-from quantcheck.prompts import load_prompts
-from quantcheck.records import Completion, Expect, ToolCall, ToolCallExpect
-from quantcheck.runstore import ServerInfo
-from quantcheck.runtimes import choose_model, context_length, identify_runtime, runtime_version
-from quantcheck.tokenstore import pack, unpack
 
 # The strategies below nest "anything" inside every field; hypothesis warns that
 # their repr is long, which only matters when printing a failure.
@@ -254,7 +259,7 @@ def test_any_server_description_is_read_without_error(info: dict[str, Any]) -> N
 
 @pytest.mark.parametrize("k", [70_000], ids=["counts-beyond-uint16"])
 def test_more_alternatives_than_uint16_come_back_exactly(k: int) -> None:
-    from quantcheck.records import Tokens
+    from quantcheck.store.run_records import Tokens
 
     tokens = Tokens()
     tokens.append("a", -0.5, [f"t{n}" for n in range(k)], [-0.5 - n for n in range(k)])
@@ -264,7 +269,7 @@ def test_more_alternatives_than_uint16_come_back_exactly(k: int) -> None:
 
 
 def test_token_ids_beyond_int32_come_back_exactly() -> None:
-    from quantcheck.records import Tokens
+    from quantcheck.store.run_records import Tokens
 
     tokens = Tokens()
     for token_id in (0, 2**31, 2**63 - 1):

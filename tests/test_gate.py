@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from junitparser import JUnitXml
 
 from quantcheck.cli import cli
-from quantcheck.reportdir import read_pairs
+from quantcheck.store.report_dir import read_pairs
 
 
 def gate(report: Path, *args: str, env: dict[str, str] | None = None) -> Any:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.cli import cli
-from quantcheck.lab.server import LabServer
+from quantcheck.lab.endpoint import LabServer
 
 from .conftest import skip_module_without_extra
 

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.cli import cli
-from quantcheck.forced import ForcedSettings, score_run
+from quantcheck.fetch.forced_scoring import ForcedSettings, score_run
 from quantcheck.lab.launch import free_port, wait_until_healthy
 
 from .conftest import skip_module_without_extra

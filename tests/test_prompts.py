@@ -7,8 +7,8 @@ import pytest
 
 from quantcheck import Expect, RequestOptions, load_prompts
 from quantcheck.errors import PromptFileError
-from quantcheck.expectations import evaluate, overall
-from quantcheck.prompts import GREEDY_FIELDS
+from quantcheck.judge.expects import evaluate, overall
+from quantcheck.store.prompt_sets import GREEDY_FIELDS
 
 REPO = Path(__file__).parent.parent
 

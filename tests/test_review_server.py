@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from quantcheck.reviewserver import review_app
+from quantcheck.present.review_server import review_app
 
 from .conftest import AppServer
 

@@ -21,17 +21,17 @@ from hypothesis.extra import numpy as hnp
 
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.cli import cli
-from quantcheck.dialects import (
+from quantcheck.judge.routing import across_repeats, between
+from quantcheck.lab.launch import free_port, wait_until_healthy
+from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.store.run_records import Tokens
+from quantcheck.store.token_columns import pack, unpack
+from quantcheck.wire.dialects import (
     MalformedResponse,
     decode_npy_routing,
     decode_raw_routing,
     generated_routing,
 )
-from quantcheck.lab.launch import free_port, wait_until_healthy
-from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.records import Tokens
-from quantcheck.routing import across_repeats, between
-from quantcheck.tokenstore import pack, unpack
 
 from .test_collect import Serve, WritePrompts
 

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from quantcheck.cli import cli
 from quantcheck.errors import ConfigFileError
-from quantcheck.report import sheet_data
-from quantcheck.rubric import load_rubric
+from quantcheck.present.sheet import sheet_data
+from quantcheck.store.rubric import load_rubric
 
 
 def test_default_rubric() -> None:

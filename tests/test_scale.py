@@ -5,7 +5,6 @@ refused), and compare on several processes (the same report as on one)."""
 from __future__ import annotations
 
 import csv
-import importlib
 import json
 import re
 import subprocess
@@ -21,18 +20,19 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantcheck import CollectSettings, collect, compare_to_dir, load_run, report, sides
+from quantcheck import CollectSettings, collect, compare_to_dir, load_run
 from quantcheck.cli import cli
 from quantcheck.errors import RunFormatError
+from quantcheck.judge import pairs as compare_module
+from quantcheck.judge import sides
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.reportdir import PAIR_DTYPES, DetailsReader
-from quantcheck.runstore import PromptLines, lock_run, prompt_key
-from quantcheck.shards import ShardError, in_shard, merge_runs, parse_shard
+from quantcheck.present import sheet as report
+from quantcheck.store.report_dir import PAIR_DTYPES, DetailsReader
+from quantcheck.store.run_dir import PromptLines, lock_run, prompt_key
+from quantcheck.store.shards import ShardError, in_shard, merge_runs, parse_shard
 
 from .test_collect import Serve, WritePrompts
 from .test_storage import assert_one_clear_line, run_with_file_limit
-
-compare_module = importlib.import_module("quantcheck.compare")  # the package exports a function
 
 
 def prompt_set(count: int) -> str:
@@ -446,7 +446,7 @@ def test_two_prompt_ids_that_share_a_key_are_refused_not_merged(
     """compare holds prompt ids as 64-bit keys. Two ids of one run that shared a key
     (about 1 in 10^9 at 100,000 prompts) would be judged as one prompt: they are refused,
     by name, where they meet. A key of 1 bit stands in for the coincidence here."""
-    from quantcheck import runstore
+    from quantcheck.store import run_dir as runstore
 
     def coarse(prompt_id: str) -> int:
         return len(prompt_id) % 2

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from quantcheck import CollectSettings, collect, compare_to_dir
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.reviewserver import review_app
+from quantcheck.present.review_server import review_app
 
 from .conftest import AppServer
 
@@ -219,7 +219,7 @@ def test_review_server_writes_every_change_to_disk(page: Any, planted_report: Pa
 
 
 def test_reviewers_disagreeing_are_shown(page: Any, planted_report: Path) -> None:
-    from quantcheck.report import write_sheet
+    from quantcheck.present.sheet import write_sheet
 
     identity = json.loads((planted_report / "summary.json").read_text())["identity"]
     (planted_report / "reviews").mkdir()
@@ -259,8 +259,8 @@ def test_large_sheet_renders_lazily(page: Any, tmp_path: Path) -> None:
 
 def test_approved_pairs_show_as_reviewed(page: Any, ab_runs: tuple[Path, Path],
                                          tmp_path: Path) -> None:
-    from quantcheck.approvals import APPROVALS_FORMAT, approval_key
-    from quantcheck.compare import compare
+    from quantcheck.judge.approvals import APPROVALS_FORMAT, approval_key
+    from quantcheck.judge.pairs import compare
 
     pairs = compare(*ab_runs).set_index("prompt_id")
     row = pairs.loc["wording"]
@@ -278,7 +278,7 @@ def test_approved_pairs_show_as_reviewed(page: Any, ab_runs: tuple[Path, Path],
 
 def test_a_review_file_the_gate_refuses_is_refused_visibly(page: Any, planted_report: Path
                                                            ) -> None:
-    from quantcheck.report import write_sheet
+    from quantcheck.present.sheet import write_sheet
 
     identity = json.loads((planted_report / "summary.json").read_text())["identity"]
     (planted_report / "reviews").mkdir()
@@ -313,7 +313,7 @@ def test_prompt_ids_named_like_object_properties_keep_their_verdicts(
     (report / "reviews" / "li.json").write_text(json.dumps({
         "format": "quantcheck-review/1", "identity": identity, "reviewer": "li",
         "verdicts": {name: {"label": "wording"} for name in ODD_IDS}}))
-    from quantcheck.report import write_sheet
+    from quantcheck.present.sheet import write_sheet
 
     write_sheet(report)
     page.add_init_script("localStorage.setItem('quantcheck:reviewer', 'li')")

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from quantcheck.stats import (
+from quantcheck.judge.stats import (
     BOOTSTRAPPED,
     bootstrap_mean,
     mcnemar_exact,

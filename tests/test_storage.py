@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from quantcheck.cli import cli
-from quantcheck.files import StorageError, write_atomic
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
-from quantcheck.runstore import load_run, write_json_atomic
+from quantcheck.store.files import StorageError, write_atomic
+from quantcheck.store.run_dir import load_run, write_json_atomic
 
 Serve = Callable[..., ScriptedServer]
 PROMPTS = "prompts:\n" + "".join(

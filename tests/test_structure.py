@@ -1,9 +1,11 @@
-"""The package's shape: no import circles, and the offline stages never load the network."""
+"""The package's shape: each layer a folder, imports only running down the floors, no
+import circles, and the offline layers never load the network."""
 
 from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,19 +13,21 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parents[1] / "src" / "quantcheck"
-# The offline stages (STYLE.md: Judge, Present, Gate, Store) and what they must not load.
-OFFLINE = ["triage", "gate", "report", "records", "reportdir", "compare", "summary", "stats",
-           "sides", "drift", "checks", "determinism", "reviews", "approvals", "runstore",
-           "tokenstore", "cells", "runtimes", "reportrecords"]
-NETWORK = ["aiohttp", "quantcheck.client", "quantcheck.dialects", "quantcheck.collect",
-           "quantcheck.preflight", "quantcheck.forced", "quantcheck.servers"]
+# The floors, bottom up (docs/development.md): a module imports only from lower floors
+# or from its own folder. Folders on one floor never import each other.
+FLOORS = {"errors": 0, "_version": 0, "store": 1, "judge": 2, "wire": 2, "lab": 2,
+          "fetch": 3, "gate": 3, "present": 3, "pipeline": 4, "cli": 5, "__main__": 6}
+TOP_LEVEL_MODULES = {"__init__", "__main__", "_version", "errors"}
+LAYER_FOLDERS = {room for room in FLOORS if (PACKAGE / room).is_dir()}
+OFFLINE = ("store", "judge", "gate", "present")  # never load the network
+NETWORK = ["aiohttp", "quantcheck.wire.client", "quantcheck.wire.dialects"]
 
 
-def module_imports() -> dict[str, set[str]]:
+def module_imports(package: Path = PACKAGE) -> dict[str, set[str]]:
     """Every package module and the package modules it imports (anywhere in its body)."""
     files = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         files[".".join(parts)] = path
@@ -47,6 +51,62 @@ def module_imports() -> dict[str, set[str]]:
     return edges
 
 
+def room(module: str) -> str:
+    """The folder (or top-level module) a module lives in: quantcheck.judge.pairs -> judge."""
+    return module.split(".")[1]
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    """Every import that does not run down the floors, as 'importer -> imported'."""
+    wrong = []
+    for importer, imported in edges.items():
+        if importer == "quantcheck":
+            continue  # the public API re-exports from every layer
+        for target in imported:
+            here, there = room(importer), room(target)
+            if here == there:
+                continue
+            down = FLOORS[there] < FLOORS[here]
+            if not down or (there == "lab" and here != "cli"):
+                wrong.append(f"{importer} -> {target}")
+    return sorted(wrong)
+
+
+def test_each_layer_is_a_folder_and_the_top_level_holds_a_handful() -> None:
+    top = {path.stem for path in PACKAGE.glob("*.py")}
+    assert top == TOP_LEVEL_MODULES, f"modules that belong in a layer: {top - TOP_LEVEL_MODULES}"
+    folders = {path.name for path in PACKAGE.iterdir()
+               if path.is_dir() and (path / "__init__.py").exists()}
+    assert folders == LAYER_FOLDERS
+    holding_two = [f for f in folders if len(list((PACKAGE / f).glob("[!_]*.py"))) >= 2]
+    assert len(holding_two) >= 5
+
+
+@pytest.mark.parametrize("folder", sorted(LAYER_FOLDERS))
+def test_each_folder_says_what_lives_there(folder: str) -> None:
+    docstring = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text()))
+    assert docstring and "import" in docstring.lower()
+
+
+def test_every_import_runs_down_the_floors() -> None:
+    edges = module_imports()
+    assert {room(module) for module in edges if module != "quantcheck"} <= set(FLOORS)
+    assert upward_imports(edges) == []
+
+
+def test_a_planted_upward_import_is_found(tmp_path: Path) -> None:
+    copy = tmp_path / "quantcheck"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    files = copy / "store" / "files.py"
+    files.write_text(files.read_text() + "\n\ndef late() -> None:\n"
+                     "    from ..judge.pairs import compare  # noqa: F401\n")
+    lab_user = copy / "fetch" / "collect.py"
+    lab_user.write_text(lab_user.read_text() + "\nfrom ..lab.endpoint import LabServer\n")
+    assert upward_imports(module_imports(copy)) == [
+        "quantcheck.fetch.collect -> quantcheck.lab.endpoint",
+        "quantcheck.store.files -> quantcheck.judge.pairs"]
+
+
 def test_no_module_imports_itself_through_others() -> None:
     edges = module_imports()
     circles = []
@@ -64,22 +124,32 @@ def test_no_module_imports_itself_through_others() -> None:
     assert not circles, f"modules in an import circle: {sorted(circles)}"
 
 
-@pytest.mark.parametrize("module", OFFLINE)
-def test_offline_stages_never_load_the_network(module: str) -> None:
-    probe = (f"import sys, json, quantcheck.{module}; "
-             f"print(json.dumps([m for m in {NETWORK!r} if m in sys.modules]))")
+# The review server serves the sheet on 127.0.0.1 (aiohttp's server); it never sends.
+OFFLINE_MODULES = sorted(module for module in module_imports()
+                         if module.count(".") == 2 and room(module) in OFFLINE
+                         and module != "quantcheck.present.review_server")
+
+
+def test_offline_layers_never_load_the_network() -> None:
+    probe = (f"import sys, json, importlib\n"
+             f"for name in {OFFLINE_MODULES!r}:\n"
+             f"    importlib.import_module(name)\n"
+             f"offline = [m for m in {NETWORK!r} if m in sys.modules]\n"
+             f"importlib.import_module('quantcheck.present.review_server')\n"
+             f"print(json.dumps([offline, [m for m in sys.modules if '.wire' in m]]))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
-    assert json.loads(done.stdout) == []
+    assert len(OFFLINE_MODULES) > 30
+    assert json.loads(done.stdout) == [[], []]
 
 
 def test_importing_the_package_loads_neither_pandas_nor_the_network() -> None:
     probe = ("import sys, json, quantcheck; quantcheck.__version__; "
-             "print(json.dumps([m for m in ('pandas', 'aiohttp', 'quantcheck.client') "
+             "print(json.dumps([m for m in ('pandas', 'aiohttp', 'quantcheck.wire.client') "
              "if m in sys.modules]))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     assert json.loads(done.stdout) == []
     import quantcheck
 
-    assert quantcheck.load_run.__module__ == "quantcheck.runstore"  # loaded on first use
+    assert quantcheck.load_run.__module__ == "quantcheck.store.run_dir"  # loaded on first use

@@ -12,12 +12,12 @@ import yaml
 from click.testing import CliRunner
 
 from quantcheck.cli import cli
-from quantcheck.expectations import evaluate, overall
-from quantcheck.haystack import TOKENS_PER_WORD
-from quantcheck.prompts import load_prompts
-from quantcheck.records import ToolCall
-from quantcheck.sandbox import Limits, code_runner
-from quantcheck.suites import describe, suite_files, suite_names
+from quantcheck.judge.expects import evaluate, overall
+from quantcheck.judge.sandbox import Limits, code_runner
+from quantcheck.store.haystack import TOKENS_PER_WORD
+from quantcheck.store.prompt_sets import load_prompts
+from quantcheck.store.run_records import ToolCall
+from quantcheck.store.suites import describe, suite_files, suite_names
 
 from .conftest import FIXTURES
 

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.errors import RunFormatError
+from quantcheck.judge.sides import signature
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.records import Tokens
-from quantcheck.runstore import Blobs
-from quantcheck.sides import signature
-from quantcheck.tokenstore import pack, unpack
+from quantcheck.store.run_dir import Blobs
+from quantcheck.store.run_records import Tokens
+from quantcheck.store.token_columns import pack, unpack
 
 from .test_collect import TWO_PROMPTS, Serve, WritePrompts
 

@@ -12,12 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.expectations import CheckResult
-from quantcheck.records import Tokens
-from quantcheck.runstore import Blobs
-from quantcheck.sides import signature
-from quantcheck.tokenstore import round_significant
-from quantcheck.triage import (
+from quantcheck.judge.expects import CheckResult
+from quantcheck.judge.sides import signature
+from quantcheck.judge.triage import (
     NEAR_TIE_NATS,
     classify_divergence,
     degenerate_reason,
@@ -29,6 +26,9 @@ from quantcheck.triage import (
     similarity,
     suggested_label,
 )
+from quantcheck.store.run_dir import Blobs
+from quantcheck.store.run_records import Tokens
+from quantcheck.store.token_columns import round_significant
 
 
 def tokens(*steps: tuple[str, float, dict[str, float]], raw: list[Any] | None = None
@@ -292,6 +292,6 @@ def test_repeated_token_strings_stay_distinct_outcomes() -> None:
     ],
 )
 def test_numbers_in(text: str, numbers: list[float]) -> None:
-    from quantcheck.records import numbers_in
+    from quantcheck.store.run_records import numbers_in
 
     assert numbers_in(text) == numbers

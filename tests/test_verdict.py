@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from quantcheck import CollectSettings, collect, compare_to_dir
 from quantcheck.cli import cli
 from quantcheck.errors import RunFormatError, RunMismatch
+from quantcheck.judge.stats import interval_points, pass_rate_change
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
-from quantcheck.reportdir import read_pairs
-from quantcheck.stats import interval_points, pass_rate_change
+from quantcheck.store.report_dir import read_pairs
 
 from .conftest import A_ANSWERS, PROMPTS, RUNNER_UPS
 
@@ -142,7 +142,7 @@ def test_a_pairs_table_without_a_column_is_refused_by_every_reader(planted_repor
                                                                    ) -> None:
     """The sheet and the review server read a few columns of pairs.csv; every column
     is still checked, before anything is written or served."""
-    from quantcheck.reviewserver import review_app
+    from quantcheck.present.review_server import review_app
 
     path = planted_report / "pairs.csv"
     with path.open(newline="") as handle:

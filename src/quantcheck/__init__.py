@@ -6,22 +6,24 @@ of its record modules does not load the network client, aiohttp or pandas.
 
 from __future__ import annotations
 
-import sys
-import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
-_HOMES = {
-    "CollectResult": "collect", "CollectSettings": "collect", "collect": "collect",
-    "collect_async": "collect", "compare": "compare", "compare_to_dir": "compare",
-    "QuantcheckError": "errors", "RequestOptions": "prompts", "load_prompts": "prompts",
-    "Completion": "records", "Expect": "records", "Prompt": "records", "Tokens": "records",
-    "Run": "runstore", "load_run": "runstore", "Manifest": "runstore",
-    "ABRun": "pipeline", "CompareOptions": "pipeline", "compare_runs": "pipeline",
-    "run_ab": "pipeline", "Summary": "reportrecords", "read_summary": "reportdir",
+_EXPORTS = {
+    "errors": ["QuantcheckError"],
+    "fetch.collect": ["CollectResult", "CollectSettings", "collect", "collect_async"],
+    "judge.pairs": ["compare"],
+    "pipeline.ab": ["ABRun", "run_ab"],
+    "pipeline.comparing": ["CompareOptions", "compare_runs", "compare_to_dir"],
+    "store.prompt_sets": ["RequestOptions", "load_prompts"],
+    "store.report_dir": ["read_summary"],
+    "store.report_records": ["Summary"],
+    "store.run_dir": ["Manifest", "Run", "load_run"],
+    "store.run_records": ["Completion", "Expect", "Prompt", "Tokens"],
 }
+_HOMES = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [
     "ABRun", "CollectResult", "CollectSettings", "CompareOptions", "Completion", "Expect",
     "Manifest", "Prompt", "QuantcheckError", "RequestOptions", "Run", "Summary", "Tokens",
@@ -30,28 +32,16 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .collect import CollectResult, CollectSettings, collect, collect_async
-    from .compare import compare, compare_to_dir
     from .errors import QuantcheckError
-    from .pipeline import ABRun, CompareOptions, compare_runs, run_ab
-    from .prompts import RequestOptions, load_prompts
-    from .records import Completion, Expect, Prompt, Tokens
-    from .reportdir import read_summary
-    from .reportrecords import Summary
-    from .runstore import Manifest, Run, load_run
-
-
-class _Package(types.ModuleType):
-    """`quantcheck.collect` and `quantcheck.compare` are the functions, as they always
-    were: importing the modules of those names must not put the modules in their place."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("collect", "compare") and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+    from .fetch.collect import CollectResult, CollectSettings, collect, collect_async
+    from .judge.pairs import compare
+    from .pipeline.ab import ABRun, run_ab
+    from .pipeline.comparing import CompareOptions, compare_runs, compare_to_dir
+    from .store.prompt_sets import RequestOptions, load_prompts
+    from .store.report_dir import read_summary
+    from .store.report_records import Summary
+    from .store.run_dir import Manifest, Run, load_run
+    from .store.run_records import Completion, Expect, Prompt, Tokens
 
 
 def __getattr__(name: str) -> Any:

@@ -1,9 +1,10 @@
-"""The quantcheck command line: parse, call one library function, print."""
+"""The quantcheck command line: parse, call one library function, print. Imports the
+pipeline and any layer below it (the lab too); nothing imports it."""
 
 from __future__ import annotations
 
 # The commands register themselves on `cli` when their modules are imported.
-from . import _collecting, _reporting, _servers  # noqa: F401
+from . import _collecting, _probing, _reporting  # noqa: F401
 from ._group import cli
 
 __all__ = ["cli"]

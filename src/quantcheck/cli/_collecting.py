@@ -10,13 +10,14 @@ from typing import Any
 
 import click
 
-from ..collect import REPEAT_MODES, CollectSettings
-from ..forced import ForcedSettings
-from ..pipeline import ABRun, CompareOptions, ThroughputSettings
-from ..prompts import shipped_prompt_file
-from ..reportrecords import DeterminismReport, Overview, Summary
-from ..runstore import load_run
-from ..throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
+from ..fetch.collect import REPEAT_MODES, CollectSettings
+from ..fetch.forced_scoring import ForcedSettings
+from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
+from ..pipeline.ab import ABRun, ThroughputSettings
+from ..pipeline.comparing import CompareOptions
+from ..store.prompt_sets import shipped_prompt_file
+from ..store.report_records import DeterminismReport, Overview, Summary
+from ..store.run_dir import load_run
 from ._common import (
     EXISTING_DIR,
     EXISTING_FILE,
@@ -211,9 +212,9 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
       quantcheck throughput http://127.0.0.1:8000/v1 --prompts prompts/default.yaml \\
           --out runs/bf16
     """
-    from ..prompts import RequestOptions
-    from ..runstore import write_throughput
-    from ..throughput import measure
+    from ..fetch.throughput import measure
+    from ..store.prompt_sets import RequestOptions
+    from ..store.run_dir import write_throughput
 
     bar = PlainProgress(max(int(seconds), 1), label or "throughput")
 
@@ -258,7 +259,7 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
     Example:
       quantcheck forced runs/bf16 --endpoint http://127.0.0.1:8001/v1 --out runs/forced-fp8
     """
-    from ..forced import score_run
+    from ..fetch.forced_scoring import score_run
 
     settings = ForcedSettings(endpoint=endpoint, model=model, top_k=top_logprobs,
                               mode=forced_mode, concurrency=forced_concurrency,
@@ -313,7 +314,7 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path | None,
         result = _model_demo(out, repeats, precisions, fault)
     sheet = out
     if isinstance(result, Summary):
-        from .. import gate
+        from ..gate import verdict as gate
 
         verdict, _ = gate.gate_report(out)
         click.echo(f"gate (default policy): {gate.one_line(verdict)}")
@@ -411,7 +412,7 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
       quantcheck determinism --endpoint http://127.0.0.1:8000/v1 \\
           --prompts prompts/spot-check.yaml --repeats 6 --out reports/determinism
     """
-    from ..determinism import determinism_report, render_determinism
+    from ..pipeline.determinism import determinism_report
 
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]
@@ -426,9 +427,9 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
             "preflight": options["preflight"] and number == 0})
         collect_with_progress(prompt_files, out / mode, settings, force)
         runs[mode] = out / mode
-    report = run_guarded(lambda: determinism_report(runs, out, sig_digits), "")
     served = load_run(runs[chosen[0]]).manifest.model
-    page = render_determinism(out, report, endpoint, model or served or "")
+    report, page = run_guarded(lambda: determinism_report(runs, out, endpoint,
+                                                          model or served or "", sig_digits), "")
     for mode, counts in report.modes.items():
         click.echo(f"{mode}: {counts.prompts} prompts: {counts.deterministic} "
                    f"deterministic, {counts.logprobs_vary} with varying logprobs, "
@@ -466,7 +467,7 @@ def merge_command(runs: tuple[Path, ...], out: Path) -> None:
       quantcheck collect --endpoint URL --prompts P.yaml --shard 2/2 --out runs/fp8-2
       quantcheck merge runs/fp8-1 runs/fp8-2 --out runs/fp8
     """
-    from ..shards import merge_runs
+    from ..store.shards import merge_runs
 
     result = run_guarded(lambda: merge_runs(list(runs), out), "Nothing was merged.")
     click.echo(f"merged {result.shards} shards: {result.prompts} prompts, "
@@ -483,7 +484,7 @@ def suites_command() -> None:
       quantcheck run --a URL_A --b URL_B --suite json,tools --out reports/structured
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --suite code --out runs/bf16
     """
-    from ..suites import describe, suite_names
+    from ..store.suites import describe, suite_names
 
     suites = run_guarded(lambda: [describe(name) for name in suite_names()], "")
     width = max(len(s.name) for s in suites)

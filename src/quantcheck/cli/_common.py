@@ -15,23 +15,24 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from ..cells import parse_cell_options
-from ..checks import Preflight
-from ..collect import (
+from ..errors import QuantcheckError
+from ..fetch.collect import (
     REPEAT_MODES,
     CollectResult,
     CollectSettings,
     collect,
 )
-from ..errors import QuantcheckError
-from ..forced import MODES
-from ..parallel import available_cores
-from ..pipeline import ABRun, CompareOptions, run_ab, run_candidates
-from ..prompts import APIS, RequestOptions
-from ..records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB, Completion
-from ..reportrecords import ForcedSummary, Overview, Summary
-from ..sandbox import Limits
-from ..summary import headline
+from ..fetch.forced_scoring import MODES
+from ..judge.cells import parse_cell_options
+from ..judge.parallel import available_cores
+from ..judge.sandbox import Limits
+from ..judge.summary import headline
+from ..pipeline.ab import ABRun, run_ab, run_candidates
+from ..pipeline.comparing import CompareOptions
+from ..store.preflight_records import Preflight
+from ..store.prompt_sets import APIS, RequestOptions
+from ..store.report_records import ForcedSummary, Overview, Summary
+from ..store.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB, Completion
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -173,7 +174,7 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
 
     @functools.wraps(function)
     def with_suites(*args: Any, suite: tuple[str, ...] = (), **kwargs: Any) -> Any:
-        from ..suites import suite_files
+        from ..store.suites import suite_files
 
         files = tuple(kwargs["prompt_files"]) + tuple(run_guarded(lambda: suite_files(suite),
                                                                   ""))
@@ -243,7 +244,7 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
 
 def _shard_option(context: click.Context, parameter: click.Parameter, value: str | None
                   ) -> str | None:
-    from ..shards import ShardError, parse_shard
+    from ..store.shards import ShardError, parse_shard
 
     if value is None:
         return None

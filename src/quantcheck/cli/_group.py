@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .._version import __version__
-from ..heap import return_freed_memory
+from .heap import return_freed_memory
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

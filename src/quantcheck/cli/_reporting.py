@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
-from ..pipeline import compare_candidates, compare_runs
-from ..prompts import load_prompts
-from ..reportdir import OVERVIEW, require_report
-from ..reportrecords import Summary
-from ..reviews import load_verdicts
+from ..pipeline.comparing import compare_candidates, compare_runs
+from ..store.prompt_sets import load_prompts
+from ..store.report_dir import OVERVIEW, require_report
+from ..store.report_records import Summary
+from ..store.reviews import load_verdicts
 from ._common import (
     EXISTING_DIR,
     EXISTING_FILE,
@@ -92,7 +92,7 @@ def report_command(report_dir: Path, rubric: Path | None) -> None:
     Example:
       quantcheck report reports/fp8 --rubric rubrics/default.yaml
     """
-    from ..report import write_sheet
+    from ..present.sheet import write_sheet
 
     path = run_guarded(lambda: write_sheet(report_dir, rubric), "Nothing was written.")
     click.echo(f"wrote {path}")
@@ -121,7 +121,7 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 
     from aiohttp import web
 
-    from ..reviewserver import review_app
+    from ..present.review_server import review_app
 
     app = run_guarded(lambda: review_app(report_dir, reviewer, rubric), "Nothing was written.")
 
@@ -199,8 +199,8 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     """
     from dataclasses import replace
 
-    from .. import gate
-    from ..rubric import load_rubric
+    from ..gate import verdict as gate
+    from ..store.rubric import load_rubric
 
     def settings() -> gate.Policy:
         return replace(gate.load_policy(policy),
@@ -227,9 +227,9 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
 
 def _gate_candidates(folder: Path, policy: Callable[[], Any], rubric: Path | None,
                      only: str | None) -> None:
-    from .. import gate
-    from ..overview import gate_candidates
-    from ..rubric import load_rubric
+    from ..gate import verdict as gate
+    from ..gate.overview import gate_candidates
+    from ..store.rubric import load_rubric
 
     decision, overview = run_guarded(
         lambda: gate_candidates(folder, policy(), load_rubric(rubric), only),
@@ -274,8 +274,8 @@ def approve_command(report_dir: Path, approvals: Path | None, review_files: tupl
     Example:
       quantcheck approve reports/fp8 --approvals prompts/approvals.json
     """
-    from ..approvals import approve, default_approvals_path
-    from ..rubric import load_rubric
+    from ..judge.approvals import approve, default_approvals_path
+    from ..store.rubric import load_rubric
 
     def work() -> tuple[int, Path]:
         pairs, summary = require_report(report_dir)

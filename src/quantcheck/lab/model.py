@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .endpoint import Emit, Scored, Step
 from .numerics import PRECISIONS, ROUND_TRIPS, bf16_round_trip, chunked_matmul, unscaled_fp8
-from .server import Emit, Scored, Step
 
 MODEL_NAME = "gemma-3-270m"
 FAULTS = ("none", "nondeterministic", "lmhead-noscale")

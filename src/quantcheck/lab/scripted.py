@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .server import (
+from .endpoint import (
     DIALECTS,
     Emit,
     Faults,

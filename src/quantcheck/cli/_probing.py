@@ -1,0 +1,271 @@
+"""Commands about servers: probe, logscan and the lab endpoints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+from .._version import __version__
+from ..fetch.preflight import ProbeShape
+from ..judge.cells import CELL_AXES, parse_cell_options
+from ..store.preflight_records import Preflight
+from ..store.prompt_sets import GREEDY_FIELDS, RequestOptions, load_prompts
+from ..store.run_records import DEFAULT_CONTEXT_TOKENS
+from ..store.runtimes import RUNTIMES
+from ._common import (
+    EXISTING_FILE,
+    echo_preflight,
+    json_object_option,
+    run_guarded,
+)
+from ._group import cli
+
+
+@cli.command("probe")
+@click.argument("endpoint")
+@click.option("--model", help="Model name (default: the one model /v1/models lists).")
+@click.option("--cell", multiple=True, metavar="KEY=VALUE",
+              help="Facts the server cannot tell, e.g. gpu=H100.")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole description as JSON.")
+def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
+                  api_key_env: str | None, as_json: bool) -> None:
+    """Print what a server reveals about itself and its serving-cell key.
+
+    \b
+    Example:
+      quantcheck probe http://127.0.0.1:8000/v1 --cell gpu="RTX PRO 6000" --cell vram_gb=96
+    """
+    from ..fetch.server_info import probe
+
+    overrides = run_guarded(lambda: parse_cell_options(cell), "")
+    found = run_guarded(lambda: probe(endpoint, model, overrides, api_key_env), "")
+    if as_json:
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+        return
+    axes = [*CELL_AXES, *sorted(set(found["cell"]) - set(CELL_AXES))]
+    known = [(axis, found["cell"][axis]) for axis in axes
+             if found["cell"].get(axis) not in (None, "")]
+    width = max(len(name) for name in ["endpoint", "cell key", *(a for a, _ in known)])
+    click.echo(f"{'endpoint':<{width}}  {found['endpoint']}")
+    for axis, value in known:
+        click.echo(f"{axis:<{width}}  {value}")
+    click.echo(f"{'cell key':<{width}}  {found['cell_key']}")
+    unknown = [axis for axis in axes if found["cell"].get(axis) in (None, "")
+               and axis != "concurrency"]  # a property of a collection, not of the server
+    if unknown:
+        click.echo(f"not revealed by the server: {', '.join(unknown)} (give them with "
+                   "--cell KEY=VALUE, e.g. --cell gpu=H100)")
+
+
+@cli.command("preflight")
+@click.argument("endpoints", nargs=-1, required=True, metavar="URL [URL_B]")
+@click.option("--model", help="Model name (default: the one model /v1/models lists).")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option("--prompts", "prompt_file", type=EXISTING_FILE,
+              help="Shape probes like this prompt set's requests (API, fields).")
+@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat",
+              show_default=True, help="API of the probes (without --prompts).")
+@click.option("--extra-body", callback=json_object_option,
+              help="JSON merged into every probe, as in collect.")
+@click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(0))
+@click.option("--context-tokens", default=DEFAULT_CONTEXT_TOKENS, show_default=True,
+              type=click.IntRange(0), help="Length of the context-truncation probe; 0 skips.")
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env: str | None,
+                      prompt_file: Path | None, api: str, extra_body: dict[str, Any],
+                      top_logprobs: int, context_tokens: int, as_json: bool) -> None:
+    """Check endpoints before an A/B; exit 2 when a hard check fails.
+
+    Checks that the model is listed, logprobs come back with K alternatives, greedy
+    decoding really picks the top-1 token, a long prompt is not silently truncated,
+    a reasoning model does not leak or eat its answer, and (given two URLs) that A
+    and B tokenize alike. `collect` and `run` do this by themselves.
+
+    \b
+    Example:
+      quantcheck preflight http://127.0.0.1:8000/v1
+      quantcheck preflight http://gpu1:8000/v1 http://gpu2:8000/v1 --prompts prompts/default.yaml
+    """
+    from ..fetch.preflight import check_endpoint
+    from ..store.preflight_records import tokenizer_agreement
+    from ..wire.client import api_key_from_env, run_blocking
+
+    if len(endpoints) > 2:
+        raise click.UsageError("give one endpoint, or two (A and B)")
+    shape = run_guarded(lambda: probe_shape(prompt_file, api, extra_body), "")
+    key = run_guarded(lambda: api_key_from_env(api_key_env), "")
+    def check(endpoint: str) -> Preflight:
+        return run_blocking(check_endpoint(endpoint, model, shape, top_logprobs,
+                                           context_tokens, key))
+
+    reports: list[Preflight] = [run_guarded(partial(check, e), "") for e in endpoints]
+    agreement = (tokenizer_agreement(reports[0].tokenizer, reports[1].tokenizer)
+                 if len(reports) == 2 else None)
+    if as_json:
+        click.echo(json.dumps(msgspec.to_builtins({"endpoints": reports,
+                                                   "tokenizer_agreement": agreement}),
+                              indent=2))
+    else:
+        for label, report in zip("AB", reports, strict=False):
+            echo_preflight(report, f"{label} {report.endpoint}", err=False)
+        if agreement:
+            click.echo(f"A and B: tokenizer {agreement.status}: {agreement.message}")
+    if any(report.failures() for report in reports):
+        sys.exit(2)
+
+
+def probe_shape(prompt_file: Path | None, api: str, extra_body: dict[str, Any]) -> ProbeShape:
+    """Probes shaped like the first prompt of a set, or plain greedy requests."""
+    if prompt_file is None:
+        fields = {k: v for k, v in {**GREEDY_FIELDS, **extra_body}.items() if v is not None}
+        return ProbeShape(api=api, fields=fields)
+    return ProbeShape.like(load_prompts([prompt_file], RequestOptions(extra_body=extra_body))[0])
+
+
+@cli.command("logscan")
+@click.argument("logs", nargs=-1, required=True,
+                type=EXISTING_FILE)
+@click.option("--signatures", "signature_files", multiple=True,
+              type=EXISTING_FILE,
+              help="Your own signatures YAML, besides the shipped one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the matches as JSON.")
+def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
+                    as_json: bool) -> None:
+    """Scan server logs for known failure signatures; exit 1 on a blocking one.
+
+    \b
+    Example:
+      quantcheck logscan sglang-server.log
+    """
+
+    from ..judge.log_signatures import load_signatures, scan_log
+
+    def work() -> list[Any]:
+        signatures = load_signatures(signature_files)
+        return [match for log in logs for match in scan_log(log, signatures)]
+
+    matches = run_guarded(work, "")
+    if as_json:
+        click.echo(json.dumps([asdict(m) for m in matches], indent=2))
+    for match in [] if as_json else matches:
+        kind = "BLOCKING" if match.blocking else "warning"
+        click.echo(f"{kind} {match.log}:{match.line} ({match.count}x) {match.signature}\n"
+                   f"  {match.text}\n  meaning: {match.meaning}\n  action: {match.action}\n"
+                   f"  reference: {match.reference}")
+    if not matches and not as_json:
+        click.echo(f"no known failure signature in {len(logs)} log(s)")
+    sys.exit(1 if any(m.blocking for m in matches) else 0)
+
+
+@cli.group("lab")
+def lab_group() -> None:
+    """Built-in local endpoints for trying quantcheck without a GPU."""
+
+
+ROUTING_FAULTS: dict[str, dict[str, Any]] = {  # lab.server.Faults fields
+    "none": {}, "stable": {"routing": True},
+    "finalize": {"routing": True, "nondeterministic": True},
+    "gating": {"routing": True, "gating_nondeterministic": True}}
+
+
+@lab_group.command("scripted")
+@click.option("--dialect", type=click.Choice(RUNTIMES),
+              default="vllm", show_default=True, help="Whose wire format to speak.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind (the lab is for this machine: keep 127.0.0.1).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to serve on.")
+@click.option("--routing", type=click.Choice(list(ROUTING_FAULTS)), default="none",
+              show_default=True,
+              help="Return MoE routing (vllm and sglang dialects; collect with "
+                   "--routed-experts, and for sglang --routed-experts-shape 4,2): stable, "
+                   "stable with moving logprobs (finalize), or moving (gating).")
+def lab_scripted(dialect: str, host: str, port: int, routing: str) -> None:
+    """Serve scripted answers in a runtime's OpenAI-compatible dialect (no model).
+
+    It is the loopback server the tests use: handy to try collect and compare.
+
+    \b
+    Example:
+      quantcheck lab scripted --dialect sglang --port 8001
+      quantcheck lab scripted --routing gating --port 8002
+    """
+    import asyncio
+
+    from ..lab.scripted import Faults, ScriptedServer
+
+    server = ScriptedServer(dialect=dialect, host=host, port=port,
+                            faults=Faults(**ROUTING_FAULTS[routing]))
+
+    async def serve() -> None:
+        await server.start_async()
+        click.echo(f"scripted {dialect} server on {server.url}/v1 (Ctrl-C stops)", err=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+@lab_group.command("serve")
+@click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16",
+              show_default=True, help="Weight format of the decoder's linear layers.")
+@click.option("--fault", type=click.Choice(["none", "nondeterministic", "lmhead-noscale"]),
+              default="none", show_default=True,
+              help="nondeterministic: the head's reduction order changes per token; "
+                   "lmhead-noscale: an FP8 head whose scales are never applied.")
+@click.option("--dialect", type=click.Choice(RUNTIMES),
+              default="vllm", show_default=True, help="Whose wire format to speak.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind (the lab is for this machine: keep 127.0.0.1).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to serve on.")
+@click.option("--threads", type=click.IntRange(1), help="CPU threads for the model.")
+def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
+              threads: int | None) -> None:
+    """Serve the real Gemma 3 270M (CPU) at a chosen precision, OpenAI-compatible.
+
+    One request is computed at a time (requests queue); greedy decoding with top-k
+    logprobs from the model's own log-softmax. Needs the demo extra.
+
+    \b
+    Example:
+      quantcheck lab serve --precision fp8 --port 8001
+      quantcheck lab serve --fault lmhead-noscale --port 8002
+    """
+    import asyncio
+
+    from ..lab.endpoint import LabServer
+    from ..lab.model import DemoDependenciesMissing, ModelEngine
+
+    click.echo(f"loading gemma-3-270m at {precision} (fault: {fault})...", err=True)
+    try:
+        engine = ModelEngine(precision, fault, threads)
+    except DemoDependenciesMissing as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    server = LabServer(engine, dialect=dialect, host=host, port=port,
+                       server_info={"version": f"quantcheck-lab-{__version__}"})
+
+    async def serve() -> None:
+        await server.start_async()
+        click.echo(f"{engine.name} ({dialect} wire format) on {server.url}/v1 (Ctrl-C stops)",
+                   err=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(2)

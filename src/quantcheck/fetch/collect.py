@@ -1,0 +1,485 @@
+"""Collect greedy generations from one endpoint into a resumable run directory."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from .._version import __version__
+from ..errors import EndpointError, ParameterRejected, QuantcheckError, RunMismatch
+from ..judge.cells import cell_from_server, cell_key
+from ..store.files import StorageError
+from ..store.preflight_records import Preflight
+from ..store.prompt_sets import file_sha256, load_prompts
+from ..store.run_dir import (
+    COMPLETIONS,
+    MANIFEST,
+    Manifest,
+    Parameters,
+    PromptFile,
+    RunCounts,
+    RunWriter,
+    completed_keys,
+    lock_run,
+    read_manifest,
+    set_aside,
+    write_manifest,
+    write_prompts,
+)
+from ..store.run_records import Completion, Prompt
+from ..store.runtimes import choose_model
+from ..store.shards import shard_prompts
+from ..wire.client import (
+    EndpointClient,
+    RequestFailed,
+    RetryableError,
+    api_key_from_env,
+    public_url,
+    rejection_advice,
+    run_blocking,
+    sleep_backoff,
+)
+from ..wire.dialects import Generation, MalformedResponse, generated_routing, with_logprobs
+from .preflight import PreflightFailed, ProbeShape, run_preflight
+from .server_info import describe_server
+
+REPEAT_MODES = ("pool", "sequential", "burst", "loaded")
+# A dead endpoint: this many connection failures in a row, over at least this long
+# since anything answered, stop the run (a restart blip of a few seconds does not).
+GIVE_UP_AFTER_FAILURES = 10
+GIVE_UP_AFTER_SECONDS = 5.0
+
+
+class EndpointDown(EndpointError):
+    """The endpoint stopped answering in the middle of a run."""
+
+
+class CollectSettings(Parameters, kw_only=True):
+    """A run's parameters (what is requested, and how), and where: the endpoint, the
+    run's label and what the user says about its serving cell (`--cell`)."""
+
+    endpoint: str
+    label: str
+    cell: dict[str, Any] = {}
+
+    def parameters(self) -> Parameters:
+        return Parameters(**{name: getattr(self, name) for name in Parameters.__struct_fields__})
+
+
+class Reporter(Protocol):
+    """Receives progress; the library never prints."""
+
+    def checking(self, endpoint: str) -> None: ...
+    def checked(self, report: Preflight) -> None: ...
+    def started(self, total: int, already_done: int) -> None: ...
+    def completed(self, record: Completion) -> None: ...
+    def warn(self, message: str) -> None: ...
+
+
+class SilentReporter:
+    def checking(self, endpoint: str) -> None:
+        pass
+
+    def checked(self, report: Preflight) -> None:
+        pass
+
+    def started(self, total: int, already_done: int) -> None:
+        pass
+
+    def completed(self, record: Completion) -> None:
+        pass
+
+    def warn(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class CollectResult:
+    run_dir: Path
+    requested: int
+    skipped: int
+    collected: int
+    failed: int
+
+
+def request_body(prompt: Prompt, model: str, top_logprobs: int) -> dict[str, Any]:
+    """The exact JSON body sent for `prompt` (streaming fields are added by the client)."""
+    return with_logprobs({"model": model, **prompt.request}, prompt.api, top_logprobs)
+
+
+def collect(prompt_files: Sequence[str | Path], out: str | Path, settings: CollectSettings,
+            reporter: Reporter | None = None, force: bool = False) -> CollectResult:
+    """Collect a run; blocking wrapper around `collect_async`."""
+    return run_blocking(collect_async(prompt_files, out, settings, reporter, force))
+
+
+@contextmanager
+def rare_full_collections() -> Iterator[None]:
+    """Fewer garbage-collector passes while responses are parsed.
+
+    A top-20 response parses into ~10,000 containers; with the default thresholds the
+    collector runs full passes over every response in flight and everything imported,
+    which took more than half of a collection's CPU time (bench/collect_throughput.py).
+    """
+    previous = gc.get_threshold()
+    gc.freeze()  # what is alive now (imports, prompts) is never garbage
+    gc.set_threshold(200_000, 20, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*previous)
+        gc.unfreeze()
+
+
+async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
+                        settings: CollectSettings, reporter: Reporter | None = None,
+                        force: bool = False) -> CollectResult:
+    reporter = reporter or SilentReporter()
+    if settings.routed_experts and settings.stream:
+        settings = msgspec.structs.replace(settings, stream=False)
+        reporter.warn("--routed-experts collects without streaming (routing comes only in "
+                      "whole answers): time to first token is not measured")
+    prompts = load_prompts(prompt_files, settings.request)
+    if settings.shard:
+        prompts = shard_prompts(prompts, settings.shard)
+    run_dir = Path(out)
+    async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
+                              settings.timeout, max(settings.concurrency * 2, 16),
+                              settings.max_response_mb) as client:
+        models = await client.list_models()
+        model = choose_model(models, settings.model, public_url(settings.endpoint))
+        manifest = _manifest(settings, model, prompts, prompt_files)
+        with lock_run(run_dir):
+            return await _collect_locked(client, run_dir, manifest, settings, model, models,
+                                         prompts, reporter, force)
+
+
+async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: Manifest,
+                          settings: CollectSettings, model: str, models: list[dict[str, Any]],
+                          prompts: list[Prompt], reporter: Reporter, force: bool
+                          ) -> CollectResult:
+    """The collection, holding the run directory's lock."""
+    done = await _start_run(client, run_dir, manifest, settings, model, models, prompts,
+                            reporter, force)
+    total = len(prompts) * settings.repeats
+    jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
+    reporter.started(total, total - len(jobs))
+    session = _Session(client, settings, model, reporter, RunWriter(run_dir),
+                       manifest.server.runtime)
+    try:
+        with rare_full_collections():
+            await session.run(jobs, prompts)
+    except EndpointDown as exc:
+        manifest.stop_reason = str(exc)
+        _end_run(run_dir, manifest, session, len(done), total, failing=True)
+        raise EndpointDown(
+            f"stopped: {exc}. {len(done) + session.collected} of {total} requests are "
+            f"collected and kept in {run_dir}; rerun the same command when the server "
+            "answers again to collect the rest") from None
+    except BaseException as exc:
+        manifest.stop_reason = str(exc) if isinstance(exc, QuantcheckError) else None
+        _end_run(run_dir, manifest, session, len(done), total, failing=True)
+        raise
+    _end_run(run_dir, manifest, session, len(done), total, failing=False)
+    return CollectResult(run_dir, total, total - len(jobs), session.collected, session.failed)
+
+
+async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
+                     settings: CollectSettings, model: str, models: list[dict[str, Any]],
+                     prompts: list[Prompt], reporter: Reporter, force: bool
+                     ) -> set[tuple[str, int]]:
+    """Prepare the run directory, describe the server, run the preflight, write the
+    manifest; the keys already collected."""
+    _prepare_run_dir(run_dir, manifest, force)
+    done = completed_keys(run_dir)
+    manifest.server = await describe_server(client, models)
+    manifest.cell = {**cell_from_server(manifest.server, model, settings.concurrency),
+                     **settings.cell}
+    manifest.cell_key = cell_key(manifest.cell)
+    if not done:  # a resumed run keeps the preflight it started with
+        manifest.preflight = await _preflight(client, settings, model, models,
+                                              manifest, prompts, reporter)
+    if settings.routed_experts and manifest.server.runtime not in ("vllm", "sglang",
+                                                                   "unknown"):
+        reporter.warn(f"{manifest.server.runtime} does not return MoE routing: "
+                      "--routed-experts will record none")
+    if manifest.server.runtime == "llama-cpp-python" and settings.concurrency > 1:
+        reporter.warn("llama-cpp-python answers one request at a time and, by default, "
+                      "cuts a running stream short when another request arrives: use "
+                      "--concurrency 1 (or start it with --interrupt_requests false)")
+    write_prompts(run_dir, prompts)
+    write_manifest(run_dir, manifest)
+    return done
+
+
+def _end_run(run_dir: Path, manifest: Manifest, session: _Session, done_before: int,
+             total: int, failing: bool) -> None:
+    """The manifest at the end of a pass. When even that cannot be written while the
+    run is failing already (the disk is still full), the one written at the start
+    stays, whole: its status `running` with no collector holding the lock reads as
+    interrupted (Run.status), and the first error is the one reported."""
+    manifest.finished_at = _now()
+    manifest.status = ("interrupted" if not session.finished
+                       else "incomplete" if session.failed else "complete")
+    manifest.counts = RunCounts(requests=total, ok=done_before + session.collected,
+                                failed=session.failed)
+    try:
+        write_manifest(run_dir, manifest)
+    except StorageError:
+        if not failing:
+            raise
+
+
+class _Session:
+    """One collection pass: a bounded pool of workers over the pending jobs."""
+
+    def __init__(self, client: EndpointClient, settings: CollectSettings, model: str,
+                 reporter: Reporter, writer: RunWriter, runtime: str = "unknown") -> None:
+        self.client, self.settings, self.model = client, settings, model
+        self.reporter, self.writer, self.runtime = reporter, writer, runtime
+        self.collected = self.failed = 0
+        self.finished = False
+        self._warned_no_logprobs = False
+        self._warned_routing: set[str] = set()
+        self._unreachable = 0
+        self._last_answer = time.monotonic()
+
+    async def run(self, jobs: list[tuple[Prompt, int]], fillers: list[Prompt]) -> None:
+        mode = self.settings.repeat_mode
+        self.writer.open()
+        try:
+            if mode == "pool":
+                await self._pool(jobs, self.settings.concurrency)
+            elif mode == "sequential":
+                await self._pool(jobs, 1)
+            elif mode == "burst":
+                for prompt_id in dict.fromkeys(p.id for p, _ in jobs):
+                    await self._pool([j for j in jobs if j[0].id == prompt_id], len(jobs))
+            else:
+                for job in jobs:
+                    await self._under_load(job, fillers)
+        except* QuantcheckError as errors:
+            raise errors.exceptions[0] from None
+        finally:
+            self.writer.close()
+        self.finished = True
+
+    async def _pool(self, jobs: list[tuple[Prompt, int]], width: int) -> None:
+        queue: asyncio.Queue[tuple[Prompt, int]] = asyncio.Queue()
+        for job in jobs:
+            queue.put_nowait(job)
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(width, len(jobs))):
+                group.create_task(self._worker(queue))
+
+    async def _worker(self, queue: asyncio.Queue[tuple[Prompt, int]]) -> None:
+        while not queue.empty():
+            await self._complete(*queue.get_nowait())
+
+    async def _complete(self, prompt: Prompt, repeat: int) -> None:
+        record = await self._request(prompt, repeat)
+        self.writer.append(record)
+        if record.error:
+            self.failed += 1
+        else:
+            self.collected += 1
+        self.reporter.completed(record)
+
+    async def _under_load(self, job: tuple[Prompt, int], fillers: list[Prompt]) -> None:
+        """Send one repeat while filler requests (other prompts) keep the server busy."""
+        others = [p for p in fillers if p is not job[0]] or fillers
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(self._filler(others[n % len(others):] + others, stop))
+                 for n in range(max(self.settings.concurrency - 1, 1))]
+        await asyncio.sleep(0.02)  # the fillers' requests reach the server first
+        try:
+            await self._complete(*job)
+        finally:
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _filler(self, prompts: list[Prompt], stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for prompt in prompts:
+                body = request_body(prompt, self.model, self.settings.top_logprobs)
+                try:
+                    await self.client.generate(prompt.api, body, self.settings.stream,
+                                               self.settings.top_logprobs)
+                except (RetryableError, QuantcheckError):
+                    await asyncio.sleep(0.05)
+                if stop.is_set():
+                    return
+
+    async def _request(self, prompt: Prompt, repeat: int) -> Completion:
+        body = request_body(prompt, self.model, self.settings.top_logprobs)
+        if self.settings.routed_experts and self.runtime == "sglang":
+            body["return_routed_experts"] = True  # vLLM sends it when started to
+        record = Completion(prompt_id=prompt.id, prompt_hash=prompt.hash, repeat=repeat,
+                            started_at=_now())
+        for attempt in range(self.settings.retries + 1):
+            try:
+                generation, timing = await self.client.generate(
+                    prompt.api, body, self.settings.stream, self.settings.top_logprobs)
+            except RetryableError as exc:
+                self._count_failure(exc)
+                record.error = f"{exc} (after {attempt + 1} attempts)"
+                if attempt < self.settings.retries:
+                    await sleep_backoff(attempt, exc.retry_after)
+                continue
+            except ParameterRejected as exc:
+                raise rejection_advice(exc.reason, body) from None
+            except RequestFailed as exc:
+                self._answered()
+                record.error = str(exc)
+                break
+            except QuantcheckError:
+                raise
+            except Exception as exc:  # an answer no parser foresaw: that request fails
+                self._answered()
+                record.error = f"unreadable answer ({type(exc).__name__}: {exc})"
+                break
+            self._answered()
+            self._check_logprobs(generation.has_logprobs, generation.text)
+            record.error = None
+            record.text, record.reasoning = generation.text, generation.reasoning
+            record.tool_calls = generation.tool_calls or None
+            record.tokens = generation.tokens if generation.has_logprobs else None
+            if self.settings.routed_experts:
+                self._keep_routing(record, generation)
+            record.finish_reason, record.usage = generation.finish_reason, generation.usage
+            record.model, record.system_fingerprint = (generation.model,
+                                                       generation.system_fingerprint)
+            record.ttft_s, record.e2e_s = timing.ttft_s, timing.e2e_s
+            break
+        return record
+
+    def _keep_routing(self, record: Completion, generation: Generation) -> None:
+        """The routing of the generated tokens onto the record's tokens; what stops
+        that is said once, never a failed request."""
+        endpoint = public_url(self.settings.endpoint)
+        if generation.routing is None or record.tokens is None:
+            self._warn_routing("none", f"{endpoint} returned no MoE routing (vLLM: start it "
+                               "with --enable-return-routed-experts; SGLang: with routed "
+                               "experts capture on; a dense model has none; routing is "
+                               "kept with the logprobs, so --top-logprobs must be above 0)")
+            return
+        usage = generation.usage or {}
+        prompt_tokens = usage.get("prompt_tokens")
+        shape = self.settings.routed_experts_shape
+        try:
+            record.tokens.routing = generated_routing(
+                generation.routing, len(record.tokens),
+                prompt_tokens if isinstance(prompt_tokens, int) else None,
+                (shape[0], shape[1]) if shape else None)
+        except MalformedResponse as exc:
+            self._warn_routing("shape", f"{endpoint}: routing not kept: {exc}")
+
+    def _warn_routing(self, kind: str, message: str) -> None:
+        if kind not in self._warned_routing:
+            self._warned_routing.add(kind)
+            self.reporter.warn(message)
+
+    def _answered(self) -> None:
+        self._unreachable = 0
+        self._last_answer = time.monotonic()
+
+    def _count_failure(self, exc: RetryableError) -> None:
+        """Stop the run once nothing has answered for a while (see GIVE_UP_AFTER_*)."""
+        if not exc.unreachable:
+            self._answered()  # the server is there, only unhappy
+            return
+        self._unreachable += 1
+        silent_for = time.monotonic() - self._last_answer
+        if self._unreachable >= GIVE_UP_AFTER_FAILURES and silent_for >= GIVE_UP_AFTER_SECONDS:
+            raise EndpointDown(
+                f"{public_url(self.settings.endpoint)} stopped answering "
+                f"({self._unreachable} connection failures in a row over {silent_for:.0f} s; "
+                f"last: {exc})")
+
+    def _check_logprobs(self, has_logprobs: bool, text: str) -> None:
+        if has_logprobs or not text or self.settings.top_logprobs == 0:
+            return
+        if not self._warned_no_logprobs:
+            self._warned_no_logprobs = True
+            self.reporter.warn(
+                f"{public_url(self.settings.endpoint)} returns no logprobs; collecting text only "
+                "(token-level triage will be empty for this side)")
+
+
+async def _preflight(client: EndpointClient, settings: CollectSettings, model: str,
+                     models: list[dict[str, Any]], manifest: Manifest,
+                     prompts: list[Prompt], reporter: Reporter) -> Preflight | None:
+    """The preflight report for the manifest. A hard failure stops here, before any
+    prompt is sent."""
+    if not settings.preflight:
+        return None
+    reporter.checking(public_url(settings.endpoint))
+    report = await run_preflight(client, model, models, manifest.server,
+                                 ProbeShape.like(prompts[0]),
+                                 settings.top_logprobs, settings.context_tokens)
+    reporter.checked(report)
+    if report.failures():
+        raise PreflightFailed(report.explanation())
+    return report
+
+
+def _manifest(settings: CollectSettings, model: str, prompts: list[Prompt],
+              prompt_files: Sequence[str | Path]) -> Manifest:
+    return Manifest(
+        quantcheck_version=__version__, label=settings.label,
+        endpoint=public_url(settings.endpoint), model=model,
+        parameters=settings.parameters(),
+        prompt_files=[PromptFile(str(p), file_sha256(Path(p))) for p in prompt_files],
+        prompt_hashes={p.id: p.hash for p in prompts}, started_at=_now())
+
+
+def _prepare_run_dir(run_dir: Path, manifest: Manifest, force: bool) -> None:
+    collected = run_dir / COMPLETIONS
+    if not (run_dir / MANIFEST).exists() or not collected.exists() \
+            or not collected.stat().st_size:
+        return  # nothing collected yet: nothing to protect
+    previous = read_manifest(run_dir)
+    old, new = previous.identity(), manifest.identity()
+    held, asked = previous.parameters.repeats, manifest.parameters.repeats
+    if old == new and asked >= held:
+        manifest.started_at = previous.started_at
+        manifest.preflight = previous.preflight
+        return
+    if force:
+        set_aside(run_dir)
+        return
+    if old == new:
+        raise RunMismatch(
+            f"{run_dir} holds {held} repeats per prompt; --repeats {asked} would leave the "
+            f"others in the comparison but not in the manifest. Rerun with --repeats {held} "
+            "(or more, to extend it), use another --out, or --force to set the old run "
+            "aside and start over.")
+    differences = [_describe_difference(key, old.get(key), new[key])
+                   for key in new if old.get(key) != new[key]]
+    raise RunMismatch(
+        f"{run_dir} holds a run made with other {'; '.join(differences)}. "
+        "Use another --out, or --force to set the old run aside and start over.")
+
+
+def _describe_difference(key: str, old: Any, new: Any) -> str:
+    if key != "prompt_hashes":
+        return f"{key} ({old!r}, now {new!r})"
+    old, new = old or {}, new or {}
+    added = len(set(new) - set(old))
+    removed = len(set(old) - set(new))
+    changed = sum(1 for k in set(old) & set(new) if old[k] != new[k])
+    return f"prompts ({added} added, {removed} removed, {changed} changed)"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,254 @@
+"""Teacher-forced drift: score B on A's own greedy tokens.
+
+Free-running outputs stop being comparable after their first divergence. Here B is
+asked for the logprobs of exactly A's generated tokens, after A's prompt, so every
+position compares like with like. Per position: whether B's top-1 is A's token, the
+change in the probability of A's token (delta p, B minus A, as llama.cpp's
+perplexity tool reports it), and a KL(A || B) lower bound over the shared top-k.
+
+Modes: `prompt-logprobs` sends token ids (the prompt through the server's /tokenize,
+A's tokens by their ids) to vLLM's completions with `prompt_logprobs`: exact.
+`token-ids` asks llama.cpp's llama-server on its native `/completion`, one position
+per request: the prompt is A's prompt ids (the prompt, or the chat template applied by
+B's `/apply-template`, through B's `/tokenize` with the special tokens the server adds
+itself) plus A's generated ids so far, `n_predict` 1, `n_probs` k; with `cache_prompt`
+each request evaluates about one token. Exact, after checking that B tokenizes like A
+(A's preflight fingerprint); needs A's token ids (llama-server records them). B's
+logprob of A's token is known only when it is in B's top-k (else delta p counts it 0).
+`echo` sends text to legacy completions with `echo` and `logprobs` (vLLM,
+llama-cpp-python, others): B re-tokenizes the text, so it is labelled approximate;
+chat prompts cannot be echoed and are skipped with the reason.
+
+The noise floor is the same figures for A against A's own repeats (over their common
+prefix and the first position where they part).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import EndpointError, RunFormatError
+from ..judge.forced_figures import Positions, compare_position, noise_floor
+from ..store.preflight_records import Fingerprint, tokenizer_agreement
+from ..store.report_dir import write_forced
+from ..store.report_records import ForcedLine, ForcedSummary, PerPosition
+from ..store.run_dir import Run, ServerInfo, load_run
+from ..store.run_records import Completion, Prompt
+from ..store.runtimes import TOKENIZE, choose_model, mapping, whole_number
+from ..wire.client import (
+    TRANSPORT_ERRORS,
+    EndpointClient,
+    HTTPStatusError,
+    all_or_none,
+    api_key_from_env,
+    public_url,
+    run_blocking,
+    server_root,
+)
+from ..wire.dialects import (
+    MalformedResponse,
+    ScoredPosition,
+    parse_echo,
+    parse_native_next,
+    parse_prompt_logprobs,
+)
+from .preflight import TOKENIZER_PROBES
+from .server_info import describe_server
+
+MODES = ("auto", "prompt-logprobs", "token-ids", "echo")
+AUTO_MODE = {"vllm": "prompt-logprobs", "llama.cpp": "token-ids"}  # else echo
+
+@dataclass
+class ForcedSettings:
+    endpoint: str
+    model: str | None = None
+    top_k: int = 20
+    mode: str = "auto"
+    concurrency: int = 4
+    timeout: float = 600.0
+    api_key_env: str | None = None
+
+
+def score_run(a_run: str | Path, out: str | Path, settings: ForcedSettings) -> ForcedSummary:
+    """Score A's first repeat of every prompt on B; write forced.jsonl and forced.json."""
+    return run_blocking(score_run_async(a_run, out, settings))
+
+
+async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSettings
+                          ) -> ForcedSummary:
+    run = load_run(a_run)
+    with_tokens = [r for r in run.completions() if r.ok and r.tokens]
+    records = [r for r in with_tokens if r.repeat == 0]
+    if not records:
+        raise RunFormatError(f"{a_run}: no completions with logprobs to score (collect A "
+                             "with --top-logprobs above 0)")
+    started = time.monotonic()
+    async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
+                              settings.timeout) as client:
+        models = await client.list_models()
+        model = choose_model(models, settings.model, public_url(settings.endpoint))
+        server = await describe_server(client, models)
+        mode = settings.mode if settings.mode != "auto" else AUTO_MODE.get(server.runtime,
+                                                                           "echo")
+        scorer = _Scorer(client, model, mode, settings.top_k)
+        tokenizer = await scorer.same_tokenizer(run, a_run) if mode == "token-ids" else None
+        semaphore = asyncio.Semaphore(_concurrency(mode, settings.concurrency, server))
+
+        async def one(record: Completion) -> ForcedLine:
+            async with semaphore:
+                return await scorer.score(run.prompts[record.prompt_id], record)
+
+        lines = await all_or_none(one(r) for r in records)
+    overall = Positions()
+    for line in lines:
+        if line.per_position is not None:
+            each = line.per_position
+            overall.extend(Positions(each.top1, each.kl, each.delta_p))
+    summary = ForcedSummary(
+        endpoint=public_url(settings.endpoint), model=model, mode=mode,
+        approximate=mode == "echo", a_run=str(a_run), top_k=settings.top_k,
+        tokenizer=tokenizer, seconds=round(time.monotonic() - started, 3),
+        scored=sum(1 for line in lines if line.positions),
+        skipped={line.prompt_id: line.skipped for line in lines if line.skipped},
+        overall=overall.stats(), noise_floor=noise_floor(with_tokens))
+    write_forced(Path(out), summary, list(lines))
+    return summary
+
+
+def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
+    """token-ids scores a prompt's positions one after another on one llama-server
+    slot, reusing its cache: more prompts in flight than slots would evict each other."""
+    if mode != "token-ids":
+        return wanted
+    return min(wanted, whole_number(mapping(server.props).get("total_slots")) or 1)
+
+
+class _Scorer:
+    def __init__(self, client: EndpointClient, model: str, mode: str, top_k: int) -> None:
+        self.client, self.model, self.mode, self.top_k = client, model, mode, top_k
+        self.root = server_root(client.endpoint)
+
+    async def same_tokenizer(self, run: Run, a_run: str | Path) -> str:
+        """Refuse a B that tokenizes unlike A (its ids would not mean A's tokens)."""
+        try:
+            ids = {text: await self._native_tokenize(text, special=False)
+                   for text in TOKENIZER_PROBES}
+        except (HTTPStatusError, MalformedResponse, *TRANSPORT_ERRORS) as exc:
+            raise EndpointError(f"{public_url(self.client.endpoint)} /tokenize failed "
+                                f"({exc}): token-ids scoring needs llama-server's native "
+                                "API") from None
+        a_print = run.manifest.preflight.tokenizer if run.manifest.preflight else None
+        check = tokenizer_agreement(a_print, Fingerprint(method="llama.cpp tokenize", ids=ids))
+        if check.status == "warn":
+            raise EndpointError(f"{public_url(self.client.endpoint)} tokenizes unlike A "
+                                f"({a_run}): A's token ids would mean other tokens there. "
+                                "Score with --forced-mode echo (approximate), or check "
+                                "that B serves the same model.")
+        if check.status == "skip":
+            return ("not checked: A's run has no tokenizer fingerprint (collected with "
+                    "--no-preflight); B's ids are taken to mean A's tokens")
+        return check.message
+
+    async def score(self, prompt: Prompt, record: Completion) -> ForcedLine:
+        skipped = self._skip_reason(prompt, record)
+        if skipped:
+            return ForcedLine(prompt_id=prompt.id, mode=self.mode, positions=0,
+                              skipped=skipped)
+        scoring = {"prompt-logprobs": self._by_ids, "token-ids": self._by_native_ids,
+                   "echo": self._by_echo}[self.mode]
+        try:
+            forced = await scoring(prompt, record)
+        except (HTTPStatusError, MalformedResponse, KeyError, IndexError, AttributeError,
+                TypeError, ValueError, *TRANSPORT_ERRORS) as exc:
+            raise EndpointError(f"scoring {prompt.id} on {public_url(self.client.endpoint)} "
+                                f"({self.mode}) failed: {exc}") from None
+        tokens = record.tokens
+        assert tokens is not None
+        each = Positions()
+        for n, (b_logprob, b_top) in enumerate(forced[:len(tokens)]):
+            top1, delta, kl = compare_position(
+                tokens.text[n], tokens.logprob[n], (tokens.top_text[n], tokens.top_logprob[n]),
+                b_logprob, b_top)
+            each.top1.append(top1)
+            each.kl.append(kl)
+            each.delta_p.append(delta)
+        line = ForcedLine(prompt_id=prompt.id, mode=self.mode,
+                          **msgspec.structs.asdict(each.stats()))
+        line.aligned = len(forced) == len(tokens)
+        line.per_position = PerPosition(each.top1, each.kl, each.delta_p,
+                                        [logprob for logprob, _ in forced[:len(tokens)]])
+        return line
+
+    async def _by_ids(self, prompt: Prompt, record: Completion) -> list[ScoredPosition]:
+        request = ({"messages": prompt.request["messages"], "add_generation_prompt": True}
+                   if prompt.api == "chat" else {"prompt": prompt.request["prompt"]})
+        prompt_ids = (await self._tokenize(request))
+        tokens = record.tokens
+        assert tokens is not None
+        ids = tokens.ids if tokens.ids and min(tokens.ids) >= 0 else await self._tokenize(
+            {"prompt": record.text or "", "add_special_tokens": False})
+        answer = await self.client.post_json(self.root + "/v1/completions", {
+            "model": self.model, "prompt": prompt_ids + ids, "max_tokens": 1,
+            "temperature": 0, "prompt_logprobs": self.top_k})
+        return parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k)
+
+    async def _tokenize(self, request: dict[str, Any]) -> list[int]:
+        path, _, _ = TOKENIZE["vllm"]  # prompt-logprobs mode is vLLM's
+        answer = await self.client.post_json(self.root + path, {"model": self.model, **request})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise MalformedResponse(f"{path} answered without token ids")
+        return [int(t) for t in tokens]
+
+    def _skip_reason(self, prompt: Prompt, record: Completion) -> str | None:
+        if self.mode == "echo" and prompt.api == "chat":
+            return "a chat prompt cannot be echoed without its chat template"
+        ids = record.tokens.ids if record.tokens else None
+        if self.mode == "token-ids" and not (ids and min(ids) >= 0):
+            return ("A's record has no token ids (llama-server's logprobs carry them); "
+                    "score with --forced-mode echo")
+        return None
+
+    async def _by_native_ids(self, prompt: Prompt, record: Completion
+                             ) -> list[ScoredPosition]:
+        if prompt.api == "chat":
+            template = await self.client.post_json(self.root + "/apply-template",
+                                                   prompt.request)
+            text = mapping(template).get("prompt")
+            if not isinstance(text, str):
+                raise MalformedResponse("/apply-template answered without a prompt")
+        else:
+            text = str(prompt.request["prompt"])
+        # the special tokens (BOS) the server adds to a text prompt itself
+        prompt_ids = await self._native_tokenize(text, special=True)
+        tokens = record.tokens
+        assert tokens is not None and tokens.ids is not None
+        ids = tokens.ids
+        scored = []
+        for n, (token_id, token_text) in enumerate(zip(ids, tokens.text, strict=True)):
+            answer = await self.client.post_json(self.root + "/completion", {
+                "prompt": prompt_ids + ids[:n], "n_predict": 1, "n_probs": self.top_k,
+                "cache_prompt": True, "temperature": 0})
+            scored.append(parse_native_next(answer, token_id, token_text, self.top_k))
+        return scored
+
+    async def _native_tokenize(self, text: str, special: bool) -> list[int]:
+        answer = await self.client.post_json(self.root + "/tokenize",
+                                             {"content": text, "add_special": special})
+        tokens = mapping(answer).get("tokens")
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+            raise MalformedResponse("/tokenize answered without token ids")
+        return tokens
+
+    async def _by_echo(self, prompt: Prompt, record: Completion) -> list[ScoredPosition]:
+        text = str(prompt.request["prompt"])
+        answer = await self.client.post_json(self.root + "/v1/completions", {
+            "model": self.model, "prompt": text + (record.text or ""), "echo": True,
+            "logprobs": self.top_k, "max_tokens": 1, "temperature": 0})
+        return parse_echo(answer, len(text), self.top_k)

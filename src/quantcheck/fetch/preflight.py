@@ -1,0 +1,345 @@
+"""Preflight: check that an endpoint can give a meaningful A/B before a prompt is spent.
+
+Checks, each `pass`, `warn` (a soft finding), `fail` (hard: the run would be
+meaningless) or `skip`:
+- model: the model is listed; `max_model_len` when the server exposes it;
+- logprobs: logprobs come back, with the requested number of alternatives;
+- greedy: at every position of a probe the chosen token is the top-1 alternative;
+- context: a code placed at the start of a long prompt is recalled (a short control
+  prompt must recall it too), and the server counts the whole prompt;
+- reasoning: a reasoning model neither leaks its reasoning into the content nor
+  spends max_tokens reasoning;
+- tokenizer: a fingerprint (token ids from `/tokenize`, and prompt token counts),
+  compared between A and B by `tokenizer_agreement`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EndpointError, ParameterRejected, QuantcheckError
+from ..store.preflight_records import Check, Fingerprint, Preflight
+from ..store.preflight_records import tokenizer_agreement as tokenizer_agreement  # its old home
+from ..store.prompt_sets import GREEDY_FIELDS
+from ..store.run_dir import ServerInfo
+from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
+from ..store.runtimes import TOKENIZE, context_length
+from ..wire.client import (
+    TRANSPORT_ERRORS,
+    EndpointClient,
+    HTTPStatusError,
+    RequestFailed,
+    RetryableError,
+    public_url,
+    rejection_advice,
+    server_root,
+)
+from ..wire.dialects import Generation, MalformedResponse, with_logprobs
+
+# Probed in turn until MIN_GREEDY_POSITIONS positions are checked: a model that stops
+# after a token or two (a small base model on a chat prompt) proves nothing with one.
+GREEDY_PROBES = ("Write the word echo twelve times, separated by spaces, then count from "
+                 "one to ten in words.",
+                 "The history of the printing press began in the fifteenth century, when",
+                 "List the days of the week, then the months of the year, separated by commas.")
+MIN_GREEDY_POSITIONS = 16
+REASONING_PROBE = "What is 17 + 25? Answer with the number only."
+TOKENIZER_PROBES = ("The quick brown fox jumps over 13 lazy dogs.",
+                    "Ünïcödé, emoji 🙂 and CJK 漢字 mixed with code: x = f(y) + 3.14;",
+                    "    indented\n\tlines\n\nand  double  spaces")
+THINKING_OFF = '--extra-body \'{"chat_template_kwargs": {"enable_thinking": false}}\''
+_FILLER = ("river", "stone", "quiet", "morning", "garden", "paper", "window", "seven",
+           "light", "table", "north", "silver", "market", "winter", "bridge", "yellow")
+
+
+class PreflightFailed(QuantcheckError):
+    """A hard preflight check failed; the message explains which and how to fix it."""
+
+
+@dataclass
+class ProbeShape:
+    """How probe requests look: the API and the fields every request of the run carries."""
+
+    api: str = "chat"
+    fields: dict[str, Any] = field(default_factory=lambda: dict(GREEDY_FIELDS))
+
+    @classmethod
+    def like(cls, prompt: Prompt) -> ProbeShape:
+        """Probes shaped like this prompt's request: its API and every other field."""
+        return cls(api=prompt.api, fields={k: v for k, v in prompt.request.items()
+                                           if k not in ("messages", "prompt", "max_tokens")})
+
+    def body(self, model: str, text: str, max_tokens: int, top_k: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, **self.fields, "max_tokens": max_tokens}
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+            body.pop("chat_template_kwargs", None)
+        return with_logprobs(body, self.api, top_k)
+
+
+async def run_preflight(client: EndpointClient, model: str, models: list[dict[str, Any]],
+                        server: ServerInfo, shape: ProbeShape, top_k: int = 20,
+                        context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> Preflight:
+    """Run every check against one endpoint (a few short requests and one long one)."""
+    started = time.perf_counter()
+    report = Preflight(endpoint=public_url(client.endpoint), model=model, api=shape.api,
+                       max_model_len=context_length(server, model))
+    probes = _Probes(client, model, shape)
+    report.checks.append(_model_check(model, models, report.max_model_len))
+    report.checks += await _logprob_checks(probes, top_k)
+    report.checks.append(await _context_check(probes, context_tokens, report.max_model_len))
+    report.checks.append(await _reasoning_check(probes))
+    report.tokenizer = await tokenizer_fingerprint(client, model, probes, server.runtime)
+    recorded = report.tokenizer.method
+    report.checks.append(Check("tokenizer", "pass" if recorded else "skip",
+                               f"fingerprint recorded ({recorded})" if recorded
+                               else "the server reports no token counts"))
+    report.seconds = time.perf_counter() - started
+    report.settle()
+    return report
+
+
+class _Probes:
+    """Sends probe requests shaped like the run's own."""
+
+    def __init__(self, client: EndpointClient, model: str, shape: ProbeShape) -> None:
+        self.client, self.model, self.shape = client, model, shape
+        self.prompt_tokens: dict[str, int] = {}
+
+    async def ask(self, text: str, max_tokens: int, top_k: int = 0,
+                  extra: dict[str, Any] | None = None) -> Generation:
+        body = {**self.shape.body(self.model, text, max_tokens, top_k), **(extra or {})}
+        attempts = 3
+        while True:
+            try:
+                generation, _ = await self.client.generate(self.shape.api, body, False, top_k)
+                break
+            except ParameterRejected as exc:
+                raise rejection_advice(exc.reason, body) from None
+            except RequestFailed as exc:
+                raise EndpointError(f"preflight request failed: {exc}") from None
+            except RetryableError as exc:
+                attempts -= 1
+                if not attempts:
+                    raise EndpointError(f"preflight request failed: {exc}") from None
+                await asyncio.sleep(0.5)
+        tokens = (generation.usage or {}).get("prompt_tokens")
+        if isinstance(tokens, int):
+            self.prompt_tokens[text] = tokens
+        return generation
+
+
+def _model_check(model: str, models: list[dict[str, Any]], length: int | None) -> Check:
+    listed = [str(entry.get("id")) for entry in models]
+    context = f", context {length:,} tokens" if length else ""
+    if model in listed:
+        return Check("model", "pass", f"{model} is listed{context}")
+    return Check("model", "fail", f"{model} is not listed by the server "
+                 f"(it lists: {', '.join(listed) or 'nothing'})",
+                 f"--model {listed[0]}" if listed else None)
+
+
+async def _logprob_checks(probes: _Probes, top_k: int) -> list[Check]:
+    if top_k == 0:
+        return [Check("logprobs", "skip", "--top-logprobs 0: text only"),
+                Check("greedy", "skip", "needs logprobs")]
+    try:
+        generation = await probes.ask(GREEDY_PROBES[0], 32, top_k)
+    except ParameterRejected as exc:
+        if "logprob" not in exc.reason.lower():
+            raise  # another field: stop, as collect would, with its fix
+        return [Check("logprobs", "fail", exc.reason, exc.fix),
+                Check("greedy", "skip", "needs logprobs")]
+    if not generation.has_logprobs or not len(generation.tokens):
+        return [Check("logprobs", "warn", "no logprobs came back: only texts will be "
+                      "compared", "start the server with logprobs enabled"),
+                Check("greedy", "skip", "needs logprobs")]
+    return [_k_check(generation, top_k), await _greedy_check(probes, generation, top_k)]
+
+
+def _k_check(generation: Generation, top_k: int) -> Check:
+    fewest = min(len(top) for top in generation.tokens.top_text)
+    if fewest >= top_k:
+        return Check("logprobs", "pass", f"top-{top_k} alternatives at every position")
+    return Check("logprobs", "warn", f"asked for {top_k} alternatives per position, the "
+                 f"server gave as few as {fewest}", f"--top-logprobs {fewest}")
+
+
+def first_non_greedy(generation: Generation) -> str | None:
+    """Where the chosen token is not the most likely alternative, described; else None."""
+    tokens = generation.tokens
+    for position, (token, logprob) in enumerate(zip(tokens.text, tokens.logprob, strict=True)):
+        if not tokens.top_text[position] or logprob is None:
+            continue
+        best, best_logprob = tokens.top_text[position][0], tokens.top_logprob[position][0]
+        if token != best and logprob < best_logprob - 1e-6:
+            return (f"at position {position} it chose {token!r} (logprob {logprob:.3f}) "
+                    f"over {best!r} ({best_logprob:.3f})")
+    return None
+
+
+async def _greedy_check(probes: _Probes, generation: Generation, top_k: int) -> Check:
+    positions, used = len(generation.tokens), 1
+    where = first_non_greedy(generation)
+    while where is None and positions < MIN_GREEDY_POSITIONS and used < len(GREEDY_PROBES):
+        generation = await probes.ask(GREEDY_PROBES[used], 32, top_k)
+        positions, used = positions + len(generation.tokens), used + 1
+        where = first_non_greedy(generation)
+    if where is None and positions < MIN_GREEDY_POSITIONS:
+        return Check("greedy", "warn", f"only {positions} generated positions to check in "
+                     f"{used} probes (the model stops early); the top-1 token was chosen at "
+                     "each")
+    if where is None:
+        return Check("greedy", "pass", f"the top-1 token was chosen at all {positions} "
+                     f"positions of {used} probe{'s' * (used > 1)}")
+    try:
+        retried: Generation | None = await probes.ask(GREEDY_PROBES[used - 1], 32, top_k,
+                                                      {"top_k": 1})
+    except ParameterRejected:
+        retried = None
+    if retried is not None and first_non_greedy(retried) is None:
+        return Check("greedy", "fail", f"temperature 0 is not greedy on this server: {where}",
+                     "--extra-body '{\"top_k\": 1}' (the server samples unless top_k is 1)")
+    return Check("greedy", "fail", f"the server does not decode greedily: {where}; the "
+                 "request already turns off every penalty it can, so the server applies its "
+                 "own (a default repetition penalty or logit bias)",
+                 "start the server without default penalties (vLLM: --generation-config vllm; "
+                 "llama.cpp: --repeat-penalty 1.0; SGLang: no --sampling-defaults model), "
+                 "or name the field with --extra-body")
+
+
+def needle_prompt(code: str, words: int, seed: int = 0) -> str:
+    """A code at the very start, `words` words of filler, then the question."""
+    rng = random.Random(seed)
+    filler = []
+    for n in range(words):
+        filler.append(rng.choice(_FILLER) + ("." if n % 12 == 11 else ""))
+    return (f"The secret code is {code}. Remember it.\n\n" + " ".join(filler)
+            + "\n\nWhat is the secret code given at the very beginning? "
+              "Answer with the code only.")
+
+
+async def _context_check(probes: _Probes, context_tokens: int, length: int | None) -> Check:
+    if context_tokens <= 0:
+        return Check("context", "skip", "not checked (a context probe of 0 tokens)")
+    code = f"{random.Random(context_tokens).randrange(10**6):06d}"
+    wanted = min(context_tokens, length - 256) if length else context_tokens
+    note = f" (the server's context is {length:,})" if length and wanted < context_tokens \
+        else ""
+    control_text = needle_prompt(code, 60)
+    try:
+        control = await probes.ask(control_text, 16)
+    except ParameterRejected as exc:
+        return Check("context", "warn", f"the control prompt was refused: {exc}")
+    per_word = _tokens_per_word(probes.prompt_tokens.get(control_text), 60)
+    words = max(int(wanted / per_word) - 60, 60)
+    long_text = needle_prompt(code, words, seed=1)
+    expected = probes.prompt_tokens.get(control_text, 0) + (words - 60) * per_word
+    try:
+        answer = await probes.ask(long_text, 16)
+    except (ParameterRejected, EndpointError) as exc:
+        return Check("context", "warn", f"a prompt of about {wanted:,} tokens was refused "
+                     f"({exc}); the server refuses rather than truncates, but its context "
+                     "is shorter than advertised", "--context-tokens N with a smaller N")
+    counted = probes.prompt_tokens.get(long_text)
+    if counted is not None and counted < 0.8 * expected:
+        return Check("context", "fail", f"the server counted {counted:,} prompt tokens for a "
+                     f"prompt of about {expected:,.0f}: it truncates long prompts silently",
+                     "raise the server's context (vLLM --max-model-len, llama.cpp -c, Ollama "
+                     "num_ctx) or keep prompts shorter")
+    if code not in control.text:
+        return Check("context", "warn", "inconclusive: the model did not repeat the code "
+                     "from a short prompt either",
+                     "collect and run: --context-tokens 0 skips this check")
+    if code not in answer.text and counted is not None:
+        return Check("context", "warn", f"the server counted the whole {counted:,}-token "
+                     f"prompt, but the model did not recall a code from its start{note} (a "
+                     "short prompt recalled it): weak long-context recall, or the engine "
+                     "drops context internally (a sliding window, a context shift)",
+                     "--context-tokens N with a smaller N to check a shorter context")
+    if code not in answer.text:
+        return Check("context", "fail", f"a code at the start of a {wanted:,}-token prompt "
+                     f"was lost{note} (a short prompt recalled it) and the server reports no "
+                     "prompt token count to tell why: it may truncate the context silently",
+                     "raise the server's context (vLLM --max-model-len, llama.cpp -c, Ollama "
+                     "num_ctx), --context-tokens N with a smaller N, or --context-tokens 0")
+    return Check("context", "pass", f"a code at the start of a {wanted:,}-token prompt was "
+                 f"recalled{note}")
+
+
+def _tokens_per_word(counted: int | None, words: int) -> float:
+    if not counted:
+        return 1.3  # a typical English BPE ratio
+    question_tokens = 30  # the code sentence and the question around the filler
+    return max((counted - question_tokens) / words, 1.0)
+
+
+async def _reasoning_check(probes: _Probes) -> Check:
+    if probes.shape.api != "chat":
+        return Check("reasoning", "skip", "completions API: no chat template")
+    generation = await probes.ask(REASONING_PROBE, 64)
+    text = generation.text
+    if re.search(r"</?think>", text) or (generation.reasoning is None
+                                          and text.lstrip().lower().startswith("thinking")):
+        return Check("reasoning", "warn", "the model's reasoning appears in the content; it "
+                     "will be compared as if it were the answer", THINKING_OFF)
+    if generation.reasoning and not text.strip():
+        return Check("reasoning", "warn", "the model spent all 64 probe tokens reasoning and "
+                     "gave no answer: answers may be cut off by max_tokens", THINKING_OFF)
+    if generation.reasoning:
+        return Check("reasoning", "pass", "the model reasons first; its reasoning is kept "
+                     "apart from the answer")
+    return Check("reasoning", "pass", "no reasoning in the output")
+
+
+async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Probes,
+                                runtime: str = "unknown") -> Fingerprint:
+    """Token ids of fixed texts from the server's tokenize endpoint (vLLM, llama.cpp,
+    llama-cpp-python; the runtime's own first), plus the prompt token counts the probes
+    reported. No ids for a text is no answer: llama-server answers vLLM's request shape
+    (without its `content` field) with an empty list."""
+    ids: dict[str, list[int]] = {}
+    method = None
+    root = server_root(client.endpoint)
+    for name in sorted(TOKENIZE, key=lambda name: name != runtime):
+        path, key, wants_model = TOKENIZE[name]
+        extra = {"model": model} if wants_model else {}
+        try:
+            for text in TOKENIZER_PROBES:
+                answer = await client.post_json(root + path, {**extra, key: text})
+                ids[text] = [int(t) for t in answer["tokens"]]
+                if not ids[text]:
+                    raise ValueError(f"{path} gave no token ids")
+            method = name
+            break
+        except (HTTPStatusError, MalformedResponse, KeyError, TypeError, ValueError,
+                *TRANSPORT_ERRORS):
+            ids = {}
+    counts = dict(probes.prompt_tokens)
+    if not ids and not counts:
+        return Fingerprint()
+    return Fingerprint(method=f"{method} tokenize" if method else "prompt token counts",
+                       ids=ids, prompt_tokens=counts)
+
+
+async def check_endpoint(endpoint: str, model: str | None = None,
+                         shape: ProbeShape | None = None, top_k: int = 20,
+                         context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+                         api_key: str | None = None, timeout: float = 600.0) -> Preflight:
+    """Every check against one endpoint; an unreachable one raises EndpointError."""
+    from ..store.runtimes import choose_model
+    from .server_info import describe_server
+
+    async with EndpointClient(endpoint, api_key, timeout) as client:
+        models = await client.list_models()
+        chosen = choose_model(models, model, public_url(endpoint))
+        server = await describe_server(client, models)
+        return await run_preflight(client, chosen, models, server, shape or ProbeShape(),
+                                   top_k, context_tokens)

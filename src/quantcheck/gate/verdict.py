@@ -1,0 +1,346 @@
+"""The CI gate: triage + reviews + policy -> a verdict (pure), and its report files."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import msgspec
+import pandas as pd
+
+from ..errors import ConfigFileError, RunFormatError
+from ..judge.expects import SKIPPED
+from ..judge.stats import pass_rate_change
+from ..store.files import write_atomic
+from ..store.report_dir import (
+    GATE_JSON,
+    JUNIT_XML,
+    PairRow,
+    new_degenerate_on_b,
+    pair_rows,
+    require_report,
+)
+from ..store.report_records import Summary
+from ..store.reviews import ReviewVerdict, load_verdicts
+from ..store.rubric import Rubric, load_rubric
+from ..store.run_dir import write_json_atomic
+from ..store.yamlfile import read_yaml, reject_unknown
+
+
+class NothingCompared(RunFormatError):
+    """A report in which no pair was compared: there is nothing to pass."""
+
+
+@dataclass
+class Policy:
+    """Limits; a count above its limit fails the gate (None: the rule is off)."""
+
+    max_factual_flips: int | None = 0
+    max_new_degenerate: int | None = 0
+    max_nondeterministic: int | None = None
+    require_review: bool = False
+    min_identical_share: float | None = None
+    max_not_compared: int | None = 0
+    max_failed_requests: int | None = 0  # requests with no answer, on either side
+    max_skipped_checks: int | None = 0  # prompts with an expect check not run (code)
+    max_blocking_log_signatures: int | None = 0
+    max_pass_rate_drop: float | None = None  # points, against the interval's far end
+    max_forced_kl: float | None = None  # mean teacher-forced KL over all scored positions
+    require_routing_determinism: bool = False  # no prompt whose B repeats route differently
+
+
+class Rule(msgspec.Struct):
+    """One rule's outcome; `count` is None where the rule does not apply (shown n/a)."""
+
+    name: str
+    description: str
+    count: int | float | None
+    limit: int | float | None
+    passed: bool
+    prompts: list[str] = []
+
+
+class ApprovedPair(msgspec.Struct):
+    prompt_id: str
+    label: str
+    approved_at: str
+
+
+class GateResult(msgspec.Struct, kw_only=True):
+    """gate.json: the verdict, every rule, who reviewed, which pairs were approved."""
+
+    verdict: str  # pass | fail
+    rules: list[Rule]
+    reviewers: list[str] = []
+    approved: list[ApprovedPair] = []
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def reasons(self) -> list[str]:
+        return [f"{rule.description} ({', '.join(rule.prompts[:3])}"
+                f"{', ...' if len(rule.prompts) > 3 else ''})" if rule.prompts
+                else rule.description for rule in self.rules if not rule.passed]
+
+
+def load_policy(path: Path | None) -> Policy:
+    if path is None:
+        return Policy()
+    data = read_yaml(path, "policy") or {}
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"{path}: a policy is a mapping of rule to limit")
+    reject_unknown(str(path), data, [f.name for f in fields(Policy)])
+    for key, value in data.items():
+        _check_policy_value(path, key, value)
+    return Policy(**data)
+
+
+def _check_policy_value(path: Path, key: str, value: Any) -> None:
+    if key in ("require_review", "require_routing_determinism"):
+        if not isinstance(value, bool):
+            raise ConfigFileError(f"{path}: field '{key}': must be true or false")
+    elif key == "min_identical_share":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0 <= value <= 1):
+            raise ConfigFileError(f"{path}: field '{key}': a share from 0 to 1, or null")
+    elif key in ("max_pass_rate_drop", "max_forced_kl"):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or value < 0):
+            raise ConfigFileError(f"{path}: field '{key}': a number >= 0, or null (off)")
+    elif value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 0):
+        raise ConfigFileError(f"{path}: field '{key}': a whole number >= 0, or null (off)")
+
+
+def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[ReviewVerdict]],
+             blocking: set[str], policy: Policy, summary: Summary) -> GateResult:
+    """The verdict. A report where no pair was compared is refused (NothingCompared):
+    a gate that passes on nothing would be worse than none."""
+    rows = pair_rows(pairs)
+    if not any(r.compared for r in rows):
+        raise NothingCompared("no pair was compared, so there is nothing to pass: "
+                              f"{summary.comparison.sentence}")
+    rules = _rules(pairs, rows, verdicts, blocking, policy, summary)
+    approved = [ApprovedPair(r.prompt_id, r.approved_label, r.approved_at) for r in rows
+                if r.needs_review and r.approved_label]
+    reviewers = sorted({v.reviewer for given in verdicts.values() for v in given})
+    return GateResult(verdict="pass" if all(rule.passed for rule in rules) else "fail",
+                      rules=rules, reviewers=reviewers, approved=approved)
+
+
+def _rules(pairs: pd.DataFrame, rows: list[PairRow], verdicts: dict[str, list[ReviewVerdict]],
+           blocking: set[str], policy: Policy, summary: Summary) -> list[Rule]:
+    """Apply the policy's rules to the triaged pairs and the reviewers' verdicts."""
+    compared = [r for r in rows if r.compared]
+    to_review = [r for r in compared if r.needs_review]
+    flips = [r.prompt_id for r in compared if r.flip == "regression"
+             or any(_blocks(v, blocking) for v in verdicts.get(r.prompt_id, []))]
+    unreviewed = [r.prompt_id for r in to_review
+                  if not verdicts.get(r.prompt_id) and not r.approved_label]
+    identical_share = (len(compared) - len(to_review)) / len(compared) if compared else 1.0
+    rules = [
+        _rule("factual_flips", "factual flip", flips, policy.max_factual_flips),
+        _rule("new_degenerate_on_b", "degenerate output new on B",
+              new_degenerate_on_b(compared), policy.max_new_degenerate),
+    ]
+    for side in ("a", "b"):
+        unstable = [r.prompt_id for r in rows if _nondeterministic(r, side)]
+        rules.append(_rule(f"nondeterministic_{side}", f"nondeterministic prompt on "
+                           f"{side.upper()}", unstable, policy.max_nondeterministic))
+    rules.append(_rule("unreviewed", "unreviewed non-identical pair", unreviewed,
+                       0 if policy.require_review else None))
+    rules.append(Rule("identical_share", f"identical share {identical_share:.0%} below "
+                      f"{policy.min_identical_share}", identical_share,
+                      policy.min_identical_share,
+                      policy.min_identical_share is None
+                      or identical_share >= policy.min_identical_share))
+    rules.append(_rule("not_compared", "prompt not compared",
+                       [r.prompt_id for r in rows if not r.compared], policy.max_not_compared))
+    rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
+    rules.append(_rule("skipped_checks", "prompt with a skipped expect check (code: compare "
+                       "with --allow-code-exec to run it)",
+                       [r.prompt_id for r in compared if SKIPPED in (r.a_expect, r.b_expect)],
+                       policy.max_skipped_checks))
+    signatures = [f"{side.upper()}: {m.signature}" for side, found in
+                  sorted(summary.log_matches.items()) for m in found if m.blocking]
+    rules.append(_rule("blocking_log_signatures", "blocking log signature", signatures,
+                       policy.max_blocking_log_signatures))
+    rules.append(_pass_rate_rule(pairs, policy.max_pass_rate_drop))
+    rules.append(_forced_kl_rule(rows, policy.max_forced_kl))
+    rules.append(_routing_rule(rows, policy.require_routing_determinism))
+    return rules
+
+
+def _routing_rule(rows: list[PairRow], required: bool) -> Rule:
+    """Prompts whose B repeats were routed to other experts (gating nondeterminism);
+    n/a when B recorded no routing."""
+    routed = [r for r in rows if r.b_routing]
+    gating = [r.prompt_id for r in routed if r.b_routing == "gating"]
+    if not routed:
+        return Rule("routing_determinism", "no MoE routing recorded on B (collect with "
+                    "--routed-experts)" if required else "no MoE routing recorded", None,
+                    0 if required else None, not required)
+    return _rule("routing_determinism", "prompt whose B repeats are routed to other experts "
+                 "(gating is not deterministic)", gating, 0 if required else None)
+
+
+def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:
+    """Requests with no answer on either side (failed after retries, or never sent):
+    what they would have shown is unknown, so by default they fail the gate."""
+    a, b = summary.counts.unanswered.a, summary.counts.unanswered.b
+    count = a + b
+    description = (f"{count} request{'' if count == 1 else 's'} without an answer "
+                   f"(A {a}, B {b}; failed after retries or never sent: rerun the "
+                   "collection to retry them)")
+    return Rule("failed_requests", description, count, limit, limit is None or count <= limit)
+
+
+def _forced_kl_rule(rows: list[PairRow], limit: float | None) -> Rule:
+    """Mean teacher-forced KL over every scored position (prompts weighted by length)."""
+    scored = [(r.forced_kl_mean, r.forced_positions or 0) for r in rows
+              if r.forced_kl_mean is not None]
+    positions = sum(n for _, n in scored)
+    if not positions:
+        return Rule("forced_kl", "no teacher-forced scores in this report (run with --forced)"
+                    if limit is not None else "no teacher-forced scores", None, limit,
+                    limit is None)
+    mean = sum(kl * n for kl, n in scored) / positions
+    description = (f"teacher-forced KL mean {mean:.3g}, above {limit:g}" if limit is not None
+                   else f"teacher-forced KL mean {mean:.3g}")
+    return Rule("forced_kl", description, mean, limit, limit is None or mean <= limit)
+
+
+def _pass_rate_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
+    """The worst plausible drop in expect pass rate (the 95% interval's far end), in
+    points; n/a while the rule is off or no prompt has an expect."""
+    change = pass_rate_change(pairs)
+    if change is None or limit is None:
+        why = "no expect checks in this report" if change is None else "rule off"
+        return Rule("pass_rate_drop", f"pass rate drop: n/a ({why})", None, limit,
+                    change is not None or limit is None)
+    drop = max(0.0, -100 * change.low)
+    description = (f"expect pass rate {change.rates()}: the 95% interval of B minus A "
+                   f"reaches {-drop:+.1f} points, beyond -{limit:g}")
+    return Rule("pass_rate_drop", description, round(drop, 1), limit, drop <= limit)
+
+
+def _blocks(verdict: ReviewVerdict, blocking: set[str]) -> bool:
+    # A blocking label with B named right means A was wrong: an improvement, not a flip.
+    return verdict.label in blocking and verdict.right_side != "b"
+
+
+def _nondeterministic(row: PairRow, side: str) -> bool:
+    texts, signatures = ((row.a_texts, row.a_signatures) if side == "a"
+                         else (row.b_texts, row.b_signatures))
+    return (texts or 0) > 1 or (signatures or 0) > 1
+
+
+def _rule(name: str, what: str, prompts: list[str], limit: int | None) -> Rule:
+    count = len(prompts)
+    plural = what if count == 1 else what.replace("flip", "flips").replace(
+        "output", "outputs").replace("prompt", "prompts").replace("pair", "pairs").replace(
+        "signature", "signatures")
+    return Rule(name, f"{count} {plural}", count, limit,
+                limit is None or count <= limit, [str(p) for p in prompts])
+
+
+def write_gate_json(result: GateResult, path: Path) -> None:
+    write_json_atomic(path, msgspec.to_builtins(result))
+
+
+# Characters XML 1.0 cannot hold at all, even escaped: shown as backslash-x-NN instead.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def junitxml_text(verdict: GateResult, pairs: pd.DataFrame) -> bytes:
+    """One testcase per prompt; a failure for each rule that prompt breaks. Prompt ids
+    and categories come from users' files: characters XML cannot hold are written as
+    backslash-x and two hex digits, so the file stays well-formed."""
+    failing: dict[str, list[Rule]] = {}
+    for rule in verdict.rules:
+        if not rule.passed:
+            for prompt in rule.prompts:
+                failing.setdefault(prompt, []).append(rule)
+    suite = ElementTree.Element("testsuite", name="quantcheck", tests=str(len(pairs)),
+                                failures=str(sum(1 for p in pairs["prompt_id"]
+                                                 if str(p) in failing)))
+    for prompt_id, category in zip(pairs["prompt_id"].astype(str),
+                                   pairs["category"].astype(str), strict=True):
+        case = ElementTree.SubElement(suite, "testcase", name=xml_text(prompt_id),
+                                      classname=xml_text(f"quantcheck.{category or 'general'}"))
+        for rule in failing.get(prompt_id, []):
+            failure = ElementTree.SubElement(case, "failure", type=rule.name,
+                                             message=rule.name.replace("_", " "))
+            failure.text = xml_text(f"{prompt_id}: breaks rule {rule.name} (limit {rule.limit})")
+    for rule in verdict.rules:
+        if not rule.passed and not rule.prompts:
+            case = ElementTree.SubElement(suite, "testcase", name=rule.name,
+                                          classname="quantcheck.policy")
+            ElementTree.SubElement(case, "failure", type=rule.name,
+                                   message=xml_text(rule.description))
+            suite.set("tests", str(int(suite.get("tests", "0")) + 1))
+            suite.set("failures", str(int(suite.get("failures", "0")) + 1))
+    return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)
+
+
+def markdown(verdict: GateResult, summary: Summary) -> str:
+    icon = "PASS" if verdict.passed else "FAIL"
+    lines = [f"## quantcheck: {icon}", "",
+             f"**{summary.a.label}** (A) vs **{summary.b.label}** (B)", "",
+             "| rule | count | limit | result | prompts |", "|---|---|---|---|---|"]
+    for rule in verdict.rules:
+        limit = "off" if rule.limit is None else rule.limit
+        count = ("n/a" if rule.count is None else f"{rule.count:.0%}"
+                 if rule.name == "identical_share" else rule.count)
+        prompts = ", ".join(f"`{p}`" for p in rule.prompts[:10])
+        if len(rule.prompts) > 10:
+            prompts += f" and {len(rule.prompts) - 10} more"
+        lines.append(f"| {rule.name} | {count} | {limit} | "
+                     f"{'ok' if rule.passed else '**fail**'} | {prompts} |")
+    if verdict.approved:
+        lines += ["", f"{len(verdict.approved)} pairs approved earlier (no second review): "
+                  + ", ".join(f"`{a.prompt_id}` ({a.label}, {a.approved_at})"
+                              for a in verdict.approved[:10])]
+    if verdict.reviewers:
+        lines += ["", "Reviewers: " + ", ".join(verdict.reviewers)]
+    return "\n".join(lines) + "\n"
+
+
+def one_line(verdict: GateResult) -> str:
+    if verdict.passed:
+        return "PASS: no rule broken"
+    return "FAIL: " + ", ".join(verdict.reasons())
+
+
+def write_junit(verdict: GateResult, pairs: pd.DataFrame, path: Path) -> None:
+    write_atomic(path, junitxml_text(verdict, pairs))
+
+
+def append_step_summary(text: str) -> None:
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
+                review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
+    """Gate one report with its reviews; write its gate.json and junit.xml."""
+    rubric = rubric or load_rubric()
+    pairs, summary = require_report(report_dir)
+    verdicts = load_verdicts(report_dir, list(review_files), rubric, summary.identity,
+                             set(pairs["prompt_id"].astype(str)))
+    result = evaluate(pairs, verdicts, set(rubric.blocking), policy or Policy(), summary)
+    write_gate_json(result, report_dir / GATE_JSON)
+    write_junit(result, pairs, report_dir / JUNIT_XML)
+    return result, summary

@@ -1,0 +1,165 @@
+"""The serving cell of a side: what a result is only meaningful for.
+
+A cell is model, runtime and version, quantization, KV cache dtype, tensor
+parallelism, backend, GPU and its memory, context length and concurrency. The server
+reveals some of it; `--cell key=value` fills in or overrides the rest.
+
+A GGUF served by llama.cpp is named by its file: the model is the file's name without
+its folder, `.gguf`, split suffix and quantization (`/m/gemma-3-270m-Q2_K.gguf` is
+gemma-3-270m, quantization Q2_K; llama-server's `model_ftype` wins over the name).
+llama-server also reports the model's shape (`/v1/models` meta: parameters,
+vocabulary, embedding size, training context), the same for every quantization of one
+model: when both sides report it, it decides whether the model differs, not the names.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import QuantcheckError
+from ..store.run_dir import ServerInfo
+from ..store.runtimes import context_length, mapping, whole_number
+
+CELL_AXES = ["model", "model_shape", "runtime", "runtime_version", "quantization",
+             "kv_cache_dtype", "tp", "backend", "gpu", "vram_gb", "context_len", "concurrency"]
+QUANT_IN_NAME = re.compile(
+    r"(?i)(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|FP8|NVFP4|MXFP4|AWQ|GPTQ|INT[48])"
+    r"(?![A-Za-z0-9])")
+GGUF_SPLIT = re.compile(r"-\d{5}-of-\d{5}$")
+# llama.cpp's ftype names (llama_ftype_name) that differ from the file-name convention
+FTYPE_SIZES = {"Small": "_S", "Medium": "_M", "Large": "_L"}
+
+
+def parse_cell_options(values: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """`--cell gpu="RTX PRO 6000" --cell vram_gb=96` -> {"gpu": ..., "vram_gb": 96}."""
+    cell: dict[str, Any] = {}
+    for value in values:
+        key, separator, raw = value.partition("=")
+        key = key.strip()
+        if not separator or not key:
+            raise QuantcheckError(f"--cell {value!r}: expected key=value, e.g. gpu=H100 "
+                                  f"(known keys: {', '.join(CELL_AXES)})")
+        cell[key] = _number_or_text(raw.strip())
+    return cell
+
+
+def _number_or_text(raw: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> dict[str, Any]:
+    """What the server's own endpoints say about the cell (None where they are silent)."""
+    sglang = mapping(info.server_info)
+    props = mapping(info.props)
+    model_path = _text(props.get("model_path")) or ""
+    gguf = info.runtime in ("llama.cpp", "llama-cpp-python")
+    meta = _model_meta(info, model)
+    return {
+        "model": gguf_model_name(model) if gguf else model,
+        "model_shape": _shape(meta),
+        "runtime": info.runtime,
+        "runtime_version": info.runtime_version,
+        "quantization": _text(sglang.get("quantization")) or ftype_quantization(
+            props.get("model_ftype") or meta.get("ftype")) or _quant_from_name(
+            model_path or (model if gguf else "")),
+        "kv_cache_dtype": _text(sglang.get("kv_cache_dtype")),
+        "tp": whole_number(sglang.get("tp_size")),
+        "backend": _text(sglang.get("attention_backend")),
+        "gpu": None,
+        "vram_gb": None,
+        "context_len": context_length(info, model),
+        "concurrency": concurrency,
+    }
+
+
+def gguf_model_name(path: str) -> str:
+    """`/models/gemma-3-270m-it-Q4_K_M-00001-of-00002.gguf` -> `gemma-3-270m-it`."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    name = GGUF_SPLIT.sub("", name[:-5] if name.lower().endswith(".gguf") else name)
+    stripped = QUANT_IN_NAME.sub("", name).strip("-_. ")
+    return re.sub(r"[-_.]{2,}", lambda run: run.group(0)[0], stripped) or name
+
+
+def ftype_quantization(ftype: Any) -> str | None:
+    """llama.cpp's ftype name as a file name spells it: "Q4_K - Medium" -> Q4_K_M,
+    "Q2_K - Medium" -> Q2_K, "IQ4_XS - 4.25 bpw" -> IQ4_XS, "all F32" -> F32."""
+    if not isinstance(ftype, str) or not ftype.strip():
+        return None
+    name = ftype.removeprefix("(guessed) ").removeprefix("all ").strip()
+    base, _, detail = name.partition(" - ")
+    base = base.split()[0]
+    if base == "Q2_K" and detail == "Medium":
+        return base
+    if base == "IQ3_S" and name.startswith("IQ3_S mix"):
+        return "IQ3_M"
+    return base + FTYPE_SIZES.get(detail, "")
+
+
+def _model_meta(info: ServerInfo, model: str) -> dict[str, Any]:
+    entries = [entry for entry in info.models if isinstance(entry, dict)]
+    chosen = next((e for e in entries if e.get("id") == model), entries[0] if entries else {})
+    return mapping(chosen.get("meta"))
+
+
+def _shape(meta: dict[str, Any]) -> str | None:
+    """The model's shape as llama-server reports it, or None when it does not."""
+    parts = [(whole_number(meta.get(key)), label) for key, label in (
+        ("n_params", "params"), ("n_vocab", "vocab"), ("n_embd", "embd"),
+        ("n_ctx_train", "ctx_train"))]
+    if not all(value for value, _ in parts):
+        return None
+    return ", ".join(f"{label} {value}" for value, label in parts)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _quant_from_name(path: str) -> str | None:
+    match = QUANT_IN_NAME.search(path.rsplit("/", 1)[-1])
+    return match.group(1).upper() if match else None
+
+
+KEY_AXES = ("model", "runtime", "runtime_version", "quantization", "tp")
+
+
+def cell_key(cell: dict[str, Any]) -> str:
+    """`model__runtime-version__quant__tpN` from the parts that are known (an unknown
+    part is left out, not written as "unknown": `unknown_key_axes` names those), every
+    character outside A-Za-z0-9.+/- as _."""
+    runtime = "-".join(str(cell[k]) for k in ("runtime", "runtime_version") if cell.get(k))
+    fields = [str(cell.get("model") or ""), runtime, str(cell.get("quantization") or ""),
+              f"tp{cell['tp']}" if cell.get("tp") else ""]
+    return "__".join(re.sub(r"[^A-Za-z0-9.+/-]", "_", field) for field in fields if field)
+
+
+def unknown_key_axes(cell: dict[str, Any]) -> list[str]:
+    """The parts of the cell key this cell does not know (set them with --cell)."""
+    return [axis for axis in KEY_AXES if not cell.get(axis)]
+
+
+def differing_axes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Axes known on both sides with different values (an unknown axis cannot confound).
+    A model shape known on both sides stands for the model: the names of two
+    quantizations of one model may differ, their shapes do not."""
+    keys = [k for k in CELL_AXES if k in a or k in b] + sorted(
+        (set(a) | set(b)) - set(CELL_AXES))
+    differing = [k for k in keys if a.get(k) is not None and b.get(k) is not None
+                 and a.get(k) != b.get(k)]
+    if a.get("model_shape") and b.get("model_shape"):
+        differing = [k for k in differing if k != "model"]
+        differing = ["model" if k == "model_shape" else k for k in differing]
+    return differing
+
+
+def confound_warning(differing: list[str]) -> str | None:
+    if len(differing) <= 1:
+        return None
+    return (f"A and B differ in {len(differing)} axes ({', '.join(differing)}): this is not a "
+            "single-variable A/B, so any difference may come from any of them.")

@@ -1,0 +1,81 @@
+"""Determinism of one endpoint: repeated identical requests, per prompt and repeat mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..store.report_records import DeterminismRow, SideDeterminism
+from ..store.run_records import Tokens
+from ..store.token_columns import round_significant
+from .routing import across_repeats
+from .sides import Side
+from .triage import first_divergence, token_keys
+
+
+def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[DeterminismRow]:
+    """One row per prompt: how many distinct texts and signatures its repeats gave."""
+    rows = []
+    for key in side.index.order:
+        prompt_id = side.record_id(side.index.rows(key)[0])
+        ok = [r for r in side.records(prompt_id, key) or () if r["error"] is None]
+        if not ok:
+            continue
+        prompt = side.prompts.get(prompt_id)
+        repeats = [side.tokens_at(int(record["offset"])) for record in ok]
+        n = len(ok)
+        texts = len({record["text_hash"] for record in ok})
+        signatures = len({r["signature"] for r in ok}) \
+            if all(r["signature"] is not None for r in ok) else None
+        routings = [t.routing for t in repeats if t and t.routing is not None]
+        routed = across_repeats(routings, signatures) if routings else None
+        rows.append(DeterminismRow(
+            prompt_id=str(prompt_id), category=prompt.category if prompt else "", mode=mode,
+            repeats=n, distinct_texts=texts, distinct_signatures=signatures,
+            texts=f"{texts} distinct of {n}",
+            signatures=f"{signatures} distinct of {n}" if signatures else "",
+            **_positions([t for t in repeats if t], sig_digits),
+            verdict=_verdict(texts, signatures),
+            routing=routed.kind if routed else "",
+            routing_sentence=routed.sentence if routed else ""))
+    return rows
+
+
+def _verdict(texts: int, signatures: int | None) -> str:
+    if texts > 1:
+        return "text varies"
+    if signatures and signatures > 1:
+        return "logprobs vary"
+    return "deterministic"
+
+
+def _positions(repeats: list[Tokens], sig_digits: int) -> dict[str, Any]:
+    """First token / logprob position where repeats differ, and the largest spread."""
+    if len(repeats) < 2:
+        return {"first_text_divergence": None, "first_logprob_divergence": None,
+                "max_logprob_spread": None}
+    reference = token_keys(repeats[0])
+    text_positions = [first_divergence(reference, token_keys(r)) for r in repeats[1:]]
+    text_first = min((p for p in text_positions if p is not None), default=None)
+    length = min(len(r) for r in repeats)
+    logprob_first, spread = None, 0.0
+    for position in range(length):
+        if any(r.top_text[position] != repeats[0].top_text[position] for r in repeats):
+            logprob_first = position if logprob_first is None else logprob_first
+            continue
+        values = np.array([r.top_logprob[position] for r in repeats], dtype=float)
+        if values.size == 0:
+            continue
+        rounded = round_significant(values, sig_digits)
+        if logprob_first is None and (rounded != rounded[0]).any():
+            logprob_first = position
+        spread = max(spread, float((values.max(axis=0) - values.min(axis=0)).max()))
+    return {"first_text_divergence": text_first, "first_logprob_divergence": logprob_first,
+            "max_logprob_spread": spread}
+
+
+def side_determinism(side: Side) -> SideDeterminism:
+    """The compare summary's view: which mode made the repeats, and how many."""
+    return SideDeterminism(side.repeat_mode,
+                           side.manifest.parameters.repeats if side.manifest else None)

@@ -1,0 +1,435 @@
+"""One side of a comparison: a run directory or a plain `*.texts.json` list, indexed.
+
+A run is read once, line by line. Held per request: its prompt's key (runstore.
+prompt_key, the id as a 64-bit digest), the byte offset of its line and the digest of
+its token signature, 24 bytes in numpy columns sorted by prompt; at 100,000 prompts x 2
+repeats, 4.8 MB a side. Everything else of a record (text, hashes, finish reason,
+timings) is read again from its line when a pair needs it, and the side's request
+counts and timings are summed while the run is read (Side.performance).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from array import array
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import orjson
+
+from ..errors import RunFormatError
+from ..store.preflight_records import Fingerprint, Preflight
+from ..store.report_records import SidePerformance
+from ..store.run_dir import (
+    COMPLETIONS,
+    PROMPTS,
+    Blobs,
+    CompletionLine,
+    Manifest,
+    PromptLines,
+    decode_line,
+    first_seen,
+    prompt_key,
+    read_json,
+    read_manifest,
+    shared_key,
+)
+from ..store.run_records import Prompt, Tokens
+from .parallel import ordered_map
+
+BLOCK_RECORDS = 20_000  # records read before their signatures are computed
+MISSING_DIGEST = -(2**63)
+Record = dict[str, Any]
+
+
+@dataclass
+class Index:
+    """A side's requests sorted by prompt key (a prompt's requests in file order): the
+    key, the offset of the line (a texts file: the text's position) and the signature
+    digest of each; and the keys in the order the prompts first appear."""
+
+    keys: np.ndarray
+    offsets: np.ndarray
+    signatures: np.ndarray
+    order: np.ndarray
+
+    def rows(self, key: int) -> range:
+        """The rows of a prompt's requests (empty when it has none)."""
+        return range(int(np.searchsorted(self.keys, key, "left")),
+                     int(np.searchsorted(self.keys, key, "right")))
+
+
+@dataclass
+class Side:
+    """Everything triage needs from one side, without the texts and token arrays."""
+
+    label: str
+    prompts: Mapping[str, Prompt]  # a run's: PromptLines, each parsed when asked
+    index: Index
+    performance: SidePerformance  # counted while the run was read
+    manifest: Manifest | None = None  # None for a texts file
+    completions_path: Path | None = None
+    text_only: bool = False
+    unanswered: int = 0  # requests of the run without a successful record
+    texts: list[str] | None = None  # a texts file's, and the ids it names them by
+    text_ids: list[str] | None = None
+    _lines: IO[bytes] | None = field(default=None, repr=False)
+    _blobs: Blobs | None = field(default=None, repr=False)
+    # the lines of the prompt read last: a pair reads its records' texts, tokens and
+    # routing in turn
+    _read: dict[int, CompletionLine] = field(default_factory=dict, repr=False)
+    _last_tokens: tuple[int, Tokens | None] | None = field(default=None, repr=False)
+    _prompt_keys: dict[int, Prompt] | None = field(default=None, repr=False)
+
+    def prompt_keys(self) -> np.ndarray:
+        """The keys of the side's prompt set, in its order."""
+        if isinstance(self.prompts, PromptLines):
+            return self.prompts.keys_in_order()
+        return np.fromiter((prompt_key(i) for i in self.prompts), np.int64, len(self.prompts))
+
+    def prompt_by_key(self, key: int) -> Prompt | None:
+        if isinstance(self.prompts, PromptLines):
+            return self.prompts.by_key(key)
+        if self._prompt_keys is None:
+            self._prompt_keys = {prompt_key(i): p for i, p in self.prompts.items()}
+        return self._prompt_keys.get(key)
+
+    def records(self, prompt_id: str, key: int | None = None) -> list[Record] | None:
+        """A prompt's requests as plain records, in file order (None without any)."""
+        rows = self.index.rows(prompt_key(prompt_id) if key is None else key)
+        if not rows:
+            return None
+        self._read = {}
+        records = [self._record(row) for row in rows]
+        for record in records:
+            if record["prompt_id"] != prompt_id:
+                raise shared_key(self.completions_path, prompt_id, record["prompt_id"])
+        return records
+
+    def record_id(self, row: int) -> str:
+        """The prompt id of the request in this row."""
+        if self.text_ids is not None:
+            return self.text_ids[int(self.index.offsets[row])]
+        line = self._line_at(int(self.index.offsets[row]))
+        assert line is not None
+        return line.prompt_id
+
+    def _record(self, row: int) -> Record:
+        offset = int(self.index.offsets[row])
+        signature = int(self.index.signatures[row])
+        if self.texts is not None and self.text_ids is not None:
+            text = self.texts[offset]
+            return {"prompt_id": self.text_ids[offset], "prompt_hash": None, "repeat": 0,
+                    "text": text, "tool_calls": None, "text_hash": text_hash(text),
+                    "signature": None, "n_tokens": None, "finish_reason": None,
+                    "error": None, "offset": -1}
+        line = self._line_at(offset)
+        assert line is not None
+        self._read[offset] = line
+        calls = calls_json(line.tool_calls)
+        return {"prompt_id": line.prompt_id, "prompt_hash": line.prompt_hash,
+                "repeat": line.repeat, "text": line.text or "", "tool_calls": calls,
+                "text_hash": text_hash(line.text, calls),
+                "signature": None if signature == MISSING_DIGEST else signature,
+                "n_tokens": line.n_tokens, "finish_reason": line.finish_reason,
+                "error": line.error, "offset": offset}
+
+    @property
+    def preflight(self) -> Preflight | None:
+        return self.manifest.preflight if self.manifest else None
+
+    @property
+    def fingerprint(self) -> Fingerprint | None:
+        return self.preflight.tokenizer if self.preflight else None
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.completions_path.parent if self.completions_path else None
+
+    @property
+    def repeat_mode(self) -> str:
+        """The --repeat-mode that made the repeats ("" for a texts file)."""
+        return self.manifest.parameters.repeat_mode if self.manifest else ""
+
+    def tokens_at(self, offset: int) -> Tokens | None:
+        """The token arrays of the record whose line starts at `offset` (the run's files
+        stay open across calls until `close`)."""
+        if self._last_tokens is not None and self._last_tokens[0] == offset:
+            return self._last_tokens[1]
+        line = self._line_at(offset)
+        if line is None:
+            return None
+        assert self._blobs is not None
+        tokens = self._blobs.tokens(line.tokens)
+        self._last_tokens = (offset, tokens)
+        return tokens
+
+    def _line_at(self, offset: int) -> CompletionLine | None:
+        if self.completions_path is None or offset < 0:
+            return None
+        if offset in self._read:
+            return self._read[offset]
+        if self._lines is None:
+            self._lines = self.completions_path.open("rb")
+            self._blobs = Blobs(self.completions_path.parent)
+        self._lines.seek(offset)
+        line = decode_line(self._lines.readline())
+        if line is None:
+            raise RunFormatError(f"{self.completions_path}: changed while it was read "
+                                 f"(no record at byte {offset}); compare again")
+        return line
+
+    @property
+    def routed(self) -> bool:
+        """Whether the run asked for MoE routing (`--routed-experts`)."""
+        return bool(self.manifest and self.manifest.parameters.routed_experts)
+
+    def routing_of(self, records: list[Record]) -> dict[int, np.ndarray]:
+        """The routings of these records by repeat, in repeat order (those that have
+        one)."""
+        found = {}
+        for record in sorted(records, key=lambda r: r["repeat"]):
+            tokens = self.tokens_at(int(record["offset"]))
+            if tokens is not None and tokens.routing is not None:
+                found[int(record["repeat"])] = tokens.routing
+        return found
+
+    def first_error(self, prompt_ids: list[str]) -> str | None:
+        """The most common error of these prompts' failed requests ("(after N attempts)"
+        left out), or None when none failed (they were never sent)."""
+        errors: Counter[str] = Counter()
+        for prompt_id in prompt_ids:
+            for record in self.records(prompt_id) or ():
+                if record["error"] is not None:
+                    errors[_ATTEMPTS.sub("", str(record["error"]))] += 1
+        return errors.most_common(1)[0][0] if errors else None
+
+    def close(self) -> None:
+        self._read, self._last_tokens = {}, None
+        if self._lines is not None:
+            self._lines.close()
+            self._lines = None
+        if self._blobs is not None:
+            self._blobs.close()
+            self._blobs = None
+
+    def __enter__(self) -> Side:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_ATTEMPTS = re.compile(r" \(after \d+ attempts\)$")
+
+
+def signature(reference: dict[str, Any] | None, blobs: Blobs, digits: int) -> str | None:
+    """Digest of the token sequence and every position's top-k, logprobs rounded
+    (the same for inline arrays and tokens.bin blobs of the same content)."""
+    return blobs.packed(reference).signature(digits) if reference else None
+
+
+def text_hash(text: str | None, tool_calls: str | None = None) -> str | None:
+    """Digest of an answer: its text, and its tool calls when it made any."""
+    if text is None:
+        return None
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12)
+    if tool_calls:
+        digest.update(b"\0" + tool_calls.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def calls_json(calls: list[dict[str, Any]] | None) -> str | None:
+    """An answer's tool calls as pairs.csv shows them: a JSON list of {name, arguments}
+    (the arguments string as sent), or None without calls."""
+    if not calls:
+        return None
+    return orjson.dumps([{"name": c.get("name"), "arguments": c.get("arguments")}
+                         for c in calls]).decode()
+
+
+def load_side(source: str | Path, sig_digits: int = 12,
+              prompts: Mapping[str, Prompt] | None = None, jobs: int = 1) -> Side:
+    """A run directory, or a JSON list of texts in prompt order (then `prompts` names them).
+    The signatures (a decompression and a digest per record) take `jobs` processes."""
+    path = Path(source)
+    if path.is_file() and path.suffix == ".json":
+        return _texts_side(path, prompts)
+    if not path.is_dir():
+        raise RunFormatError(f"{path}: not a directory")
+    manifest = read_manifest(path)
+    manifest.prompt_hashes = {}  # compare never reads it: 20 MB at 100,000 prompts
+    prompt_lines = PromptLines(path / PROMPTS)
+    completions = path / COMPLETIONS
+    requests = _Requests()
+    block: list[_Row] = []
+    for row in _index_rows(completions) if completions.exists() else ():
+        block.append(row)
+        if len(block) == BLOCK_RECORDS:
+            requests.add(block, _signatures_of(block, path, sig_digits, jobs))
+            block = []
+    requests.add(block, _signatures_of(block, path, sig_digits, jobs))
+    side = Side(label=manifest.label or path.name, prompts=prompt_lines, manifest=manifest,
+                index=requests.index(), performance=requests.performance(),
+                completions_path=completions)
+    _refuse_duplicates(side, requests)
+    side.unanswered = requests.unanswered(prompt_lines, manifest.parameters.repeats)
+    return side
+
+
+# A completions.jsonl line as the index reads it: its prompt's key, its offset, its
+# token reference (for the signature), and what the side's request counts need.
+_Row = tuple[int, int, dict[str, Any] | None, bool, int, float, float, float]
+
+
+def _signatures_of(rows: list[_Row], run_dir: Path, digits: int, jobs: int) -> list[int]:
+    return ordered_map(partial(_signatures, run_dir, digits), [row[2] for row in rows], jobs)
+
+
+def _signatures(run_dir: Path, digits: int, references: Sequence[dict[str, Any] | None]
+                ) -> list[int]:
+    with Blobs(run_dir) as blobs:
+        return [_digest64(signature(reference, blobs, digits)) for reference in references]
+
+
+class _Requests:
+    """A run's requests as they are read, in columns: the index's, and those the
+    side's counts need (these are dropped once counted)."""
+
+    def __init__(self) -> None:
+        self.keys, self.offsets, self.signatures = array("q"), array("q"), array("q")
+        self.ok, self.repeats = array("b"), array("q")
+        self.tokens, self.ttft, self.e2e = array("d"), array("d"), array("d")
+
+    def add(self, rows: list[_Row], signatures: list[int]) -> None:
+        for (key, offset, _, ok, repeat, tokens, ttft, e2e), found in zip(
+                rows, signatures, strict=True):
+            self.keys.append(key)
+            self.offsets.append(offset)
+            self.signatures.append(found)
+            self.ok.append(ok)
+            self.repeats.append(repeat)
+            self.tokens.append(tokens)
+            self.ttft.append(ttft)
+            self.e2e.append(e2e)
+
+    def column(self, name: str) -> np.ndarray:
+        values = getattr(self, name)
+        dtype = {"b": np.bool_, "q": np.int64, "d": np.float64}[values.typecode]
+        return np.frombuffer(values, dtype) if len(values) else np.zeros(0, dtype)
+
+    def index(self) -> Index:
+        keys = self.column("keys")
+        by_key = np.argsort(keys, kind="stable")
+        return Index(keys=keys[by_key], offsets=self.column("offsets")[by_key],
+                     signatures=self.column("signatures")[by_key], order=keys[first_seen(keys)])
+
+    def performance(self) -> SidePerformance:
+        ok = self.column("ok")
+        tokens, ttft, e2e = (self.column(name)[ok] for name in ("tokens", "ttft", "e2e"))
+        timed = ~np.isnan(e2e)
+        counted = ~np.isnan(tokens)
+        seconds = float(e2e[timed].sum())
+        return SidePerformance(
+            requests=len(ok), failed=int((~ok).sum()),
+            output_tokens=int(tokens[counted].sum()) if counted.any() else None,
+            ttft_p50_s=_percentile(ttft[~np.isnan(ttft)], 50),
+            e2e_p50_s=_percentile(e2e[timed], 50), e2e_p99_s=_percentile(e2e[timed], 99),
+            output_tokens_per_s=float(np.nansum(tokens[timed]) / seconds)
+            if timed.any() and seconds > 0 else None)
+
+    def answered(self) -> tuple[np.ndarray, np.ndarray]:
+        """The successful requests' keys and repeats."""
+        ok = self.column("ok")
+        return self.column("keys")[ok], self.column("repeats")[ok]
+
+    def unanswered(self, prompts: PromptLines, repeats: int) -> int:
+        """Requests of the prompt set without a successful record: failed after
+        retries, or never sent (an interrupted run)."""
+        keys, numbers = self.answered()
+        asked = np.isin(keys, prompts.keys_in_order()) & (numbers < repeats)
+        keys, numbers, _ = _by_key_and_repeat(keys[asked], numbers[asked])
+        distinct = int(((keys[1:] != keys[:-1]) | (numbers[1:] != numbers[:-1])).sum())
+        return len(prompts) * repeats - (distinct + 1 if len(keys) else 0)
+
+
+def _by_key_and_repeat(keys: np.ndarray, repeats: np.ndarray) -> tuple[np.ndarray, ...]:
+    order = np.lexsort((repeats, keys))
+    return keys[order], repeats[order], order
+
+
+def _percentile(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def _digest64(digest: str | None) -> int:
+    """A hex digest as a signed 64-bit integer (MISSING_DIGEST for None)."""
+    if digest is None:
+        return MISSING_DIGEST
+    value = int(digest[:16], 16)
+    signed = value - 2**64 if value >= 2**63 else value
+    return signed if signed != MISSING_DIGEST else signed + 1
+
+
+def _refuse_duplicates(side: Side, requests: _Requests) -> None:
+    """A request recorded twice (two collectors at once, before runs were locked) would
+    be counted as an extra repeat: refused, with the way out."""
+    keys, repeats, order = _by_key_and_repeat(*requests.answered())
+    twice = np.flatnonzero((keys[1:] == keys[:-1]) & (repeats[1:] == repeats[:-1]))
+    if len(twice):
+        offsets = requests.column("offsets")[requests.column("ok")]
+        at = int(np.argmin(order[twice + 1]))  # the first in the file
+        line, earlier = (side._line_at(int(offsets[order[twice[at] + n]])) for n in (1, 0))
+        side.close()
+        assert line is not None and earlier is not None
+        if line.prompt_id != earlier.prompt_id:
+            raise shared_key(side.completions_path, earlier.prompt_id, line.prompt_id)
+        raise RunFormatError(
+            f"{side.completions_path}: {len(twice):,} requests are recorded more than once "
+            f"(e.g. {line.prompt_id!r} repeat {line.repeat}), as when two collectors write "
+            "one run; resume the collection (rerun the same collect command) to keep one "
+            "of each")
+
+
+def _index_rows(path: Path) -> Iterator[_Row]:
+    """The index's rows, each with the record's token reference (load_side computes
+    the signatures)."""
+    offset = 0
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            start, offset = offset, offset + len(raw)
+            if not raw.endswith(b"\n"):
+                return  # torn by a kill: a resume collects it again
+            line = decode_line(raw)
+            if line is None:
+                raise RunFormatError(f"{path}:{number}: not a completion record")
+            yield (prompt_key(line.prompt_id), start, line.tokens, line.error is None,
+                   line.repeat, _number(line.n_tokens), _number(line.ttft_s),
+                   _number(line.e2e_s))
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _texts_side(path: Path, prompts: Mapping[str, Prompt] | None) -> Side:
+    texts = read_json(path)
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise RunFormatError(f"{path}: a texts file must be a JSON list of strings")
+    ids = list(prompts) if prompts else [str(n) for n in range(len(texts))]
+    if len(ids) != len(texts):
+        raise RunFormatError(f"{path}: {len(texts)} texts for {len(ids)} prompts; a texts "
+                             "file lists one text per prompt, in prompt order")
+    requests = _Requests()
+    requests.add([(prompt_key(i), n, None, True, 0, math.nan, math.nan, math.nan)
+                  for n, i in enumerate(ids)], [MISSING_DIGEST] * len(ids))
+    label = path.name.removesuffix(".json").removesuffix(".texts")
+    return Side(label=label, prompts=prompts or {}, text_only=True, index=requests.index(),
+                performance=requests.performance(), texts=texts, text_ids=ids)

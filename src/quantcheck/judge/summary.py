@@ -1,0 +1,399 @@
+"""Aggregate pairs, chunk by chunk, into summary.json; the one-paragraph terminal summary."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from .._version import __version__
+from ..store.preflight_records import tokenizer_agreement
+from ..store.report_records import (
+    Cells,
+    CheckCounts,
+    Comparison,
+    Counts,
+    Drift,
+    FirstDivergence,
+    Flips,
+    Performance,
+    PerSide,
+    PreflightPair,
+    RoutingCounts,
+    SideIdentity,
+    SidePerformance,
+    Spread,
+    Stats,
+    Summary,
+    ThroughputPair,
+)
+from ..store.run_dir import Throughput, read_throughput
+from ..store.run_records import CHECKS, DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
+from .cells import confound_warning, differing_axes
+from .determinism import side_determinism
+from .expects import FAIL, PASS, SKIPPED
+from .sides import Side
+from .stats import BOOTSTRAPPED, paired_statistics, pass_counts
+
+DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
+                 "kl_topk_mean", "kl_topk_max"]
+COUNTED_COLUMNS = ("a_degenerate", "b_degenerate", "divergence_kind", "tool_call_change")
+
+
+class PairTotals:
+    """What summary.json says of the pairs, gathered chunk by chunk (compare forgets a
+    chunk once it is written): counts, the ids of the prompts not compared, and the
+    compared pairs' drift values (48 bytes a pair: percentiles need every value)."""
+
+    def __init__(self) -> None:
+        self.prompts = self.compared = 0
+        self.counts: Counter[str] = Counter()  # identical, flips, approved, ...
+        self.values: dict[str, Counter[str]] = defaultdict(Counter)  # a column's values
+        self.not_compared: dict[str, list[str]] = defaultdict(list)  # ids by status
+        self.checks: dict[str, CheckCounts] = {}
+        self.pass_counts = np.zeros(4, np.int64)  # see stats.pass_counts
+        self.numbers: dict[str, list[np.ndarray]] = defaultdict(list)
+        self.routing: Counter[str] | None = None
+
+    def add(self, pairs: pd.DataFrame) -> PairTotals:
+        """Count a frame of pairs (PAIR_COLUMNS), the next in prompt order."""
+        self.prompts += len(pairs)
+        self.values["status"].update(pairs["status"].astype(str))
+        others = pairs[pairs["status"] != "compared"]
+        for prompt_id, status in zip(others["prompt_id"], others["status"], strict=True):
+            self.not_compared[str(status)].append(str(prompt_id))
+        for side in "ab":
+            texts = pairs[f"{side}_texts"].fillna(0) > 1
+            signatures = pairs[f"{side}_signatures"].fillna(0) > 1
+            self.counts[f"{side}_nondeterministic"] += int((texts | signatures).sum())
+        compared = pairs[pairs["status"] == "compared"]
+        self.compared += len(compared)
+        self._count(compared)
+        for column in (*DRIFT_COLUMNS, "first_divergence"):
+            values = pd.to_numeric(compared[column], errors="coerce").dropna()
+            self.numbers[column].append(values.to_numpy(float))
+        self.pass_counts += pass_counts(compared)
+        _add_checks(self.checks, compared)
+        self._add_routing(compared)
+        return self
+
+    def _count(self, compared: pd.DataFrame) -> None:
+        counts = self.counts
+        counts["identical"] += int(compared["identical"].sum())
+        for label in ("wording", "factual_flip"):
+            counts[label] += int((compared["suggested_label"] == label).sum())
+        for flip in ("regression", "improvement"):
+            counts[flip] += int((compared["flip"] == flip).sum())
+        counts["approved"] += int((compared["approved_label"].fillna("") != "").sum())
+        counts["noise"] += int(compared["noise"].fillna(False).astype(bool).sum())
+        a_reasons, b_reasons = (compared[f"{s}_degenerate"].fillna("") for s in "ab")
+        for x, y in zip(a_reasons, b_reasons, strict=True):
+            if new_on_b(x, y, DEGENERATE_KINDS):
+                self.values["new_on_b"][y] += 1
+            counts["length_capped_new_on_b"] += new_on_b(x, y, (LENGTH_CAPPED,))
+        for side in "ab":
+            tokens = pd.to_numeric(compared[f"{side}_tokens"], errors="coerce").dropna()
+            counts[f"{side}_tokens"] += int(tokens.sum())
+            counts[f"{side}_with_tokens"] += len(tokens)
+        for column in COUNTED_COLUMNS:
+            values = compared[column].fillna("")
+            self.values[column].update(values[values != ""].astype(str))
+
+    def _add_routing(self, compared: pd.DataFrame) -> None:
+        kinds = {side: compared[f"{side}_routing"].astype(object).fillna("") for side in "ab"}
+        if not any((kind != "").any() for kind in kinds.values()):
+            return
+        routing = self.routing = self.routing or Counter()
+        routing["pairs"] += int(((kinds["a"] != "") & (kinds["b"] != "")).sum())
+        for side in "ab":
+            for kind in ("gating", "after_routing"):
+                routing[f"{side}_{kind}"] += int((kinds[side] == kind).sum())
+        routing["ab_differs"] += int(compared["routing_first_token"].notna().sum())
+
+    def number_column(self, column: str) -> np.ndarray:
+        """A drift column's values over the compared pairs that have one, in order."""
+        return np.concatenate(self.numbers[column]) if self.numbers[column] else \
+            np.zeros(0)
+
+    def summary(self, a: Side, b: Side, statistics: bool = True) -> Summary:
+        """The summary; without `statistics`, `stats` is left empty for statistics()
+        to fill once the sides are let go (compare: the bootstrap holds 32 MB a while)."""
+        performance = Performance(a=_side_stats(a, self, "a"), b=_side_stats(b, self, "b"))
+        _throughput_verdict(performance)
+        return Summary(
+            quantcheck_version=__version__, a=_identity(a), b=_identity(b),
+            counts=self._counts(a, b), comparison=comparison_notes(self, a, b),
+            cells=_cells(a, b),
+            determinism={"a": side_determinism(a), "b": side_determinism(b)},
+            drift=self._drift(), stats=self.statistics() if statistics else Stats(None, {}),
+            performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b))
+
+    def statistics(self) -> Stats:
+        return paired_statistics(self.pass_counts.tolist(),
+                                 {c: self.number_column(c) for c in BOOTSTRAPPED})
+
+    def _counts(self, a: Side, b: Side) -> Counts:
+        counts, new = self.counts, self.values["new_on_b"]
+        wording = counts["wording"]
+        return Counts(
+            prompts=self.prompts, pairs=self.compared, identical=counts["identical"],
+            wording_similar=wording, divergent=self.compared - counts["identical"] - wording,
+            flips=Flips(regression=counts["regression"], improvement=counts["improvement"]),
+            suggested_factual_flip=counts["factual_flip"], approved=counts["approved"],
+            noise=counts["noise"],
+            degenerate={side: _ranked(self.values[f"{side}_degenerate"]) for side in "ab"},
+            degenerate_new_on_b=sum(new.values()),
+            degenerate_new_on_b_kinds={kind: new[kind] for kind in DEGENERATE_KINDS},
+            length_capped_new_on_b=counts["length_capped_new_on_b"],
+            nondeterministic=PerSide(counts["a_nondeterministic"],
+                                     counts["b_nondeterministic"]),
+            divergence_kinds=_ranked(self.values["divergence_kind"]),
+            status=_ranked(self.values["status"]),
+            unanswered=PerSide(a.unanswered, b.unanswered),
+            checks={check: self.checks[check] for check in CHECKS if check in self.checks},
+            tool_calls=_ranked(self.values["tool_call_change"]),
+            routing=RoutingCounts(**self.routing) if self.routing is not None else None)
+
+    def _drift(self) -> Drift:
+        drift = Drift()
+        for column in DRIFT_COLUMNS:
+            values = self.number_column(column)
+            if len(values):
+                setattr(drift, column, Spread(
+                    mean=float(values.mean()), median=float(np.median(values)),
+                    p99=float(np.percentile(values, 99)), max=float(values.max())))
+        divergence = self.number_column("first_divergence")
+        if len(divergence):
+            drift.first_divergence = FirstDivergence(median=float(np.median(divergence)),
+                                                     min=int(divergence.min()))
+        return drift
+
+
+def _ranked(counts: Counter[str]) -> dict[str, int]:
+    """Values by count, most common first (ties by name: the same for any chunking)."""
+    return {key: n for key, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def _add_checks(counts: dict[str, CheckCounts], compared: pd.DataFrame) -> None:
+    """Per check kind, from pairs.csv's a_checks / b_checks cells."""
+    for a_cell, b_cell in zip(compared["a_checks"], compared["b_checks"], strict=True):
+        a, b = _statuses(a_cell), _statuses(b_cell)
+        for check in a.keys() | b.keys():
+            c = counts.setdefault(check, CheckCounts(checked=0, a_pass=0, b_pass=0,
+                                                     regressions=0, improvements=0, skipped=0))
+            pair = (a.get(check), b.get(check))
+            c.checked += 1
+            c.a_pass += pair[0] == PASS
+            c.b_pass += pair[1] == PASS
+            c.regressions += pair == (PASS, FAIL)
+            c.improvements += pair == (FAIL, PASS)
+            c.skipped += SKIPPED in pair
+
+
+def _statuses(cell: Any) -> dict[str, str]:
+    return dict(token.split("=", 1) for token in cell.split()) if isinstance(cell, str) else {}
+
+
+def comparison_notes(totals: PairTotals, a: Side, b: Side) -> Comparison:
+    """How many prompts were compared, and in plain words why the others were not."""
+    ids = totals.not_compared
+    notes = []
+    if ids.get("not_comparable"):
+        notes.append(f"{plural(len(ids['not_comparable']), 'prompt')} not comparable: "
+                     + _request_differences(ids["not_comparable"], a, b))
+    only_a, only_b = ids.get("only_a", []), ids.get("only_b", [])
+    if only_a or only_b:
+        disjoint = totals.compared == 0 and set(ids) <= {"only_a", "only_b"}
+        notes.append(f"{plural(len(only_a), 'prompt')} only in A, "
+                     f"{plural(len(only_b), 'prompt')} only in B"
+                     + (" (the two runs share no prompt id)" if disjoint else ""))
+    for side, name in ((a, "a"), (b, "b")):
+        failed = ids.get(f"{name}_failed", [])
+        if failed:
+            error = side.first_error(failed) or "never sent (the collection was interrupted)"
+            notes.append(f"{plural(len(failed), 'prompt')} without an answer on {name.upper()} "
+                         f"({side.label}): {error}")
+    return Comparison(compared=totals.compared, prompts=totals.prompts, notes=notes,
+                      sentence=_comparison_sentence(totals.compared, totals.prompts, notes))
+
+
+def _throughput(a: Side, b: Side) -> ThroughputPair | None:
+    """The throughput phases the runs hold (run --throughput), if any."""
+    measured = [read_throughput(s.run_dir) if s.run_dir else None for s in (a, b)]
+    if measured == [None, None]:
+        return None
+    return throughput_verdict(*measured)
+
+
+def throughput_verdict(a: Throughput | None, b: Throughput | None) -> ThroughputPair:
+    """B's throughput against A's, compared only when every prompt's generated token
+    count matches; otherwise by how much they differ, per generated token only."""
+    pair = ThroughputPair(a=a, b=b)
+    if a is None or b is None:
+        pair.note = f"throughput measured on {'A' if a else 'B'} only"
+        return pair
+    if a.tokens_per_s is None or b.tokens_per_s is None or a.prompt_tokens is None \
+            or b.prompt_tokens is None:
+        pair.note = "throughput not comparable: the server reports no token counts"
+        return pair
+    shared = sorted(set(a.prompt_tokens) & set(b.prompt_tokens))
+    a_total = sum(a.prompt_tokens[p] for p in shared)
+    b_total = sum(b.prompt_tokens[p] for p in shared)
+    pair.ratio_b_over_a = b.tokens_per_s / a.tokens_per_s
+    if a_total == b_total:
+        pair.comparable = True
+        pair.note = (f"generated token counts match ({a_total}): B/A = "
+                     f"{pair.ratio_b_over_a:.2f}x ({b.tokens_per_s:,.0f} vs "
+                     f"{a.tokens_per_s:,.0f} tokens/s)")
+    else:
+        differ = abs(b_total - a_total) / max(a_total, 1)
+        pair.note = (f"throughput not comparable, token counts differ {differ:.0%} "
+                     f"(A {a_total}, B {b_total}); per generated token only: B/A = "
+                     f"{pair.ratio_b_over_a:.2f}x")
+    return pair
+
+
+def _preflight(a: Side, b: Side) -> PreflightPair:
+    """Each side's recorded preflight, and whether their tokenizers agree."""
+    agreement = tokenizer_agreement(a.fingerprint, b.fingerprint)
+    return PreflightPair(a=a.preflight, b=b.preflight, tokenizer=agreement,
+                         token_metrics_withheld=agreement.message
+                         if agreement.status == "warn" else None)
+
+
+def _comparison_sentence(compared: int, prompts: int, notes: list[str]) -> str:
+    if compared == prompts:
+        return f"all {prompts} prompts compared"
+    head = "nothing was compared" if compared == 0 else f"only {compared} of {prompts} " \
+        "prompts were compared"
+    return f"{head}: {'; '.join(notes)}"
+
+
+def _request_differences(prompt_ids: list[str], a: Side, b: Side) -> str:
+    """What differs between A's and B's requests, most common first: "B was collected
+    with max_tokens 64, A with 256"."""
+    seen: dict[str, int] = {}
+    for prompt_id in prompt_ids:
+        a_prompt, b_prompt = a.prompts.get(prompt_id), b.prompts.get(prompt_id)
+        if a_prompt is None or b_prompt is None:
+            continue
+        a_request, b_request = a_prompt.request, b_prompt.request
+        for key in sorted(set(a_request) | set(b_request)):
+            if a_request.get(key) != b_request.get(key):
+                phrase = (f"B was collected with {key} {_short(b_request.get(key))}, A with "
+                          f"{_short(a_request.get(key))}")
+                seen[phrase] = seen.get(phrase, 0) + 1
+    if not seen:
+        return "their prompt hashes differ"
+    ranked = sorted(seen.items(), key=lambda item: -item[1])
+    return "; ".join(f"{phrase} ({plural(n, 'prompt')})" if len(prompt_ids) > 1
+                     else phrase for phrase, n in ranked[:3])
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "none"
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, int | float) \
+        else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _cells(a: Side, b: Side) -> Cells:
+    a_cell = a.manifest.cell if a.manifest else {}
+    b_cell = b.manifest.cell if b.manifest else {}
+    differing = differing_axes(a_cell, b_cell)
+    return Cells(a=a_cell, b=b_cell, a_key=a.manifest.cell_key if a.manifest else None,
+                 b_key=b.manifest.cell_key if b.manifest else None, differs=differing,
+                 warning=confound_warning(differing))
+
+
+def _identity(side: Side) -> SideIdentity:
+    if side.manifest is None:
+        return SideIdentity(label=side.label, text_only=side.text_only)
+    manifest = side.manifest
+    return SideIdentity(label=side.label, endpoint=manifest.endpoint, model=manifest.model,
+                        runtime=manifest.server.runtime,
+                        runtime_version=manifest.server.runtime_version,
+                        text_only=side.text_only)
+
+
+def _side_stats(side: Side, totals: PairTotals, prefix: str) -> SidePerformance:
+    """The side's request counts and timings, and the tokens of its compared answers."""
+    with_tokens = totals.counts[f"{prefix}_with_tokens"]
+    return msgspec.structs.replace(
+        side.performance,
+        compared_output_tokens=totals.counts[f"{prefix}_tokens"] if with_tokens else None)
+
+
+def _throughput_verdict(performance: Performance) -> None:
+    """Throughput is only compared when the compared pairs generated as many tokens."""
+    a, b = performance.a, performance.b
+    a_tokens, b_tokens = a.compared_output_tokens, b.compared_output_tokens
+    if a_tokens is None or b_tokens is None or not a.output_tokens_per_s \
+            or not b.output_tokens_per_s:
+        performance.throughput_note = "no timings on one side"
+    elif a_tokens != b_tokens:
+        performance.throughput_note = (f"generated token counts differ (A {a_tokens}, "
+                                       f"B {b_tokens}): throughput is not compared")
+    else:
+        ratio = b.output_tokens_per_s / a.output_tokens_per_s
+        performance.throughput_comparable = True
+        performance.throughput_ratio_b_over_a = ratio
+        performance.throughput_note = f"token counts match ({a_tokens}); B/A = {ratio:.2f}x"
+
+
+KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
+
+
+def degenerate_phrase(counts: Counts) -> str:
+    """'2 degenerate outputs new on B (1 loop, 1 empty)': the count and its parts."""
+    total, kinds = counts.degenerate_new_on_b, counts.degenerate_new_on_b_kinds
+    parts = [f"{kinds[kind]} {KIND_NAMES[kind][kinds[kind] != 1]}" for kind in DEGENERATE_KINDS
+             if kinds.get(kind)]
+    return (f"{plural(total, 'degenerate output')} new on B"
+            + (f" ({', '.join(parts)})" if parts else ""))
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """'1 flip', '2 flips' ('1 empty', '2 empty' with nouns='empty')."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def headline(summary: Summary) -> str:
+    """The seeds' style: "7 of 20 identical, 9 wording only, ..."."""
+    counts = summary.counts
+    parts = [f"{counts.identical} of {counts.pairs} identical",
+             f"{counts.wording_similar} wording only (suggested)",
+             f"{counts.divergent} to review",
+             f"{plural(counts.flips.regression, 'factual flip')} by expect (A pass, B fail)"]
+    if counts.flips.improvement:
+        parts.append(plural(counts.flips.improvement, "improvement"))
+    by_check = [f"{check} {c.regressions}" for check, c in counts.checks.items()
+                if c.regressions]
+    if len(counts.checks) > 1 and by_check:
+        parts.append("flips by check: " + ", ".join(by_check))
+    skipped = sum(c.skipped for c in counts.checks.values())
+    if skipped:
+        parts.append(f"{plural(skipped, 'check')} skipped (code: compare with "
+                     "--allow-code-exec to run them)")
+    if counts.tool_calls:
+        parts.append("tool calls: " + ", ".join(f"{v} {k.replace('_', ' ')}"
+                                                for k, v in counts.tool_calls.items()))
+    parts.append(degenerate_phrase(counts))
+    if counts.length_capped_new_on_b:
+        parts.append(f"{plural(counts.length_capped_new_on_b, 'more answer')} on B cut by "
+                     "max_tokens where A stopped")
+    if counts.nondeterministic.a or counts.nondeterministic.b:
+        parts.append(f"nondeterministic prompts: A {counts.nondeterministic.a}, "
+                     f"B {counts.nondeterministic.b}")
+    if counts.noise:
+        parts.append(f"{plural(counts.noise, 'difference')} within repeat noise")
+    others = {k: v for k, v in counts.status.items() if k != "compared"}
+    if others:
+        parts.append("not compared: " + ", ".join(f"{v} {k.replace('_', ' ')}"
+                                                  for k, v in others.items()))
+    return ", ".join(parts) + "."

@@ -1,0 +1,380 @@
+"""Pure functions that judge one pair: divergence, drift, degenerate output, flips."""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+from rapidfuzz.distance import Indel
+
+from ..store.run_records import Tokens, numbers_in
+from .expects import FAIL, PASS, CheckResult, overall
+
+WORDING_SIMILARITY = 0.8
+NO_DIVERGENCE = "none"
+# A near tie: on each side the other side's token is within this many nats of the one
+# chosen (at least 78% of its probability). Measured on the demo model (Gemma 3 270M,
+# bf16 vs fp8, 116 positions of common prefix): FP8 moves a chosen token's logprob by
+# 0.05 nats at the median and 0.15 at the 90th percentile, and the four forks it caused
+# had gaps of 0.01 to 0.08 nats. A fork past 0.25 nats took more than such a nudge.
+NEAR_TIE_NATS = 0.25
+
+
+def similarity(a: str, b: str) -> float:
+    """0..1 normalized Indel similarity (what difflib's ratio() approximates, much faster)."""
+    return float(Indel.normalized_similarity(a, b))
+
+
+def numbers_changed(a: str, b: str) -> bool:
+    return numbers_in(a) != numbers_in(b)
+
+
+# --- degenerate output ---------------------------------------------------------------
+
+def degenerate_reason(text: str | None, finish_reason: str | None,
+                      other_finish_reason: str | None) -> str:
+    """`empty`, `repetition`, `length` (capped while the other side stopped), or ""."""
+    if text is None:
+        return ""
+    if not text.strip():
+        return "empty"
+    if is_repetition_loop(text, capped=finish_reason == "length"):
+        return "repetition"
+    if finish_reason == "length" and other_finish_reason == "stop":
+        return "length"
+    return ""
+
+
+def is_repetition_loop(text: str, capped: bool = False) -> bool:
+    """A loop (see `_ends_in_loop`); for an answer cut by max_tokens also a short one
+    (see `_short_capped_loop`): a loop that hit the cap early has had no room to repeat
+    many times, and being cut is itself the sign that it never ended."""
+    return _ends_in_loop(text) or (capped and _short_capped_loop(text))
+
+
+# Measured on the broken-FP8-head garbage of the demo (`--fault lmhead-noscale`, caps of
+# 8 to 24 tokens): "Yes yes yes yes yes yes yes yes", "Answer given here because its
+# given here because its given here", "real estate—real estate—where real estate—...",
+# "<i><b><i><b>...". Prose, lists, numbers, tables and code cut by the cap are not.
+CAPPED_LOOP_COPIES = 2.5  # the tail repeats its period at least this often,
+CAPPED_LOOP_SHARE = 0.5  # and covers at least half of the answer
+CAPPED_DISTINCT_SHARE = 0.3  # or: at most this share of the words are distinct
+_WORD = re.compile(r"\w+")
+
+
+def _short_capped_loop(text: str) -> bool:
+    words = [w.casefold() for w in _WORD.findall(text)]
+    if len(words) < 4:
+        return False
+    for period in _candidate_periods(words, len(words) // 2):
+        run = _periodic_tail(words, period)
+        if run >= max(CAPPED_LOOP_COPIES * period, 4) and run >= CAPPED_LOOP_SHARE * len(words):
+            return True
+    if len(words) >= 6 and len(set(words)) <= max(2, CAPPED_DISTINCT_SHARE * len(words)):
+        return True
+    return _near_loop(text.rstrip()[-512:], short=True)
+
+
+def _ends_in_loop(text: str) -> bool:
+    """The answer ends in a phrase repeated back to back (greedy decoding, once in a
+    loop, stays in it): "need analysis there need analysis there ...".
+
+    "very very good" or a list whose items share a prefix is not a loop: the repeated
+    tail must hold at least four copies, at least 12 words and 30% of the answer. Loops
+    without spaces (CJK, symbols) are found the same way over characters.
+    """
+    words = text.split()
+    for period in _candidate_periods(words, min(50, len(words) // 4)):
+        if _periodic_tail(words, period) >= max(4 * period, 12, 0.3 * len(words)):
+            return True
+    tail = text.rstrip()[-512:]
+    for period in _candidate_periods(tail, min(64, len(tail) // 8)):
+        if _periodic_tail(tail, period) >= max(8 * period, 48, 0.3 * len(tail)):
+            return True
+    return _near_loop(tail)
+
+
+_FILLER = re.compile(r"[^\W_]+")
+
+
+def _near_loop(tail: str, short: bool = False) -> bool:
+    """A loop whose few words alternate: "<em><u>na</u></em><em><u>mi</u></em>...".
+
+    The text's shape (every run of letters or digits replaced by one placeholder) must
+    end, give or take a few closing characters, in a periodic run, and the words inside
+    that run (markup names included) must repeat: at most a quarter of them distinct.
+    A table or a list repeats its shape too, but with many different words.
+    """
+    encoded = tail.encode("utf-8", "surrogatepass")
+    if not short and (len(encoded) < 96 or len(zlib.compress(encoded)) > 0.4 * len(encoded)):
+        return False  # cheap gate: such a loop compresses far better than prose does
+    full_shape = _FILLER.sub("\0", tail)
+    words = _FILLER.findall(tail)
+    # a short (capped) answer: three periods and half the answer are enough
+    copies, least, share = (3, 12, CAPPED_LOOP_SHARE) if short else (4, 48, 0.3)
+    for trimmed in range(min(16, len(full_shape) // 2)):
+        shape = full_shape[:len(full_shape) - trimmed]
+        for period in _candidate_periods(shape, min(64, len(shape) // copies)):
+            run = _periodic_tail(shape, period)
+            if run >= max(copies * period, least, share * len(full_shape)):
+                inside = shape[-run:].count("\0")
+                after = full_shape[len(shape):].count("\0")
+                region = words[len(words) - after - inside:len(words) - after]
+                return len(region) >= 3 and len(set(region)) <= max(3, len(region) // 4)
+    return False
+
+
+def _candidate_periods(items: str | list[str], longest: int) -> list[int]:
+    """Periods p whose last item equals the item p places before it (cheap filter)."""
+    if longest < 1:
+        return []
+    last = items[-1]
+    return [p for p in range(1, longest + 1) if items[-1 - p] == last]
+
+
+def _periodic_tail(items: str | list[str], period: int) -> int:
+    """How many trailing items repeat the item `period` places before them (plus one period)."""
+    index = len(items) - 1
+    while index >= period and items[index] == items[index - period]:
+        index -= 1
+    run = len(items) - 1 - index
+    return run + period if run else 0
+
+
+# --- token streams -----------------------------------------------------------------
+
+def token_keys(tokens: Tokens) -> list[Any]:
+    """Token identities: the raw bytes where the string alone is lossy (U+FFFD)."""
+    if not tokens.raw_bytes:
+        return list(tokens.text)
+    return [tuple(b) if b is not None else t
+            for t, b in zip(tokens.text, tokens.raw_bytes, strict=True)]
+
+
+def _occurrences(tokens: list[str]) -> list[tuple[str, int]]:
+    """(token, n-th time it appears): repeated strings stay distinct outcomes."""
+    seen: dict[str, int] = {}
+    keyed = []
+    for token in tokens:
+        seen[token] = seen.get(token, 0) + 1
+        keyed.append((token, seen[token]))
+    return keyed
+
+
+def first_divergence(a_keys: list[Any], b_keys: list[Any]) -> int | None:
+    """Index of the first differing generated token; None when the streams agree."""
+    for index, (a, b) in enumerate(zip(a_keys, b_keys, strict=False)):
+        if a != b:
+            return index
+    return None if len(a_keys) == len(b_keys) else min(len(a_keys), len(b_keys))
+
+
+@dataclass
+class Divergence:
+    position: int | None
+    kind: str  # none | near_tie | confident | ended
+    gap: float | None = None  # on A: A's token's logprob minus B's token's
+    a_token: str | None = None
+    b_token: str | None = None
+    b_gap: float | None = None  # on B: B's token's logprob minus A's token's
+
+
+def classify_divergence(a: Tokens, b: Tokens) -> Divergence:
+    """vLLM's check_logprobs_close rule at the first differing token, with a margin.
+
+    A near tie: on each side the other side's token is in the top-k and within
+    NEAR_TIE_NATS of the chosen one. A confident flip: it is not (with top-20 almost
+    every fork has the other token somewhere in the list). `ended`: one side stopped
+    where the other went on.
+    """
+    position = first_divergence(token_keys(a), token_keys(b))
+    if position is None:
+        return Divergence(None, NO_DIVERGENCE)
+    if position >= len(a) or position >= len(b):
+        return Divergence(position, "ended")
+    a_token, b_token = a.text[position], b.text[position]
+    gap = _gap(a, position, a_token, b_token)
+    b_gap = _gap(b, position, b_token, a_token)
+    near = gap is not None and b_gap is not None and max(gap, b_gap) <= NEAR_TIE_NATS
+    return Divergence(position, "near_tie" if near else "confident", gap, a_token, b_token,
+                      b_gap)
+
+
+def _gap(tokens: Tokens, position: int, chosen: str, other: str) -> float | None:
+    """The chosen token's logprob minus the other token's, on one side; None when the
+    other token is not in that side's top-k."""
+    top = _best_logprobs(tokens.top_text[position], tokens.top_logprob[position])
+    if other not in top:
+        return None
+    own = tokens.logprob[position]
+    own = top.get(chosen) if own is None else own
+    return None if own is None else float(own - top[other])
+
+
+def _best_logprobs(tokens: list[str], logprobs: list[float]) -> dict[str, float]:
+    """Token string -> its highest logprob (strings repeat: distinct ids, same text)."""
+    best: dict[str, float] = {}
+    for token, logprob in zip(tokens, logprobs, strict=True):
+        best.setdefault(token, logprob)
+    return best
+
+
+@dataclass
+class Drift:
+    top1_agreement: float | None = None
+    logprob_mean_abs_diff: float | None = None
+    logprob_max_abs_diff: float | None = None
+    kl_topk_mean: float | None = None
+    kl_topk_max: float | None = None
+
+
+def drift(a: Tokens, b: Tokens, divergence: int | None) -> Drift:
+    """Logprob drift over the common prefix (and top-1 agreement up to the divergence)."""
+    length = min(len(a), len(b))
+    prefix = length if divergence is None else min(divergence, length)
+    compared = min(prefix + 1, length) if divergence is not None else length
+    if compared == 0:
+        return Drift()
+    agreement = [a.top_text[i][:1] == b.top_text[i][:1] for i in range(compared)]
+    diffs = [abs(x - y) for x, y in zip(a.logprob[:prefix], b.logprob[:prefix], strict=True)
+             if x is not None and y is not None]
+    kls = kl_per_position(a, b, prefix)
+    return Drift(
+        top1_agreement=sum(agreement) / len(agreement),
+        logprob_mean_abs_diff=sum(diffs) / len(diffs) if diffs else None,
+        logprob_max_abs_diff=max(diffs) if diffs else None,
+        kl_topk_mean=sum(kls) / len(kls) if kls else None,
+        kl_topk_max=max(kls) if kls else None,
+    )
+
+
+def kl_per_position(a: Tokens, b: Tokens, positions: int) -> list[float]:
+    """kl_lower_bound at each of the first `positions` positions.
+
+    Where both sides list the same alternatives in the same order (most of a common
+    prefix) the bound is computed for all such positions at once with numpy.
+    """
+    same = [i for i in range(positions) if a.top_text[i] == b.top_text[i]]
+    widths = {len(a.top_text[i]) for i in same}
+    values: dict[int, float] = {}
+    if same and len(widths) == 1 and widths != {0}:
+        a_lp = np.array([a.top_logprob[i] for i in same], dtype=float)
+        b_lp = np.array([b.top_logprob[i] for i in same], dtype=float)
+        values = dict(zip(same, _kl_aligned(a_lp, b_lp).tolist(), strict=True))
+    return [values[i] if i in values else kl_lower_bound(
+        a.top_text[i], a.top_logprob[i], b.top_text[i], b.top_logprob[i])
+        for i in range(positions)]
+
+
+def _kl_aligned(a_lp: np.ndarray, b_lp: np.ndarray) -> np.ndarray:
+    p, q = np.exp(a_lp), np.exp(b_lp)
+    body = (p * (a_lp - b_lp)).sum(axis=1)
+    p_rest = np.clip(1.0 - p.sum(axis=1), 0.0, None)
+    q_rest = np.clip(1.0 - q.sum(axis=1), 1e-12, None)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rest = np.where(p_rest > 1e-12, p_rest * np.log(p_rest / q_rest), 0.0)
+    return np.asarray(np.maximum(body + rest, 0.0))
+
+
+def kl_lower_bound(a_tokens: list[str], a_logprobs: list[float], b_tokens: list[str],
+                   b_logprobs: list[float]) -> float:
+    """KL(A || B) over the tokens both top-k lists hold plus one bucket for the rest.
+
+    Merging outcomes never increases KL divergence, so this is a lower bound on the
+    full-vocabulary KL, computed from the top-k alone.
+    """
+    b_logprob_of = dict(zip(_occurrences(b_tokens), b_logprobs, strict=True))
+    total = p_shared = q_shared = 0.0
+    for token, logprob in zip(_occurrences(a_tokens), a_logprobs, strict=True):
+        other = b_logprob_of.get(token)
+        if other is None:
+            continue
+        p = math.exp(logprob)
+        p_shared += p
+        q_shared += math.exp(other)
+        total += p * (logprob - other)
+    p_rest, q_rest = max(1.0 - p_shared, 0.0), max(1.0 - q_shared, 1e-12)
+    if p_rest > 1e-12:
+        total += p_rest * math.log(p_rest / q_rest)
+    return max(total, 0.0)
+
+
+# --- tool calls ---------------------------------------------------------------------
+
+TOOL_CALL_CHANGES = ("identical", "arguments_changed", "different_tool", "call_vs_no_call")
+
+
+def with_calls(text: str, calls: str | None) -> str:
+    """An answer's content for similarity and the degenerate check: its text, then its
+    tool calls (pairs.csv's JSON), so that a call is content too."""
+    return f"{text}\n{calls}" if calls else text
+
+
+def tool_call_change(a_calls: str | None, b_calls: str | None) -> str:
+    """How B's tool calls differ from A's (TOOL_CALL_CHANGES), "" when neither side
+    called one. Arguments compare as JSON values (whitespace and key order aside),
+    the calls as a set (parallel calls may come in any order)."""
+    if not a_calls and not b_calls:
+        return ""
+    if not a_calls or not b_calls:
+        return "call_vs_no_call"
+    a, b = _canonical_calls(a_calls), _canonical_calls(b_calls)
+    if sorted(name for name, _ in a) != sorted(name for name, _ in b):
+        return "different_tool"
+    return "identical" if sorted(a) == sorted(b) else "arguments_changed"
+
+
+def _canonical_calls(calls: str) -> list[tuple[str, str]]:
+    canonical = []
+    for call in orjson.loads(calls):
+        arguments = call.get("arguments") or ""
+        try:
+            arguments = orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONDecodeError:
+            pass  # not JSON: compared as sent
+        canonical.append((str(call.get("name")), arguments))
+    return canonical
+
+
+# --- expectations and labels ------------------------------------------------------
+
+def expectation_columns(a_results: list[CheckResult], b_results: list[CheckResult]
+                        ) -> dict[str, Any]:
+    """Each side's checks, overall result and failures; the flip: a regression when any
+    check passed on A and fails on B, an improvement when one went the other way only."""
+    a_status = {r.check: r.status for r in a_results}
+    flipped = [r.check for r in b_results if r.status == FAIL and a_status[r.check] == PASS]
+    improved = any(r.status == PASS and a_status[r.check] == FAIL for r in b_results)
+    return {"a_expect": overall(a_results), "b_expect": overall(b_results),
+            "flip": "regression" if flipped else "improvement" if improved else "",
+            "flipped_checks": " ".join(flipped),
+            "a_checks": checks_cell(a_results), "b_checks": checks_cell(b_results),
+            "a_expect_failures": _reasons(a_results), "b_expect_failures": _reasons(b_results)}
+
+
+def checks_cell(results: list[CheckResult]) -> str:
+    """pairs.csv's a_checks / b_checks: `check=status` for each check, space-separated."""
+    return " ".join(f"{r.check}={r.status}" for r in results)
+
+
+def _reasons(results: list[CheckResult]) -> str:
+    return "; ".join(f"{r.check}: {r.reason}" for r in results if r.status != PASS)
+
+
+def suggested_label(identical: bool, similar: float, numbers_differ: bool, flip_kind: str,
+                    a_expect: str, b_expect: str, a_degenerate: str, b_degenerate: str,
+                    calls_change: str = "") -> str:
+    if identical:
+        return "identical"
+    if flip_kind:
+        return "factual_flip"
+    if (similar >= WORDING_SIMILARITY and not numbers_differ and a_expect == b_expect
+            and not a_degenerate and not b_degenerate
+            and calls_change in ("", "identical")):
+        return "wording"
+    return ""

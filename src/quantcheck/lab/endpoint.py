@@ -1,0 +1,692 @@
+"""A loopback OpenAI-compatible server in each runtime's dialect, driven by an engine.
+
+The engine decides what is generated (scripted answers, or a real model); the server
+speaks the wire format of vllm, sglang, llama.cpp or llama-cpp-python, streams, and
+injects the faults a real deployment shows (latency, 429, 5xx, dropped connections,
+a top_logprobs limit, missing logprobs, rejected parameters, nondeterministic or
+load-dependent logprobs). It can also replay a recorded response body verbatim.
+
+MoE routing (`Faults.routing`, as a server started to return it): a pretend mixture
+of ROUTING_EXPERTS experts, ROUTING_LAYERS layers, ROUTING_K per token, each forward
+pass routed by a hash of its token and position, sent as vLLM does (non-streamed
+`choices[0].routed_experts`, base64 `.npy`) or SGLang does (`sglext.routed_experts`,
+base64 raw int32, when the request asks `return_routed_experts`). Planted: gating that
+changes from request to request (`gating_nondeterministic`), and one (token, layer)
+routed elsewhere (`routing_flip_at`, a generated token's position).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+import orjson
+from aiohttp import web
+
+from ..store.runtimes import RUNTIMES
+
+DIALECTS = RUNTIMES  # the runtimes whose wire formats the lab speaks
+OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llama.cpp": "llamacpp",
+            "llama-cpp-python": "me"}
+
+
+@dataclass
+class Faults:
+    """Misbehaviour to inject; request numbers count every generation request from 0."""
+
+    latency_s: float = 0.0
+    token_delay_s: float = 0.0
+    status: dict[int, int] = field(default_factory=dict)
+    status_message: str | None = None
+    retry_after_s: float | None = None
+    drop: set[int] = field(default_factory=set)
+    max_top_logprobs: int | None = None
+    no_logprobs: bool = False
+    reject_fields: set[str] = field(default_factory=set)
+    nondeterministic: bool = False
+    load_sensitive: bool = False  # nondeterministic only while other requests are in flight
+    context_limit: int | None = None  # keep only the prompt's last N tokens, silently
+    sliding_window: int | None = None  # the model sees the last N; usage counts them all
+    no_usage: bool = False  # responses without a usage object
+    not_greedy: str | None = None  # "sampling" (unless top_k is 1) or "penalty" (always)
+    reasoning: str | None = None  # "leak" into content, or "eat" every token (chat only)
+    other_tokenizer: bool = False  # other token ids and counts (B with another vocabulary)
+    routing: bool = False  # return MoE routing (vLLM's server flag; SGLang when asked)
+    gating_nondeterministic: bool = False  # one (token, layer) routed by request number
+    routing_flip_at: int | None = None  # this generated token's layer 1 routed elsewhere
+
+
+ROUTING_LAYERS, ROUTING_K, ROUTING_EXPERTS = 4, 2, 8
+
+
+def lab_routing(forwarded: list[str]) -> np.ndarray:
+    """(tokens, layers, k) experts: each token's forward pass routed by a hash of the
+    token and its position, k distinct experts per layer."""
+    rows = []
+    for position, token in enumerate(forwarded):
+        digest = hashlib.blake2b(f"{position}\0{token}".encode(), digest_size=8).digest()
+        chooser = random.Random(int.from_bytes(digest, "little"))
+        rows.append([sorted(chooser.sample(range(ROUTING_EXPERTS), ROUTING_K))
+                     for _ in range(ROUTING_LAYERS)])
+    return np.array(rows, np.int32).reshape(len(rows), ROUTING_LAYERS, ROUTING_K)
+
+
+@dataclass
+class Step:
+    """One generated token: its string, bytes, the content it adds, logprob, top-k."""
+
+    token: str
+    raw: bytes
+    content: str
+    logprob: float
+    top: list[tuple[str, float]]
+    reasoning: bool = False  # part of the reasoning, not of the answer
+    call: int | None = None  # part of tool call number `call`: its name, or its arguments
+    call_name: str | None = None  # set on a call's first step (the name's token)
+
+
+@dataclass
+class Scored:
+    """One forced position: the logprob of the given token, and the top-k (id, text,
+    logprob) the model had there."""
+
+    logprob: float
+    top: list[tuple[int, str, float]]
+
+
+Emit = Callable[[Step], Awaitable[None]]
+
+
+class Engine(Protocol):
+    """What generates: `run` emits each step as it is made and returns the finish reason."""
+
+    name: str
+
+    async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
+                  emit: Emit) -> str: ...
+
+    def tokenize(self, text: str, special: bool = True) -> list[int]: ...
+
+    def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]: ...
+
+    def prompt_text(self, body: dict[str, Any], chat: bool) -> str:
+        """The text whose tokenization (with special tokens) is `prompt_ids`."""
+
+    def token_text(self, token: int) -> str: ...
+
+    def score(self, ids: list[int], start: int, top_k: int) -> list[Scored]: ...
+
+    def next_top(self, ids: list[int], top_k: int) -> list[tuple[int, str, float]]:
+        """The top-k (id, text, logprob) for the token after `ids`."""
+
+
+def prompt_text_of(body: dict[str, Any]) -> str:
+    if "messages" in body:
+        return "\n".join(str(m.get("content", "")) for m in body["messages"])
+    prompt = body.get("prompt", "")
+    return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
+
+
+class LabServer:
+    """Serve an engine on 127.0.0.1 in a background thread (or in your own loop)."""
+
+    def __init__(self, engine: Engine, dialect: str = "vllm", faults: Faults | None = None,
+                 replay: dict[str, bytes] | None = None, host: str = "127.0.0.1",
+                 port: int = 0, server_info: dict[str, Any] | None = None) -> None:
+        if dialect not in DIALECTS:
+            raise ValueError(f"dialect must be one of {DIALECTS}")
+        self.engine = engine
+        self.dialect = dialect
+        self.faults = faults or Faults()
+        self.replay = replay or {}
+        self.host, self.port = host, port
+        self.server_info = server_info or {}
+        self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
+        self._counter = 0
+        self.in_flight = 0
+        self._rng = random.Random(1234)
+        self._routed: dict[str, int] = {}  # requests per prompt text (gating fault)
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/version", self._version)
+        app.router.add_get("/get_server_info", self._sglang_info)
+        app.router.add_get("/server_info", self._sglang_info)
+        app.router.add_get("/props", self._props)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/extras/tokenize", self._tokenize)
+        app.router.add_post("/v1/chat/completions", self._generate)
+        app.router.add_post("/v1/completions", self._generate)
+        app.router.add_post("/completion", self._native_completion)
+        app.router.add_post("/apply-template", self._apply_template)
+        return app
+
+    async def start_async(self) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop_async(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def start(self) -> LabServer:
+        ready = threading.Event()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(self.start_async())
+            ready.set()
+            self._loop.run_forever()
+            self._loop.run_until_complete(self.stop_async())
+            self._loop.close()
+
+        self._thread = threading.Thread(target=run, daemon=True, name="lab-server")
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def __enter__(self) -> LabServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- metadata endpoints -------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.Response:
+        entry = {"id": self.engine.name, "object": "model", "created": 1700000000,
+                 "owned_by": OWNED_BY[self.dialect]}
+        if self.dialect == "vllm":
+            entry["max_model_len"] = self.server_info.get("max_model_len", 8192)
+        return _json({"object": "list", "data": [entry]})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        if self.dialect == "llama.cpp":
+            return _json({"status": "ok"})
+        return web.Response(status=200)
+
+    async def _version(self, request: web.Request) -> web.Response:
+        if self.dialect != "vllm":
+            raise web.HTTPNotFound()
+        return _json({"version": self.server_info.get("version", "0.11.0")})
+
+    async def _sglang_info(self, request: web.Request) -> web.Response:
+        if self.dialect != "sglang":
+            raise web.HTTPNotFound()
+        info = {"model_path": self.engine.name, "tp_size": 1, "quantization": None,
+                "kv_cache_dtype": "auto", "attention_backend": "flashinfer",
+                "context_length": 8192, "version": "0.5.9"}
+        return _json({**info, **self.server_info})
+
+    async def _props(self, request: web.Request) -> web.Response:
+        if self.dialect != "llama.cpp":
+            raise web.HTTPNotFound()
+        props = {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1,
+                 "model_path": f"/models/{self.engine.name}.gguf", "build_info": "b6000-abc1234"}
+        return _json({**props, **self.server_info})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM (`prompt` or `messages`), llama.cpp (`content`) and llama-cpp-python
+        (`/extras/tokenize`, `input`) each have their own."""
+        body = orjson.loads(await request.read())
+        field = {"vllm": "prompt", "llama.cpp": "content",
+                 "llama-cpp-python": "input"}.get(self.dialect)
+        wanted = "/extras/tokenize" if self.dialect == "llama-cpp-python" else "/tokenize"
+        if field is None or request.path != wanted:
+            raise web.HTTPNotFound()
+        if field not in body and self.dialect == "llama.cpp":
+            return _json({"tokens": []})  # as llama-server answers another server's shape
+        if field not in body and not (self.dialect == "vllm" and "messages" in body):
+            return _json(_error_body(f"missing field {field!r}", 400), 400)
+        if "messages" in body:
+            ids = self.engine.prompt_ids(body, chat=True)
+        else:  # llama.cpp's `add_special` defaults to false, vLLM's to true
+            special = body.get("add_special", False) if self.dialect == "llama.cpp" else \
+                body.get("add_special_tokens", True)
+            ids = self.tokenize(str(body[field]), bool(special))
+        if self.dialect == "vllm":
+            return _json({"count": len(ids), "max_model_len": 8192, "tokens": ids})
+        return _json({"tokens": ids})
+
+    async def _apply_template(self, request: web.Request) -> web.Response:
+        if self.dialect != "llama.cpp":
+            raise web.HTTPNotFound()
+        body = orjson.loads(await request.read())
+        return _json({"prompt": self.engine.prompt_text(body, chat=True)})
+
+    async def _native_completion(self, request: web.Request) -> web.Response:
+        """llama-server's `/completion` as forced scoring uses it: a prompt of token ids,
+        one token predicted, the `n_probs` alternatives for it (with their ids)."""
+        if self.dialect != "llama.cpp":
+            raise web.HTTPNotFound()
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        prompt = body.get("prompt")
+        ids = ([int(i) for i in prompt] if isinstance(prompt, list)
+               else self.tokenize(str(prompt), True))
+        alternatives = await asyncio.to_thread(self.engine.next_top, ids,
+                                               int(body.get("n_probs") or 1))
+        top = [{"id": i, "token": t, "bytes": list(t.encode()), "logprob": v}
+               for i, t, v in alternatives]
+        return _json({"content": top[0]["token"] if top else "", "id_slot": 0, "stop": True,
+                      "model": self.engine.name, "tokens_predicted": 1,
+                      "tokens_evaluated": len(ids), "stop_type": "limit",
+                      "completion_probabilities": [{**top[0], "top_logprobs": top}] if top
+                      else []})
+
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        ids = self.engine.tokenize(text, special)
+        if self.faults.other_tokenizer:  # another vocabulary: other ids, more pieces
+            return [(i * 7 + 3) % 262144 for i in ids] + [1] * (len(ids) // 3)
+        return ids
+
+    # --- generation ---------------------------------------------------------------
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        number = self._counter
+        self._counter += 1
+        self.requests.append(body)
+        self.authorizations.append(request.headers.get("Authorization"))
+        self.in_flight += 1
+        try:
+            return await self._respond(request, body, number)
+        except ConnectionResetError:  # the client went away (a cancelled filler request)
+            return web.Response(status=499)
+        finally:
+            self.in_flight -= 1
+
+    async def _respond(self, request: web.Request, body: dict[str, Any], number: int
+                       ) -> web.StreamResponse:
+        chat = request.path.endswith("/chat/completions")
+        if not chat and (body.get("prompt_logprobs") is not None or body.get("echo")):
+            return await self._scored(body)
+        stream = bool(body.get("stream"))
+        if self.faults.latency_s:
+            await asyncio.sleep(self.faults.latency_s)
+        rejection = self._rejection(body)
+        if rejection is not None:
+            return rejection
+        status = self.faults.status.get(number)
+        if status is not None:
+            headers = {}
+            if self.faults.retry_after_s is not None:
+                headers["Retry-After"] = str(self.faults.retry_after_s)
+            message = self.faults.status_message or f"injected HTTP {status}"
+            return _json(_error_body(message, status), status, headers)
+        body = _keep_last(body, self.faults.context_limit)
+        kind = ("chat" if chat else "completions") + ("-stream" if stream else "")
+        if kind in self.replay:
+            content_type = "text/event-stream" if stream else "application/json"
+            return web.Response(body=self.replay[kind], content_type=content_type)
+        render = _Renderer(self, body, chat)
+        if stream:
+            return await self._stream(request, body, chat, number, render)
+        steps: list[Step] = []
+
+        async def keep(step: Step) -> None:
+            steps.append(step)
+
+        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, keep)
+        if number in self.faults.drop:
+            request.transport.close()  # type: ignore[union-attr]
+            return web.Response()
+        answer = render.whole(steps, finish)
+        if self.faults.routing:
+            self._add_routing(answer, body, steps)
+        return _json(answer)
+
+    def _add_routing(self, answer: dict[str, Any], body: dict[str, Any], steps: list[Step]
+                     ) -> None:
+        if self.dialect == "sglang" and not body.get("return_routed_experts"):
+            return
+        forwarded = [str(i) for i in self.tokenize(prompt_text_of(body))] + [
+            step.token for step in steps[:-1]]
+        routing = lab_routing(forwarded)
+        generated = len(forwarded) - len(steps)  # the row that chose token 0: the prompt's last
+        if self.faults.gating_nondeterministic and steps:
+            # the k-th request of a prompt is routed elsewhere at its own (token, layer):
+            # every repeat differs from every other, whatever else is in flight
+            seen = self._routed.get(prompt_text_of(body), 0)
+            self._routed[prompt_text_of(body)] = seen + 1
+            if seen:
+                self._reroute(routing, generated + seen % len(steps),
+                              (seen // len(steps)) % ROUTING_LAYERS)
+        if self.faults.routing_flip_at is not None and self.faults.routing_flip_at < len(steps):
+            self._reroute(routing, generated + self.faults.routing_flip_at, 1)
+        if self.dialect == "sglang":
+            answer["sglext"] = {"routed_experts": base64.b64encode(
+                routing.astype("<i4").tobytes()).decode()}
+        elif self.dialect == "vllm":
+            buffer = io.BytesIO()
+            np.save(buffer, routing.astype(np.uint8))
+            answer["choices"][0]["routed_experts"] = base64.b64encode(
+                buffer.getvalue()).decode()
+
+    @staticmethod
+    def _reroute(routing: np.ndarray, row: int, layer: int) -> None:
+        if 0 <= row < len(routing):
+            routing[row, layer] = (routing[row, layer] + ROUTING_K) % ROUTING_EXPERTS
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], chat: bool,
+                      number: int, render: _Renderer) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        sent = 0
+        pending: list[Step] = []  # vLLM puts finish_reason on the last token's chunk
+
+        async def write(chunk: dict[str, Any]) -> None:
+            nonlocal sent
+            if number in self.faults.drop and sent == 2:
+                request.transport.close()  # type: ignore[union-attr]
+                raise ConnectionResetError("injected drop")
+            await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+            sent += 1
+            if self.faults.token_delay_s:
+                await asyncio.sleep(self.faults.token_delay_s)
+
+        async def emit(step: Step) -> None:
+            if pending:
+                await write(render.step_chunk(pending.pop(), None))
+            pending.append(step)
+
+        for chunk in render.opening_chunks():
+            await write(chunk)
+        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit)
+        for chunk in render.closing_chunks(pending, finish):
+            await write(chunk)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _run_engine(self, body: dict[str, Any], chat: bool, emit: Emit) -> str:
+        top_k = _requested_k(body)
+        if self.dialect == "sglang":
+            top_k = min(top_k, 5)  # SGLang may return fewer alternatives than asked
+        loaded = self.faults.load_sensitive and self.in_flight > 1
+        # relative, like float rounding under another reduction order
+        jitter = 1e-7 if self.faults.nondeterministic or loaded else 0.0
+        return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
+
+    def _misbehaving(self, body: dict[str, Any], emit: Emit) -> Emit:
+        """Wrap `emit` with the sampling and reasoning faults."""
+        faults = self.faults
+        sampling = faults.not_greedy == "sampling" and body.get("top_k") != 1
+        template = body.get("chat_template_kwargs") or {}
+        thinking = (faults.reasoning is not None and "messages" in body
+                    and template.get("enable_thinking") is not False)
+        position = 0
+
+        async def wrapped(step: Step) -> None:
+            nonlocal position
+            if thinking and position == 0:
+                for word in ("<think>", " Let", " me", " think.", "</think>"):
+                    top = [(word, -0.01)] + [(f" alt{n}", -1.5 * n)
+                                             for n in range(1, len(step.top))]
+                    await emit(Step(word, word.encode(), word, -0.01, top,
+                                    reasoning=faults.reasoning == "eat"))
+            if thinking and faults.reasoning == "eat":
+                step = replace(step, reasoning=True)
+            if (sampling and position % 5 == 3 or faults.not_greedy == "penalty"
+                    and position % 4 == 2) and len(step.top) > 1:
+                token, logprob = step.top[1]  # not the most likely token
+                step = replace(step, token=token, raw=token.encode(), content=token,
+                               logprob=logprob)
+            position += 1
+            await emit(step)
+
+        return wrapped
+
+    async def _scored(self, body: dict[str, Any]) -> web.Response:
+        """Logprobs of the prompt's own tokens: vLLM's `prompt_logprobs` (the prompt may
+        be token ids), or `echo` with legacy logprobs (vLLM, llama-cpp-python)."""
+        vllm_style = body.get("prompt_logprobs") is not None
+        if self.dialect not in (("vllm",) if vllm_style else ("vllm", "llama-cpp-python")):
+            name = "prompt_logprobs" if vllm_style else "echo"
+            return _json(_error_body(f"{name} is not supported", 400), 400)
+        prompt = body.get("prompt")
+        ids = ([int(i) for i in prompt] if isinstance(prompt, list)
+               else self.engine.tokenize(str(prompt)))
+        k = int((body.get("prompt_logprobs") if vllm_style else body.get("logprobs")) or 0)
+        scored = await asyncio.to_thread(self.engine.score, ids, 1, k)
+        texts = [self.engine.token_text(i) for i in ids]
+        choice: dict[str, Any] = {"index": 0, "text": "" if vllm_style else "".join(texts),
+                                  "finish_reason": "length", "logprobs": None}
+        if vllm_style:
+            choice["prompt_logprobs"] = [None] + [{
+                str(token): {"logprob": one.logprob, "rank": 1 + sum(
+                    v > one.logprob for _, _, v in one.top), "decoded_token": texts[n + 1]},
+                **{str(i): {"logprob": v, "rank": rank, "decoded_token": t}
+                   for rank, (i, t, v) in enumerate(one.top, 1)}}
+                for n, (token, one) in enumerate(zip(ids[1:], scored, strict=True))]
+        else:
+            choice["logprobs"] = {
+                "tokens": texts, "text_offset": [0] * len(texts),
+                "token_logprobs": [None] + [one.logprob for one in scored],
+                "top_logprobs": [None] + [{t: v for _, t, v in one.top} for one in scored]}
+        return _json({"id": "cmpl-scored", "object": "text_completion", "model": self.engine.name,
+                      "choices": [choice], "usage": {"prompt_tokens": len(ids),
+                                                     "completion_tokens": 0,
+                                                     "total_tokens": len(ids)}})
+
+    def _rejection(self, body: dict[str, Any]) -> web.Response | None:
+        for name in sorted(self.faults.reject_fields & set(body)):
+            return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
+        k = _requested_k(body)
+        limit = self.faults.max_top_logprobs
+        if limit is not None and k > limit:
+            message = (f"Requested sample logprobs of {k}, which is greater than max allowed: "
+                       f"{limit}")
+            return _json(_error_body(message, 400), 400)
+        return None
+
+    def wants_logprobs(self, body: dict[str, Any]) -> bool:
+        return not self.faults.no_logprobs and bool(body.get("logprobs"))
+
+
+class _Renderer:
+    """Turns planned steps into one dialect's response body or stream chunks."""
+
+    def __init__(self, server: LabServer, body: dict[str, Any], chat: bool) -> None:
+        self.dialect = server.dialect
+        self.model = body.get("model") or server.engine.name
+        self.chat = chat
+        self.kind = ("chat.completion.chunk" if chat else "text_completion")
+        self.logprobs = server.wants_logprobs(body)
+        self.extra_alt = server.dialect == "llama-cpp-python"
+        self.legacy = not chat and server.dialect != "llama.cpp"
+        self.prompt_tokens = len(server.tokenize(prompt_text_of(body)))
+        self.no_usage = server.faults.no_usage
+        self.completion_tokens = 0
+        self.envelope: dict[str, Any] = {"id": "cmpl-scripted", "created": int(time.time()),
+                                         "model": self.model}
+        if self.dialect == "llama.cpp":
+            self.envelope["system_fingerprint"] = "b6000-abc1234"
+
+    def usage(self) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens}
+
+    def whole(self, steps: list[Step], finish: str) -> dict[str, Any]:
+        self.completion_tokens = len(steps)
+        text = "".join(step.content for step in steps
+                       if step.call is None and (not step.reasoning or not self.chat))
+        reasoning = "".join(step.content for step in steps if step.reasoning) or None
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+            if self.dialect == "vllm" or reasoning:
+                choice["message"]["reasoning_content"] = reasoning
+            choice["message"].update(self._whole_calls(steps))
+        else:
+            choice["text"] = text
+        choice["logprobs"] = self._logprobs(steps) if self.logprobs else None
+        kind = "chat.completion" if self.chat else "text_completion"
+        body = {**self.envelope, "object": kind, "choices": [choice], "usage": self.usage()}
+        if self.no_usage:
+            del body["usage"]
+        return body
+
+    def opening_chunks(self) -> list[dict[str, Any]]:
+        if not self.chat:
+            return []
+        return [self._chunk(self.kind, {"role": "assistant", "content": ""}, None, None)]
+
+    def step_chunk(self, step: Step, finish: str | None) -> dict[str, Any]:
+        self.completion_tokens += 1
+        logprobs = self._logprobs([step]) if self.logprobs else None
+        if step.call is not None and self.chat:
+            return self._chunk(self.kind, {"tool_calls": [self._call_piece(step)]}, logprobs,
+                               finish)
+        field = "reasoning_content" if step.reasoning and self.chat else "content"
+        return self._chunk(self.kind, {field: step.content}, logprobs, finish,
+                           text=step.content)
+
+    # Tool calls, as each runtime writes them (their response models: vLLM's ToolCall /
+    # DeltaToolCall, SGLang's ToolCall, llama.cpp's server, llama-cpp-python's
+    # chatml-function-calling). The content of a message with calls is null.
+
+    def _call_id(self, number: int) -> str:
+        return {"vllm": "chatcmpl-tool-", "sglang": "call_", "llama.cpp": "call_",
+                "llama-cpp-python": "call__"}[self.dialect] + f"{number:04d}scripted"
+
+    def _whole_calls(self, steps: list[Step]) -> dict[str, Any]:
+        calls: dict[int, list[str]] = {}
+        for step in steps:
+            if step.call is not None:
+                name_and_arguments = calls.setdefault(step.call, ["", ""])
+                if step.call_name is not None:
+                    name_and_arguments[0] = step.call_name
+                else:
+                    name_and_arguments[1] += step.content
+        if not calls:
+            return {"tool_calls": []} if self.dialect == "vllm" else {}
+        listed = [{"id": self._call_id(n), "type": "function",
+                   "function": {"name": name, "arguments": arguments}}
+                  for n, (name, arguments) in sorted(calls.items())]
+        message: dict[str, Any] = {"content": None, "tool_calls": listed}
+        if self.dialect == "llama-cpp-python":
+            message["function_call"] = listed[0]["function"]
+        return message
+
+    def _call_piece(self, step: Step) -> dict[str, Any]:
+        number = step.call or 0
+        if step.call_name is not None:  # a call's first piece: its id and name
+            function: dict[str, Any] = {"name": step.call_name}
+            if self.dialect != "vllm":
+                function["arguments"] = ""
+            return {"index": number, "id": self._call_id(number), "type": "function",
+                    "function": function}
+        if self.dialect == "sglang":
+            return {"id": None, "index": number, "type": "function",
+                    "function": {"name": None, "arguments": step.content}}
+        return {"index": number, "function": {"arguments": step.content}}
+
+    def closing_chunks(self, pending: list[Step], finish: str) -> list[dict[str, Any]]:
+        """The last token (with finish_reason, vLLM-style, or before a separate final
+        chunk, SGLang- and llama.cpp-style), then the usage chunk."""
+        separate_finish = self.dialect in ("sglang", "llama.cpp")
+        chunks = [self.step_chunk(step, None if separate_finish else finish)
+                  for step in pending]
+        if separate_finish or not pending:
+            chunks.append(self._chunk(self.kind, {}, None, finish, text=""))
+        if not self.no_usage:
+            chunks.append({**self.envelope, "object": self.kind, "choices": [],
+                           "usage": self.usage()})
+        return chunks
+
+    def _chunk(self, kind: str, delta: dict[str, Any], logprobs: Any, finish: str | None,
+               text: str = "") -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "logprobs": logprobs, "finish_reason": finish}
+        if self.chat:
+            choice["delta"] = delta
+        else:
+            choice["text"] = text
+        return {**self.envelope, "object": kind, "choices": [choice]}
+
+    def _logprobs(self, steps: list[Step]) -> dict[str, Any]:
+        if self.legacy:
+            return {
+                "text_offset": [0] * len(steps),
+                "tokens": [s.token for s in steps],
+                "token_logprobs": [s.logprob for s in steps],
+                "top_logprobs": [dict(self._alternatives(s)) for s in steps],
+            }
+        return {"content": [self._entry(s.token, s.logprob, s.raw, {
+            "top_logprobs": [self._entry(t, v, t.encode()) for t, v in self._alternatives(s)]})
+            for s in steps]}
+
+    def _alternatives(self, step: Step) -> list[tuple[str, float]]:
+        if self.extra_alt:  # llama-cpp-python sends one more than asked
+            return step.top + [(" extra", step.logprob - 50.0)]
+        return step.top
+
+    def _entry(self, token: str, logprob: float, raw: bytes, extra: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        entry: dict[str, Any] = {"token": token, "logprob": logprob}
+        entry["bytes"] = None if self.dialect == "llama-cpp-python" else list(raw)
+        if self.dialect == "llama.cpp":
+            entry["id"] = token_id(raw)
+        return {**entry, **(extra or {})}
+
+
+def _keep_last(body: dict[str, Any], words: int | None) -> dict[str, Any]:
+    """The request with only the prompt's last `words` words (a context that silently
+    drops its start)."""
+    split = prompt_text_of(body).split(" ")
+    if words is None or len(split) <= words:
+        return body
+    kept = " ".join(split[-words:])
+    if "messages" in body:
+        return {**body, "messages": [{"role": "user", "content": kept}]}
+    return {**body, "prompt": kept}
+
+
+def token_id(raw: bytes) -> int:
+    """A stable id for a token the engine gives no id for (scripted tokens are words)."""
+    return int(hashlib.sha256(raw).hexdigest()[:6], 16)
+
+
+def _requested_k(body: dict[str, Any]) -> int:
+    """top_logprobs on chat; an integer `logprobs` on legacy completions."""
+    legacy = body.get("logprobs")
+    if isinstance(legacy, int) and not isinstance(legacy, bool):
+        return legacy
+    return int(body.get("top_logprobs") or 0)
+
+
+def _error_body(message: str, status: int) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "BadRequestError" if status == 400 else
+                      "ServerError", "param": None, "code": status}}
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, headers=headers,
+                        content_type="application/json")

@@ -1,0 +1,141 @@
+"""The whole A/B as one library call: collect the reference and each candidate, measure
+throughput and score teacher-forced drift if asked, compare, write the reports (and,
+for several candidates, the overview); `quantcheck run` is this plus printing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..errors import QuantcheckError
+from ..fetch.collect import CollectSettings, Reporter, collect_async
+from ..fetch.forced_scoring import ForcedSettings, score_run
+from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
+from ..gate.verdict import Policy
+from ..store.report_dir import CANDIDATES
+from ..store.report_records import Overview, Summary
+from ..store.run_dir import Throughput, write_throughput
+from ..wire.client import all_or_none, run_blocking
+from .comparing import CompareOptions, compare_runs, write_candidates_overview
+
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclass
+class ThroughputSettings:
+    """The throughput phase (throughput.py): after collection, one endpoint at a time."""
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    min_seconds: float = DEFAULT_MIN_SECONDS
+    warmup: int = 4
+
+
+@dataclass
+class ABRun:
+    """A reference and one or more candidates, and where everything goes.
+
+    One candidate: runs in OUT/a and OUT/b, the report in OUT (as `run` always did).
+    Several: A in OUT/a, each candidate's run in OUT/candidates/LABEL/b and its report
+    in OUT/candidates/LABEL/, the overview in OUT (overview.json, index.html,
+    matrix.csv)."""
+
+    a: CollectSettings
+    b: CollectSettings | list[CollectSettings]
+    prompt_files: Sequence[Path]
+    out: Path
+    one_side_at_a_time: bool = False
+    force: bool = False
+    compare: CompareOptions = field(default_factory=CompareOptions)
+    forced: ForcedSettings | None = None  # score A's tokens on each B (endpoint: B's)
+    throughput: ThroughputSettings | None = None
+    policy: Policy = field(default_factory=Policy)  # the overview's gate
+    matrix: Path | None = None  # also append the serving matrix's rows here
+    candidate_logs: dict[str, Path] = field(default_factory=dict)  # label -> B's log
+
+    @property
+    def candidates(self) -> list[CollectSettings]:
+        return self.b if isinstance(self.b, list) else [self.b]
+
+    def report_dir(self, candidate: CollectSettings) -> Path:
+        return self.out if len(self.candidates) == 1 else \
+            self.out / CANDIDATES / candidate.label
+
+
+def run_ab(ab: ABRun, reporters: Sequence[Reporter] | None = None,
+           notify: Callable[[str], None] | None = None) -> Summary:
+    """One candidate: collect both sides (together, or one after the other), measure
+    throughput and score forced drift when asked, compare; the report's summary.
+    `notify` hears which stage starts (the library never prints)."""
+    if len(ab.candidates) != 1:
+        raise QuantcheckError("run_ab takes one candidate; run_candidates takes several")
+    return next(iter(_run(ab, reporters, notify).values()))
+
+
+def run_candidates(ab: ABRun, reporters: Sequence[Reporter] | None = None,
+                   notify: Callable[[str], None] | None = None) -> Overview:
+    """Several candidates against one reference collected once: a report per
+    candidate, and the overview with the recommendation."""
+    summaries = _run(ab, reporters, notify)
+    return write_candidates_overview(ab.out, ab.out / "a", summaries, ab.policy, ab.matrix)
+
+
+def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
+         notify: Callable[[str], None] | None) -> dict[str, Summary]:
+    _check_labels(ab.candidates)
+    runs = {"a": (ab.a, ab.out / "a")} | {
+        str(n): (b, ab.report_dir(b) / "b") for n, b in enumerate(ab.candidates)}
+
+    async def collect_all() -> None:
+        jobs = [collect_async(ab.prompt_files, folder, settings,
+                              reporters[n] if reporters else None, ab.force)
+                for n, (settings, folder) in enumerate(runs.values())]
+        if ab.one_side_at_a_time:
+            for job in jobs:
+                await job
+        else:
+            await all_or_none(jobs)
+
+    run_blocking(collect_all())
+    if ab.throughput is not None:
+        for settings, folder in runs.values():
+            if notify:
+                notify(f"measuring throughput on {settings.endpoint} ({settings.label}) ...")
+            write_throughput(folder, measure_endpoint(settings, ab.prompt_files,
+                                                      ab.throughput))
+    summaries = {}
+    for b in ab.candidates:
+        options = replace(ab.compare, b_log=ab.candidate_logs.get(b.label, ab.compare.b_log))
+        if ab.forced is not None:
+            if notify:
+                notify(f"scoring A's tokens on {b.endpoint} (teacher forcing) ...")
+            folder = ab.report_dir(b) / "forced"
+            score_run(ab.out / "a", folder, replace(ab.forced, endpoint=b.endpoint,
+                                                    model=b.model))
+            options = replace(options, forced=folder)
+        summaries[b.label] = compare_runs(ab.out / "a", ab.report_dir(b) / "b",
+                                          ab.report_dir(b), options)
+    return summaries
+
+
+def measure_endpoint(settings: CollectSettings, prompt_files: Sequence[Path],
+                     phase: ThroughputSettings) -> Throughput:
+    return measure(settings.endpoint, prompt_files, label=settings.label,
+                   model=settings.model, concurrency=phase.concurrency,
+                   min_seconds=phase.min_seconds, warmup=phase.warmup,
+                   request=settings.request, api_key_env=settings.api_key_env,
+                   timeout=settings.timeout)
+
+
+def _check_labels(candidates: list[CollectSettings]) -> None:
+    labels = [c.label for c in candidates]
+    if len(set(labels)) != len(labels):
+        raise QuantcheckError(f"candidate labels must differ (given: {', '.join(labels)}); "
+                              "name each with --b-label")
+    for label in labels:
+        if len(candidates) > 1 and not LABEL.match(label):
+            raise QuantcheckError(f"candidate label {label!r}: use letters, digits, '.', "
+                                  "'_' or '-' (it names the folder candidates/LABEL)")
+
+

@@ -1,0 +1,122 @@
+"""Compare collected runs into report directories: one candidate's report (pairs,
+details, summary, the review sheet), or several candidates' reports and the overview
+that recommends one; `quantcheck compare` is this plus printing."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..gate.overview import build_overview, candidate_row
+from ..gate.verdict import Policy, gate_report
+from ..judge.approvals import default_approvals_path, load_approvals
+from ..judge.log_signatures import scan_logs
+from ..judge.pairs import resolve_sides, write_pairs
+from ..judge.sandbox import Limits
+from ..present.matrix import append_matrix, matrix_rows, write_matrix
+from ..present.sheet import write_overview_page, write_sheet
+from ..store.report_dir import CANDIDATES, MATRIX, write_overview, write_summary
+from ..store.report_records import Overview, Summary
+from ..store.reviews import set_aside_stale_reviews
+from ..store.run_dir import load_run, read_throughput
+from ..store.run_records import Prompt
+
+
+@dataclass
+class CompareOptions:
+    """What a comparison reads besides the two sides (`compare` and `run` options)."""
+
+    sig_digits: int = 12
+    approvals: Path | None = None
+    a_log: Path | None = None
+    b_log: Path | None = None
+    signature_files: tuple[Path, ...] = ()
+    forced: Path | None = None  # a folder written by `quantcheck forced`
+    code_exec: Limits | None = None  # run `code` checks in these limits (else skipped)
+    jobs: int = 1  # processes for the signatures and the pairs
+
+
+def compare_runs(a: str | Path, b: str | Path, out: str | Path,
+                 options: CompareOptions | None = None,
+                 prompts: Mapping[str, Prompt] | None = None) -> Summary:
+    """Compare two sides; write REPORT_DIR/pairs.csv, details.jsonl, summary.json and the
+    review sheet index.html; the summary."""
+    options = options or CompareOptions()
+    out = Path(out)
+    approvals_path = options.approvals or default_approvals_path(out)
+    side_a, side_b = resolve_sides(a, b, options.sig_digits, prompts, options.jobs)
+    summary, totals = write_pairs(side_a, side_b, out, load_approvals(approvals_path),
+                                  options.forced, options.code_exec, options.jobs)
+    del side_a, side_b  # the statistics and the sheet need neither index nor prompts
+    summary.stats = totals.statistics()
+    summary.approvals_file = str(approvals_path)
+    summary.log_matches = scan_logs({"a": options.a_log, "b": options.b_log},
+                                    options.signature_files)
+    summary.sources = {"a": str(a), "b": str(b)}
+    summary.sig_digits = options.sig_digits
+    summary.reviews_set_aside = [str(p) for p in set_aside_stale_reviews(out, summary.identity)]
+    write_summary(out, summary)
+    write_sheet(out)
+    return summary
+
+
+def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
+                   prompts: Mapping[str, Prompt] | None = None,
+                   approvals: str | Path | None = None,
+                   logs: dict[str, Path | None] | None = None,
+                   signature_files: tuple[Path, ...] = (),
+                   forced: str | Path | None = None, code_exec: Limits | None = None,
+                   jobs: int = 1) -> Summary:
+    """`compare_runs` with its options as keywords. `forced`: a folder written by
+    `quantcheck forced`; `jobs`: processes for the signatures and the pairs."""
+    logs = logs or {}
+    return compare_runs(a, b, out, CompareOptions(
+        sig_digits=sig_digits, approvals=Path(approvals) if approvals else None,
+        a_log=logs.get("a"), b_log=logs.get("b"), signature_files=signature_files,
+        forced=Path(forced) if forced else None, code_exec=code_exec, jobs=jobs), prompts)
+
+
+def compare_candidates(a: Path, bs: Sequence[Path], out: Path,
+                       options: CompareOptions | None = None,
+                       policy: Policy | None = None, matrix: Path | None = None) -> Overview:
+    """Compare one reference run with several candidate runs (collected one at a time):
+    a report per candidate in OUT/candidates/LABEL/, and the overview."""
+    labels = _unique_labels([load_run(b).label for b in bs])
+    summaries = {label: compare_runs(a, b, out / CANDIDATES / label, options)
+                 for label, b in zip(labels, bs, strict=True)}
+    return write_candidates_overview(out, a, summaries, policy or Policy(), matrix)
+
+
+def write_candidates_overview(out: Path, a: Path, summaries: dict[str, Summary],
+                              policy: Policy, matrix: Path | None) -> Overview:
+    """Gate each candidate's report, decide, and write overview.json, the overview
+    page and matrix.csv (and append to `matrix`)."""
+    rows = []
+    for label in summaries:
+        result, summary = gate_report(out / CANDIDATES / label, policy)
+        rows.append(candidate_row(label, f"{CANDIDATES}/{label}", summary, result))
+    first = next(iter(summaries.values()))
+    overview = build_overview(first.a, first.cells.a, read_throughput(a), rows)
+    write_overview(out, overview)
+    write_overview_page(out, overview)
+    rows_of_matrix = matrix_rows(overview, time.strftime("%Y-%m-%d", time.gmtime()))
+    write_matrix(out / MATRIX, rows_of_matrix)
+    if matrix is not None:
+        append_matrix(matrix, rows_of_matrix)
+    return overview
+
+
+def _unique_labels(labels: list[str]) -> list[str]:
+    """Folder-safe labels, made distinct (fp8, fp8-2, ...) when runs share one."""
+    unique: list[str] = []
+    for label in labels:
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", label).strip("._") or "candidate"
+        name, n = safe, 1
+        while name in unique:
+            n += 1
+            name = f"{safe}-{n}"
+        unique.append(name)
+    return unique

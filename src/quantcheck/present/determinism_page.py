@@ -1,0 +1,18 @@
+"""The determinism report's page (`quantcheck determinism`: DIR/index.html)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..store.files import write_atomic
+from ..store.report_records import DeterminismReport
+from .templating import environment
+
+
+def render_determinism(out: Path, report: DeterminismReport, endpoint: str,
+                       model: str) -> Path:
+    html = environment.get_template("determinism.html").render(
+        rows=report.prompts, modes=report.modes, sig_digits=report.sig_digits,
+        endpoint=endpoint, model=model, routed=any(row.routing for row in report.prompts))
+    write_atomic(out / "index.html", html.encode("utf-8"))
+    return out / "index.html"

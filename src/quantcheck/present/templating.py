@@ -1,0 +1,22 @@
+"""The package's HTML templates, loaded with autoescape, and JSON safe inside <script>."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jinja2
+import orjson
+from markupsafe import Markup
+
+environment = jinja2.Environment(
+    loader=jinja2.PackageLoader("quantcheck.present", "templates"),
+    autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+def embed_json(data: Any) -> Markup:
+    """JSON that can sit inside <script>: no '<', '>' or '&' can close or open a tag."""
+    text = orjson.dumps(data).decode()
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(raw, escaped)
+    return Markup(text)

@@ -1,0 +1,215 @@
+"""Every write of quantcheck's own files, safe against bad luck and planted links.
+
+- `write_atomic` (or `AtomicFile`, written in pieces): a fresh temporary file in the
+  target's directory, created exclusively under a unique name, written whole, then
+  `os.replace`d over the target:
+  readers see the old file or the new one, never a torn one; two writers never share a
+  temporary name; a planted `*.tmp` symlink is never written through.
+- `open_append`: an append-only file opened without following a symlink.
+- A target that is a symlink leading outside `within` (the run or report directory)
+  is refused: quantcheck never writes outside the directory it was given.
+- Any OSError (disk full, file too large, read-only, permission) becomes one
+  `StorageError` naming the path and the cause; no temporary file is left behind.
+- `DirectoryLock`: an advisory lock (flock) on `DIR/.lock` holding the holder's pid,
+  released by the kernel when the process dies, even by kill -9.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from pathlib import Path
+
+from ..errors import QuantcheckError
+
+LOCK_FILE = ".lock"
+
+
+class StorageError(QuantcheckError):
+    """A file quantcheck must write cannot be written (disk full, read-only, a link)."""
+
+
+class DirectoryBusy(QuantcheckError):
+    """Another quantcheck process holds the directory's lock."""
+
+
+def storage_error(path: Path, exc: OSError) -> StorageError:
+    cause = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free some space and rerun the same command"
+    elif exc.errno == errno.EFBIG:
+        hint = "the file-size limit (ulimit -f) was reached; raise it and rerun"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        hint = "choose a writable --out, or make this one writable"
+    else:
+        hint = "rerun once the cause is fixed"
+    return StorageError(f"cannot write {path}: {cause} ({hint}; nothing already "
+                        "written is lost)")
+
+
+def check_target(path: Path, within: Path | None = None) -> None:
+    """Refuse a target (or its folder) that leads outside `within` through a symlink."""
+    root = (within or path.parent).resolve()
+    parent = path.parent.resolve()
+    if parent != root and root not in parent.parents:
+        raise StorageError(f"refusing to write {path}: its folder leads outside {root} "
+                           "(a symbolic link)")
+    if path.is_symlink():
+        target = path.resolve()
+        if target.parent != root and root not in target.parents:
+            raise StorageError(f"refusing to write {path}: it is a symbolic link to "
+                               f"{target}, outside {root}")
+
+
+def write_atomic(path: Path, data: bytes, within: Path | None = None) -> None:
+    """Replace `path` with `data` in one step (see the module docstring)."""
+    with AtomicFile(path, within) as handle:
+        handle.write(data)
+
+
+class AtomicFile:
+    """A file written in pieces that replaces `path` whole when the block ends without
+    an exception (otherwise the temporary is removed and `path` is untouched)."""
+
+    def __init__(self, path: Path, within: Path | None = None) -> None:
+        check_target(path, within)
+        self.path = path
+        try:
+            descriptor, self._temporary = _exclusive_temporary(path)
+        except OSError as exc:
+            raise storage_error(path, exc) from None
+        self._handle = os.fdopen(descriptor, "wb", buffering=1 << 20)
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._handle.write(data)
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
+
+    def flush(self) -> None:
+        """Everything written reaches the file now (a full disk says so here, while a
+        caller writing several files can still keep them all as they were)."""
+        try:
+            self._handle.flush()
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
+
+    def __enter__(self) -> AtomicFile:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        try:
+            self._handle.close()
+            if kind is None:
+                os.replace(self._temporary, self.path)
+        except OSError as error:
+            _unlink_quietly(self._temporary)
+            if kind is None:
+                raise storage_error(self.path, error) from None
+        if kind is not None:
+            _unlink_quietly(self._temporary)
+
+
+def _exclusive_temporary(path: Path) -> tuple[int, str]:
+    """A new file beside `path` under a name nobody else holds (O_EXCL, no symlink)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    for attempt in range(100):
+        name = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            return os.open(name, flags, 0o644), str(name)
+        except FileExistsError:
+            if attempt == 99:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _unlink_quietly(name: str) -> None:
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+def make_directory(path: Path) -> None:
+    """`mkdir -p`, with a failure reported as a StorageError."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(path, exc) from None
+
+
+def open_append(path: Path, within: Path | None = None) -> int:
+    """A raw descriptor appending to `path` (created if missing), never through a link."""
+    check_target(path, within)
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise storage_error(path, exc) from None
+
+
+def append(descriptor: int, data: bytes, path: Path) -> None:
+    """Write all of `data` (a short write on a full disk is continued, then reported)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(descriptor, view):]
+    except OSError as exc:
+        raise storage_error(path, exc) from None
+
+
+class DirectoryLock:
+    """Exclusive use of a directory by one process; `acquire` refuses a second one."""
+
+    def __init__(self, directory: Path, purpose: str) -> None:
+        self.path = directory / LOCK_FILE
+        self.purpose = purpose
+        self._descriptor: int | None = None
+
+    def acquire(self) -> DirectoryLock:
+        try:
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(descriptor, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(descriptor)
+            raise DirectoryBusy(
+                f"{self.path.parent} is in use by another quantcheck process (pid {holder}) "
+                f"{self.purpose}; wait for it to finish or stop it, then rerun") from None
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # a full disk: the lock holds, only its pid is not shown
+        self._descriptor = descriptor
+        return self
+
+    def release(self) -> None:
+        if self._descriptor is not None:
+            os.close(self._descriptor)  # closing drops the flock
+            self._descriptor = None
+
+    def __enter__(self) -> DirectoryLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    @staticmethod
+    def held(directory: Path) -> bool:
+        """Whether some process holds `directory`'s lock right now."""
+        path = directory / LOCK_FILE
+        try:
+            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(descriptor)
+        return False

@@ -1,0 +1,396 @@
+"""The records of the report directory (summary.json and its parts, forced.json and
+forced.jsonl, determinism.json): msgspec Structs, each with one JSON shape. Where they
+are read and written: reportdir.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .preflight_records import Check, Preflight
+from .run_dir import Throughput
+
+
+class SideIdentity(msgspec.Struct, kw_only=True):
+    """Who a side is: `summary.a` / `summary.b`."""
+
+    label: str
+    endpoint: str | None = None
+    model: str | None = None
+    runtime: str | None = None
+    runtime_version: str | None = None
+    text_only: bool = False
+
+
+class PerSide(msgspec.Struct):
+    a: int
+    b: int
+
+
+class Flips(msgspec.Struct):
+    regression: int
+    improvement: int
+
+
+class CheckCounts(msgspec.Struct, kw_only=True):
+    """One kind of expect check (`contains`, `json_schema`, `tool_call`, ...) over the
+    compared prompts that have it: results per side and flips."""
+
+    checked: int  # compared prompts with this check
+    a_pass: int
+    b_pass: int
+    regressions: int  # A pass, B fail: factual flips by this check
+    improvements: int  # A fail, B pass
+    skipped: int  # on either side (code checks without --allow-code-exec)
+
+
+class CodeExecution(msgspec.Struct, kw_only=True):
+    """Whether `code` checks ran (--allow-code-exec), within which limits, and whether
+    the sandbox had the network cut (sandbox.py)."""
+
+    allowed: bool
+    network_isolated: bool | None = None
+    wall_s: float | None = None
+    cpu_s: int | None = None
+    memory_mb: int | None = None
+
+
+class Counts(msgspec.Struct, kw_only=True):
+    prompts: int
+    pairs: int  # compared
+    identical: int
+    wording_similar: int
+    divergent: int
+    flips: Flips
+    suggested_factual_flip: int
+    approved: int
+    noise: int
+    degenerate: dict[str, dict[str, int]]  # side -> reason -> prompts
+    degenerate_new_on_b: int  # loops and empty answers on B where A has neither
+    degenerate_new_on_b_kinds: dict[str, int]
+    length_capped_new_on_b: int  # cut by max_tokens on B where A stopped: not degenerate
+    nondeterministic: PerSide
+    divergence_kinds: dict[str, int]
+    status: dict[str, int]
+    unanswered: PerSide  # requests without a successful record
+    checks: dict[str, CheckCounts] = {}  # by check kind, in run_records.CHECKS order
+    tool_calls: dict[str, int] = {}  # tool_call_change -> compared prompts
+    routing: RoutingCounts | None = None  # when either side recorded MoE routing
+
+
+class RoutingCounts(msgspec.Struct, kw_only=True):
+    """Prompts by what their MoE routing showed (pairs.csv's routing columns)."""
+
+    pairs: int  # compared prompts with routing on both sides
+    a_gating: int  # routing differs between A's repeats
+    b_gating: int
+    a_after_routing: int  # routing identical across repeats, logprobs not
+    b_after_routing: int
+    ab_differs: int  # B routed a shared token elsewhere than A
+
+
+class Comparison(msgspec.Struct):
+    """How many prompts were compared, and in words why the others were not."""
+
+    compared: int
+    prompts: int
+    notes: list[str]
+    sentence: str
+
+
+class Cells(msgspec.Struct, kw_only=True):
+    a: dict[str, Any]
+    b: dict[str, Any]
+    a_key: str | None = None
+    b_key: str | None = None
+    differs: list[str] = []
+    warning: str | None = None
+
+
+class SideDeterminism(msgspec.Struct):
+    mode: str
+    repeats: int | None = None
+
+
+class Spread(msgspec.Struct):
+    mean: float
+    median: float
+    p99: float
+    max: float
+
+
+class FirstDivergence(msgspec.Struct):
+    median: float
+    min: int
+
+
+class Drift(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Mean, median, p99 and max of each drift column over the compared pairs."""
+
+    top1_agreement: Spread | None = None
+    logprob_mean_abs_diff: Spread | None = None
+    logprob_max_abs_diff: Spread | None = None
+    kl_topk_mean: Spread | None = None
+    kl_topk_max: Spread | None = None
+    first_divergence: FirstDivergence | None = None
+
+
+class PassRate(msgspec.Struct, kw_only=True):
+    """The expect pass rates of A and B over the prompts checked on both, the paired
+    change and its 95% interval (Newcombe), and the sentence that says it."""
+
+    checked: int
+    both_pass: int
+    regressions: int  # A pass, B fail
+    improvements: int  # A fail, B pass
+    both_fail: int
+    a_pass_rate: float
+    b_pass_rate: float
+    difference: float  # B - A, a share (not points)
+    low: float
+    high: float
+    mcnemar_p: float  # for reference; the verdict is read off the interval
+    sentence: str = ""
+
+    def rates(self) -> str:
+        """The absolute pass rates: 'A 16/17, B 14/17'."""
+        return (f"A {self.both_pass + self.regressions}/{self.checked}, "
+                f"B {self.both_pass + self.improvements}/{self.checked}")
+
+    @property
+    def significant(self) -> bool:
+        """Whether the 95% interval of B minus A excludes no change."""
+        return self.low > 0 or self.high < 0
+
+
+class Bootstrap(msgspec.Struct):
+    mean: float
+    low: float
+    high: float
+    prompts: int
+
+
+class Stats(msgspec.Struct):
+    pass_rate: PassRate | None
+    drift: dict[str, Bootstrap]
+
+
+class SidePerformance(msgspec.Struct, kw_only=True):
+    requests: int
+    failed: int
+    output_tokens: int | None = None
+    compared_output_tokens: int | None = None
+    ttft_p50_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p99_s: float | None = None
+    output_tokens_per_s: float | None = None
+
+
+class Performance(msgspec.Struct, kw_only=True):
+    a: SidePerformance
+    b: SidePerformance
+    throughput_comparable: bool = False
+    throughput_note: str = ""
+    throughput_ratio_b_over_a: float | None = None
+
+
+class PreflightPair(msgspec.Struct, kw_only=True):
+    """Both sides' recorded preflights, and whether their tokenizers agree."""
+
+    a: Preflight | None = None
+    b: Preflight | None = None
+    tokenizer: Check
+    token_metrics_withheld: str | None = None
+
+
+class LogMatch(msgspec.Struct, kw_only=True):
+    """A known failure signature found in a server log: where first, how often."""
+
+    signature: str
+    log: str
+    line: int
+    text: str
+    count: int
+    meaning: str
+    action: str
+    reference: str
+    blocking: bool
+
+
+class DeltaP(msgspec.Struct):
+    """B's probability of A's token minus A's: the mean, and spread of its size."""
+
+    mean: float
+    abs_mean: float
+    abs_median: float
+    abs_p99: float
+    abs_max: float
+
+
+class ForcedStats(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Teacher-forced figures over some positions (none scored: `positions` 0 only)."""
+
+    positions: int
+    top1_agreement: float | None = None
+    kl: Spread | None = None
+    delta_p: DeltaP | None = None
+    note: str | None = None  # why a noise floor is missing
+    repeats_compared: int | None = None
+
+
+class PerPosition(msgspec.Struct):
+    top1: list[bool]
+    kl: list[float]
+    delta_p: list[float]
+    b_logprob: list[float | None]
+
+
+class ForcedLine(ForcedStats, kw_only=True, omit_defaults=True):
+    """A line of forced.jsonl: one prompt's figures, and each position's."""
+
+    prompt_id: str
+    mode: str
+    skipped: str | None = None
+    aligned: bool | None = None
+    per_position: PerPosition | None = None
+
+
+class KLHistogram(msgspec.Struct):
+    high: float
+    counts: list[int]
+
+
+class ForcedSummary(msgspec.Struct, kw_only=True):
+    """forced.json (and summary.json's `forced`, with `source` and `kl_histogram`)."""
+
+    endpoint: str
+    model: str
+    mode: str
+    approximate: bool
+    a_run: str
+    top_k: int
+    scored: int
+    skipped: dict[str, str] = {}
+    overall: ForcedStats
+    noise_floor: ForcedStats
+    tokenizer: str | None = None  # token-ids mode: whether B tokenizes like A
+    seconds: float | None = None  # scoring's wall time
+    source: str | None = None
+    kl_histogram: KLHistogram | None = None
+
+
+class DeterminismRow(msgspec.Struct, kw_only=True):
+    """One prompt in one repeat mode: how many distinct texts and signatures its
+    repeats gave (determinism.csv and determinism.json's `prompts`)."""
+
+    prompt_id: str
+    category: str = ""
+    mode: str
+    repeats: int
+    distinct_texts: int
+    distinct_signatures: int | None = None
+    texts: str  # "k distinct of n"
+    signatures: str = ""
+    first_text_divergence: int | None = None
+    first_logprob_divergence: int | None = None
+    max_logprob_spread: float | None = None
+    verdict: str  # deterministic | logprobs vary | text varies
+    routing: str = ""  # with --routed-experts: identical | after_routing | gating
+    routing_sentence: str = ""
+
+
+class ModeCounts(msgspec.Struct, omit_defaults=True):
+    prompts: int
+    text_varies: int
+    logprobs_vary: int
+    deterministic: int
+    routing: dict[str, int] = {}  # routing diagnosis -> prompts (with --routed-experts)
+
+
+class DeterminismReport(msgspec.Struct, kw_only=True):
+    """determinism.json: per repeat mode the counts, and every prompt's row."""
+
+    sig_digits: int
+    modes: dict[str, ModeCounts]
+    prompts: list[DeterminismRow]
+
+    @property
+    def varying(self) -> int:
+        return sum(row.verdict != "deterministic" for row in self.prompts)
+
+
+class ThroughputPair(msgspec.Struct, kw_only=True):
+    """Both sides' throughput phases, and whether B's may be compared with A's."""
+
+    a: Throughput | None = None
+    b: Throughput | None = None
+    comparable: bool = False
+    ratio_b_over_a: float | None = None
+    note: str = ""
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    """summary.json: every total a reader shows (terminal, sheet, gate)."""
+
+    quantcheck_version: str
+    identity: str = ""  # what review files belong to (see compare.update_identity)
+    a: SideIdentity
+    b: SideIdentity
+    counts: Counts
+    comparison: Comparison
+    cells: Cells
+    determinism: dict[str, SideDeterminism]
+    drift: Drift
+    stats: Stats
+    performance: Performance
+    preflight: PreflightPair
+    forced: ForcedSummary | None = None  # with --forced
+    approvals_file: str | None = None
+    log_matches: dict[str, list[LogMatch]] = {}
+    sources: dict[str, str] = {}
+    sig_digits: int = 12
+    near_tie_nats: float | None = None
+    throughput: ThroughputPair | None = None  # when a throughput phase ran
+    code_execution: CodeExecution | None = None  # when a prompt has a code check
+    reviews_set_aside: list[str] = []  # review files of the report this one replaced
+
+
+class CandidateRow(msgspec.Struct, kw_only=True):
+    """One candidate in overview.json: its report, cell, counts, pass rates, drift,
+    throughput against the reference, and the gate's verdict on it."""
+
+    label: str
+    report: str  # the candidate's report directory, relative to the overview
+    endpoint: str | None = None
+    cell: dict[str, Any] = {}
+    cell_key: str | None = None
+    compared: int
+    prompts: int
+    identical: int
+    factual_flips: int  # expect regressions (A pass, B fail)
+    degenerate_new_on_b: int
+    nondeterministic_b: int
+    pass_rate: PassRate | None = None
+    forced_kl_mean: float | None = None
+    forced_top1: float | None = None
+    throughput: ThroughputPair | None = None
+    gate: str  # pass | fail
+    gate_reasons: list[str] = []
+
+
+class Recommendation(msgspec.Struct, kw_only=True):
+    label: str | None  # None: no candidate passes the gate
+    reason: str
+    not_picked: dict[str, str] = {}  # label -> why not
+
+
+class Overview(msgspec.Struct, kw_only=True):
+    """overview.json: several candidates against one reference, and the decision."""
+
+    quantcheck_version: str
+    reference: SideIdentity
+    reference_cell: dict[str, Any] = {}
+    reference_throughput: Throughput | None = None
+    candidates: list[CandidateRow]
+    recommendation: Recommendation

@@ -1,0 +1,98 @@
+"""Rubrics: the review question and its labels, loaded and validated from YAML."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigFileError
+from .yamlfile import read_yaml, reject_unknown, require_bools, require_text
+
+LABEL_KEYS = {"id", "name", "description", "key", "blocking", "automatic", "asks_side",
+              "approvable"}
+RUBRIC_KEYS = {"name", "question", "labels"}
+RESERVED_KEYS = {"j", "k", "n", "/", "?"}  # the sheet's own shortcuts
+
+
+@dataclass
+class Label:
+    """One answer a reviewer can give."""
+
+    id: str
+    name: str
+    description: str = ""
+    key: str | None = None
+    blocking: bool = False
+    automatic: bool = False
+    asks_side: bool = False
+    approvable: bool = False  # `quantcheck approve` may store it: no second review
+
+
+@dataclass
+class Rubric:
+    """The question every non-identical pair is read against, and its labels."""
+
+    name: str
+    question: str
+    labels: list[Label] = field(default_factory=list)
+
+    @property
+    def blocking(self) -> list[str]:
+        return [label.id for label in self.labels if label.blocking]
+
+    @property
+    def approvable(self) -> list[str]:
+        return [label.id for label in self.labels if label.approvable and not label.blocking]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "question": self.question,
+                "labels": [asdict(label) for label in self.labels]}
+
+
+def default_rubric_path() -> Path:
+    for folder in (Path(__file__).parents[1] / "_rubrics", Path(__file__).parents[3] / "rubrics"):
+        if (folder / "default.yaml").is_file():
+            return folder / "default.yaml"
+    raise ConfigFileError("the default rubric is missing from this installation")
+
+
+def load_rubric(path: str | Path | None = None) -> Rubric:
+    """Load and validate a rubric; errors name the file and the field."""
+    path = Path(path) if path else default_rubric_path()
+    data = read_yaml(path, "rubric")
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"{path}: a rubric is a mapping with 'question' and 'labels'")
+    reject_unknown(str(path), data, RUBRIC_KEYS)
+    require_text(str(path), data, ["question"])
+    question = str(data["question"])
+    entries = data.get("labels")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigFileError(f"{path}: field 'labels': required, a non-empty list")
+    labels = [_label(path, n, entry) for n, entry in enumerate(entries, 1)]
+    _check_unique(path, labels)
+    return Rubric(name=str(data.get("name") or path.stem), question=question.strip(),
+                  labels=labels)
+
+
+def _label(path: Path, position: int, entry: Any) -> Label:
+    where = f"{path}: labels[{position}]"
+    if not isinstance(entry, dict):
+        raise ConfigFileError(f"{where}: each label is a mapping with 'id' and 'name'")
+    reject_unknown(where, entry, LABEL_KEYS)
+    require_text(where, entry, ["id", "name"])
+    key = entry.get("key")
+    if key is not None and (not isinstance(key, str) or len(key) != 1 or key in RESERVED_KEYS):
+        raise ConfigFileError(f"{where}: field 'key': one character, not one of "
+                              f"{' '.join(sorted(RESERVED_KEYS))}")
+    require_bools(where, entry, ["blocking", "automatic", "asks_side", "approvable"])
+    return Label(**{k: entry[k] for k in entry})
+
+
+def _check_unique(path: Path, labels: list[Label]) -> None:
+    for attribute in ("id", "key"):
+        values = [getattr(label, attribute) for label in labels if getattr(label, attribute)]
+        duplicates = {v for v in values if values.count(v) > 1}
+        if duplicates:
+            raise ConfigFileError(f"{path}: labels: {attribute} {sorted(duplicates)[0]!r} is "
+                                  "used twice")

@@ -1,0 +1,564 @@
+"""The run directory: manifest.json, prompts.jsonl, completions.jsonl, tokens.bin, and
+throughput.json after a throughput phase.
+
+completions.jsonl is appended one flushed line per finished request, so a killed
+process loses at most the requests in flight; a resume drops failed and half-written
+lines and collects those requests again, so no (prompt_id, repeat) ever appears twice.
+A line's token arrays live in tokens.bin (see tokenstore.py), written before the line:
+a line never points at a blob that is not there; a blob without a line is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from array import array
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+import numpy as np
+import orjson
+import pandas as pd
+
+from ..errors import RunFormatError
+from .files import (
+    DirectoryLock,
+    append,
+    make_directory,
+    open_append,
+    storage_error,
+    write_atomic,
+)
+from .preflight_records import Preflight
+from .prompt_sets import RequestOptions
+from .run_records import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_MAX_RESPONSE_MB,
+    Completion,
+    Prompt,
+    Tokens,
+)
+from .token_columns import TOKENS_FILE, PackedTokens, pack, packed_from_tokens, unpack
+
+MANIFEST = "manifest.json"
+PROMPTS = "prompts.jsonl"
+COMPLETIONS = "completions.jsonl"
+THROUGHPUT = "throughput.json"
+
+FRAME_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "reasoning", "finish_reason",
+                 "n_tokens", "prompt_tokens", "completion_tokens", "ttft_s", "e2e_s", "error"]
+
+
+class Parameters(msgspec.Struct, kw_only=True):
+    """Everything that decides what is requested from an endpoint, and how: the
+    manifest's `parameters` (collect's settings add the endpoint, label and cell)."""
+
+    model: str | None = None
+    repeats: int = 1
+    top_logprobs: int = 20
+    stream: bool = True
+    concurrency: int = 8
+    timeout: float = 600.0
+    retries: int = 4
+    api_key_env: str | None = None
+    request: RequestOptions = msgspec.field(default_factory=RequestOptions)
+    repeat_mode: str = "pool"
+    preflight: bool = True
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    max_response_mb: int = DEFAULT_MAX_RESPONSE_MB
+    shard: str | None = None  # "I/N": this run holds shard I of N of the prompt set
+    routed_experts: bool = False  # ask for MoE routing (forces non-streamed requests)
+    routed_experts_shape: list[int] | None = None  # [layers, k] of a flat (SGLang) routing
+
+
+class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a server told about itself: `/v1/models` entries, and the raw answers of the
+    runtimes' info endpoints (read through runtimes.py, where odd shapes are "not
+    revealed")."""
+
+    models: list[dict[str, Any]] = []
+    version: Any = None
+    server_info: Any = None
+    props: Any = None
+    runtime: str = "unknown"
+    runtime_version: str | None = None
+
+
+class PromptFile(msgspec.Struct):
+    path: str
+    sha256: str
+
+
+class RunCounts(msgspec.Struct):
+    requests: int
+    ok: int
+    failed: int
+
+
+class Manifest(msgspec.Struct, kw_only=True):
+    """manifest.json: which endpoint, model, settings and prompts made the run, and how
+    its last pass ended."""
+
+    quantcheck_version: str = ""
+    label: str = ""
+    endpoint: str = ""
+    model: str = ""
+    parameters: Parameters = msgspec.field(default_factory=Parameters)
+    prompt_files: list[PromptFile] = []
+    prompt_hashes: dict[str, str] = {}
+    started_at: str = ""
+    finished_at: str | None = None
+    status: str = "running"
+    stop_reason: str | None = None
+    server: ServerInfo = msgspec.field(default_factory=ServerInfo)
+    cell: dict[str, Any] = {}
+    cell_key: str | None = None
+    preflight: Preflight | None = None
+    counts: RunCounts | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for a resume: not concurrency, timeouts, retries, repeats or
+        label."""
+        return {"endpoint": self.endpoint, "model": self.model,
+                "top_logprobs": self.parameters.top_logprobs,
+                "stream": self.parameters.stream, "repeat_mode": self.parameters.repeat_mode,
+                "prompt_hashes": self.prompt_hashes}
+
+
+class CompletionLine(msgspec.Struct, kw_only=True):
+    """The fields of a completions.jsonl line that indexes and resumes read (decoded
+    without the rest; `Completion` is the whole record)."""
+
+    prompt_id: str
+    prompt_hash: str | None = None
+    repeat: int
+    text: str | None = None
+    reasoning: str | None = None
+    tokens: dict[str, Any] | None = None  # a tokens.bin reference, or inline arrays
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    error: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+    @property
+    def n_tokens(self) -> int | None:
+        if self.tokens:
+            return token_count(self.tokens)
+        tokens = (self.usage or {}).get("completion_tokens")
+        return tokens if isinstance(tokens, int) else None
+
+
+_LINE = msgspec.json.Decoder(CompletionLine)
+
+
+def decode_line(line: bytes) -> CompletionLine | None:
+    """A completions.jsonl line, or None when it is torn or not a record."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        return _LINE.decode(line)
+    except msgspec.MsgspecError:
+        return None
+
+
+class Throughput(msgspec.Struct, kw_only=True):
+    """RUN_DIR/throughput.json: one endpoint's throughput phase (throughput.py)."""
+
+    label: str
+    endpoint: str
+    model: str
+    concurrency: int
+    requests: int
+    seconds: float  # the measured window, after the warm-up
+    output_tokens: int | None = None  # None when the server reports no usage
+    tokens_per_s: float | None = None
+    ttft_p50_s: float | None = None
+    e2e_p99_s: float | None = None
+    prompt_tokens: dict[str, int] | None = None  # each prompt's first answer, in tokens
+
+
+def read_throughput(run_dir: Path) -> Throughput | None:
+    path = run_dir / THROUGHPUT
+    if not path.exists():
+        return None
+    try:
+        return msgspec.convert(read_json(path), Throughput)
+    except msgspec.ValidationError as exc:
+        raise RunFormatError(f"{path}: {exc}") from None
+
+
+def write_throughput(run_dir: Path, throughput: Throughput) -> None:
+    make_directory(run_dir)
+    write_json_atomic(run_dir / THROUGHPUT, msgspec.to_builtins(throughput))
+
+
+def read_manifest(run_dir: Path) -> Manifest:
+    path = run_dir / MANIFEST
+    try:
+        return msgspec.convert(read_json(path), Manifest)
+    except msgspec.ValidationError as exc:
+        raise RunFormatError(f"{path}: {exc}") from None
+
+
+def write_manifest(run_dir: Path, manifest: Manifest) -> None:
+    write_json_atomic(run_dir / MANIFEST, msgspec.to_builtins(manifest))
+
+
+def write_json_atomic(path: Path, data: Any, within: Path | None = None) -> None:
+    write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS),
+                 within)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise RunFormatError(f"{path}: missing") from None
+    except OSError as exc:  # a folder where the file belongs, no permission
+        raise RunFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise RunFormatError(f"{path}: not valid JSON ({exc})") from None
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each complete line; a torn last line is skipped."""
+    for number, _, data in jsonl_lines(path):
+        yield number, data
+
+
+def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(line number, the line's length in bytes, object), as iter_jsonl reads them."""
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.endswith(b"\n"):
+                return  # written while the process was killed
+            try:
+                yield number, len(line), orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
+
+
+class RunWriter:
+    """Appends completion records to a run directory: the token blob, then the line.
+
+    Unbuffered: each record reaches the file in one write call or raises StorageError
+    at once (a full disk leaves at most one torn last line, which a resume drops)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._lines: int | None = None
+        self._blobs: int | None = None
+
+    def open(self) -> None:
+        self._lines = open_append(self.run_dir / COMPLETIONS)
+        self._blobs = open_append(self.run_dir / TOKENS_FILE)
+
+    def append(self, record: Completion) -> None:
+        data = record.to_json()
+        blob = None
+        if record.tokens is not None:
+            blob = pack(record.tokens)
+            data["tokens"] = {"file": TOKENS_FILE, "length": len(blob),
+                              "n_tokens": len(record.tokens)}
+        self.append_line(data, blob)
+
+    def append_line(self, data: dict[str, Any], blob: bytes | None) -> None:
+        """A record's line, its token blob first (at the end of tokens.bin: the line's
+        `tokens` gets that offset). merge copies other runs' blobs as they are."""
+        assert self._lines is not None and self._blobs is not None
+        if blob is not None:
+            offset = os.fstat(self._blobs).st_size
+            append(self._blobs, blob, self.run_dir / TOKENS_FILE)
+            data = {**data, "tokens": {**data["tokens"], "offset": offset}}
+        append(self._lines, orjson.dumps(data) + b"\n", self.run_dir / COMPLETIONS)
+
+    def close(self) -> None:
+        for descriptor in (self._lines, self._blobs):
+            if descriptor is not None:
+                os.close(descriptor)
+        self._lines = self._blobs = None
+
+
+def lock_run(run_dir: Path) -> DirectoryLock:
+    """The run directory for this process alone while it collects (`RUN_DIR/.lock`)."""
+    make_directory(run_dir)
+    return DirectoryLock(run_dir, "collecting into it")
+
+
+def token_count(reference: dict[str, Any] | None) -> int | None:
+    if not reference:
+        return None
+    return int(reference["n_tokens"] if "file" in reference else len(reference["text"]))
+
+
+class Blobs:
+    """Reads the token arrays records point at, keeping tokens.bin open across records.
+
+    A record's `tokens` is either inline arrays (older runs) or a reference into
+    tokens.bin; both are read here.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._handles: dict[str, IO[bytes]] = {}
+
+    def __enter__(self) -> Blobs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+
+    def tokens(self, reference: dict[str, Any] | None) -> Tokens | None:
+        if not reference:
+            return None
+        if "file" not in reference:
+            return Tokens.from_json(reference)
+        return unpack(self._read(reference)).to_tokens()
+
+    def packed(self, reference: dict[str, Any]) -> PackedTokens:
+        if "file" not in reference:
+            return packed_from_tokens(Tokens.from_json(reference))
+        return unpack(self._read(reference))
+
+    def blob(self, reference: dict[str, Any] | None) -> bytes | None:
+        """A record's compressed token blob as stored, or None (no tokens, or inline)."""
+        return self._read(reference) if reference and "file" in reference else None
+
+    def _read(self, reference: dict[str, Any]) -> bytes:
+        name = reference["file"]
+        if name not in self._handles:
+            self._handles[name] = (self.run_dir / name).open("rb")
+        handle = self._handles[name]
+        handle.seek(reference["offset"])
+        blob: bytes = handle.read(reference["length"])
+        if len(blob) != reference["length"]:
+            raise RunFormatError(f"{self.run_dir / name}: truncated at "
+                                 f"offset {reference['offset']}")
+        return blob
+
+
+def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
+    """Keys of successful records; rewrites the file without failed or torn lines."""
+    path = run_dir / COMPLETIONS
+    if not path.exists():
+        return set()
+    keep: list[bytes] = []
+    keys: set[tuple[str, int]] = set()
+    dropped = False
+    with path.open("rb") as handle:
+        for line in handle:
+            record = decode_line(line)
+            key = (record.prompt_id, record.repeat) if record else None
+            if record is None or key is None or record.error or key in keys:
+                dropped = True
+                continue
+            keys.add(key)
+            keep.append(line)
+    if dropped:
+        write_atomic(path, b"".join(keep))
+    return keys
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Move a previous run's files into a dated subfolder (used by --force): nothing lost."""
+    target = run_dir / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        target.mkdir()
+        for name in (MANIFEST, PROMPTS, COMPLETIONS, TOKENS_FILE):
+            if (run_dir / name).exists():
+                shutil.move(str(run_dir / name), str(target / name))
+    except OSError as exc:
+        raise storage_error(target, exc) from None
+    return target
+
+
+def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The frame's rows as plain dicts with string keys."""
+    return [{str(k): v for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def write_jsonl_atomic(path: Path, rows: list[Any], within: Path | None = None) -> None:
+    write_atomic(path, b"".join(orjson.dumps(row) + b"\n" for row in rows), within)
+
+
+def write_prompts(run_dir: Path, prompts: list[Prompt]) -> None:
+    write_jsonl_atomic(run_dir / PROMPTS, [p.to_json() for p in prompts])
+
+
+@dataclass
+class Run:
+    """A collected run directory, read lazily."""
+
+    path: Path
+    manifest: Manifest
+    prompts: dict[str, Prompt] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.manifest.label or self.path.name
+
+    @property
+    def status(self) -> str:
+        """The manifest's status; `running` only while a collector holds the lock
+        (a process that died, or could not write its last manifest, was interrupted)."""
+        status = self.manifest.status
+        if status == "running" and not DirectoryLock.held(self.path):
+            return "interrupted"
+        return status
+
+    def completions(self) -> Iterator[Completion]:
+        path = self.path / COMPLETIONS
+        if not path.exists():
+            return
+        with Blobs(self.path) as blobs:
+            for _, data in iter_jsonl(path):
+                record = Completion.from_json({**data, "tokens": None})
+                record.tokens = blobs.tokens(data.get("tokens"))
+                yield record
+
+    def frame(self) -> pd.DataFrame:
+        """One row per request, without the token arrays (see FRAME_COLUMNS)."""
+        rows = []
+        for line in self.lines():
+            usage = line.usage or {}
+            rows.append([line.prompt_id, line.prompt_hash, line.repeat, line.text,
+                         line.reasoning, line.finish_reason, token_count(line.tokens),
+                         usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                         line.ttft_s, line.e2e_s, line.error])
+        return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+
+    def lines(self) -> Iterator[CompletionLine]:
+        """Every complete record line (a torn last line is skipped)."""
+        path = self.path / COMPLETIONS
+        for number, data in iter_jsonl(path) if path.exists() else ():
+            try:
+                yield msgspec.convert(data, CompletionLine)
+            except msgspec.ValidationError as exc:
+                raise RunFormatError(f"{path}:{number}: {exc}") from None
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Open a run directory written by `quantcheck collect`."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise RunFormatError(f"{path}: not a directory")
+    manifest = read_manifest(path)
+    prompts: dict[str, Prompt] = {}
+    if (path / PROMPTS).exists():
+        for number, data in iter_jsonl(path / PROMPTS):
+            prompt = _prompt(data, path / PROMPTS, number)
+            prompts[prompt.id] = prompt
+    return Run(path=path, manifest=manifest, prompts=prompts)
+
+
+def _prompt(data: Any, path: Path, number: int) -> Prompt:
+    try:
+        return Prompt.from_json(data)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise RunFormatError(f"{path}:{number}: malformed prompt ({exc})") from None
+
+
+def prompt_key(prompt_id: str) -> int:
+    """A prompt id as a signed 64-bit integer (blake2b): what compare holds of an id.
+    Two ids of one run that share a key are refused where they meet (PromptLines,
+    Side.records), never merged."""
+    digest = hashlib.blake2b(prompt_id.encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(digest.digest(), "little", signed=True)
+
+
+def first_seen(keys: np.ndarray) -> np.ndarray:
+    """Where each distinct key first appears, in order."""
+    return np.sort(np.unique(keys, return_index=True)[1])
+
+
+def shared_key(path: Path | None, one: str, other: str) -> RunFormatError:
+    """Two prompt ids of one run with one key: refused, never merged."""
+    return RunFormatError(f"{path}: prompt ids {one!r} and {other!r} share a 64-bit key; "
+                          "rename one of them")
+
+
+class PromptLines(Mapping[str, Prompt]):
+    """A run's prompts.jsonl by id, each prompt parsed when asked. Held: each line's
+    prompt key and offset, and the keys sorted, 32 bytes a prompt where the ids alone
+    took 120 and the parsed prompt set 740 (at 100,000 prompts: 74 MB). Every line is
+    checked when it is opened; an id written twice reads as its last line (as load_run
+    keeps it), in the place of its first."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        keys, lengths = array("q"), array("q")
+        for number, length, data in jsonl_lines(path) if path.exists() else ():
+            keys.append(prompt_key(_prompt(data, path, number).id))
+            lengths.append(length)
+        self._keys = np.frombuffer(keys, np.int64).copy()  # by line
+        self._ends = np.cumsum(np.frombuffer(lengths, np.int64), dtype=np.int64)
+        # the last line of each key, sorted by key: a stable sort keeps a key's lines in
+        # file order, so the last of a run of equal keys is its last line
+        by_key = np.argsort(self._keys, kind="stable")
+        sorted_keys = self._keys[by_key]
+        last = np.append(sorted_keys[1:] != sorted_keys[:-1], True)[:len(sorted_keys)]
+        self._sorted, self._line_of = sorted_keys[last], by_key[last]
+        first = first_seen(self._keys)
+        self._first_lines = None if len(first) == len(self._keys) else first
+        self._check_keys(by_key, sorted_keys)
+
+    def _check_keys(self, by_key: np.ndarray, sorted_keys: np.ndarray) -> None:
+        """Lines that share a key hold one id (the same id twice), or are refused."""
+        repeated = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])
+        for at in repeated:
+            one, other = (self._line(int(by_key[n])).id for n in (at, at + 1))
+            if one != other:
+                raise shared_key(self.path, one, other)
+
+    def _line(self, number: int) -> Prompt:
+        start, end = int(self._ends[number - 1]) if number else 0, int(self._ends[number])
+        with self.path.open("rb") as handle:
+            handle.seek(start)
+            line = handle.read(end - start)
+        try:
+            return _prompt(orjson.loads(line), self.path, number + 1)
+        except orjson.JSONDecodeError:
+            raise RunFormatError(f"{self.path}:{number + 1}: changed while it was read; "
+                                 "compare again") from None
+
+    def by_key(self, key: int) -> Prompt | None:
+        """The prompt whose id has this key, or None."""
+        at = int(np.searchsorted(self._sorted, key))
+        if at == len(self._sorted) or self._sorted[at] != key:
+            return None
+        return self._line(int(self._line_of[at]))
+
+    def keys_in_order(self) -> np.ndarray:
+        """The ids' keys in the order the ids first appear."""
+        return self._keys if self._first_lines is None else self._keys[self._first_lines]
+
+    def __getitem__(self, prompt_id: str) -> Prompt:
+        prompt = self.by_key(prompt_key(prompt_id))
+        if prompt is None or prompt.id != prompt_id:
+            raise KeyError(prompt_id)
+        return prompt
+
+    def __iter__(self) -> Iterator[str]:
+        lines = range(len(self._keys)) if self._first_lines is None else self._first_lines
+        for number in lines:
+            yield self._line(int(self._line_of[np.searchsorted(
+                self._sorted, self._keys[number])])).id
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def __contains__(self, prompt_id: object) -> bool:
+        return isinstance(prompt_id, str) and self.get(prompt_id) is not None
+

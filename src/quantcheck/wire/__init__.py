@@ -1,0 +1,2 @@
+"""The HTTP client and every server dialect (requests out, answers normalized).
+Imports store and errors."""

@@ -1,0 +1,434 @@
+"""One request to one endpoint -> a normalized Generation, over aiohttp.
+
+Requests go out through one aiohttp session, the transport the openai SDK's own
+`DefaultAioHttpClient` wraps; the SDK's request and response layers on top cost
+about 15% of streamed throughput with top-20 logprobs (bench/collect_throughput.py),
+and quantcheck needs none of them: it sends final JSON bodies and reads raw bytes.
+Responses are decoded with msgspec (dialects.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import time
+from collections.abc import Coroutine, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import orjson
+
+from ..errors import EndpointError, ParameterRejected
+from ..store.run_records import DEFAULT_MAX_RESPONSE_MB
+from .dialects import (
+    EventStream,
+    Generation,
+    MalformedResponse,
+    StreamAccumulator,
+    StreamError,
+    first_output,
+    parse_response,
+)
+
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+MAX_BACKOFF_S = 30.0
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
+# Nothing answers at all: refused, reset or dropped before any response came.
+UNREACHABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError,
+               aiohttp.ClientOSError, aiohttp.ConnectionTimeoutError, ConnectionError)
+ERROR_BODY_BYTES = 64 << 10  # enough of an error body to quote it
+
+
+@dataclass
+class Timing:
+    ttft_s: float | None
+    e2e_s: float
+
+
+class RetryableError(Exception):
+    """A failure worth another attempt: connection trouble, 429, 5xx, a cut-off stream.
+    `unreachable`: nothing answered at all (refused, reset, dropped)."""
+
+    def __init__(self, message: str, retry_after: float | None = None,
+                 unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.unreachable = unreachable
+
+
+class RequestFailed(Exception):
+    """A failure another attempt would repeat (an answer beyond the size cap): the
+    request is recorded as failed at once."""
+
+
+def api_base(endpoint: str) -> str:
+    """`http://host:8000`, `.../v1` and `.../v1/` all mean the same OpenAI base URL."""
+    endpoint = endpoint.rstrip("/")
+    if not re.match(r"^https?://", endpoint):
+        raise EndpointError(f"endpoint must be an http:// or https:// URL, not {endpoint!r}")
+    return endpoint if endpoint.endswith("/v1") else endpoint + "/v1"
+
+
+def server_root(endpoint: str) -> str:
+    return api_base(endpoint)[: -len("/v1")]
+
+
+def public_url(endpoint: str) -> str:
+    """The endpoint without credentials or query string, safe to write to a manifest."""
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class HTTPStatusError(Exception):
+    """A response with status >= 400: its status, message and Retry-After."""
+
+    def __init__(self, status: int, message: str, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status, self.message, self.retry_after = status, message, retry_after
+
+
+class EndpointClient:
+    """An OpenAI-compatible endpoint: one aiohttp session, connections kept alive."""
+
+    def __init__(self, endpoint: str, api_key: str | None = None, timeout: float = 600.0,
+                 max_connections: int = 256,
+                 max_response_mb: int = DEFAULT_MAX_RESPONSE_MB) -> None:
+        self.endpoint = endpoint
+        self.base_url = api_base(endpoint)
+        self.timeout = timeout
+        self.max_response_mb = max_response_mb
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:  # created inside the running event loop
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections),
+                # the whole request's deadline is asyncio.timeout in generate()
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> EndpointClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def get_json(self, path: str) -> Any:
+        """GET a path under the server root (e.g. `/version`); None when it is not there."""
+        try:
+            data = await self.request_json("GET", server_root(self.endpoint) + path)
+        except (HTTPStatusError, MalformedResponse, *TRANSPORT_ERRORS):
+            return None
+        return data if isinstance(data, dict | list) else None
+
+    async def post_json(self, url: str, body: dict[str, Any]) -> Any:
+        """POST a JSON body; the decoded JSON answer. Raises HTTPStatusError,
+        MalformedResponse or a transport error."""
+        return await self.request_json("POST", url, body)
+
+    async def request_json(self, method: str, url: str, body: Any = None) -> Any:
+        """One JSON request within --timeout and the size cap. Raises HTTPStatusError,
+        MalformedResponse or a transport error (a timeout is asyncio.TimeoutError)."""
+        data = orjson.dumps(body) if body is not None else None
+        async with asyncio.timeout(self.timeout):
+            async with self.session.request(method, url, data=data,
+                                            headers=self._headers) as response:
+                if response.status >= 400:
+                    raise _status_error(response.status, await _read_some(response),
+                                        response.headers)
+                try:
+                    raw = await self._read_capped(response)
+                except RequestFailed as exc:
+                    raise MalformedResponse(str(exc)) from None
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise MalformedResponse(f"{url} did not return JSON") from None
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """GET /v1/models: the entries that have an id (anything else is not revealed).
+        An unreachable server raises EndpointError with one clear line."""
+        url = public_url(self.base_url) + "/models"
+        try:
+            body = await self.request_json("GET", self.base_url + "/models")
+        except TRANSPORT_ERRORS as exc:
+            raise EndpointError(f"cannot reach {url}: {_root_cause(exc)}") from None
+        except HTTPStatusError as exc:
+            raise EndpointError(f"GET {url} answered HTTP {exc.status}: {exc.message}; "
+                                "is this an OpenAI-compatible server?") from None
+        except MalformedResponse as exc:
+            raise EndpointError(f"GET {url}: {exc}; is this an OpenAI-compatible "
+                                "server?") from None
+        data = body.get("data") if isinstance(body, dict) else None
+        return [entry for entry in data if isinstance(entry, dict)
+                and isinstance(entry.get("id"), str)] if isinstance(data, list) else []
+
+    async def generate(self, api: str, body: dict[str, Any], stream: bool, top_k: int
+                       ) -> tuple[Generation, Timing]:
+        """One attempt, bounded by --timeout as a whole. Raises RetryableError,
+        RequestFailed, ParameterRejected or EndpointError."""
+        url = self.base_url + ("/chat/completions" if api == "chat" else "/completions")
+        if stream:
+            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout):
+                generation, ttft = await self._generate(url, body, stream, top_k, started)
+        except TimeoutError:
+            raise RetryableError(f"no complete answer within --timeout {self.timeout:g} s"
+                                 ) from None
+        return generation, Timing(ttft_s=ttft, e2e_s=time.perf_counter() - started)
+
+    async def _generate(self, url: str, body: dict[str, Any], stream: bool, top_k: int,
+                        started: float) -> tuple[Generation, float | None]:
+        try:
+            async with self.session.post(url, data=orjson.dumps(body),
+                                         headers=self._headers) as response:
+                if response.status >= 400:
+                    raise _status_error(response.status, await _read_some(response),
+                                        response.headers)
+                if stream:
+                    return await self._read_stream(response, top_k, started)
+                raw = await self._read_capped(response)
+                try:
+                    return parse_response(raw, top_k), None
+                except MalformedResponse as exc:
+                    raise MalformedResponse(_not_json_note(response, raw) or str(exc)) \
+                        from None
+        except HTTPStatusError as exc:
+            raise _classify_status(exc) from None
+        except StreamError as exc:
+            raise RetryableError(f"server reported an error: {exc}") from None
+        except MalformedResponse as exc:
+            raise RetryableError(str(exc)) from None
+        except aiohttp.ClientPayloadError as exc:
+            raise RetryableError(f"response cut off: {_root_cause(exc)}") from None
+        except UNREACHABLE as exc:
+            raise RetryableError(f"connection failed: {_root_cause(exc)}",
+                                 unreachable=True) from None
+        except aiohttp.ClientError as exc:
+            raise RetryableError(f"connection failed: {_root_cause(exc)}") from None
+
+    @property
+    def max_response_bytes(self) -> int:
+        return self.max_response_mb << 20
+
+    def _too_large(self) -> RequestFailed:
+        return RequestFailed(f"the answer is larger than --max-response-mb "
+                             f"{self.max_response_mb}: not read further")
+
+    async def _read_capped(self, response: Any) -> bytes:
+        """The whole body, refusing one beyond the size cap before it is all in memory."""
+        declared = response.content_length
+        if declared is not None and declared > self.max_response_bytes:
+            raise self._too_large()
+        pieces, size = [], 0
+        async for piece in response.content.iter_any():
+            size += len(piece)
+            if size > self.max_response_bytes:
+                raise self._too_large()
+            pieces.append(piece)
+        return b"".join(pieces)
+
+    async def _read_stream(self, response: Any, top_k: int, started: float
+                           ) -> tuple[Generation, float | None]:
+        """SSE `data:` payloads are cut out of the raw bytes as they arrive (dialects.
+        EventStream); only those before the first output are parsed on arrival, to time
+        the first token, and the rest together at the end."""
+        accumulator = StreamAccumulator(top_k)
+        events = EventStream()
+        ttft: float | None = None
+        done = False
+        async for piece in response.content.iter_any():
+            if events.size + len(piece) > self.max_response_bytes:
+                raise self._too_large()
+            payloads = events.feed(piece)
+            done = _take(payloads, accumulator)
+            if ttft is None and any(map(first_output, payloads)):
+                ttft = time.perf_counter() - started
+            if done:
+                break
+        if not done:
+            done = _take(events.close(), accumulator)
+        if not events.payloads:
+            raise MalformedResponse(
+                f"the server answered a streamed request with {_content_type(response)}, "
+                f"not an event stream: {events.start[:160]!r}")
+        generation = accumulator.finish()
+        if generation.finish_reason is None:
+            # Every runtime sends a finish_reason before [DONE]; without one the stream
+            # was cut short, e.g. by llama-cpp-python interrupting it for a newer request.
+            raise RetryableError(
+                f"stream ended {'at [DONE] ' if done else 'before [DONE] '}without a "
+                "finish_reason: cut short (llama-cpp-python interrupts a running request "
+                "when another arrives: start it with --interrupt_requests false, or "
+                "--concurrency 1)")
+        return generation, ttft
+
+
+def _take(payloads: list[bytes], accumulator: StreamAccumulator) -> bool:
+    """Add the payloads up to a `[DONE]`; True when it came."""
+    if payloads and payloads[-1].startswith(b"[DONE]"):
+        accumulator.add(payloads[:-1])
+        return True
+    done = [n for n, payload in enumerate(payloads) if payload.startswith(b"[DONE]")]
+    accumulator.add(payloads[:done[0]] if done else payloads)
+    return bool(done)
+
+
+async def _read_some(response: Any) -> bytes:
+    """At most ERROR_BODY_BYTES of a body (an error page is quoted, never hoarded)."""
+    pieces, size = [], 0
+    async for piece in response.content.iter_any():
+        pieces.append(piece)
+        size += len(piece)
+        if size >= ERROR_BODY_BYTES:
+            break
+    return b"".join(pieces)[:ERROR_BODY_BYTES]
+
+
+def _content_type(response: Any) -> str:
+    return str(response.headers.get("Content-Type") or "no Content-Type").split(";")[0]
+
+
+def _not_json_note(response: Any, raw: bytes) -> str | None:
+    """What came back instead of JSON, when the server said it is something else."""
+    kind = _content_type(response)
+    if "json" in kind:
+        return None
+    return f"the server answered with {kind}, not JSON: {raw[:160]!r}"
+
+
+def _status_error(status: int, raw: bytes, headers: Any) -> HTTPStatusError:
+    return HTTPStatusError(status, _error_message(raw), _retry_after(headers.get("retry-after")))
+
+
+def _classify_status(exc: HTTPStatusError) -> Exception:
+    status, message = exc.status, exc.message
+    if status == 500 and "validation error" in message:
+        # llama-cpp-python answers a rejected request field with HTTP 500
+        return ParameterRejected(message)
+    if status in RETRYABLE_STATUS:
+        return RetryableError(f"HTTP {status}: {message}", exc.retry_after)
+    if status in (400, 422):
+        return ParameterRejected(message)
+    return EndpointError(f"HTTP {status}: {message}")
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+        if isinstance(inner, str):
+            return inner
+    return raw.decode("utf-8", "replace").strip()[:500]
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _root_cause(exc: BaseException) -> str:
+    while True:
+        inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            break
+        exc = inner
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def backoff_seconds(attempt: int, retry_after: float | None) -> float:
+    """Exponential backoff with jitter, honoring Retry-After, capped at MAX_BACKOFF_S."""
+    if retry_after is not None:
+        return min(max(retry_after, 0.0), MAX_BACKOFF_S)
+    return min(0.25 * float(2**attempt), MAX_BACKOFF_S) * (0.5 + random.random() / 2)
+
+
+async def sleep_backoff(attempt: int, retry_after: float | None) -> None:
+    await asyncio.sleep(backoff_seconds(attempt, retry_after))
+
+
+def rejection_advice(message: str, body: dict[str, Any]) -> ParameterRejected:
+    """A server's 400 as an error that names the fix."""
+    lowered = message.lower()
+    if "logprob" in lowered:
+        limit = re.search(r"max(?:imum)? allowed:?\s*(\d+)|at most (\d+)|<=\s*(\d+)", lowered)
+        value = next((g for g in limit.groups() if g), None) if limit else None
+        fix = f"--top-logprobs {value}" if value else "a smaller --top-logprobs"
+        return ParameterRejected(f"the server rejected the logprobs request: {message}",
+                                 f"{fix} (or --top-logprobs 0 to collect text only).")
+    named = [key for key in body if key not in ("model", "messages", "prompt")
+             and re.search(rf"\b{re.escape(key)}\b", message)]
+    if named:
+        drop = ", ".join(f'"{key}": null' for key in named)
+        return ParameterRejected(f"the server rejected a request parameter: {message}",
+                                 f"--extra-body '{{{drop}}}' to leave it out.")
+    return ParameterRejected(f"the server rejected the request (HTTP 400): {message}")
+
+
+T = TypeVar("T")
+
+
+async def all_or_none(coroutines: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """asyncio.gather that cancels the others when one fails, and raises that error.
+    gather leaves them running: inside `async with EndpointClient` one of them could
+    start a request after the client closed, opening a session nothing closes."""
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, also from code that already runs an event loop (Jupyter, Playwright):
+    there the coroutine gets its own loop in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+        running = True
+    except RuntimeError:
+        running = False
+    if not running:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def api_key_from_env(variable: str | None) -> str | None:
+    if not variable:
+        return None
+    key = os.environ.get(variable)
+    if key is None:
+        raise EndpointError(f"--api-key-env {variable}: that environment variable is not set")
+    return key

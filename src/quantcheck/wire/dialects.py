@@ -1,0 +1,607 @@
+"""Normalize every server dialect's response (streamed or not) into one Generation.
+
+Dialects seen in the wild:
+- vLLM chat: `logprobs.content[]` entries {token, logprob, bytes, top_logprobs[]};
+  vLLM legacy completions: `logprobs` {tokens, token_logprobs, top_logprobs: [dict]}.
+- SGLang: like vLLM, may return fewer than k alternatives, and sends finish_reason
+  in a separate final chunk with an empty delta.
+- llama.cpp llama-server: chat-style entries that also carry token `id`s, on
+  /v1/completions too; holds back split UTF-8 bytes, so a stream chunk can have an
+  empty delta and a token whose string is not valid text. Its native `/completion`
+  (teacher-forced scoring) answers `completion_probabilities[]` entries whose
+  `top_logprobs[]` are {id, token, bytes, logprob}.
+- llama-cpp-python: legacy completions with k+1 alternatives (the sampled token is
+  added), chat entries with `bytes: null`; a tool call also as the older
+  `function_call`.
+Expert routing (MoE): vLLM (server flag `--enable-return-routed-experts`) puts
+`routed_experts` on each non-streamed choice: base64 of `.npy` bytes, an integer array
+(rows, layers, experts per token) whose rows are the prompt's and the generated
+tokens' forward passes except the last sampled token's; SGLang (request
+`return_routed_experts: true`) puts the same as base64 of raw int32 without a shape in
+the response's `sglext.routed_experts`. vLLM choices may also carry `token_ids`.
+Tool calls: `message.tool_calls[]` {id, type, function: {name, arguments}} (vLLM sends
+`[]` when there is none); streamed as `delta.tool_calls[]` pieces tied together by
+`index`: the name once, the arguments string in fragments (SGLang and llama.cpp send
+`arguments: ""` with the name, vLLM leaves it out).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import math
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
+import numpy as np
+import orjson
+
+from ..store.run_records import Tokens, ToolCall
+
+_Shape = TypeVar("_Shape", bound=msgspec.Struct)
+_LOGPROB = operator.attrgetter("logprob")
+_TOKEN = operator.attrgetter("token")
+
+
+@dataclass
+class Generation:
+    """What one response said, whatever the dialect."""
+
+    text: str = ""
+    reasoning: str | None = None
+    tokens: Tokens = field(default_factory=Tokens)
+    has_logprobs: bool = False
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    model: str | None = None
+    system_fingerprint: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    # MoE routing as sent: (rows, layers, k) from vLLM, flat int32 from SGLang
+    routing: np.ndarray | None = None
+
+
+class StreamError(Exception):
+    """The server sent an error object inside an otherwise successful response."""
+
+
+class MalformedResponse(Exception):
+    """The body is not JSON, or not shaped like any OpenAI-compatible response."""
+
+
+# The wire shapes, decoded straight from bytes by msgspec: fields quantcheck does not
+# read are skipped without building dicts for them, which makes decoding a top-20
+# response faster than parsing it into plain dicts (bench/collect_throughput.py).
+
+class _Alternative(msgspec.Struct):
+    token: str = ""
+    logprob: float | None = None
+
+
+class _Entry(msgspec.Struct):  # chat style, also llama-server's completions
+    token: str = ""
+    logprob: float | None = None
+    bytes: list[int] | None = None
+    id: int | None = None
+    top_logprobs: list[_Alternative] | None = None
+
+
+class _Logprobs(msgspec.Struct):
+    content: list[_Entry] | None = None
+    tokens: list[str] | None = None  # legacy completions: parallel columns
+    token_logprobs: list[float | None] | None = None
+    top_logprobs: list[dict[str, float | None] | None] | None = None
+
+
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | dict[str, Any] | None = None  # a string; a few servers send an object
+
+
+class _ToolCallPart(msgspec.Struct):  # a whole call, or a streamed piece of one
+    index: int | None = None
+    id: str | None = None
+    function: _Function | None = None
+
+
+class _Message(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[_ToolCallPart] | None = None
+    function_call: _Function | None = None
+
+
+class _Choice(msgspec.Struct):
+    index: int | None = 0
+    message: _Message | None = None
+    delta: _Message | None = None
+    text: str | None = None
+    logprobs: _Logprobs | None = None
+    finish_reason: str | None = None
+    token_ids: list[int] | None = None  # vLLM's return_token_ids
+    routed_experts: str | None = None  # vLLM
+
+
+class _SglExt(msgspec.Struct):
+    routed_experts: str | None = None
+
+
+class _Body(msgspec.Struct):
+    model: str | None = None
+    system_fingerprint: str | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = None
+    choices: list[_Choice] | None = None
+    sglext: _SglExt | None = None
+
+
+_BODY = msgspec.json.Decoder(_Body)
+_BODIES = msgspec.json.Decoder(list[_Body])
+
+
+def with_logprobs(body: dict[str, Any], api: str, top_k: int) -> dict[str, Any]:
+    """`body` asking for the top-k alternatives of every generated token: chat takes
+    `logprobs: true` with `top_logprobs: K`, legacy completions `logprobs: K`."""
+    if top_k <= 0:
+        return body
+    if api == "chat":
+        return {**body, "logprobs": True, "top_logprobs": top_k}
+    return {**body, "logprobs": top_k}
+
+
+def parse_response(raw: bytes, top_k: int) -> Generation:
+    """A non-streamed chat or completions response body, as bytes."""
+    return _generation([_decode(raw, _BODY, _Body)], top_k)
+
+
+_SSE_DATA = re.compile(rb"^data:[ \t]*(.*)$", re.MULTILINE)  # JSON ignores a trailing \r
+TOKEN_ID_LIMIT = 2**63  # ids are stored as int64 at most (tokenstore.py)
+
+
+class EventStream:
+    """Cuts the `data:` payloads out of a server-sent event stream as bytes arrive,
+    however the network splits them: one regex per read over the complete lines, the
+    rest kept for the next read (linear in the stream's size, also for a line that
+    never ends). `start` keeps the first bytes, to say what came back instead."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+        self.size = 0
+        self.payloads = 0
+        self.start = b""
+
+    def feed(self, piece: bytes) -> list[bytes]:
+        if len(self.start) < 200:
+            self.start += piece[:200 - len(self.start)]
+        self.size += len(piece)
+        cut = piece.rfind(b"\n") + 1
+        if not cut:
+            self._pending += piece
+            return []
+        lines = bytes(self._pending) + piece[:cut] if self._pending else piece[:cut]
+        self._pending = bytearray(piece[cut:])
+        return self._found(_SSE_DATA.findall(lines))
+
+    def close(self) -> list[bytes]:
+        """The payload of a last line that ended without a newline, if any."""
+        rest, self._pending = self._pending, bytearray()
+        return self._found(_SSE_DATA.findall(rest))
+
+    def _found(self, payloads: list[bytes]) -> list[bytes]:
+        self.payloads += len(payloads)
+        return payloads
+
+
+class StreamAccumulator:
+    """Give it the SSE `data:` payloads of a stream as bytes; call `finish()` at the end.
+
+    The payloads are decoded together at the end: one parse and one column
+    conversion per response instead of one per token chunk.
+    """
+
+    def __init__(self, top_k: int) -> None:
+        self.top_k = top_k
+        self._payloads: list[bytes] = []
+
+    def add(self, payloads: list[bytes]) -> None:
+        self._payloads += payloads
+
+    def finish(self) -> Generation:
+        raw = b"[" + b",".join(self._payloads) + b"]"
+        return _generation(_decode(raw, _BODIES, list[_Body]), self.top_k)
+
+
+def first_output(payload: bytes) -> bool:
+    """Whether one stream payload carries generated output (for time to first token)."""
+    try:
+        body = _BODY.decode(payload)
+    except msgspec.MsgspecError:
+        return False
+    for choice in body.choices or ():
+        message = choice.delta or choice.message
+        if (message and (message.content or message.reasoning_content or message.reasoning
+                         or message.tool_calls or message.function_call)) \
+                or choice.text or choice.logprobs:
+            return True
+    return False
+
+
+def _decode(raw: bytes, decoder: msgspec.json.Decoder[Any], shape: Any) -> Any:
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError:
+        pass  # e.g. a number sent as a string: try again, leniently
+    except msgspec.DecodeError as exc:
+        raise MalformedResponse(f"malformed JSON from server: {exc}") from None
+    try:
+        loose = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:  # a typed field went wrong before the JSON did
+        raise MalformedResponse(f"malformed JSON from server: {exc}") from None
+    try:
+        return msgspec.convert(loose, shape, strict=False)
+    except msgspec.ValidationError as exc:
+        raise MalformedResponse(f"unexpected response shape: {exc}") from None
+
+
+def _generation(bodies: list[_Body], top_k: int) -> Generation:
+    """Response bodies (one, or a stream's chunks) -> Generation, column by column:
+    each step is one comprehension over all chunks rather than a call per chunk."""
+    for body in bodies:
+        if body.error:
+            message = body.error.get("message", body.error) if isinstance(body.error, dict) \
+                else body.error
+            raise StreamError(str(message))
+    choices = _first_choices(bodies)
+    messages = [choice.message or choice.delta for choice in choices]
+    pieces = [(message.content if message else choice.text) or ""
+              for message, choice in zip(messages, choices, strict=True)]
+    reasoning = [m.reasoning_content or m.reasoning or "" for m in messages if m]
+    finish_reasons = [choice.finish_reason for choice in choices if choice.finish_reason]
+    generation = Generation(
+        text="".join(pieces), reasoning="".join(reasoning) or None,
+        finish_reason=finish_reasons[-1] if finish_reasons else None,
+        model=_last([body.model for body in bodies]),
+        system_fingerprint=_last([body.system_fingerprint for body in bodies]),
+        usage=_storable_usage(_last([body.usage for body in bodies])),
+        tool_calls=_tool_calls([m for m in messages if m]))
+    logprobs = [choice.logprobs for choice in choices if choice.logprobs]
+    generation.has_logprobs = bool(logprobs)
+    entries = [entry for lp in logprobs for entry in lp.content or ()]
+    if entries:
+        _extend_from_entries(generation.tokens, entries, top_k)
+    for lp in logprobs:
+        if lp.tokens is not None:
+            _append_legacy(generation.tokens, lp, top_k)
+    _take_token_ids(generation.tokens, [i for c in choices for i in c.token_ids or ()])
+    generation.routing = _routing(choices, bodies)
+    return generation
+
+
+def _take_token_ids(tokens: Tokens, ids: list[int]) -> None:
+    """vLLM's `token_ids`, when the logprob entries carried none and they match up."""
+    if tokens.ids is None and ids and len(ids) == len(tokens.text):
+        if not all(0 <= i < TOKEN_ID_LIMIT for i in ids):
+            raise MalformedResponse("a token id in token_ids is out of range")
+        tokens.ids = ids
+
+
+# Routing entries in one answer, beyond which it is refused: 256 MiB as int32, above
+# a long answer of a large MoE (32k tokens x 94 layers x 8 experts is 24 million)
+ROUTING_LIMIT = 2**26
+
+
+def _routing(choices: list[_Choice], bodies: list[_Body]) -> np.ndarray | None:
+    vllm = next((c.routed_experts for c in choices if c.routed_experts), None)
+    sglang = next((b.sglext.routed_experts for b in bodies
+                   if b.sglext and b.sglext.routed_experts), None)
+    if vllm is not None:
+        return decode_npy_routing(vllm)
+    return decode_raw_routing(sglang) if sglang is not None else None
+
+
+def _base64(encoded: str) -> bytes:
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise MalformedResponse(f"routed experts are not base64: {exc}") from None
+
+
+def decode_npy_routing(encoded: str) -> np.ndarray:
+    """vLLM's `routed_experts`: base64 `.npy` of an integer (rows, layers, k) array."""
+    try:
+        array = np.load(io.BytesIO(_base64(encoded)), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise MalformedResponse(f"routed experts are not a .npy array: {exc}") from None
+    if array.ndim != 3 or array.dtype.kind not in "iu" or array.size > ROUTING_LIMIT:
+        raise MalformedResponse(f"routed experts of shape {array.shape} and type "
+                                f"{array.dtype}: expected integers (tokens, layers, k)")
+    if array.size and (array.min() < 0 or array.max() >= 2**31):
+        raise MalformedResponse("routed experts hold an expert number out of range")
+    return np.asarray(array, np.int32)
+
+
+def decode_raw_routing(encoded: str) -> np.ndarray:
+    """SGLang's `sglext.routed_experts`: base64 of raw little-endian int32, flat (its
+    shape is the model's: see reshape_routing)."""
+    raw = _base64(encoded)
+    if len(raw) % 4 or len(raw) // 4 > ROUTING_LIMIT:
+        raise MalformedResponse(f"routed experts of {len(raw)} bytes are not int32 values")
+    array = np.frombuffer(raw, "<i4").astype(np.int32)
+    if array.size and array.min() < 0:
+        raise MalformedResponse("routed experts hold a negative expert number")
+    return array
+
+
+def generated_routing(routing: np.ndarray, n_tokens: int, prompt_tokens: int | None,
+                      shape: tuple[int, int] | None) -> np.ndarray:
+    """The routing that produced each generated token, (tokens, layers, k): row i is
+    the forward pass whose output chose token i (the prompt's last token for token 0).
+    A flat (SGLang) array needs the model's (layers, k); without it this refuses."""
+    if routing.ndim == 1:
+        if shape is None:
+            raise MalformedResponse("routing came without its shape: pass "
+                                    "--routed-experts-shape LAYERS,K (the model's "
+                                    "num_hidden_layers and num_experts_per_tok)")
+        layers, k = shape
+        if routing.size % (layers * k):
+            raise MalformedResponse(f"{routing.size} routed experts are not rows of "
+                                    f"{layers} layers x {k}")
+        routing = routing.reshape(-1, layers, k)
+    start = prompt_tokens - 1 if prompt_tokens else max(len(routing) - n_tokens, 0)
+    return routing[max(start, 0):max(start, 0) + n_tokens]
+
+
+def _first_choices(bodies: list[_Body]) -> list[_Choice]:
+    """Choice 0 of every body (quantcheck asks for one answer). A response with no
+    choice at all, or two under one index, is malformed, never an empty answer."""
+    choices: list[_Choice] = []
+    any_choice = False
+    for body in bodies:
+        indices = [choice.index or 0 for choice in body.choices or ()]
+        any_choice = any_choice or bool(indices)
+        if len(set(indices)) != len(indices):
+            raise MalformedResponse(f"{len(indices)} choices under index "
+                                    f"{max(indices, key=indices.count)} in one answer "
+                                    "(quantcheck asks for one choice)")
+        choices += [choice for choice in body.choices or () if not choice.index]
+    if not any_choice:
+        raise MalformedResponse("no choices in the answer")
+    if not choices:
+        raise MalformedResponse("no choice with index 0 in the answer")
+    if len(bodies) == 1 and choices[0].message is None and choices[0].text is None:
+        raise MalformedResponse("choice 0 carries neither a message nor a text")
+    return choices
+
+
+def _tool_calls(messages: list[_Message]) -> list[ToolCall]:
+    """The calls of a message, or of a stream's deltas assembled: a piece with an
+    `index` joins that call; one without joins the last call unless it names a tool
+    or carries an id (then it starts one, as every piece of a whole message does)."""
+    parts = [part for message in messages for part in message.tool_calls or ()]
+    if not parts:  # llama-cpp-python also sends its call as function_call: counted once
+        parts = [_ToolCallPart(function=m.function_call) for m in messages if m.function_call]
+    calls: dict[Any, list[Any]] = {}  # key -> [id, name, argument pieces]
+    key: Any = None
+    for number, part in enumerate(parts):
+        function = part.function or _Function()
+        if part.index is not None:
+            key = ("index", part.index)
+        elif key is None or part.id or function.name:
+            key = ("piece", number)
+        call = calls.setdefault(key, [None, "", []])
+        call[0] = call[0] or part.id
+        if function.name and function.name != call[1]:
+            call[1] += function.name  # a name sent in fragments
+        if isinstance(function.arguments, dict):
+            call[2].append(orjson.dumps(function.arguments).decode())
+        elif function.arguments:
+            call[2].append(function.arguments)
+    return [_tool_call(n, *call) for n, call in enumerate(calls.values())]
+
+
+def _tool_call(number: int, call_id: str | None, name: str, pieces: list[str]) -> ToolCall:
+    if not name:
+        raise MalformedResponse(f"tool call {number} names no function")
+    arguments = "".join(pieces)
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, RecursionError):
+        parsed = None
+    return ToolCall(name=name, arguments=arguments, parsed_arguments=parsed, id=call_id)
+
+
+def _storable_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The usage object, if it can be written as sent (64-bit integers, sane nesting)."""
+    if usage is None:
+        return None
+    try:
+        orjson.dumps(usage)
+    except orjson.JSONEncodeError as exc:
+        raise MalformedResponse(f"the usage object cannot be stored: {exc}") from None
+    return usage
+
+
+def _last(values: list[Any]) -> Any:
+    present = [value for value in values if value]
+    return present[-1] if present else None
+
+
+def _extend_from_entries(tokens: Tokens, entries: list[_Entry], top_k: int) -> None:
+    """Chat-style entries ({token, logprob, top_logprobs, bytes, id}) onto the columns."""
+    texts: list[str] = list(map(_TOKEN, entries))
+    top_lists = [entry.top_logprobs or () for entry in entries]
+    top_logprob: list[list[Any]] = [list(map(_LOGPROB, top)) for top in top_lists]
+    top_text = [list(map(_TOKEN, top)) for top in top_lists]
+    for position, values in enumerate(top_logprob):
+        if None in values or 0 < top_k < len(values) or values != sorted(values, reverse=True):
+            top_text[position], top_logprob[position] = _top_columns(
+                top_text[position], values, top_k)
+    tokens.text += texts
+    tokens.logprob += map(_LOGPROB, entries)
+    tokens.top_text += top_text
+    tokens.top_logprob += top_logprob
+    ids = [entry.id for entry in entries]
+    if any(token_id is not None for token_id in ids):
+        wrong = next((i for i in ids if i is not None and not 0 <= i < TOKEN_ID_LIMIT), None)
+        if wrong is not None:
+            raise MalformedResponse(f"token id {wrong} is out of range (0 to 2^63 - 1)")
+        tokens.ids = [-1 if token_id is None else token_id for token_id in ids]
+    raws = [entry.bytes for entry in entries]
+    for raw in raws:
+        if raw and not 0 <= min(raw) <= max(raw) <= 255:
+            raise MalformedResponse(f"token bytes {raw[:8]} are not bytes (0 to 255)")
+    differing = [raw is not None and raw != list(text.encode("utf-8", "surrogatepass"))
+                 for raw, text in zip(raws, texts, strict=True)]
+    if any(differing):
+        tokens.raw_bytes = [raw if differs else None
+                            for raw, differs in zip(raws, differing, strict=True)]
+
+
+def _append_legacy(tokens: Tokens, logprobs: _Logprobs, top_k: int) -> None:
+    texts = logprobs.tokens or []
+    token_logprobs = logprobs.token_logprobs or []
+    top_lists = logprobs.top_logprobs or []
+    for position, token in enumerate(texts):
+        alternatives = (top_lists[position] if position < len(top_lists) else None) or {}
+        logprob = token_logprobs[position] if position < len(token_logprobs) else None
+        tokens.append(token, logprob, *_top_columns(list(alternatives),
+                                                    list(alternatives.values()), top_k))
+
+
+def _top_columns(texts: list[str], logprobs: list[float | None], top_k: int
+                 ) -> tuple[list[str], list[float]]:
+    """The alternatives as (tokens, logprobs), highest first, cut to k.
+
+    Servers usually send them sorted; otherwise a stable sort keeps their order among
+    exact ties. Alternatives without a logprob are dropped; extra ones beyond the
+    requested k (llama-cpp-python adds the sampled token) are cut off.
+    """
+    kept = [(text, value) for text, value in zip(texts, logprobs, strict=True)
+            if value is not None]
+    kept.sort(key=lambda pair: -pair[1])
+    if 0 < top_k < len(kept):
+        kept = kept[:top_k]
+    return [text for text, _ in kept], [value for _, value in kept]
+
+
+# --- teacher forcing: a prompt scored token by token ------------------------------------
+
+# B's logprob of the forced token (None when B does not say), and B's top-k there.
+ScoredPosition = tuple[float | None, tuple[list[str], list[float]]]
+
+
+class _PromptLogprob(msgspec.Struct):
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+class _ScoredChoice(msgspec.Struct):
+    prompt_logprobs: list[dict[str, _PromptLogprob] | None] | None = None
+    logprobs: _Logprobs | None = None
+
+
+class _ScoredBody(msgspec.Struct):
+    choices: list[_ScoredChoice]
+    usage: dict[str, Any] | None = None
+
+
+def _converted(answer: Any, shape: type[_Shape], what: str) -> _Shape:
+    try:
+        return msgspec.convert(answer, shape, strict=False)
+    except msgspec.ValidationError as exc:
+        raise MalformedResponse(f"unexpected {what}: {exc}") from None
+
+
+def _scored_choice(answer: Any) -> tuple[_ScoredChoice, dict[str, Any]]:
+    body = _converted(answer, _ScoredBody, "scoring answer")
+    if not body.choices:
+        raise MalformedResponse("no choices in the scoring answer")
+    return body.choices[0], body.usage or {}
+
+
+def parse_prompt_logprobs(answer: Any, ids: list[int], start: int, top_k: int
+                          ) -> list[ScoredPosition]:
+    """vLLM's `prompt_logprobs` (a map of token id to logprob, rank and decoded token
+    per prompt position) for the ids from position `start` on."""
+    choice, _ = _scored_choice(answer)
+    if choice.prompt_logprobs is None:
+        raise MalformedResponse("the answer has no prompt_logprobs")
+    scored = []
+    for token, entry in zip(ids, choice.prompt_logprobs[start:], strict=False):
+        entry = entry or {}
+        ranked = sorted((v for v in entry.values() if v.rank is not None and v.rank <= top_k),
+                        key=lambda v: v.rank or 0)
+        own = entry.get(str(token))
+        scored.append((own.logprob if own else None,
+                       ([v.decoded_token or "" for v in ranked], [v.logprob for v in ranked])))
+    return scored
+
+
+def parse_echo(answer: Any, prompt_chars: int, top_k: int) -> list[ScoredPosition]:
+    """Legacy completions with `echo`: the logprobs of the echoed text after the first
+    `prompt_chars` characters, without the tokens generated past it."""
+    choice, usage = _scored_choice(answer)
+    logprobs = choice.logprobs
+    if logprobs is None or logprobs.tokens is None:
+        raise MalformedResponse("the echo answer has no token logprobs")
+    tokens = logprobs.tokens
+    values = logprobs.token_logprobs or []
+    tops = logprobs.top_logprobs or []
+    generated = usage.get("completion_tokens")
+    end = len(tokens) - (generated if isinstance(generated, int) and generated > 0 else 0)
+    scored = []
+    for n in range(_boundary(tokens, prompt_chars), end):
+        alternatives = (tops[n] if n < len(tops) else None) or {}
+        top = sorted(((t, v) for t, v in alternatives.items() if v is not None),
+                     key=lambda kv: -kv[1])[:top_k]
+        scored.append((values[n] if n < len(values) else None,
+                       ([t for t, _ in top], [v for _, v in top])))
+    return scored
+
+
+class _NativeAlternative(msgspec.Struct):
+    id: int
+    logprob: float
+    token: str = ""
+
+
+class _NativeProbability(msgspec.Struct):
+    top_logprobs: list[_NativeAlternative] = []
+
+
+class _NativeCompletion(msgspec.Struct):
+    completion_probabilities: list[_NativeProbability]
+
+
+def parse_native_next(answer: Any, token_id: int, token_text: str, top_k: int
+                      ) -> ScoredPosition:
+    """llama-server's native `/completion` with `n_predict: 1` and `n_probs`: the
+    alternatives for the next token, and the logprob of `token_id` among them (None when
+    it is outside the top-k). The alternative with that id is given `token_text`, so that
+    comparing texts compares ids."""
+    body = _converted(answer, _NativeCompletion, "/completion answer")
+    if not body.completion_probabilities:
+        raise MalformedResponse("the /completion answer has no completion_probabilities")
+    alternatives = body.completion_probabilities[0].top_logprobs
+    if any(math.isnan(a.logprob) or a.logprob == math.inf for a in alternatives):
+        raise MalformedResponse("the /completion answer has a logprob that is not a number")
+    ranked = sorted(alternatives, key=lambda alternative: -alternative.logprob)[:top_k]
+    own = next((a.logprob for a in ranked if a.id == token_id), None)
+    return own, ([token_text if a.id == token_id else a.token for a in ranked],
+                 [a.logprob for a in ranked])
+
+
+def _boundary(tokens: list[str], prompt_chars: int) -> int:
+    """The first echoed token that starts at or after the end of the prompt text."""
+    seen = 0
+    for n, token in enumerate(tokens):
+        if seen >= prompt_chars:
+            return n
+        seen += len(token)
+    return len(tokens)
