@@ -21,6 +21,14 @@ def skip_module_without_extra(why: str) -> None:
     pytest.skip(why, allow_module_level=True)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The real-model and real-engine tests are also `slow`: `pytest -m "not slow"` is
+    the contributor's fast loop (docs/development.md)."""
+    for item in items:
+        if item.get_closest_marker("model") or item.get_closest_marker("llamacpp"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def serve() -> Iterator[Callable[..., ScriptedServer]]:
     """Start scripted loopback servers; all are stopped when the test ends."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.cli import cli
+from quantcheck.cli.heap import return_freed_memory
 from quantcheck.lab.endpoint import LabServer
 
 from .conftest import skip_module_without_extra
@@ -39,41 +39,29 @@ prompts:
   - {id: chat, messages: [{role: user, content: "The opposite of hot is"}], max_tokens: 4}
 """
 
-_engines: dict[tuple[str, str], Any] = {}
-# Loading an engine takes seconds and holds about 1.5 GB: the two used last are kept
-# (a test serves two at once), older ones are let go. Keeping all five made the test
-# process alone 7.7 GB.
-KEPT_ENGINES = 2
-
-
-def engine(precision: str = "bf16", fault: str = "none") -> Any:
-    """An engine per (precision, fault), reused while it is among the last two used."""
-    key = (precision, fault)
-    found = _engines.pop(key, None) or ModelEngine(precision, fault, threads=2)
-    _engines[key] = found  # now the most recently used
-    while len(_engines) > KEPT_ENGINES:
-        del _engines[next(iter(_engines))]
-        gc.collect()
-    return found
-
-
-@pytest.fixture
+@pytest.fixture(scope="session")
 def lab() -> Iterator[Any]:
-    servers: list[LabServer] = []
+    """A lab server per (precision, fault), started once for the whole session: the
+    process loads the model once and shares its weights between them (lab/model.py)."""
+    return_freed_memory()  # as every quantcheck command does, `lab serve` included
+    servers: dict[tuple[str, str], LabServer] = {}
 
     def start(precision: str = "bf16", fault: str = "none") -> LabServer:
-        server = LabServer(engine(precision, fault)).start()
-        servers.append(server)
-        return server
+        if (precision, fault) not in servers:
+            engine = ModelEngine(precision, fault, threads=2)
+            servers[precision, fault] = LabServer(engine).start()
+        return servers[precision, fault]
 
     yield start
-    for server in servers:
+    for server in servers.values():
         server.stop()
 
 
 def run(server: LabServer, prompts: Path, out: Path, **settings: Any) -> Any:
+    # No context probe: its 6,000-token prompt cost seconds a side and these tests
+    # are about the endpoints' numerics (the demo leaves it out for the same reason).
     collect([prompts], out, CollectSettings(endpoint=server.url, label=out.name,
-                                            top_logprobs=5, **settings))
+                                            top_logprobs=5, context_tokens=0, **settings))
     return load_run(out)
 
 
@@ -84,8 +72,7 @@ def test_logprobs_are_the_models_log_softmax_and_greedy_is_argmax(
     result = run(server, write_prompts(PROMPTS), tmp_path / "bf16", stream=stream)
     manifest = result.manifest
     assert manifest.server.runtime == "vllm" and manifest.model == "gemma-3-270m"
-    model = engine().model
-    tokenizer = engine().tokenizer
+    model, tokenizer = server.engine.model, server.engine.tokenizer
     records = {r.prompt_id: r for r in result.completions()}
     assert "Paris" in (records["capital"].text or "")
     for prompt_id in ("capital", "dog"):
@@ -150,14 +137,7 @@ def test_broken_head_loops_like_the_sglang_bug(lab: Any, write_prompts: Any,
     assert list(pairs["b_finish_reason"]) == ["length", "length"]
 
 
-def release_engines() -> None:
-    """The demo starts its own servers (other processes): let this one's engines go."""
-    _engines.clear()
-    gc.collect()
-
-
 def test_demo_end_to_end(tmp_path: Path) -> None:
-    release_engines()
     out = tmp_path / "demo"
     result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--repeats", "1",
                                       "--b-precision", "int4"])
@@ -169,7 +149,6 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
 
 
 def test_demo_with_two_candidates_recommends_one(tmp_path: Path) -> None:
-    release_engines()
     out = tmp_path / "demo"
     result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--repeats", "1",
                                       "--b-precision", "fp8,int4"])

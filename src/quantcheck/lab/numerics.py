@@ -48,11 +48,16 @@ def int4_round_trip(weight: torch.Tensor, group: int = INT4_GROUP) -> torch.Tens
 ROUND_TRIPS = {"bf16": bf16_round_trip, "fp8": fp8_round_trip, "int4": int4_round_trip}
 
 
-def unscaled_fp8(weight: torch.Tensor) -> torch.Tensor:
+def unscaled_fp8(weight: torch.Tensor, rows: int = 16384) -> torch.Tensor:
     """An FP8 head whose per-channel scales were never applied (SGLang's lm_head bug):
-    the raw E4M3 values, up to 448, used as if they were the weights."""
-    values, _ = fp8_quantize(weight)
-    return values.to(weight.dtype)
+    the raw E4M3 values, up to 448, used as if they were the weights. Made `rows`
+    output channels at a time (each has its own scale, so the values are the same):
+    whole, a 262k-row head took three temporaries of its size."""
+    head = torch.empty_like(weight)
+    for start in range(0, weight.shape[0], rows):
+        values, _ = fp8_quantize(weight[start:start + rows])
+        head[start:start + rows] = values.to(weight.dtype)
+    return head
 
 
 def chunked_matmul(hidden: torch.Tensor, weight: torch.Tensor, order: list[int],
