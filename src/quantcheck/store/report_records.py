@@ -46,11 +46,14 @@ class CheckCounts(msgspec.Struct, kw_only=True):
 
 
 class CodeExecution(msgspec.Struct, kw_only=True):
-    """Whether `code` checks ran (--allow-code-exec), within which limits, and whether
-    the sandbox had the network cut (sandbox.py)."""
+    """Whether `code` checks ran (--allow-code-exec), within which limits, and what the
+    sandbox isolated (judge/sandbox.py): no socket or no network, its own PID
+    namespace, and in words what it does not isolate."""
 
     allowed: bool
     network_isolated: bool | None = None
+    processes_isolated: bool | None = None
+    not_isolated: list[str] = []
     wall_s: float | None = None
     cpu_s: int | None = None
     memory_mb: int | None = None
