@@ -26,9 +26,9 @@ from ..fetch.forced_scoring import MODES
 from ..judge.cells import parse_cell_options
 from ..judge.parallel import available_cores
 from ..judge.sandbox import Limits
-from ..judge.summary import headline
 from ..pipeline.ab import ABRun, run_ab, run_candidates
 from ..pipeline.comparing import CompareOptions
+from ..present.sentences import headline
 from ..store.preflight_records import Preflight
 from ..store.prompt_sets import APIS, RequestOptions
 from ..store.report_records import ForcedSummary, Overview, Summary
