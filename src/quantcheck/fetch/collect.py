@@ -44,7 +44,6 @@ from ..wire.client import (
     api_key_from_env,
     public_url,
     rejection_advice,
-    run_blocking,
     sleep_backoff,
 )
 from ..wire.dialects import Generation, MalformedResponse, generated_routing, with_logprobs
@@ -115,12 +114,6 @@ def request_body(prompt: Prompt, model: str, top_logprobs: int) -> dict[str, Any
     return with_logprobs({"model": model, **prompt.request}, prompt.api, top_logprobs)
 
 
-def collect(prompt_files: Sequence[str | Path], out: str | Path, settings: CollectSettings,
-            reporter: Reporter | None = None, force: bool = False) -> CollectResult:
-    """Collect a run; blocking wrapper around `collect_async`."""
-    return run_blocking(collect_async(prompt_files, out, settings, reporter, force))
-
-
 @contextmanager
 def rare_full_collections() -> Iterator[None]:
     """Fewer garbage-collector passes while responses are parsed.
@@ -142,6 +135,8 @@ def rare_full_collections() -> Iterator[None]:
 async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
                         settings: CollectSettings, reporter: Reporter | None = None,
                         force: bool = False) -> CollectResult:
+    """Collect a run (resumed where one was left); `quantcheck.collect` runs it in an
+    event loop of its own."""
     reporter = reporter or SilentReporter()
     if settings.routed_experts and settings.stream:
         settings = msgspec.structs.replace(settings, stream=False)

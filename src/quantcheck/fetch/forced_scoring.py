@@ -48,7 +48,6 @@ from ..wire.client import (
     all_or_none,
     api_key_from_env,
     public_url,
-    run_blocking,
     server_root,
 )
 from ..wire.dialects import (
@@ -64,6 +63,7 @@ from .server_info import describe_server
 MODES = ("auto", "prompt-logprobs", "token-ids", "echo")
 AUTO_MODE = {"vllm": "prompt-logprobs", "llama.cpp": "token-ids"}  # else echo
 
+
 @dataclass
 class ForcedSettings:
     endpoint: str
@@ -75,13 +75,9 @@ class ForcedSettings:
     api_key_env: str | None = None
 
 
-def score_run(a_run: str | Path, out: str | Path, settings: ForcedSettings) -> ForcedSummary:
-    """Score A's first repeat of every prompt on B; write forced.jsonl and forced.json."""
-    return run_blocking(score_run_async(a_run, out, settings))
-
-
 async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSettings
                           ) -> ForcedSummary:
+    """Score A's first repeat of every prompt on B; write forced.jsonl and forced.json."""
     run = load_run(a_run)
     with_tokens = [r for r in run.completions() if r.ok and r.tokens]
     records = [r for r in with_tokens if r.repeat == 0]
