@@ -88,7 +88,7 @@ def _shown_path(path: Path) -> str:
         return str(path)
 
 
-def _demo_side(url: str, label: str, repeats: int, cell: dict[str, str] | None = None
+def _demo_side(url: str, label: str, repeats: int, cell: dict[str, object] | None = None
                ) -> CollectSettings:
     # No context probe: the demo's small base model does not repeat a code even from a
     # short prompt, so the probe could only say "inconclusive" (and costs ~8 s a side).

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -54,7 +53,7 @@ def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
               type=click.IntRange(0), help="Length of the context-truncation probe; 0 skips.")
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
 def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env: str | None,
-                      prompt_file: Path | None, api: str, extra_body: dict[str, Any],
+                      prompt_file: Path | None, api: str, extra_body: dict[str, object],
                       top_logprobs: int, context_tokens: int, as_json: bool) -> None:
     """Check endpoints before an A/B; exit 2 when a hard check fails.
 

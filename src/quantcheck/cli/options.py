@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import click
 import msgspec
@@ -54,7 +54,7 @@ def _apply(options: Sequence[Callable[[F], F]], function: F) -> F:
 
 
 def json_object_option(ctx: click.Context, param: click.Parameter, value: str | None
-                       ) -> dict[str, Any]:
+                       ) -> dict[str, object]:
     """--extra-body: the user's JSON object, as given."""
     if not value:
         return {}
@@ -85,7 +85,7 @@ def _parameters(repeats: int, top_logprobs: int, stream: bool, concurrency: int,
                 timeout: float, max_response_mb: int, retries: int, preflight: bool,
                 context_tokens: int, shard: str | None, routed_experts: bool,
                 routed_experts_shape: list[int] | None, max_tokens: int | None,
-                api: str | None, extra_body: dict[str, Any], repeat_mode: str = "pool"
+                api: str | None, extra_body: dict[str, object], repeat_mode: str = "pool"
                 ) -> Parameters:
     return Parameters(
         repeats=repeats, top_logprobs=top_logprobs, stream=stream, concurrency=concurrency,

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -194,7 +194,7 @@ class _Scorer:
             "temperature": 0, "prompt_logprobs": self.top_k})
         return parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k)
 
-    async def _tokenize(self, request: dict[str, Any]) -> list[int]:
+    async def _tokenize(self, request: Mapping[str, object]) -> list[int]:
         path, _, _ = TOKENIZE["vllm"]  # prompt-logprobs mode is vLLM's
         answer = await self.client.post_json(self.root + path, {"model": self.model, **request})
         tokens = answer.get("tokens") if isinstance(answer, dict) else None

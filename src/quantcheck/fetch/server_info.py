@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..store.run_dir import ServerInfo
 from ..store.runtimes import choose_model, identify_runtime, runtime_version
 from ..wire.client import EndpointClient, api_key_from_env, public_url
 
 
-async def describe_server(client: EndpointClient, models: list[dict[str, Any]]
+async def describe_server(client: EndpointClient, models: list[dict[str, object]]
                           ) -> ServerInfo:
     """GET /v1/models plus each runtime's own info endpoint (those that answer)."""
     sglang = await client.get_json("/get_server_info")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..fetch.preflight import ProbeShape, check_endpoint
 from ..fetch.server_info import ask_server
@@ -28,7 +27,7 @@ class PreflightOptions:
     api_key_env: str | None = None
     prompt_file: Path | None = None  # probes shaped like this set's first prompt
     api: str = "chat"  # without a prompt set
-    extra_body: dict[str, Any] = field(default_factory=dict)  # the user's JSON, as given
+    extra_body: dict[str, object] = field(default_factory=dict)  # the user's JSON, as given
     top_logprobs: int = 20
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
 
@@ -57,7 +56,7 @@ def preflight(options: PreflightOptions) -> PreflightResult:
     return PreflightResult(reports, agreement)
 
 
-def probe_shape(prompt_file: Path | None, api: str, extra_body: dict[str, Any]
+def probe_shape(prompt_file: Path | None, api: str, extra_body: dict[str, object]
                 ) -> ProbeShape:
     """Probes shaped like the first prompt of a set, or plain greedy requests."""
     if prompt_file is None:
