@@ -1,6 +1,6 @@
-"""The option groups several commands share, each reaching the command as one typed
-record of the library: the request options as `Parameters`, the compare options as
-`CompareOptions`; and the checks and conversions of single option values."""
+"""The option groups of the commands, each reaching a command as one typed record: the
+request options as `Parameters`, the compare options as `CompareOptions`, the gate's
+limits as `PolicyOverrides`; and the checks and conversions of single option values."""
 
 from __future__ import annotations
 
