@@ -15,8 +15,9 @@ from click.testing import CliRunner
 from quantcheck import CollectSettings, collect
 from quantcheck.cli import cli
 from quantcheck.errors import EndpointError
-from quantcheck.fetch.forced_scoring import ForcedSettings, compare_position, score_run
+from quantcheck.fetch.forced_scoring import ForcedSettings, compare_position
 from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.pipeline.collecting import score_run
 
 from .hostile import HostileServer, Request, http
 from .test_collect import Serve, WritePrompts

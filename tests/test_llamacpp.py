@@ -23,8 +23,9 @@ from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.cli import cli
-from quantcheck.fetch.forced_scoring import ForcedSettings, score_run
+from quantcheck.fetch.forced_scoring import ForcedSettings
 from quantcheck.lab.launch import free_port, wait_until_healthy
+from quantcheck.pipeline.collecting import score_run
 
 from .conftest import skip_module_without_extra
 

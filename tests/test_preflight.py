@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare_to_dir
 from quantcheck.cli import cli
-from quantcheck.fetch.collect import run_blocking
 from quantcheck.fetch.preflight import PreflightFailed, check_endpoint, tokenizer_agreement
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.report_dir import read_pairs
+from quantcheck.wire.client import run_blocking
 
 from .test_collect import TWO_PROMPTS, Serve, WritePrompts
 

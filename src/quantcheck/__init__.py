@@ -13,9 +13,10 @@ from ._version import __version__
 
 _EXPORTS = {
     "errors": ["QuantcheckError"],
-    "fetch.collect": ["CollectResult", "CollectSettings", "collect", "collect_async"],
+    "fetch.collect": ["CollectResult", "CollectSettings", "collect_async"],
     "judge.pairs": ["compare"],
     "pipeline.ab": ["ABRun", "run_ab"],
+    "pipeline.collecting": ["collect"],
     "pipeline.comparing": ["CompareOptions", "compare_runs", "compare_to_dir"],
     "store.prompt_sets": ["RequestOptions", "load_prompts"],
     "store.report_dir": ["read_summary"],
@@ -33,9 +34,10 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .errors import QuantcheckError
-    from .fetch.collect import CollectResult, CollectSettings, collect, collect_async
+    from .fetch.collect import CollectResult, CollectSettings, collect_async
     from .judge.pairs import compare
     from .pipeline.ab import ABRun, run_ab
+    from .pipeline.collecting import collect
     from .pipeline.comparing import CompareOptions, compare_runs, compare_to_dir
     from .store.prompt_sets import RequestOptions, load_prompts
     from .store.report_dir import read_summary

@@ -1,41 +1,40 @@
-"""Commands that send prompts: collect, run, demo, determinism."""
+"""Commands that send prompts: collect, run, throughput, forced, determinism; and the
+two about runs and suites: merge, suites."""
 
 from __future__ import annotations
 
-import shlex
-import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
+import msgspec
 
-from ..fetch.collect import REPEAT_MODES, CollectSettings
+from ..fetch.collect import REPEAT_MODES
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
 from ..pipeline.ab import ABRun, ThroughputSettings
 from ..pipeline.comparing import CompareOptions
-from ..store.prompt_sets import shipped_prompt_file
-from ..store.report_records import DeterminismReport, Overview, Summary
-from ..store.run_dir import load_run
-from ._common import (
+from ..pipeline.determinism import DeterminismRun
+from ..store.run_dir import Parameters
+from ._group import cli
+from .guard import exit_like_the_gate, run_guarded
+from .options import (
     EXISTING_DIR,
     EXISTING_FILE,
-    PlainProgress,
-    collect_with_progress,
-    compare_flags,
     compare_options,
     determinism_request_options,
-    echo_forced,
     forced_options,
-    invocation,
     request_options,
-    run_ab_with_progress,
-    run_guarded,
-    settings_from,
+    side_settings,
     sig_digits_option,
 )
-from ._group import cli
+from .printing import echo_determinism, echo_forced, echo_suites, echo_throughput, print_result
+from .progress import (
+    PlainProgress,
+    collect_with_progress,
+    determinism_with_progress,
+    run_with_progress,
+)
 
 
 @cli.command("collect")
@@ -50,7 +49,7 @@ from ._group import cli
 @request_options
 def collect_command(endpoint: str, label: str | None, out: Path, model: str | None,
                     api_key_env: str | None, cell: tuple[str, ...],
-                    prompt_files: tuple[Path, ...], force: bool, **options: Any) -> None:
+                    prompt_files: tuple[Path, ...], force: bool, parameters: Parameters) -> None:
     """Collect greedy generations with top-k logprobs from one endpoint.
 
     Writes RUN_DIR/manifest.json, prompts.jsonl and completions.jsonl. Running the
@@ -63,7 +62,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --suite facts,json \\
           --out runs/bf16-suites
     """
-    settings = settings_from(endpoint, label or out.name, model, api_key_env, options, cell)
+    settings = side_settings(parameters, endpoint, label or out.name, model, api_key_env, cell)
     result = collect_with_progress(prompt_files, out, settings, force)
     click.echo(f"{settings.label}: {result.collected} collected, {result.skipped} already there, "
                f"{result.failed} failed -> {out}", err=True)
@@ -103,18 +102,16 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several candidates).")
 @forced_options
-@sig_digits_option
-@compare_flags
+@compare_options
 @request_options
 def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
                 b_labels: tuple[str, ...], a_model: str | None, b_model: str | None,
                 out: Path, one_side_at_a_time: bool, api_key_env: str | None,
-                a_cell: tuple[str, ...], b_cell: tuple[str, ...], sig_digits: int,
-                prompt_files: tuple[Path, ...], force: bool, a_log: Path | None,
-                b_log: Path | None, signature_files: tuple[Path, ...],
-                approvals: Path | None, score_forced: bool, measure_throughput: bool,
-                throughput_concurrency: int, throughput_seconds: float, matrix: Path | None,
-                forced_mode: str, forced_concurrency: int, **options: Any) -> None:
+                a_cell: tuple[str, ...], b_cell: tuple[str, ...], score_forced: bool,
+                measure_throughput: bool, throughput_concurrency: int,
+                throughput_seconds: float, matrix: Path | None, forced_mode: str,
+                forced_concurrency: int, compare: CompareOptions,
+                prompt_files: tuple[Path, ...], force: bool, parameters: Parameters) -> None:
     """The whole A/B in one command: collect the reference and each candidate, then
     compare. With several --b, one report per candidate and an overview that
     recommends the fastest candidate passing the gate.
@@ -133,24 +130,21 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
           --suite code,tools --allow-code-exec --out reports/fp8-code
     """
     labels = _candidate_labels(b_urls, b_labels)
-    a = settings_from(a_url, a_label, a_model, api_key_env, options, a_cell)
-    bs = [settings_from(url, label, b_model, api_key_env, options,
-                        _cell_for(label, b_cell)) for url, label in zip(b_urls, labels,
-                                                                        strict=True)]
+    a = side_settings(parameters, a_url, a_label, a_model, api_key_env, a_cell)
+    bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell))
+          for url, label in zip(b_urls, labels, strict=True)]
     forced = ForcedSettings(endpoint=b_urls[0], model=b_model,
-                            top_k=options["top_logprobs"] or 20, mode=forced_mode,
-                            concurrency=forced_concurrency, timeout=options["timeout"],
+                            top_k=parameters.top_logprobs or 20, mode=forced_mode,
+                            concurrency=forced_concurrency, timeout=parameters.timeout,
                             api_key_env=api_key_env)
-    compare = compare_options(sig_digits, {"a_log": a_log, "b_log": b_log,
-                                           "signature_files": signature_files,
-                                           "approvals": approvals, **options})
-    phase = ThroughputSettings(concurrency=throughput_concurrency,
-                               min_seconds=throughput_seconds)
-    result = run_ab_with_progress(ABRun(
-        a, bs if len(bs) > 1 else bs[0], prompt_files, out, one_side_at_a_time, force,
-        compare, forced if score_forced else None,
-        phase if measure_throughput else None, matrix=matrix))
-    _exit_like_the_gate(result)
+    throughput = ThroughputSettings(concurrency=throughput_concurrency,
+                                    min_seconds=throughput_seconds)
+    ab = ABRun(a, bs, prompt_files, out, one_side_at_a_time, force, compare,
+               forced if score_forced else None,
+               throughput if measure_throughput else None, matrix=matrix)
+    result = run_with_progress(ab)
+    print_result(result, out)
+    exit_like_the_gate(result)
 
 
 def _candidate_labels(urls: tuple[str, ...], labels: tuple[str, ...]) -> list[str]:
@@ -172,12 +166,6 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
         else:
             chosen.append(value)
     return tuple(chosen)
-
-
-def _exit_like_the_gate(result: Summary | Overview) -> None:
-    """Several candidates and none recommended: exit 1, as the gate would."""
-    if isinstance(result, Overview) and result.recommendation.label is None:
-        sys.exit(1)
 
 
 @cli.command("throughput")
@@ -212,7 +200,7 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
       quantcheck throughput http://127.0.0.1:8000/v1 --prompts prompts/default.yaml \\
           --out runs/bf16
     """
-    from ..fetch.throughput import measure
+    from ..pipeline.collecting import measure_throughput
     from ..store.prompt_sets import RequestOptions
     from ..store.run_dir import write_throughput
 
@@ -221,16 +209,11 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
     def heard(requests: int, elapsed: float) -> None:
         bar.update(min(int(elapsed), bar.length) - bar.done)
 
-    result = run_guarded(lambda: measure(
+    result = run_guarded(lambda: measure_throughput(
         endpoint, prompt_files, label=label or "", model=model, concurrency=concurrency,
         min_seconds=seconds, request=RequestOptions(max_tokens=max_tokens),
         api_key_env=api_key_env, timeout=timeout, progress=heard), "Nothing was written.")
-    speed = f"{result.tokens_per_s:,.0f} output tokens/s" if result.tokens_per_s else \
-        "no token counts (the server reports no usage)"
-    ttft = f"{1000 * result.ttft_p50_s:.0f} ms" if result.ttft_p50_s is not None else "-"
-    e2e = f"{result.e2e_p99_s:.2f} s" if result.e2e_p99_s is not None else "-"
-    click.echo(f"{result.label}: {speed} at concurrency {concurrency}, {result.requests} "
-               f"requests in {result.seconds:.1f} s; TTFT p50 {ttft}, end-to-end p99 {e2e}")
+    echo_throughput(result, concurrency)
     if out is not None:
         run_guarded(lambda: write_throughput(out, result), "Nothing was written.")
         click.echo(f"written: {out / 'throughput.json'}")
@@ -259,7 +242,7 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
     Example:
       quantcheck forced runs/bf16 --endpoint http://127.0.0.1:8001/v1 --out runs/forced-fp8
     """
-    from ..fetch.forced_scoring import score_run
+    from ..pipeline.collecting import score_run
 
     settings = ForcedSettings(endpoint=endpoint, model=model, top_k=top_logprobs,
                               mode=forced_mode, concurrency=forced_concurrency,
@@ -267,123 +250,6 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
     summary = run_guarded(lambda: score_run(a_run, out, settings), "Nothing was written.")
     echo_forced(summary)
     click.echo(f"written: {out / 'forced.json'}, {out / 'forced.jsonl'}")
-
-
-@cli.command("demo")
-@click.option("--engine", type=click.Choice(["gemma", "scripted"]), default="gemma",
-              show_default=True,
-              help="gemma: the real Gemma 3 270M on CPU (needs the demo extra); scripted: "
-                   "planted changes, no model.")
-@click.option("--b-precision", default="fp8", show_default=True,
-              help="The candidates' weight formats, comma-separated: bf16, fp8, int4 (A is "
-                   "bf16); two or more give one report each and an overview.")
-@click.option("--fault", type=click.Choice(["none", "nondeterministic", "lmhead-noscale"]),
-              default="none", show_default=True, help="A fault planted in every B.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Report directory; the demo replaces its own previous runs there "
-                   "(default: reports/demo, with --engine scripted reports/demo-scripted).")
-@click.option("--repeats", default=2, show_default=True, type=click.IntRange(1),
-              help="Identical requests per prompt and side (they feed the determinism "
-                   "signature).")
-def demo_command(engine: str, b_precision: str, fault: str, out: Path | None,
-                 repeats: int) -> None:
-    """The whole A/B on built-in local endpoints: no GPU, no endpoints of your own.
-
-    Starts lab servers on 127.0.0.1 (A = bf16, a B per --b-precision, with --fault),
-    runs prompts/demo.yaml, compares, writes the review sheet, prints the summary and
-    the gate's verdict, stops the servers, and prints how to go on.
-
-    \b
-    Example:
-      quantcheck demo
-      quantcheck demo --b-precision int4
-      quantcheck demo --b-precision fp8,int4
-      quantcheck demo --fault lmhead-noscale
-    """
-    precisions = [p.strip() for p in b_precision.split(",") if p.strip()]
-    unknown = [p for p in precisions if p not in ("bf16", "fp8", "int4")]
-    if unknown or not precisions or len(set(precisions)) != len(precisions):
-        raise click.BadParameter("comma-separated, each once: bf16, fp8, int4",
-                                 param_hint="--b-precision")
-    out = out or Path("reports/demo-scripted" if engine == "scripted" else "reports/demo")
-    for side in ("a", "b", "candidates"):  # the demo's own runs: new ports every time
-        shutil.rmtree(out / side, ignore_errors=True)
-    if engine == "scripted":
-        result = _scripted_demo(out, repeats)
-    else:
-        result = _model_demo(out, repeats, precisions, fault)
-    sheet = out
-    if isinstance(result, Summary):
-        from ..gate import verdict as gate
-
-        verdict, _ = gate.gate_report(out)
-        click.echo(f"gate (default policy): {gate.one_line(verdict)}")
-    else:
-        sheet = out / "candidates" / result.candidates[0].label
-        click.echo(f"\nOpen the overview: {(out / 'index.html').resolve().as_uri()}")
-    me = invocation()
-    click.echo(f"\nOpen the review sheet: {(sheet / 'index.html').resolve().as_uri()}\n"
-               f"  or serve it and save reviews to disk: {me} review {shlex.quote(str(sheet))}\n"
-               "Run the same A/B on your own endpoints:\n"
-               f"  {me} run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
-               f"--prompts {shlex.quote(_shown_path(shipped_prompt_file('default.yaml')))} "
-               "--out reports/mine")
-
-
-def _shown_path(path: Path) -> str:
-    """`path` relative to the working directory when it is below it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _demo_side(url: str, label: str, repeats: int, cell: dict[str, Any] | None = None
-               ) -> CollectSettings:
-    # No context probe: the demo's small base model does not repeat a code even from a
-    # short prompt, so the probe could only say "inconclusive" (and costs ~8 s a side).
-    return CollectSettings(endpoint=url, label=label, repeats=repeats, top_logprobs=5,
-                           concurrency=2, timeout=300.0, retries=2, context_tokens=0,
-                           cell=cell or {})
-
-
-def _scripted_demo(out: Path, repeats: int) -> Summary | Overview:
-    from ..lab.demo import demo_servers
-
-    prompt_file = run_guarded(lambda: shipped_prompt_file("spot-check.yaml"), "")
-    reference, candidate = demo_servers()
-    with reference, candidate:
-        click.echo(f"A (reference) on {reference.url}/v1, B (candidate) on {candidate.url}/v1 "
-                   "[scripted: planted changes, no model]", err=True)
-        return run_ab_with_progress(ABRun(_demo_side(reference.url, "bf16-demo", repeats),
-                                          _demo_side(candidate.url, "fp8-demo", repeats),
-                                          [prompt_file], out))
-
-
-def _model_demo(out: Path, repeats: int, precisions: list[str], fault: str
-                ) -> Summary | Overview:
-    from ..lab.launch import lab_servers, server_log
-    from ..lab.model import prepare_model
-
-    prompt_file = run_guarded(lambda: shipped_prompt_file("demo.yaml"), "")
-    click.echo("preparing Gemma 3 270M (the first run converts the shipped GGUF once, about "
-               "a minute)...", err=True)
-    run_guarded(prepare_model, "")
-    labels = [p + ("" if fault == "none" else f"+{fault}") for p in precisions]
-    click.echo(f"starting lab servers: A = bf16, B = {', '.join(labels)} (loading takes "
-               "~10 s each)...", err=True)
-    specs = [("bf16", "none")] + [(p, fault) for p in precisions]
-    with run_guarded(lambda: lab_servers(specs, out / "logs"), "") as urls:
-        click.echo(f"A on {urls[0]}/v1, B on {', '.join(u + '/v1' for u in urls[1:])}; "
-                   "collecting...", err=True)
-        logs = [server_log(out / "logs", n) for n in range(len(urls))]
-        bs = [_demo_side(url, label, repeats, {"quantization": precision})
-              for url, label, precision in zip(urls[1:], labels, precisions, strict=True)]
-        return run_ab_with_progress(ABRun(
-            _demo_side(urls[0], "bf16", repeats, {"quantization": "bf16"}),
-            bs if len(bs) > 1 else bs[0], [prompt_file], out,
-            compare=CompareOptions(a_log=logs[0], b_log=logs[1]),
-            candidate_logs={b.label: log for b, log in zip(bs, logs[1:], strict=True)}))
 
 
 @cli.command("determinism")
@@ -401,7 +267,7 @@ def _model_demo(out: Path, repeats: int, precisions: list[str], fault: str
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                         api_key_env: str | None, fail_on_nondeterminism: bool,
                         sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
-                        **options: Any) -> None:
+                        parameters: Parameters) -> None:
     """Is this endpoint deterministic? Repeated identical greedy requests, per mode.
 
     Reports per prompt and mode "k distinct of n" for texts and logprob signatures,
@@ -412,42 +278,19 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
       quantcheck determinism --endpoint http://127.0.0.1:8000/v1 \\
           --prompts prompts/spot-check.yaml --repeats 6 --out reports/determinism
     """
-    from ..pipeline.determinism import determinism_report
-
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]
     if unknown or not chosen:
         raise click.BadParameter(f"unknown mode {unknown[0] if unknown else modes!r}; choose "
                                  f"from {', '.join(REPEAT_MODES)}", param_hint="--modes")
-    runs = {}
-    for number, mode in enumerate(chosen):
-        # the endpoint is checked once, before the first mode: the same server answers all
-        settings = settings_from(endpoint, mode, model, api_key_env, {
-            **options, "repeat_mode": mode,
-            "preflight": options["preflight"] and number == 0})
-        collect_with_progress(prompt_files, out / mode, settings, force)
-        runs[mode] = out / mode
-    served = load_run(runs[chosen[0]]).manifest.model
-    report, page = run_guarded(lambda: determinism_report(runs, out, endpoint,
-                                                          model or served or "", sig_digits), "")
-    for mode, counts in report.modes.items():
-        click.echo(f"{mode}: {counts.prompts} prompts: {counts.deterministic} "
-                   f"deterministic, {counts.logprobs_vary} with varying logprobs, "
-                   f"{counts.text_varies} with varying text")
-        echo_routing_verdicts(report, mode)
-    click.echo(f"report: {out / 'determinism.csv'}, {page}")
+    asked = msgspec.structs.replace(parameters, model=model, api_key_env=api_key_env)
+    job = DeterminismRun(endpoint, chosen, prompt_files, out, asked, force, sig_digits)
+    report, page = determinism_with_progress(job)
+    echo_determinism(report, out, page)
     if fail_on_nondeterminism and report.varying:
         click.echo(f"FAIL: {report.varying} prompt/mode results are nondeterministic",
                    err=True)
         sys.exit(1)
-
-
-def echo_routing_verdicts(report: DeterminismReport, mode: str) -> None:
-    """One line per routing diagnosis of a mode, with an example prompt's sentence."""
-    for kind, prompts in report.modes[mode].routing.items():
-        example = next(row for row in report.prompts if row.mode == mode and row.routing == kind)
-        click.echo(f"  routing: {prompts} prompt{'s' if prompts != 1 else ''}: "
-                   f"{example.routing_sentence} (e.g. {example.prompt_id})")
 
 
 @cli.command("merge")
@@ -486,10 +329,4 @@ def suites_command() -> None:
     """
     from ..store.suites import describe, suite_names
 
-    suites = run_guarded(lambda: [describe(name) for name in suite_names()], "")
-    width = max(len(s.name) for s in suites)
-    for suite in suites:
-        click.echo(f"{suite.name:<{width}}  {suite.prompts:>3} prompts  "
-                   f"checks: {', '.join(suite.checks)}")
-        click.echo(f"{'':<{width}}  {suite.description}")
-    click.echo(f"\nFiles: {suites[0].path.parent}")
+    echo_suites(run_guarded(lambda: [describe(name) for name in suite_names()], ""))

@@ -1,31 +1,22 @@
-"""Commands about servers: probe, logscan and the lab endpoints."""
+"""Commands about servers: probe, preflight, logscan and the lab endpoints."""
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 import click
-import msgspec
 
 from .._version import __version__
-from ..fetch.preflight import ProbeShape
-from ..judge.cells import CELL_AXES, parse_cell_options
-from ..store.preflight_records import Preflight
-from ..store.prompt_sets import GREEDY_FIELDS, RequestOptions, load_prompts
+from ..judge.cells import parse_cell_options
+from ..pipeline.checking import PreflightOptions, preflight, probe
+from ..store.report_records import LogMatch
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS
 from ..store.runtimes import RUNTIMES
-from ._common import (
-    EXISTING_FILE,
-    echo_preflight,
-    json_object_option,
-    run_guarded,
-)
 from ._group import cli
+from .guard import run_guarded
+from .options import EXISTING_FILE, json_object_option
+from .printing import echo_log_matches, echo_preflights, echo_probe
 
 
 @cli.command("probe")
@@ -43,26 +34,8 @@ def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
     Example:
       quantcheck probe http://127.0.0.1:8000/v1 --cell gpu="RTX PRO 6000" --cell vram_gb=96
     """
-    from ..fetch.server_info import probe
-
     overrides = run_guarded(lambda: parse_cell_options(cell), "")
-    found = run_guarded(lambda: probe(endpoint, model, overrides, api_key_env), "")
-    if as_json:
-        click.echo(json.dumps(found, indent=2, sort_keys=True))
-        return
-    axes = [*CELL_AXES, *sorted(set(found["cell"]) - set(CELL_AXES))]
-    known = [(axis, found["cell"][axis]) for axis in axes
-             if found["cell"].get(axis) not in (None, "")]
-    width = max(len(name) for name in ["endpoint", "cell key", *(a for a, _ in known)])
-    click.echo(f"{'endpoint':<{width}}  {found['endpoint']}")
-    for axis, value in known:
-        click.echo(f"{axis:<{width}}  {value}")
-    click.echo(f"{'cell key':<{width}}  {found['cell_key']}")
-    unknown = [axis for axis in axes if found["cell"].get(axis) in (None, "")
-               and axis != "concurrency"]  # a property of a collection, not of the server
-    if unknown:
-        click.echo(f"not revealed by the server: {', '.join(unknown)} (give them with "
-                   "--cell KEY=VALUE, e.g. --cell gpu=H100)")
+    echo_probe(run_guarded(lambda: probe(endpoint, model, overrides, api_key_env), ""), as_json)
 
 
 @cli.command("preflight")
@@ -80,7 +53,7 @@ def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
               type=click.IntRange(0), help="Length of the context-truncation probe; 0 skips.")
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
 def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env: str | None,
-                      prompt_file: Path | None, api: str, extra_body: dict[str, Any],
+                      prompt_file: Path | None, api: str, extra_body: dict[str, object],
                       top_logprobs: int, context_tokens: int, as_json: bool) -> None:
     """Check endpoints before an A/B; exit 2 when a hard check fails.
 
@@ -94,40 +67,14 @@ def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env
       quantcheck preflight http://127.0.0.1:8000/v1
       quantcheck preflight http://gpu1:8000/v1 http://gpu2:8000/v1 --prompts prompts/default.yaml
     """
-    from ..fetch.preflight import check_endpoint
-    from ..store.preflight_records import tokenizer_agreement
-    from ..wire.client import api_key_from_env, run_blocking
-
     if len(endpoints) > 2:
         raise click.UsageError("give one endpoint, or two (A and B)")
-    shape = run_guarded(lambda: probe_shape(prompt_file, api, extra_body), "")
-    key = run_guarded(lambda: api_key_from_env(api_key_env), "")
-    def check(endpoint: str) -> Preflight:
-        return run_blocking(check_endpoint(endpoint, model, shape, top_logprobs,
-                                           context_tokens, key))
-
-    reports: list[Preflight] = [run_guarded(partial(check, e), "") for e in endpoints]
-    agreement = (tokenizer_agreement(reports[0].tokenizer, reports[1].tokenizer)
-                 if len(reports) == 2 else None)
-    if as_json:
-        click.echo(json.dumps(msgspec.to_builtins({"endpoints": reports,
-                                                   "tokenizer_agreement": agreement}),
-                              indent=2))
-    else:
-        for label, report in zip("AB", reports, strict=False):
-            echo_preflight(report, f"{label} {report.endpoint}", err=False)
-        if agreement:
-            click.echo(f"A and B: tokenizer {agreement.status}: {agreement.message}")
-    if any(report.failures() for report in reports):
+    result = run_guarded(lambda: preflight(PreflightOptions(
+        list(endpoints), model, api_key_env, prompt_file, api, extra_body, top_logprobs,
+        context_tokens)), "")
+    echo_preflights(result, as_json)
+    if any(report.failures() for report in result.reports):
         sys.exit(2)
-
-
-def probe_shape(prompt_file: Path | None, api: str, extra_body: dict[str, Any]) -> ProbeShape:
-    """Probes shaped like the first prompt of a set, or plain greedy requests."""
-    if prompt_file is None:
-        fields = {k: v for k, v in {**GREEDY_FIELDS, **extra_body}.items() if v is not None}
-        return ProbeShape(api=api, fields=fields)
-    return ProbeShape.like(load_prompts([prompt_file], RequestOptions(extra_body=extra_body))[0])
 
 
 @cli.command("logscan")
@@ -145,23 +92,14 @@ def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
     Example:
       quantcheck logscan sglang-server.log
     """
-
     from ..judge.log_signatures import load_signatures, scan_log
 
-    def work() -> list[Any]:
+    def work() -> list[LogMatch]:
         signatures = load_signatures(signature_files)
         return [match for log in logs for match in scan_log(log, signatures)]
 
     matches = run_guarded(work, "")
-    if as_json:
-        click.echo(json.dumps([asdict(m) for m in matches], indent=2))
-    for match in [] if as_json else matches:
-        kind = "BLOCKING" if match.blocking else "warning"
-        click.echo(f"{kind} {match.log}:{match.line} ({match.count}x) {match.signature}\n"
-                   f"  {match.text}\n  meaning: {match.meaning}\n  action: {match.action}\n"
-                   f"  reference: {match.reference}")
-    if not matches and not as_json:
-        click.echo(f"no known failure signature in {len(logs)} log(s)")
+    echo_log_matches(matches, len(logs), as_json)
     sys.exit(1 if any(m.blocking for m in matches) else 0)
 
 
@@ -170,10 +108,9 @@ def lab_group() -> None:
     """Built-in local endpoints for trying quantcheck without a GPU."""
 
 
-ROUTING_FAULTS: dict[str, dict[str, Any]] = {  # lab.server.Faults fields
-    "none": {}, "stable": {"routing": True},
-    "finalize": {"routing": True, "nondeterministic": True},
-    "gating": {"routing": True, "gating_nondeterministic": True}}
+ROUTING_FAULTS: dict[str, tuple[str, ...]] = {  # lab.scripted.Faults flags set
+    "none": (), "stable": ("routing",), "finalize": ("routing", "nondeterministic"),
+    "gating": ("routing", "gating_nondeterministic")}
 
 
 @lab_group.command("scripted")
@@ -202,8 +139,10 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str) -> None:
 
     from ..lab.scripted import Faults, ScriptedServer
 
-    server = ScriptedServer(dialect=dialect, host=host, port=port,
-                            faults=Faults(**ROUTING_FAULTS[routing]))
+    faults = Faults()
+    for flag in ROUTING_FAULTS[routing]:
+        setattr(faults, flag, True)
+    server = ScriptedServer(dialect=dialect, host=host, port=port, faults=faults)
 
     async def serve() -> None:
         await server.start_async()

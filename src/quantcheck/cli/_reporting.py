@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import click
 
-from ..pipeline.comparing import compare_candidates, compare_runs
-from ..store.prompt_sets import load_prompts
+from ..gate.verdict import Policy
+from ..pipeline.comparing import CompareOptions, compare_all
 from ..store.report_dir import OVERVIEW, require_report
 from ..store.report_records import Summary
 from ..store.reviews import load_verdicts
-from ._common import (
-    EXISTING_DIR,
-    EXISTING_FILE,
-    compare_flags,
-    compare_options,
-    print_overview,
-    print_summary,
-    run_guarded,
-    sig_digits_option,
-)
 from ._group import cli
+from .guard import exit_like_the_gate, run_guarded
+from .options import EXISTING_DIR, EXISTING_FILE, PolicyOverrides, compare_options, gathered
+from .printing import candidates_markdown, print_result
 
 
 @cli.command("compare")
@@ -40,11 +33,10 @@ from ._group import cli
               help="Teacher-forced scores of A on B, from `quantcheck forced` (one B).")
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several B runs).")
-@sig_digits_option
-@compare_flags
+@compare_options
 def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
-                    prompt_files: tuple[Path, ...], sig_digits: int, matrix: Path | None,
-                    **options: Any) -> None:
+                    prompt_files: tuple[Path, ...], forced: Path | None, matrix: Path | None,
+                    compare: CompareOptions) -> None:
     """Triage every pair of A (the reference) and B (a candidate); with several B runs,
     one report each and an overview that recommends one.
 
@@ -58,26 +50,15 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
       quantcheck compare bf16.texts.json fp8.texts.json --prompts prompts/default.yaml \\
           --out reports/texts
     """
-    if len(b_runs) > 1:
-        if options.get("forced"):
-            raise click.BadParameter("with several B runs, score each with `quantcheck "
-                                     "forced` and compare them one at a time",
-                                     param_hint="--forced")
-        overview = run_guarded(lambda: compare_candidates(
-            a_run, list(b_runs), out, compare_options(sig_digits, options), matrix=matrix),
-            "Nothing was written.")
-        print_overview(overview, out)
-        if overview.recommendation.label is None:
-            sys.exit(1)
-        return
-
-    def work() -> Summary:
-        prompts = {p.id: p for p in load_prompts(prompt_files)} if prompt_files else None
-        return compare_runs(a_run, b_runs[0], out, compare_options(sig_digits, options),
-                            prompts)
-
-    summary = run_guarded(work, "Nothing was written.")
-    print_summary(summary, out)
+    if len(b_runs) > 1 and forced:
+        raise click.BadParameter("with several B runs, score each with `quantcheck "
+                                 "forced` and compare them one at a time",
+                                 param_hint="--forced")
+    result = run_guarded(lambda: compare_all(a_run, list(b_runs), out,
+                                             replace(compare, forced=forced), prompt_files,
+                                             matrix), "Nothing was written.")
+    print_result(result, out)
+    exit_like_the_gate(result)
 
 
 @cli.command("report")
@@ -182,8 +163,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="Rubric YAML naming the blocking labels (default: rubrics/default.yaml).")
 @click.option("--candidate", metavar="LABEL",
               help="With an overview of several candidates: gate this one only.")
+@gathered("overrides", PolicyOverrides)
 def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path, ...],
-                 rubric: Path | None, candidate: str | None, **overrides: Any) -> None:
+                 rubric: Path | None, candidate: str | None,
+                 overrides: PolicyOverrides) -> None:
     """Fail the build on any factual flip: exit 0 pass, 1 fail, 2 input error.
 
     Writes REPORT_DIR/gate.json and junit.xml, prints a Markdown summary (also
@@ -197,14 +180,11 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
       quantcheck gate reports/fp8 --policy prompts/policy.yaml
       quantcheck gate reports/quants --candidate fp8
     """
-    from dataclasses import replace
-
     from ..gate import verdict as gate
     from ..store.rubric import load_rubric
 
-    def settings() -> gate.Policy:
-        return replace(gate.load_policy(policy),
-                       **{k: v for k, v in overrides.items() if v is not None})
+    def settings() -> Policy:
+        return overrides.applied(gate.load_policy(policy))
 
     if (report_dir / OVERVIEW).exists():
         if review_files:
@@ -225,7 +205,7 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     sys.exit(0 if verdict.passed else 1)
 
 
-def _gate_candidates(folder: Path, policy: Callable[[], Any], rubric: Path | None,
+def _gate_candidates(folder: Path, policy: Callable[[], Policy], rubric: Path | None,
                      only: str | None) -> None:
     from ..gate import verdict as gate
     from ..gate.overview import gate_candidates
@@ -234,16 +214,7 @@ def _gate_candidates(folder: Path, policy: Callable[[], Any], rubric: Path | Non
     decision, overview = run_guarded(
         lambda: gate_candidates(folder, policy(), load_rubric(rubric), only),
         "Nothing was written.")
-    lines = [f"## quantcheck: {decision.verdict.upper()}", "",
-             f"**{overview.reference.label}** (reference) against "
-             f"{len(decision.candidates)} candidates", "",
-             "| candidate | verdict | why |", "|---|---|---|"]
-    for label, result in decision.candidates.items():
-        lines.append(f"| {label} | {result.verdict} | {'; '.join(result.reasons())} |")
-    choice = decision.recommendation
-    lines += ["", f"Recommended: **{choice.label}**, {choice.reason}." if choice.label
-              else f"No candidate is recommended: {choice.reason}."]
-    text = "\n".join(lines) + "\n"
+    text = candidates_markdown(decision, overview)
     click.echo(text)
     gate.append_step_summary(text)
     failing = [label for label, r in decision.candidates.items() if not r.passed]

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
@@ -44,7 +44,6 @@ from ..wire.client import (
     api_key_from_env,
     public_url,
     rejection_advice,
-    run_blocking,
     sleep_backoff,
 )
 from ..wire.dialects import Generation, MalformedResponse, generated_routing, with_logprobs
@@ -68,7 +67,7 @@ class CollectSettings(Parameters, kw_only=True):
 
     endpoint: str
     label: str
-    cell: dict[str, Any] = {}
+    cell: dict[str, object] = {}
 
     def parameters(self) -> Parameters:
         return Parameters(**{name: getattr(self, name) for name in Parameters.__struct_fields__})
@@ -110,15 +109,9 @@ class CollectResult:
     failed: int
 
 
-def request_body(prompt: Prompt, model: str, top_logprobs: int) -> dict[str, Any]:
+def request_body(prompt: Prompt, model: str, top_logprobs: int) -> dict[str, object]:
     """The exact JSON body sent for `prompt` (streaming fields are added by the client)."""
     return with_logprobs({"model": model, **prompt.request}, prompt.api, top_logprobs)
-
-
-def collect(prompt_files: Sequence[str | Path], out: str | Path, settings: CollectSettings,
-            reporter: Reporter | None = None, force: bool = False) -> CollectResult:
-    """Collect a run; blocking wrapper around `collect_async`."""
-    return run_blocking(collect_async(prompt_files, out, settings, reporter, force))
 
 
 @contextmanager
@@ -142,6 +135,8 @@ def rare_full_collections() -> Iterator[None]:
 async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
                         settings: CollectSettings, reporter: Reporter | None = None,
                         force: bool = False) -> CollectResult:
+    """Collect a run (resumed where one was left); `quantcheck.collect` runs it in an
+    event loop of its own."""
     reporter = reporter or SilentReporter()
     if settings.routed_experts and settings.stream:
         settings = msgspec.structs.replace(settings, stream=False)
@@ -163,7 +158,8 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
 
 
 async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: Manifest,
-                          settings: CollectSettings, model: str, models: list[dict[str, Any]],
+                          settings: CollectSettings, model: str,
+                          models: list[dict[str, object]],
                           prompts: list[Prompt], reporter: Reporter, force: bool
                           ) -> CollectResult:
     """The collection, holding the run directory's lock."""
@@ -193,7 +189,7 @@ async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: Manif
 
 
 async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
-                     settings: CollectSettings, model: str, models: list[dict[str, Any]],
+                     settings: CollectSettings, model: str, models: list[dict[str, object]],
                      prompts: list[Prompt], reporter: Reporter, force: bool
                      ) -> set[tuple[str, int]]:
     """Prepare the run directory, describe the server, run the preflight, write the
@@ -417,7 +413,7 @@ class _Session:
 
 
 async def _preflight(client: EndpointClient, settings: CollectSettings, model: str,
-                     models: list[dict[str, Any]], manifest: Manifest,
+                     models: list[dict[str, object]], manifest: Manifest,
                      prompts: list[Prompt], reporter: Reporter) -> Preflight | None:
     """The preflight report for the manifest. A hard failure stops here, before any
     prompt is sent."""
@@ -471,10 +467,10 @@ def _prepare_run_dir(run_dir: Path, manifest: Manifest, force: bool) -> None:
         "Use another --out, or --force to set the old run aside and start over.")
 
 
-def _describe_difference(key: str, old: Any, new: Any) -> str:
-    if key != "prompt_hashes":
+def _describe_difference(key: str, old: object, new: object) -> str:
+    if key != "prompt_hashes" or not isinstance(new, dict):
         return f"{key} ({old!r}, now {new!r})"
-    old, new = old or {}, new or {}
+    old = old if isinstance(old, dict) else {}
     added = len(set(new) - set(old))
     removed = len(set(old) - set(new))
     changed = sum(1 for k in set(old) & set(new) if old[k] != new[k])

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -48,7 +48,6 @@ from ..wire.client import (
     all_or_none,
     api_key_from_env,
     public_url,
-    run_blocking,
     server_root,
 )
 from ..wire.dialects import (
@@ -64,6 +63,7 @@ from .server_info import describe_server
 MODES = ("auto", "prompt-logprobs", "token-ids", "echo")
 AUTO_MODE = {"vllm": "prompt-logprobs", "llama.cpp": "token-ids"}  # else echo
 
+
 @dataclass
 class ForcedSettings:
     endpoint: str
@@ -75,13 +75,9 @@ class ForcedSettings:
     api_key_env: str | None = None
 
 
-def score_run(a_run: str | Path, out: str | Path, settings: ForcedSettings) -> ForcedSummary:
-    """Score A's first repeat of every prompt on B; write forced.jsonl and forced.json."""
-    return run_blocking(score_run_async(a_run, out, settings))
-
-
 async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSettings
                           ) -> ForcedSummary:
+    """Score A's first repeat of every prompt on B; write forced.jsonl and forced.json."""
     run = load_run(a_run)
     with_tokens = [r for r in run.completions() if r.ok and r.tokens]
     records = [r for r in with_tokens if r.repeat == 0]
@@ -198,7 +194,7 @@ class _Scorer:
             "temperature": 0, "prompt_logprobs": self.top_k})
         return parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k)
 
-    async def _tokenize(self, request: dict[str, Any]) -> list[int]:
+    async def _tokenize(self, request: Mapping[str, object]) -> list[int]:
         path, _, _ = TOKENIZE["vllm"]  # prompt-logprobs mode is vLLM's
         answer = await self.client.post_json(self.root + path, {"model": self.model, **request})
         tokens = answer.get("tokens") if isinstance(answer, dict) else None

@@ -19,8 +19,8 @@ import asyncio
 import random
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import EndpointError, ParameterRejected, QuantcheckError
 from ..store.preflight_records import Check, Fingerprint, Preflight
@@ -66,7 +66,7 @@ class ProbeShape:
     """How probe requests look: the API and the fields every request of the run carries."""
 
     api: str = "chat"
-    fields: dict[str, Any] = field(default_factory=lambda: dict(GREEDY_FIELDS))
+    fields: dict[str, object] = field(default_factory=lambda: dict(GREEDY_FIELDS))
 
     @classmethod
     def like(cls, prompt: Prompt) -> ProbeShape:
@@ -74,8 +74,8 @@ class ProbeShape:
         return cls(api=prompt.api, fields={k: v for k, v in prompt.request.items()
                                            if k not in ("messages", "prompt", "max_tokens")})
 
-    def body(self, model: str, text: str, max_tokens: int, top_k: int) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, **self.fields, "max_tokens": max_tokens}
+    def body(self, model: str, text: str, max_tokens: int, top_k: int) -> dict[str, object]:
+        body: dict[str, object] = {"model": model, **self.fields, "max_tokens": max_tokens}
         if self.api == "chat":
             body["messages"] = [{"role": "user", "content": text}]
         else:
@@ -84,7 +84,7 @@ class ProbeShape:
         return with_logprobs(body, self.api, top_k)
 
 
-async def run_preflight(client: EndpointClient, model: str, models: list[dict[str, Any]],
+async def run_preflight(client: EndpointClient, model: str, models: list[dict[str, object]],
                         server: ServerInfo, shape: ProbeShape, top_k: int = 20,
                         context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> Preflight:
     """Run every check against one endpoint (a few short requests and one long one)."""
@@ -114,7 +114,7 @@ class _Probes:
         self.prompt_tokens: dict[str, int] = {}
 
     async def ask(self, text: str, max_tokens: int, top_k: int = 0,
-                  extra: dict[str, Any] | None = None) -> Generation:
+                  extra: Mapping[str, object] | None = None) -> Generation:
         body = {**self.shape.body(self.model, text, max_tokens, top_k), **(extra or {})}
         attempts = 3
         while True:
@@ -136,7 +136,7 @@ class _Probes:
         return generation
 
 
-def _model_check(model: str, models: list[dict[str, Any]], length: int | None) -> Check:
+def _model_check(model: str, models: list[dict[str, object]], length: int | None) -> Check:
     listed = [str(entry.get("id")) for entry in models]
     context = f", context {length:,} tokens" if length else ""
     if model in listed:

@@ -27,7 +27,6 @@ from ..wire.client import (
     all_or_none,
     api_key_from_env,
     public_url,
-    run_blocking,
 )
 from .collect import request_body
 
@@ -35,16 +34,16 @@ DEFAULT_CONCURRENCY = 32
 DEFAULT_MIN_SECONDS = 30.0
 
 
-def measure(endpoint: str, prompt_files: Sequence[Path], *, label: str = "",
-            model: str | None = None, concurrency: int = DEFAULT_CONCURRENCY,
-            min_seconds: float = DEFAULT_MIN_SECONDS, warmup: int = 4,
-            request: RequestOptions | None = None, api_key_env: str | None = None,
-            timeout: float = 600.0,
-            progress: Callable[[int, float], None] | None = None) -> Throughput:
-    """Measure one endpoint (blocking). `progress(requests, seconds)` hears each answer."""
+async def measure(endpoint: str, prompt_files: Sequence[Path], *, label: str = "",
+                  model: str | None = None, concurrency: int = DEFAULT_CONCURRENCY,
+                  min_seconds: float = DEFAULT_MIN_SECONDS, warmup: int = 4,
+                  request: RequestOptions | None = None, api_key_env: str | None = None,
+                  timeout: float = 600.0,
+                  progress: Callable[[int, float], None] | None = None) -> Throughput:
+    """Measure one endpoint. `progress(requests, seconds)` hears each answer."""
     prompts = load_prompts(prompt_files, request or RequestOptions())
-    return run_blocking(_measure(endpoint, prompts, label, model, concurrency, min_seconds,
-                                 warmup, api_key_env, timeout, progress))
+    return await _measure(endpoint, prompts, label, model, concurrency, min_seconds, warmup,
+                          api_key_env, timeout, progress)
 
 
 async def _measure(endpoint: str, prompts: list[Prompt], label: str, model: str | None,

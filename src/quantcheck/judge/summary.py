@@ -1,4 +1,5 @@
-"""Aggregate pairs, chunk by chunk, into summary.json; the one-paragraph terminal summary."""
+"""Aggregate pairs, chunk by chunk, into summary.json (the sentences people read of it
+are in present/sentences.py)."""
 
 from __future__ import annotations
 
@@ -203,22 +204,27 @@ def comparison_notes(totals: PairTotals, a: Side, b: Side) -> Comparison:
     ids = totals.not_compared
     notes = []
     if ids.get("not_comparable"):
-        notes.append(f"{plural(len(ids['not_comparable']), 'prompt')} not comparable: "
+        notes.append(f"{_prompts(len(ids['not_comparable']))} not comparable: "
                      + _request_differences(ids["not_comparable"], a, b))
     only_a, only_b = ids.get("only_a", []), ids.get("only_b", [])
     if only_a or only_b:
         disjoint = totals.compared == 0 and set(ids) <= {"only_a", "only_b"}
-        notes.append(f"{plural(len(only_a), 'prompt')} only in A, "
-                     f"{plural(len(only_b), 'prompt')} only in B"
+        notes.append(f"{_prompts(len(only_a))} only in A, "
+                     f"{_prompts(len(only_b))} only in B"
                      + (" (the two runs share no prompt id)" if disjoint else ""))
     for side, name in ((a, "a"), (b, "b")):
         failed = ids.get(f"{name}_failed", [])
         if failed:
             error = side.first_error(failed) or "never sent (the collection was interrupted)"
-            notes.append(f"{plural(len(failed), 'prompt')} without an answer on {name.upper()} "
+            notes.append(f"{_prompts(len(failed))} without an answer on {name.upper()} "
                          f"({side.label}): {error}")
     return Comparison(compared=totals.compared, prompts=totals.prompts, notes=notes,
                       sentence=_comparison_sentence(totals.compared, totals.prompts, notes))
+
+
+def _prompts(n: int) -> str:
+    """'1 prompt', '2 prompts': the notes summary.json records."""
+    return f"{n} prompt{'s' * (n != 1)}"
 
 
 def _throughput(a: Side, b: Side) -> ThroughputPair | None:
@@ -290,7 +296,7 @@ def _request_differences(prompt_ids: list[str], a: Side, b: Side) -> str:
     if not seen:
         return "their prompt hashes differ"
     ranked = sorted(seen.items(), key=lambda item: -item[1])
-    return "; ".join(f"{phrase} ({plural(n, 'prompt')})" if len(prompt_ids) > 1
+    return "; ".join(f"{phrase} ({_prompts(n)})" if len(prompt_ids) > 1
                      else phrase for phrase, n in ranked[:3])
 
 
@@ -344,56 +350,3 @@ def _throughput_verdict(performance: Performance) -> None:
         performance.throughput_comparable = True
         performance.throughput_ratio_b_over_a = ratio
         performance.throughput_note = f"token counts match ({a_tokens}); B/A = {ratio:.2f}x"
-
-
-KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
-
-
-def degenerate_phrase(counts: Counts) -> str:
-    """'2 degenerate outputs new on B (1 loop, 1 empty)': the count and its parts."""
-    total, kinds = counts.degenerate_new_on_b, counts.degenerate_new_on_b_kinds
-    parts = [f"{kinds[kind]} {KIND_NAMES[kind][kinds[kind] != 1]}" for kind in DEGENERATE_KINDS
-             if kinds.get(kind)]
-    return (f"{plural(total, 'degenerate output')} new on B"
-            + (f" ({', '.join(parts)})" if parts else ""))
-
-
-def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    """'1 flip', '2 flips' ('1 empty', '2 empty' with nouns='empty')."""
-    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
-
-
-def headline(summary: Summary) -> str:
-    """The seeds' style: "7 of 20 identical, 9 wording only, ..."."""
-    counts = summary.counts
-    parts = [f"{counts.identical} of {counts.pairs} identical",
-             f"{counts.wording_similar} wording only (suggested)",
-             f"{counts.divergent} to review",
-             f"{plural(counts.flips.regression, 'factual flip')} by expect (A pass, B fail)"]
-    if counts.flips.improvement:
-        parts.append(plural(counts.flips.improvement, "improvement"))
-    by_check = [f"{check} {c.regressions}" for check, c in counts.checks.items()
-                if c.regressions]
-    if len(counts.checks) > 1 and by_check:
-        parts.append("flips by check: " + ", ".join(by_check))
-    skipped = sum(c.skipped for c in counts.checks.values())
-    if skipped:
-        parts.append(f"{plural(skipped, 'check')} skipped (code: compare with "
-                     "--allow-code-exec to run them)")
-    if counts.tool_calls:
-        parts.append("tool calls: " + ", ".join(f"{v} {k.replace('_', ' ')}"
-                                                for k, v in counts.tool_calls.items()))
-    parts.append(degenerate_phrase(counts))
-    if counts.length_capped_new_on_b:
-        parts.append(f"{plural(counts.length_capped_new_on_b, 'more answer')} on B cut by "
-                     "max_tokens where A stopped")
-    if counts.nondeterministic.a or counts.nondeterministic.b:
-        parts.append(f"nondeterministic prompts: A {counts.nondeterministic.a}, "
-                     f"B {counts.nondeterministic.b}")
-    if counts.noise:
-        parts.append(f"{plural(counts.noise, 'difference')} within repeat noise")
-    others = {k: v for k, v in counts.status.items() if k != "compared"}
-    if others:
-        parts.append("not compared: " + ", ".join(f"{v} {k.replace('_', ' ')}"
-                                                  for k, v in others.items()))
-    return ", ".join(parts) + "."

@@ -1,17 +1,18 @@
 """The whole A/B as one library call: collect the reference and each candidate, measure
-throughput and score teacher-forced drift if asked, compare, write the reports (and,
-for several candidates, the overview); `quantcheck run` is this plus printing."""
+throughput and score teacher-forced drift if asked (all of it in one event loop),
+compare, write the reports (and, for several candidates, the overview); `quantcheck
+run` is this plus printing."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import QuantcheckError
 from ..fetch.collect import CollectSettings, Reporter, collect_async
-from ..fetch.forced_scoring import ForcedSettings, score_run
+from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
 from ..gate.verdict import Policy
 from ..store.report_dir import CANDIDATES
@@ -39,10 +40,11 @@ class ABRun:
     One candidate: runs in OUT/a and OUT/b, the report in OUT (as `run` always did).
     Several: A in OUT/a, each candidate's run in OUT/candidates/LABEL/b and its report
     in OUT/candidates/LABEL/, the overview in OUT (overview.json, index.html,
-    matrix.csv)."""
+    matrix.csv). `b` is the candidate or a list of them; `candidates` is always the
+    list."""
 
     a: CollectSettings
-    b: CollectSettings | list[CollectSettings]
+    b: InitVar[CollectSettings | Sequence[CollectSettings]]
     prompt_files: Sequence[Path]
     out: Path
     one_side_at_a_time: bool = False
@@ -53,14 +55,18 @@ class ABRun:
     policy: Policy = field(default_factory=Policy)  # the overview's gate
     matrix: Path | None = None  # also append the serving matrix's rows here
     candidate_logs: dict[str, Path] = field(default_factory=dict)  # label -> B's log
+    candidates: list[CollectSettings] = field(init=False)
+
+    def __post_init__(self, b: CollectSettings | Sequence[CollectSettings]) -> None:
+        self.candidates = [b] if isinstance(b, CollectSettings) else list(b)
 
     @property
-    def candidates(self) -> list[CollectSettings]:
-        return self.b if isinstance(self.b, list) else [self.b]
+    def several(self) -> bool:
+        """Several candidates: a report each under OUT/candidates/, and the overview."""
+        return len(self.candidates) > 1
 
     def report_dir(self, candidate: CollectSettings) -> Path:
-        return self.out if len(self.candidates) == 1 else \
-            self.out / CANDIDATES / candidate.label
+        return self.out / CANDIDATES / candidate.label if self.several else self.out
 
 
 def run_ab(ab: ABRun, reporters: Sequence[Reporter] | None = None,
@@ -81,51 +87,75 @@ def run_candidates(ab: ABRun, reporters: Sequence[Reporter] | None = None,
     return write_candidates_overview(ab.out, ab.out / "a", summaries, ab.policy, ab.matrix)
 
 
+def run_all(ab: ABRun, reporters: Sequence[Reporter] | None = None,
+            notify: Callable[[str], None] | None = None) -> Summary | Overview:
+    """The whole A/B (`quantcheck run`): one candidate's summary (`run_ab`), or the
+    overview of several (`run_candidates`)."""
+    if ab.several:
+        return run_candidates(ab, reporters, notify)
+    return run_ab(ab, reporters, notify)
+
+
 def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
          notify: Callable[[str], None] | None) -> dict[str, Summary]:
+    """Everything sent over the network in one event loop, then each comparison."""
     _check_labels(ab.candidates)
-    runs = {"a": (ab.a, ab.out / "a")} | {
-        str(n): (b, ab.report_dir(b) / "b") for n, b in enumerate(ab.candidates)}
-
-    async def collect_all() -> None:
-        jobs = [collect_async(ab.prompt_files, folder, settings,
-                              reporters[n] if reporters else None, ab.force)
-                for n, (settings, folder) in enumerate(runs.values())]
-        if ab.one_side_at_a_time:
-            for job in jobs:
-                await job
-        else:
-            await all_or_none(jobs)
-
-    run_blocking(collect_all())
-    if ab.throughput is not None:
-        for settings, folder in runs.values():
-            if notify:
-                notify(f"measuring throughput on {settings.endpoint} ({settings.label}) ...")
-            write_throughput(folder, measure_endpoint(settings, ab.prompt_files,
-                                                      ab.throughput))
+    run_blocking(_fetch(ab, reporters, notify or _silent))
     summaries = {}
     for b in ab.candidates:
         options = replace(ab.compare, b_log=ab.candidate_logs.get(b.label, ab.compare.b_log))
         if ab.forced is not None:
-            if notify:
-                notify(f"scoring A's tokens on {b.endpoint} (teacher forcing) ...")
-            folder = ab.report_dir(b) / "forced"
-            score_run(ab.out / "a", folder, replace(ab.forced, endpoint=b.endpoint,
-                                                    model=b.model))
-            options = replace(options, forced=folder)
+            options = replace(options, forced=_forced_dir(ab, b))
         summaries[b.label] = compare_runs(ab.out / "a", ab.report_dir(b) / "b",
                                           ab.report_dir(b), options)
     return summaries
 
 
-def measure_endpoint(settings: CollectSettings, prompt_files: Sequence[Path],
-                     phase: ThroughputSettings) -> Throughput:
-    return measure(settings.endpoint, prompt_files, label=settings.label,
-                   model=settings.model, concurrency=phase.concurrency,
-                   min_seconds=phase.min_seconds, warmup=phase.warmup,
-                   request=settings.request, api_key_env=settings.api_key_env,
-                   timeout=settings.timeout)
+async def _fetch(ab: ABRun, reporters: Sequence[Reporter] | None,
+                 notify: Callable[[str], None]) -> None:
+    """Collect every side, then measure throughput and score forced drift if asked."""
+    runs = [(ab.a, ab.out / "a")] + [(b, ab.report_dir(b) / "b") for b in ab.candidates]
+    await _collect_all(ab, runs, reporters)
+    if ab.throughput is not None:
+        for settings, folder in runs:
+            notify(f"measuring throughput on {settings.endpoint} ({settings.label}) ...")
+            write_throughput(folder, await _measure(settings, ab.prompt_files,
+                                                    ab.throughput))
+    if ab.forced is not None:
+        for b in ab.candidates:
+            notify(f"scoring A's tokens on {b.endpoint} (teacher forcing) ...")
+            await score_run_async(ab.out / "a", _forced_dir(ab, b),
+                                  replace(ab.forced, endpoint=b.endpoint, model=b.model))
+
+
+async def _collect_all(ab: ABRun, runs: list[tuple[CollectSettings, Path]],
+                       reporters: Sequence[Reporter] | None) -> None:
+    """Every side at once, or one after the other (--one-side-at-a-time)."""
+    jobs = [collect_async(ab.prompt_files, folder, settings,
+                          reporters[n] if reporters else None, ab.force)
+            for n, (settings, folder) in enumerate(runs)]
+    if ab.one_side_at_a_time:
+        for job in jobs:
+            await job
+    else:
+        await all_or_none(jobs)
+
+
+def _forced_dir(ab: ABRun, candidate: CollectSettings) -> Path:
+    return ab.report_dir(candidate) / "forced"
+
+
+async def _measure(settings: CollectSettings, prompt_files: Sequence[Path],
+                   phase: ThroughputSettings) -> Throughput:
+    return await measure(settings.endpoint, prompt_files, label=settings.label,
+                         model=settings.model, concurrency=phase.concurrency,
+                         min_seconds=phase.min_seconds, warmup=phase.warmup,
+                         request=settings.request, api_key_env=settings.api_key_env,
+                         timeout=settings.timeout)
+
+
+def _silent(stage: str) -> None:
+    pass
 
 
 def _check_labels(candidates: list[CollectSettings]) -> None:

@@ -4,6 +4,7 @@ that recommends one; `quantcheck compare` is this plus printing."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -15,9 +16,11 @@ from ..gate.verdict import Policy, gate_report
 from ..judge.approvals import default_approvals_path, load_approvals
 from ..judge.log_signatures import scan_logs
 from ..judge.pairs import resolve_sides, write_pairs
+from ..judge.parallel import available_cores
 from ..judge.sandbox import Limits
 from ..present.matrix import append_matrix, matrix_rows, write_matrix
 from ..present.sheet import write_overview_page, write_sheet
+from ..store.prompt_sets import load_prompts
 from ..store.report_dir import CANDIDATES, MATRIX, write_overview, write_summary
 from ..store.report_records import Overview, Summary
 from ..store.reviews import set_aside_stale_reviews
@@ -36,7 +39,16 @@ class CompareOptions:
     signature_files: tuple[Path, ...] = ()
     forced: Path | None = None  # a folder written by `quantcheck forced`
     code_exec: Limits | None = None  # run `code` checks in these limits (else skipped)
-    jobs: int = 1  # processes for the signatures and the pairs
+    jobs: int | None = 1  # processes for the signatures and the pairs (None: every core)
+
+    def processes(self) -> int:
+        return self.jobs if self.jobs is not None else available_cores()
+
+
+def code_limits(seconds: float, memory_mb: int) -> Limits:
+    """The limits of one code check from its wall-clock seconds (the CPU limit too,
+    rounded up to whole seconds) and its memory."""
+    return Limits(wall_s=seconds, cpu_s=math.ceil(seconds), memory_mb=memory_mb)
 
 
 def compare_runs(a: str | Path, b: str | Path, out: str | Path,
@@ -47,9 +59,10 @@ def compare_runs(a: str | Path, b: str | Path, out: str | Path,
     options = options or CompareOptions()
     out = Path(out)
     approvals_path = options.approvals or default_approvals_path(out)
-    side_a, side_b = resolve_sides(a, b, options.sig_digits, prompts, options.jobs)
+    jobs = options.processes()
+    side_a, side_b = resolve_sides(a, b, options.sig_digits, prompts, jobs)
     summary, totals = write_pairs(side_a, side_b, out, load_approvals(approvals_path),
-                                  options.forced, options.code_exec, options.jobs)
+                                  options.forced, options.code_exec, jobs)
     del side_a, side_b  # the statistics and the sheet need neither index nor prompts
     summary.stats = totals.statistics()
     summary.approvals_file = str(approvals_path)
@@ -77,6 +90,17 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
         sig_digits=sig_digits, approvals=Path(approvals) if approvals else None,
         a_log=logs.get("a"), b_log=logs.get("b"), signature_files=signature_files,
         forced=Path(forced) if forced else None, code_exec=code_exec, jobs=jobs), prompts)
+
+
+def compare_all(a: Path, bs: Sequence[Path], out: Path, options: CompareOptions,
+                prompt_files: Sequence[Path] = (), matrix: Path | None = None
+                ) -> Summary | Overview:
+    """A with every B (`quantcheck compare`): one B's summary, with the prompts of
+    `prompt_files` naming a text side's prompts; or the overview of several B."""
+    if len(bs) > 1:
+        return compare_candidates(a, bs, out, options, matrix=matrix)
+    prompts = {p.id: p for p in load_prompts(prompt_files)} if prompt_files else None
+    return compare_runs(a, bs[0], out, options, prompts)
 
 
 def compare_candidates(a: Path, bs: Sequence[Path], out: Path,

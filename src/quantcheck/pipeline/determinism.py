@@ -1,20 +1,77 @@
-"""Is one endpoint deterministic? Its runs, one per repeat mode, analyzed into
-determinism.csv, determinism.json and the page; `quantcheck determinism` is this plus
-collecting and printing."""
+"""Is one endpoint deterministic? Its runs, one per repeat mode (collected in one event
+loop), analyzed into determinism.csv, determinism.json and the page; `quantcheck
+determinism` is this plus printing."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 import pandas as pd
 
+from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..judge.determinism import analyze_side
 from ..judge.sides import load_side
 from ..present.determinism_page import render_determinism
 from ..store.files import make_directory, write_atomic
 from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts
-from ..store.run_dir import write_json_atomic
+from ..store.run_dir import Parameters, load_run, write_json_atomic
+from ..wire.client import run_blocking
+
+
+@dataclass
+class DeterminismRun:
+    """One endpoint asked the same prompts once per repeat mode, each run in OUT/MODE."""
+
+    endpoint: str
+    modes: Sequence[str]  # repeat modes (fetch.collect.REPEAT_MODES), in order
+    prompt_files: Sequence[Path]
+    out: Path
+    parameters: Parameters = field(default_factory=Parameters)  # its repeat_mode unused
+    force: bool = False
+    sig_digits: int = 12
+
+    def settings(self, mode: str, first: bool) -> CollectSettings:
+        """A mode's collection; the endpoint is checked once, before the first mode:
+        the same server answers all."""
+        parameters = msgspec.structs.replace(self.parameters, repeat_mode=mode,
+                                             preflight=self.parameters.preflight and first)
+        return CollectSettings(endpoint=self.endpoint, label=mode,
+                               **msgspec.structs.asdict(parameters))
+
+
+class ModeProgress(Protocol):
+    """Hears where the determinism flow is: which mode it collects (and takes that
+    mode's Reporter), and when it analyzes the runs."""
+
+    def collecting(self, mode: str, run_dir: Path) -> Reporter | None: ...
+    def analyzing(self) -> None: ...
+
+
+def run_determinism(job: DeterminismRun, progress: ModeProgress | None = None
+                    ) -> tuple[DeterminismReport, Path]:
+    """Collect a run per mode (resumable, like collect), then `determinism_report`."""
+    runs = run_blocking(_collect_modes(job, progress))
+    if progress is not None:
+        progress.analyzing()
+    served = load_run(runs[job.modes[0]]).manifest.model
+    return determinism_report(runs, job.out, job.endpoint,
+                              job.parameters.model or served or "", job.sig_digits)
+
+
+async def _collect_modes(job: DeterminismRun, progress: ModeProgress | None
+                         ) -> dict[str, Path]:
+    runs = {}
+    for number, mode in enumerate(job.modes):
+        run_dir = job.out / mode
+        reporter = progress.collecting(mode, run_dir) if progress is not None else None
+        await collect_async(job.prompt_files, run_dir, job.settings(mode, number == 0),
+                            reporter, job.force)
+        runs[mode] = run_dir
+    return runs
 
 
 def determinism_report(run_dirs: dict[str, Path], out: Path, endpoint: str, model: str,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from ..errors import ConfigFileError
 from ..store.files import write_atomic
@@ -42,9 +42,9 @@ def matrix_rows(overview: Overview, tested_at: str) -> list[dict[str, str]]:
     return rows
 
 
-def _row(cell: dict[str, Any], throughput: Throughput | None, correctness: str,
+def _row(cell: Mapping[str, object], throughput: Throughput | None, correctness: str,
          tested_at: str, note: str) -> dict[str, str]:
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         "model_id": cell.get("model"), "correctness_status": correctness,
         "startup_status": "ok", "tested_at": tested_at, "note": note,
         **{k: cell.get(k) for k in ("runtime", "runtime_version", "gpu", "gpu_arch",

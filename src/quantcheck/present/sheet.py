@@ -16,7 +16,6 @@ import pandas as pd
 from markupsafe import Markup
 
 from ..judge.cells import CELL_AXES
-from ..judge.summary import headline
 from ..store.files import AtomicFile, write_atomic
 from ..store.report_dir import (
     PAIR_COLUMNS,
@@ -29,6 +28,7 @@ from ..store.report_dir import (
 from ..store.report_records import Counts, ForcedSummary, Overview, Summary
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
+from .sentences import headline
 from .templating import embed_json, environment
 
 SHEET = "index.html"

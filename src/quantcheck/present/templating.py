@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import jinja2
 import orjson
 from markupsafe import Markup
@@ -13,7 +11,7 @@ environment = jinja2.Environment(
     autoescape=True, undefined=jinja2.StrictUndefined)
 
 
-def embed_json(data: Any) -> Markup:
+def embed_json(data: object) -> Markup:
     """JSON that can sit inside <script>: no '<', '>' or '&' can close or open a tag."""
     text = orjson.dumps(data).decode()
     for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),

@@ -14,7 +14,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -139,12 +139,12 @@ class EndpointClient:
             return None
         return data if isinstance(data, dict | list) else None
 
-    async def post_json(self, url: str, body: dict[str, Any]) -> Any:
+    async def post_json(self, url: str, body: Mapping[str, object]) -> Any:
         """POST a JSON body; the decoded JSON answer. Raises HTTPStatusError,
         MalformedResponse or a transport error."""
         return await self.request_json("POST", url, body)
 
-    async def request_json(self, method: str, url: str, body: Any = None) -> Any:
+    async def request_json(self, method: str, url: str, body: object = None) -> Any:
         """One JSON request within --timeout and the size cap. Raises HTTPStatusError,
         MalformedResponse or a transport error (a timeout is asyncio.TimeoutError)."""
         data = orjson.dumps(body) if body is not None else None
@@ -163,7 +163,7 @@ class EndpointClient:
         except orjson.JSONDecodeError:
             raise MalformedResponse(f"{url} did not return JSON") from None
 
-    async def list_models(self) -> list[dict[str, Any]]:
+    async def list_models(self) -> list[dict[str, object]]:
         """GET /v1/models: the entries that have an id (anything else is not revealed).
         An unreachable server raises EndpointError with one clear line."""
         url = public_url(self.base_url) + "/models"
@@ -181,7 +181,7 @@ class EndpointClient:
         return [entry for entry in data if isinstance(entry, dict)
                 and isinstance(entry.get("id"), str)] if isinstance(data, list) else []
 
-    async def generate(self, api: str, body: dict[str, Any], stream: bool, top_k: int
+    async def generate(self, api: str, body: Mapping[str, object], stream: bool, top_k: int
                        ) -> tuple[Generation, Timing]:
         """One attempt, bounded by --timeout as a whole. Raises RetryableError,
         RequestFailed, ParameterRejected or EndpointError."""
@@ -197,7 +197,7 @@ class EndpointClient:
                                  ) from None
         return generation, Timing(ttft_s=ttft, e2e_s=time.perf_counter() - started)
 
-    async def _generate(self, url: str, body: dict[str, Any], stream: bool, top_k: int,
+    async def _generate(self, url: str, body: Mapping[str, object], stream: bool, top_k: int,
                         started: float) -> tuple[Generation, float | None]:
         try:
             async with self.session.post(url, data=orjson.dumps(body),
@@ -235,7 +235,7 @@ class EndpointClient:
         return RequestFailed(f"the answer is larger than --max-response-mb "
                              f"{self.max_response_mb}: not read further")
 
-    async def _read_capped(self, response: Any) -> bytes:
+    async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, refusing one beyond the size cap before it is all in memory."""
         declared = response.content_length
         if declared is not None and declared > self.max_response_bytes:
@@ -248,7 +248,7 @@ class EndpointClient:
             pieces.append(piece)
         return b"".join(pieces)
 
-    async def _read_stream(self, response: Any, top_k: int, started: float
+    async def _read_stream(self, response: aiohttp.ClientResponse, top_k: int, started: float
                            ) -> tuple[Generation, float | None]:
         """SSE `data:` payloads are cut out of the raw bytes as they arrive (dialects.
         EventStream); only those before the first output are parsed on arrival, to time
@@ -294,7 +294,7 @@ def _take(payloads: list[bytes], accumulator: StreamAccumulator) -> bool:
     return bool(done)
 
 
-async def _read_some(response: Any) -> bytes:
+async def _read_some(response: aiohttp.ClientResponse) -> bytes:
     """At most ERROR_BODY_BYTES of a body (an error page is quoted, never hoarded)."""
     pieces, size = [], 0
     async for piece in response.content.iter_any():
@@ -305,11 +305,11 @@ async def _read_some(response: Any) -> bytes:
     return b"".join(pieces)[:ERROR_BODY_BYTES]
 
 
-def _content_type(response: Any) -> str:
+def _content_type(response: aiohttp.ClientResponse) -> str:
     return str(response.headers.get("Content-Type") or "no Content-Type").split(";")[0]
 
 
-def _not_json_note(response: Any, raw: bytes) -> str | None:
+def _not_json_note(response: aiohttp.ClientResponse, raw: bytes) -> str | None:
     """What came back instead of JSON, when the server said it is something else."""
     kind = _content_type(response)
     if "json" in kind:
@@ -317,7 +317,7 @@ def _not_json_note(response: Any, raw: bytes) -> str | None:
     return f"the server answered with {kind}, not JSON: {raw[:160]!r}"
 
 
-def _status_error(status: int, raw: bytes, headers: Any) -> HTTPStatusError:
+def _status_error(status: int, raw: bytes, headers: Mapping[str, str]) -> HTTPStatusError:
     return HTTPStatusError(status, _error_message(raw), _retry_after(headers.get("retry-after")))
 
 
@@ -377,7 +377,7 @@ async def sleep_backoff(attempt: int, retry_after: float | None) -> None:
     await asyncio.sleep(backoff_seconds(attempt, retry_after))
 
 
-def rejection_advice(message: str, body: dict[str, Any]) -> ParameterRejected:
+def rejection_advice(message: str, body: Mapping[str, object]) -> ParameterRejected:
     """A server's 400 as an error that names the fix."""
     lowered = message.lower()
     if "logprob" in lowered:
@@ -398,7 +398,7 @@ def rejection_advice(message: str, body: dict[str, Any]) -> ParameterRejected:
 T = TypeVar("T")
 
 
-async def all_or_none(coroutines: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+async def all_or_none(coroutines: Iterable[Awaitable[T]]) -> list[T]:
     """asyncio.gather that cancels the others when one fails, and raises that error.
     gather leaves them running: inside `async with EndpointClient` one of them could
     start a request after the client closed, opening a session nothing closes."""
@@ -411,7 +411,7 @@ async def all_or_none(coroutines: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+def run_blocking(coroutine: Coroutine[object, None, T]) -> T:
     """asyncio.run, also from code that already runs an event loop (Jupyter, Playwright):
     there the coroutine gets its own loop in a worker thread."""
     try:

@@ -44,6 +44,8 @@ import orjson
 from ..store.run_records import Tokens, ToolCall
 
 _Shape = TypeVar("_Shape", bound=msgspec.Struct)
+_Decoded = TypeVar("_Decoded")
+_Value = TypeVar("_Value")
 _LOGPROB = operator.attrgetter("logprob")
 _TOKEN = operator.attrgetter("token")
 
@@ -57,7 +59,7 @@ class Generation:
     tokens: Tokens = field(default_factory=Tokens)
     has_logprobs: bool = False
     finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: dict[str, object] | None = None
     model: str | None = None
     system_fingerprint: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -99,7 +101,7 @@ class _Logprobs(msgspec.Struct):
 
 class _Function(msgspec.Struct):
     name: str | None = None
-    arguments: str | dict[str, Any] | None = None  # a string; a few servers send an object
+    arguments: str | dict[str, object] | None = None  # a string; a few servers send an object
 
 
 class _ToolCallPart(msgspec.Struct):  # a whole call, or a streamed piece of one
@@ -134,8 +136,8 @@ class _SglExt(msgspec.Struct):
 class _Body(msgspec.Struct):
     model: str | None = None
     system_fingerprint: str | None = None
-    usage: dict[str, Any] | None = None
-    error: Any = None
+    usage: dict[str, object] | None = None
+    error: object = None
     choices: list[_Choice] | None = None
     sglext: _SglExt | None = None
 
@@ -144,7 +146,7 @@ _BODY = msgspec.json.Decoder(_Body)
 _BODIES = msgspec.json.Decoder(list[_Body])
 
 
-def with_logprobs(body: dict[str, Any], api: str, top_k: int) -> dict[str, Any]:
+def with_logprobs(body: dict[str, object], api: str, top_k: int) -> dict[str, object]:
     """`body` asking for the top-k alternatives of every generated token: chat takes
     `logprobs: true` with `top_logprobs: K`, legacy completions `logprobs: K`."""
     if top_k <= 0:
@@ -231,7 +233,8 @@ def first_output(payload: bytes) -> bool:
     return False
 
 
-def _decode(raw: bytes, decoder: msgspec.json.Decoder[Any], shape: Any) -> Any:
+def _decode(raw: bytes, decoder: msgspec.json.Decoder[_Decoded], shape: type[_Decoded]
+            ) -> _Decoded:
     try:
         return decoder.decode(raw)
     except msgspec.ValidationError:
@@ -385,37 +388,46 @@ def _tool_calls(messages: list[_Message]) -> list[ToolCall]:
     parts = [part for message in messages for part in message.tool_calls or ()]
     if not parts:  # llama-cpp-python also sends its call as function_call: counted once
         parts = [_ToolCallPart(function=m.function_call) for m in messages if m.function_call]
-    calls: dict[Any, list[Any]] = {}  # key -> [id, name, argument pieces]
-    key: Any = None
+    calls: dict[tuple[str, int], _CallPieces] = {}  # by index, or by the piece it began
+    key: tuple[str, int] | None = None
     for number, part in enumerate(parts):
         function = part.function or _Function()
         if part.index is not None:
             key = ("index", part.index)
         elif key is None or part.id or function.name:
             key = ("piece", number)
-        call = calls.setdefault(key, [None, "", []])
-        call[0] = call[0] or part.id
-        if function.name and function.name != call[1]:
-            call[1] += function.name  # a name sent in fragments
+        call = calls.setdefault(key, _CallPieces())
+        call.id = call.id or part.id
+        if function.name and function.name != call.name:
+            call.name += function.name  # a name sent in fragments
         if isinstance(function.arguments, dict):
-            call[2].append(orjson.dumps(function.arguments).decode())
+            call.arguments.append(orjson.dumps(function.arguments).decode())
         elif function.arguments:
-            call[2].append(function.arguments)
-    return [_tool_call(n, *call) for n, call in enumerate(calls.values())]
+            call.arguments.append(function.arguments)
+    return [_tool_call(n, call) for n, call in enumerate(calls.values())]
 
 
-def _tool_call(number: int, call_id: str | None, name: str, pieces: list[str]) -> ToolCall:
-    if not name:
+@dataclass
+class _CallPieces:
+    """One tool call as its pieces arrive: its id, its name and its argument strings."""
+
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+def _tool_call(number: int, call: _CallPieces) -> ToolCall:
+    if not call.name:
         raise MalformedResponse(f"tool call {number} names no function")
-    arguments = "".join(pieces)
+    arguments = "".join(call.arguments)
     try:
         parsed = json.loads(arguments)
     except (ValueError, RecursionError):
         parsed = None
-    return ToolCall(name=name, arguments=arguments, parsed_arguments=parsed, id=call_id)
+    return ToolCall(name=call.name, arguments=arguments, parsed_arguments=parsed, id=call.id)
 
 
-def _storable_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+def _storable_usage(usage: dict[str, object] | None) -> dict[str, object] | None:
     """The usage object, if it can be written as sent (64-bit integers, sane nesting)."""
     if usage is None:
         return None
@@ -426,7 +438,7 @@ def _storable_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     return usage
 
 
-def _last(values: list[Any]) -> Any:
+def _last(values: list[_Value | None]) -> _Value | None:
     present = [value for value in values if value]
     return present[-1] if present else None
 
@@ -508,24 +520,24 @@ class _ScoredChoice(msgspec.Struct):
 
 class _ScoredBody(msgspec.Struct):
     choices: list[_ScoredChoice]
-    usage: dict[str, Any] | None = None
+    usage: dict[str, object] | None = None
 
 
-def _converted(answer: Any, shape: type[_Shape], what: str) -> _Shape:
+def _converted(answer: object, shape: type[_Shape], what: str) -> _Shape:
     try:
         return msgspec.convert(answer, shape, strict=False)
     except msgspec.ValidationError as exc:
         raise MalformedResponse(f"unexpected {what}: {exc}") from None
 
 
-def _scored_choice(answer: Any) -> tuple[_ScoredChoice, dict[str, Any]]:
+def _scored_choice(answer: object) -> tuple[_ScoredChoice, dict[str, object]]:
     body = _converted(answer, _ScoredBody, "scoring answer")
     if not body.choices:
         raise MalformedResponse("no choices in the scoring answer")
     return body.choices[0], body.usage or {}
 
 
-def parse_prompt_logprobs(answer: Any, ids: list[int], start: int, top_k: int
+def parse_prompt_logprobs(answer: object, ids: list[int], start: int, top_k: int
                           ) -> list[ScoredPosition]:
     """vLLM's `prompt_logprobs` (a map of token id to logprob, rank and decoded token
     per prompt position) for the ids from position `start` on."""
@@ -543,7 +555,7 @@ def parse_prompt_logprobs(answer: Any, ids: list[int], start: int, top_k: int
     return scored
 
 
-def parse_echo(answer: Any, prompt_chars: int, top_k: int) -> list[ScoredPosition]:
+def parse_echo(answer: object, prompt_chars: int, top_k: int) -> list[ScoredPosition]:
     """Legacy completions with `echo`: the logprobs of the echoed text after the first
     `prompt_chars` characters, without the tokens generated past it."""
     choice, usage = _scored_choice(answer)
@@ -579,7 +591,7 @@ class _NativeCompletion(msgspec.Struct):
     completion_probabilities: list[_NativeProbability]
 
 
-def parse_native_next(answer: Any, token_id: int, token_text: str, top_k: int
+def parse_native_next(answer: object, token_id: int, token_text: str, top_k: int
                       ) -> ScoredPosition:
     """llama-server's native `/completion` with `n_predict: 1` and `n_probs`: the
     alternatives for the next token, and the logprob of `token_id` among them (None when

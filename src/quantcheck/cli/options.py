@@ -1,0 +1,296 @@
+"""The option groups of the commands, each reaching a command as one typed record: the
+request options as `Parameters`, the compare options as `CompareOptions`, the gate's
+limits as `PolicyOverrides`; and the checks and conversions of single option values."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TypeVar, cast
+
+import click
+import msgspec
+
+from ..fetch.collect import REPEAT_MODES, CollectSettings
+from ..fetch.forced_scoring import MODES
+from ..gate.verdict import Policy
+from ..judge.cells import parse_cell_options
+from ..judge.sandbox import Limits
+from ..pipeline.comparing import CompareOptions, code_limits
+from ..store.prompt_sets import APIS, RequestOptions
+from ..store.run_dir import Parameters
+from ..store.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB
+from .guard import run_guarded
+
+F = TypeVar("F", bound=Callable[..., object])
+EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+EXISTING_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def gathered(name: str, make: Callable[..., object]) -> Callable[[F], F]:
+    """The command gets the values of `make`'s parameters (options by those names) as
+    one record, `make(...)`, passed as `name`."""
+    taken = list(inspect.signature(make).parameters)
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def command(**values: object) -> object:
+            given = {key: values.pop(key) for key in taken if key in values}
+            return function(**values, **{name: make(**given)})
+
+        return cast(F, command)
+
+    return decorate
+
+
+def _apply(options: Sequence[Callable[[F], F]], function: F) -> F:
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def json_object_option(ctx: click.Context, param: click.Parameter, value: str | None
+                       ) -> dict[str, object]:
+    """--extra-body: the user's JSON object, as given."""
+    if not value:
+        return {}
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter('must be a JSON object, e.g. {"repeat_penalty": null}')
+    return data
+
+
+# --- what is requested: prompts and Parameters ---------------------------------------
+
+def request_options(function: F) -> F:
+    """Options shared by every command that sends prompts; --suite names join the
+    --prompts files. The command gets `prompt_files`, `force` and `parameters`."""
+    return _request_options(function, repeats=1, least_repeats=1, repeat_mode=True)
+
+
+def determinism_request_options(function: F) -> F:
+    """The same for `determinism`: six repeats by default (two at least: one request
+    has nothing to differ from), the modes given by --modes."""
+    return _request_options(function, repeats=6, least_repeats=2, repeat_mode=False)
+
+
+def _parameters(repeats: int, top_logprobs: int, stream: bool, concurrency: int,
+                timeout: float, max_response_mb: int, retries: int, preflight: bool,
+                context_tokens: int, shard: str | None, routed_experts: bool,
+                routed_experts_shape: list[int] | None, max_tokens: int | None,
+                api: str | None, extra_body: dict[str, object], repeat_mode: str = "pool"
+                ) -> Parameters:
+    return Parameters(
+        repeats=repeats, top_logprobs=top_logprobs, stream=stream, concurrency=concurrency,
+        timeout=timeout, max_response_mb=max_response_mb, retries=retries,
+        repeat_mode=repeat_mode, preflight=preflight, context_tokens=context_tokens,
+        shard=shard, routed_experts=routed_experts,
+        routed_experts_shape=routed_experts_shape,
+        request=RequestOptions(max_tokens=max_tokens, api=api, extra_body=extra_body))
+
+
+def _with_suites(function: F) -> F:
+    """--suite NAME's files after the --prompts files; one of them is needed."""
+
+    @functools.wraps(function)
+    def command(suite: tuple[str, ...], prompt_files: tuple[Path, ...],
+                **values: object) -> object:
+        from ..store.suites import suite_files
+
+        files = prompt_files + tuple(run_guarded(lambda: suite_files(suite), ""))
+        if not files:
+            raise click.UsageError("give a prompt set with --prompts FILE or a built-in suite "
+                                   "with --suite NAME (see `quantcheck suites`)")
+        return function(prompt_files=files, **values)
+
+    return cast(F, command)
+
+
+def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode: bool) -> F:
+    options: list[Callable[[F], F]] = [
+        click.option("--prompts", "prompt_files", multiple=True, type=EXISTING_FILE,
+                     help="Prompt set (YAML); repeat for several."),
+        click.option("--suite", multiple=True, metavar="NAME[,NAME]",
+                     help="A built-in suite (facts, math, json, tools, code, multilingual, "
+                          "long-context); with or instead of --prompts."),
+        click.option("--repeats", default=repeats, show_default=True,
+                     type=click.IntRange(least_repeats),
+                     help="Identical requests per prompt (feeds the determinism signature)."),
+        *([click.option("--repeat-mode", type=click.Choice(REPEAT_MODES), default="pool",
+                        show_default=True,
+                        help="pool: everything at --concurrency; sequential: one request at "
+                             "a time; burst: a prompt's repeats all at once; loaded: each "
+                             "repeat while fillers keep the server busy.")]
+          if repeat_mode else []),
+        click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(0),
+                     help="Top-k alternatives per token; 0 collects text only."),
+        click.option("--max-tokens", type=click.IntRange(1),
+                     help="Cap for every prompt (overrides the prompt set)."),
+        click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1),
+                     help="Requests in flight at once."),
+        click.option("--api", type=click.Choice(APIS),
+                     help="Send prompts through this API (default: from the prompt set)."),
+        click.option("--stream/--no-stream", default=True, show_default=True,
+                     help="Stream responses (measures time to first token)."),
+        click.option("--extra-body", callback=json_object_option,
+                     help='JSON merged into every request; null drops a field, e.g. '
+                          '\'{"repeat_penalty": null}\'.'),
+        click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
+                     help="Seconds a request may take as a whole, stream included."),
+        click.option("--max-response-mb", default=DEFAULT_MAX_RESPONSE_MB, show_default=True,
+                     type=click.IntRange(1),
+                     help="Size cap of one answer; a larger one fails at once."),
+        click.option("--retries", default=4, show_default=True, type=click.IntRange(0),
+                     help="Retries on connection errors, 429 and 5xx (with backoff)."),
+        click.option("--preflight/--no-preflight", default=True, show_default=True,
+                     help="Check the endpoint first (model, logprobs, greedy decoding, "
+                          "context truncation, reasoning, tokenizer); a failed check stops "
+                          "before any prompt is sent."),
+        click.option("--context-tokens", default=DEFAULT_CONTEXT_TOKENS, show_default=True,
+                     type=click.IntRange(0),
+                     help="Length of the preflight's context-truncation probe; 0 skips it."),
+        click.option("--force", is_flag=True,
+                     help="Set aside a run made with other parameters and start over."),
+        click.option("--shard", metavar="I/N", callback=_shard_option,
+                     help="Collect only shard I of N of the prompts (a deterministic slice "
+                          "by prompt id); join the shard runs with `quantcheck merge`."),
+        click.option("--routed-experts", is_flag=True,
+                     help="Record MoE expert routing per token and layer (vLLM started with "
+                          "--enable-return-routed-experts; SGLang with routed experts "
+                          "capture); collects without streaming."),
+        click.option("--routed-experts-shape", callback=_layers_and_k, metavar="LAYERS,K",
+                     help="The model's num_hidden_layers and num_experts_per_tok: SGLang "
+                          "sends routing without its shape."),
+    ]
+    command = _with_suites(gathered("parameters", _parameters)(function))
+    return _apply(options, command)
+
+
+def _shard_option(context: click.Context, parameter: click.Parameter, value: str | None
+                  ) -> str | None:
+    from ..store.shards import ShardError, parse_shard
+
+    if value is None:
+        return None
+    try:
+        index, count = parse_shard(value)
+    except ShardError as exc:
+        raise click.BadParameter(str(exc), context, parameter) from None
+    return f"{index}/{count}"
+
+
+def _layers_and_k(context: click.Context, parameter: click.Parameter, value: str | None
+                  ) -> list[int] | None:
+    if value is None:
+        return None
+    parts = value.replace(" ", "").split(",")
+    if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise click.BadParameter(f"{value!r}: expected LAYERS,K, e.g. 48,8", context,
+                                 parameter)
+    return [int(part) for part in parts]
+
+
+def side_settings(parameters: Parameters, endpoint: str, label: str, model: str | None,
+                  api_key_env: str | None, cell: tuple[str, ...] = ()) -> CollectSettings:
+    """One endpoint's collection: the request options, where, and its --cell facts."""
+    return CollectSettings(
+        endpoint=endpoint, label=label,
+        cell=run_guarded(lambda: parse_cell_options(cell), ""),
+        **msgspec.structs.asdict(msgspec.structs.replace(
+            parameters, model=model, api_key_env=api_key_env)))
+
+
+# --- what a comparison reads: CompareOptions -----------------------------------------
+
+def _compare_options(sig_digits: int, a_log: Path | None, b_log: Path | None,
+                     signature_files: tuple[Path, ...], approvals: Path | None,
+                     allow_code_exec: bool, code_timeout: float, code_memory_mb: int,
+                     jobs: int | None) -> CompareOptions:
+    return CompareOptions(sig_digits=sig_digits, approvals=approvals, jobs=jobs,
+                          a_log=a_log, b_log=b_log, signature_files=signature_files,
+                          code_exec=code_limits(code_timeout, code_memory_mb)
+                          if allow_code_exec else None)
+
+
+def compare_options(function: F) -> F:
+    """Options of every command that compares: signature digits, logs to scan,
+    approvals to apply, code checks, processes. The command gets `compare`."""
+    options: list[Callable[[F], F]] = [
+        sig_digits_option,
+        click.option("--a-log", type=EXISTING_FILE, help="A's server log, scanned for known "
+                     "failure signatures."),
+        click.option("--b-log", type=EXISTING_FILE, help="B's server log."),
+        click.option("--signatures", "signature_files", multiple=True, type=EXISTING_FILE,
+                     help="Your own signatures YAML, besides the shipped one."),
+        click.option("--approvals", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Approvals file (default: REPORT_DIR/approvals.json)."),
+        click.option("--allow-code-exec", is_flag=True,
+                     help="Run the answers' code for `code` checks (untrusted code, in a "
+                          "limited process: see docs/prompts.md); without it they are skipped."),
+        click.option("--code-timeout", default=Limits.wall_s, show_default=True,
+                     type=click.FloatRange(0.1), metavar="SECONDS",
+                     help="Wall-clock and CPU limit of one code check."),
+        click.option("--code-memory-mb", default=Limits.memory_mb, show_default=True,
+                     type=click.IntRange(32), help="Memory limit of one code check."),
+        click.option("--jobs", type=click.IntRange(1), metavar="N",
+                     help="Processes that judge pairs (default: every core)."),
+    ]
+    return _apply(options, gathered("compare", _compare_options)(function))
+
+
+def sig_digits_option(function: F) -> F:
+    return click.option("--sig-digits", default=12, show_default=True, type=click.IntRange(1, 17),
+                        help="Significant digits of logprobs in determinism signatures.")(function)
+
+
+def forced_options(function: F) -> F:
+    """Options of the commands that score A's tokens on B (teacher forcing)."""
+    options: list[Callable[[F], F]] = [
+        click.option("--forced-mode", type=click.Choice(MODES), default="auto",
+                     show_default=True,
+                     help="prompt-logprobs: token ids with vLLM's prompt_logprobs (exact); "
+                          "token-ids: token ids on llama-server's /completion, one "
+                          "position per request (exact); echo: text with echo + logprobs "
+                          "(approximate); auto: prompt-logprobs on vLLM, token-ids on "
+                          "llama-server, else echo."),
+        click.option("--forced-concurrency", default=4, show_default=True,
+                     type=click.IntRange(1),
+                     help="Scoring requests in flight at once (token-ids: at most "
+                          "llama-server's slots)."),
+    ]
+    return _apply(options, function)
+
+
+# --- the gate's limits from the command line -----------------------------------------
+
+@dataclass
+class PolicyOverrides:
+    """The gate's --max-*/--require-* options; None: as the policy file says."""
+
+    max_factual_flips: int | None = None
+    max_new_degenerate: int | None = None
+    max_nondeterministic: int | None = None
+    require_review: bool | None = None
+    min_identical_share: float | None = None
+    max_not_compared: int | None = None
+    max_failed_requests: int | None = None
+    max_skipped_checks: int | None = None
+    max_pass_rate_drop: float | None = None
+    max_forced_kl: float | None = None
+    require_routing_determinism: bool | None = None
+    max_blocking_log_signatures: int | None = None
+
+    def applied(self, policy: Policy) -> Policy:
+        chosen = replace(policy)
+        for limit in fields(self):
+            value = getattr(self, limit.name)
+            if value is not None:
+                setattr(chosen, limit.name, value)
+        return chosen

@@ -1,0 +1,41 @@
+"""One endpoint's network flows as plain calls, each running one event loop for the
+whole flow: collect a run, measure throughput, score A's tokens on B. The public API
+(`quantcheck.collect`) and the `collect`, `throughput` and `forced` commands call these;
+the flows themselves are async (fetch/)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..fetch.collect import CollectResult, CollectSettings, Reporter, collect_async
+from ..fetch.forced_scoring import ForcedSettings, score_run_async
+from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
+from ..store.prompt_sets import RequestOptions
+from ..store.report_records import ForcedSummary
+from ..store.run_dir import Throughput
+from ..wire.client import run_blocking
+
+
+def collect(prompt_files: Sequence[str | Path], out: str | Path, settings: CollectSettings,
+            reporter: Reporter | None = None, force: bool = False) -> CollectResult:
+    """Collect a run; blocking wrapper around `collect_async`."""
+    return run_blocking(collect_async(prompt_files, out, settings, reporter, force))
+
+
+def measure_throughput(endpoint: str, prompt_files: Sequence[Path], *, label: str = "",
+                       model: str | None = None, concurrency: int = DEFAULT_CONCURRENCY,
+                       min_seconds: float = DEFAULT_MIN_SECONDS, warmup: int = 4,
+                       request: RequestOptions | None = None,
+                       api_key_env: str | None = None, timeout: float = 600.0,
+                       progress: Callable[[int, float], None] | None = None) -> Throughput:
+    """Measure one endpoint's throughput (fetch.throughput.measure, blocking)."""
+    return run_blocking(measure(
+        endpoint, prompt_files, label=label, model=model, concurrency=concurrency,
+        min_seconds=min_seconds, warmup=warmup, request=request, api_key_env=api_key_env,
+        timeout=timeout, progress=progress))
+
+
+def score_run(a_run: str | Path, out: str | Path, settings: ForcedSettings) -> ForcedSummary:
+    """Score A's first repeat of every prompt on B; write forced.jsonl and forced.json."""
+    return run_blocking(score_run_async(a_run, out, settings))

@@ -1,0 +1,59 @@
+"""The sentences people read of a report: the terminal's and the sheet's headline, and
+the plurals and phrases it is made of. The judge counts; these say it in words."""
+
+from __future__ import annotations
+
+from ..store.report_records import Counts, Summary
+from ..store.run_records import DEGENERATE_KINDS
+
+KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
+
+
+def degenerate_phrase(counts: Counts) -> str:
+    """'2 degenerate outputs new on B (1 loop, 1 empty)': the count and its parts."""
+    total, kinds = counts.degenerate_new_on_b, counts.degenerate_new_on_b_kinds
+    parts = [f"{kinds[kind]} {KIND_NAMES[kind][kinds[kind] != 1]}" for kind in DEGENERATE_KINDS
+             if kinds.get(kind)]
+    return (f"{plural(total, 'degenerate output')} new on B"
+            + (f" ({', '.join(parts)})" if parts else ""))
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """'1 flip', '2 flips' ('1 empty', '2 empty' with nouns='empty')."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def headline(summary: Summary) -> str:
+    """The seeds' style: "7 of 20 identical, 9 wording only, ..."."""
+    counts = summary.counts
+    parts = [f"{counts.identical} of {counts.pairs} identical",
+             f"{counts.wording_similar} wording only (suggested)",
+             f"{counts.divergent} to review",
+             f"{plural(counts.flips.regression, 'factual flip')} by expect (A pass, B fail)"]
+    if counts.flips.improvement:
+        parts.append(plural(counts.flips.improvement, "improvement"))
+    by_check = [f"{check} {c.regressions}" for check, c in counts.checks.items()
+                if c.regressions]
+    if len(counts.checks) > 1 and by_check:
+        parts.append("flips by check: " + ", ".join(by_check))
+    skipped = sum(c.skipped for c in counts.checks.values())
+    if skipped:
+        parts.append(f"{plural(skipped, 'check')} skipped (code: compare with "
+                     "--allow-code-exec to run them)")
+    if counts.tool_calls:
+        parts.append("tool calls: " + ", ".join(f"{v} {k.replace('_', ' ')}"
+                                                for k, v in counts.tool_calls.items()))
+    parts.append(degenerate_phrase(counts))
+    if counts.length_capped_new_on_b:
+        parts.append(f"{plural(counts.length_capped_new_on_b, 'more answer')} on B cut by "
+                     "max_tokens where A stopped")
+    if counts.nondeterministic.a or counts.nondeterministic.b:
+        parts.append(f"nondeterministic prompts: A {counts.nondeterministic.a}, "
+                     f"B {counts.nondeterministic.b}")
+    if counts.noise:
+        parts.append(f"{plural(counts.noise, 'difference')} within repeat noise")
+    others = {k: v for k, v in counts.status.items() if k != "compared"}
+    if others:
+        parts.append("not compared: " + ", ".join(f"{v} {k.replace('_', ' ')}"
+                                                  for k, v in others.items()))
+    return ", ".join(parts) + "."
