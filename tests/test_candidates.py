@@ -208,3 +208,27 @@ def test_a_matrix_with_other_columns_is_refused(endpoints: dict[str, str],
                             "--matrix", mine)
     assert result.exit_code == 2 and "not a serving matrix" in result.output
     assert mine.read_text() == "model,speed\nx,1\n"
+
+
+def test_a_failed_throughput_phase_costs_only_its_figures(
+        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+    """B answers collection, then every throughput request fails: the report is still
+    written, and says why there is no throughput."""
+    prompts = write_prompts(PROMPTS)
+    a = serve(ScriptedModel({}, RUNNER_UPS))
+    collected = 3  # B's collection: the prompts once, no preflight
+    b = serve(ScriptedModel({}, RUNNER_UPS), faults=Faults(
+        status={n: 503 for n in range(collected, collected + 50)}, retry_after_s=0.0))
+    out = tmp_path / "ab"
+    result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", prompts, "--out", out,
+                    "--no-preflight", "--throughput", "--throughput-seconds", "1",
+                    "--throughput-concurrency", "1", "--retries", "1")
+    assert result.exit_code == 0, result.output
+    assert "throughput not measured on b: throughput request failed after 2 attempts" in \
+        result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"]["pairs"] == collected
+    throughput = summary["throughput"]
+    assert throughput["a"]["tokens_per_s"] > 0 and throughput["b"]["error"]
+    assert throughput["note"].startswith("throughput not measured on B (")
+    assert (out / "index.html").exists()

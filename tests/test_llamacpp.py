@@ -275,3 +275,27 @@ def test_tool_calls_from_a_real_engine_are_recorded_and_checked(
     row = pairs.iloc[0]
     assert (row["a_expect"], row["b_expect"], row["tool_call_change"]) == (
         "pass", "pass", "identical")
+
+
+@pytest.mark.parametrize("servers", ["llama-server"], indirect=True)
+def test_a_newline_stop_and_a_throughput_phase_on_llama_server(
+        servers: dict[str, Any], write_prompts: Any, tmp_path: Path) -> None:
+    """The preflight's probes leave out the run's newline stop (this model often starts
+    an answer with a newline: with it they generated nothing), and the throughput phase
+    survives the kept-alive connections llama-server closes (each failed at once)."""
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, [
+        "run", "--a", servers["Q4_K_M"], "--b", servers["Q2_K"], "--prompts",
+        str(write_prompts(PROMPTS)), "--out", str(out), "--top-logprobs", "5",
+        "--concurrency", "1", "--context-tokens", "0", "--throughput",
+        "--throughput-seconds", "3", "--throughput-concurrency", "1"])
+    assert result.exit_code == 0, result.output
+    assert "no logprobs came back" not in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    for side in "ab":
+        found = {check["name"]: check["status"] for check in
+                 summary["preflight"][side]["checks"]}
+        assert (found["logprobs"], found["greedy"]) == ("pass", "pass")
+        measured = summary["throughput"][side]
+        assert measured["error"] is None and measured["tokens_per_s"] > 0
+    assert summary["counts"]["pairs"] == 3

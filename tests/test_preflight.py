@@ -9,10 +9,11 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck import CollectSettings, collect, compare_to_dir, load_run
 from quantcheck.cli import cli
 from quantcheck.fetch.preflight import PreflightFailed, check_endpoint, tokenizer_agreement
 from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.store.prompt_sets import RequestOptions
 from quantcheck.store.report_dir import read_pairs
 from quantcheck.wire.client import run_blocking
 
@@ -153,3 +154,31 @@ def test_greedy_is_checked_over_enough_positions(serve: Serve) -> None:
     talkative = ScriptedModel({"echo twelve": " Echo.", "printing press": " it spread " * 8})
     status, message, _ = checks(serve(talkative).url, context_tokens=0)["greedy"]
     assert status == "pass" and message.endswith("positions of 2 probes")
+
+
+def test_probes_leave_out_the_runs_stop_and_nothing_generated_is_not_no_logprobs(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A prompt set that stops at a newline, on a model whose answers begin with one:
+    the probes ask their own questions without the stop; a model that generates nothing
+    at all is said to, not to lack logprobs."""
+    prompts = write_prompts("""
+        defaults: {max_tokens: 8, stop: ["\\n"]}
+        prompts:
+          - {id: q, prompt: "Q: two and two?\\nA:"}
+    """)
+    newline_first = serve(ScriptedModel({"": "\nThe answer is four, as you see."}))
+    collect([prompts], tmp_path / "a", CollectSettings(
+        endpoint=newline_first.url, label="a", context_tokens=0,
+        request=RequestOptions(api="completions")))
+    found = {c.name: c for c in load_run(tmp_path / "a").manifest.preflight.checks}
+    assert (found["logprobs"].status, found["greedy"].status) == ("pass", "pass")
+    run_own = [r for r in newline_first.requests if "two and two" in str(r.get("prompt"))]
+    probes = [r for r in newline_first.requests if r not in run_own]
+    assert run_own and all(r["stop"] == ["\n"] for r in run_own)
+    assert probes and all("stop" not in r for r in probes)
+
+    silent = serve(ScriptedModel({"": ""}))
+    found = {c.name: c for c in run_blocking(check_endpoint(silent.url)).checks}
+    assert found["logprobs"].status == "warn"
+    assert "generated nothing" in found["logprobs"].message
+    assert "no logprobs" not in found["logprobs"].message

@@ -61,9 +61,15 @@ class PreflightFailed(QuantcheckError):
     """A hard preflight check failed; the message explains which and how to fix it."""
 
 
+# Fields of a run's requests that end a probe's answer early: a prompt set whose stop
+# is "\n" on a model that starts with a newline would make every probe generate nothing.
+ENDING_FIELDS = ("stop", "stop_token_ids")
+
+
 @dataclass
 class ProbeShape:
-    """How probe requests look: the API and the fields every request of the run carries."""
+    """How probe requests look: the API and the fields every request of the run carries
+    (but those that end an answer: the probes ask their own questions)."""
 
     api: str = "chat"
     fields: dict[str, object] = field(default_factory=lambda: dict(GREEDY_FIELDS))
@@ -71,8 +77,9 @@ class ProbeShape:
     @classmethod
     def like(cls, prompt: Prompt) -> ProbeShape:
         """Probes shaped like this prompt's request: its API and every other field."""
+        left_out = ("messages", "prompt", "max_tokens", *ENDING_FIELDS)
         return cls(api=prompt.api, fields={k: v for k, v in prompt.request.items()
-                                           if k not in ("messages", "prompt", "max_tokens")})
+                                           if k not in left_out})
 
     def body(self, model: str, text: str, max_tokens: int, top_k: int) -> dict[str, object]:
         body: dict[str, object] = {"model": model, **self.fields, "max_tokens": max_tokens}
@@ -151,17 +158,36 @@ async def _logprob_checks(probes: _Probes, top_k: int) -> list[Check]:
         return [Check("logprobs", "skip", "--top-logprobs 0: text only"),
                 Check("greedy", "skip", "needs logprobs")]
     try:
-        generation = await probes.ask(GREEDY_PROBES[0], 32, top_k)
+        generation = await _first_answer(probes, top_k)
     except ParameterRejected as exc:
         if "logprob" not in exc.reason.lower():
             raise  # another field: stop, as collect would, with its fix
         return [Check("logprobs", "fail", exc.reason, exc.fix),
                 Check("greedy", "skip", "needs logprobs")]
+    if generation is None:
+        return [Check("logprobs", "warn", f"the {len(GREEDY_PROBES)} probes generated "
+                      "nothing, so logprobs could not be checked"),
+                Check("greedy", "skip", "nothing generated to check")]
     if not generation.has_logprobs or not len(generation.tokens):
         return [Check("logprobs", "warn", "no logprobs came back: only texts will be "
                       "compared", "start the server with logprobs enabled"),
                 Check("greedy", "skip", "needs logprobs")]
     return [_k_check(generation, top_k), await _greedy_check(probes, generation, top_k)]
+
+
+async def _first_answer(probes: _Probes, top_k: int) -> Generation | None:
+    """The first probe's answer that generated something: an answer with no token and
+    no text says nothing about logprobs (the model stopped at once)."""
+    for text in GREEDY_PROBES:
+        generation = await probes.ask(text, 32, top_k)
+        if len(generation.tokens) or generation.text or _completion_tokens(generation):
+            return generation
+    return None
+
+
+def _completion_tokens(generation: Generation) -> int:
+    tokens = (generation.usage or {}).get("completion_tokens")
+    return tokens if isinstance(tokens, int) else 0
 
 
 def _k_check(generation: Generation, top_k: int) -> Check:

@@ -27,6 +27,7 @@ from ..wire.client import (
     all_or_none,
     api_key_from_env,
     public_url,
+    sleep_backoff,
 )
 from .collect import request_body
 
@@ -38,41 +39,50 @@ async def measure(endpoint: str, prompt_files: Sequence[Path], *, label: str = "
                   model: str | None = None, concurrency: int = DEFAULT_CONCURRENCY,
                   min_seconds: float = DEFAULT_MIN_SECONDS, warmup: int = 4,
                   request: RequestOptions | None = None, api_key_env: str | None = None,
-                  timeout: float = 600.0,
+                  timeout: float = 600.0, retries: int = 4,
                   progress: Callable[[int, float], None] | None = None) -> Throughput:
-    """Measure one endpoint. `progress(requests, seconds)` hears each answer."""
+    """Measure one endpoint. A request is retried as collection retries it (a server
+    closing a kept-alive connection, a 503); `progress(requests, seconds)` hears each
+    answer."""
     prompts = load_prompts(prompt_files, request or RequestOptions())
-    return await _measure(endpoint, prompts, label, model, concurrency, min_seconds, warmup,
-                          api_key_env, timeout, progress)
-
-
-async def _measure(endpoint: str, prompts: list[Prompt], label: str, model: str | None,
-                   concurrency: int, min_seconds: float, warmup: int,
-                   api_key_env: str | None, timeout: float,
-                   progress: Callable[[int, float], None] | None) -> Throughput:
     async with EndpointClient(endpoint, api_key_from_env(api_key_env), timeout,
                               max(concurrency * 2, 16)) as client:
         chosen = choose_model(await client.list_models(), model, public_url(endpoint))
+        sender = _Sender(client, retries)
         bodies = [(p, request_body(p, chosen, 0)) for p in prompts]
         for prompt, body in bodies[:warmup]:
-            await _one(client, prompt.api, body)
+            await sender.one(prompt.api, body)
         window = _Window(prompts, min_seconds, progress)
         cycle = itertools.cycle(bodies)
-        await all_or_none(window.worker(client, cycle)
+        await all_or_none(window.worker(sender, cycle)
                           for _ in range(min(concurrency, max(len(bodies), 1) * 4)))
     return window.result(label or public_url(endpoint), public_url(endpoint), chosen,
-                         concurrency)
+                         concurrency, sender.retried)
 
 
-async def _one(client: EndpointClient, api: str, body: dict[str, object]
-               ) -> tuple[int | None, float | None, float]:
-    """(completion tokens, TTFT, end to end) of one streamed request."""
-    try:
-        generation, timing = await client.generate(api, dict(body), True, 0)
-    except RetryableError as exc:
-        raise EndpointError(f"throughput request failed: {exc}") from None
-    tokens = (generation.usage or {}).get("completion_tokens")
-    return (tokens if isinstance(tokens, int) else None), timing.ttft_s, timing.e2e_s
+class _Sender:
+    """Streamed requests without logprobs, each retried up to `retries` times."""
+
+    def __init__(self, client: EndpointClient, retries: int) -> None:
+        self.client, self.retries = client, retries
+        self.retried = 0
+
+    async def one(self, api: str, body: dict[str, object]
+                  ) -> tuple[int | None, float | None, float]:
+        """(completion tokens, TTFT, end to end) of one request."""
+        for attempt in range(self.retries + 1):
+            try:
+                generation, timing = await self.client.generate(api, dict(body), True, 0)
+            except RetryableError as exc:
+                if attempt == self.retries:
+                    raise EndpointError(f"throughput request failed after {attempt + 1} "
+                                        f"attempts: {exc}") from None
+                self.retried += 1
+                await sleep_backoff(attempt, exc.retry_after)
+                continue
+            tokens = (generation.usage or {}).get("completion_tokens")
+            return (tokens if isinstance(tokens, int) else None), timing.ttft_s, timing.e2e_s
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 class _Window:
@@ -93,11 +103,11 @@ class _Window:
         elapsed = time.perf_counter() - self.started
         return elapsed < self.min_seconds or len(self.first_counts) < len(self.prompts)
 
-    async def worker(self, client: EndpointClient,
+    async def worker(self, sender: _Sender,
                      cycle: itertools.cycle[tuple[Prompt, dict[str, object]]]) -> None:
         while self.open():
             prompt, body = next(cycle)
-            tokens, ttft, e2e = await _one(client, prompt.api, body)
+            tokens, ttft, e2e = await sender.one(prompt.api, body)
             self.ended = time.perf_counter()
             self.tokens.append(tokens)
             self.e2e.append(e2e)
@@ -107,7 +117,8 @@ class _Window:
             if self.progress:
                 self.progress(len(self.tokens), self.ended - self.started)
 
-    def result(self, label: str, endpoint: str, model: str, concurrency: int) -> Throughput:
+    def result(self, label: str, endpoint: str, model: str, concurrency: int,
+               retried: int) -> Throughput:
         seconds = max(self.ended - self.started, 1e-9)
         counted = None if None in self.tokens else sum(t or 0 for t in self.tokens)
         known = None if None in self.first_counts.values() else {
@@ -118,4 +129,4 @@ class _Window:
             tokens_per_s=counted / seconds if counted is not None else None,
             ttft_p50_s=float(np.percentile(self.ttft, 50)) if self.ttft else None,
             e2e_p99_s=float(np.percentile(self.e2e, 99)) if self.e2e else None,
-            prompt_tokens=known)
+            prompt_tokens=known, retried=retried)

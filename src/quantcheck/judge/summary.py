@@ -239,6 +239,11 @@ def throughput_verdict(a: Throughput | None, b: Throughput | None) -> Throughput
     """B's throughput against A's, compared only when every prompt's generated token
     count matches; otherwise by how much they differ, per generated token only."""
     pair = ThroughputPair(a=a, b=b)
+    failed = [f"on {side} ({measured.error})" for side, measured in (("A", a), ("B", b))
+              if measured is not None and measured.error]
+    if failed:
+        pair.note = f"throughput not measured {' and '.join(failed)}"
+        return pair
     if a is None or b is None:
         pair.note = f"throughput measured on {'A' if a else 'B'} only"
         return pair

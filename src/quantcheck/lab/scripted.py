@@ -106,6 +106,19 @@ def plan(model: ScriptedModel, prompt_text: str, max_tokens: int, top_k: int,
     return steps, finish
 
 
+def until_stop(steps: list[Step], finish: str, stop: object) -> tuple[list[Step], str]:
+    """The steps before the one that completes a stop string, as servers end an answer
+    there (the stop itself is not sent)."""
+    stops = [stop] if isinstance(stop, str) else [s for s in stop or [] if isinstance(s, str)] \
+        if isinstance(stop, list) else []
+    text = ""
+    for n, step in enumerate(steps):
+        text += step.content
+        if any(s and s in text for s in stops):
+            return steps[:n], "stop"
+    return steps, finish
+
+
 def _call_plan(calls: list[tuple[str, str]], prompt_text: str, max_tokens: int, top_k: int,
                jitter: Callable[[], float]) -> tuple[list[Step], str]:
     """Each call as tokens: its name, then its arguments word by word."""
@@ -215,6 +228,7 @@ class ScriptedEngine:
         tools = bool(body.get("tools")) and body.get("tool_choice") != "none"
         steps, finish = plan(self.model, prompt_text_of(body), int(body.get("max_tokens") or 16),
                              top_k, self.split_utf8, lambda: rng.uniform(-jitter, jitter), tools)
+        steps, finish = until_stop(steps, finish, body.get("stop"))
         for step in steps:
             await emit(step)
         return finish

@@ -18,7 +18,7 @@ from ..gate.verdict import Policy
 from ..store.report_dir import CANDIDATES
 from ..store.report_records import Overview, Summary
 from ..store.run_dir import Throughput, write_throughput
-from ..wire.client import all_or_none, run_blocking
+from ..wire.client import all_or_none, public_url, run_blocking
 from .comparing import CompareOptions, compare_runs, write_candidates_overview
 
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -119,8 +119,10 @@ async def _fetch(ab: ABRun, reporters: Sequence[Reporter] | None,
     if ab.throughput is not None:
         for settings, folder in runs:
             notify(f"measuring throughput on {settings.endpoint} ({settings.label}) ...")
-            write_throughput(folder, await _measure(settings, ab.prompt_files,
-                                                    ab.throughput))
+            measured = await _measure(settings, ab.prompt_files, ab.throughput)
+            if measured.error:
+                notify(f"throughput not measured on {settings.label}: {measured.error}")
+            write_throughput(folder, measured)
     if ab.forced is not None:
         for b in ab.candidates:
             notify(f"scoring A's tokens on {b.endpoint} (teacher forcing) ...")
@@ -147,11 +149,18 @@ def _forced_dir(ab: ABRun, candidate: CollectSettings) -> Path:
 
 async def _measure(settings: CollectSettings, prompt_files: Sequence[Path],
                    phase: ThroughputSettings) -> Throughput:
-    return await measure(settings.endpoint, prompt_files, label=settings.label,
-                         model=settings.model, concurrency=phase.concurrency,
-                         min_seconds=phase.min_seconds, warmup=phase.warmup,
-                         request=settings.request, api_key_env=settings.api_key_env,
-                         timeout=settings.timeout)
+    """One endpoint's throughput; a failure costs only these figures (the record says
+    why), never the collected runs or the report."""
+    try:
+        return await measure(settings.endpoint, prompt_files, label=settings.label,
+                             model=settings.model, concurrency=phase.concurrency,
+                             min_seconds=phase.min_seconds, warmup=phase.warmup,
+                             request=settings.request, api_key_env=settings.api_key_env,
+                             timeout=settings.timeout, retries=settings.retries)
+    except QuantcheckError as exc:
+        return Throughput(label=settings.label, endpoint=public_url(settings.endpoint),
+                          model=settings.model or "", concurrency=phase.concurrency,
+                          requests=0, seconds=0.0, error=str(exc))
 
 
 def _silent(stage: str) -> None:

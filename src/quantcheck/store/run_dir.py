@@ -182,6 +182,8 @@ class Throughput(msgspec.Struct, kw_only=True):
     ttft_p50_s: float | None = None
     e2e_p99_s: float | None = None
     prompt_tokens: dict[str, int] | None = None  # each prompt's first answer, in tokens
+    retried: int = 0  # requests sent again (a dropped connection, a 503)
+    error: str | None = None  # why it was not measured (then the figures are empty)
 
 
 def read_throughput(run_dir: Path) -> Throughput | None:

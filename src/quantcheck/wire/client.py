@@ -42,6 +42,7 @@ TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 UNREACHABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError,
                aiohttp.ClientOSError, aiohttp.ConnectionTimeoutError, ConnectionError)
 ERROR_BODY_BYTES = 64 << 10  # enough of an error body to quote it
+UNSENT_RETRIES = 3  # a request the connection could not send is sent again at once
 
 
 @dataclass
@@ -59,6 +60,10 @@ class RetryableError(Exception):
         super().__init__(message)
         self.retry_after = retry_after
         self.unreachable = unreachable
+
+
+class _NotSent(Exception):
+    """The request could not be written to the connection."""
 
 
 class RequestFailed(Exception):
@@ -199,9 +204,25 @@ class EndpointClient:
 
     async def _generate(self, url: str, body: Mapping[str, object], stream: bool, top_k: int,
                         started: float) -> tuple[Generation, float | None]:
+        """A request the connection could not even send (a kept-alive connection the
+        server was closing: llama-server does it after many streamed answers) is sent
+        again at once on another: the server never saw it, so no backoff is owed."""
+        for attempt in range(UNSENT_RETRIES + 1):
+            try:
+                return await self._post(url, body, stream, top_k, started)
+            except _NotSent as exc:
+                if attempt == UNSENT_RETRIES:
+                    raise RetryableError(f"connection failed: {exc}", unreachable=True) \
+                        from None
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _post(self, url: str, body: Mapping[str, object], stream: bool, top_k: int,
+                    started: float) -> tuple[Generation, float | None]:
+        answered = False
         try:
             async with self.session.post(url, data=orjson.dumps(body),
                                          headers=self._headers) as response:
+                answered = True
                 if response.status >= 400:
                     raise _status_error(response.status, await _read_some(response),
                                         response.headers)
@@ -222,6 +243,8 @@ class EndpointClient:
         except aiohttp.ClientPayloadError as exc:
             raise RetryableError(f"response cut off: {_root_cause(exc)}") from None
         except UNREACHABLE as exc:
+            if not answered and _not_written(exc):
+                raise _NotSent(_root_cause(exc)) from None
             raise RetryableError(f"connection failed: {_root_cause(exc)}",
                                  unreachable=True) from None
         except aiohttp.ClientError as exc:
@@ -282,6 +305,13 @@ class EndpointClient:
                 "when another arrives: start it with --interrupt_requests false, or "
                 "--concurrency 1)")
         return generation, ttft
+
+
+def _not_written(exc: BaseException) -> bool:
+    """Whether writing the request to an open connection failed (a reset, a closing
+    transport): not a refused connection, not a server gone after it was sent."""
+    return isinstance(exc, ConnectionResetError | aiohttp.ClientOSError) and not isinstance(
+        exc, aiohttp.ClientConnectorError)
 
 
 def _take(payloads: list[bytes], accumulator: StreamAccumulator) -> bool:
