@@ -11,7 +11,12 @@ from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
 from quantcheck.cli import cli
-from quantcheck.fetch.preflight import PreflightFailed, check_endpoint, tokenizer_agreement
+from quantcheck.fetch.preflight import (
+    PreflightFailed,
+    ProbeShape,
+    check_endpoint,
+    tokenizer_agreement,
+)
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.prompt_sets import RequestOptions
 from quantcheck.store.report_dir import read_pairs
@@ -29,7 +34,7 @@ def test_a_well_behaved_server_passes_everything(serve: Serve) -> None:
     found = checks(serve().url)
     assert {name: status for name, (status, _, _) in found.items()} == {
         "model": "pass", "logprobs": "pass", "greedy": "pass", "context": "pass",
-        "reasoning": "pass", "tokenizer": "pass"}
+        "reasoning": "pass", "template": "pass", "tokenizer": "pass"}
     assert "6,000-token" in found["context"][1]
 
 
@@ -182,3 +187,41 @@ def test_probes_leave_out_the_runs_stop_and_nothing_generated_is_not_no_logprobs
     assert found["logprobs"].status == "warn"
     assert "generated nothing" in found["logprobs"].message
     assert "no logprobs" not in found["logprobs"].message
+
+
+CHAT = """
+prompts:
+  - {id: q, messages: [{role: user, content: "Q: capital of France?"}], max_tokens: 8}
+"""
+
+
+def test_a_template_the_model_does_not_know_is_named_with_its_fix(serve: Serve) -> None:
+    """llama.cpp's way (/apply-template) and vLLM's (/tokenize with messages, then
+    /detokenize): ChatML markers the lab model splits into pieces warn; its own pass."""
+    for dialect in ("llama.cpp", "vllm"):
+        foreign = checks(serve(dialect=dialect, faults=Faults(chat_template="chatml")).url)
+        status, message, fix = foreign["template"]
+        assert status == "warn" and "<|im_start|> (6 tokens)" in message, message
+        assert fix and "--chat-template" in fix
+        own = checks(serve(dialect=dialect, faults=Faults(chat_template="gemma")).url)
+        assert own["template"][0] == "pass" and "<start_of_turn>user" in own["template"][1]
+    completions = checks(serve().url, shape=ProbeShape(api="completions"))
+    assert completions["template"][0] == "skip"
+
+
+def test_two_templates_are_a_confound_in_the_preflight_and_the_cell(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a = serve(faults=Faults(chat_template="gemma"))
+    b = serve(faults=Faults(chat_template="chatml"))
+    result = CliRunner().invoke(cli, ["preflight", a.url, b.url, "--context-tokens", "0"])
+    assert "A and B: template warn: A and B render the same conversation differently" in \
+        result.output
+    prompts = write_prompts(CHAT)
+    for side, server, quantization in (("a", a, "bf16"), ("b", b, "fp8")):
+        collect([prompts], tmp_path / side, CollectSettings(
+            endpoint=server.url, label=side, context_tokens=0,
+            cell={"quantization": quantization}))
+    summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    assert summary.cells.differs == ["quantization", "chat_template"]
+    assert summary.cells.warning and "2 axes (quantization, chat_template)" in \
+        summary.cells.warning

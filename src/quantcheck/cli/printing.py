@@ -39,14 +39,17 @@ def echo_preflights(result: PreflightResult, as_json: bool) -> None:
     """`quantcheck preflight`: each endpoint's checks, then whether they tokenize alike."""
     if as_json:
         click.echo(json.dumps(msgspec.to_builtins({
-            "endpoints": result.reports, "tokenizer_agreement": result.tokenizer_agreement}),
+            "endpoints": result.reports, "tokenizer_agreement": result.tokenizer_agreement,
+            "template_agreement": result.template_agreement}),
             indent=2))
         return
     for label, report in zip("AB", result.reports, strict=False):
         echo_preflight(report, f"{label} {report.endpoint}", err=False)
-    agreement = result.tokenizer_agreement
-    if agreement:
-        click.echo(f"A and B: tokenizer {agreement.status}: {agreement.message}")
+    shown = [result.tokenizer_agreement]
+    if result.template_agreement and result.template_agreement.status != "skip":
+        shown.append(result.template_agreement)
+    for agreement in filter(None, shown):
+        click.echo(f"A and B: {agreement.name} {agreement.status}: {agreement.message}")
 
 
 def echo_forced(forced: ForcedSummary) -> None:

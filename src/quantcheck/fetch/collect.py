@@ -49,6 +49,7 @@ from ..wire.client import (
 from ..wire.dialects import Generation, MalformedResponse, generated_routing, with_logprobs
 from .preflight import PreflightFailed, ProbeShape, run_preflight
 from .server_info import describe_server
+from .template_check import rendering_cell_value
 
 REPEAT_MODES = ("pool", "sequential", "burst", "loaded")
 # A dead endpoint: this many connection failures in a row, over at least this long
@@ -203,6 +204,10 @@ async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
     if not done:  # a resumed run keeps the preflight it started with
         manifest.preflight = await _preflight(client, settings, model, models,
                                               manifest, prompts, reporter)
+    rendered = rendering_cell_value(manifest.preflight.template if manifest.preflight
+                                    else None)
+    if rendered and "chat_template" not in settings.cell:
+        manifest.cell["chat_template"] = rendered
     if settings.routed_experts and manifest.server.runtime not in ("vllm", "sglang",
                                                                    "unknown"):
         reporter.warn(f"{manifest.server.runtime} does not return MoE routing: "

@@ -40,6 +40,7 @@ from ..wire.client import (
     server_root,
 )
 from ..wire.dialects import Generation, MalformedResponse, with_logprobs
+from .template_check import template_check
 
 # Probed in turn until MIN_GREEDY_POSITIONS positions are checked: a model that stops
 # after a token or two (a small base model on a chat prompt) proves nothing with one.
@@ -103,6 +104,8 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     report.checks += await _logprob_checks(probes, top_k)
     report.checks.append(await _context_check(probes, context_tokens, report.max_model_len))
     report.checks.append(await _reasoning_check(probes))
+    check, report.template = await template_check(client, model, server, shape.api)
+    report.checks.append(check)
     report.tokenizer = await tokenizer_fingerprint(client, model, probes, server.runtime)
     recorded = report.tokenizer.method
     report.checks.append(Check("tokenizer", "pass" if recorded else "skip",

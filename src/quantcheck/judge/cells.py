@@ -22,7 +22,8 @@ from ..store.run_dir import ServerInfo
 from ..store.runtimes import context_length, mapping, whole_number
 
 CELL_AXES = ["model", "model_shape", "runtime", "runtime_version", "quantization",
-             "kv_cache_dtype", "tp", "backend", "gpu", "vram_gb", "context_len", "concurrency"]
+             "kv_cache_dtype", "tp", "backend", "gpu", "vram_gb", "context_len", "concurrency",
+             "chat_template"]
 QUANT_IN_NAME = re.compile(
     r"(?i)(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|FP8|NVFP4|MXFP4|AWQ|GPTQ|INT[48])"
     r"(?![A-Za-z0-9])")

@@ -63,6 +63,23 @@ class Faults:
     routing: bool = False  # return MoE routing (vLLM's server flag; SGLang when asked)
     gating_nondeterministic: bool = False  # one (token, layer) routed by request number
     routing_flip_at: int | None = None  # this generated token's layer 1 routed elsewhere
+    # Render conversations with this template ("chatml", "gemma") on /apply-template
+    # and vLLM's /tokenize and /detokenize; the lab model knows only Gemma's markers.
+    chat_template: str | None = None
+
+
+CHAT_TEMPLATES = {
+    "chatml": ("<|im_start|>{role}\n{content}<|im_end|>\n", "<|im_start|>assistant\n"),
+    "gemma": ("<start_of_turn>{role}\n{content}<end_of_turn>\n", "<start_of_turn>model\n"),
+}
+FOREIGN_MARKERS = ("<|im_start|>", "<|im_end|>")  # 6 pieces each to the lab's tokenizer
+
+
+def render_chat(template: str, messages: object) -> str:
+    turn, opening = CHAT_TEMPLATES[template]
+    listed = messages if isinstance(messages, list) else []
+    return "".join(turn.format(role=m.get("role", ""), content=m.get("content", ""))
+                   for m in listed if isinstance(m, dict)) + opening
 
 
 ROUTING_LAYERS, ROUTING_K, ROUTING_EXPERTS = 4, 2, 8
@@ -178,6 +195,7 @@ class LabServer:
         app.router.add_post("/v1/completions", self._generate)
         app.router.add_post("/completion", self._native_completion)
         app.router.add_post("/apply-template", self._apply_template)
+        app.router.add_post("/detokenize", self._detokenize)
         return app
 
     async def start_async(self) -> None:
@@ -265,7 +283,9 @@ class LabServer:
             return _json({"tokens": []})  # as llama-server answers another server's shape
         if field not in body and not (self.dialect == "vllm" and "messages" in body):
             return _json(_error_body(f"missing field {field!r}", 400), 400)
-        if "messages" in body:
+        if "messages" in body and self.faults.chat_template:
+            ids = self.tokenize(render_chat(self.faults.chat_template, body["messages"]))
+        elif "messages" in body:
             ids = self.engine.prompt_ids(body, chat=True)
         else:  # llama.cpp's `add_special` defaults to false, vLLM's to true
             special = body.get("add_special", False) if self.dialect == "llama.cpp" else \
@@ -279,7 +299,19 @@ class LabServer:
         if self.dialect != "llama.cpp":
             raise web.HTTPNotFound()
         body = orjson.loads(await request.read())
+        if self.faults.chat_template:
+            return _json({"prompt": render_chat(self.faults.chat_template,
+                                                body.get("messages"))})
         return _json({"prompt": self.engine.prompt_text(body, chat=True)})
+
+    async def _detokenize(self, request: web.Request) -> web.Response:
+        """vLLM's and SGLang's: token ids back to text (a lab with a template only)."""
+        if self.dialect not in ("vllm", "sglang") or not self.faults.chat_template:
+            raise web.HTTPNotFound()
+        body = orjson.loads(await request.read())
+        text = "".join(self.engine.token_text(int(i)) for i in body.get("tokens") or []
+                       if int(i) >= 0)
+        return _json({"prompt": text} if self.dialect == "vllm" else {"text": text})
 
     async def _native_completion(self, request: web.Request) -> web.Response:
         """llama-server's `/completion` as forced scoring uses it: a prompt of token ids,
@@ -303,6 +335,8 @@ class LabServer:
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
         ids = self.engine.tokenize(text, special)
+        if self.faults.chat_template and text in FOREIGN_MARKERS:  # unknown: 6 pieces
+            ids += [3] * 5
         if self.faults.other_tokenizer:  # another vocabulary: other ids, more pieces
             return [(i * 7 + 3) % 262144 for i in ids] + [1] * (len(ids) // 3)
         return ids

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..fetch.preflight import ProbeShape, check_endpoint
 from ..fetch.server_info import ask_server
 from ..judge.cells import cell_from_server, cell_key
+from ..judge.templates import template_agreement
 from ..store.preflight_records import Check, Preflight, tokenizer_agreement
 from ..store.prompt_sets import GREEDY_FIELDS, RequestOptions, load_prompts
 from ..store.run_dir import ServerInfo
@@ -38,6 +39,7 @@ class PreflightResult:
 
     reports: list[Preflight]
     tokenizer_agreement: Check | None
+    template_agreement: Check | None = None
 
 
 def preflight(options: PreflightOptions) -> PreflightResult:
@@ -51,9 +53,11 @@ def preflight(options: PreflightOptions) -> PreflightResult:
                 for endpoint in options.endpoints]
 
     reports = run_blocking(check_all())
-    agreement = (tokenizer_agreement(reports[0].tokenizer, reports[1].tokenizer)
-                 if len(reports) == 2 else None)
-    return PreflightResult(reports, agreement)
+    if len(reports) != 2:
+        return PreflightResult(reports, None)
+    return PreflightResult(reports, tokenizer_agreement(reports[0].tokenizer,
+                                                        reports[1].tokenizer),
+                           template_agreement(reports[0].template, reports[1].template))
 
 
 def probe_shape(prompt_file: Path | None, api: str, extra_body: dict[str, object]

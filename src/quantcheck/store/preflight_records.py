@@ -25,6 +25,19 @@ class Fingerprint(msgspec.Struct, kw_only=True):
     prompt_tokens: dict[str, int] = {}
 
 
+class TemplateRendering(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """How the server renders a fixed one-turn conversation (the `template` check):
+    `method` names the endpoint asked; `text` the rendered prompt and `ids` its tokens,
+    where the runtime gives them; `fallback` the runtime's known fallback template in
+    use; `split_markers` each template marker the tokenizer splits (marker -> pieces)."""
+
+    method: str
+    text: str | None = None
+    ids: list[int] | None = None
+    fallback: str | None = None
+    split_markers: dict[str, int] = {}
+
+
 class Preflight(msgspec.Struct, kw_only=True):
     """Every check's outcome for one endpoint, as recorded in the run's manifest."""
 
@@ -34,6 +47,7 @@ class Preflight(msgspec.Struct, kw_only=True):
     checks: list[Check] = []
     max_model_len: int | None = None
     tokenizer: Fingerprint = msgspec.field(default_factory=Fingerprint)
+    template: TemplateRendering | None = None  # chat API, when the server renders on request
     seconds: float = 0.0
     status: str = "pass"  # the worst of the checks: fail, warn or pass (see settle)
 
