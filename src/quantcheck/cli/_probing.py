@@ -95,7 +95,7 @@ def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env
       quantcheck preflight http://gpu1:8000/v1 http://gpu2:8000/v1 --prompts prompts/default.yaml
     """
     from ..fetch.preflight import check_endpoint
-    from ..store.preflight_records import tokenizer_agreement
+    from ..judge.tokenizers import tokenizer_agreement
     from ..wire.client import api_key_from_env, run_blocking
 
     if len(endpoints) > 2:

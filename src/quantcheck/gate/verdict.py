@@ -118,7 +118,7 @@ def _check_policy_value(path: Path, key: str, value: Any) -> None:
         raise ConfigFileError(f"{path}: field '{key}': a whole number >= 0, or null (off)")
 
 
-def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[ReviewVerdict]],
+def decide(pairs: pd.DataFrame, verdicts: dict[str, list[ReviewVerdict]],
              blocking: set[str], policy: Policy, summary: Summary) -> GateResult:
     """The verdict. A report where no pair was compared is refused (NothingCompared):
     a gate that passes on nothing would be worse than none."""
@@ -340,7 +340,7 @@ def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric |
     pairs, summary = require_report(report_dir)
     verdicts = load_verdicts(report_dir, list(review_files), rubric, summary.identity,
                              set(pairs["prompt_id"].astype(str)))
-    result = evaluate(pairs, verdicts, set(rubric.blocking), policy or Policy(), summary)
+    result = decide(pairs, verdicts, set(rubric.blocking), policy or Policy(), summary)
     write_gate_json(result, report_dir / GATE_JSON)
     write_junit(result, pairs, report_dir / JUNIT_XML)
     return result, summary

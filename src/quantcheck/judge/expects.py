@@ -54,7 +54,7 @@ class CheckResult:
 CodeRunner = Callable[[str, CodeExpect], tuple[bool, str]]
 
 
-def evaluate(expect: Expect, text: str, calls: list[ToolCall] | None = None,
+def check_answer(expect: Expect, text: str, calls: list[ToolCall] | None = None,
              run_code: CodeRunner | None = None) -> list[CheckResult]:
     """One result per check the expect names, in CHECKS order."""
     results = _text_checks(expect, text)

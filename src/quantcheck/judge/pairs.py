@@ -15,7 +15,6 @@ import orjson
 import pandas as pd
 
 from ..store.files import AtomicFile, make_directory
-from ..store.preflight_records import tokenizer_agreement
 from ..store.report_dir import (
     DETAILS,
     PAIR_DTYPES,
@@ -29,17 +28,18 @@ from ..store.run_dir import first_seen
 from ..store.run_records import Prompt
 from . import routing
 from .approvals import Approval, apply_approvals, load_approvals
-from .expects import CodeRunner, evaluate, parse_calls
+from .expects import CodeRunner, check_answer, parse_calls
 from .forced_figures import all_kl
 from .forced_figures import pair_columns as forced_pair_columns
 from .parallel import ordered_chunks
 from .sandbox import Limits, code_execution, code_runner
 from .sides import Record, Side, load_side
 from .summary import PairTotals
+from .tokenizers import tokenizer_agreement
 from .triage import (
     NEAR_TIE_NATS,
     Divergence,
-    Drift,
+    PairDrift,
     classify_divergence,
     degenerate_reason,
     drift,
@@ -191,7 +191,7 @@ def _pair_row(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
     row["b_degenerate"] = degenerate_reason(b_content, b_first["finish_reason"],
                                             a_first["finish_reason"])
     if prompt is not None and prompt.expect is not None:
-        a_results, b_results = (evaluate(prompt.expect, text, parse_calls(calls), run_code)
+        a_results, b_results = (check_answer(prompt.expect, text, parse_calls(calls), run_code)
                                 for text, calls in ((a_text, a_calls), (b_text, b_calls)))
         row.update(expectation_columns(a_results, b_results))
         detail["checks"] = [[r.check, r.status, r.reason] for r in a_results], \
@@ -294,7 +294,7 @@ def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record,
         for side, tokens in (("a", a_tokens), ("b", b_tokens)):
             if position < len(tokens):
                 detail[f"{side}_top"] = tokens.top(position)
-    measured: Drift = drift(a_tokens, b_tokens, divergence.position)
+    measured: PairDrift = drift(a_tokens, b_tokens, divergence.position)
     return {"first_divergence": divergence.position, "divergence_kind": divergence.kind,
             "divergence_gap": divergence.gap, "divergence_b_gap": divergence.b_gap,
             "divergence_a_token": divergence.a_token,

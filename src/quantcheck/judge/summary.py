@@ -11,13 +11,12 @@ import numpy as np
 import pandas as pd
 
 from .._version import __version__
-from ..store.preflight_records import tokenizer_agreement
 from ..store.report_records import (
     Cells,
     CheckCounts,
     Comparison,
     Counts,
-    Drift,
+    DriftSpreads,
     FirstDivergence,
     Flips,
     Performance,
@@ -38,6 +37,7 @@ from .determinism import side_determinism
 from .expects import FAIL, PASS, SKIPPED
 from .sides import Side
 from .stats import BOOTSTRAPPED, paired_statistics, pass_counts
+from .tokenizers import tokenizer_agreement
 
 DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
                  "kl_topk_mean", "kl_topk_max"]
@@ -158,8 +158,8 @@ class PairTotals:
             tool_calls=_ranked(self.values["tool_call_change"]),
             routing=RoutingCounts(**self.routing) if self.routing is not None else None)
 
-    def _drift(self) -> Drift:
-        drift = Drift()
+    def _drift(self) -> DriftSpreads:
+        drift = DriftSpreads()
         for column in DRIFT_COLUMNS:
             values = self.number_column(column)
             if len(values):

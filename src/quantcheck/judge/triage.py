@@ -225,7 +225,10 @@ def _best_logprobs(tokens: list[str], logprobs: list[float]) -> dict[str, float]
 
 
 @dataclass
-class Drift:
+class PairDrift:
+    """One pair's logprob drift over the common prefix: pairs.csv's drift columns
+    (summary.json's spreads of them over all pairs: DriftSpreads)."""
+
     top1_agreement: float | None = None
     logprob_mean_abs_diff: float | None = None
     logprob_max_abs_diff: float | None = None
@@ -233,18 +236,18 @@ class Drift:
     kl_topk_max: float | None = None
 
 
-def drift(a: Tokens, b: Tokens, divergence: int | None) -> Drift:
+def drift(a: Tokens, b: Tokens, divergence: int | None) -> PairDrift:
     """Logprob drift over the common prefix (and top-1 agreement up to the divergence)."""
     length = min(len(a), len(b))
     prefix = length if divergence is None else min(divergence, length)
     compared = min(prefix + 1, length) if divergence is not None else length
     if compared == 0:
-        return Drift()
+        return PairDrift()
     agreement = [a.top_text[i][:1] == b.top_text[i][:1] for i in range(compared)]
     diffs = [abs(x - y) for x, y in zip(a.logprob[:prefix], b.logprob[:prefix], strict=True)
              if x is not None and y is not None]
     kls = kl_per_position(a, b, prefix)
-    return Drift(
+    return PairDrift(
         top1_agreement=sum(agreement) / len(agreement),
         logprob_mean_abs_diff=sum(diffs) / len(diffs) if diffs else None,
         logprob_max_abs_diff=max(diffs) if diffs else None,

@@ -125,8 +125,9 @@ class FirstDivergence(msgspec.Struct):
     min: int
 
 
-class Drift(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Mean, median, p99 and max of each drift column over the compared pairs."""
+class DriftSpreads(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Mean, median, p99 and max of each drift column over the compared pairs
+    (summary.json's `drift`; one pair's values: triage.PairDrift)."""
 
     top1_agreement: Spread | None = None
     logprob_mean_abs_diff: Spread | None = None
@@ -341,7 +342,7 @@ class Summary(msgspec.Struct, kw_only=True):
     comparison: Comparison
     cells: Cells
     determinism: dict[str, SideDeterminism]
-    drift: Drift
+    drift: DriftSpreads
     stats: Stats
     performance: Performance
     preflight: PreflightPair
