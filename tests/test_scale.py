@@ -354,8 +354,8 @@ def check_side(side: sides.Side, lines: list[dict[str, Any]], written: list[byte
     for prompt_id in [*ids, "never"]:
         records = side.records(prompt_id) or []
         mine = [(n, line) for n, line in enumerate(lines) if line["prompt_id"] == prompt_id]
-        assert [(r["offset"], r["repeat"], r["text"], r["error"], r["finish_reason"],
-                 r["prompt_hash"], r["n_tokens"]) for r in records] == [
+        assert [(r.offset, r.repeat, r.text, r.error, r.finish_reason,
+                 r.prompt_hash, r.n_tokens) for r in records] == [
             (offsets[n], line["repeat"], line["text"] or "", line["error"],
              line["finish_reason"], line["prompt_hash"],
              (line["usage"] or {}).get("completion_tokens")) for n, line in mine]

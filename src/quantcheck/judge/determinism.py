@@ -19,15 +19,15 @@ def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[Determinis
     rows = []
     for key in side.index.order:
         prompt_id = side.record_id(side.index.rows(key)[0])
-        ok = [r for r in side.records(prompt_id, key) or () if r["error"] is None]
+        ok = [r for r in side.records(prompt_id, key) or () if r.error is None]
         if not ok:
             continue
         prompt = side.prompts.get(prompt_id)
-        repeats = [side.tokens_at(int(record["offset"])) for record in ok]
+        repeats = [side.tokens_at(record.offset) for record in ok]
         n = len(ok)
-        texts = len({record["text_hash"] for record in ok})
-        signatures = len({r["signature"] for r in ok}) \
-            if all(r["signature"] is not None for r in ok) else None
+        texts = len({record.text_hash for record in ok})
+        signatures = len({r.signature for r in ok}) \
+            if all(r.signature is not None for r in ok) else None
         routings = [t.routing for t in repeats if t and t.routing is not None]
         routed = across_repeats(routings, signatures) if routings else None
         rows.append(DeterminismRow(

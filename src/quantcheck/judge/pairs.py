@@ -33,7 +33,7 @@ from .forced_figures import all_kl
 from .forced_figures import pair_columns as forced_pair_columns
 from .parallel import ordered_chunks
 from .sandbox import Limits, code_execution, code_runner
-from .sides import Record, Side, load_side
+from .sides import Side, SideRecord, load_side
 from .summary import PairTotals
 from .tokenizers import tokenizer_agreement
 from .triage import (
@@ -87,16 +87,18 @@ def _is_texts(source: str | Path | Side) -> bool:
 
 
 
+Details = dict[str, Any]  # a details.jsonl line
+
 # Pairs judged, written and forgotten at a time: compare's memory does not grow with
 # the prompt count (a chunk is about 1 MB of rows and details at 128-token answers).
 CHUNK_PAIRS = 256
 
 
 def pairs_and_details(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: int = 1
-                      ) -> tuple[pd.DataFrame, list[Record]]:
+                      ) -> tuple[pd.DataFrame, list[Details]]:
     """The pairs frame, and per prompt what the review sheet shows beyond it, whole."""
     frames: list[pd.DataFrame] = []
-    details: list[Record] = []
+    details: list[Details] = []
     for frame, chunk_details in judged_chunks(a, b, run_code, jobs):
         frames.append(frame)
         details += chunk_details
@@ -104,18 +106,18 @@ def pairs_and_details(a: Side, b: Side, run_code: CodeRunner | None = None, jobs
 
 
 def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: int = 1
-                  ) -> Iterator[tuple[pd.DataFrame, list[Record]]]:
+                  ) -> Iterator[tuple[pd.DataFrame, list[Details]]]:
     """The pairs in prompt order, CHUNK_PAIRS at a time: a frame of PAIR_COLUMNS and
     each pair's details; judged in `jobs` processes."""
     token_level = token_metrics_withheld(a, b) is None
 
-    def judge(keys: Sequence[int]) -> list[tuple[dict[str, Any], Record]]:
+    def judge(keys: Sequence[int]) -> list[tuple[dict[str, Any], Details]]:
         judged = []
         for key in map(int, keys):
             prompt = a.prompt_by_key(key) or b.prompt_by_key(key)
             prompt_id = prompt.id if prompt else _record_id(a, key) or _record_id(b, key)
             assert prompt_id is not None  # every key in the order has a prompt or records
-            detail: Record = {"prompt_id": prompt_id}
+            detail: Details = {"prompt_id": prompt_id}
             judged.append((_pair_row(prompt_id, prompt, a, b, a.records(prompt_id, key),
                                      b.records(prompt_id, key), detail, token_level,
                                      run_code), detail))
@@ -157,7 +159,7 @@ def token_metrics_withheld(a: Side, b: Side) -> str | None:
 
 
 def _pair_row(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
-              a_rows: list[Record] | None, b_rows: list[Record] | None, detail: Record,
+              a_rows: list[SideRecord] | None, b_rows: list[SideRecord] | None, detail: Details,
               token_level: bool, run_code: CodeRunner | None) -> dict[str, Any]:
     if prompt is not None:
         detail["request"] = _shown_request(prompt.request)
@@ -171,12 +173,12 @@ def _pair_row(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
     a_first, b_first = _repeat_zero(a_ok), _repeat_zero(b_ok)
     row["status"] = _status(a_rows, b_rows, a_first, b_first)
     first = a_first if a_first is not None else b_first
-    row["prompt_hash"] = first["prompt_hash"] if first is not None else (
+    row["prompt_hash"] = first.prompt_hash if first is not None else (
         prompt.hash if prompt else None)
     if row["status"] != "compared":
         return row
     assert a_first is not None and b_first is not None and a_ok and b_ok
-    a_text, b_text = a_first["text"], b_first["text"]
+    a_text, b_text = a_first.text, b_first.text
     a_calls, b_calls = _calls(a_first), _calls(b_first)
     a_content, b_content = with_calls(a_text, a_calls), with_calls(b_text, b_calls)
     row.update(a_text=a_text, b_text=b_text, a_tool_calls=a_calls, b_tool_calls=b_calls,
@@ -184,12 +186,12 @@ def _pair_row(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
                similarity=similarity(a_content, b_content),
                numbers_changed=numbers_changed(a_content, b_content),
                tool_call_change=tool_call_change(a_calls, b_calls),
-               a_tokens=a_first["n_tokens"], b_tokens=b_first["n_tokens"],
-               a_finish_reason=a_first["finish_reason"], b_finish_reason=b_first["finish_reason"])
-    row["a_degenerate"] = degenerate_reason(a_content, a_first["finish_reason"],
-                                            b_first["finish_reason"])
-    row["b_degenerate"] = degenerate_reason(b_content, b_first["finish_reason"],
-                                            a_first["finish_reason"])
+               a_tokens=a_first.n_tokens, b_tokens=b_first.n_tokens,
+               a_finish_reason=a_first.finish_reason, b_finish_reason=b_first.finish_reason)
+    row["a_degenerate"] = degenerate_reason(a_content, a_first.finish_reason,
+                                            b_first.finish_reason)
+    row["b_degenerate"] = degenerate_reason(b_content, b_first.finish_reason,
+                                            a_first.finish_reason)
     if prompt is not None and prompt.expect is not None:
         a_results, b_results = (check_answer(prompt.expect, text, parse_calls(calls), run_code)
                                 for text, calls in ((a_text, a_calls), (b_text, b_calls)))
@@ -202,7 +204,7 @@ def _pair_row(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
         row.update(_routing_columns(a, b, a_ok, b_ok, row, detail, token_level))
     # Nondeterminism, not regression: a side's own repeats also show the other's text.
     row["noise"] = not row["identical"] and bool(
-        {r["text_hash"] for r in a_ok} & {r["text_hash"] for r in b_ok})
+        {r.text_hash for r in a_ok} & {r.text_hash for r in b_ok})
     row["suggested_label"] = suggested_label(
         row["identical"], row["similarity"], row["numbers_changed"], row.get("flip", ""),
         row.get("a_expect", ""), row.get("b_expect", ""), row["a_degenerate"],
@@ -210,27 +212,23 @@ def _pair_row(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
     return row
 
 
-def _successful(rows: list[Record] | None) -> list[Record] | None:
-    return None if rows is None else [r for r in rows if not _present(r["error"])]
+def _successful(rows: list[SideRecord] | None) -> list[SideRecord] | None:
+    return None if rows is None else [r for r in rows if r.error is None]
 
 
-def _present(value: Any) -> bool:
-    return value is not None and value == value  # NaN != NaN
+def _repeat_zero(rows: list[SideRecord] | None) -> SideRecord | None:
+    return next((r for r in rows or [] if r.repeat == 0), None)
 
 
-def _repeat_zero(rows: list[Record] | None) -> Record | None:
-    return next((r for r in rows or [] if r["repeat"] == 0), None)
-
-
-def _status(a_rows: list[Record] | None, b_rows: list[Record] | None,
-            a_first: Record | None, b_first: Record | None) -> str:
+def _status(a_rows: list[SideRecord] | None, b_rows: list[SideRecord] | None,
+            a_first: SideRecord | None, b_first: SideRecord | None) -> str:
     if a_rows is None:
         return "only_b"
     if b_rows is None:
         return "only_a"
-    a_hash = a_first["prompt_hash"] if a_first is not None else None
-    b_hash = b_first["prompt_hash"] if b_first is not None else None
-    if _present(a_hash) and _present(b_hash) and a_hash != b_hash:
+    a_hash = a_first.prompt_hash if a_first is not None else None
+    b_hash = b_first.prompt_hash if b_first is not None else None
+    if a_hash is not None and b_hash is not None and a_hash != b_hash:
         return "not_comparable"
     if a_first is None:
         return "a_failed"
@@ -239,11 +237,11 @@ def _status(a_rows: list[Record] | None, b_rows: list[Record] | None,
     return "compared"
 
 
-def _determinism(side: str, ok: list[Record] | None) -> dict[str, Any]:
+def _determinism(side: str, ok: list[SideRecord] | None) -> dict[str, Any]:
     if ok is None:
         return {}
-    signatures = {r["signature"] for r in ok if _present(r["signature"])}
-    return {f"{side}_repeats": len(ok), f"{side}_texts": len({r["text_hash"] for r in ok}),
+    signatures = {r.signature for r in ok if r.signature is not None}
+    return {f"{side}_repeats": len(ok), f"{side}_texts": len({r.text_hash for r in ok}),
             f"{side}_signatures": len(signatures) if signatures else None}
 
 
@@ -271,21 +269,20 @@ def _shown_request(request: dict[str, Any]) -> dict[str, Any]:
     return shown_request
 
 
-def _calls(record: Record) -> str | None:
-    calls = record.get("tool_calls")
-    return calls if isinstance(calls, str) and calls else None
+def _calls(record: SideRecord) -> str | None:
+    return record.tool_calls or None
 
 
-def _variants(ok: list[Record] | None) -> list[tuple[str, int]] | None:
+def _variants(ok: list[SideRecord] | None) -> list[tuple[str, int]] | None:
     """Distinct texts across repeats with their counts, when there is more than one."""
-    counts = Counter(record["text"] for record in ok or ())
+    counts = Counter(record.text for record in ok or ())
     return sorted(counts.items(), key=lambda kv: -kv[1]) if len(counts) > 1 else None
 
 
-def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record,
-                      detail: Record) -> dict[str, Any]:
-    a_tokens = a.tokens_at(int(a_first["offset"]))
-    b_tokens = b.tokens_at(int(b_first["offset"]))
+def _token_comparison(a: Side, b: Side, a_first: SideRecord, b_first: SideRecord,
+                      detail: Details) -> dict[str, Any]:
+    a_tokens = a.tokens_at(a_first.offset)
+    b_tokens = b.tokens_at(b_first.offset)
     if not a_tokens or not b_tokens:
         return {"divergence_kind": ""}
     divergence: Divergence = classify_divergence(a_tokens, b_tokens)
@@ -301,8 +298,8 @@ def _token_comparison(a: Side, b: Side, a_first: Record, b_first: Record,
             "divergence_b_token": divergence.b_token, **asdict(measured)}
 
 
-def _routing_columns(a: Side, b: Side, a_ok: list[Record], b_ok: list[Record],
-                     row: dict[str, Any], detail: Record, token_level: bool
+def _routing_columns(a: Side, b: Side, a_ok: list[SideRecord], b_ok: list[SideRecord],
+                     row: dict[str, Any], detail: Details, token_level: bool
                      ) -> dict[str, Any]:
     """Each side's routing across its repeats, and A's against B's (repeat 0)."""
     columns: dict[str, Any] = {}
