@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import orjson
@@ -148,7 +148,10 @@ def _periodic_tail(items: str | list[str], period: int) -> int:
 
 # --- token streams -----------------------------------------------------------------
 
-def token_keys(tokens: Tokens) -> list[Any]:
+TokenKey = str | tuple[int, ...]  # a token's string, or its bytes where the string is lossy
+
+
+def token_keys(tokens: Tokens) -> list[TokenKey]:
     """Token identities: the raw bytes where the string alone is lossy (U+FFFD)."""
     if not tokens.raw_bytes:
         return list(tokens.text)
@@ -166,7 +169,7 @@ def _occurrences(tokens: list[str]) -> list[tuple[str, int]]:
     return keyed
 
 
-def first_divergence(a_keys: list[Any], b_keys: list[Any]) -> int | None:
+def first_divergence(a_keys: Sequence[TokenKey], b_keys: Sequence[TokenKey]) -> int | None:
     """Index of the first differing generated token; None when the streams agree."""
     for index, (a, b) in enumerate(zip(a_keys, b_keys, strict=False)):
         if a != b:
@@ -346,18 +349,33 @@ def _canonical_calls(calls: str) -> list[tuple[str, str]]:
 
 # --- expectations and labels ------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class ExpectationColumns:
+    """A pair's expect results as pairs.csv's columns of the same names."""
+
+    a_expect: str
+    b_expect: str
+    flip: str  # regression | improvement | ""
+    flipped_checks: str
+    a_checks: str
+    b_checks: str
+    a_expect_failures: str
+    b_expect_failures: str
+
+
 def expectation_columns(a_results: list[CheckResult], b_results: list[CheckResult]
-                        ) -> dict[str, Any]:
+                        ) -> ExpectationColumns:
     """Each side's checks, overall result and failures; the flip: a regression when any
     check passed on A and fails on B, an improvement when one went the other way only."""
     a_status = {r.check: r.status for r in a_results}
     flipped = [r.check for r in b_results if r.status == FAIL and a_status[r.check] == PASS]
     improved = any(r.status == PASS and a_status[r.check] == FAIL for r in b_results)
-    return {"a_expect": overall(a_results), "b_expect": overall(b_results),
-            "flip": "regression" if flipped else "improvement" if improved else "",
-            "flipped_checks": " ".join(flipped),
-            "a_checks": checks_cell(a_results), "b_checks": checks_cell(b_results),
-            "a_expect_failures": _reasons(a_results), "b_expect_failures": _reasons(b_results)}
+    return ExpectationColumns(
+        a_expect=overall(a_results), b_expect=overall(b_results),
+        flip="regression" if flipped else "improvement" if improved else "",
+        flipped_checks=" ".join(flipped),
+        a_checks=checks_cell(a_results), b_checks=checks_cell(b_results),
+        a_expect_failures=_reasons(a_results), b_expect_failures=_reasons(b_results))
 
 
 def checks_cell(results: list[CheckResult]) -> str:

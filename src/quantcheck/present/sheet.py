@@ -18,11 +18,12 @@ from markupsafe import Markup
 from ..judge.cells import CELL_AXES
 from ..judge.summary import headline
 from ..store.files import AtomicFile, write_atomic
+from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
 from ..store.report_dir import (
-    PAIR_COLUMNS,
     PAIRS_READ_AT_ONCE,
     DetailsReader,
     PromptIds,
+    iter_pair_rows,
     iter_pairs,
     read_summary,
 )
@@ -46,6 +47,7 @@ ELIDED_FIELDS = ("a_text", "b_text", "a_tool_calls", "b_tool_calls")
 # A pair in the page is a row of these values: at 20,000 pairs, naming every value
 # took a third of the page's 40 MB
 SHEET_COLUMNS = [*PAIR_COLUMNS, "detail", "elided"]
+INTEGER_COLUMNS = [column for column, kind in PAIR_DTYPES.items() if kind == "Int64"]
 
 
 SHEET_PAIRS_CHUNK = PAIRS_READ_AT_ONCE
@@ -73,7 +75,8 @@ class PairsOverview:
             pairs += len(frame)
             keys.append(PromptIds.of(frame))
             categories |= {str(c) for c in frame["category"].dropna() if c}
-            shown = frame[(frame["status"] == "compared") & ~frame["identical"].eq(True)]
+            identical = frame["identical"].eq(True).fillna(False).astype(bool)
+            shown = frame[(frame["status"] == "compared") & ~identical]
             for column, values in plotted.items():
                 values.append(pd.to_numeric(shown[column], errors="coerce").dropna()
                               .to_numpy(float))
@@ -105,15 +108,18 @@ def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None,
     }
 
 
-def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, Any]]:
+def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, object]]:
     """Each pair of pairs.csv with its details, in order; with `elide`, those that need
     no human without texts or empty cells."""
     details = DetailsReader(report_dir)
-    for frame in iter_pairs(report_dir, SHEET_PAIRS_CHUNK):
-        for row in frame.to_dict("records"):
-            record = _clean(row)
-            detail = details.get(str(record["prompt_id"]))
-            if elide and not _needs_human(record):  # its row without texts or empty cells
+    for rows in iter_pair_rows(report_dir, SHEET_PAIRS_CHUNK):
+        floated = _floated_integers(rows)
+        for row in rows:
+            record = dict(zip(PAIR_COLUMNS, msgspec.structs.astuple(row), strict=True))
+            for column in floated:
+                record[column] = _as_float(record[column])
+            detail = details.get(row.prompt_id)
+            if elide and not (row.needs_review and not row.approved_label):
                 record = {key: value for key, value in record.items()
                           if key not in ELIDED_FIELDS and value not in (None, "")}
                 record.update(detail={}, elided=True)
@@ -122,20 +128,16 @@ def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def _needs_human(record: dict[str, Any]) -> bool:
-    return (record.get("status") == "compared" and not record.get("identical")
-            and not record.get("approved_label"))
+def _floated_integers(rows: list[PairRow]) -> list[str]:
+    """The integer columns with an empty cell among these rows. The page has always shown
+    such a column's numbers as floats (12.0: how pandas read it), chunk by chunk; kept so
+    a sheet stays byte for byte what it was."""
+    return [column for column in INTEGER_COLUMNS
+            if any(getattr(row, column) is None for row in rows)]
 
 
-def _clean(row: dict[Any, Any]) -> dict[str, Any]:
-    cleaned: dict[str, Any] = {}
-    for key, value in row.items():
-        if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            value = None
-        elif hasattr(value, "item"):
-            value = value.item()
-        cleaned[str(key)] = value
-    return cleaned
+def _as_float(value: object) -> object:
+    return float(value) if isinstance(value, int) else value
 
 
 def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
@@ -175,7 +177,7 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
     yield after
 
 
-def shared_start(a_text: Any, b_text: Any) -> Any:
+def shared_start(a_text: object, b_text: object) -> object:
     """B's text as [n, rest] when it starts with A's first n characters, n counted in
     UTF-16 units as the page's script slices (a pair that forks late, or is identical,
     carries its common start once); otherwise as it is."""
