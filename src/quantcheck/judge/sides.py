@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import orjson
@@ -265,7 +265,7 @@ class Side:
 _ATTEMPTS = re.compile(r" \(after \d+ attempts\)$")
 
 
-def signature(reference: dict[str, Any] | None, blobs: Blobs, digits: int) -> str | None:
+def signature(reference: Mapping[str, object] | None, blobs: Blobs, digits: int) -> str | None:
     """Digest of the token sequence and every position's top-k, logprobs rounded
     (the same for inline arrays and tokens.bin blobs of the same content)."""
     return blobs.packed(reference).signature(digits) if reference else None
@@ -281,7 +281,7 @@ def text_hash(text: str | None, tool_calls: str | None = None) -> str | None:
     return digest.hexdigest()
 
 
-def calls_json(calls: list[dict[str, Any]] | None) -> str | None:
+def calls_json(calls: Sequence[Mapping[str, object]] | None) -> str | None:
     """An answer's tool calls as pairs.csv shows them: a JSON list of {name, arguments}
     (the arguments string as sent), or None without calls."""
     if not calls:
@@ -321,14 +321,14 @@ def load_side(source: str | Path, sig_digits: int = 12,
 
 # A completions.jsonl line as the index reads it: its prompt's key, its offset, its
 # token reference (for the signature), and what the side's request counts need.
-_Row = tuple[int, int, dict[str, Any] | None, bool, int, float, float, float]
+_Row = tuple[int, int, Mapping[str, object] | None, bool, int, float, float, float]
 
 
 def _signatures_of(rows: list[_Row], run_dir: Path, digits: int, jobs: int) -> list[int]:
     return ordered_map(partial(_signatures, run_dir, digits), [row[2] for row in rows], jobs)
 
 
-def _signatures(run_dir: Path, digits: int, references: Sequence[dict[str, Any] | None]
+def _signatures(run_dir: Path, digits: int, references: Sequence[Mapping[str, object] | None]
                 ) -> list[int]:
     with Blobs(run_dir) as blobs:
         return [_digest64(signature(reference, blobs, digits)) for reference in references]

@@ -8,7 +8,6 @@ import secrets
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -85,8 +84,8 @@ class PairsOverview:
                    PromptIds(keys))
 
 
-def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
-               summary: Summary | None = None) -> dict[str, Any]:
+def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, str] | None = None,
+               summary: Summary | None = None) -> dict[str, object]:
     """Everything the sheet's script needs, as one JSON-able object."""
     summary = summary or read_summary(report_dir)
     overview = PairsOverview.read(report_dir)
@@ -94,8 +93,8 @@ def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = N
             "pairs": list(_sheet_pairs(report_dir, overview.pairs > EMBED_ALL_UP_TO))}
 
 
-def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None,
-                summary: Summary, prompt_ids: Container[str]) -> dict[str, Any]:
+def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, str] | None,
+                summary: Summary, prompt_ids: Container[str]) -> dict[str, object]:
     """The sheet's data without its pairs."""
     reviews, refused = load_reviews(report_dir, summary.identity, rubric, prompt_ids)
     return {
@@ -141,7 +140,7 @@ def _as_float(value: object) -> object:
 
 
 def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
-                 live: dict[str, Any] | None = None) -> Iterator[str]:
+                 live: dict[str, str] | None = None) -> Iterator[str]:
     """The review sheet's HTML in pieces: the page, its data streamed pair by pair (a
     100,000-pair report is never one string), the rest of the page."""
     report_dir = Path(report_dir)
@@ -205,7 +204,7 @@ def write_overview_page(folder: Path, overview: Overview) -> Path:
     return folder / SHEET
 
 
-def _axes(summary: Summary) -> list[dict[str, Any]]:
+def _axes(summary: Summary) -> list[dict[str, object]]:
     """Header rows: label and endpoint, then every cell axis either side knows."""
     cells = summary.cells
     a_cell, b_cell = cells.a, cells.b
@@ -227,7 +226,7 @@ def _axes(summary: Summary) -> list[dict[str, Any]]:
     return rows
 
 
-def _count_tiles(counts: Counts) -> list[tuple[str, Any]]:
+def _count_tiles(counts: Counts) -> list[tuple[str, object]]:
     return [("pairs compared", counts.pairs), ("identical", counts.identical),
             ("wording (suggested)", counts.wording_similar),
             ("to review", counts.divergent),
@@ -240,7 +239,7 @@ def _count_tiles(counts: Counts) -> list[tuple[str, Any]]:
 
 
 def _plots(plotted: dict[str, np.ndarray], forced: ForcedSummary | None
-           ) -> list[dict[str, Any]]:
+           ) -> list[dict[str, object]]:
     similarity, divergence, gap = (plotted[c] for c in PLOTTED)
     highest = {name: float(values.max()) if len(values) else 1.0
                for name, values in (("divergence", divergence), ("gap", gap))}
@@ -255,7 +254,7 @@ def _plots(plotted: dict[str, np.ndarray], forced: ForcedSummary | None
     ]
 
 
-def _forced_plot(forced: ForcedSummary | None) -> list[dict[str, Any]]:
+def _forced_plot(forced: ForcedSummary | None) -> list[dict[str, object]]:
     histogram_data = forced.kl_histogram if forced else None
     if histogram_data is None or not sum(histogram_data.counts):
         return []

@@ -1,15 +1,13 @@
 """The records of the report directory (summary.json and its parts, forced.json and
 forced.jsonl, determinism.json): msgspec Structs, each with one JSON shape. Where they
-are read and written: reportdir.py."""
+are read and written: report_dir.py."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import msgspec
 
 from .preflight_records import Check, Preflight
-from .run_dir import Throughput
+from .run_dir import Cell, Throughput
 
 
 class SideIdentity(msgspec.Struct, kw_only=True):
@@ -100,8 +98,8 @@ class Comparison(msgspec.Struct):
 
 
 class Cells(msgspec.Struct, kw_only=True):
-    a: dict[str, Any]
-    b: dict[str, Any]
+    a: Cell
+    b: Cell
     a_key: str | None = None
     b_key: str | None = None
     differs: list[str] = []
@@ -335,7 +333,7 @@ class Summary(msgspec.Struct, kw_only=True):
     """summary.json: every total a reader shows (terminal, sheet, gate)."""
 
     quantcheck_version: str
-    identity: str = ""  # what review files belong to (see compare.update_identity)
+    identity: str = ""  # what review files belong to (see judge/pairs.update_identity)
     a: SideIdentity
     b: SideIdentity
     counts: Counts
@@ -364,7 +362,7 @@ class CandidateRow(msgspec.Struct, kw_only=True):
     label: str
     report: str  # the candidate's report directory, relative to the overview
     endpoint: str | None = None
-    cell: dict[str, Any] = {}
+    cell: Cell = {}
     cell_key: str | None = None
     compared: int
     prompts: int
@@ -391,7 +389,7 @@ class Overview(msgspec.Struct, kw_only=True):
 
     quantcheck_version: str
     reference: SideIdentity
-    reference_cell: dict[str, Any] = {}
+    reference_cell: Cell = {}
     reference_throughput: Throughput | None = None
     candidates: list[CandidateRow]
     recommendation: Recommendation
