@@ -107,6 +107,8 @@ def _record_id(side: Side, key: int) -> str | None:
 
 
 class Digest(Protocol):
+    """What the identity is fed to: a hashlib sha256."""
+
     def update(self, data: bytes, /) -> None: ...
 
 
