@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from quantcheck.cli import cli
 from quantcheck.judge.pairs import compare
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.store.report_dir import PAIR_COLUMNS
+from quantcheck.store.pair_records import PAIR_COLUMNS
 
 from .conftest import A_ANSWERS, B_ANSWERS, PROMPTS, RUNNER_UPS
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from quantcheck.errors import EndpointError, PromptFileError
 from quantcheck.judge.cells import cell_from_server, cell_key
-from quantcheck.judge.expects import choice_of, evaluate
+from quantcheck.judge.expects import check_answer, choice_of
 from quantcheck.store.prompt_sets import load_prompts
 from quantcheck.store.run_dir import ServerInfo
 from quantcheck.store.run_records import Completion, Expect, ToolCall, ToolCallExpect
@@ -333,7 +333,7 @@ EXPECT = Expect(contains=["x"], any_of=["y", "z"], not_contains=["q"], regex="a+
        st.lists(st.builds(ToolCall, st.sampled_from(["f", "get_weather", "x"]),
                           st.text(max_size=12) | st.builds(json.dumps, ANY_JSON)), max_size=3))
 def test_every_check_judges_any_answer(text: str, calls: list[ToolCall]) -> None:
-    results = evaluate(EXPECT, text, calls)
+    results = check_answer(EXPECT, text, calls)
     assert [r.check for r in results] == ["contains", "any_of", "not_contains", "regex",
                                           "number", "json", "json_schema", "tool_call",
                                           "choice"]

@@ -7,7 +7,7 @@ import pytest
 
 from quantcheck import Expect, RequestOptions, load_prompts
 from quantcheck.errors import PromptFileError
-from quantcheck.judge.expects import evaluate, overall
+from quantcheck.judge.expects import check_answer, overall
 from quantcheck.store.prompt_sets import GREEDY_FIELDS
 
 REPO = Path(__file__).parent.parent
@@ -169,7 +169,7 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     ],
 )
 def test_expect_checks(expect: Expect, text: str, passes: bool) -> None:
-    assert (overall(evaluate(expect, text)) == "pass") is passes
+    assert (overall(check_answer(expect, text)) == "pass") is passes
 
 
 def test_expect_round_trips_through_json() -> None:

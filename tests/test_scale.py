@@ -27,7 +27,8 @@ from quantcheck.judge import pairs as compare_module
 from quantcheck.judge import sides
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.present import sheet as report
-from quantcheck.store.report_dir import PAIR_DTYPES, DetailsReader
+from quantcheck.store.pair_records import PAIR_DTYPES, TEXT_COLUMNS
+from quantcheck.store.report_dir import DetailsReader, pairs_csv, read_pair_rows, read_pairs
 from quantcheck.store.run_dir import PromptLines, lock_run, prompt_key
 from quantcheck.store.shards import ShardError, in_shard, merge_runs, parse_shard
 
@@ -272,6 +273,21 @@ def test_integer_columns_stay_integers_beside_empty_cells(
     assert {row["identical"] for row in rows} == {"False", ""}
 
 
+def test_pairs_read_back_as_the_typed_rows_compare_wrote(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """read_pairs keeps each column's type beside empty cells (Int64, boolean, float);
+    read_pair_rows gives typed rows that write pairs.csv again byte for byte."""
+    a, b = two_runs(serve, write_prompts, tmp_path, a_count=5, b_count=3)
+    compare_to_dir(a, b, tmp_path / "r")
+    frame = read_pairs(tmp_path / "r")
+    typed = {c: kind for c, kind in PAIR_DTYPES.items() if c not in TEXT_COLUMNS}
+    assert {c: str(frame[c].dtype) for c in typed} == typed
+    rows = read_pair_rows(tmp_path / "r")
+    assert [row.prompt_id for row in rows] == frame["prompt_id"].tolist()
+    assert {type(row.a_tokens) for row in rows} == {int, type(None)}
+    assert pairs_csv(rows) == (tmp_path / "r" / "pairs.csv").read_bytes()
+
+
 def test_a_broken_pairs_table_found_while_the_sheet_streams_leaves_the_old_sheet(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -354,8 +370,8 @@ def check_side(side: sides.Side, lines: list[dict[str, Any]], written: list[byte
     for prompt_id in [*ids, "never"]:
         records = side.records(prompt_id) or []
         mine = [(n, line) for n, line in enumerate(lines) if line["prompt_id"] == prompt_id]
-        assert [(r["offset"], r["repeat"], r["text"], r["error"], r["finish_reason"],
-                 r["prompt_hash"], r["n_tokens"]) for r in records] == [
+        assert [(r.offset, r.repeat, r.text, r.error, r.finish_reason,
+                 r.prompt_hash, r.n_tokens) for r in records] == [
             (offsets[n], line["repeat"], line["text"] or "", line["error"],
              line["finish_reason"], line["prompt_hash"],
              (line["usage"] or {}).get("completion_tokens")) for n, line in mine]

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from quantcheck.cli import cli
-from quantcheck.judge.expects import evaluate, overall
+from quantcheck.judge.expects import check_answer, overall
 from quantcheck.judge.sandbox import Limits, code_runner
 from quantcheck.store.haystack import TOKENS_PER_WORD
 from quantcheck.store.prompt_sets import load_prompts
@@ -51,10 +51,10 @@ def test_a_reference_answer_passes_and_a_non_answer_fails(name: str) -> None:
     for prompt in prompts:
         assert prompt.expect is not None
         text, calls = _answer(references[prompt.id])
-        results = evaluate(prompt.expect, text, calls, run_code)
+        results = check_answer(prompt.expect, text, calls, run_code)
         assert overall(results) == "pass", (prompt.id, results)
         if prompt.category != "none needed":
-            refusal = evaluate(prompt.expect, "I do not know.", [], run_code)
+            refusal = check_answer(prompt.expect, "I do not know.", [], run_code)
             assert overall(refusal) == "fail", prompt.id
 
 

@@ -234,7 +234,7 @@ def test_flip_and_labels() -> None:
 
     def flip(a: list[CheckResult], b: list[CheckResult]) -> tuple[str, str]:
         columns = expectation_columns(a, b)
-        return columns["flip"], columns["flipped_checks"]
+        return columns.flip, columns.flipped_checks
 
     assert flip(results("pass"), results("fail")) == ("regression", "contains")
     assert flip(results("fail"), results("pass")) == ("improvement", "")

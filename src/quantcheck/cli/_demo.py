@@ -13,6 +13,7 @@ from ..pipeline.ab import ABRun
 from ..pipeline.comparing import CompareOptions
 from ..store.prompt_sets import shipped_prompt_file
 from ..store.report_records import Overview, Summary
+from ..store.run_dir import Cell
 from ._group import cli
 from .guard import run_guarded
 from .printing import invocation, print_result
@@ -88,7 +89,7 @@ def _shown_path(path: Path) -> str:
         return str(path)
 
 
-def _demo_side(url: str, label: str, repeats: int, cell: dict[str, object] | None = None
+def _demo_side(url: str, label: str, repeats: int, cell: Cell | None = None
                ) -> CollectSettings:
     # No context probe: the demo's small base model does not repeat a code even from a
     # short prompt, so the probe could only say "inconclusive" (and costs ~8 s a side).

@@ -252,7 +252,7 @@ def approve_command(report_dir: Path, approvals: Path | None, review_files: tupl
         pairs, summary = require_report(report_dir)
         chosen = load_rubric(rubric)
         verdicts = load_verdicts(report_dir, list(review_files), chosen,
-                                      summary.identity, set(pairs["prompt_id"].astype(str)))
+                                      summary.identity, {row.prompt_id for row in pairs})
         path = approvals or default_approvals_path(report_dir)
         return approve(pairs, verdicts, set(chosen.approvable), path), path
 

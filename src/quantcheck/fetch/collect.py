@@ -22,6 +22,7 @@ from ..store.prompt_sets import file_sha256, load_prompts
 from ..store.run_dir import (
     COMPLETIONS,
     MANIFEST,
+    Cell,
     Manifest,
     Parameters,
     PromptFile,
@@ -68,7 +69,7 @@ class CollectSettings(Parameters, kw_only=True):
 
     endpoint: str
     label: str
-    cell: dict[str, object] = {}
+    cell: Cell = {}
 
     def parameters(self) -> Parameters:
         return Parameters(**{name: getattr(self, name) for name in Parameters.__struct_fields__})

@@ -35,7 +35,8 @@ import msgspec
 
 from ..errors import EndpointError, RunFormatError
 from ..judge.forced_figures import Positions, compare_position, noise_floor
-from ..store.preflight_records import Fingerprint, tokenizer_agreement
+from ..judge.tokenizers import tokenizer_agreement
+from ..store.preflight_records import Fingerprint
 from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedSummary, PerPosition
 from ..store.run_dir import Run, ServerInfo, load_run

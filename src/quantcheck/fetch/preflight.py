@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 from ..errors import EndpointError, ParameterRejected, QuantcheckError
 from ..store.preflight_records import Check, Fingerprint, Preflight
-from ..store.preflight_records import tokenizer_agreement as tokenizer_agreement  # its old home
 from ..store.prompt_sets import GREEDY_FIELDS
 from ..store.run_dir import ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt

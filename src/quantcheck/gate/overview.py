@@ -7,6 +7,7 @@ sentence for every other candidate saying why it was not picked.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -18,7 +19,7 @@ from ..store.files import write_atomic
 from ..store.report_dir import GATE_JSON, JUNIT_XML, OVERVIEW, read_overview
 from ..store.report_records import CandidateRow, Overview, Recommendation, SideIdentity, Summary
 from ..store.rubric import Rubric
-from ..store.run_dir import Throughput, write_json_atomic
+from ..store.run_dir import CellValue, Throughput, write_json_atomic
 from .verdict import GateResult, Policy, gate_report, xml_text
 
 
@@ -80,7 +81,7 @@ def _ratio(row: CandidateRow) -> float:
     return row.throughput.ratio_b_over_a or 0.0 if row.throughput else 0.0
 
 
-def build_overview(reference: SideIdentity, reference_cell: dict[str, object],
+def build_overview(reference: SideIdentity, reference_cell: Mapping[str, CellValue],
                    reference_throughput: Throughput | None,
                    rows: list[CandidateRow]) -> Overview:
     return Overview(quantcheck_version=__version__, reference=reference,

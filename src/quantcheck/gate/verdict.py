@@ -7,24 +7,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 from xml.etree import ElementTree
 
 import msgspec
-import pandas as pd
 
 from ..errors import ConfigFileError, RunFormatError
 from ..judge.expects import SKIPPED
-from ..judge.stats import pass_rate_change
+from ..judge.stats import pass_rate_of, row_pass_counts
 from ..store.files import write_atomic
-from ..store.report_dir import (
-    GATE_JSON,
-    JUNIT_XML,
-    PairRow,
-    new_degenerate_on_b,
-    pair_rows,
-    require_report,
-)
+from ..store.pair_records import PairRow, new_degenerate_on_b, nondeterministic
+from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
 from ..store.report_records import Summary
 from ..store.reviews import ReviewVerdict, load_verdicts
 from ..store.rubric import Rubric, load_rubric
@@ -101,7 +93,7 @@ def load_policy(path: Path | None) -> Policy:
     return Policy(**data)
 
 
-def _check_policy_value(path: Path, key: str, value: Any) -> None:
+def _check_policy_value(path: Path, key: str, value: object) -> None:
     if key in ("require_review", "require_routing_determinism"):
         if not isinstance(value, bool):
             raise ConfigFileError(f"{path}: field '{key}': must be true or false")
@@ -118,15 +110,14 @@ def _check_policy_value(path: Path, key: str, value: Any) -> None:
         raise ConfigFileError(f"{path}: field '{key}': a whole number >= 0, or null (off)")
 
 
-def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[ReviewVerdict]],
-             blocking: set[str], policy: Policy, summary: Summary) -> GateResult:
+def decide(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
+           blocking: set[str], policy: Policy, summary: Summary) -> GateResult:
     """The verdict. A report where no pair was compared is refused (NothingCompared):
     a gate that passes on nothing would be worse than none."""
-    rows = pair_rows(pairs)
     if not any(r.compared for r in rows):
         raise NothingCompared("no pair was compared, so there is nothing to pass: "
                               f"{summary.comparison.sentence}")
-    rules = _rules(pairs, rows, verdicts, blocking, policy, summary)
+    rules = _rules(rows, verdicts, blocking, policy, summary)
     approved = [ApprovedPair(r.prompt_id, r.approved_label, r.approved_at) for r in rows
                 if r.needs_review and r.approved_label]
     reviewers = sorted({v.reviewer for given in verdicts.values() for v in given})
@@ -134,7 +125,7 @@ def evaluate(pairs: pd.DataFrame, verdicts: dict[str, list[ReviewVerdict]],
                       rules=rules, reviewers=reviewers, approved=approved)
 
 
-def _rules(pairs: pd.DataFrame, rows: list[PairRow], verdicts: dict[str, list[ReviewVerdict]],
+def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
            blocking: set[str], policy: Policy, summary: Summary) -> list[Rule]:
     """Apply the policy's rules to the triaged pairs and the reviewers' verdicts."""
     compared = [r for r in rows if r.compared]
@@ -150,7 +141,7 @@ def _rules(pairs: pd.DataFrame, rows: list[PairRow], verdicts: dict[str, list[Re
               new_degenerate_on_b(compared), policy.max_new_degenerate),
     ]
     for side in ("a", "b"):
-        unstable = [r.prompt_id for r in rows if _nondeterministic(r, side)]
+        unstable = [r.prompt_id for r in rows if nondeterministic(r, side)]
         rules.append(_rule(f"nondeterministic_{side}", f"nondeterministic prompt on "
                            f"{side.upper()}", unstable, policy.max_nondeterministic))
     rules.append(_rule("unreviewed", "unreviewed non-identical pair", unreviewed,
@@ -171,13 +162,13 @@ def _rules(pairs: pd.DataFrame, rows: list[PairRow], verdicts: dict[str, list[Re
                   sorted(summary.log_matches.items()) for m in found if m.blocking]
     rules.append(_rule("blocking_log_signatures", "blocking log signature", signatures,
                        policy.max_blocking_log_signatures))
-    rules.append(_pass_rate_rule(pairs, policy.max_pass_rate_drop))
+    rules.append(_pass_rate_rule(rows, policy.max_pass_rate_drop))
     rules.append(_forced_kl_rule(rows, policy.max_forced_kl))
     rules.append(_routing_rule(rows, policy.require_routing_determinism))
     return rules
 
 
-def _routing_rule(rows: list[PairRow], required: bool) -> Rule:
+def _routing_rule(rows: Sequence[PairRow], required: bool) -> Rule:
     """Prompts whose B repeats were routed to other experts (gating nondeterminism);
     n/a when B recorded no routing."""
     routed = [r for r in rows if r.b_routing]
@@ -201,7 +192,7 @@ def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:
     return Rule("failed_requests", description, count, limit, limit is None or count <= limit)
 
 
-def _forced_kl_rule(rows: list[PairRow], limit: float | None) -> Rule:
+def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None) -> Rule:
     """Mean teacher-forced KL over every scored position (prompts weighted by length)."""
     scored = [(r.forced_kl_mean, r.forced_positions or 0) for r in rows
               if r.forced_kl_mean is not None]
@@ -216,10 +207,10 @@ def _forced_kl_rule(rows: list[PairRow], limit: float | None) -> Rule:
     return Rule("forced_kl", description, mean, limit, limit is None or mean <= limit)
 
 
-def _pass_rate_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
+def _pass_rate_rule(rows: Sequence[PairRow], limit: float | None) -> Rule:
     """The worst plausible drop in expect pass rate (the 95% interval's far end), in
     points; n/a while the rule is off or no prompt has an expect."""
-    change = pass_rate_change(pairs)
+    change = pass_rate_of(*row_pass_counts(rows).tolist())
     if change is None or limit is None:
         why = "no expect checks in this report" if change is None else "rule off"
         return Rule("pass_rate_drop", f"pass rate drop: n/a ({why})", None, limit,
@@ -233,12 +224,6 @@ def _pass_rate_rule(pairs: pd.DataFrame, limit: float | None) -> Rule:
 def _blocks(verdict: ReviewVerdict, blocking: set[str]) -> bool:
     # A blocking label with B named right means A was wrong: an improvement, not a flip.
     return verdict.label in blocking and verdict.right_side != "b"
-
-
-def _nondeterministic(row: PairRow, side: str) -> bool:
-    texts, signatures = ((row.a_texts, row.a_signatures) if side == "a"
-                         else (row.b_texts, row.b_signatures))
-    return (texts or 0) > 1 or (signatures or 0) > 1
 
 
 def _rule(name: str, what: str, prompts: list[str], limit: int | None) -> Rule:
@@ -262,7 +247,7 @@ def xml_text(text: str) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def junitxml_text(verdict: GateResult, pairs: pd.DataFrame) -> bytes:
+def junitxml_text(verdict: GateResult, rows: Sequence[PairRow]) -> bytes:
     """One testcase per prompt; a failure for each rule that prompt breaks. Prompt ids
     and categories come from users' files: characters XML cannot hold are written as
     backslash-x and two hex digits, so the file stays well-formed."""
@@ -271,17 +256,16 @@ def junitxml_text(verdict: GateResult, pairs: pd.DataFrame) -> bytes:
         if not rule.passed:
             for prompt in rule.prompts:
                 failing.setdefault(prompt, []).append(rule)
-    suite = ElementTree.Element("testsuite", name="quantcheck", tests=str(len(pairs)),
-                                failures=str(sum(1 for p in pairs["prompt_id"]
-                                                 if str(p) in failing)))
-    for prompt_id, category in zip(pairs["prompt_id"].astype(str),
-                                   pairs["category"].astype(str), strict=True):
-        case = ElementTree.SubElement(suite, "testcase", name=xml_text(prompt_id),
-                                      classname=xml_text(f"quantcheck.{category or 'general'}"))
-        for rule in failing.get(prompt_id, []):
+    suite = ElementTree.Element("testsuite", name="quantcheck", tests=str(len(rows)),
+                                failures=str(sum(1 for r in rows if r.prompt_id in failing)))
+    for row in rows:
+        case = ElementTree.SubElement(suite, "testcase", name=xml_text(row.prompt_id),
+                                      classname=xml_text(f"quantcheck.{row.category or 'general'}"))
+        for rule in failing.get(row.prompt_id, []):
             failure = ElementTree.SubElement(case, "failure", type=rule.name,
                                              message=rule.name.replace("_", " "))
-            failure.text = xml_text(f"{prompt_id}: breaks rule {rule.name} (limit {rule.limit})")
+            failure.text = xml_text(f"{row.prompt_id}: breaks rule {rule.name} "
+                                    f"(limit {rule.limit})")
     for rule in verdict.rules:
         if not rule.passed and not rule.prompts:
             case = ElementTree.SubElement(suite, "testcase", name=rule.name,
@@ -322,8 +306,8 @@ def one_line(verdict: GateResult) -> str:
     return "FAIL: " + ", ".join(verdict.reasons())
 
 
-def write_junit(verdict: GateResult, pairs: pd.DataFrame, path: Path) -> None:
-    write_atomic(path, junitxml_text(verdict, pairs))
+def write_junit(verdict: GateResult, rows: Sequence[PairRow], path: Path) -> None:
+    write_atomic(path, junitxml_text(verdict, rows))
 
 
 def append_step_summary(text: str) -> None:
@@ -337,10 +321,10 @@ def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric |
                 review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
     """Gate one report with its reviews; write its gate.json and junit.xml."""
     rubric = rubric or load_rubric()
-    pairs, summary = require_report(report_dir)
+    rows, summary = require_report(report_dir)
     verdicts = load_verdicts(report_dir, list(review_files), rubric, summary.identity,
-                             set(pairs["prompt_id"].astype(str)))
-    result = evaluate(pairs, verdicts, set(rubric.blocking), policy or Policy(), summary)
+                             {row.prompt_id for row in rows})
+    result = decide(rows, verdicts, set(rubric.blocking), policy or Policy(), summary)
     write_gate_json(result, report_dir / GATE_JSON)
-    write_junit(result, pairs, report_dir / JUNIT_XML)
+    write_junit(result, rows, report_dir / JUNIT_XML)
     return result, summary

@@ -8,14 +8,14 @@ only when exactly the same pair recurs; any new difference still needs a review.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import msgspec
-import pandas as pd
 
 from ..errors import ConfigFileError
 from ..store.files import make_directory
-from ..store.report_dir import PairRow, pair_rows
+from ..store.pair_records import PairRow
 from ..store.reviews import ReviewVerdict
 from ..store.run_dir import read_json, write_json_atomic
 from .sides import text_hash
@@ -70,21 +70,22 @@ def load_approvals(path: Path | None) -> dict[str, Approval]:
     return stored.approvals
 
 
-def apply_approvals(pairs: pd.DataFrame, approvals: dict[str, Approval]) -> None:
+def apply_approvals(rows: Iterable[PairRow], approvals: Mapping[str, Approval]) -> None:
     """Fill `approved_label` and `approved_at` where a non-identical pair recurs exactly."""
-    found = [approvals.get(_key(row) or "") for row in pair_rows(pairs)]
-    pairs["approved_label"] = [entry.label if entry else "" for entry in found]
-    pairs["approved_at"] = [entry.approved_at if entry else "" for entry in found]
+    for row in rows:
+        entry = approvals.get(_key(row) or "")
+        row.approved_label = entry.label if entry else ""
+        row.approved_at = entry.approved_at if entry else ""
 
 
-def approve(pairs: pd.DataFrame, verdicts: dict[str, list[ReviewVerdict]],
+def approve(rows: Iterable[PairRow], verdicts: dict[str, list[ReviewVerdict]],
             approvable: set[str], path: Path) -> int:
     """Add every reviewed pair whose reviewers all chose labels the rubric marks
     approvable (the default rubric: wording only, ambiguous; never a regression)."""
     approvals = load_approvals(path)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     added = 0
-    for row in pair_rows(pairs):
+    for row in rows:
         given = [v for v in verdicts.get(row.prompt_id, []) if v.label]
         key = _key(row)
         if key is None or key in approvals or not given \

@@ -15,10 +15,10 @@ model: when both sides report it, it decides whether the model differs, not the 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
 
 from ..errors import QuantcheckError
-from ..store.run_dir import ServerInfo
+from ..store.run_dir import Cell, CellValue, ServerInfo
 from ..store.runtimes import context_length, mapping, whole_number
 
 CELL_AXES = ["model", "model_shape", "runtime", "runtime_version", "quantization",
@@ -32,9 +32,9 @@ GGUF_SPLIT = re.compile(r"-\d{5}-of-\d{5}$")
 FTYPE_SIZES = {"Small": "_S", "Medium": "_M", "Large": "_L"}
 
 
-def parse_cell_options(values: tuple[str, ...] | list[str]) -> dict[str, Any]:
+def parse_cell_options(values: tuple[str, ...] | list[str]) -> Cell:
     """`--cell gpu="RTX PRO 6000" --cell vram_gb=96` -> {"gpu": ..., "vram_gb": 96}."""
-    cell: dict[str, Any] = {}
+    cell: Cell = {}
     for value in values:
         key, separator, raw = value.partition("=")
         key = key.strip()
@@ -45,7 +45,7 @@ def parse_cell_options(values: tuple[str, ...] | list[str]) -> dict[str, Any]:
     return cell
 
 
-def _number_or_text(raw: str) -> Any:
+def _number_or_text(raw: str) -> CellValue:
     for kind in (int, float):
         try:
             return kind(raw)
@@ -54,7 +54,7 @@ def _number_or_text(raw: str) -> Any:
     return raw
 
 
-def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> dict[str, Any]:
+def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> Cell:
     """What the server's own endpoints say about the cell (None where they are silent)."""
     sglang = mapping(info.server_info)
     props = mapping(info.props)
@@ -87,7 +87,7 @@ def gguf_model_name(path: str) -> str:
     return re.sub(r"[-_.]{2,}", lambda run: run.group(0)[0], stripped) or name
 
 
-def ftype_quantization(ftype: Any) -> str | None:
+def ftype_quantization(ftype: object) -> str | None:
     """llama.cpp's ftype name as a file name spells it: "Q4_K - Medium" -> Q4_K_M,
     "Q2_K - Medium" -> Q2_K, "IQ4_XS - 4.25 bpw" -> IQ4_XS, "all F32" -> F32."""
     if not isinstance(ftype, str) or not ftype.strip():
@@ -102,13 +102,13 @@ def ftype_quantization(ftype: Any) -> str | None:
     return base + FTYPE_SIZES.get(detail, "")
 
 
-def _model_meta(info: ServerInfo, model: str) -> dict[str, Any]:
+def _model_meta(info: ServerInfo, model: str) -> Mapping[str, object]:
     entries = [entry for entry in info.models if isinstance(entry, dict)]
     chosen = next((e for e in entries if e.get("id") == model), entries[0] if entries else {})
     return mapping(chosen.get("meta"))
 
 
-def _shape(meta: dict[str, Any]) -> str | None:
+def _shape(meta: Mapping[str, object]) -> str | None:
     """The model's shape as llama-server reports it, or None when it does not."""
     parts = [(whole_number(meta.get(key)), label) for key, label in (
         ("n_params", "params"), ("n_vocab", "vocab"), ("n_embd", "embd"),
@@ -118,7 +118,7 @@ def _shape(meta: dict[str, Any]) -> str | None:
     return ", ".join(f"{label} {value}" for value, label in parts)
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
@@ -130,7 +130,7 @@ def _quant_from_name(path: str) -> str | None:
 KEY_AXES = ("model", "runtime", "runtime_version", "quantization", "tp")
 
 
-def cell_key(cell: dict[str, Any]) -> str:
+def cell_key(cell: Mapping[str, CellValue]) -> str:
     """`model__runtime-version__quant__tpN` from the parts that are known (an unknown
     part is left out, not written as "unknown": `unknown_key_axes` names those), every
     character outside A-Za-z0-9.+/- as _."""
@@ -140,12 +140,12 @@ def cell_key(cell: dict[str, Any]) -> str:
     return "__".join(re.sub(r"[^A-Za-z0-9.+/-]", "_", field) for field in fields if field)
 
 
-def unknown_key_axes(cell: dict[str, Any]) -> list[str]:
+def unknown_key_axes(cell: Mapping[str, CellValue]) -> list[str]:
     """The parts of the cell key this cell does not know (set them with --cell)."""
     return [axis for axis in KEY_AXES if not cell.get(axis)]
 
 
-def differing_axes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def differing_axes(a: Mapping[str, CellValue], b: Mapping[str, CellValue]) -> list[str]:
     """Axes known on both sides with different values (an unknown axis cannot confound).
     A model shape known on both sides stands for the model: the names of two
     quantizations of one model may differ, their shapes do not."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..store.report_records import DeterminismRow, SideDeterminism
@@ -19,23 +17,25 @@ def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[Determinis
     rows = []
     for key in side.index.order:
         prompt_id = side.record_id(side.index.rows(key)[0])
-        ok = [r for r in side.records(prompt_id, key) or () if r["error"] is None]
+        ok = [r for r in side.records(prompt_id, key) or () if r.error is None]
         if not ok:
             continue
         prompt = side.prompts.get(prompt_id)
-        repeats = [side.tokens_at(int(record["offset"])) for record in ok]
+        repeats = [side.tokens_at(record.offset) for record in ok]
         n = len(ok)
-        texts = len({record["text_hash"] for record in ok})
-        signatures = len({r["signature"] for r in ok}) \
-            if all(r["signature"] is not None for r in ok) else None
+        texts = len({record.text_hash for record in ok})
+        signatures = len({r.signature for r in ok}) \
+            if all(r.signature is not None for r in ok) else None
         routings = [t.routing for t in repeats if t and t.routing is not None]
         routed = across_repeats(routings, signatures) if routings else None
+        text_first, logprob_first, spread = _positions([t for t in repeats if t], sig_digits)
         rows.append(DeterminismRow(
             prompt_id=str(prompt_id), category=prompt.category if prompt else "", mode=mode,
             repeats=n, distinct_texts=texts, distinct_signatures=signatures,
             texts=f"{texts} distinct of {n}",
             signatures=f"{signatures} distinct of {n}" if signatures else "",
-            **_positions([t for t in repeats if t], sig_digits),
+            first_text_divergence=text_first, first_logprob_divergence=logprob_first,
+            max_logprob_spread=spread,
             verdict=_verdict(texts, signatures),
             routing=routed.kind if routed else "",
             routing_sentence=routed.sentence if routed else ""))
@@ -50,11 +50,11 @@ def _verdict(texts: int, signatures: int | None) -> str:
     return "deterministic"
 
 
-def _positions(repeats: list[Tokens], sig_digits: int) -> dict[str, Any]:
+def _positions(repeats: list[Tokens], sig_digits: int
+               ) -> tuple[int | None, int | None, float | None]:
     """First token / logprob position where repeats differ, and the largest spread."""
     if len(repeats) < 2:
-        return {"first_text_divergence": None, "first_logprob_divergence": None,
-                "max_logprob_spread": None}
+        return None, None, None
     reference = token_keys(repeats[0])
     text_positions = [first_divergence(reference, token_keys(r)) for r in repeats[1:]]
     text_first = min((p for p in text_positions if p is not None), default=None)
@@ -71,8 +71,7 @@ def _positions(repeats: list[Tokens], sig_digits: int) -> dict[str, Any]:
         if logprob_first is None and (rounded != rounded[0]).any():
             logprob_first = position
         spread = max(spread, float((values.max(axis=0) - values.min(axis=0)).max()))
-    return {"first_text_divergence": text_first, "first_logprob_divergence": logprob_first,
-            "max_logprob_spread": spread}
+    return text_first, logprob_first, spread
 
 
 def side_determinism(side: Side) -> SideDeterminism:

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import NoReturn
 
 from jsonschema import FormatChecker
 from jsonschema.exceptions import best_match
@@ -34,6 +34,7 @@ from ..store.run_records import (
     CHOICE_LETTERS,
     CodeExpect,
     Expect,
+    JsonValue,
     ToolCall,
     ToolCallExpect,
     first_number,
@@ -54,7 +55,7 @@ class CheckResult:
 CodeRunner = Callable[[str, CodeExpect], tuple[bool, str]]
 
 
-def evaluate(expect: Expect, text: str, calls: list[ToolCall] | None = None,
+def check_answer(expect: Expect, text: str, calls: list[ToolCall] | None = None,
              run_code: CodeRunner | None = None) -> list[CheckResult]:
     """One result per check the expect names, in CHECKS order."""
     results = _text_checks(expect, text)
@@ -122,11 +123,11 @@ def unfenced(text: str) -> str:
     return fenced.group(1).strip() if fenced else stripped
 
 
-def _no_constants(name: str) -> Any:
+def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def parse_json(text: str) -> tuple[Any, str]:
+def parse_json(text: str) -> tuple[JsonValue, str]:
     """(value, "") or (None, why it is not JSON)."""
     try:
         return json.loads(text, parse_constant=_no_constants), ""
@@ -136,7 +137,7 @@ def parse_json(text: str) -> tuple[Any, str]:
         return None, "not JSON: nested too deeply to read"
 
 
-def schema_failure(schema: dict[str, Any], value: Any) -> str:
+def schema_failure(schema: Mapping[str, JsonValue], value: JsonValue) -> str:
     """Where and why `value` breaks `schema` ("" when it does not): the JSON path, the
     message and the violated keyword."""
     validator = validator_for(schema)(schema, format_checker=FormatChecker())
@@ -160,7 +161,7 @@ def _json_checks(expect: Expect, text: str) -> list[CheckResult]:
     return results
 
 
-def quoted(value: Any) -> str:
+def quoted(value: object) -> str:
     """A value as a reason shows it: JSON ("Paris", 1.5, true, ["a"])."""
     try:
         return json.dumps(value, ensure_ascii=False)
@@ -217,7 +218,7 @@ def call_problem(expected: ToolCallExpect, call: ToolCall) -> str:
     return ""
 
 
-def json_equal(a: Any, b: Any) -> bool:
+def json_equal(a: object, b: object) -> bool:
     """Equal as JSON values: numbers by value, but booleans are not numbers."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b

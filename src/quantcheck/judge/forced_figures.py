@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from ..store.pair_records import PairRow
 from ..store.report_records import DeltaP, ForcedLine, ForcedStats, Spread
-from ..store.run_records import Completion
+from ..store.run_records import Completion, Tokens
 from .triage import kl_lower_bound
 
 
@@ -70,6 +70,7 @@ def noise_floor(completions: list[Completion]) -> ForcedStats:
         reference = records[0].tokens
         for other in records[1:]:
             repeats += 1
+            assert reference is not None and other.tokens is not None  # see the docstring
             floor.extend(_repeat_positions(reference, other.tokens))
     if not repeats:
         return ForcedStats(positions=0, note="A has one repeat per prompt; collect A with "
@@ -79,7 +80,7 @@ def noise_floor(completions: list[Completion]) -> ForcedStats:
     return stats
 
 
-def _repeat_positions(reference: Any, other: Any) -> Positions:
+def _repeat_positions(reference: Tokens, other: Tokens) -> Positions:
     found = Positions()
     for n in range(min(len(reference), len(other))):
         top1, delta, kl = compare_position(
@@ -96,13 +97,32 @@ def _repeat_positions(reference: Any, other: Any) -> Positions:
     return found
 
 
-def pair_columns(line: ForcedLine | None) -> dict[str, Any]:
-    """A prompt's forced figures as pairs.csv columns."""
+@dataclass(frozen=True, slots=True)
+class ForcedColumns:
+    """A prompt's forced figures as pairs.csv's forced_* columns (None: not scored)."""
+
+    positions: int | None = None
+    top1: float | None = None
+    kl_mean: float | None = None
+    kl_p99: float | None = None
+    kl_max: float | None = None
+    delta_p_mean: float | None = None
+
+    def fill(self, row: PairRow) -> None:
+        row.forced_positions, row.forced_top1 = self.positions, self.top1
+        row.forced_kl_mean, row.forced_kl_p99 = self.kl_mean, self.kl_p99
+        row.forced_kl_max, row.forced_delta_p_mean = self.kl_max, self.delta_p_mean
+
+
+NOT_SCORED = ForcedColumns()
+
+
+def pair_columns(line: ForcedLine | None) -> ForcedColumns:
+    """A prompt's forced figures as pairs.csv columns (all empty when none scored)."""
     if not line or not line.positions or line.kl is None or line.delta_p is None:
-        return {}
-    return {"forced_positions": line.positions, "forced_top1": line.top1_agreement,
-            "forced_kl_mean": line.kl.mean, "forced_kl_p99": line.kl.p99,
-            "forced_kl_max": line.kl.max, "forced_delta_p_mean": line.delta_p.mean}
+        return NOT_SCORED
+    return ForcedColumns(line.positions, line.top1_agreement, line.kl.mean, line.kl.p99,
+                         line.kl.max, line.delta_p.mean)
 
 
 def all_kl(lines: dict[str, ForcedLine]) -> Iterator[float]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from ..errors import ConfigFileError, RunFormatError
 from ..store.report_records import LogMatch
@@ -44,18 +45,19 @@ def _load_file(path: Path) -> list[Signature]:
     return [_signature(path, n, entry) for n, entry in enumerate(entries, 1)]
 
 
-def _signature(path: Path, position: int, entry: Any) -> Signature:
+def _signature(path: Path, position: int, entry: object) -> Signature:
     where = f"{path}: signatures[{position}]"
     if not isinstance(entry, dict):
         raise ConfigFileError(f"{where}: each signature is a mapping")
     reject_unknown(where, entry, SIGNATURE_KEYS)
     require_text(where, entry, ["id", "pattern", "meaning", "action"])
     require_bools(where, entry, ["blocking", "regex"])
-    cleaned: dict[str, Any] = {k: (v.strip() if isinstance(v, str) else v)
-                               for k, v in entry.items()}
-    signature = Signature(**cleaned)
+    cleaned = {k: (v.strip() if isinstance(v, str) else v) for k, v in entry.items()}
     try:
+        signature = msgspec.convert(cleaned, Signature)
         signature.compiled()
+    except msgspec.ValidationError as exc:
+        raise ConfigFileError(f"{where}: {exc}") from None
     except re.error as exc:
         raise ConfigFileError(f"{where}: field 'pattern': invalid regular expression: "
                               f"{exc}") from None

@@ -13,14 +13,14 @@ import math
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 MIN_ITEMS = 64
 CHUNKS_PER_JOB = 4  # smaller chunks even out uneven work (long answers, code checks)
 
-_work: Callable[[Sequence[Any]], list[Any]] | None = None
+_work: Callable[[Sequence[object]], list[object]] | None = None
 
 
 def available_cores() -> int:
@@ -46,7 +46,7 @@ def ordered_chunks(work: Callable[[Sequence[Item]], list[Result]], items: Sequen
             yield work(chunk)
         return
     global _work
-    _work = work
+    _work = cast("Callable[[Sequence[object]], list[object]]", work)
     try:
         pool = multiprocessing.get_context("fork").Pool(min(jobs, len(chunks)))
     finally:
@@ -55,6 +55,6 @@ def ordered_chunks(work: Callable[[Sequence[Item]], list[Result]], items: Sequen
         yield from pool.imap(_run_chunk, chunks)
 
 
-def _run_chunk(chunk: Sequence[Any]) -> list[Any]:
+def _run_chunk(chunk: Sequence[object]) -> list[object]:
     assert _work is not None  # set before the pool forked its workers
     return _work(chunk)

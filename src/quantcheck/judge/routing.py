@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..store.pair_records import RoutingGrid
+
 GRID_TOKENS = 256  # the sheet's grid shows at most this many tokens
 
 
@@ -118,8 +120,8 @@ def between(a: np.ndarray, b: np.ndarray, first_divergence: int | None) -> PairR
     return PairRouting(token, layer, share, len(grid), sentence, grid)
 
 
-def grid_cells(grid: np.ndarray) -> dict[str, object]:
-    """A grid for the sheet: its size and the marked cells, cut to GRID_TOKENS tokens."""
-    shown = grid[:GRID_TOKENS]
-    return {"tokens": int(len(grid)), "layers": int(grid.shape[1]) if grid.ndim == 2 else 0,
-            "cells": np.argwhere(shown).tolist()}
+def shown(sentence: str, grid: np.ndarray) -> RoutingGrid:
+    """A sentence and its grid for the sheet: the grid's size and its marked cells, cut
+    to GRID_TOKENS tokens."""
+    return RoutingGrid(sentence, int(len(grid)), int(grid.shape[1]) if grid.ndim == 2 else 0,
+                       np.argwhere(grid[:GRID_TOKENS]).tolist())

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import orjson
@@ -46,7 +46,6 @@ from .parallel import ordered_map
 
 BLOCK_RECORDS = 20_000  # records read before their signatures are computed
 MISSING_DIGEST = -(2**63)
-Record = dict[str, Any]
 
 
 @dataclass
@@ -64,6 +63,48 @@ class Index:
         """The rows of a prompt's requests (empty when it has none)."""
         return range(int(np.searchsorted(self.keys, key, "left")),
                      int(np.searchsorted(self.keys, key, "right")))
+
+
+@dataclass(frozen=True, slots=True)
+class SideRecord:
+    """One request of a side as its pair reads it back: its completions.jsonl line (for
+    a texts file, a line made of the text), where that line starts (-1 in a texts file),
+    the digest of its token signature (None without tokens), and its answer's tool
+    calls as pairs.csv shows them and its digest."""
+
+    line: CompletionLine
+    offset: int
+    signature: int | None
+    tool_calls: str | None
+    text_hash: str | None
+
+    @property
+    def prompt_id(self) -> str:
+        return self.line.prompt_id
+
+    @property
+    def prompt_hash(self) -> str | None:
+        return self.line.prompt_hash
+
+    @property
+    def repeat(self) -> int:
+        return self.line.repeat
+
+    @property
+    def text(self) -> str:
+        return self.line.text or ""
+
+    @property
+    def n_tokens(self) -> int | None:
+        return self.line.n_tokens
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.line.finish_reason
+
+    @property
+    def error(self) -> str | None:
+        return self.line.error
 
 
 @dataclass
@@ -101,16 +142,16 @@ class Side:
             self._prompt_keys = {prompt_key(i): p for i, p in self.prompts.items()}
         return self._prompt_keys.get(key)
 
-    def records(self, prompt_id: str, key: int | None = None) -> list[Record] | None:
-        """A prompt's requests as plain records, in file order (None without any)."""
+    def records(self, prompt_id: str, key: int | None = None) -> list[SideRecord] | None:
+        """A prompt's requests, in file order (None without any)."""
         rows = self.index.rows(prompt_key(prompt_id) if key is None else key)
         if not rows:
             return None
         self._read = {}
         records = [self._record(row) for row in rows]
         for record in records:
-            if record["prompt_id"] != prompt_id:
-                raise shared_key(self.completions_path, prompt_id, record["prompt_id"])
+            if record.prompt_id != prompt_id:
+                raise shared_key(self.completions_path, prompt_id, record.prompt_id)
         return records
 
     def record_id(self, row: int) -> str:
@@ -121,25 +162,19 @@ class Side:
         assert line is not None
         return line.prompt_id
 
-    def _record(self, row: int) -> Record:
+    def _record(self, row: int) -> SideRecord:
         offset = int(self.index.offsets[row])
         signature = int(self.index.signatures[row])
         if self.texts is not None and self.text_ids is not None:
             text = self.texts[offset]
-            return {"prompt_id": self.text_ids[offset], "prompt_hash": None, "repeat": 0,
-                    "text": text, "tool_calls": None, "text_hash": text_hash(text),
-                    "signature": None, "n_tokens": None, "finish_reason": None,
-                    "error": None, "offset": -1}
+            return SideRecord(CompletionLine(prompt_id=self.text_ids[offset], repeat=0,
+                                             text=text), -1, None, None, text_hash(text))
         line = self._line_at(offset)
         assert line is not None
         self._read[offset] = line
         calls = calls_json(line.tool_calls)
-        return {"prompt_id": line.prompt_id, "prompt_hash": line.prompt_hash,
-                "repeat": line.repeat, "text": line.text or "", "tool_calls": calls,
-                "text_hash": text_hash(line.text, calls),
-                "signature": None if signature == MISSING_DIGEST else signature,
-                "n_tokens": line.n_tokens, "finish_reason": line.finish_reason,
-                "error": line.error, "offset": offset}
+        return SideRecord(line, offset, None if signature == MISSING_DIGEST else signature,
+                          calls, text_hash(line.text, calls))
 
     @property
     def preflight(self) -> Preflight | None:
@@ -191,14 +226,14 @@ class Side:
         """Whether the run asked for MoE routing (`--routed-experts`)."""
         return bool(self.manifest and self.manifest.parameters.routed_experts)
 
-    def routing_of(self, records: list[Record]) -> dict[int, np.ndarray]:
+    def routing_of(self, records: list[SideRecord]) -> dict[int, np.ndarray]:
         """The routings of these records by repeat, in repeat order (those that have
         one)."""
         found = {}
-        for record in sorted(records, key=lambda r: r["repeat"]):
-            tokens = self.tokens_at(int(record["offset"]))
+        for record in sorted(records, key=lambda r: r.repeat):
+            tokens = self.tokens_at(record.offset)
             if tokens is not None and tokens.routing is not None:
-                found[int(record["repeat"])] = tokens.routing
+                found[record.repeat] = tokens.routing
         return found
 
     def first_error(self, prompt_ids: list[str]) -> str | None:
@@ -207,8 +242,8 @@ class Side:
         errors: Counter[str] = Counter()
         for prompt_id in prompt_ids:
             for record in self.records(prompt_id) or ():
-                if record["error"] is not None:
-                    errors[_ATTEMPTS.sub("", str(record["error"]))] += 1
+                if record.error is not None:
+                    errors[_ATTEMPTS.sub("", record.error)] += 1
         return errors.most_common(1)[0][0] if errors else None
 
     def close(self) -> None:
@@ -230,7 +265,7 @@ class Side:
 _ATTEMPTS = re.compile(r" \(after \d+ attempts\)$")
 
 
-def signature(reference: dict[str, Any] | None, blobs: Blobs, digits: int) -> str | None:
+def signature(reference: Mapping[str, object] | None, blobs: Blobs, digits: int) -> str | None:
     """Digest of the token sequence and every position's top-k, logprobs rounded
     (the same for inline arrays and tokens.bin blobs of the same content)."""
     return blobs.packed(reference).signature(digits) if reference else None
@@ -246,7 +281,7 @@ def text_hash(text: str | None, tool_calls: str | None = None) -> str | None:
     return digest.hexdigest()
 
 
-def calls_json(calls: list[dict[str, Any]] | None) -> str | None:
+def calls_json(calls: Sequence[Mapping[str, object]] | None) -> str | None:
     """An answer's tool calls as pairs.csv shows them: a JSON list of {name, arguments}
     (the arguments string as sent), or None without calls."""
     if not calls:
@@ -286,14 +321,14 @@ def load_side(source: str | Path, sig_digits: int = 12,
 
 # A completions.jsonl line as the index reads it: its prompt's key, its offset, its
 # token reference (for the signature), and what the side's request counts need.
-_Row = tuple[int, int, dict[str, Any] | None, bool, int, float, float, float]
+_Row = tuple[int, int, Mapping[str, object] | None, bool, int, float, float, float]
 
 
 def _signatures_of(rows: list[_Row], run_dir: Path, digits: int, jobs: int) -> list[int]:
     return ordered_map(partial(_signatures, run_dir, digits), [row[2] for row in rows], jobs)
 
 
-def _signatures(run_dir: Path, digits: int, references: Sequence[dict[str, Any] | None]
+def _signatures(run_dir: Path, digits: int, references: Sequence[Mapping[str, object] | None]
                 ) -> list[int]:
     with Blobs(run_dir) as blobs:
         return [_digest64(signature(reference, blobs, digits)) for reference in references]

@@ -10,12 +10,13 @@ already excludes 0, so the two are never quoted side by side."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 import numpy as np
 import pandas as pd
 
+from ..store.pair_records import PairRow
 from ..store.report_records import Bootstrap, PassRate, Stats
 
 Z95 = 1.959963984540054
@@ -99,11 +100,23 @@ def paired_difference_interval(both_pass: int, regressions: int, improvements: i
 def pass_counts(pairs: pd.DataFrame) -> np.ndarray:
     """Compared prompts with an expect result on both sides (pairs.csv's a_expect /
     b_expect), as [both pass, regressions (A pass, B fail), improvements, both fail]."""
-    checked = pairs[(pairs["status"] == "compared") & pairs["a_expect"].isin(["pass", "fail"])
-                    & pairs["b_expect"].isin(["pass", "fail"])]
-    a_pass, b_pass = checked["a_expect"] == "pass", checked["b_expect"] == "pass"
-    return np.array([int((a_pass & b_pass).sum()), int((a_pass & ~b_pass).sum()),
-                     int((~a_pass & b_pass).sum()), int((~a_pass & ~b_pass).sum())], np.int64)
+    return _tally(zip(pairs["status"], pairs["a_expect"], pairs["b_expect"], strict=True))
+
+
+def row_pass_counts(rows: Iterable[PairRow]) -> np.ndarray:
+    """pass_counts of typed rows."""
+    return _tally((row.status, row.a_expect, row.b_expect) for row in rows)
+
+
+def _tally(results: Iterable[tuple[object, object, object]]) -> np.ndarray:
+    counts = np.zeros(4, np.int64)
+    for status, a_expect, b_expect in results:
+        if status == "compared" and a_expect in _DECIDED and b_expect in _DECIDED:
+            counts[2 * (a_expect != "pass") + (b_expect != "pass")] += 1
+    return counts
+
+
+_DECIDED = ("pass", "fail")  # a skipped check decides neither way
 
 
 def pass_rate_change(pairs: pd.DataFrame) -> PassRate | None:

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from typing import Any
+from collections.abc import Sequence
 
 import msgspec
 import numpy as np
 import pandas as pd
 
 from .._version import __version__
-from ..store.preflight_records import tokenizer_agreement
+from ..store.pair_records import PairRow, nondeterministic
+from ..store.report_dir import pair_rows
 from ..store.report_records import (
     Cells,
     CheckCounts,
     Comparison,
     Counts,
-    Drift,
+    DriftSpreads,
     FirstDivergence,
     Flips,
     Performance,
@@ -38,11 +39,24 @@ from .cells import confound_warning, differing_axes
 from .determinism import side_determinism
 from .expects import FAIL, PASS, SKIPPED
 from .sides import Side
-from .stats import BOOTSTRAPPED, paired_statistics, pass_counts
+from .stats import BOOTSTRAPPED, paired_statistics, row_pass_counts
+from .tokenizers import tokenizer_agreement
 
 DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
                  "kl_topk_mean", "kl_topk_max"]
-COUNTED_COLUMNS = ("a_degenerate", "b_degenerate", "divergence_kind", "tool_call_change")
+
+
+def drift_values(compared: Sequence[PairRow]) -> dict[str, np.ndarray]:
+    """Each drift column's values, and first_divergence's, over the pairs that have one."""
+    columns: dict[str, list[float | None]] = {
+               "top1_agreement": [row.top1_agreement for row in compared],
+               "logprob_mean_abs_diff": [row.logprob_mean_abs_diff for row in compared],
+               "logprob_max_abs_diff": [row.logprob_max_abs_diff for row in compared],
+               "kl_topk_mean": [row.kl_topk_mean for row in compared],
+               "kl_topk_max": [row.kl_topk_max for row in compared],
+               "first_divergence": [row.first_divergence for row in compared]}
+    return {column: np.array([v for v in values if v is not None and v == v], float)
+            for column, values in columns.items()}
 
 
 class PairTotals:
@@ -56,64 +70,66 @@ class PairTotals:
         self.values: dict[str, Counter[str]] = defaultdict(Counter)  # a column's values
         self.not_compared: dict[str, list[str]] = defaultdict(list)  # ids by status
         self.checks: dict[str, CheckCounts] = {}
-        self.pass_counts = np.zeros(4, np.int64)  # see stats.pass_counts
+        self.pass_counts = np.zeros(4, np.int64)  # see stats.row_pass_counts
         self.numbers: dict[str, list[np.ndarray]] = defaultdict(list)
         self.routing: Counter[str] | None = None
 
-    def add(self, pairs: pd.DataFrame) -> PairTotals:
-        """Count a frame of pairs (PAIR_COLUMNS), the next in prompt order."""
-        self.prompts += len(pairs)
-        self.values["status"].update(pairs["status"].astype(str))
-        others = pairs[pairs["status"] != "compared"]
-        for prompt_id, status in zip(others["prompt_id"], others["status"], strict=True):
-            self.not_compared[str(status)].append(str(prompt_id))
+    def add(self, pairs: Sequence[PairRow] | pd.DataFrame) -> PairTotals:
+        """Count the next pairs in prompt order (a frame, as `compare` returns, is read
+        as its rows)."""
+        rows = pair_rows(pairs) if isinstance(pairs, pd.DataFrame) else pairs
+        self.prompts += len(rows)
+        self.values["status"].update(row.status for row in rows)
+        for row in rows:
+            if not row.compared:
+                self.not_compared[row.status].append(row.prompt_id)
         for side in "ab":
-            texts = pairs[f"{side}_texts"].fillna(0) > 1
-            signatures = pairs[f"{side}_signatures"].fillna(0) > 1
-            self.counts[f"{side}_nondeterministic"] += int((texts | signatures).sum())
-        compared = pairs[pairs["status"] == "compared"]
+            self.counts[f"{side}_nondeterministic"] += sum(
+                nondeterministic(row, side) for row in rows)
+        compared = [row for row in rows if row.compared]
         self.compared += len(compared)
         self._count(compared)
-        for column in (*DRIFT_COLUMNS, "first_divergence"):
-            values = pd.to_numeric(compared[column], errors="coerce").dropna()
-            self.numbers[column].append(values.to_numpy(float))
-        self.pass_counts += pass_counts(compared)
+        for column, values in drift_values(compared).items():
+            self.numbers[column].append(values)
+        self.pass_counts += row_pass_counts(compared)
         _add_checks(self.checks, compared)
         self._add_routing(compared)
         return self
 
-    def _count(self, compared: pd.DataFrame) -> None:
+    def _count(self, compared: list[PairRow]) -> None:
         counts = self.counts
-        counts["identical"] += int(compared["identical"].sum())
+        counts["identical"] += sum(bool(row.identical) for row in compared)
         for label in ("wording", "factual_flip"):
-            counts[label] += int((compared["suggested_label"] == label).sum())
+            counts[label] += sum(row.suggested_label == label for row in compared)
         for flip in ("regression", "improvement"):
-            counts[flip] += int((compared["flip"] == flip).sum())
-        counts["approved"] += int((compared["approved_label"].fillna("") != "").sum())
-        counts["noise"] += int(compared["noise"].fillna(False).astype(bool).sum())
-        a_reasons, b_reasons = (compared[f"{s}_degenerate"].fillna("") for s in "ab")
-        for x, y in zip(a_reasons, b_reasons, strict=True):
-            if new_on_b(x, y, DEGENERATE_KINDS):
-                self.values["new_on_b"][y] += 1
-            counts["length_capped_new_on_b"] += new_on_b(x, y, (LENGTH_CAPPED,))
-        for side in "ab":
-            tokens = pd.to_numeric(compared[f"{side}_tokens"], errors="coerce").dropna()
-            counts[f"{side}_tokens"] += int(tokens.sum())
-            counts[f"{side}_with_tokens"] += len(tokens)
-        for column in COUNTED_COLUMNS:
-            values = compared[column].fillna("")
-            self.values[column].update(values[values != ""].astype(str))
+            counts[flip] += sum(row.flip == flip for row in compared)
+        counts["approved"] += sum(bool(row.approved_label) for row in compared)
+        counts["noise"] += sum(bool(row.noise) for row in compared)
+        for row in compared:
+            a_reason, b_reason = row.a_degenerate or "", row.b_degenerate or ""
+            if new_on_b(a_reason, b_reason, DEGENERATE_KINDS):
+                self.values["new_on_b"][b_reason] += 1
+            counts["length_capped_new_on_b"] += new_on_b(a_reason, b_reason, (LENGTH_CAPPED,))
+        for side, tokens in (("a", [row.a_tokens for row in compared]),
+                             ("b", [row.b_tokens for row in compared])):
+            counted = [n for n in tokens if n is not None]
+            counts[f"{side}_tokens"] += sum(counted)
+            counts[f"{side}_with_tokens"] += len(counted)
+        for column, values in (("a_degenerate", [row.a_degenerate for row in compared]),
+                               ("b_degenerate", [row.b_degenerate for row in compared]),
+                               ("divergence_kind", [row.divergence_kind for row in compared]),
+                               ("tool_call_change", [row.tool_call_change for row in compared])):
+            self.values[column].update(value for value in values if value)
 
-    def _add_routing(self, compared: pd.DataFrame) -> None:
-        kinds = {side: compared[f"{side}_routing"].astype(object).fillna("") for side in "ab"}
-        if not any((kind != "").any() for kind in kinds.values()):
+    def _add_routing(self, compared: list[PairRow]) -> None:
+        if not any(row.a_routing or row.b_routing for row in compared):
             return
         routing = self.routing = self.routing or Counter()
-        routing["pairs"] += int(((kinds["a"] != "") & (kinds["b"] != "")).sum())
-        for side in "ab":
-            for kind in ("gating", "after_routing"):
-                routing[f"{side}_{kind}"] += int((kinds[side] == kind).sum())
-        routing["ab_differs"] += int(compared["routing_first_token"].notna().sum())
+        routing["pairs"] += sum(bool(row.a_routing and row.b_routing) for row in compared)
+        for kind in ("gating", "after_routing"):
+            routing[f"a_{kind}"] += sum(row.a_routing == kind for row in compared)
+            routing[f"b_{kind}"] += sum(row.b_routing == kind for row in compared)
+        routing["ab_differs"] += sum(row.routing_first_token is not None for row in compared)
 
     def number_column(self, column: str) -> np.ndarray:
         """A drift column's values over the compared pairs that have one, in order."""
@@ -159,8 +175,8 @@ class PairTotals:
             tool_calls=_ranked(self.values["tool_call_change"]),
             routing=RoutingCounts(**self.routing) if self.routing is not None else None)
 
-    def _drift(self) -> Drift:
-        drift = Drift()
+    def _drift(self) -> DriftSpreads:
+        drift = DriftSpreads()
         for column in DRIFT_COLUMNS:
             values = self.number_column(column)
             if len(values):
@@ -179,10 +195,10 @@ def _ranked(counts: Counter[str]) -> dict[str, int]:
     return {key: n for key, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
-def _add_checks(counts: dict[str, CheckCounts], compared: pd.DataFrame) -> None:
+def _add_checks(counts: dict[str, CheckCounts], compared: list[PairRow]) -> None:
     """Per check kind, from pairs.csv's a_checks / b_checks cells."""
-    for a_cell, b_cell in zip(compared["a_checks"], compared["b_checks"], strict=True):
-        a, b = _statuses(a_cell), _statuses(b_cell)
+    for row in compared:
+        a, b = _statuses(row.a_checks), _statuses(row.b_checks)
         for check in a.keys() | b.keys():
             c = counts.setdefault(check, CheckCounts(checked=0, a_pass=0, b_pass=0,
                                                      regressions=0, improvements=0, skipped=0))
@@ -195,8 +211,8 @@ def _add_checks(counts: dict[str, CheckCounts], compared: pd.DataFrame) -> None:
             c.skipped += SKIPPED in pair
 
 
-def _statuses(cell: Any) -> dict[str, str]:
-    return dict(token.split("=", 1) for token in cell.split()) if isinstance(cell, str) else {}
+def _statuses(cell: str | None) -> dict[str, str]:
+    return dict(token.split("=", 1) for token in (cell or "").split())
 
 
 def comparison_notes(totals: PairTotals, a: Side, b: Side) -> Comparison:
@@ -305,7 +321,7 @@ def _request_differences(prompt_ids: list[str], a: Side, b: Side) -> str:
                      else phrase for phrase, n in ranked[:3])
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     if value is None:
         return "none"
     text = json.dumps(value, ensure_ascii=False) if not isinstance(value, int | float) \

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import orjson
@@ -148,7 +148,10 @@ def _periodic_tail(items: str | list[str], period: int) -> int:
 
 # --- token streams -----------------------------------------------------------------
 
-def token_keys(tokens: Tokens) -> list[Any]:
+TokenKey = str | tuple[int, ...]  # a token's string, or its bytes where the string is lossy
+
+
+def token_keys(tokens: Tokens) -> list[TokenKey]:
     """Token identities: the raw bytes where the string alone is lossy (U+FFFD)."""
     if not tokens.raw_bytes:
         return list(tokens.text)
@@ -166,7 +169,7 @@ def _occurrences(tokens: list[str]) -> list[tuple[str, int]]:
     return keyed
 
 
-def first_divergence(a_keys: list[Any], b_keys: list[Any]) -> int | None:
+def first_divergence(a_keys: Sequence[TokenKey], b_keys: Sequence[TokenKey]) -> int | None:
     """Index of the first differing generated token; None when the streams agree."""
     for index, (a, b) in enumerate(zip(a_keys, b_keys, strict=False)):
         if a != b:
@@ -225,7 +228,10 @@ def _best_logprobs(tokens: list[str], logprobs: list[float]) -> dict[str, float]
 
 
 @dataclass
-class Drift:
+class PairDrift:
+    """One pair's logprob drift over the common prefix: pairs.csv's drift columns
+    (summary.json's spreads of them over all pairs: DriftSpreads)."""
+
     top1_agreement: float | None = None
     logprob_mean_abs_diff: float | None = None
     logprob_max_abs_diff: float | None = None
@@ -233,18 +239,18 @@ class Drift:
     kl_topk_max: float | None = None
 
 
-def drift(a: Tokens, b: Tokens, divergence: int | None) -> Drift:
+def drift(a: Tokens, b: Tokens, divergence: int | None) -> PairDrift:
     """Logprob drift over the common prefix (and top-1 agreement up to the divergence)."""
     length = min(len(a), len(b))
     prefix = length if divergence is None else min(divergence, length)
     compared = min(prefix + 1, length) if divergence is not None else length
     if compared == 0:
-        return Drift()
+        return PairDrift()
     agreement = [a.top_text[i][:1] == b.top_text[i][:1] for i in range(compared)]
     diffs = [abs(x - y) for x, y in zip(a.logprob[:prefix], b.logprob[:prefix], strict=True)
              if x is not None and y is not None]
     kls = kl_per_position(a, b, prefix)
-    return Drift(
+    return PairDrift(
         top1_agreement=sum(agreement) / len(agreement),
         logprob_mean_abs_diff=sum(diffs) / len(diffs) if diffs else None,
         logprob_max_abs_diff=max(diffs) if diffs else None,
@@ -343,18 +349,33 @@ def _canonical_calls(calls: str) -> list[tuple[str, str]]:
 
 # --- expectations and labels ------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class ExpectationColumns:
+    """A pair's expect results as pairs.csv's columns of the same names."""
+
+    a_expect: str
+    b_expect: str
+    flip: str  # regression | improvement | ""
+    flipped_checks: str
+    a_checks: str
+    b_checks: str
+    a_expect_failures: str
+    b_expect_failures: str
+
+
 def expectation_columns(a_results: list[CheckResult], b_results: list[CheckResult]
-                        ) -> dict[str, Any]:
+                        ) -> ExpectationColumns:
     """Each side's checks, overall result and failures; the flip: a regression when any
     check passed on A and fails on B, an improvement when one went the other way only."""
     a_status = {r.check: r.status for r in a_results}
     flipped = [r.check for r in b_results if r.status == FAIL and a_status[r.check] == PASS]
     improved = any(r.status == PASS and a_status[r.check] == FAIL for r in b_results)
-    return {"a_expect": overall(a_results), "b_expect": overall(b_results),
-            "flip": "regression" if flipped else "improvement" if improved else "",
-            "flipped_checks": " ".join(flipped),
-            "a_checks": checks_cell(a_results), "b_checks": checks_cell(b_results),
-            "a_expect_failures": _reasons(a_results), "b_expect_failures": _reasons(b_results)}
+    return ExpectationColumns(
+        a_expect=overall(a_results), b_expect=overall(b_results),
+        flip="regression" if flipped else "improvement" if improved else "",
+        flipped_checks=" ".join(flipped),
+        a_checks=checks_cell(a_results), b_checks=checks_cell(b_results),
+        a_expect_failures=_reasons(a_results), b_expect_failures=_reasons(b_results))
 
 
 def checks_cell(results: list[CheckResult]) -> str:

@@ -12,9 +12,10 @@ from ..fetch.preflight import ProbeShape, check_endpoint
 from ..fetch.server_info import ask_server
 from ..judge.cells import cell_from_server, cell_key
 from ..judge.templates import template_agreement
-from ..store.preflight_records import Check, Preflight, tokenizer_agreement
+from ..judge.tokenizers import tokenizer_agreement
+from ..store.preflight_records import Check, Preflight
 from ..store.prompt_sets import GREEDY_FIELDS, RequestOptions, load_prompts
-from ..store.run_dir import ServerInfo
+from ..store.run_dir import Cell, ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS
 from ..wire.client import api_key_from_env, public_url, run_blocking
 
@@ -75,11 +76,11 @@ class Probe:
 
     endpoint: str
     server: ServerInfo
-    cell: dict[str, object]
+    cell: Cell
     cell_key: str
 
 
-def probe(endpoint: str, model: str | None, overrides: dict[str, object],
+def probe(endpoint: str, model: str | None, overrides: Cell,
           api_key_env: str | None = None) -> Probe:
     """Everything `quantcheck probe` prints: server facts, the cell and its key."""
     info, chosen = run_blocking(ask_server(endpoint, model, api_key_env))

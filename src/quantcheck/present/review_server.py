@@ -12,11 +12,11 @@ import hmac
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from ..errors import RunFormatError
 from ..store.files import StorageError, make_directory
@@ -92,9 +92,9 @@ def _batched(pieces: Iterator[str], size: int = 2**20) -> Iterator[bytes]:
     yield b"".join(batch)
 
 
-def _guard(token: str) -> Any:
+def _guard(token: str) -> Middleware:
     @web.middleware
-    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         port = sockname[1] if sockname else 0
         names = {f"{sockname[0] if sockname else ''}:{port}", f"127.0.0.1:{port}",

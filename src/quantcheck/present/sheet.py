@@ -8,7 +8,6 @@ import secrets
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -17,11 +16,12 @@ from markupsafe import Markup
 
 from ..judge.cells import CELL_AXES
 from ..store.files import AtomicFile, write_atomic
+from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
 from ..store.report_dir import (
-    PAIR_COLUMNS,
     PAIRS_READ_AT_ONCE,
     DetailsReader,
     PromptIds,
+    iter_pair_rows,
     iter_pairs,
     read_summary,
 )
@@ -46,6 +46,7 @@ ELIDED_FIELDS = ("a_text", "b_text", "a_tool_calls", "b_tool_calls")
 # A pair in the page is a row of these values: at 20,000 pairs, naming every value
 # took a third of the page's 40 MB
 SHEET_COLUMNS = [*PAIR_COLUMNS, "detail", "elided"]
+INTEGER_COLUMNS = [column for column, kind in PAIR_DTYPES.items() if kind == "Int64"]
 
 
 SHEET_PAIRS_CHUNK = PAIRS_READ_AT_ONCE
@@ -73,7 +74,8 @@ class PairsOverview:
             pairs += len(frame)
             keys.append(PromptIds.of(frame))
             categories |= {str(c) for c in frame["category"].dropna() if c}
-            shown = frame[(frame["status"] == "compared") & ~frame["identical"].eq(True)]
+            identical = frame["identical"].eq(True).fillna(False).astype(bool)
+            shown = frame[(frame["status"] == "compared") & ~identical]
             for column, values in plotted.items():
                 values.append(pd.to_numeric(shown[column], errors="coerce").dropna()
                               .to_numpy(float))
@@ -82,8 +84,8 @@ class PairsOverview:
                    PromptIds(keys))
 
 
-def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = None,
-               summary: Summary | None = None) -> dict[str, Any]:
+def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, str] | None = None,
+               summary: Summary | None = None) -> dict[str, object]:
     """Everything the sheet's script needs, as one JSON-able object."""
     summary = summary or read_summary(report_dir)
     overview = PairsOverview.read(report_dir)
@@ -91,8 +93,8 @@ def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None = N
             "pairs": list(_sheet_pairs(report_dir, overview.pairs > EMBED_ALL_UP_TO))}
 
 
-def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None,
-                summary: Summary, prompt_ids: Container[str]) -> dict[str, Any]:
+def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, str] | None,
+                summary: Summary, prompt_ids: Container[str]) -> dict[str, object]:
     """The sheet's data without its pairs."""
     reviews, refused = load_reviews(report_dir, summary.identity, rubric, prompt_ids)
     return {
@@ -105,15 +107,18 @@ def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, Any] | None,
     }
 
 
-def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, Any]]:
+def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, object]]:
     """Each pair of pairs.csv with its details, in order; with `elide`, those that need
     no human without texts or empty cells."""
     details = DetailsReader(report_dir)
-    for frame in iter_pairs(report_dir, SHEET_PAIRS_CHUNK):
-        for row in frame.to_dict("records"):
-            record = _clean(row)
-            detail = details.get(str(record["prompt_id"]))
-            if elide and not _needs_human(record):  # its row without texts or empty cells
+    for rows in iter_pair_rows(report_dir, SHEET_PAIRS_CHUNK):
+        floated = _floated_integers(rows)
+        for row in rows:
+            record = dict(zip(PAIR_COLUMNS, msgspec.structs.astuple(row), strict=True))
+            for column in floated:
+                record[column] = _as_float(record[column])
+            detail = details.get(row.prompt_id)
+            if elide and not (row.needs_review and not row.approved_label):
                 record = {key: value for key, value in record.items()
                           if key not in ELIDED_FIELDS and value not in (None, "")}
                 record.update(detail={}, elided=True)
@@ -122,24 +127,20 @@ def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def _needs_human(record: dict[str, Any]) -> bool:
-    return (record.get("status") == "compared" and not record.get("identical")
-            and not record.get("approved_label"))
+def _floated_integers(rows: list[PairRow]) -> list[str]:
+    """The integer columns with an empty cell among these rows. The page has always shown
+    such a column's numbers as floats (12.0: how pandas read it), chunk by chunk; kept so
+    a sheet stays byte for byte what it was."""
+    return [column for column in INTEGER_COLUMNS
+            if any(getattr(row, column) is None for row in rows)]
 
 
-def _clean(row: dict[Any, Any]) -> dict[str, Any]:
-    cleaned: dict[str, Any] = {}
-    for key, value in row.items():
-        if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            value = None
-        elif hasattr(value, "item"):
-            value = value.item()
-        cleaned[str(key)] = value
-    return cleaned
+def _as_float(value: object) -> object:
+    return float(value) if isinstance(value, int) else value
 
 
 def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
-                 live: dict[str, Any] | None = None) -> Iterator[str]:
+                 live: dict[str, str] | None = None) -> Iterator[str]:
     """The review sheet's HTML in pieces: the page, its data streamed pair by pair (a
     100,000-pair report is never one string), the rest of the page."""
     report_dir = Path(report_dir)
@@ -175,7 +176,7 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
     yield after
 
 
-def shared_start(a_text: Any, b_text: Any) -> Any:
+def shared_start(a_text: object, b_text: object) -> object:
     """B's text as [n, rest] when it starts with A's first n characters, n counted in
     UTF-16 units as the page's script slices (a pair that forks late, or is identical,
     carries its common start once); otherwise as it is."""
@@ -203,7 +204,7 @@ def write_overview_page(folder: Path, overview: Overview) -> Path:
     return folder / SHEET
 
 
-def _axes(summary: Summary) -> list[dict[str, Any]]:
+def _axes(summary: Summary) -> list[dict[str, object]]:
     """Header rows: label and endpoint, then every cell axis either side knows."""
     cells = summary.cells
     a_cell, b_cell = cells.a, cells.b
@@ -225,7 +226,7 @@ def _axes(summary: Summary) -> list[dict[str, Any]]:
     return rows
 
 
-def _count_tiles(counts: Counts) -> list[tuple[str, Any]]:
+def _count_tiles(counts: Counts) -> list[tuple[str, object]]:
     return [("pairs compared", counts.pairs), ("identical", counts.identical),
             ("wording (suggested)", counts.wording_similar),
             ("to review", counts.divergent),
@@ -238,7 +239,7 @@ def _count_tiles(counts: Counts) -> list[tuple[str, Any]]:
 
 
 def _plots(plotted: dict[str, np.ndarray], forced: ForcedSummary | None
-           ) -> list[dict[str, Any]]:
+           ) -> list[dict[str, object]]:
     similarity, divergence, gap = (plotted[c] for c in PLOTTED)
     highest = {name: float(values.max()) if len(values) else 1.0
                for name, values in (("divergence", divergence), ("gap", gap))}
@@ -253,7 +254,7 @@ def _plots(plotted: dict[str, np.ndarray], forced: ForcedSummary | None
     ]
 
 
-def _forced_plot(forced: ForcedSummary | None) -> list[dict[str, Any]]:
+def _forced_plot(forced: ForcedSummary | None) -> list[dict[str, object]]:
     histogram_data = forced.kl_histogram if forced else None
     if histogram_data is None or not sum(histogram_data.counts):
         return []

@@ -1,8 +1,8 @@
 """The report directory (`compare`, `run`): its layout, and reading it back safely.
 
     REPORT_DIR/
-      pairs.csv        one row per prompt (PAIR_COLUMNS)
-      details.jsonl    per prompt, what the sheet shows beyond pairs.csv
+      pairs.csv        one row per prompt (PairRow, PAIR_COLUMNS: pair_records.py)
+      details.jsonl    per prompt, what the sheet shows beyond pairs.csv (PairDetails)
       summary.json     the totals (Summary)
       index.html       the review sheet
       reviews/NAME.json  reviewers' files (reviews.py), approvals.json (approvals.py),
@@ -16,16 +16,17 @@ one RunFormatError naming the file, never a traceback.
 from __future__ import annotations
 
 import csv
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import numpy as np
+import orjson
 import pandas as pd
 
 from ..errors import RunFormatError
 from .files import make_directory
+from .pair_records import PAIR_COLUMNS, PAIR_DTYPES, TEXT_COLUMNS, PairDetails, PairRow
 from .report_records import ForcedLine, ForcedSummary, Overview, Summary
 from .run_dir import (
     MANIFEST,
@@ -35,7 +36,6 @@ from .run_dir import (
     write_json_atomic,
     write_jsonl_atomic,
 )
-from .run_records import DEGENERATE_KINDS, new_on_b
 
 PAIRS = "pairs.csv"
 DETAILS = "details.jsonl"
@@ -47,117 +47,6 @@ OVERVIEW = "overview.json"  # several candidates: DIR/overview.json,
 CANDIDATES = "candidates"  # and each one's report in DIR/candidates/LABEL/
 MATRIX = "matrix.csv"
 PAIRS_READ_AT_ONCE = 2000  # rows of pairs.csv read at a time where it is streamed
-
-class PairRow(msgspec.Struct, kw_only=True):
-    """One row of pairs.csv: one prompt, A against B (docs/formats.md: the pairs.csv table).
-    Only `compared` rows have the triage columns filled; None is an empty cell."""
-
-    prompt_id: str
-    category: str = ""
-    prompt_hash: str | None = None
-    status: str = "compared"
-    identical: bool | None = None
-    similarity: float | None = None
-    first_divergence: int | None = None
-    divergence_kind: str = ""
-    divergence_gap: float | None = None
-    divergence_b_gap: float | None = None
-    divergence_a_token: str | None = None
-    divergence_b_token: str | None = None
-    a_repeats: int | None = None
-    b_repeats: int | None = None
-    a_texts: int | None = None
-    b_texts: int | None = None
-    a_signatures: int | None = None
-    b_signatures: int | None = None
-    a_repeat_mode: str = ""
-    b_repeat_mode: str = ""
-    noise: bool | None = None
-    a_expect: str = ""
-    b_expect: str = ""
-    a_expect_failures: str = ""
-    b_expect_failures: str = ""
-    flip: str = ""
-    a_checks: str = ""
-    b_checks: str = ""
-    flipped_checks: str = ""
-    tool_call_change: str = ""
-    numbers_changed: bool | None = None
-    a_degenerate: str = ""
-    b_degenerate: str = ""
-    a_tokens: int | None = None
-    b_tokens: int | None = None
-    a_finish_reason: str | None = None
-    b_finish_reason: str | None = None
-    top1_agreement: float | None = None
-    logprob_mean_abs_diff: float | None = None
-    logprob_max_abs_diff: float | None = None
-    kl_topk_mean: float | None = None
-    kl_topk_max: float | None = None
-    suggested_label: str = ""
-    approved_label: str = ""
-    approved_at: str = ""
-    forced_positions: int | None = None
-    forced_top1: float | None = None
-    forced_kl_mean: float | None = None
-    forced_kl_p99: float | None = None
-    forced_kl_max: float | None = None
-    forced_delta_p_mean: float | None = None
-    a_routings: int | None = None
-    b_routings: int | None = None
-    a_routing: str = ""
-    b_routing: str = ""
-    routing_first_token: int | None = None
-    routing_first_layer: int | None = None
-    routing_diff_share: float | None = None
-    a_text: str | None = None
-    b_text: str | None = None
-    a_tool_calls: str | None = None
-    b_tool_calls: str | None = None
-
-    @property
-    def compared(self) -> bool:
-        return self.status == "compared"
-
-    @property
-    def needs_review(self) -> bool:
-        """Compared and not identical: a reviewer's question."""
-        return self.compared and not self.identical
-
-
-PAIR_COLUMNS = list(PairRow.__struct_fields__)
-
-
-def _dtype(annotation: str) -> str:
-    """A column's pandas type: nullable integers and booleans stay what they are, so a
-    chunk of pairs.csv writes 5, not 5.0, whether or not its column has an empty cell."""
-    kind = annotation.split(" ")[0]
-    return {"int": "Int64", "float": "float64", "bool": "boolean"}.get(kind, "object")
-
-
-PAIR_DTYPES = {name: _dtype(PairRow.__annotations__[name]) for name in PAIR_COLUMNS}
-
-
-def pair_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Pairs as a frame with PAIR_COLUMNS, each of its own type."""
-    return pd.DataFrame(rows, columns=PAIR_COLUMNS).astype(PAIR_DTYPES)
-
-
-def new_degenerate_on_b(rows: list[PairRow]) -> list[str]:
-    """Prompts whose B answer is degenerate (a loop, empty) and A's is not: the one
-    definition the summary, the sheet and the gate count."""
-    return [r.prompt_id for r in rows if r.compared
-            and new_on_b(r.a_degenerate, r.b_degenerate, DEGENERATE_KINDS)]
-PAIR_FORCED_COLUMNS = [c for c in PAIR_COLUMNS if c.startswith("forced_")]
-TEXT_COLUMNS = ["prompt_id", "category", "status", "divergence_kind", "divergence_a_token",
-                "divergence_b_token", "a_expect", "b_expect", "a_expect_failures",
-                "b_expect_failures", "flip", "a_checks", "b_checks", "flipped_checks",
-                "tool_call_change", "a_degenerate", "b_degenerate", "a_finish_reason",
-                "b_finish_reason", "suggested_label", "approved_label", "approved_at",
-                "prompt_hash", "a_repeat_mode", "b_repeat_mode", "a_routing", "b_routing", "a_text",
-                "b_text",
-                "a_tool_calls", "b_tool_calls"]
-
 
 FORCED_JSON = "forced.json"
 FORCED_JSONL = "forced.jsonl"
@@ -198,8 +87,46 @@ def write_summary(report_dir: Path, summary: Summary) -> None:
     write_json_atomic(report_dir / SUMMARY, msgspec.to_builtins(summary))
 
 
+def pair_frame(rows: Sequence[PairRow]) -> pd.DataFrame:
+    """Pairs as a frame with PAIR_COLUMNS, each of its own type (PAIR_DTYPES); an empty
+    cell is NA, or NaN in a text column."""
+    columns = list(zip(*map(msgspec.structs.astuple, rows), strict=True)) or [()] * len(
+        PAIR_COLUMNS)
+    return pd.DataFrame({name: _column(values, PAIR_DTYPES[name])
+                         for name, values in zip(PAIR_COLUMNS, columns, strict=True)})
+
+
+def _column(values: Sequence[object], dtype: str) -> pd.Series:
+    if dtype == "object":
+        values = [np.nan if value is None else value for value in values]
+    return pd.Series(values, dtype=dtype)
+
+
+def pairs_csv(rows: Sequence[PairRow], header: bool = True) -> bytes:
+    """Rows of pairs.csv, with the header line first when asked."""
+    return pair_frame(rows).to_csv(index=False, header=header).encode("utf-8")
+
+
+def details_jsonl(details: Iterable[PairDetails]) -> bytes:
+    """Lines of details.jsonl (a field left UNSET is not written)."""
+    return b"".join(orjson.dumps(msgspec.to_builtins(detail)) + b"\n" for detail in details)
+
+
 def read_pairs(report_dir: Path) -> pd.DataFrame:
+    """pairs.csv whole, each column of its own type (an empty text cell reads as "")."""
     return next(iter_pairs(report_dir))
+
+
+def read_pair_rows(report_dir: Path) -> list[PairRow]:
+    """pairs.csv whole, as typed rows."""
+    return [row for rows in iter_pair_rows(report_dir) for row in rows]
+
+
+def iter_pair_rows(report_dir: Path, chunk: int = PAIRS_READ_AT_ONCE) -> Iterator[list[PairRow]]:
+    """pairs.csv as typed rows, `chunk` at a time; a malformed file is one RunFormatError
+    naming it, wherever it breaks."""
+    for frame in iter_pairs(report_dir, chunk):
+        yield pair_rows(frame)
 
 
 class PromptIds(Container[str]):
@@ -238,21 +165,21 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
     if not path.exists():
         raise RunFormatError(f"{path}: missing; run `quantcheck compare` first")
     wanted = usecols or PAIR_COLUMNS
+    dtypes = {c: str if c in TEXT_COLUMNS else PAIR_DTYPES[c] for c in wanted}
+    empty = {c: [""] for c in wanted if c not in TEXT_COLUMNS}
     try:
         header = _header(path)  # every column is checked, whichever are read
         missing = [c for c in PAIR_COLUMNS if c not in header]
         if missing:
             raise RunFormatError(f"{path}: missing columns {', '.join(missing)}")
-        options: dict[str, Any] = {
-            "dtype": {c: str for c in TEXT_COLUMNS if c in wanted}, "usecols": usecols,
-            "keep_default_na": False,
-            "na_values": {c: [""] for c in wanted if c not in TEXT_COLUMNS}}
         if chunk is None:
-            yield pd.read_csv(path, **options)
+            yield pd.read_csv(path, dtype=dtypes, usecols=usecols, keep_default_na=False,
+                              na_values=empty)
         else:
-            with pd.read_csv(path, chunksize=chunk, **options) as frames:
+            with pd.read_csv(path, dtype=dtypes, usecols=usecols, keep_default_na=False,
+                             na_values=empty, chunksize=chunk) as frames:
                 yield from frames
-    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError,
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, pd.errors.ParserError,
             pd.errors.EmptyDataError) as exc:
         raise RunFormatError(f"{path}: not a pairs table written by compare "
                              f"({str(exc).splitlines()[0][:200]})") from None
@@ -265,13 +192,12 @@ def _header(path: Path) -> list[str]:
 
 
 def pair_rows(pairs: pd.DataFrame) -> list[PairRow]:
-    """The typed rows of a pairs frame (an empty cell, NaN in pandas, is None)."""
-    rows = pairs.astype(object).where(pairs.notna(), None).to_dict("records")
-    try:
-        return [msgspec.convert({str(k): v for k, v in row.items() if v is not None},
-                                PairRow, strict=False) for row in rows]
-    except msgspec.ValidationError as exc:
-        raise RunFormatError(f"{PAIRS}: {exc}") from None
+    """The typed rows of a pairs frame of PAIR_COLUMNS (an empty cell, NA or NaN in
+    pandas, is None)."""
+    columns = [[None if value is pd.NA or value != value else value
+                for value in pairs[name].tolist()] for name in PAIR_COLUMNS]
+    return [PairRow(**dict(zip(PAIR_COLUMNS, values, strict=True)))
+            for values in zip(*columns, strict=True)]
 
 
 class DetailsReader:
@@ -282,9 +208,10 @@ class DetailsReader:
     def __init__(self, report_dir: Path) -> None:
         path = report_dir / DETAILS
         self._lines = iter_jsonl(path) if path.exists() else iter(())
-        self._passed: dict[str, dict[str, Any]] = {}
+        self._passed: dict[str, dict[str, object]] = {}
 
-    def get(self, prompt_id: str) -> dict[str, Any]:
+    def get(self, prompt_id: str) -> dict[str, object]:
+        """The line as written (the sheet passes it on to the page whole)."""
         if prompt_id in self._passed:
             return self._passed.pop(prompt_id)
         for _, detail in self._lines:
@@ -309,7 +236,7 @@ def write_overview(folder: Path, overview: Overview) -> None:
     write_json_atomic(folder / OVERVIEW, msgspec.to_builtins(overview))
 
 
-def require_report(report_dir: Path) -> tuple[pd.DataFrame, Summary]:
+def require_report(report_dir: Path) -> tuple[list[PairRow], Summary]:
     """The pairs and the summary of a report, or one clear RunFormatError."""
     summary = read_summary(report_dir)
-    return read_pairs(report_dir), summary
+    return read_pair_rows(report_dir), summary

@@ -1,15 +1,13 @@
 """The records of the report directory (summary.json and its parts, forced.json and
 forced.jsonl, determinism.json): msgspec Structs, each with one JSON shape. Where they
-are read and written: reportdir.py."""
+are read and written: report_dir.py."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import msgspec
 
 from .preflight_records import Check, Preflight
-from .run_dir import Throughput
+from .run_dir import Cell, Throughput
 
 
 class SideIdentity(msgspec.Struct, kw_only=True):
@@ -103,8 +101,8 @@ class Comparison(msgspec.Struct):
 
 
 class Cells(msgspec.Struct, kw_only=True):
-    a: dict[str, Any]
-    b: dict[str, Any]
+    a: Cell
+    b: Cell
     a_key: str | None = None
     b_key: str | None = None
     differs: list[str] = []
@@ -128,8 +126,9 @@ class FirstDivergence(msgspec.Struct):
     min: int
 
 
-class Drift(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Mean, median, p99 and max of each drift column over the compared pairs."""
+class DriftSpreads(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Mean, median, p99 and max of each drift column over the compared pairs
+    (summary.json's `drift`; one pair's values: triage.PairDrift)."""
 
     top1_agreement: Spread | None = None
     logprob_mean_abs_diff: Spread | None = None
@@ -337,14 +336,14 @@ class Summary(msgspec.Struct, kw_only=True):
     """summary.json: every total a reader shows (terminal, sheet, gate)."""
 
     quantcheck_version: str
-    identity: str = ""  # what review files belong to (see compare.update_identity)
+    identity: str = ""  # what review files belong to (see judge/pairs.update_identity)
     a: SideIdentity
     b: SideIdentity
     counts: Counts
     comparison: Comparison
     cells: Cells
     determinism: dict[str, SideDeterminism]
-    drift: Drift
+    drift: DriftSpreads
     stats: Stats
     performance: Performance
     preflight: PreflightPair
@@ -366,7 +365,7 @@ class CandidateRow(msgspec.Struct, kw_only=True):
     label: str
     report: str  # the candidate's report directory, relative to the overview
     endpoint: str | None = None
-    cell: dict[str, Any] = {}
+    cell: Cell = {}
     cell_key: str | None = None
     compared: int
     prompts: int
@@ -393,7 +392,7 @@ class Overview(msgspec.Struct, kw_only=True):
 
     quantcheck_version: str
     reference: SideIdentity
-    reference_cell: dict[str, Any] = {}
+    reference_cell: Cell = {}
     reference_throughput: Throughput | None = None
     candidates: list[CandidateRow]
     recommendation: Recommendation

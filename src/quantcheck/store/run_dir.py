@@ -15,10 +15,10 @@ import os
 import shutil
 import time
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypedDict, cast
 
 import msgspec
 import numpy as np
@@ -41,7 +41,9 @@ from .run_records import (
     DEFAULT_MAX_RESPONSE_MB,
     Completion,
     Prompt,
+    PromptJson,
     Tokens,
+    TokensJson,
 )
 from .token_columns import TOKENS_FILE, PackedTokens, pack, packed_from_tokens, unpack
 
@@ -81,12 +83,16 @@ class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     runtimes' info endpoints (read through runtimes.py, where odd shapes are "not
     revealed")."""
 
-    models: list[dict[str, Any]] = []
-    version: Any = None
-    server_info: Any = None
-    props: Any = None
+    models: list[dict[str, object]] = []
+    version: object = None
+    server_info: object = None
+    props: object = None
     runtime: str = "unknown"
     runtime_version: str | None = None
+
+
+CellValue = str | int | float | bool | None
+Cell = dict[str, CellValue]  # a serving cell: axis -> what is known of it (judge/cells.py)
 
 
 class PromptFile(msgspec.Struct):
@@ -116,12 +122,12 @@ class Manifest(msgspec.Struct, kw_only=True):
     status: str = "running"
     stop_reason: str | None = None
     server: ServerInfo = msgspec.field(default_factory=ServerInfo)
-    cell: dict[str, Any] = {}
+    cell: Cell = {}
     cell_key: str | None = None
     preflight: Preflight | None = None
     counts: RunCounts | None = None
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         """What must match for a resume: not concurrency, timeouts, retries, repeats or
         label."""
         return {"endpoint": self.endpoint, "model": self.model,
@@ -139,13 +145,13 @@ class CompletionLine(msgspec.Struct, kw_only=True):
     repeat: int
     text: str | None = None
     reasoning: str | None = None
-    tokens: dict[str, Any] | None = None  # a tokens.bin reference, or inline arrays
+    tokens: dict[str, object] | None = None  # a TokenBlob, or inline arrays (TokensJson)
     finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: dict[str, object] | None = None
     ttft_s: float | None = None
     e2e_s: float | None = None
     error: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, object]] | None = None  # ToolCall.to_json
 
     @property
     def n_tokens(self) -> int | None:
@@ -213,7 +219,7 @@ def write_manifest(run_dir: Path, manifest: Manifest) -> None:
     write_json_atomic(run_dir / MANIFEST, msgspec.to_builtins(manifest))
 
 
-def write_json_atomic(path: Path, data: Any, within: Path | None = None) -> None:
+def write_json_atomic(path: Path, data: object, within: Path | None = None) -> None:
     write_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS),
                  within)
 
@@ -271,14 +277,16 @@ class RunWriter:
                               "n_tokens": len(record.tokens)}
         self.append_line(data, blob)
 
-    def append_line(self, data: dict[str, Any], blob: bytes | None) -> None:
+    def append_line(self, data: Mapping[str, object], blob: bytes | None) -> None:
         """A record's line, its token blob first (at the end of tokens.bin: the line's
         `tokens` gets that offset). merge copies other runs' blobs as they are."""
         assert self._lines is not None and self._blobs is not None
         if blob is not None:
             offset = os.fstat(self._blobs).st_size
             append(self._blobs, blob, self.run_dir / TOKENS_FILE)
-            data = {**data, "tokens": {**data["tokens"], "offset": offset}}
+            reference = data["tokens"]
+            assert isinstance(reference, dict)  # a blob comes with its reference
+            data = {**data, "tokens": {**reference, "offset": offset}}
         append(self._lines, orjson.dumps(data) + b"\n", self.run_dir / COMPLETIONS)
 
     def close(self) -> None:
@@ -294,10 +302,23 @@ def lock_run(run_dir: Path) -> DirectoryLock:
     return DirectoryLock(run_dir, "collecting into it")
 
 
-def token_count(reference: dict[str, Any] | None) -> int | None:
+class TokenBlob(TypedDict):
+    """A record's `tokens` when its arrays are in tokens.bin: where its blob starts, how
+    long it is, and how many tokens it holds."""
+
+    file: str
+    offset: int
+    length: int
+    n_tokens: int
+
+
+def token_count(reference: Mapping[str, object] | None) -> int | None:
     if not reference:
         return None
-    return int(reference["n_tokens"] if "file" in reference else len(reference["text"]))
+    counted = reference["n_tokens"] if "file" in reference else reference["text"]
+    if isinstance(counted, list):
+        return len(counted)
+    return int(counted) if isinstance(counted, int | float) else None
 
 
 class Blobs:
@@ -322,23 +343,25 @@ class Blobs:
             handle.close()
         self._handles.clear()
 
-    def tokens(self, reference: dict[str, Any] | None) -> Tokens | None:
+    def tokens(self, reference: Mapping[str, object] | None) -> Tokens | None:
         if not reference:
             return None
         if "file" not in reference:
-            return Tokens.from_json(reference)
-        return unpack(self._read(reference)).to_tokens()
+            return Tokens.from_json(cast("TokensJson", reference))
+        return unpack(self._read(cast("TokenBlob", reference))).to_tokens()
 
-    def packed(self, reference: dict[str, Any]) -> PackedTokens:
+    def packed(self, reference: Mapping[str, object]) -> PackedTokens:
         if "file" not in reference:
-            return packed_from_tokens(Tokens.from_json(reference))
-        return unpack(self._read(reference))
+            return packed_from_tokens(Tokens.from_json(cast("TokensJson", reference)))
+        return unpack(self._read(cast("TokenBlob", reference)))
 
-    def blob(self, reference: dict[str, Any] | None) -> bytes | None:
+    def blob(self, reference: Mapping[str, object] | None) -> bytes | None:
         """A record's compressed token blob as stored, or None (no tokens, or inline)."""
-        return self._read(reference) if reference and "file" in reference else None
+        if not reference or "file" not in reference:
+            return None
+        return self._read(cast("TokenBlob", reference))
 
-    def _read(self, reference: dict[str, Any]) -> bytes:
+    def _read(self, reference: TokenBlob) -> bytes:
         name = reference["file"]
         if name not in self._handles:
             self._handles[name] = (self.run_dir / name).open("rb")
@@ -386,12 +409,8 @@ def set_aside(run_dir: Path) -> Path:
     return target
 
 
-def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """The frame's rows as plain dicts with string keys."""
-    return [{str(k): v for k, v in row.items()} for row in frame.to_dict("records")]
-
-
-def write_jsonl_atomic(path: Path, rows: list[Any], within: Path | None = None) -> None:
+def write_jsonl_atomic(path: Path, rows: Sequence[object], within: Path | None = None
+                       ) -> None:
     write_atomic(path, b"".join(orjson.dumps(row) + b"\n" for row in rows), within)
 
 
@@ -465,9 +484,9 @@ def load_run(run_dir: str | Path) -> Run:
     return Run(path=path, manifest=manifest, prompts=prompts)
 
 
-def _prompt(data: Any, path: Path, number: int) -> Prompt:
-    try:
-        return Prompt.from_json(data)
+def _prompt(data: object, path: Path, number: int) -> Prompt:
+    try:  # read as a PromptJson: whatever is malformed fails here
+        return Prompt.from_json(cast("PromptJson", data))
     except (KeyError, TypeError, AttributeError) as exc:
         raise RunFormatError(f"{path}:{number}: malformed prompt ({exc})") from None
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
 TopK = list[tuple[str, float]]
+# A JSON value as parsed: where a record holds what a user wrote (a schema, expected
+# arguments) or what a tool call sent.
+JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
 
 # Defaults of a run's settings (runstore.Parameters), shared by the client and preflight.
 DEFAULT_CONTEXT_TOKENS = 6000  # the preflight's context probe
@@ -35,11 +39,11 @@ class ToolCallExpect:
     arguments must validate against, and argument values they must equal."""
 
     name: str | None
-    arguments_schema: dict[str, Any] | None = None
-    arguments: dict[str, Any] | None = None
+    arguments_schema: dict[str, JsonValue] | None = None
+    arguments: dict[str, JsonValue] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"name": self.name}
+    def to_json(self) -> dict[str, JsonValue]:
+        data: dict[str, JsonValue] = {"name": self.name}
         if self.arguments_schema is not None:
             data["arguments_schema"] = self.arguments_schema
         if self.arguments is not None:
@@ -75,13 +79,13 @@ class Expect:
     tolerance: float = 0.0
     case_sensitive: bool = False
     json: bool = False
-    json_schema: dict[str, Any] | None = None
+    json_schema: dict[str, JsonValue] | None = None
     tool_call: list[ToolCallExpect] | None = None
     ordered: bool = False
     code: CodeExpect | None = None
     choice: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         defaults = asdict(Expect())
         data = {k: v for k, v in asdict(self).items() if v != defaults[k]}
         if self.tool_call is not None:
@@ -89,7 +93,7 @@ class Expect:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Expect:
+    def from_json(cls, data: Mapping[str, Any]) -> Expect:
         fields = dict(data)
         if fields.get("tool_call") is not None:
             fields["tool_call"] = [ToolCallExpect(**call) for call in fields["tool_call"]]
@@ -122,6 +126,19 @@ def first_number(text: str) -> float | None:
     return numbers[0] if numbers else None
 
 
+class PromptJson(TypedDict):
+    """A line of prompts.jsonl."""
+
+    id: str
+    category: str
+    api: str
+    hash: str
+    tags: NotRequired[list[str] | None]
+    expect: NotRequired[dict[str, object] | None]  # Expect.to_json
+    request: dict[str, Any]  # the request body, as the user's prompt set makes it
+    source: NotRequired[str]
+
+
 @dataclass
 class Prompt:
     """One prompt of a prompt set, with the exact request body it produces."""
@@ -135,7 +152,7 @@ class Prompt:
     expect: Expect | None = None
     source: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PromptJson:
         return {
             "id": self.id,
             "category": self.category,
@@ -148,7 +165,7 @@ class Prompt:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Prompt:
+    def from_json(cls, data: PromptJson) -> Prompt:
         expect = data.get("expect")
         return cls(
             id=data["id"],
@@ -160,6 +177,18 @@ class Prompt:
             request=data["request"],
             source=data.get("source", ""),
         )
+
+
+class TokensJson(TypedDict):
+    """A record's token arrays written inline (earlier runs; tokens.bin holds them now)."""
+
+    text: list[str]
+    logprob: list[float | None]
+    top_text: list[list[str]]
+    top_logprob: list[list[float]]
+    ids: NotRequired[list[int]]
+    raw_bytes: NotRequired[list[list[int] | None]]
+    routing: NotRequired[list[list[list[int]]]]
 
 
 @dataclass
@@ -216,10 +245,10 @@ class Tokens:
         elif self.raw_bytes is not None:
             self.raw_bytes.append(None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TokensJson:
         # JSON cannot carry infinities, so a parsed server response never holds one.
-        data: dict[str, Any] = {"text": self.text, "logprob": self.logprob,
-                                "top_text": self.top_text, "top_logprob": self.top_logprob}
+        data: TokensJson = {"text": self.text, "logprob": self.logprob,
+                            "top_text": self.top_text, "top_logprob": self.top_logprob}
         if self.ids is not None:
             data["ids"] = self.ids
         if self.raw_bytes is not None:
@@ -229,7 +258,7 @@ class Tokens:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Tokens:
+    def from_json(cls, data: TokensJson) -> Tokens:
         return cls(
             text=data["text"],
             logprob=data["logprob"],
@@ -241,11 +270,18 @@ class Tokens:
         )
 
 
-def _routing_array(value: Any) -> np.ndarray | None:
+def _routing_array(value: list[list[list[int]]] | None) -> np.ndarray | None:
     if value is None:
         return None
     array = np.array(value, np.int32)
     return array.reshape(0, 0, 0) if not array.size else array
+
+
+class ToolCallJson(TypedDict):
+    name: str
+    arguments: str
+    parsed_arguments: NotRequired[JsonValue]
+    id: NotRequired[str | None]
 
 
 @dataclass
@@ -256,14 +292,15 @@ class ToolCall:
 
     name: str
     arguments: str
-    parsed_arguments: Any = None
+    parsed_arguments: JsonValue = None
     id: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> ToolCallJson:
+        return {"name": self.name, "arguments": self.arguments,
+                "parsed_arguments": self.parsed_arguments, "id": self.id}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ToolCall:
+    def from_json(cls, data: ToolCallJson) -> ToolCall:
         return cls(name=data["name"], arguments=data["arguments"],
                    parsed_arguments=data.get("parsed_arguments"), id=data.get("id"))
 
@@ -279,7 +316,7 @@ class Completion:
     reasoning: str | None = None
     tokens: Tokens | None = None
     finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: dict[str, object] | None = None  # as the server counted the tokens
     ttft_s: float | None = None
     e2e_s: float | None = None
     error: str | None = None
@@ -292,16 +329,16 @@ class Completion:
     def ok(self) -> bool:
         return self.error is None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         # Not dataclasses.asdict: it deep-copies every token list (most of the cost).
-        data = {name: getattr(self, name) for name in _COMPLETION_FIELDS}
+        data: dict[str, object] = {name: getattr(self, name) for name in _COMPLETION_FIELDS}
         data["tokens"] = self.tokens.to_json() if self.tokens is not None else None
         if self.tool_calls is not None:
             data["tool_calls"] = [call.to_json() for call in self.tool_calls]
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Completion:
+    def from_json(cls, data: Mapping[str, Any]) -> Completion:
         tokens = data.get("tokens")
         fields: dict[str, Any] = {k: data.get(k) for k in _COMPLETION_FIELDS}
         fields["tokens"] = Tokens.from_json(tokens) if tokens else None

@@ -1,0 +1,158 @@
+"""The records of one pair: a row of pairs.csv (`PairRow`, with the columns' pandas
+types) and a line of details.jsonl (`PairDetails`). Where they are read and written:
+report_dir.py; the columns, field by field: docs/formats.md."""
+
+from __future__ import annotations
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from .run_records import DEGENERATE_KINDS, TopK, new_on_b
+
+
+class PairRow(msgspec.Struct, kw_only=True):
+    """One row of pairs.csv: one prompt, A against B (docs/formats.md: the pairs.csv table).
+    Only `compared` rows have the triage columns filled; None is an empty cell. A judged
+    row holds None where judging said nothing (not compared, no expect, no routing) and ""
+    where it said "nothing found"; read back from pairs.csv, an empty text cell is ""."""
+
+    prompt_id: str
+    category: str = ""
+    prompt_hash: str | None = None
+    status: str = "compared"
+    identical: bool | None = None
+    similarity: float | None = None
+    first_divergence: int | None = None
+    divergence_kind: str | None = None
+    divergence_gap: float | None = None
+    divergence_b_gap: float | None = None
+    divergence_a_token: str | None = None
+    divergence_b_token: str | None = None
+    a_repeats: int | None = None
+    b_repeats: int | None = None
+    a_texts: int | None = None
+    b_texts: int | None = None
+    a_signatures: int | None = None
+    b_signatures: int | None = None
+    a_repeat_mode: str = ""
+    b_repeat_mode: str = ""
+    noise: bool | None = None
+    a_expect: str | None = None
+    b_expect: str | None = None
+    a_expect_failures: str | None = None
+    b_expect_failures: str | None = None
+    flip: str | None = None
+    a_checks: str | None = None
+    b_checks: str | None = None
+    flipped_checks: str | None = None
+    tool_call_change: str | None = None
+    numbers_changed: bool | None = None
+    a_degenerate: str | None = None
+    b_degenerate: str | None = None
+    a_tokens: int | None = None
+    b_tokens: int | None = None
+    a_finish_reason: str | None = None
+    b_finish_reason: str | None = None
+    top1_agreement: float | None = None
+    logprob_mean_abs_diff: float | None = None
+    logprob_max_abs_diff: float | None = None
+    kl_topk_mean: float | None = None
+    kl_topk_max: float | None = None
+    suggested_label: str | None = None
+    approved_label: str = ""
+    approved_at: str = ""
+    forced_positions: int | None = None
+    forced_top1: float | None = None
+    forced_kl_mean: float | None = None
+    forced_kl_p99: float | None = None
+    forced_kl_max: float | None = None
+    forced_delta_p_mean: float | None = None
+    a_routings: int | None = None
+    b_routings: int | None = None
+    a_routing: str | None = None
+    b_routing: str | None = None
+    routing_first_token: int | None = None
+    routing_first_layer: int | None = None
+    routing_diff_share: float | None = None
+    a_text: str | None = None
+    b_text: str | None = None
+    a_tool_calls: str | None = None
+    b_tool_calls: str | None = None
+
+    @property
+    def compared(self) -> bool:
+        return self.status == "compared"
+
+    @property
+    def needs_review(self) -> bool:
+        """Compared and not identical: a reviewer's question."""
+        return self.compared and not self.identical
+
+
+PAIR_COLUMNS = list(PairRow.__struct_fields__)
+
+
+def _dtype(annotation: str) -> str:
+    """A column's pandas type: nullable integers and booleans stay what they are, so a
+    chunk of pairs.csv writes 5, not 5.0, whether or not its column has an empty cell."""
+    kind = annotation.split(" ")[0]
+    return {"int": "Int64", "float": "float64", "bool": "boolean"}.get(kind, "object")
+
+
+PAIR_DTYPES = {name: _dtype(PairRow.__annotations__[name]) for name in PAIR_COLUMNS}
+PAIR_FORCED_COLUMNS = [c for c in PAIR_COLUMNS if c.startswith("forced_")]
+TEXT_COLUMNS = [c for c in PAIR_COLUMNS if PAIR_DTYPES[c] == "object"]  # "" for empty
+
+
+def new_degenerate_on_b(rows: list[PairRow]) -> list[str]:
+    """Prompts whose B answer is degenerate (a loop, empty) and A's is not: the one
+    definition the summary, the sheet and the gate count."""
+    return [r.prompt_id for r in rows if r.compared
+            and new_on_b(r.a_degenerate, r.b_degenerate, DEGENERATE_KINDS)]
+
+
+def nondeterministic(row: PairRow, side: str) -> bool:
+    """Whether a side's repeats of the prompt gave more than one text or token signature
+    ("a" or "b"): the one definition the summary and the gate count."""
+    texts, signatures = ((row.a_texts, row.a_signatures) if side == "a"
+                         else (row.b_texts, row.b_signatures))
+    return (texts or 0) > 1 or (signatures or 0) > 1
+
+
+class RoutingGrid(msgspec.Struct):
+    """A routing comparison as the sheet shows it: its sentence, and a grid of `tokens`
+    x `layers` whose `cells` ([token, layer]) went to other experts (the first 256
+    tokens)."""
+
+    sentence: str
+    tokens: int
+    layers: int
+    cells: list[list[int]]
+
+
+class RoutingDetails(msgspec.Struct):
+    """A pair's MoE routing: each side's repeats, and A's against B's (repeat 0)."""
+
+    a_repeats: RoutingGrid | UnsetType = UNSET
+    b_repeats: RoutingGrid | UnsetType = UNSET
+    ab: RoutingGrid | UnsetType = UNSET
+
+
+CheckCells = list[tuple[str, str, str]]  # one side's expect results: [check, status, reason]
+
+
+class PairDetails(msgspec.Struct, kw_only=True):
+    """A line of details.jsonl: what the sheet shows of a pair beyond pairs.csv. A field
+    left UNSET is not in the line (`request` and `expect` without a prompt, `checks`
+    without an expect, `a_top` / `b_top` without a divergence, `routing` without MoE
+    routing)."""
+
+    prompt_id: str
+    request: dict[str, object] | UnsetType = UNSET  # the messages or text, and max_tokens
+    expect: dict[str, object] | None | UnsetType = UNSET
+    a_variants: list[tuple[str, int]] | None = None  # distinct texts across repeats
+    b_variants: list[tuple[str, int]] | None = None
+    checks: tuple[CheckCells, CheckCells] | UnsetType = UNSET  # A's, then B's
+    a_top: TopK | UnsetType = UNSET  # the top-k alternatives at the first divergence
+    b_top: TopK | UnsetType = UNSET
+    routing: RoutingDetails | UnsetType = UNSET
