@@ -151,6 +151,28 @@ def browser() -> Iterator[Any]:
         instance.close()
 
 
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A new page of the headless browser; its script errors gather in `page.errors`."""
+    context = browser.new_context(accept_downloads=True)
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    yield page
+    context.close()
+
+
+def open_sheet(page: Any, url: str) -> None:
+    """Load a review sheet and wait until its script has rendered it."""
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]")
+
+
+def card(page: Any, prompt_id: str) -> Any:
+    """A pair's card in the sheet."""
+    return page.locator(f'article.pair[data-prompt="{prompt_id}"]')
+
+
 class AppServer:
     """An aiohttp application on 127.0.0.1 in a background thread."""
 

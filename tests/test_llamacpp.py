@@ -299,3 +299,25 @@ def test_a_newline_stop_and_a_throughput_phase_on_llama_server(
         measured = summary["throughput"][side]
         assert measured["error"] is None and measured["tokens_per_s"] > 0
     assert summary["counts"]["pairs"] == 3
+
+
+@pytest.mark.parametrize("servers", ["llama-server"], indirect=True)
+def test_a_fallback_chat_template_the_model_does_not_know_is_named(
+        servers: dict[str, Any], write_prompts: Any, tmp_path: Path) -> None:
+    """The demo's GGUF carries no chat template: llama-server falls back to ChatML,
+    whose markers Gemma's tokenizer splits into ordinary pieces; its answers show it."""
+    prompts = write_prompts("""
+        prompts:
+          - {id: capital, messages: [{role: user, content: "What is the capital of France?"}],
+             max_tokens: 24}
+    """)
+    result = CliRunner().invoke(cli, ["collect", "--endpoint", servers["Q4_K_M"], "--prompts",
+                                      str(prompts), "--out", str(tmp_path / "a"),
+                                      "--context-tokens", "0", "--top-logprobs", "5"])
+    assert result.exit_code == 0, result.output
+    assert "WARN template" in result.output
+    assert "llama.cpp's ChatML fallback" in result.output
+    assert "<|im_start|> (6 tokens)" in result.output
+    template = load_run(tmp_path / "a").manifest.preflight.template
+    assert template is not None and template.method == "llama.cpp /apply-template"
+    assert load_run(tmp_path / "a").manifest.cell["chat_template"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,26 +14,7 @@ from quantcheck import CollectSettings, collect, compare_to_dir
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.present.review_server import review_app
 
-from .conftest import AppServer
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(accept_downloads=True)
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    yield page
-    context.close()
-
-
-def open_sheet(page: Any, url: str) -> None:
-    page.goto(url)
-    page.wait_for_selector("body[data-ready=true]")
-
-
-def card(page: Any, prompt_id: str) -> Any:
-    return page.locator(f'article.pair[data-prompt="{prompt_id}"]')
+from .conftest import AppServer, card, open_sheet
 
 
 def test_sheet_is_self_contained_and_offline(page: Any, planted_report: Path) -> None:

@@ -156,6 +156,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
                    "(needs runs collected with --routed-experts; default off).")
 @click.option("--max-blocking-log-signatures", type=click.IntRange(0),
               help="Blocking failure signatures found in --a-log/--b-log (default 0).")
+@click.option("--max-template-problems", type=click.IntRange(0),
+              help="Signs of a chat template the model does not know: the preflight's "
+                   "template warnings and answers that echo the question or carry "
+                   "template markers (default off: reported only).")
 @click.option("--review", "review_files", multiple=True,
               type=EXISTING_FILE,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")

@@ -286,6 +286,7 @@ class PolicyOverrides:
     max_forced_kl: float | None = None
     require_routing_determinism: bool | None = None
     max_blocking_log_signatures: int | None = None
+    max_template_problems: int | None = None
 
     def applied(self, policy: Policy) -> Policy:
         chosen = replace(policy)

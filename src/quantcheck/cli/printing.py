@@ -16,7 +16,7 @@ import msgspec
 from ..gate.overview import CandidatesGate
 from ..judge.cells import CELL_AXES
 from ..pipeline.checking import PreflightResult, Probe
-from ..present.sentences import headline
+from ..present.sentences import headline, template_warning
 from ..store.preflight_records import Preflight
 from ..store.report_records import DeterminismReport, ForcedSummary, LogMatch, Overview, Summary
 from ..store.run_dir import Throughput
@@ -97,6 +97,8 @@ def print_summary(summary: Summary, out: Path) -> None:
     click.echo(summary.performance.throughput_note)
     if summary.cells.warning:
         click.echo(f"warning: {summary.cells.warning}")
+    if template := template_warning(summary):
+        click.echo(f"warning: {template}")
     for side, found in sorted(summary.log_matches.items()):
         for match in found:
             kind = "BLOCKING" if match.blocking else "warning"

@@ -9,8 +9,10 @@ meaningless) or `skip`:
   prompt must recall it too), and the server counts the whole prompt;
 - reasoning: a reasoning model neither leaks its reasoning into the content nor
   spends max_tokens reasoning;
+- template (chat): how the server renders a conversation, and whether its markers are
+  tokens the model knows (template_check.py);
 - tokenizer: a fingerprint (token ids from `/tokenize`, and prompt token counts),
-  compared between A and B by `tokenizer_agreement`.
+  compared between A and B by `judge.tokenizers.tokenizer_agreement`.
 """
 
 from __future__ import annotations

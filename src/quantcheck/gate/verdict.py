@@ -44,6 +44,7 @@ class Policy:
     max_pass_rate_drop: float | None = None  # points, against the interval's far end
     max_forced_kl: float | None = None  # mean teacher-forced KL over all scored positions
     require_routing_determinism: bool = False  # no prompt whose B repeats route differently
+    max_template_problems: int | None = None  # chat template signs (off: reported only)
 
 
 class Rule(msgspec.Struct):
@@ -165,7 +166,22 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     rules.append(_pass_rate_rule(rows, policy.max_pass_rate_drop))
     rules.append(_forced_kl_rule(rows, policy.max_forced_kl))
     rules.append(_routing_rule(rows, policy.require_routing_determinism))
+    rules.append(_rule("template_problems", "sign of a chat template the model does not know",
+                       template_problems(summary, compared), policy.max_template_problems))
     return rules
+
+
+def template_problems(summary: Summary, compared: list[PairRow]) -> list[str]:
+    """The preflight's template warnings (a side's, and A's against B's), then each
+    compared prompt whose answer echoes the question or carries template markers."""
+    preflight = summary.preflight
+    found = [f"{side.upper()}: preflight template check"
+             for side, report in (("a", preflight.a), ("b", preflight.b)) if report
+             and any(c.name == "template" and c.status == "warn" for c in report.checks)]
+    if preflight.template is not None and preflight.template.status == "warn":
+        found.append("A and B render the conversation differently")
+    return found + [row.prompt_id for row in compared
+                    if row.a_template_signs or row.b_template_signs]
 
 
 def _routing_rule(rows: Sequence[PairRow], required: bool) -> Rule:

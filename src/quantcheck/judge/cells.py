@@ -1,7 +1,8 @@
 """The serving cell of a side: what a result is only meaningful for.
 
 A cell is model, runtime and version, quantization, KV cache dtype, tensor
-parallelism, backend, GPU and its memory, context length and concurrency. The server
+parallelism, backend, GPU and its memory, context length, concurrency and the chat
+template as the server renders it (a digest, from the preflight). The server
 reveals some of it; `--cell key=value` fills in or overrides the rest.
 
 A GGUF served by llama.cpp is named by its file: the model is the file's name without

@@ -10,10 +10,11 @@ import numpy as np
 from msgspec import UNSET
 
 from ..store.pair_records import CheckCells, PairDetails, PairRow, RoutingDetails
-from ..store.run_records import Expect, Prompt
+from ..store.run_records import Prompt
 from . import routing
 from .expects import CheckResult, CodeRunner, check_answer, parse_calls
 from .sides import Side, SideRecord
+from .templates import last_user_message, template_signs
 from .triage import (
     classify_divergence,
     degenerate_reason,
@@ -49,8 +50,7 @@ def judge_pair(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
         prompt.hash if prompt else None)
     if row.status == "compared":
         assert a_first is not None and b_first is not None and a_ok and b_ok
-        _compare_answers(row, details, a_first, b_first, prompt.expect if prompt else None,
-                         run_code)
+        _compare_answers(row, details, a_first, b_first, prompt, run_code)
         if token_level:
             _compare_tokens(a, b, a_first, b_first, row, details)
         if a.routed or b.routed:
@@ -62,9 +62,12 @@ def judge_pair(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
 
 
 def _compare_answers(row: PairRow, details: PairDetails, a_first: SideRecord,
-                     b_first: SideRecord, expect: Expect | None, run_code: CodeRunner | None
+                     b_first: SideRecord, prompt: Prompt | None, run_code: CodeRunner | None
                      ) -> None:
-    """Repeat 0 of A against repeat 0 of B: texts, tool calls, numbers, loops, expect."""
+    """Repeat 0 of A against repeat 0 of B: texts, tool calls, numbers, loops, template
+    signs, expect."""
+    expect = prompt.expect if prompt else None
+    question = last_user_message(prompt.request) if prompt and prompt.api == "chat" else None
     a_text, b_text = a_first.text, b_first.text
     a_calls, b_calls = _calls(a_first), _calls(b_first)
     a_content, b_content = with_calls(a_text, a_calls), with_calls(b_text, b_calls)
@@ -79,6 +82,8 @@ def _compare_answers(row: PairRow, details: PairDetails, a_first: SideRecord,
     row.a_finish_reason, row.b_finish_reason = a_finish, b_finish
     row.a_degenerate = degenerate_reason(a_content, a_finish, b_finish)
     row.b_degenerate = degenerate_reason(b_content, b_finish, a_finish)
+    row.a_template_signs = template_signs(question, a_text or "")
+    row.b_template_signs = template_signs(question, b_text or "")
     row.divergence_kind = ""  # until the tokens say where the streams part
     if expect is not None:
         a_results = check_answer(expect, a_text, parse_calls(a_calls), run_code)

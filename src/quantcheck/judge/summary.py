@@ -31,6 +31,7 @@ from ..store.report_records import (
     Spread,
     Stats,
     Summary,
+    TemplateSigns,
     ThroughputPair,
 )
 from ..store.run_dir import Throughput, read_throughput
@@ -40,6 +41,7 @@ from .determinism import side_determinism
 from .expects import FAIL, PASS, SKIPPED
 from .sides import Side
 from .stats import BOOTSTRAPPED, paired_statistics, row_pass_counts
+from .templates import template_agreement
 from .tokenizers import tokenizer_agreement
 
 DRIFT_COLUMNS = ["top1_agreement", "logprob_mean_abs_diff", "logprob_max_abs_diff",
@@ -115,6 +117,10 @@ class PairTotals:
             counted = [n for n in tokens if n is not None]
             counts[f"{side}_tokens"] += sum(counted)
             counts[f"{side}_with_tokens"] += len(counted)
+        for side, signs in (("a", [row.a_template_signs for row in compared]),
+                            ("b", [row.b_template_signs for row in compared])):
+            for found in filter(None, signs):
+                self.values["template"].update(f"{side}_{sign}" for sign in found.split(","))
         for column, values in (("a_degenerate", [row.a_degenerate for row in compared]),
                                ("b_degenerate", [row.b_degenerate for row in compared]),
                                ("divergence_kind", [row.divergence_kind for row in compared]),
@@ -173,7 +179,9 @@ class PairTotals:
             unanswered=PerSide(a.unanswered, b.unanswered),
             checks={check: self.checks[check] for check in CHECKS if check in self.checks},
             tool_calls=_ranked(self.values["tool_call_change"]),
-            routing=RoutingCounts(**self.routing) if self.routing is not None else None)
+            routing=RoutingCounts(**self.routing) if self.routing is not None else None,
+            template=TemplateSigns(**self.values["template"]) if self.values["template"]
+            else None)
 
     def _drift(self) -> DriftSpreads:
         drift = DriftSpreads()
@@ -285,11 +293,14 @@ def throughput_verdict(a: Throughput | None, b: Throughput | None) -> Throughput
 
 
 def _preflight(a: Side, b: Side) -> PreflightPair:
-    """Each side's recorded preflight, and whether their tokenizers agree."""
+    """Each side's recorded preflight, whether their tokenizers agree, and whether they
+    render a conversation alike."""
     agreement = tokenizer_agreement(a.fingerprint, b.fingerprint)
+    rendered = [side.preflight.template if side.preflight else None for side in (a, b)]
     return PreflightPair(a=a.preflight, b=b.preflight, tokenizer=agreement,
                          token_metrics_withheld=agreement.message
-                         if agreement.status == "warn" else None)
+                         if agreement.status == "warn" else None,
+                         template=template_agreement(*rendered) if any(rendered) else None)
 
 
 def _comparison_sentence(compared: int, prompts: int, notes: list[str]) -> str:

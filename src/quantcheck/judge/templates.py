@@ -65,6 +65,18 @@ def rendering_key(text: str | None, ids: list[int] | None) -> str | None:
     return hashlib.sha256(data).hexdigest()[:12]
 
 
+def template_signs(question: str | None, answer: str) -> str:
+    """What an answer shows of a template the model does not know, comma-separated:
+    `echo` (it repeats the question: chat prompts only, `question` given) and
+    `markers` (it carries template markers)."""
+    signs = []
+    if question is not None and echoes_question(question, answer):
+        signs.append("echo")
+    if _MARKER.search(answer):
+        signs.append("markers")
+    return ",".join(signs)
+
+
 def echoes_question(question: str, answer: str) -> bool:
     """Whether the answer repeats the question (words and case aside from spacing)."""
     asked = _SPACE.sub(" ", question).strip().lower()
@@ -87,3 +99,13 @@ def template_agreement(a: TemplateRendering | None, b: TemplateRendering | None)
 def _shown(rendering: TemplateRendering) -> str:
     return repr(rendering.text[:120]) if rendering.text is not None else \
         f"{len(rendering.ids or [])} token ids"
+
+
+def last_user_message(request: dict[str, object]) -> str | None:
+    """The text of a chat request's last user message (what an echo repeats)."""
+    messages = request.get("messages")
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else None
+    return None

@@ -57,3 +57,31 @@ def headline(summary: Summary) -> str:
         parts.append("not compared: " + ", ".join(f"{v} {k.replace('_', ' ')}"
                                                   for k, v in others.items()))
     return ", ".join(parts) + "."
+
+
+def template_warning(summary: Summary) -> str | None:
+    """Once, at the top: what says a chat template is wrong (a side's preflight, A's
+    rendering against B's, answers that echo the question or carry template markers),
+    with the fix; None when nothing does."""
+    preflight, signs = summary.preflight, summary.counts.template
+    warned: dict[str, list[str]] = {}  # message -> the sides whose preflight said it
+    for side, report in (("A", preflight.a), ("B", preflight.b)):
+        for check in report.checks if report else []:
+            if check.name == "template" and check.status == "warn":
+                warned.setdefault(check.message, []).append(side)
+    found = [f"{_whose(sides)}: {message}" for message, sides in warned.items()]
+    if preflight.template is not None and preflight.template.status == "warn":
+        found.append(preflight.template.message)
+    if signs is not None and signs.any:
+        found.append(f"answers that echo the question: A {signs.a_echo}, B {signs.b_echo}; "
+                     f"answers with template markers: A {signs.a_markers}, "
+                     f"B {signs.b_markers}")
+    if not found:
+        return None
+    return ("Chat template: " + "; ".join(found) + ". Differences this causes measure the "
+            "template, not the change: serve the model with its own chat template.")
+
+
+def _whose(sides: list[str]) -> str:
+    """"A's server", "A's and B's servers"."""
+    return " and ".join(f"{side}'s" for side in sides) + " server" + "s" * (len(sides) > 1)

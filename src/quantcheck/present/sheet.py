@@ -28,7 +28,7 @@ from ..store.report_dir import (
 from ..store.report_records import Counts, ForcedSummary, Overview, Summary
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
-from .sentences import headline
+from .sentences import headline, template_warning
 from .templating import embed_json, environment
 
 SHEET = "index.html"
@@ -156,6 +156,7 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
     page = template.render(
         nonce=secrets.token_urlsafe(16), a=summary.a, b=summary.b, rubric=rubric,
         axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
+        template_warning=template_warning(summary),
         count_tiles=_count_tiles(summary.counts),
         throughput_note=summary.performance.throughput_note,
         log_matches=summary.log_matches, summary_counts=summary.counts,

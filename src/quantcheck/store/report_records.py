@@ -78,6 +78,21 @@ class Counts(msgspec.Struct, kw_only=True):
     checks: dict[str, CheckCounts] = {}  # by check kind, in run_records.CHECKS order
     tool_calls: dict[str, int] = {}  # tool_call_change -> compared prompts
     routing: RoutingCounts | None = None  # when either side recorded MoE routing
+    template: TemplateSigns | None = None  # when an answer showed a template gone wrong
+
+
+class TemplateSigns(msgspec.Struct, kw_only=True):
+    """Compared prompts whose answer echoes the question (chat prompts) or carries chat
+    template markers, per side (pairs.csv's a_template_signs, b_template_signs)."""
+
+    a_echo: int = 0
+    a_markers: int = 0
+    b_echo: int = 0
+    b_markers: int = 0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.a_echo or self.a_markers or self.b_echo or self.b_markers)
 
 
 class RoutingCounts(msgspec.Struct, kw_only=True):
@@ -198,12 +213,14 @@ class Performance(msgspec.Struct, kw_only=True):
 
 
 class PreflightPair(msgspec.Struct, kw_only=True):
-    """Both sides' recorded preflights, and whether their tokenizers agree."""
+    """Both sides' recorded preflights, whether their tokenizers agree, and whether they
+    render a conversation alike."""
 
     a: Preflight | None = None
     b: Preflight | None = None
     tokenizer: Check
     token_metrics_withheld: str | None = None
+    template: Check | None = None  # when either side rendered the conversation
 
 
 class LogMatch(msgspec.Struct, kw_only=True):
