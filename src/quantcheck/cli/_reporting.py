@@ -41,7 +41,7 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     one report each and an overview that recommends one.
 
     A side is a run directory from collect, or a JSON list of texts in prompt order
-    (`*.texts.json`, the seeds' format) for text-only triage.
+    (`*.texts.json`) for text-only triage.
 
     \b
     Example:
