@@ -17,6 +17,7 @@ from ..pipeline.comparing import CompareOptions
 from ..pipeline.determinism import DeterminismRun
 from ..store.run_dir import Parameters
 from ._group import cli
+from .config import config_options
 from .guard import exit_like_the_gate, run_guarded
 from .options import (
     API_OPTION,
@@ -41,6 +42,7 @@ from .progress import (
 
 
 @cli.command("collect")
+@config_options
 @click.option("--endpoint", required=True, help="Base URL, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--label", help="Name of this side, e.g. bf16 (default: the --out folder name).")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
@@ -76,6 +78,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 
 
 @cli.command("run")
+@config_options
 @click.option("--a", "a_url", required=True, help="Reference endpoint (e.g. BF16).")
 @click.option("--b", "b_urls", required=True, multiple=True,
               help="Candidate endpoint (e.g. FP8); repeat for several candidates.")
