@@ -147,7 +147,7 @@ def test_every_documented_command_parses_as_printed(where: str, command: str,
                 target.mkdir(parents=True)
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text("[]")
+                target.write_text("{}" if target.suffix in (".yaml", ".yml") else "[]")
         except click.UsageError as exc:
             raise AssertionError(f"{where}: {command}: {exc.format_message()}") from None
     raise AssertionError(f"{where}: {command}: too many missing paths")
