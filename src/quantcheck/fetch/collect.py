@@ -17,6 +17,7 @@ from .._version import __version__
 from ..errors import EndpointError, ParameterRejected, QuantcheckError, RunMismatch
 from ..judge.cells import cell_from_server, cell_key
 from ..store.files import StorageError
+from ..store.labels import check_label
 from ..store.preflight_records import Preflight
 from ..store.prompt_sets import file_sha256, load_prompts
 from ..store.run_dir import (
@@ -137,6 +138,7 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
                         force: bool = False) -> CollectResult:
     """Collect a run (resumed where one was left); `quantcheck.collect` runs it in an
     event loop of its own."""
+    check_label(settings.label, "--label")
     reporter = reporter or SilentReporter()
     if settings.routed_experts and settings.stream:
         settings = msgspec.structs.replace(settings, stream=False)
