@@ -4,6 +4,7 @@ is a failed record with its reason, never a crash, a hang or a wrong success."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -15,8 +16,11 @@ from typing import Any, BinaryIO
 import orjson
 import pytest
 
-from quantcheck import CollectSettings, collect, load_run
+from quantcheck import CollectSettings, collect, compare_to_dir, load_run
 from quantcheck.errors import EndpointError
+from quantcheck.store.report_dir import read_summary
+from quantcheck.store.run_records import Tokens
+from quantcheck.store.token_columns import pack
 
 from .hostile import (
     MODELS,
@@ -94,6 +98,18 @@ BAD_ANSWERS = {
         {"message": {"content": "b"}, "finish_reason": "stop"}]}).encode(), "choice"),
     "html": (b"<html><body>502 Bad Gateway</body></html>", "text/html"),
     "a-list": (b"[]", "shape"),
+    # non-finite logprobs, as strings (decoded leniently) or literals: never stored
+    "NaN-string-logprob": (with_logprobs([{**ENTRY, "logprob": "NaN"}]), "finite number"),
+    "-Infinity-string-alternative": (with_logprobs([{**ENTRY, "top_logprobs": [
+        {"token": " x", "logprob": -0.5}, {"token": " y", "logprob": "-Infinity"}]}]),
+        "finite number"),
+    "inf-string-logprob": (with_logprobs([{**ENTRY, "logprob": "inf"}]), "finite number"),
+    "Infinity-literal": (with_logprobs(b'[{"token": " x", "logprob": -Infinity}]'),
+                         "malformed JSON"),
+    "legacy-NaN-strings": (json.dumps({"model": "m", "choices": [{
+        "index": 0, "text": " x", "finish_reason": "stop", "logprobs": {
+            "tokens": [" x"], "token_logprobs": ["NaN"],
+            "top_logprobs": [{" x": "-Infinity"}]}}]}).encode(), "finite number"),
 }
 
 
@@ -127,6 +143,10 @@ BAD_STREAMS = {
     "usage-beyond-64-bits": (sse(chat_chunk(" a", "stop"), {
         "choices": [], "usage": {"completion_tokens": 2**64}}, b"[DONE]"), "usage"),
     "no-choices": (sse({"model": "m"}, {"model": "m"}, b"[DONE]"), "no choices"),
+    "NaN-string-in-a-chunk": (sse(chat_chunk(" a"), {"choices": [{
+        "index": 0, "delta": {"content": "b"}, "logprobs": {"content": [
+            {"token": "b", "logprob": "NaN", "top_logprobs": []}]}}]},
+        chat_chunk("", "stop"), b"[DONE]"), "finite number"),
     "two-choices-index-0": (sse({"choices": [
         {"index": 0, "delta": {"content": "a"}}, {"index": 0, "delta": {"content": "b"}}]},
         chat_chunk("", "stop"), b"[DONE]"), "choice"),
@@ -286,3 +306,53 @@ def test_the_cli_prints_one_line_and_no_traceback(hostile: Callable[..., Hostile
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr and "malformed JSON" in done.stderr
+
+
+LOGPROB_ANSWER = with_logprobs([{"token": " x", "logprob": -0.5, "top_logprobs": [
+    {"token": " x", "logprob": -0.5}, {"token": " y", "logprob": -1.5}]}])
+
+
+@pytest.mark.parametrize("case", list(BAD_ANSWERS), ids=list(BAD_ANSWERS))
+def test_every_summary_compare_writes_from_a_hostile_run_reads_back(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path, case: str) -> None:
+    prompts = write_prompts("prompts:\n" + "".join(
+        f'  - {{id: p{n}, messages: [{{role: user, content: "Question {n}?"}}]}}\n'
+        for n in range(3)))
+    body = BAD_ANSWERS[case][0]
+
+    def mostly_bad(request: Request, out: BinaryIO) -> None:  # the last prompt answers well
+        good_one = b"Question 2?" in json.dumps(request.body).encode()
+        out.write(http(200, LOGPROB_ANSWER if good_one else body,
+                       "text/html" if case == "html" and not good_one else "application/json"))
+
+    for side, respond in (("a", answer(LOGPROB_ANSWER)), ("b", mostly_bad)):
+        collect([prompts], tmp_path / side, settings(hostile(respond), label=side,
+                                                     stream=False, top_logprobs=2, retries=0))
+    report = tmp_path / "report"
+    compare_to_dir(tmp_path / "a", tmp_path / "b", report)
+    summary = read_summary(report)
+    assert summary.counts.unanswered.b == 2 and summary.counts.pairs == 1
+
+
+def test_a_hand_made_run_with_infinite_logprobs_still_gives_a_readable_summary(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    prompts = write_prompts(ONE_PROMPT)
+    for side in "ab":
+        collect([prompts], tmp_path / side, settings(hostile(answer(LOGPROB_ANSWER)),
+                                                     label=side, stream=False, top_logprobs=2))
+    # B's tokens.bin rewritten by hand: its logprobs infinite (collect refuses such answers)
+    (line,) = lines(tmp_path / "b")
+    tokens = Tokens(text=[" x"], logprob=[-math.inf], top_text=[[" x", " y"]],
+                    top_logprob=[[-math.inf, -math.inf]])
+    blob = pack(tokens)
+    (tmp_path / "b" / "tokens.bin").write_bytes(blob)
+    line["tokens"] = {**line["tokens"], "offset": 0, "length": len(blob)}
+    (tmp_path / "b" / "completions.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    summary = read_summary(tmp_path / "report")
+    assert summary.counts.pairs == 1
+    # the pair's infinite drift counts as no value; the rest is read as usual
+    assert summary.drift.logprob_mean_abs_diff is None
+    assert summary.drift.top1_agreement is not None

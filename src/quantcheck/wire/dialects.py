@@ -280,9 +280,36 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
     for lp in logprobs:
         if lp.tokens is not None:
             _append_legacy(generation.tokens, lp, top_k)
+    _refuse_non_finite(generation.tokens)
     _take_token_ids(generation.tokens, [i for c in choices for i in c.token_ids or ()])
     generation.routing = _routing(choices, bodies)
     return generation
+
+
+def _refuse_non_finite(tokens: Tokens) -> None:
+    """Every logprob a finite number. NaN and the infinities (literals, or strings such as
+    "NaN" and "-Infinity", which the lenient decoding turns into floats) would reach the
+    report's statistics, and JSON cannot hold them: the answer is refused."""
+    chosen = [value for value in tokens.logprob if value is not None]
+    # one sum per column is cheap; a non-finite total (or an overflow) is looked into
+    if math.isfinite(sum(chosen)) and math.isfinite(sum(map(sum, tokens.top_logprob))):
+        return
+    for position, value in enumerate(tokens.logprob):
+        if value is not None and not math.isfinite(value):
+            raise MalformedResponse(f"token {position}'s logprob is {value}, not a finite "
+                                    "number")
+    for position, values in enumerate(tokens.top_logprob):
+        wrong = next((value for value in values if not math.isfinite(value)), None)
+        if wrong is not None:
+            raise MalformedResponse(f"an alternative's logprob at token {position} is "
+                                    f"{wrong}, not a finite number")
+
+
+def finite_logprob(value: float, what: str) -> float:
+    """`value`, or a MalformedResponse saying `what` is not a finite number."""
+    if not math.isfinite(value):
+        raise MalformedResponse(f"{what} is {value}, not a finite number")
+    return value
 
 
 def _take_token_ids(tokens: Tokens, ids: list[int]) -> None:
@@ -547,6 +574,8 @@ def parse_prompt_logprobs(answer: object, ids: list[int], start: int, top_k: int
     scored = []
     for token, entry in zip(ids, choice.prompt_logprobs[start:], strict=False):
         entry = entry or {}
+        for value in entry.values():
+            finite_logprob(value.logprob, "a prompt logprob")
         ranked = sorted((v for v in entry.values() if v.rank is not None and v.rank <= top_k),
                         key=lambda v: v.rank or 0)
         own = entry.get(str(token))
@@ -570,6 +599,9 @@ def parse_echo(answer: object, prompt_chars: int, top_k: int) -> list[ScoredPosi
     scored = []
     for n in range(_boundary(tokens, prompt_chars), end):
         alternatives = (tops[n] if n < len(tops) else None) or {}
+        for value in [values[n] if n < len(values) else None, *alternatives.values()]:
+            if value is not None:
+                finite_logprob(value, "an echoed logprob")
         top = sorted(((t, v) for t, v in alternatives.items() if v is not None),
                      key=lambda kv: -kv[1])[:top_k]
         scored.append((values[n] if n < len(values) else None,
@@ -601,8 +633,8 @@ def parse_native_next(answer: object, token_id: int, token_text: str, top_k: int
     if not body.completion_probabilities:
         raise MalformedResponse("the /completion answer has no completion_probabilities")
     alternatives = body.completion_probabilities[0].top_logprobs
-    if any(math.isnan(a.logprob) or a.logprob == math.inf for a in alternatives):
-        raise MalformedResponse("the /completion answer has a logprob that is not a number")
+    for alternative in alternatives:
+        finite_logprob(alternative.logprob, "a logprob in the /completion answer")
     ranked = sorted(alternatives, key=lambda alternative: -alternative.logprob)[:top_k]
     own = next((a.logprob for a in ranked if a.id == token_id), None)
     return own, ([token_text if a.id == token_id else a.token for a in ranked],
