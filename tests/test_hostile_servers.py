@@ -19,7 +19,8 @@ import pytest
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
 from quantcheck.errors import EndpointError
 from quantcheck.store.report_dir import read_summary
-from quantcheck.store.run_records import Tokens
+from quantcheck.store.run_dir import RecordNotStorable, RunWriter
+from quantcheck.store.run_records import Completion, Tokens
 from quantcheck.store.token_columns import pack
 
 from .hostile import (
@@ -356,3 +357,99 @@ def test_a_hand_made_run_with_infinite_logprobs_still_gives_a_readable_summary(
     # the pair's infinite drift counts as no value; the rest is read as usual
     assert summary.drift.logprob_mean_abs_diff is None
     assert summary.drift.top1_agreement is not None
+
+
+def tool_call_answer(arguments: str | dict[str, Any] | bytes) -> bytes:
+    """A whole chat answer calling `pay` with these arguments (raw JSON bytes allowed)."""
+    raw = arguments if isinstance(arguments, bytes) else json.dumps(arguments).encode()
+    return (b'{"model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls", '
+            b'"message": {"content": null, "tool_calls": [{"id": "c1", "type": "function", '
+            b'"function": {"name": "pay", "arguments": ' + raw + b'}}]}}], "usage": '
+            b'{"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}}')
+
+
+DEEP = "[" * 300 + "]" * 300
+# arguments as sent (a JSON string, or an object) -> parsed_arguments kept, or None
+ODD_ARGUMENTS: dict[str, tuple[str | bytes, bool]] = {
+    "integer-beyond-64-bits": ('{"account": 123456789012345678901234567890}', False),
+    "negative-integer-beyond-64-bits": ('{"account": -9223372036854775809}', False),
+    "nested-300-deep": (DEEP, False),
+    "nested-1000-deep": ("[" * 1000 + "]" * 1000, False),
+    "escaped-lone-surrogate": ('{"name": "\\ud800"}', False),
+    "number-beyond-a-float": ('{"amount": 1e400}', False),
+    "NaN": ('{"amount": NaN}', False),
+    "uint64-max": ('{"account": 18446744073709551615}', True),
+    "object-with-a-big-integer": (b'{"account": 123456789012345678901234567890}', False),
+    "object-nested-300-deep": (b'{"a": ' + DEEP.encode() + b"}", False),
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_ARGUMENTS), ids=list(ODD_ARGUMENTS))
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_any_tool_call_arguments_are_stored_as_sent(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path, case: str, stream: bool) -> None:
+    arguments, parsed = ODD_ARGUMENTS[case]
+    whole = tool_call_answer(arguments)
+
+    def respond(request: Request, out: BinaryIO) -> None:
+        if not stream:
+            out.write(http(200, whole))
+            return
+        body = orjson.loads(whole) if isinstance(arguments, str) else {}
+        if not body:  # an object can only come whole: sent as one piece
+            out.write(stream_head() + sse(whole.replace(b'"message"', b'"delta"'),
+                                          chat_chunk("", "tool_calls"), b"[DONE]"))
+            return
+        text = body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+        pieces = [text[:len(text) // 2], text[len(text) // 2:]]
+        out.write(stream_head() + sse(*[{"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, **({"id": "c1", "function": {"name": "pay", "arguments": piece}}
+                            if n == 0 else {"function": {"arguments": piece}})}]}}]}
+            for n, piece in enumerate(pieces)], chat_chunk("", "tool_calls"), b"[DONE]"))
+
+    server = hostile(respond)
+    prompts = write_prompts(ONE_PROMPT)
+    for _ in range(2):  # a rerun finds the request done, never dies at it
+        result = collect([prompts], tmp_path / "run", settings(server, stream=stream))
+        assert result.failed == 0
+    (record,) = lines(tmp_path / "run")
+    (call,) = record["tool_calls"]
+    sent = arguments if isinstance(arguments, str) else None
+    assert record["error"] is None and (sent is None or call["arguments"] == sent)
+    if sent is None:  # an object is written as JSON of the same value
+        assert json.loads(call["arguments"]) == json.loads(arguments)
+    assert (call["parsed_arguments"] is not None) == parsed
+    (loaded,) = list(load_run(tmp_path / "run").completions())
+    assert loaded.tool_calls and loaded.tool_calls[0].arguments == call["arguments"]
+
+
+def test_tool_call_arguments_beyond_64_bits_compare_exactly(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    prompts = write_prompts(ONE_PROMPT)
+    sides = {"a": '{"account": 123456789012345678901234567890, "deep": ' + DEEP + "}",
+             "same": '{"deep": ' + DEEP + ', "account": 123456789012345678901234567890}',
+             "other": '{"account": 123456789012345678901234567891, "deep": ' + DEEP + "}"}
+    for side, arguments in sides.items():
+        collect([prompts], tmp_path / side,
+                settings(hostile(answer(tool_call_answer(arguments))), label=side,
+                         stream=False))
+    for side, change in (("same", "identical"), ("other", "arguments_changed")):
+        compare_to_dir(tmp_path / "a", tmp_path / side, tmp_path / f"report-{side}")
+        summary = read_summary(tmp_path / f"report-{side}")
+        assert summary.counts.tool_calls == {change: 1}
+
+
+def test_a_record_the_run_cannot_hold_is_refused_whole(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path)
+    writer.open()
+    tokens = Tokens(text=[" x"], logprob=[-0.5], top_text=[[" x"]], top_logprob=[[-0.5]])
+    try:
+        for usage in ({"prompt_tokens": 2**70}, {"deep": json.loads(DEEP)}):
+            with pytest.raises(RecordNotStorable):
+                writer.append(Completion("p", "h", 0, text="x", tokens=tokens, usage=usage))
+    finally:
+        writer.close()
+    assert (tmp_path / "completions.jsonl").read_bytes() == b""
+    assert (tmp_path / "tokens.bin").read_bytes() == b""  # no blob without its line

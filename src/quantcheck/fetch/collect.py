@@ -26,6 +26,7 @@ from ..store.run_dir import (
     Manifest,
     Parameters,
     PromptFile,
+    RecordNotStorable,
     RunCounts,
     RunWriter,
     completed_keys,
@@ -283,13 +284,24 @@ class _Session:
             await self._complete(*queue.get_nowait())
 
     async def _complete(self, prompt: Prompt, repeat: int) -> None:
-        record = await self._request(prompt, repeat)
-        self.writer.append(record)
+        record = self._stored(await self._request(prompt, repeat))
         if record.error:
             self.failed += 1
         else:
             self.collected += 1
         self.reporter.completed(record)
+
+    def _stored(self, record: Completion) -> Completion:
+        """`record` appended to the run; an answer holding a value the run's lines cannot
+        keep is stored as a failed record with the reason (a rerun asks again)."""
+        try:
+            self.writer.append(record)
+        except RecordNotStorable as exc:
+            record = Completion(prompt_id=record.prompt_id, prompt_hash=record.prompt_hash,
+                                repeat=record.repeat, started_at=record.started_at,
+                                error=f"the answer cannot be stored: {exc}")
+            self.writer.append(record)
+        return record
 
     async def _under_load(self, job: tuple[Prompt, int], fillers: list[Prompt]) -> None:
         """Send one repeat while filler requests (other prompts) keep the server busy."""

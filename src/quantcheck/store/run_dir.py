@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from ..errors import RunFormatError
+from ..errors import QuantcheckError, RunFormatError
 from .files import (
     DirectoryLock,
     append,
@@ -245,6 +245,11 @@ def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
                 raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
 
 
+class RecordNotStorable(QuantcheckError):
+    """A record holds a value JSON lines cannot keep (an integer beyond 64 bits, nesting
+    deeper than 254 levels): the record, not the run, is what fails."""
+
+
 class RunWriter:
     """Appends completion records to a run directory: the token blob, then the line.
 
@@ -274,10 +279,15 @@ class RunWriter:
         `tokens` gets that offset). merge copies other runs' blobs as they are."""
         assert self._lines is not None and self._blobs is not None
         if blob is not None:
-            offset = os.fstat(self._blobs).st_size
+            data = {**data, "tokens": {**data["tokens"],
+                                       "offset": os.fstat(self._blobs).st_size}}
+        try:  # before the blob: a record that cannot be written leaves nothing behind
+            line = orjson.dumps(data) + b"\n"
+        except orjson.JSONEncodeError as exc:
+            raise RecordNotStorable(str(exc)) from None
+        if blob is not None:
             append(self._blobs, blob, self.run_dir / TOKENS_FILE)
-            data = {**data, "tokens": {**data["tokens"], "offset": offset}}
-        append(self._lines, orjson.dumps(data) + b"\n", self.run_dir / COMPLETIONS)
+        append(self._lines, line, self.run_dir / COMPLETIONS)
 
     def close(self) -> None:
         for descriptor in (self._lines, self._blobs):

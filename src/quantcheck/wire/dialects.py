@@ -428,7 +428,7 @@ def _tool_calls(messages: list[_Message]) -> list[ToolCall]:
         if function.name and function.name != call.name:
             call.name += function.name  # a name sent in fragments
         if isinstance(function.arguments, dict):
-            call.arguments.append(orjson.dumps(function.arguments).decode())
+            call.arguments.append(_arguments_text(function.arguments))
         elif function.arguments:
             call.arguments.append(function.arguments)
     return [_tool_call(n, call) for n, call in enumerate(calls.values())]
@@ -443,15 +443,45 @@ class _CallPieces:
     arguments: list[str] = field(default_factory=list)
 
 
+def _arguments_text(arguments: dict[str, object]) -> str:
+    """Arguments a server sent as an object, written as the JSON string the format
+    expects; msgspec writes what orjson cannot (integers beyond 64 bits, deep nesting)."""
+    try:
+        return orjson.dumps(arguments).decode()
+    except orjson.JSONEncodeError:
+        return msgspec.json.encode(arguments).decode()
+
+
 def _tool_call(number: int, call: _CallPieces) -> ToolCall:
     if not call.name:
         raise MalformedResponse(f"tool call {number} names no function")
     arguments = "".join(call.arguments)
+    return ToolCall(name=call.name, arguments=arguments,
+                    parsed_arguments=_parsed_arguments(arguments), id=call.id)
+
+
+def _parsed_arguments(arguments: str) -> object:
+    """The arguments parsed, when they are JSON the run's lines can hold exactly; None
+    when they are not JSON, or hold an integer beyond 64 bits, nesting deeper than 254
+    levels, a lone surrogate or a number beyond a float's range (the string as sent is
+    kept whatever they hold)."""
     try:
-        parsed = json.loads(arguments)
-    except (ValueError, RecursionError):
-        parsed = None
-    return ToolCall(name=call.name, arguments=arguments, parsed_arguments=parsed, id=call.id)
+        parsed = json.loads(arguments, parse_constant=_not_json, parse_float=_finite_float)
+        orjson.dumps(parsed)
+    except (ValueError, RecursionError, orjson.JSONEncodeError):
+        return None
+    return parsed
+
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond a float's range")
+    return value
 
 
 def _storable_usage(usage: dict[str, object] | None) -> dict[str, object] | None:
