@@ -313,7 +313,7 @@ def merge_command(runs: tuple[Path, ...], out: Path) -> None:
       quantcheck collect --endpoint URL --prompts P.yaml --shard 2/2 --out runs/fp8-2
       quantcheck merge runs/fp8-1 runs/fp8-2 --out runs/fp8
     """
-    from ..store.shards import merge_runs
+    from ..store.merging import merge_runs
 
     result = run_guarded(lambda: merge_runs(list(runs), out), "Nothing was merged.")
     click.echo(f"merged {result.shards} shards: {result.prompts} prompts, "

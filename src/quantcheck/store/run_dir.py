@@ -347,7 +347,12 @@ class Blobs:
         return self._read(reference) if reference and "file" in reference else None
 
     def _read(self, reference: dict[str, Any]) -> bytes:
-        name = reference["file"]
+        name, offset, length = (reference.get(key) for key in ("file", "offset", "length"))
+        if name != TOKENS_FILE or not all(isinstance(n, int) and not isinstance(n, bool)
+                                          and n >= 0 for n in (offset, length)):
+            # a run's tokens are in its own tokens.bin: never a file outside the run
+            raise RunFormatError(f"{self.run_dir / COMPLETIONS}: a token reference "
+                                 f"{reference!r} that does not point into {TOKENS_FILE}")
         if name not in self._handles:
             self._handles[name] = (self.run_dir / name).open("rb")
         handle = self._handles[name]
