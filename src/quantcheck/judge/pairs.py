@@ -319,7 +319,10 @@ def _routing_columns(a: Side, b: Side, a_ok: list[Record], b_ok: list[Record],
                                     **routing.grid_cells(repeats.grid)}
         if 0 in routings:
             firsts[name] = routings[0]
-    if token_level and len(firsts) == 2:
+    reason = _routing_not_compared(firsts, a_ok, b_ok) if a.routed and b.routed else None
+    if token_level and reason:
+        shown["ab"] = {"sentence": f"not compared: {reason}"}
+    elif token_level and len(firsts) == 2:
         pair = routing.between(firsts["a"], firsts["b"], row.get("first_divergence"))
         columns.update(routing_first_token=pair.first_token,
                        routing_first_layer=pair.first_layer,
@@ -328,6 +331,20 @@ def _routing_columns(a: Side, b: Side, a_ok: list[Record], b_ok: list[Record],
     if shown:
         detail["routing"] = shown
     return columns
+
+
+def _routing_not_compared(firsts: dict[str, Any], a_ok: list[Record], b_ok: list[Record]
+                          ) -> str | None:
+    """Why A's repeat 0 routing is not set against B's: a side's was unusable when
+    collected (its record says why), or the two do not have the same shape."""
+    reasons = []
+    for name, ok in (("a", a_ok), ("b", b_ok)):
+        unusable = next((r.get("routing_unusable") for r in ok if r["repeat"] == 0), None)
+        if name not in firsts and unusable:
+            reasons.append(f"{name.upper()}'s routing is unusable ({unusable})")
+    if len(firsts) == 2:
+        reasons += [r for r in [routing.incomparable(firsts["a"], firsts["b"])] if r]
+    return "; ".join(reasons) or None
 
 
 def _forced(folder: str | Path) -> tuple[ForcedSummary, dict[str, dict[str, Any]]]:

@@ -146,6 +146,7 @@ class CompletionLine(msgspec.Struct, kw_only=True):
     e2e_s: float | None = None
     error: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    routing_unusable: str | None = None
 
     @property
     def n_tokens(self) -> int | None:

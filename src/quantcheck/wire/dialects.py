@@ -13,12 +13,9 @@ Dialects seen in the wild:
 - llama-cpp-python: legacy completions with k+1 alternatives (the sampled token is
   added), chat entries with `bytes: null`; a tool call also as the older
   `function_call`.
-Expert routing (MoE): vLLM (server flag `--enable-return-routed-experts`) puts
-`routed_experts` on each non-streamed choice: base64 of `.npy` bytes, an integer array
-(rows, layers, experts per token) whose rows are the prompt's and the generated
-tokens' forward passes except the last sampled token's; SGLang (request
-`return_routed_experts: true`) puts the same as base64 of raw int32 without a shape in
-the response's `sglext.routed_experts`. vLLM choices may also carry `token_ids`.
+Expert routing (MoE): vLLM's `routed_experts` on a whole answer's choice, SGLang's
+`sglext.routed_experts` (whole, or a stream's last chunk); see routing.py. vLLM
+choices may also carry `token_ids`.
 Tool calls: `message.tool_calls[]` {id, type, function: {name, arguments}} (vLLM sends
 `[]` when there is none); streamed as `delta.tool_calls[]` pieces tied together by
 `index`: the name once, the arguments string in fragments (SGLang and llama.cpp send
@@ -27,9 +24,6 @@ Tool calls: `message.tool_calls[]` {id, type, function: {name, arguments}} (vLLM
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import json
 import math
 import operator
@@ -42,6 +36,7 @@ import numpy as np
 import orjson
 
 from ..store.run_records import Tokens, ToolCall
+from .routing import RoutingUnusable, decode_npy_routing, decode_raw_routing
 
 _Shape = TypeVar("_Shape", bound=msgspec.Struct)
 _Decoded = TypeVar("_Decoded")
@@ -63,8 +58,10 @@ class Generation:
     model: str | None = None
     system_fingerprint: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
-    # MoE routing as sent: (rows, layers, k) from vLLM, flat int32 from SGLang
+    # MoE routing as sent: (rows, layers, k) from vLLM, flat int32 from SGLang; or why
+    # what was sent is no routing (routing.py)
     routing: np.ndarray | None = None
+    routing_problem: str | None = None
 
 
 class StreamError(Exception):
@@ -282,7 +279,7 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
             _append_legacy(generation.tokens, lp, top_k)
     _refuse_non_finite(generation.tokens)
     _take_token_ids(generation.tokens, [i for c in choices for i in c.token_ids or ()])
-    generation.routing = _routing(choices, bodies)
+    generation.routing, generation.routing_problem = _routing(choices, bodies)
     return generation
 
 
@@ -320,70 +317,19 @@ def _take_token_ids(tokens: Tokens, ids: list[int]) -> None:
         tokens.ids = ids
 
 
-# Routing entries in one answer, beyond which it is refused: 256 MiB as int32, above
-# a long answer of a large MoE (32k tokens x 94 layers x 8 experts is 24 million)
-ROUTING_LIMIT = 2**26
-
-
-def _routing(choices: list[_Choice], bodies: list[_Body]) -> np.ndarray | None:
+def _routing(choices: list[_Choice], bodies: list[_Body]
+             ) -> tuple[np.ndarray | None, str | None]:
+    """The routing an answer carried, or why it is none: a routing problem never fails
+    the answer."""
     vllm = next((c.routed_experts for c in choices if c.routed_experts), None)
     sglang = next((b.sglext.routed_experts for b in bodies
                    if b.sglext and b.sglext.routed_experts), None)
-    if vllm is not None:
-        return decode_npy_routing(vllm)
-    return decode_raw_routing(sglang) if sglang is not None else None
-
-
-def _base64(encoded: str) -> bytes:
     try:
-        return base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise MalformedResponse(f"routed experts are not base64: {exc}") from None
-
-
-def decode_npy_routing(encoded: str) -> np.ndarray:
-    """vLLM's `routed_experts`: base64 `.npy` of an integer (rows, layers, k) array."""
-    try:
-        array = np.load(io.BytesIO(_base64(encoded)), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise MalformedResponse(f"routed experts are not a .npy array: {exc}") from None
-    if array.ndim != 3 or array.dtype.kind not in "iu" or array.size > ROUTING_LIMIT:
-        raise MalformedResponse(f"routed experts of shape {array.shape} and type "
-                                f"{array.dtype}: expected integers (tokens, layers, k)")
-    if array.size and (array.min() < 0 or array.max() >= 2**31):
-        raise MalformedResponse("routed experts hold an expert number out of range")
-    return np.asarray(array, np.int32)
-
-
-def decode_raw_routing(encoded: str) -> np.ndarray:
-    """SGLang's `sglext.routed_experts`: base64 of raw little-endian int32, flat (its
-    shape is the model's: see reshape_routing)."""
-    raw = _base64(encoded)
-    if len(raw) % 4 or len(raw) // 4 > ROUTING_LIMIT:
-        raise MalformedResponse(f"routed experts of {len(raw)} bytes are not int32 values")
-    array = np.frombuffer(raw, "<i4").astype(np.int32)
-    if array.size and array.min() < 0:
-        raise MalformedResponse("routed experts hold a negative expert number")
-    return array
-
-
-def generated_routing(routing: np.ndarray, n_tokens: int, prompt_tokens: int | None,
-                      shape: tuple[int, int] | None) -> np.ndarray:
-    """The routing that produced each generated token, (tokens, layers, k): row i is
-    the forward pass whose output chose token i (the prompt's last token for token 0).
-    A flat (SGLang) array needs the model's (layers, k); without it this refuses."""
-    if routing.ndim == 1:
-        if shape is None:
-            raise MalformedResponse("routing came without its shape: pass "
-                                    "--routed-experts-shape LAYERS,K (the model's "
-                                    "num_hidden_layers and num_experts_per_tok)")
-        layers, k = shape
-        if routing.size % (layers * k):
-            raise MalformedResponse(f"{routing.size} routed experts are not rows of "
-                                    f"{layers} layers x {k}")
-        routing = routing.reshape(-1, layers, k)
-    start = prompt_tokens - 1 if prompt_tokens else max(len(routing) - n_tokens, 0)
-    return routing[max(start, 0):max(start, 0) + n_tokens]
+        if vllm is not None:
+            return decode_npy_routing(vllm), None
+        return (decode_raw_routing(sglang) if sglang is not None else None), None
+    except RoutingUnusable as exc:
+        return None, str(exc)
 
 
 def _first_choices(bodies: list[_Body]) -> list[_Choice]:
