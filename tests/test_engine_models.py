@@ -113,7 +113,7 @@ def vllm_entry(token: str, logprob: float) -> Any:
                       for t, v in TOP[token]])
 
 
-def vllm_chat_whole() -> bytes:
+def vllm_chat_whole(routing: np.ndarray = ROUTING) -> bytes:
     message = vllm_chat.ChatMessage(role="assistant", content="Canberra.",
                                     reasoning="The capital is not Sydney.")
     response = vllm_chat.ChatCompletionResponse(
@@ -121,7 +121,7 @@ def vllm_chat_whole() -> bytes:
             index=0, message=message, finish_reason="stop",
             logprobs=vllm_chat.ChatCompletionLogProbs(content=[vllm_entry(t, v)
                                                                for t, v, _ in TOKENS]),
-            token_ids=[i for _, _, i in TOKENS], routed_experts=npy(ROUTING))])
+            token_ids=[i for _, _, i in TOKENS], routed_experts=npy(routing))])
     return bytes(JSONResponse(content=response.model_dump()).body)
 
 
@@ -212,8 +212,8 @@ def sglang_logprobs(tokens: list[tuple[str, float, int]]) -> Any:
                       for t, v in TOP[token]]) for token, logprob, _ in tokens])
 
 
-def sglang_routing() -> Any:
-    return sglang.SglExt(routed_experts=base64.b64encode(ROUTING.astype("<i4").tobytes())
+def sglang_routing(routing: np.ndarray = ROUTING) -> Any:
+    return sglang.SglExt(routed_experts=base64.b64encode(routing.astype("<i4").tobytes())
                          .decode())
 
 
@@ -228,7 +228,7 @@ def sglang_chat_whole() -> bytes:
     return orjson_response(response)
 
 
-def sglang_chat_stream() -> bytes:
+def sglang_chat_stream(routing: np.ndarray = ROUTING) -> bytes:
     events = [sglang_sse.build_sse_content(chunk_id="c", created=1, model="m", index=0,
                                            role="assistant", content="")]
     events.append(sglang_sse.build_sse_content(
@@ -239,7 +239,7 @@ def sglang_chat_stream() -> bytes:
             chunk_id="c", created=1, model="m", index=0, content=token[0],
             logprobs=sglang_logprobs([token]).model_dump(),
             finish_reason="stop" if n == len(TOKENS) - 1 else None))
-    for extra in ({"sglext": sglang_routing()}, {"usage": sglang_usage()}):
+    for extra in ({"sglext": sglang_routing(routing)}, {"usage": sglang_usage()}):
         chunk = sglang.ChatCompletionStreamResponse(id="c", created=1, model="m", choices=[],
                                                     **extra)
         events.append(f"data: {chunk.model_dump_json()}\n\n")
@@ -283,9 +283,9 @@ CASES: list[Case] = [
     ("vllm", "completions", True, vllm_completions_stream, {"finish": "length"}),
     ("sglang", "chat", False, sglang_chat_whole,
      {"reasoning": True, "routing": True, "finish": "stop"}),
-    # a stream carries SGLang's routing in a last chunk, but --routed-experts collects
-    # whole answers (vLLM streams none): checked below by the parser itself
-    ("sglang", "chat", True, sglang_chat_stream, {"reasoning": True, "finish": "stop"}),
+    # a stream carries SGLang's routing in a last chunk without choices (vLLM's none)
+    ("sglang", "chat", True, sglang_chat_stream,
+     {"reasoning": True, "routing": True, "finish": "stop"}),
     ("sglang", "chat", False, sglang_tool_whole, {"call": True, "finish": "tool_calls"}),
     ("sglang", "completions", False, sglang_completions_whole,
      {"routing": True, "finish": "length"}),
@@ -341,3 +341,31 @@ def test_sglang_streams_its_routing_in_a_last_chunk() -> None:
     generation = accumulator.finish()
     assert generation.routing is not None
     assert np.array_equal(generation.routing, ROUTING.ravel())
+
+
+UNUSABLE_ROUTING: dict[str, tuple[str, bool, Callable[[], bytes], str]] = {
+    # dialect, stream, the engine's answer, why its routing is not kept
+    "vllm-generated-rows-only": ("vllm", False,
+                                 lambda: vllm_chat_whole(ROUTING[PROMPT_TOKENS - 1:]),
+                                 "prompt + generated - 1"),
+    "vllm-no-layers": ("vllm", False, lambda: vllm_chat_whole(ROUTING[:, :0]),
+                       "holds no experts"),
+    "sglang-stream-a-row-short": ("sglang", True, lambda: sglang_chat_stream(ROUTING[1:]),
+                                  "prompt + generated - 1"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNUSABLE_ROUTING), ids=list(UNUSABLE_ROUTING))
+def test_engine_routing_without_a_row_per_forward_pass_is_unusable(
+        serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path, case: str) -> None:
+    dialect, stream, answer, reason = UNUSABLE_ROUTING[case]
+    server = serve(dialect=dialect, replay={"chat-stream" if stream else "chat": answer()})
+    collect([write_prompts("prompts:\n  - {id: p, messages: [{role: user, content: hi}]}\n")],
+            tmp_path / "run", CollectSettings(
+                endpoint=server.url, label=dialect, stream=stream, top_logprobs=2,
+                preflight=False, routed_experts=True, routed_experts_shape=[LAYERS, K]))
+    (record,) = list(load_run(tmp_path / "run").completions())
+    assert record.error is None and record.text == "Canberra."  # the answer is kept
+    assert record.tokens is not None and record.tokens.routing is None
+    assert reason in (record.routing_unusable or "")

@@ -36,7 +36,9 @@ from quantcheck.wire.dialects import (
     MalformedResponse,
     StreamAccumulator,
     StreamError,
+    parse_echo,
     parse_native_next,
+    parse_prompt_logprobs,
     parse_response,
 )
 
@@ -67,7 +69,8 @@ def shapes(wild: bool) -> st.SearchStrategy[dict[str, Any]]:
     token = st.text(max_size=4) | st.sampled_from(["\ufffd", "\0"] + (["\ud800"] if wild else []))
     logprob = st.floats(max_value=0.0, allow_nan=False, allow_infinity=False) | st.just(-0.0)
     if wild:
-        logprob |= st.sampled_from([float("nan"), float("-inf"), float("inf"), 1e308])
+        logprob |= st.sampled_from([float("nan"), float("-inf"), float("inf"), 1e308,
+                                    "NaN", "-Infinity", "Infinity", "inf", "-inf", "nan"])
     alternative = st.fixed_dictionaries({"token": field(token), "logprob": field(logprob)})
     entry = st.fixed_dictionaries(
         {"token": field(token), "logprob": field(logprob)},
@@ -82,7 +85,9 @@ def shapes(wild: bool) -> st.SearchStrategy[dict[str, Any]]:
                                        max_size=4))})
     function = st.fixed_dictionaries({}, optional={
         "name": field(st.sampled_from(["f", "get_weather", ""]) | st.none()),
-        "arguments": field(st.text(max_size=6) | st.sampled_from(['{"a": 1}', "{", "null"]))})
+        "arguments": field(st.text(max_size=6) | st.sampled_from([
+            '{"a": 1}', "{", "null", '{"a": 123456789012345678901234567890}',
+            "[" * 300 + "]" * 300, '{"a": "\\ud800"}', '{"a": 1e400}']))})
     tool_call = st.fixed_dictionaries({}, optional={
         "index": field(st.integers(0, 2) | st.none()), "id": field(st.text(max_size=3)),
         "type": field(st.just("function")), "function": field(function)})
@@ -142,6 +147,8 @@ def assert_storable(generation: Generation) -> None:
     assert Completion.from_json(stored).tool_calls == record.tool_calls
     assert all(call.name for call in generation.tool_calls)
     tokens = generation.tokens
+    assert all(math.isfinite(v) for v in tokens.logprob if v is not None)
+    assert all(math.isfinite(v) for top in tokens.top_logprob for v in top)
     back = unpack(pack(tokens)).to_tokens()
     assert json.dumps(back.to_json()) == json.dumps(tokens.to_json())
 
@@ -313,11 +320,16 @@ def test_streamed_call_pieces_assemble_to_the_calls_however_split(
     generation = accumulator.finish()
     assert [(c.name, c.arguments) for c in generation.tool_calls] == calls
     for call in generation.tool_calls:
-        try:
-            expected = json.loads(call.arguments)
-        except ValueError:
+        try:  # JSON the run's lines hold exactly: no NaN, 64-bit integers
+            expected = json.loads(call.arguments, parse_constant=_no_constant)
+            orjson.dumps(expected)
+        except (ValueError, orjson.JSONEncodeError):
             expected = None
         assert json.dumps(call.parsed_arguments) == json.dumps(expected)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
 
 
 EXPECT = Expect(contains=["x"], any_of=["y", "z"], not_contains=["q"], regex="a+b",
@@ -362,3 +374,20 @@ def test_any_expect_in_a_prompt_file_loads_or_names_file_line_and_field(
         message = str(exc)  # YAML cannot read every JSON escape (surrogate pairs)
         assert message.startswith(f"{path}:") and ("field 'expect" in message
                                                    or "not valid YAML" in message)
+
+
+NOT_FINITE = ["NaN", "-Infinity", "Infinity", "inf"]
+
+
+@pytest.mark.parametrize("value", NOT_FINITE)
+def test_the_scoring_parsers_refuse_a_logprob_that_is_not_finite(value: str) -> None:
+    prompt_logprobs = {"choices": [{"prompt_logprobs": [None, {
+        "7": {"logprob": value, "rank": 1, "decoded_token": "x"}}]}]}
+    echo = {"choices": [{"logprobs": {"tokens": ["a", "b"], "token_logprobs": [None, -0.5],
+                                      "top_logprobs": [None, {"b": -0.5, "c": value}]}}]}
+    native = {"completion_probabilities": [{"top_logprobs": [
+        {"id": 7, "token": "x", "logprob": value}]}]}
+    for parse in (lambda: parse_prompt_logprobs(prompt_logprobs, [7], 1, 2),
+                  lambda: parse_echo(echo, 1, 2), lambda: parse_native_next(native, 7, "x", 2)):
+        with pytest.raises(MalformedResponse, match="not a finite number"):
+            parse()

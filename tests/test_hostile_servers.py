@@ -4,6 +4,7 @@ is a failed record with its reason, never a crash, a hang or a wrong success."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -15,8 +16,12 @@ from typing import Any, BinaryIO
 import orjson
 import pytest
 
-from quantcheck import CollectSettings, collect, load_run
+from quantcheck import CollectSettings, collect, compare_to_dir, load_run
 from quantcheck.errors import EndpointError
+from quantcheck.store.report_dir import read_summary
+from quantcheck.store.run_dir import RecordNotStorable, RunWriter
+from quantcheck.store.run_records import Completion, Tokens
+from quantcheck.store.token_columns import pack
 
 from .hostile import (
     MODELS,
@@ -94,6 +99,18 @@ BAD_ANSWERS = {
         {"message": {"content": "b"}, "finish_reason": "stop"}]}).encode(), "choice"),
     "html": (b"<html><body>502 Bad Gateway</body></html>", "text/html"),
     "a-list": (b"[]", "shape"),
+    # non-finite logprobs, as strings (decoded leniently) or literals: never stored
+    "NaN-string-logprob": (with_logprobs([{**ENTRY, "logprob": "NaN"}]), "finite number"),
+    "-Infinity-string-alternative": (with_logprobs([{**ENTRY, "top_logprobs": [
+        {"token": " x", "logprob": -0.5}, {"token": " y", "logprob": "-Infinity"}]}]),
+        "finite number"),
+    "inf-string-logprob": (with_logprobs([{**ENTRY, "logprob": "inf"}]), "finite number"),
+    "Infinity-literal": (with_logprobs(b'[{"token": " x", "logprob": -Infinity}]'),
+                         "malformed JSON"),
+    "legacy-NaN-strings": (json.dumps({"model": "m", "choices": [{
+        "index": 0, "text": " x", "finish_reason": "stop", "logprobs": {
+            "tokens": [" x"], "token_logprobs": ["NaN"],
+            "top_logprobs": [{" x": "-Infinity"}]}}]}).encode(), "finite number"),
 }
 
 
@@ -127,6 +144,10 @@ BAD_STREAMS = {
     "usage-beyond-64-bits": (sse(chat_chunk(" a", "stop"), {
         "choices": [], "usage": {"completion_tokens": 2**64}}, b"[DONE]"), "usage"),
     "no-choices": (sse({"model": "m"}, {"model": "m"}, b"[DONE]"), "no choices"),
+    "NaN-string-in-a-chunk": (sse(chat_chunk(" a"), {"choices": [{
+        "index": 0, "delta": {"content": "b"}, "logprobs": {"content": [
+            {"token": "b", "logprob": "NaN", "top_logprobs": []}]}}]},
+        chat_chunk("", "stop"), b"[DONE]"), "finite number"),
     "two-choices-index-0": (sse({"choices": [
         {"index": 0, "delta": {"content": "a"}}, {"index": 0, "delta": {"content": "b"}}]},
         chat_chunk("", "stop"), b"[DONE]"), "choice"),
@@ -286,3 +307,149 @@ def test_the_cli_prints_one_line_and_no_traceback(hostile: Callable[..., Hostile
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr and "malformed JSON" in done.stderr
+
+
+LOGPROB_ANSWER = with_logprobs([{"token": " x", "logprob": -0.5, "top_logprobs": [
+    {"token": " x", "logprob": -0.5}, {"token": " y", "logprob": -1.5}]}])
+
+
+@pytest.mark.parametrize("case", list(BAD_ANSWERS), ids=list(BAD_ANSWERS))
+def test_every_summary_compare_writes_from_a_hostile_run_reads_back(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path, case: str) -> None:
+    prompts = write_prompts("prompts:\n" + "".join(
+        f'  - {{id: p{n}, messages: [{{role: user, content: "Question {n}?"}}]}}\n'
+        for n in range(3)))
+    body = BAD_ANSWERS[case][0]
+
+    def mostly_bad(request: Request, out: BinaryIO) -> None:  # the last prompt answers well
+        good_one = b"Question 2?" in json.dumps(request.body).encode()
+        out.write(http(200, LOGPROB_ANSWER if good_one else body,
+                       "text/html" if case == "html" and not good_one else "application/json"))
+
+    for side, respond in (("a", answer(LOGPROB_ANSWER)), ("b", mostly_bad)):
+        collect([prompts], tmp_path / side, settings(hostile(respond), label=side,
+                                                     stream=False, top_logprobs=2, retries=0))
+    report = tmp_path / "report"
+    compare_to_dir(tmp_path / "a", tmp_path / "b", report)
+    summary = read_summary(report)
+    assert summary.counts.unanswered.b == 2 and summary.counts.pairs == 1
+
+
+def test_a_hand_made_run_with_infinite_logprobs_still_gives_a_readable_summary(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    prompts = write_prompts(ONE_PROMPT)
+    for side in "ab":
+        collect([prompts], tmp_path / side, settings(hostile(answer(LOGPROB_ANSWER)),
+                                                     label=side, stream=False, top_logprobs=2))
+    # B's tokens.bin rewritten by hand: its logprobs infinite (collect refuses such answers)
+    (line,) = lines(tmp_path / "b")
+    tokens = Tokens(text=[" x"], logprob=[-math.inf], top_text=[[" x", " y"]],
+                    top_logprob=[[-math.inf, -math.inf]])
+    blob = pack(tokens)
+    (tmp_path / "b" / "tokens.bin").write_bytes(blob)
+    line["tokens"] = {**line["tokens"], "offset": 0, "length": len(blob)}
+    (tmp_path / "b" / "completions.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    summary = read_summary(tmp_path / "report")
+    assert summary.counts.pairs == 1
+    # the pair's infinite drift counts as no value; the rest is read as usual
+    assert summary.drift.logprob_mean_abs_diff is None
+    assert summary.drift.top1_agreement is not None
+
+
+def tool_call_answer(arguments: str | dict[str, Any] | bytes) -> bytes:
+    """A whole chat answer calling `pay` with these arguments (raw JSON bytes allowed)."""
+    raw = arguments if isinstance(arguments, bytes) else json.dumps(arguments).encode()
+    return (b'{"model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls", '
+            b'"message": {"content": null, "tool_calls": [{"id": "c1", "type": "function", '
+            b'"function": {"name": "pay", "arguments": ' + raw + b'}}]}}], "usage": '
+            b'{"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}}')
+
+
+DEEP = "[" * 300 + "]" * 300
+# arguments as sent (a JSON string, or an object) -> parsed_arguments kept, or None
+ODD_ARGUMENTS: dict[str, tuple[str | bytes, bool]] = {
+    "integer-beyond-64-bits": ('{"account": 123456789012345678901234567890}', False),
+    "negative-integer-beyond-64-bits": ('{"account": -9223372036854775809}', False),
+    "nested-300-deep": (DEEP, False),
+    "nested-1000-deep": ("[" * 1000 + "]" * 1000, False),
+    "escaped-lone-surrogate": ('{"name": "\\ud800"}', False),
+    "number-beyond-a-float": ('{"amount": 1e400}', False),
+    "NaN": ('{"amount": NaN}', False),
+    "uint64-max": ('{"account": 18446744073709551615}', True),
+    "object-with-a-big-integer": (b'{"account": 123456789012345678901234567890}', False),
+    "object-nested-300-deep": (b'{"a": ' + DEEP.encode() + b"}", False),
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_ARGUMENTS), ids=list(ODD_ARGUMENTS))
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_any_tool_call_arguments_are_stored_as_sent(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path, case: str, stream: bool) -> None:
+    arguments, parsed = ODD_ARGUMENTS[case]
+    whole = tool_call_answer(arguments)
+
+    def respond(request: Request, out: BinaryIO) -> None:
+        if not stream:
+            out.write(http(200, whole))
+            return
+        body = orjson.loads(whole) if isinstance(arguments, str) else {}
+        if not body:  # an object can only come whole: sent as one piece
+            out.write(stream_head() + sse(whole.replace(b'"message"', b'"delta"'),
+                                          chat_chunk("", "tool_calls"), b"[DONE]"))
+            return
+        text = body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+        pieces = [text[:len(text) // 2], text[len(text) // 2:]]
+        out.write(stream_head() + sse(*[{"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, **({"id": "c1", "function": {"name": "pay", "arguments": piece}}
+                            if n == 0 else {"function": {"arguments": piece}})}]}}]}
+            for n, piece in enumerate(pieces)], chat_chunk("", "tool_calls"), b"[DONE]"))
+
+    server = hostile(respond)
+    prompts = write_prompts(ONE_PROMPT)
+    for _ in range(2):  # a rerun finds the request done, never dies at it
+        result = collect([prompts], tmp_path / "run", settings(server, stream=stream))
+        assert result.failed == 0
+    (record,) = lines(tmp_path / "run")
+    (call,) = record["tool_calls"]
+    sent = arguments if isinstance(arguments, str) else None
+    assert record["error"] is None and (sent is None or call["arguments"] == sent)
+    if sent is None:  # an object is written as JSON of the same value
+        assert json.loads(call["arguments"]) == json.loads(arguments)
+    assert (call["parsed_arguments"] is not None) == parsed
+    (loaded,) = list(load_run(tmp_path / "run").completions())
+    assert loaded.tool_calls and loaded.tool_calls[0].arguments == call["arguments"]
+
+
+def test_tool_call_arguments_beyond_64_bits_compare_exactly(
+        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        tmp_path: Path) -> None:
+    prompts = write_prompts(ONE_PROMPT)
+    sides = {"a": '{"account": 123456789012345678901234567890, "deep": ' + DEEP + "}",
+             "same": '{"deep": ' + DEEP + ', "account": 123456789012345678901234567890}',
+             "other": '{"account": 123456789012345678901234567891, "deep": ' + DEEP + "}"}
+    for side, arguments in sides.items():
+        collect([prompts], tmp_path / side,
+                settings(hostile(answer(tool_call_answer(arguments))), label=side,
+                         stream=False))
+    for side, change in (("same", "identical"), ("other", "arguments_changed")):
+        compare_to_dir(tmp_path / "a", tmp_path / side, tmp_path / f"report-{side}")
+        summary = read_summary(tmp_path / f"report-{side}")
+        assert summary.counts.tool_calls == {change: 1}
+
+
+def test_a_record_the_run_cannot_hold_is_refused_whole(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path)
+    writer.open()
+    tokens = Tokens(text=[" x"], logprob=[-0.5], top_text=[[" x"]], top_logprob=[[-0.5]])
+    try:
+        for usage in ({"prompt_tokens": 2**70}, {"deep": json.loads(DEEP)}):
+            with pytest.raises(RecordNotStorable):
+                writer.append(Completion("p", "h", 0, text="x", tokens=tokens, usage=usage))
+    finally:
+        writer.close()
+    assert (tmp_path / "completions.jsonl").read_bytes() == b""
+    assert (tmp_path / "tokens.bin").read_bytes() == b""  # no blob without its line

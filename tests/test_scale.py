@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,12 +28,13 @@ from quantcheck.cli import cli
 from quantcheck.errors import RunFormatError
 from quantcheck.judge import pairs as compare_module
 from quantcheck.judge import sides
-from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.present import sheet as report
+from quantcheck.store.merging import merge_runs
 from quantcheck.store.pair_records import PAIR_DTYPES, TEXT_COLUMNS
 from quantcheck.store.report_dir import DetailsReader, pairs_csv, read_pair_rows, read_pairs
 from quantcheck.store.run_dir import PromptLines, lock_run, prompt_key
-from quantcheck.store.shards import ShardError, in_shard, merge_runs, parse_shard
+from quantcheck.store.shards import ShardError, in_shard, parse_shard
 
 from .test_collect import Serve, WritePrompts
 from .test_storage import assert_one_clear_line, run_with_file_limit
@@ -485,3 +489,170 @@ def test_two_prompt_ids_that_share_a_key_are_refused_not_merged(
         with pytest.raises(RunFormatError, match="prompt ids 'p1' and 'p2' share a 64-bit"):
             with sides.load_side(run) as side:
                 side.records("p1")
+
+
+def _edit_record(shard: Path, change: dict[str, Any] | bytes, number: int = 0) -> None:
+    """Line `number` of a shard's completions.jsonl, changed (or replaced by raw bytes)."""
+    path = shard / "completions.jsonl"
+    records = path.read_bytes().splitlines(keepends=True)
+    if isinstance(change, bytes):
+        records[number] = change
+    else:
+        record = orjson.loads(records[number])
+        for key, value in change.items():
+            if key.startswith("tokens."):
+                record["tokens"][key.removeprefix("tokens.")] = value
+            else:
+                record[key] = value
+        records[number] = orjson.dumps(record) + b"\n"
+    path.write_bytes(b"".join(records))
+
+
+def _edit_manifest(run: Path, **changes: Any) -> None:
+    path = run / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for key, value in changes.items():
+        if key == "shard":
+            manifest["parameters"]["shard"] = value
+        else:
+            manifest[key] = value
+    path.write_text(json.dumps(manifest))
+
+
+def _relink(shard: Path, name: str, target: str) -> None:
+    (shard / name).unlink()
+    (shard / name).symlink_to(target)
+
+
+def _other_shards_line(one: Path, two: Path) -> None:
+    line = (two / "completions.jsonl").read_bytes().splitlines(keepends=True)[0]
+    with (one / "completions.jsonl").open("ab") as handle:
+        handle.write(line)
+
+
+def _other_shards_prompt(one: Path, two: Path) -> None:
+    line = (two / "prompts.jsonl").read_bytes().splitlines(keepends=True)[0]
+    with (one / "prompts.jsonl").open("ab") as handle:
+        handle.write(line)
+
+
+def _a_billion_shards(one: Path, two: Path) -> None:
+    for index, shard in enumerate((one, two), 1):
+        _edit_manifest(shard, shard=f"{index}/1000000000", prompt_hashes={})
+        for name in ("prompts.jsonl", "completions.jsonl"):
+            (shard / name).write_bytes(b"")
+
+
+# how each shard lies -> what the one line of error says (shard 1's file is named)
+HOSTILE_SHARDS: dict[str, tuple[Any, str]] = {
+    "tokens-in-etc-hostname": (lambda one, two: _edit_record(
+        one, {"tokens.file": "/etc/hostname"}), "in its own tokens.bin"),
+    "tokens-in-another-shard": (lambda one, two: _edit_record(
+        one, {"tokens.file": "../shard2/tokens.bin"}), "in its own tokens.bin"),
+    "negative-offset": (lambda one, two: _edit_record(one, {"tokens.offset": -1}),
+                        "malformed token reference"),
+    "offset-past-the-end": (lambda one, two: _edit_record(one, {"tokens.offset": 10**12}),
+                            "lie outside"),
+    "offset-inside-a-blob": (lambda one, two: _edit_record(one, {"tokens.offset": 1}),
+                             "not the start of a token blob"),
+    "length-beyond-2^64": (lambda one, two: _edit_record(one, {"tokens.length": 2**63}),
+                           "lie outside"),
+    "length-a-string": (lambda one, two: _edit_record(one, {"tokens.length": "12"}),
+                        "malformed token reference"),
+    "offset-true": (lambda one, two: _edit_record(one, {"tokens.offset": True}),
+                    "malformed token reference"),
+    "tokens-a-number": (lambda one, two: _edit_record(one, {"tokens": 5}), "not a record"),
+    "repeat-a-string": (lambda one, two: _edit_record(one, {"repeat": "0"}), "not a record"),
+    "repeat-negative": (lambda one, two: _edit_record(one, {"repeat": -1}), "not a record"),
+    "repeat-beyond-the-run": (lambda one, two: _edit_record(one, {"repeat": 2}),
+                              "repeat 2 of a run of 2 repeats"),
+    "a-list": (lambda one, two: _edit_record(one, b"[]\n"), "not a record"),
+    "not-json": (lambda one, two: _edit_record(one, b"{\n"), "not valid JSON"),
+    "a-prompt-of-the-other-shard": (_other_shards_line, "which is not in shard 1/2"),
+    "an-unknown-prompt": (lambda one, two: _edit_record(one, {"prompt_id": "q999"}),
+                          "a record for prompt 'q999'"),
+    "another-prompt-version": (lambda one, two: _edit_record(one, {"prompt_hash": "0" * 16}),
+                               "another version"),
+    "prompts-list-the-other-shards": (_other_shards_prompt, "not in the shard's"),
+    "manifest-lists-the-other-shards": (lambda one, two: _edit_manifest(one, prompt_hashes={
+        **json.loads((one / "manifest.json").read_text())["prompt_hashes"],
+        **json.loads((two / "manifest.json").read_text())["prompt_hashes"]}),
+        "is not in shard 1/2"),
+    "tokens-bin-linked-outside": (lambda one, two: _relink(one, "tokens.bin", "/etc/hostname"),
+                                  "is a symbolic link"),
+    "prompts-linked-outside": (lambda one, two: _relink(one, "prompts.jsonl", "/etc/passwd"),
+                               "is a symbolic link"),
+}
+# the ones that would read without end (or hang): merged in a process of bounded memory
+UNBOUNDED_SHARDS: dict[str, tuple[Any, str]] = {
+    "completions-linked-to-dev-zero": (
+        lambda one, two: _relink(one, "completions.jsonl", "/dev/zero"), "symbolic link"),
+    "manifest-linked-to-dev-zero": (
+        lambda one, two: _relink(one, "manifest.json", "/dev/zero"), "symbolic link"),
+    "completions-a-fifo": (lambda one, two: ((one / "completions.jsonl").unlink(),
+                                             os.mkfifo(one / "completions.jsonl")),
+                           "not a regular file"),
+    "a-billion-shards": (_a_billion_shards, "7/1000000000 and 999,999,993 more missing"),
+}
+
+
+@pytest.fixture(scope="module")
+def two_shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("shards")
+    (folder / "prompts.yaml").write_text(PROMPTS)
+    server = ScriptedServer(ScriptedModel(B)).start()
+    try:
+        return collect_shards(server.url, folder / "prompts.yaml", folder, 2)
+    finally:
+        server.stop()
+
+
+def _hostile_copy(shards: list[Path], folder: Path, lie: Any) -> list[Path]:
+    copies = [folder / shard.name for shard in shards]
+    for shard, copy in zip(shards, copies, strict=True):
+        shutil.copytree(shard, copy, symlinks=True)
+    lie(*copies)
+    return copies
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_SHARDS), ids=list(HOSTILE_SHARDS))
+def test_merge_reads_shards_as_hostile_input(two_shards: list[Path], tmp_path: Path,
+                                            case: str) -> None:
+    lie, says = HOSTILE_SHARDS[case]
+    shards = _hostile_copy(two_shards, tmp_path, lie)
+    result = CliRunner().invoke(cli, ["merge", *map(str, shards), "--out",
+                                      str(tmp_path / "merged")])
+    assert result.exit_code == 2, result.output
+    assert_one_clear_line(result.output, says)
+    assert str(shards[0]) in result.output and "cannot write" not in result.output
+    assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize("case", list(UNBOUNDED_SHARDS), ids=list(UNBOUNDED_SHARDS))
+def test_merge_never_reads_without_end(two_shards: list[Path], tmp_path: Path,
+                                       case: str) -> None:
+    lie, says = UNBOUNDED_SHARDS[case]
+    shards = _hostile_copy(two_shards, tmp_path, lie)
+
+    def bounded_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    done = subprocess.run([sys.executable, "-m", "quantcheck", "merge", *map(str, shards),
+                           "--out", str(tmp_path / "merged")], capture_output=True,
+                          text=True, timeout=60, preexec_fn=bounded_memory)
+    assert done.returncode == 2, done.stderr
+    assert_one_clear_line(done.stderr, says)
+    assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize("reference", [{"tokens.file": "/etc/hostname"},
+                                       {"tokens.offset": -1}, {"tokens.length": "9"}],
+                         ids=["a-file-outside", "negative-offset", "length-a-string"])
+def test_compare_reads_no_token_file_outside_a_run(two_shards: list[Path], tmp_path: Path,
+                                                   reference: dict[str, Any]) -> None:
+    one, two = _hostile_copy(two_shards, tmp_path, lambda one, two: _edit_record(one,
+                                                                                 reference))
+    result = CliRunner().invoke(cli, ["compare", str(two), str(one), "--out",
+                                      str(tmp_path / "report")])
+    assert result.exit_code == 2, result.output
+    assert_one_clear_line(result.output, "does not point into tokens.bin")

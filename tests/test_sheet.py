@@ -162,7 +162,11 @@ def test_hostile_model_output_never_executes(
                                     for n, text in enumerate(HOSTILE)}))
     for server, side in ((a_server, "a"), (b_server, "b")):
         collect([prompts], tmp_path / side,
-                CollectSettings(endpoint=server.url, label=f"<b>{side}</b>", top_logprobs=2))
+                CollectSettings(endpoint=server.url, label=side, top_logprobs=2))
+        # collect refuses such a label; a manifest edited by hand still holds one
+        manifest = tmp_path / side / "manifest.json"
+        manifest.write_text(json.dumps({**json.loads(manifest.read_text()),
+                                        "label": f"<b>{side}</b>"}))
     compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))

@@ -15,6 +15,7 @@ from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
 from ..pipeline.ab import ABRun, ThroughputSettings
 from ..pipeline.comparing import CompareOptions
 from ..pipeline.determinism import DeterminismRun
+from ..store.labels import label_from_name
 from ..store.run_dir import Parameters
 from ._group import cli
 from .config import config_options
@@ -44,7 +45,8 @@ from .progress import (
 @cli.command("collect")
 @config_options
 @click.option("--endpoint", required=True, help="Base URL, e.g. http://127.0.0.1:8000/v1.")
-@click.option("--label", help="Name of this side, e.g. bf16 (default: the --out folder name).")
+@click.option("--label", help="Name of this side, e.g. bf16: 1 to 64 letters, digits, '.', "
+              "'_' or '-' (default: the --out folder's name, other characters as '_').")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Run directory (created; an existing one is resumed).")
 @click.option("--model", help="Model name (default: the one model /v1/models lists).")
@@ -67,7 +69,8 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --suite facts,json \\
           --out runs/bf16-suites
     """
-    settings = side_settings(parameters, endpoint, label or out.name, model, api_key_env, cell)
+    label = label if label is not None else label_from_name(out.name)
+    settings = side_settings(parameters, endpoint, label, model, api_key_env, cell)
     result = collect_with_progress(prompt_files, out, settings, force)
     click.echo(f"{settings.label}: {result.collected} collected, {result.skipped} already there, "
                f"{result.failed} failed -> {out}", err=True)
@@ -325,7 +328,7 @@ def merge_command(runs: tuple[Path, ...], out: Path) -> None:
       quantcheck collect --endpoint URL --prompts P.yaml --shard 2/2 --out runs/fp8-2
       quantcheck merge runs/fp8-1 runs/fp8-2 --out runs/fp8
     """
-    from ..store.shards import merge_runs
+    from ..store.merging import merge_runs
 
     result = run_guarded(lambda: merge_runs(list(runs), out), "Nothing was merged.")
     click.echo(f"merged {result.shards} shards: {result.prompts} prompts, "

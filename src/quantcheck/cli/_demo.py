@@ -120,7 +120,7 @@ def _model_demo(out: Path, repeats: int, precisions: list[str], fault: str
     click.echo("preparing Gemma 3 270M (the first run converts the shipped GGUF once, about "
                "a minute)...", err=True)
     run_guarded(prepare_model, "")
-    labels = [p + ("" if fault == "none" else f"+{fault}") for p in precisions]
+    labels = [p + ("" if fault == "none" else f"-{fault}") for p in precisions]
     click.echo(f"starting lab servers: A = bf16, B = {', '.join(labels)} (loading takes "
                "~10 s each)...", err=True)
     specs = [("bf16", "none")] + [(p, fault) for p in precisions]

@@ -176,9 +176,9 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
                      help="Collect only shard I of N of the prompts (a deterministic slice "
                           "by prompt id); join the shard runs with `quantcheck merge`."),
         click.option("--routed-experts", is_flag=True,
-                     help="Record MoE expert routing per token and layer (vLLM started with "
-                          "--enable-return-routed-experts; SGLang with routed experts "
-                          "capture); collects without streaming."),
+                     help="Record MoE expert routing per token and layer (vLLM or SGLang "
+                          "started with --enable-return-routed-experts); vLLM sends it in "
+                          "whole answers only, so there it collects without streaming."),
         click.option("--routed-experts-shape", callback=_layers_and_k, metavar="LAYERS,K",
                      help="The model's num_hidden_layers and num_experts_per_tok: SGLang "
                           "sends routing without its shape."),

@@ -17,6 +17,7 @@ from .._version import __version__
 from ..errors import EndpointError, ParameterRejected, QuantcheckError, RunMismatch
 from ..judge.cells import cell_from_server, cell_key
 from ..store.files import StorageError
+from ..store.labels import check_label
 from ..store.preflight_records import Preflight
 from ..store.prompt_sets import file_sha256, load_prompts
 from ..store.run_dir import (
@@ -26,6 +27,7 @@ from ..store.run_dir import (
     Manifest,
     Parameters,
     PromptFile,
+    RecordNotStorable,
     RunCounts,
     RunWriter,
     completed_keys,
@@ -47,7 +49,8 @@ from ..wire.client import (
     rejection_advice,
     sleep_backoff,
 )
-from ..wire.dialects import Generation, MalformedResponse, generated_routing, with_logprobs
+from ..wire.dialects import Generation, with_logprobs
+from ..wire.routing import RoutingUnusable, generated_routing
 from .preflight import PreflightFailed, ProbeShape, run_preflight
 from .server_info import describe_server
 from .template_check import rendering_cell_value
@@ -139,11 +142,8 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
                         force: bool = False) -> CollectResult:
     """Collect a run (resumed where one was left); `quantcheck.collect` runs it in an
     event loop of its own."""
+    check_label(settings.label, "--label")
     reporter = reporter or SilentReporter()
-    if settings.routed_experts and settings.stream:
-        settings = msgspec.structs.replace(settings, stream=False)
-        reporter.warn("--routed-experts collects without streaming (routing comes only in "
-                      "whole answers): time to first token is not measured")
     prompts = load_prompts(prompt_files, settings.request)
     if settings.shard:
         prompts = shard_prompts(prompts, settings.shard)
@@ -153,10 +153,25 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
                               settings.max_response_mb) as client:
         models = await client.list_models()
         model = choose_model(models, settings.model, public_url(settings.endpoint))
+        server = await describe_server(client, models)
+        settings = _streaming_for_routing(settings, server.runtime, reporter)
         manifest = _manifest(settings, model, prompts, prompt_files)
+        manifest.server = server
         with lock_run(run_dir):
             return await _collect_locked(client, run_dir, manifest, settings, model, models,
                                          prompts, reporter, force)
+
+
+def _streaming_for_routing(settings: CollectSettings, runtime: str, reporter: Reporter
+                           ) -> CollectSettings:
+    """--routed-experts on a stream: SGLang sends routing in a stream's last chunk; vLLM
+    (and a server that does not say what it is) only in whole answers, so those are
+    collected whole."""
+    if not settings.routed_experts or not settings.stream or runtime == "sglang":
+        return settings
+    reporter.warn("--routed-experts collects without streaming (vLLM sends routing only in "
+                  "whole answers): time to first token is not measured")
+    return msgspec.structs.replace(settings, stream=False)
 
 
 async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: Manifest,
@@ -198,7 +213,6 @@ async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
     manifest; the keys already collected."""
     _prepare_run_dir(run_dir, manifest, force)
     done = completed_keys(run_dir)
-    manifest.server = await describe_server(client, models)
     manifest.cell = {**cell_from_server(manifest.server, model, settings.concurrency),
                      **settings.cell}
     manifest.cell_key = cell_key(manifest.cell)
@@ -287,13 +301,24 @@ class _Session:
             await self._complete(*queue.get_nowait())
 
     async def _complete(self, prompt: Prompt, repeat: int) -> None:
-        record = await self._request(prompt, repeat)
-        self.writer.append(record)
+        record = self._stored(await self._request(prompt, repeat))
         if record.error:
             self.failed += 1
         else:
             self.collected += 1
         self.reporter.completed(record)
+
+    def _stored(self, record: Completion) -> Completion:
+        """`record` appended to the run; an answer holding a value the run's lines cannot
+        keep is stored as a failed record with the reason (a rerun asks again)."""
+        try:
+            self.writer.append(record)
+        except RecordNotStorable as exc:
+            record = Completion(prompt_id=record.prompt_id, prompt_hash=record.prompt_hash,
+                                repeat=record.repeat, started_at=record.started_at,
+                                error=f"the answer cannot be stored: {exc}")
+            self.writer.append(record)
+        return record
 
     async def _under_load(self, job: tuple[Prompt, int], fillers: list[Prompt]) -> None:
         """Send one repeat while filler requests (other prompts) keep the server busy."""
@@ -366,25 +391,29 @@ class _Session:
         return record
 
     def _keep_routing(self, record: Completion, generation: Generation) -> None:
-        """The routing of the generated tokens onto the record's tokens; what stops
-        that is said once, never a failed request."""
+        """The routing of the generated tokens onto the record's tokens. Routing that
+        cannot be right is not kept: the record says why (the answer is kept), and a
+        warning says it once."""
         endpoint = public_url(self.settings.endpoint)
-        if generation.routing is None or record.tokens is None:
-            self._warn_routing("none", f"{endpoint} returned no MoE routing (vLLM: start it "
-                               "with --enable-return-routed-experts; SGLang: with routed "
-                               "experts capture on; a dense model has none; routing is "
-                               "kept with the logprobs, so --top-logprobs must be above 0)")
+        if generation.routing_problem is None and (generation.routing is None
+                                                   or record.tokens is None):
+            self._warn_routing("none", f"{endpoint} returned no MoE routing (vLLM and "
+                               "SGLang: start it with --enable-return-routed-experts; a "
+                               "dense model has none; routing is kept with the logprobs, "
+                               "so --top-logprobs must be above 0)")
             return
-        usage = generation.usage or {}
-        prompt_tokens = usage.get("prompt_tokens")
-        shape = self.settings.routed_experts_shape
-        try:
-            record.tokens.routing = generated_routing(
-                generation.routing, len(record.tokens),
-                prompt_tokens if isinstance(prompt_tokens, int) else None,
-                (shape[0], shape[1]) if shape else None)
-        except MalformedResponse as exc:
-            self._warn_routing("shape", f"{endpoint}: routing not kept: {exc}")
+        problem, shape = generation.routing_problem, self.settings.routed_experts_shape
+        if problem is None and generation.routing is not None and record.tokens is not None:
+            try:
+                record.tokens.routing = generated_routing(
+                    generation.routing, len(record.tokens), generation.usage,
+                    (shape[0], shape[1]) if shape else None)
+            except RoutingUnusable as exc:
+                problem = str(exc)
+        if problem is not None:
+            record.routing_unusable = problem
+            self._warn_routing("unusable", f"{endpoint}: routing unusable, not kept (each "
+                               f"record says why; the answers are kept): {problem}")
 
     def _warn_routing(self, kind: str, message: str) -> None:
         if kind not in self._warned_routing:

@@ -8,6 +8,7 @@ from ..store.report_records import DeterminismRow, SideDeterminism
 from ..store.run_records import Tokens
 from ..store.token_columns import round_significant
 from .routing import across_repeats
+from .routing import problem as routing_problem
 from .sides import Side
 from .triage import first_divergence, token_keys
 
@@ -26,7 +27,8 @@ def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[Determinis
         texts = len({record.text_hash for record in ok})
         signatures = len({r.signature for r in ok}) \
             if all(r.signature is not None for r in ok) else None
-        routings = [t.routing for t in repeats if t and t.routing is not None]
+        routings = [t.routing for t in repeats if t and t.routing is not None
+                    and routing_problem(t.routing, len(t)) is None]
         routed = across_repeats(routings, signatures) if routings else None
         text_first, logprob_first, spread = _positions([t for t in repeats if t], sig_digits)
         rows.append(DeterminismRow(

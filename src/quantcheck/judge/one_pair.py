@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 from msgspec import UNSET
 
-from ..store.pair_records import CheckCells, PairDetails, PairRow, RoutingDetails
+from ..store.pair_records import CheckCells, PairDetails, PairRow, RoutingDetails, RoutingGrid
 from ..store.run_records import Prompt
 from . import routing
 from .expects import CheckResult, CodeRunner, check_answer, parse_calls
@@ -54,7 +54,8 @@ def judge_pair(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
         if token_level:
             _compare_tokens(a, b, a_first, b_first, row, details)
         if a.routed or b.routed:
-            _compare_routing(a.routing_of(a_ok), b.routing_of(b_ok), row, details, token_level)
+            _compare_routing(a.routing_of(a_ok), b.routing_of(b_ok), row, details, token_level,
+                             _unusable(a_first, b_first) if a.routed and b.routed else [])
         # Nondeterminism, not regression: a side's own repeats also show the other's text.
         row.noise = not row.identical and bool(
             {r.text_hash for r in a_ok} & {r.text_hash for r in b_ok})
@@ -200,9 +201,18 @@ def _compare_tokens(a: Side, b: Side, a_first: SideRecord, b_first: SideRecord,
     row.kl_topk_mean, row.kl_topk_max = measured.kl_topk_mean, measured.kl_topk_max
 
 
+def _unusable(a_first: SideRecord, b_first: SideRecord) -> list[str]:
+    """Why a side's repeat 0 has no routing to set against the other's: it was unusable
+    when collected (its record says why)."""
+    return [f"{name}'s routing is unusable ({first.line.routing_unusable})"
+            for name, first in (("A", a_first), ("B", b_first)) if first.line.routing_unusable]
+
+
 def _compare_routing(a_routings: dict[int, np.ndarray], b_routings: dict[int, np.ndarray],
-                     row: PairRow, details: PairDetails, token_level: bool) -> None:
-    """Each side's routing across its repeats, and A's against B's (repeat 0)."""
+                     row: PairRow, details: PairDetails, token_level: bool,
+                     unusable: list[str]) -> None:
+    """Each side's routing across its repeats, and A's against B's (repeat 0), or why
+    they are not compared: a side's was unusable, or their shapes differ."""
     shown = RoutingDetails()
     if a_routings:
         repeats = routing.across_repeats(list(a_routings.values()), row.a_signatures)
@@ -212,10 +222,15 @@ def _compare_routing(a_routings: dict[int, np.ndarray], b_routings: dict[int, np
         repeats = routing.across_repeats(list(b_routings.values()), row.b_signatures)
         row.b_routings, row.b_routing = repeats.distinct, repeats.kind
         shown.b_repeats = routing.shown(repeats.sentence, repeats.grid)
-    if token_level and 0 in a_routings and 0 in b_routings:
+    reasons = list(unusable)
+    if 0 in a_routings and 0 in b_routings:
+        reasons += filter(None, [routing.incomparable(a_routings[0], b_routings[0])])
+    if token_level and reasons:
+        shown.ab = RoutingGrid(f"not compared: {'; '.join(reasons)}", 0, 0, [])
+    elif token_level and 0 in a_routings and 0 in b_routings:
         pair = routing.between(a_routings[0], b_routings[0], row.first_divergence)
         row.routing_first_token, row.routing_first_layer = pair.first_token, pair.first_layer
         row.routing_diff_share = round(pair.share, 6)
         shown.ab = routing.shown(pair.sentence, pair.grid)
-    if shown.a_repeats is not UNSET or shown.b_repeats is not UNSET:
+    if any(part is not UNSET for part in (shown.a_repeats, shown.b_repeats, shown.ab)):
         details.routing = shown

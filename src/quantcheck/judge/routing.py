@@ -27,6 +27,25 @@ from ..store.pair_records import RoutingGrid
 GRID_TOKENS = 256  # the sheet's grid shows at most this many tokens
 
 
+def problem(routing: np.ndarray, n_tokens: int) -> str | None:
+    """Why a stored routing cannot be the experts of a record's `n_tokens` generated
+    tokens (None when it can): runs collected before collect checked routing may hold
+    such, and comparing them would read as routing alike."""
+    if routing.ndim != 3 or not routing.shape[1] or not routing.shape[2]:
+        return f"routing of shape {tuple(routing.shape)} holds no experts"
+    if len(routing) != n_tokens:
+        return f"{len(routing)} rows of routing for {n_tokens} generated tokens"
+    return None
+
+
+def incomparable(a: np.ndarray, b: np.ndarray) -> str | None:
+    """Why A's and B's routings cannot be set side by side (None when they can)."""
+    if a.shape[1:] != b.shape[1:]:
+        return (f"A's routing has {a.shape[1]} layers x {a.shape[2]} experts, B's "
+                f"{b.shape[1]} x {b.shape[2]}")
+    return None
+
+
 def signature(routing: np.ndarray) -> str:
     """Equal for routings that send every (token, layer) to the same experts."""
     ordered = np.sort(routing, axis=2).astype(np.int32)
@@ -98,12 +117,22 @@ class PairRouting:
     grid: np.ndarray
 
 
+def routed_layers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """bool per layer: whether either side routed it. A dense layer's columns are all 0
+    on both (the engines fill them so): no routing to compare."""
+    layers = min(a.shape[1], b.shape[1])
+    return np.asarray(np.any(a[:, :layers] != 0, axis=(0, 2))
+                      | np.any(b[:, :layers] != 0, axis=(0, 2)))
+
+
 def between(a: np.ndarray, b: np.ndarray, first_divergence: int | None) -> PairRouting:
-    """Where B routed the shared tokens elsewhere than A, against where texts part."""
+    """Where B routed the shared tokens elsewhere than A, against where texts part; the
+    share of (token, layer) slots that differ counts routed layers only."""
     shared = min(len(a), len(b)) if first_divergence is None else first_divergence + 1
     grid = differing(a, b, shared)
     cell = first_cell(grid)
-    share = float(grid.mean()) if grid.size else 0.0
+    counted = grid[:, routed_layers(a, b)] if grid.size else grid
+    share = float(counted.mean()) if counted.size else 0.0
     if cell is None:
         sentence = f"A and B routed all {len(grid)} shared tokens alike"
         return PairRouting(None, None, share, len(grid), sentence, grid)

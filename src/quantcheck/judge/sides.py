@@ -43,6 +43,7 @@ from ..store.run_dir import (
 )
 from ..store.run_records import Prompt, Tokens
 from .parallel import ordered_map
+from .routing import problem as routing_problem
 
 BLOCK_RECORDS = 20_000  # records read before their signatures are computed
 MISSING_DIGEST = -(2**63)
@@ -228,11 +229,12 @@ class Side:
 
     def routing_of(self, records: list[SideRecord]) -> dict[int, np.ndarray]:
         """The routings of these records by repeat, in repeat order (those that have
-        one)."""
+        one that can be right)."""
         found = {}
         for record in sorted(records, key=lambda r: r.repeat):
             tokens = self.tokens_at(record.offset)
-            if tokens is not None and tokens.routing is not None:
+            if tokens is not None and tokens.routing is not None \
+                    and routing_problem(tokens.routing, len(tokens)) is None:
                 found[record.repeat] = tokens.routing
         return found
 

@@ -138,9 +138,12 @@ class PairTotals:
         routing["ab_differs"] += sum(row.routing_first_token is not None for row in compared)
 
     def number_column(self, column: str) -> np.ndarray:
-        """A drift column's values over the compared pairs that have one, in order."""
-        return np.concatenate(self.numbers[column]) if self.numbers[column] else \
+        """A drift column's values over the compared pairs that have one, in order; one
+        that is not finite (a run made by hand can hold an infinite logprob) counts as
+        none, so the summary stays JSON its reader takes."""
+        values = np.concatenate(self.numbers[column]) if self.numbers[column] else \
             np.zeros(0)
+        return values[np.isfinite(values)]
 
     def summary(self, a: Side, b: Side, statistics: bool = True) -> Summary:
         """The summary; without `statistics`, `stats` is left empty for statistics()

@@ -8,6 +8,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import orjson
 from rapidfuzz.distance import Indel
@@ -339,10 +340,11 @@ def _canonical_calls(calls: str) -> list[tuple[str, str]]:
     canonical = []
     for call in orjson.loads(calls):
         arguments = call.get("arguments") or ""
-        try:
-            arguments = orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
-        except orjson.JSONDecodeError:
-            pass  # not JSON: compared as sent
+        try:  # msgspec keeps integers beyond 64 bits exact (orjson reads them as floats)
+            arguments = msgspec.json.encode(msgspec.json.decode(arguments), order="sorted"
+                                            ).decode()
+        except (msgspec.DecodeError, RecursionError):
+            pass  # not JSON, or nested too deeply to read: compared as sent
         canonical.append((str(call.get("name")), arguments))
     return canonical
 

@@ -85,6 +85,11 @@ def render_chat(template: str, messages: object) -> str:
 ROUTING_LAYERS, ROUTING_K, ROUTING_EXPERTS = 4, 2, 8
 
 
+def _sglang_routing(routing: np.ndarray) -> dict[str, str]:
+    """SGLang's `sglext`: the routing as base64 of raw int32, without its shape."""
+    return {"routed_experts": base64.b64encode(routing.astype("<i4").tobytes()).decode()}
+
+
 def lab_routing(forwarded: list[str]) -> np.ndarray:
     """(tokens, layers, k) experts: each token's forward pass routed by a hash of the
     token and its position, k distinct experts per layer."""
@@ -395,8 +400,22 @@ class LabServer:
 
     def _add_routing(self, answer: dict[str, Any], body: dict[str, Any], steps: list[Step]
                      ) -> None:
-        if self.dialect == "sglang" and not body.get("return_routed_experts"):
+        routing = self._routing(body, steps)
+        if routing is None:
             return
+        if self.dialect == "sglang":
+            answer["sglext"] = _sglang_routing(routing)
+        elif self.dialect == "vllm":
+            buffer = io.BytesIO()
+            np.save(buffer, routing.astype(np.uint8))
+            answer["choices"][0]["routed_experts"] = base64.b64encode(
+                buffer.getvalue()).decode()
+
+    def _routing(self, body: dict[str, Any], steps: list[Step]) -> np.ndarray | None:
+        """The routing this answer's forward passes took (prompt + generated - 1 rows),
+        planted faults included; None when the server would send none."""
+        if self.dialect == "sglang" and not body.get("return_routed_experts"):
+            return None
         forwarded = [str(i) for i in self.tokenize(prompt_text_of(body))] + [
             step.token for step in steps[:-1]]
         routing = lab_routing(forwarded)
@@ -411,14 +430,7 @@ class LabServer:
                               (seen // len(steps)) % ROUTING_LAYERS)
         if self.faults.routing_flip_at is not None and self.faults.routing_flip_at < len(steps):
             self._reroute(routing, generated + self.faults.routing_flip_at, 1)
-        if self.dialect == "sglang":
-            answer["sglext"] = {"routed_experts": base64.b64encode(
-                routing.astype("<i4").tobytes()).decode()}
-        elif self.dialect == "vllm":
-            buffer = io.BytesIO()
-            np.save(buffer, routing.astype(np.uint8))
-            answer["choices"][0]["routed_experts"] = base64.b64encode(
-                buffer.getvalue()).decode()
+        return routing
 
     @staticmethod
     def _reroute(routing: np.ndarray, row: int, layer: int) -> None:
@@ -431,6 +443,7 @@ class LabServer:
         await response.prepare(request)
         sent = 0
         pending: list[Step] = []  # vLLM puts finish_reason on the last token's chunk
+        steps: list[Step] = []
 
         async def write(chunk: dict[str, Any]) -> None:
             nonlocal sent
@@ -443,6 +456,7 @@ class LabServer:
                 await asyncio.sleep(self.faults.token_delay_s)
 
         async def emit(step: Step) -> None:
+            steps.append(step)
             if pending:
                 await write(render.step_chunk(pending.pop(), None))
             pending.append(step)
@@ -450,7 +464,13 @@ class LabServer:
         for chunk in render.opening_chunks():
             await write(chunk)
         finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit)
-        for chunk in render.closing_chunks(pending, finish):
+        closing = render.closing_chunks(pending, finish)
+        routing = self._routing(body, steps) if self.faults.routing else None
+        if routing is not None and self.dialect == "sglang":  # SGLang: before the usage
+            closing.insert(len(closing) - (not self.faults.no_usage), {
+                **render.envelope, "object": render.kind, "choices": [],
+                "sglext": _sglang_routing(routing)})
+        for chunk in closing:
             await write(chunk)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()

@@ -5,7 +5,6 @@ run` is this plus printing."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
@@ -15,13 +14,12 @@ from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
 from ..gate.verdict import Policy
+from ..store.labels import check_label
 from ..store.report_dir import CANDIDATES
 from ..store.report_records import Overview, Summary
 from ..store.run_dir import Throughput, write_throughput
 from ..wire.client import all_or_none, public_url, run_blocking
 from .comparing import CompareOptions, compare_runs, write_candidates_overview
-
-LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass
@@ -99,7 +97,7 @@ def run_all(ab: ABRun, reporters: Sequence[Reporter] | None = None,
 def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
          notify: Callable[[str], None] | None) -> dict[str, Summary]:
     """Everything sent over the network in one event loop, then each comparison."""
-    _check_labels(ab.candidates)
+    _check_labels(ab)
     run_blocking(_fetch(ab, reporters, notify or _silent))
     summaries = {}
     for b in ab.candidates:
@@ -169,14 +167,13 @@ def _silent(stage: str) -> None:
     pass
 
 
-def _check_labels(candidates: list[CollectSettings]) -> None:
-    labels = [c.label for c in candidates]
+def _check_labels(ab: ABRun) -> None:
+    """Every side's label keeps the rule and the candidates' differ, before anything is
+    sent."""
+    check_label(ab.a.label, "--a-label")
+    for candidate in ab.candidates:
+        check_label(candidate.label, "--b-label")
+    labels = [c.label for c in ab.candidates]
     if len(set(labels)) != len(labels):
         raise QuantcheckError(f"candidate labels must differ (given: {', '.join(labels)}); "
                               "name each with --b-label")
-    for label in labels:
-        if len(candidates) > 1 and not LABEL.match(label):
-            raise QuantcheckError(f"candidate label {label!r}: use letters, digits, '.', "
-                                  "'_' or '-' (it names the folder candidates/LABEL)")
-
-

@@ -5,7 +5,6 @@ that recommends one; `quantcheck compare` is this plus printing."""
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,11 +19,12 @@ from ..judge.parallel import available_cores
 from ..judge.sandbox import Limits
 from ..present.matrix import append_matrix, matrix_rows, write_matrix
 from ..present.sheet import write_overview_page, write_sheet
+from ..store.labels import LABEL_CHARACTERS, check_label, label_from_name
 from ..store.prompt_sets import load_prompts
 from ..store.report_dir import CANDIDATES, MATRIX, write_overview, write_summary
 from ..store.report_records import Overview, Summary
 from ..store.reviews import set_aside_stale_reviews
-from ..store.run_dir import load_run, read_throughput
+from ..store.run_dir import MANIFEST, load_run, read_throughput
 from ..store.run_records import Prompt
 
 
@@ -108,7 +108,7 @@ def compare_candidates(a: Path, bs: Sequence[Path], out: Path,
                        policy: Policy | None = None, matrix: Path | None = None) -> Overview:
     """Compare one reference run with several candidate runs (collected one at a time):
     a report per candidate in OUT/candidates/LABEL/, and the overview."""
-    labels = _unique_labels([load_run(b).label for b in bs])
+    labels = _candidate_labels(bs)
     summaries = {label: compare_runs(a, b, out / CANDIDATES / label, options)
                  for label, b in zip(labels, bs, strict=True)}
     return write_candidates_overview(out, a, summaries, policy or Policy(), matrix)
@@ -133,14 +133,21 @@ def write_candidates_overview(out: Path, a: Path, summaries: dict[str, Summary],
     return overview
 
 
-def _unique_labels(labels: list[str]) -> list[str]:
-    """Folder-safe labels, made distinct (fp8, fp8-2, ...) when runs share one."""
+def _candidate_labels(bs: Sequence[Path]) -> list[str]:
+    """The candidates' folder names: each run's label, which must keep the rule for
+    labels (a run without one: its folder's name made into one), made distinct (fp8,
+    fp8-2, ...) when runs share one."""
     unique: list[str] = []
-    for label in labels:
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", label).strip("._") or "candidate"
-        name, n = safe, 1
+    for b in bs:
+        run = load_run(b)
+        label = run.manifest.label
+        label = check_label(label, f"{b / MANIFEST}: label",
+                            "set the manifest's label to one that keeps it") if label \
+            else label_from_name(b.name)
+        name, n = label, 1
         while name in unique:
             n += 1
-            name = f"{safe}-{n}"
+            suffix = f"-{n}"
+            name = label[:LABEL_CHARACTERS - len(suffix)] + suffix
         unique.append(name)
     return unique

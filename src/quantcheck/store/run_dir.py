@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from ..errors import RunFormatError
+from ..errors import QuantcheckError, RunFormatError
 from .files import (
     DirectoryLock,
     append,
@@ -152,6 +152,7 @@ class CompletionLine(msgspec.Struct, kw_only=True):
     e2e_s: float | None = None
     error: str | None = None
     tool_calls: list[dict[str, object]] | None = None  # ToolCall.to_json
+    routing_unusable: str | None = None  # why a routing that came could not be right
 
     @property
     def n_tokens(self) -> int | None:
@@ -253,6 +254,11 @@ def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
                 raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
 
 
+class RecordNotStorable(QuantcheckError):
+    """A record holds a value JSON lines cannot keep (an integer beyond 64 bits, nesting
+    deeper than 254 levels): the record, not the run, is what fails."""
+
+
 class RunWriter:
     """Appends completion records to a run directory: the token blob, then the line.
 
@@ -282,12 +288,17 @@ class RunWriter:
         `tokens` gets that offset). merge copies other runs' blobs as they are."""
         assert self._lines is not None and self._blobs is not None
         if blob is not None:
-            offset = os.fstat(self._blobs).st_size
-            append(self._blobs, blob, self.run_dir / TOKENS_FILE)
             reference = data["tokens"]
             assert isinstance(reference, dict)  # a blob comes with its reference
-            data = {**data, "tokens": {**reference, "offset": offset}}
-        append(self._lines, orjson.dumps(data) + b"\n", self.run_dir / COMPLETIONS)
+            data = {**data, "tokens": {**reference,
+                                       "offset": os.fstat(self._blobs).st_size}}
+        try:  # before the blob: a record that cannot be written leaves nothing behind
+            line = orjson.dumps(data) + b"\n"
+        except orjson.JSONEncodeError as exc:
+            raise RecordNotStorable(str(exc)) from None
+        if blob is not None:
+            append(self._blobs, blob, self.run_dir / TOKENS_FILE)
+        append(self._lines, line, self.run_dir / COMPLETIONS)
 
     def close(self) -> None:
         for descriptor in (self._lines, self._blobs):
@@ -362,7 +373,12 @@ class Blobs:
         return self._read(cast("TokenBlob", reference))
 
     def _read(self, reference: TokenBlob) -> bytes:
-        name = reference["file"]
+        name, offset, length = (reference.get(key) for key in ("file", "offset", "length"))
+        if name != TOKENS_FILE or not all(isinstance(n, int) and not isinstance(n, bool)
+                                          and n >= 0 for n in (offset, length)):
+            # a run's tokens are in its own tokens.bin: never a file outside the run
+            raise RunFormatError(f"{self.run_dir / COMPLETIONS}: a token reference "
+                                 f"{reference!r} that does not point into {TOKENS_FILE}")
         if name not in self._handles:
             self._handles[name] = (self.run_dir / name).open("rb")
         handle = self._handles[name]

@@ -324,6 +324,8 @@ class Completion:
     system_fingerprint: str | None = None
     started_at: str | None = None
     tool_calls: list[ToolCall] | None = None
+    # why MoE routing sent with the answer was not kept (the answer itself was)
+    routing_unusable: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -335,6 +337,8 @@ class Completion:
         data["tokens"] = self.tokens.to_json() if self.tokens is not None else None
         if self.tool_calls is not None:
             data["tool_calls"] = [call.to_json() for call in self.tool_calls]
+        if self.routing_unusable is not None:  # written only when there is a reason
+            data["routing_unusable"] = self.routing_unusable
         return data
 
     @classmethod
@@ -344,7 +348,8 @@ class Completion:
         fields["tokens"] = Tokens.from_json(tokens) if tokens else None
         calls = data.get("tool_calls")
         fields["tool_calls"] = [ToolCall.from_json(call) for call in calls] if calls else None
-        return cls(**fields)
+        return cls(**fields, routing_unusable=data.get("routing_unusable"))
 
 
-_COMPLETION_FIELDS = [name for name in Completion.__dataclass_fields__]
+_COMPLETION_FIELDS = [name for name in Completion.__dataclass_fields__
+                      if name != "routing_unusable"]

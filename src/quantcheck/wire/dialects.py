@@ -13,12 +13,9 @@ Dialects seen in the wild:
 - llama-cpp-python: legacy completions with k+1 alternatives (the sampled token is
   added), chat entries with `bytes: null`; a tool call also as the older
   `function_call`.
-Expert routing (MoE): vLLM (server flag `--enable-return-routed-experts`) puts
-`routed_experts` on each non-streamed choice: base64 of `.npy` bytes, an integer array
-(rows, layers, experts per token) whose rows are the prompt's and the generated
-tokens' forward passes except the last sampled token's; SGLang (request
-`return_routed_experts: true`) puts the same as base64 of raw int32 without a shape in
-the response's `sglext.routed_experts`. vLLM choices may also carry `token_ids`.
+Expert routing (MoE): vLLM's `routed_experts` on a whole answer's choice, SGLang's
+`sglext.routed_experts` (whole, or a stream's last chunk); see routing.py. vLLM
+choices may also carry `token_ids`.
 Tool calls: `message.tool_calls[]` {id, type, function: {name, arguments}} (vLLM sends
 `[]` when there is none); streamed as `delta.tool_calls[]` pieces tied together by
 `index`: the name once, the arguments string in fragments (SGLang and llama.cpp send
@@ -27,9 +24,6 @@ Tool calls: `message.tool_calls[]` {id, type, function: {name, arguments}} (vLLM
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import json
 import math
 import operator
@@ -41,7 +35,8 @@ import msgspec
 import numpy as np
 import orjson
 
-from ..store.run_records import Tokens, ToolCall
+from ..store.run_records import JsonValue, Tokens, ToolCall
+from .routing import RoutingUnusable, decode_npy_routing, decode_raw_routing
 
 _Shape = TypeVar("_Shape", bound=msgspec.Struct)
 _Decoded = TypeVar("_Decoded")
@@ -63,8 +58,10 @@ class Generation:
     model: str | None = None
     system_fingerprint: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
-    # MoE routing as sent: (rows, layers, k) from vLLM, flat int32 from SGLang
+    # MoE routing as sent: (rows, layers, k) from vLLM, flat int32 from SGLang; or why
+    # what was sent is no routing (routing.py)
     routing: np.ndarray | None = None
+    routing_problem: str | None = None
 
 
 class StreamError(Exception):
@@ -280,9 +277,36 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
     for lp in logprobs:
         if lp.tokens is not None:
             _append_legacy(generation.tokens, lp, top_k)
+    _refuse_non_finite(generation.tokens)
     _take_token_ids(generation.tokens, [i for c in choices for i in c.token_ids or ()])
-    generation.routing = _routing(choices, bodies)
+    generation.routing, generation.routing_problem = _routing(choices, bodies)
     return generation
+
+
+def _refuse_non_finite(tokens: Tokens) -> None:
+    """Every logprob a finite number. NaN and the infinities (literals, or strings such as
+    "NaN" and "-Infinity", which the lenient decoding turns into floats) would reach the
+    report's statistics, and JSON cannot hold them: the answer is refused."""
+    chosen = [value for value in tokens.logprob if value is not None]
+    # one sum per column is cheap; a non-finite total (or an overflow) is looked into
+    if math.isfinite(sum(chosen)) and math.isfinite(sum(map(sum, tokens.top_logprob))):
+        return
+    for position, value in enumerate(tokens.logprob):
+        if value is not None and not math.isfinite(value):
+            raise MalformedResponse(f"token {position}'s logprob is {value}, not a finite "
+                                    "number")
+    for position, values in enumerate(tokens.top_logprob):
+        wrong = next((value for value in values if not math.isfinite(value)), None)
+        if wrong is not None:
+            raise MalformedResponse(f"an alternative's logprob at token {position} is "
+                                    f"{wrong}, not a finite number")
+
+
+def finite_logprob(value: float, what: str) -> float:
+    """`value`, or a MalformedResponse saying `what` is not a finite number."""
+    if not math.isfinite(value):
+        raise MalformedResponse(f"{what} is {value}, not a finite number")
+    return value
 
 
 def _take_token_ids(tokens: Tokens, ids: list[int]) -> None:
@@ -293,70 +317,19 @@ def _take_token_ids(tokens: Tokens, ids: list[int]) -> None:
         tokens.ids = ids
 
 
-# Routing entries in one answer, beyond which it is refused: 256 MiB as int32, above
-# a long answer of a large MoE (32k tokens x 94 layers x 8 experts is 24 million)
-ROUTING_LIMIT = 2**26
-
-
-def _routing(choices: list[_Choice], bodies: list[_Body]) -> np.ndarray | None:
+def _routing(choices: list[_Choice], bodies: list[_Body]
+             ) -> tuple[np.ndarray | None, str | None]:
+    """The routing an answer carried, or why it is none: a routing problem never fails
+    the answer."""
     vllm = next((c.routed_experts for c in choices if c.routed_experts), None)
     sglang = next((b.sglext.routed_experts for b in bodies
                    if b.sglext and b.sglext.routed_experts), None)
-    if vllm is not None:
-        return decode_npy_routing(vllm)
-    return decode_raw_routing(sglang) if sglang is not None else None
-
-
-def _base64(encoded: str) -> bytes:
     try:
-        return base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise MalformedResponse(f"routed experts are not base64: {exc}") from None
-
-
-def decode_npy_routing(encoded: str) -> np.ndarray:
-    """vLLM's `routed_experts`: base64 `.npy` of an integer (rows, layers, k) array."""
-    try:
-        array = np.load(io.BytesIO(_base64(encoded)), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise MalformedResponse(f"routed experts are not a .npy array: {exc}") from None
-    if array.ndim != 3 or array.dtype.kind not in "iu" or array.size > ROUTING_LIMIT:
-        raise MalformedResponse(f"routed experts of shape {array.shape} and type "
-                                f"{array.dtype}: expected integers (tokens, layers, k)")
-    if array.size and (array.min() < 0 or array.max() >= 2**31):
-        raise MalformedResponse("routed experts hold an expert number out of range")
-    return np.asarray(array, np.int32)
-
-
-def decode_raw_routing(encoded: str) -> np.ndarray:
-    """SGLang's `sglext.routed_experts`: base64 of raw little-endian int32, flat (its
-    shape is the model's: see reshape_routing)."""
-    raw = _base64(encoded)
-    if len(raw) % 4 or len(raw) // 4 > ROUTING_LIMIT:
-        raise MalformedResponse(f"routed experts of {len(raw)} bytes are not int32 values")
-    array = np.frombuffer(raw, "<i4").astype(np.int32)
-    if array.size and array.min() < 0:
-        raise MalformedResponse("routed experts hold a negative expert number")
-    return array
-
-
-def generated_routing(routing: np.ndarray, n_tokens: int, prompt_tokens: int | None,
-                      shape: tuple[int, int] | None) -> np.ndarray:
-    """The routing that produced each generated token, (tokens, layers, k): row i is
-    the forward pass whose output chose token i (the prompt's last token for token 0).
-    A flat (SGLang) array needs the model's (layers, k); without it this refuses."""
-    if routing.ndim == 1:
-        if shape is None:
-            raise MalformedResponse("routing came without its shape: pass "
-                                    "--routed-experts-shape LAYERS,K (the model's "
-                                    "num_hidden_layers and num_experts_per_tok)")
-        layers, k = shape
-        if routing.size % (layers * k):
-            raise MalformedResponse(f"{routing.size} routed experts are not rows of "
-                                    f"{layers} layers x {k}")
-        routing = routing.reshape(-1, layers, k)
-    start = prompt_tokens - 1 if prompt_tokens else max(len(routing) - n_tokens, 0)
-    return routing[max(start, 0):max(start, 0) + n_tokens]
+        if vllm is not None:
+            return decode_npy_routing(vllm), None
+        return (decode_raw_routing(sglang) if sglang is not None else None), None
+    except RoutingUnusable as exc:
+        return None, str(exc)
 
 
 def _first_choices(bodies: list[_Body]) -> list[_Choice]:
@@ -401,7 +374,7 @@ def _tool_calls(messages: list[_Message]) -> list[ToolCall]:
         if function.name and function.name != call.name:
             call.name += function.name  # a name sent in fragments
         if isinstance(function.arguments, dict):
-            call.arguments.append(orjson.dumps(function.arguments).decode())
+            call.arguments.append(_arguments_text(function.arguments))
         elif function.arguments:
             call.arguments.append(function.arguments)
     return [_tool_call(n, call) for n, call in enumerate(calls.values())]
@@ -416,15 +389,46 @@ class _CallPieces:
     arguments: list[str] = field(default_factory=list)
 
 
+def _arguments_text(arguments: dict[str, object]) -> str:
+    """Arguments a server sent as an object, written as the JSON string the format
+    expects; msgspec writes what orjson cannot (integers beyond 64 bits, deep nesting)."""
+    try:
+        return orjson.dumps(arguments).decode()
+    except orjson.JSONEncodeError:
+        return msgspec.json.encode(arguments).decode()
+
+
 def _tool_call(number: int, call: _CallPieces) -> ToolCall:
     if not call.name:
         raise MalformedResponse(f"tool call {number} names no function")
     arguments = "".join(call.arguments)
+    return ToolCall(name=call.name, arguments=arguments,
+                    parsed_arguments=_parsed_arguments(arguments), id=call.id)
+
+
+def _parsed_arguments(arguments: str) -> JsonValue:
+    """The arguments parsed, when they are JSON the run's lines can hold exactly; None
+    when they are not JSON, or hold an integer beyond 64 bits, nesting deeper than 254
+    levels, a lone surrogate or a number beyond a float's range (the string as sent is
+    kept whatever they hold)."""
     try:
-        parsed = json.loads(arguments)
-    except (ValueError, RecursionError):
-        parsed = None
-    return ToolCall(name=call.name, arguments=arguments, parsed_arguments=parsed, id=call.id)
+        parsed: JsonValue = json.loads(arguments, parse_constant=_not_json,
+                                       parse_float=_finite_float)
+        orjson.dumps(parsed)
+    except (ValueError, RecursionError, orjson.JSONEncodeError):
+        return None
+    return parsed
+
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond a float's range")
+    return value
 
 
 def _storable_usage(usage: dict[str, object] | None) -> dict[str, object] | None:
@@ -547,6 +551,8 @@ def parse_prompt_logprobs(answer: object, ids: list[int], start: int, top_k: int
     scored = []
     for token, entry in zip(ids, choice.prompt_logprobs[start:], strict=False):
         entry = entry or {}
+        for value in entry.values():
+            finite_logprob(value.logprob, "a prompt logprob")
         ranked = sorted((v for v in entry.values() if v.rank is not None and v.rank <= top_k),
                         key=lambda v: v.rank or 0)
         own = entry.get(str(token))
@@ -570,6 +576,9 @@ def parse_echo(answer: object, prompt_chars: int, top_k: int) -> list[ScoredPosi
     scored = []
     for n in range(_boundary(tokens, prompt_chars), end):
         alternatives = (tops[n] if n < len(tops) else None) or {}
+        for value in [values[n] if n < len(values) else None, *alternatives.values()]:
+            if value is not None:
+                finite_logprob(value, "an echoed logprob")
         top = sorted(((t, v) for t, v in alternatives.items() if v is not None),
                      key=lambda kv: -kv[1])[:top_k]
         scored.append((values[n] if n < len(values) else None,
@@ -601,8 +610,8 @@ def parse_native_next(answer: object, token_id: int, token_text: str, top_k: int
     if not body.completion_probabilities:
         raise MalformedResponse("the /completion answer has no completion_probabilities")
     alternatives = body.completion_probabilities[0].top_logprobs
-    if any(math.isnan(a.logprob) or a.logprob == math.inf for a in alternatives):
-        raise MalformedResponse("the /completion answer has a logprob that is not a number")
+    for alternative in alternatives:
+        finite_logprob(alternative.logprob, "a logprob in the /completion answer")
     ranked = sorted(alternatives, key=lambda alternative: -alternative.logprob)[:top_k]
     own = next((a.logprob for a in ranked if a.id == token_id), None)
     return own, ([token_text if a.id == token_id else a.token for a in ranked],
