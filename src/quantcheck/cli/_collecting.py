@@ -20,13 +20,16 @@ from ._group import cli
 from .guard import exit_like_the_gate, run_guarded
 from .options import (
     EXISTING_DIR,
-    EXISTING_FILE,
+    PROMPT_SOURCE,
+    apply_options,
     compare_options,
     determinism_request_options,
     forced_options,
     request_options,
     side_settings,
     sig_digits_option,
+    source_options,
+    source_settings,
 )
 from .printing import echo_determinism, echo_forced, echo_suites, echo_throughput, print_result
 from .progress import (
@@ -170,8 +173,9 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
 
 @cli.command("throughput")
 @click.argument("endpoint")
-@click.option("--prompts", "prompt_files", multiple=True, required=True, type=EXISTING_FILE,
-              help="Prompt set (YAML), cycled; repeat for several.")
+@click.option("--prompts", "prompt_files", multiple=True, required=True, type=PROMPT_SOURCE,
+              help="Prompt set (YAML) or data file, cycled; repeat for several.")
+@apply_options(source_options())
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="A run directory of this endpoint: writes OUT/throughput.json, which "
                    "compare then shows next to the other side's.")
@@ -189,7 +193,8 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
 def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path | None,
                        label: str | None, model: str | None, concurrency: int, seconds: float,
                        max_tokens: int | None, api_key_env: str | None,
-                       timeout: float) -> None:
+                       timeout: float, column_map: tuple[str, ...], map_preset: str | None,
+                       sample: int | None, seed: int | None) -> None:
     """Throughput as the seeds measure it: no logprobs, after a warm-up, the prompt set
     cycled at --concurrency for at least --seconds; aggregate output tokens/s, TTFT
     p50, end-to-end p99, and every prompt's generated token count (throughputs of two
@@ -211,7 +216,9 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
 
     result = run_guarded(lambda: measure_throughput(
         endpoint, prompt_files, label=label or "", model=model, concurrency=concurrency,
-        min_seconds=seconds, request=RequestOptions(max_tokens=max_tokens),
+        min_seconds=seconds, request=RequestOptions(
+            max_tokens=max_tokens,
+            source=source_settings(column_map, map_preset, sample, seed)),
         api_key_env=api_key_env, timeout=timeout, progress=heard), "Nothing was written.")
     echo_throughput(result, concurrency)
     if out is not None:
