@@ -51,6 +51,7 @@ RULES_FOR = {
 TEXT_CHECKS = ("contains", "any_of", "not_contains")
 CHOICES_TEMPLATE = "{prompt}\n\n{choices}\n\nAnswer with the letter of the correct option."
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]+)\}")
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')  # a text's repr
 
 
 class ColumnMapError(PromptFileError):
@@ -325,10 +326,28 @@ def _json_value(value: object) -> object:
         return orjson.loads(value)
     except orjson.JSONDecodeError:
         pass
+    texts = _numpy_texts(value)  # before Python's reading, which joins 'a' 'b' into 'ab'
+    if texts is not None:
+        return texts
     try:
         return ast.literal_eval(value.strip())
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return value
+
+
+def _numpy_texts(text: str) -> list[object] | None:
+    """A numpy array of texts as its repr spells it, "['Paris' 'Rome']": what a list
+    column becomes in a CSV written through pandas (datasets' `to_csv`)."""
+    inner = text.strip()
+    if not (inner.startswith("[") and inner.endswith("]")):
+        return None
+    items = _QUOTED.findall(inner[1:-1])
+    if not items or _QUOTED.sub("", inner[1:-1]).strip():
+        return None
+    try:
+        return [ast.literal_eval(item) for item in items]
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return None
 
 
 def _json_list(row: Mapping[str, object], column: Column, where: Where,

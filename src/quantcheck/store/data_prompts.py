@@ -74,15 +74,15 @@ def load_data_source(path: Path, options: RequestOptions,
                      source_file: Fields | None = None) -> LoadedSource:
     """The prompts of a data file (or of the data file a YAML source file names, whose
     parsed top level is `source_file`)."""
-    if source_file is not None:
-        data_path, recipe = _source_file(path, source_file, options.source)
-    else:
-        data_path, recipe = path, _recipe(options.source, ColumnMap(), {})
-    data = open_data(data_path)
-    loaded = _load(data, recipe, options)
-    if source_file is not None:
-        loaded.kind = f"{loaded.kind} {data_path}, through the source file"
-        loaded.path = path
+    if source_file is None:
+        return _load(open_data(path), _recipe(options.source, ColumnMap(), {}), options)
+    data_path, recipe = _source_file(path, source_file, options.source)
+    try:
+        loaded = _load(open_data(data_path), recipe, options)
+    except ColumnMapError as exc:  # a mapping that does not fit the data: say where it is
+        raise Where.of(path, source_file).error("map", str(exc)) from None
+    loaded.kind = f"{loaded.kind} {data_path}, through the source file"
+    loaded.path = path
     return loaded
 
 
@@ -234,6 +234,8 @@ def _source_file(path: Path, fields: Fields, source: SourceOptions) -> tuple[Pat
     if not isinstance(named, str) or not named.strip():
         raise where.error("source", "required: the data file or folder, relative to this file")
     data_path = path.parent / named
+    if not data_path.exists():
+        raise where.error("source", f"no such file or folder: {data_path}")
     if not is_data_source(data_path):
         raise where.error("source", f"{data_path} is not a data file or folder quantcheck "
                           "reads (.jsonl, .csv, .tsv, .parquet, .arrow, a folder)")

@@ -12,6 +12,7 @@ import yaml
 
 from ..errors import PromptFileError
 from .data_prompts import LoadedSource, is_data_source, load_data_source
+from .data_rows import SUFFIXES as DATA_SUFFIXES
 from .prompt_entries import (
     APIS,
     DEFAULT_MAX_TOKENS,
@@ -137,7 +138,9 @@ def _load_file(path: Path, options: RequestOptions) -> LoadedSource:
     top = Where.of(path, document)
     fields = mapping(document)
     if fields is None:
-        raise top.error(None, "expected a mapping with a 'prompts:' list at the top level")
+        raise top.error(None, "expected a mapping with a 'prompts:' list at the top level"
+                        + ("" if path.suffix in (".yaml", ".yml") else
+                           f" (prompt files are YAML, {', '.join(DATA_SUFFIXES)} or folders)"))
     if "source" in fields and "prompts" not in fields:
         return load_data_source(path, options, fields)
     reject_unknown(top, fields, TOP_KEYS)
