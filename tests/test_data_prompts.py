@@ -517,3 +517,27 @@ def test_convert_writes_yaml_that_loads_back_to_the_same_prompts(tmp_path: Path)
     invoke("prompts", "convert", sources[0], "--out", out, "--force")
     assert [p.request for p in load_prompts([out])] == [p.request for p in
                                                         load_prompts([sources[0]])]
+
+
+def test_the_documented_source_file_loads(tmp_path: Path) -> None:
+    """docs/prompts.md's YAML source file, on a table with the columns it names."""
+    docs = (REPO / "docs" / "prompts.md").read_text(encoding="utf-8")
+    example = docs.split("### The YAML source file", 1)[1].split("```yaml\n", 1)[1]
+    source = tmp_path / "support.yaml"
+    source.write_text(example.split("```", 1)[0])
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.Table.from_pylist([
+        {"ticket_id": f"t{n}", "question": f"How many seats in plan {n}?",
+         "answer": f"Plan {n} has {n + 2} seats.\n#### {n + 2}", "product": "Teams"}
+        for n in range(600)]), tmp_path / "data" / "support-eval.parquet")
+    prompts = load_prompts([source])
+    assert len(prompts) == 500 and prompts[0].category == "support"
+    first = prompts[0]
+    number = int(first.id[1:])
+    assert first.request["messages"] == [
+        {"role": "system", "content": "You are a support assistant."},
+        {"role": "user", "content": f"Ticket: How many seats in plan {number}?\n"
+                                    "Product: Teams\nAnswer with one number."}]
+    assert first.request["max_tokens"] == 512 and first.request["stop"] == ["\n\n"]
+    assert first.expect is not None and (first.expect.number, first.expect.tolerance) == (
+        number + 2, 0.01)

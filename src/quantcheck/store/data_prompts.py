@@ -161,7 +161,7 @@ def _entry(row: Row, cmap: ColumnMap, api: str) -> tuple[Fields, str]:
         return _body_entry(fields, row.where), f"{kind} request body"
     raise row.where.error(
         None, "neither a request body ('messages' or 'prompt') nor a Batch API line "
-        f"('custom_id', 'body'); its fields are {', '.join(sorted(fields)) or 'none'}: "
+        f"('custom_id', 'body'); its fields are {', '.join(map(repr, sorted(fields))) or 'none'}: "
         "for rows of columns give a mapping, e.g. --map prompt=COLUMN, or --map-preset "
         f"{'|'.join(PRESETS)}")
 
@@ -199,13 +199,13 @@ def _batch_entry(line: Fields, where: Where) -> Fields:
     where.prompt = custom_id
     if method != "POST":
         raise where.error("method", f"must be POST, not {method!r}")
-    if url not in BATCH_URLS:
+    if not isinstance(url, str) or url not in BATCH_URLS:
         raise where.error("url", f"must be one of {', '.join(BATCH_URLS)} (a generation), "
                           f"not {url!r}")
     body = mapping(line.get("body"))
     if body is None:
         raise where.error("body", "must be the request body, a JSON object")
-    needs = "messages" if BATCH_URLS[str(url)] == "chat" else "prompt"
+    needs = "messages" if BATCH_URLS[url] == "chat" else "prompt"
     if needs not in body:
         raise where.error("body", f"a request to {url} needs '{needs}'")
     return {**_body_entry(body, where), "id": custom_id}

@@ -190,7 +190,7 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     try:
         with path.open("rb") as stream:
             for number, line in enumerate(stream, 1):
-                if line.strip():
+                if not line.isspace():  # a blank line is no row
                     yield number, line
     except OSError as exc:
         raise PromptFileError(f"{path}: cannot read: {exc.strerror or exc}") from None

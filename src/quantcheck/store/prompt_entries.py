@@ -141,7 +141,8 @@ class Where:
         if self.prompt:
             parts.append(f"prompt {self.prompt}")
         if key is not None:
-            parts.append(f"field '{self.prefix}{key}'")
+            name = f"{self.prefix}{key}"
+            parts.append(f"field '{name}'" if name.isprintable() else f"field {name!r}")
         return PromptFileError(": ".join(parts + [message]))
 
 
