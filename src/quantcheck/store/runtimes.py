@@ -74,7 +74,8 @@ def runtime_version(info: ServerInfo) -> str | None:
     return build if isinstance(build, str) and build else None
 
 
-def choose_model(models: Sequence[Mapping[str, object]], requested: str | None, endpoint: str) -> str:
+def choose_model(models: Sequence[Mapping[str, object]], requested: str | None,
+                 endpoint: str) -> str:
     ids = [str(m["id"]) for m in models if isinstance(m.get("id"), str) and m["id"]]
     if requested:
         return requested
