@@ -541,3 +541,13 @@ def test_the_documented_source_file_loads(tmp_path: Path) -> None:
     assert first.request["max_tokens"] == 512 and first.request["stop"] == ["\n\n"]
     assert first.expect is not None and (first.expect.number, first.expect.tolerance) == (
         number + 2, 0.01)
+
+
+def test_a_byte_order_mark_and_blank_lines_are_no_rows(tmp_path: Path) -> None:
+    jsonl = tmp_path / "bom.jsonl"
+    jsonl.write_bytes(b'\xef\xbb\xbf{"prompt": "a"}\n\n  \n{"prompt": "b"}\n')
+    assert [p.source for p in load_prompts([jsonl])] == [f"{jsonl}:1", f"{jsonl}:4"]
+    table = tmp_path / "bom.csv"
+    table.write_bytes(b'\xef\xbb\xbfprompt,prompt\nx,y\n')
+    with pytest.raises(PromptFileError, match="the header names 'prompt' twice"):
+        load_prompts([table])

@@ -113,7 +113,7 @@ def _load(data: DataFile, recipe: _Recipe, options: RequestOptions) -> LoadedSou
     contents: Counter[str] = Counter()
     hashed = 0
     for row in rows(data, recipe.sample, recipe.seed):
-        entry, shape = _entry(row, cmap, str(api))
+        entry, shape = _entry(row, cmap, str(api), fit=names is None)
         shapes[shape] += 1
         if "id" not in entry:
             entry = {"id": _content_id(entry, contents, row.where), **entry}
@@ -145,13 +145,14 @@ def _by_name(names: list[str], path: Path, base: ColumnMap) -> ColumnMap:
                    category=base.category, expect=base.expect)
 
 
-def _entry(row: Row, cmap: ColumnMap, api: str) -> tuple[Fields, str]:
-    """A row's prompt entry, and the shape it was read as."""
+def _entry(row: Row, cmap: ColumnMap, api: str, fit: bool) -> tuple[Fields, str]:
+    """A row's prompt entry, and the shape it was read as (`fit`: a JSON line, which
+    names its own columns, is checked against the mapping by itself)."""
     fields = mapping(row.values)
     if fields is None:
         raise row.where.error(None, "expected a mapping of columns")
     if cmap.given:
-        if isinstance(row.values, dict) and row.where.row == 0:  # a JSON line: fit per row
+        if fit:
             cmap = cmap.fitted(fields, row.where.place)
         return cmap.entry(fields, row.where, api), "mapped row"
     if "custom_id" in fields:

@@ -198,6 +198,8 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 def _json_row(path: Path, number: int, line: bytes) -> Row:
     where = Where(path, number)
+    if number == 1:
+        line = line.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors write
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -237,6 +239,9 @@ def _table_rows(data: DataFile) -> Iterator[Row]:
             if not header:
                 raise PromptFileError(f"{data.path}: empty: the first row must name the "
                                       "columns")
+            twice = sorted({name for name in header if header.count(name) > 1})
+            if twice:
+                raise PromptFileError(f"{data.path}:1: the header names {twice[0]!r} twice")
             start, number = reader.line_num + 1, 0
             for cells in reader:
                 where = Where(data.path, start, row=number + 1)
