@@ -64,6 +64,8 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
           --prompts prompts/default.yaml --repeats 3 --out runs/bf16
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --suite facts,json \\
           --out runs/bf16-suites
+      quantcheck collect --endpoint http://127.0.0.1:8000/v1 --prompts traffic.jsonl \\
+          --sample 500 --out runs/bf16-traffic
     """
     settings = side_settings(parameters, endpoint, label or out.name, model, api_key_env, cell)
     result = collect_with_progress(prompt_files, out, settings, force)
@@ -131,6 +133,8 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
           --prompts prompts/default.yaml --throughput --out reports/quants
       quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
           --suite code,tools --allow-code-exec --out reports/fp8-code
+      quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
+          --prompts gsm8k/test.parquet --map-preset gsm8k --sample 300 --out reports/gsm8k
     """
     labels = _candidate_labels(b_urls, b_labels)
     a = side_settings(parameters, a_url, a_label, a_model, api_key_env, a_cell)
