@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -165,6 +166,9 @@ def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServe
     assert result.exit_code == 0, result.output
     assert "bf16 (A) vs fp8 (B): 3 of 12 identical" in result.output
     assert "collecting: 24/24 (100%)" in result.output  # progress lines in a log
+    # one side at a time: the bar grows when B starts, and B's tenths are still told
+    during_b = re.findall(r"collecting: (1[3-9]|2[0-3])/24", result.output)
+    assert len(during_b) >= (3 if one_side else 0)
     assert (out / "a" / "completions.jsonl").exists() and (out / "pairs.csv").exists()
     assert "bf16: preflight pass" in result.output and "fp8: preflight pass" in result.output
     sent = len(a_server.requests), len(b_server.requests)

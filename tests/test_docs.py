@@ -147,7 +147,38 @@ def test_every_documented_command_parses_as_printed(where: str, command: str,
                 target.mkdir(parents=True)
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text("[]")
+                target.write_text("{}" if target.suffix in (".yaml", ".yml") else "[]")
         except click.UsageError as exc:
             raise AssertionError(f"{where}: {command}: {exc.format_message()}") from None
     raise AssertionError(f"{where}: {command}: too many missing paths")
+
+
+REQUEST = {"--api", "--extra-body", "--api-key-env", "--timeout", "--retries"}
+SHARED = {  # an option means the same on every command that sends what it shapes
+    "collect": {"--prompts", "--suite", "--model", *REQUEST},
+    "run": {"--prompts", "--suite", "--a-model", "--b-model", *REQUEST},
+    "determinism": {"--prompts", "--suite", "--model", *REQUEST},
+    "throughput": {"--prompts", "--suite", "--model", *REQUEST},
+    "forced": {"--model", "--extra-body", "--api-key-env", "--timeout", "--retries"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_options_are_the_same_wherever_they_apply(name: str) -> None:
+    command = cli.commands[name]
+    given = {flag for parameter in command.params for flag in parameter.opts}
+    assert SHARED[name] <= given, f"{name} lacks {sorted(SHARED[name] - given)}"
+
+
+def test_throughput_takes_a_suite(serve: object, tmp_path: Path) -> None:
+    from quantcheck.lab.scripted import ScriptedServer
+
+    assert callable(serve)
+    server: ScriptedServer = serve()
+    result = CliRunner().invoke(cli, ["throughput", server.url, "--suite", "facts",
+                                      "--seconds", "0", "--concurrency", "2",
+                                      "--max-tokens", "4", "--api", "completions",
+                                      "--extra-body", '{"top_k": 1}'])
+    assert result.exit_code == 0, result.output
+    assert "output tokens/s" in result.output
+    assert all(r.get("top_k") == 1 and "prompt" in r for r in server.requests)

@@ -202,3 +202,17 @@ def test_a_broken_llama_server_answer_stops_scoring_with_one_line(
     assert "Traceback" not in result.output
     assert not (tmp_path / "f" / "forced.json").exists()
     gc.collect()  # a client session left open by a request after the failure warns here
+
+
+def test_scoring_carries_extra_body_and_retries_like_collection(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """`forced --extra-body` reaches every scoring request; a 503 is retried."""
+    a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
+    b = serve(ScriptedModel(A_ANSWERS), faults=Faults(status={0: 503}, retry_after_s=0.0))
+    result = CliRunner().invoke(cli, [
+        "forced", str(a_run), "--endpoint", b.url, "--out", str(tmp_path / "f"),
+        "--extra-body", '{"top_k": 1, "repeat_penalty": null}', "--retries", "2"])
+    assert result.exit_code == 0, result.output
+    scoring = [r for r in b.requests if "prompt_logprobs" in r]
+    assert len(scoring) == 3 + 1  # the three prompts, one of them twice (the 503)
+    assert all(r["top_k"] == 1 and "repeat_penalty" not in r for r in scoring)

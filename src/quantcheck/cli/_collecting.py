@@ -17,14 +17,18 @@ from ..pipeline.comparing import CompareOptions
 from ..pipeline.determinism import DeterminismRun
 from ..store.run_dir import Parameters
 from ._group import cli
+from .config import config_options
 from .guard import exit_like_the_gate, run_guarded
 from .options import (
+    API_OPTION,
     EXISTING_DIR,
-    PROMPT_SOURCE,
+    EXTRA_BODY_OPTION,
+    RETRIES_OPTION,
     apply_options,
     compare_options,
     determinism_request_options,
     forced_options,
+    prompt_options,
     request_options,
     side_settings,
     sig_digits_option,
@@ -41,6 +45,7 @@ from .progress import (
 
 
 @cli.command("collect")
+@config_options
 @click.option("--endpoint", required=True, help="Base URL, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--label", help="Name of this side, e.g. bf16 (default: the --out folder name).")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
@@ -78,6 +83,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 
 
 @cli.command("run")
+@config_options
 @click.option("--a", "a_url", required=True, help="Reference endpoint (e.g. BF16).")
 @click.option("--b", "b_urls", required=True, multiple=True,
               help="Candidate endpoint (e.g. FP8); repeat for several candidates.")
@@ -177,8 +183,7 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
 
 @cli.command("throughput")
 @click.argument("endpoint")
-@click.option("--prompts", "prompt_files", multiple=True, required=True, type=PROMPT_SOURCE,
-              help="Prompt set (YAML) or data file, cycled; repeat for several.")
+@prompt_options
 @apply_options(source_options())
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="A run directory of this endpoint: writes OUT/throughput.json, which "
@@ -191,18 +196,23 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
               type=click.FloatRange(0), help="Least duration of the measured window.")
 @click.option("--max-tokens", type=click.IntRange(1),
               help="Cap for every prompt (use the run's own).")
+@API_OPTION
+@EXTRA_BODY_OPTION
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
               help="Seconds a request may take as a whole.")
+@RETRIES_OPTION
 def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path | None,
                        label: str | None, model: str | None, concurrency: int, seconds: float,
-                       max_tokens: int | None, api_key_env: str | None,
-                       timeout: float, column_map: tuple[str, ...], map_preset: str | None,
-                       sample: int | None, seed: int | None) -> None:
-    """Throughput as the seeds measure it: no logprobs, after a warm-up, the prompt set
-    cycled at --concurrency for at least --seconds; aggregate output tokens/s, TTFT
-    p50, end-to-end p99, and every prompt's generated token count (throughputs of two
-    endpoints are compared only when those match).
+                       max_tokens: int | None, api: str | None,
+                       extra_body: dict[str, object], api_key_env: str | None,
+                       timeout: float, retries: int, column_map: tuple[str, ...],
+                       map_preset: str | None, sample: int | None, seed: int | None) -> None:
+    """Throughput without logprobs (they cost the server and the client more than the
+    generation does): after a warm-up, the prompt set cycled at --concurrency for at
+    least --seconds; aggregate output tokens/s, TTFT p50, end-to-end p99, and every
+    prompt's generated token count (throughputs of two endpoints are compared only when
+    those match).
 
     \b
     Example:
@@ -221,9 +231,10 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
     result = run_guarded(lambda: measure_throughput(
         endpoint, prompt_files, label=label or "", model=model, concurrency=concurrency,
         min_seconds=seconds, request=RequestOptions(
-            max_tokens=max_tokens,
+            max_tokens=max_tokens, api=api, extra_body=extra_body,
             source=source_settings(column_map, map_preset, sample, seed)),
-        api_key_env=api_key_env, timeout=timeout, progress=heard), "Nothing was written.")
+        api_key_env=api_key_env, timeout=timeout, retries=retries, progress=heard),
+        "Nothing was written.")
     echo_throughput(result, concurrency)
     if out is not None:
         run_guarded(lambda: write_throughput(out, result), "Nothing was written.")
@@ -239,10 +250,12 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
 @click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(1))
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1))
+@EXTRA_BODY_OPTION
+@RETRIES_OPTION
 @forced_options
 def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top_logprobs: int,
-                   api_key_env: str | None, timeout: float, forced_mode: str,
-                   forced_concurrency: int) -> None:
+                   api_key_env: str | None, timeout: float, extra_body: dict[str, object],
+                   retries: int, forced_mode: str, forced_concurrency: int) -> None:
     """Teacher-forced drift: B scores A's own greedy tokens, position by position.
 
     Per position: whether B's top-1 is A's token, delta p, and a KL lower bound over
@@ -257,7 +270,8 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 
     settings = ForcedSettings(endpoint=endpoint, model=model, top_k=top_logprobs,
                               mode=forced_mode, concurrency=forced_concurrency,
-                              timeout=timeout, api_key_env=api_key_env)
+                              timeout=timeout, api_key_env=api_key_env, retries=retries,
+                              extra_body=extra_body)
     summary = run_guarded(lambda: score_run(a_run, out, settings), "Nothing was written.")
     echo_forced(summary)
     click.echo(f"written: {out / 'forced.json'}, {out / 'forced.jsonl'}")

@@ -15,6 +15,7 @@ from ..store.report_dir import OVERVIEW, require_report
 from ..store.report_records import Summary
 from ..store.reviews import load_verdicts
 from ._group import cli
+from .config import config_options
 from .guard import exit_like_the_gate, run_guarded
 from .options import (
     EXISTING_DIR,
@@ -28,6 +29,7 @@ from .printing import candidates_markdown, print_result
 
 
 @cli.command("compare")
+@config_options
 @click.argument("a_run", type=click.Path(exists=True, path_type=Path))
 @click.argument("b_runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
@@ -48,7 +50,7 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     one report each and an overview that recommends one.
 
     A side is a run directory from collect, or a JSON list of texts in prompt order
-    (`*.texts.json`, the seeds' format) for text-only triage.
+    (`*.texts.json`) for text-only triage.
 
     \b
     Example:
@@ -131,6 +133,7 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 
 
 @cli.command("gate")
+@config_options
 @click.argument("report_dir", type=EXISTING_DIR)
 @click.option("--policy", type=EXISTING_FILE,
               help="Policy YAML; the options below override it.")

@@ -158,15 +158,33 @@ def _with_suites(function: F) -> F:
     return cast(F, command)
 
 
+PROMPTS_OPTION = click.option("--prompts", "prompt_files", multiple=True, type=PROMPT_SOURCE,
+                              help="Prompt set (YAML), data file (.jsonl, .csv, .parquet), "
+                                   "YAML source file or datasets folder; repeat for several.")
+SUITE_OPTION = click.option("--suite", multiple=True, metavar="NAME[,NAME]",
+                            help="A built-in suite (facts, math, json, tools, code, "
+                                 "multilingual, long-context); with or instead of --prompts.")
+API_OPTION = click.option("--api", type=click.Choice(APIS),
+                          help="Send prompts through this API (default: from the prompt set).")
+EXTRA_BODY_OPTION = click.option(
+    "--extra-body", callback=json_object_option,
+    help='JSON merged into every request; null drops a field, e.g. \'{"repeat_penalty": '
+         'null}\'.')
+RETRIES_OPTION = click.option("--retries", default=4, show_default=True,
+                              type=click.IntRange(0),
+                              help="Retries on connection errors, 429 and 5xx (with backoff).")
+
+
+def prompt_options(function: F) -> F:
+    """--prompts FILE and --suite NAME, joined into `prompt_files` (one is needed)."""
+    return _apply([PROMPTS_OPTION, SUITE_OPTION], _with_suites(function))
+
+
 def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode: bool) -> F:
     options: list[Callable[[F], F]] = [
-        click.option("--prompts", "prompt_files", multiple=True, type=PROMPT_SOURCE,
-                     help="Prompt set (YAML), data file (.jsonl, .csv, .parquet), YAML "
-                          "source file or datasets folder; repeat for several."),
+        PROMPTS_OPTION,
         *source_options(),
-        click.option("--suite", multiple=True, metavar="NAME[,NAME]",
-                     help="A built-in suite (facts, math, json, tools, code, multilingual, "
-                          "long-context); with or instead of --prompts."),
+        SUITE_OPTION,
         click.option("--repeats", default=repeats, show_default=True,
                      type=click.IntRange(least_repeats),
                      help="Identical requests per prompt (feeds the determinism signature)."),
@@ -182,20 +200,16 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
                      help="Cap for every prompt (overrides the prompt set)."),
         click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1),
                      help="Requests in flight at once."),
-        click.option("--api", type=click.Choice(APIS),
-                     help="Send prompts through this API (default: from the prompt set)."),
+        API_OPTION,
         click.option("--stream/--no-stream", default=True, show_default=True,
                      help="Stream responses (measures time to first token)."),
-        click.option("--extra-body", callback=json_object_option,
-                     help='JSON merged into every request; null drops a field, e.g. '
-                          '\'{"repeat_penalty": null}\'.'),
+        EXTRA_BODY_OPTION,
         click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
                      help="Seconds a request may take as a whole, stream included."),
         click.option("--max-response-mb", default=DEFAULT_MAX_RESPONSE_MB, show_default=True,
                      type=click.IntRange(1),
                      help="Size cap of one answer; a larger one fails at once."),
-        click.option("--retries", default=4, show_default=True, type=click.IntRange(0),
-                     help="Retries on connection errors, 429 and 5xx (with backoff)."),
+        RETRIES_OPTION,
         click.option("--preflight/--no-preflight", default=True, show_default=True,
                      help="Check the endpoint first (model, logprobs, greedy decoding, "
                           "context truncation, reasoning, tokenizer); a failed check stops "

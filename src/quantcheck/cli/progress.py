@@ -4,6 +4,7 @@ then counted), and the flows that send requests run under them."""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -42,10 +43,22 @@ class PlainProgress:
     """Progress for logs (stderr is not a terminal): a line at every tenth, with ETA."""
 
     def __init__(self, length: int, label: str) -> None:
-        self.length, self.label = length, label
+        self.label = label
         self.done = 0
         self.started = time.monotonic()
-        self.next_report = 0.1
+        self.length = length
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    @length.setter
+    def length(self, count: int) -> None:
+        """Also a bar that grows (the next side of a run starts when the last is done):
+        the next line comes at the next tenth of the new length, not after all of it."""
+        self._length = count
+        share = self.done / count if count else 1.0
+        self.next_report = math.floor(share * 10 + 1e-9) / 10 + 0.1
 
     def __enter__(self) -> PlainProgress:
         return self

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -43,6 +43,7 @@ from ..store.run_dir import Run, ServerInfo, load_run
 from ..store.run_records import Completion, Prompt
 from ..store.runtimes import TOKENIZE, choose_model, mapping, whole_number
 from ..wire.client import (
+    RETRYABLE_STATUS,
     TRANSPORT_ERRORS,
     EndpointClient,
     HTTPStatusError,
@@ -50,6 +51,7 @@ from ..wire.client import (
     api_key_from_env,
     public_url,
     server_root,
+    sleep_backoff,
 )
 from ..wire.dialects import (
     MalformedResponse,
@@ -74,6 +76,8 @@ class ForcedSettings:
     concurrency: int = 4
     timeout: float = 600.0
     api_key_env: str | None = None
+    retries: int = 4  # a dropped connection, 429 or 5xx is retried, as collection does
+    extra_body: dict[str, object] = field(default_factory=dict)  # into each scoring request
 
 
 async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSettings
@@ -93,7 +97,7 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         server = await describe_server(client, models)
         mode = settings.mode if settings.mode != "auto" else AUTO_MODE.get(server.runtime,
                                                                            "echo")
-        scorer = _Scorer(client, model, mode, settings.top_k)
+        scorer = _Scorer(client, model, mode, settings)
         tokenizer = await scorer.same_tokenizer(run, a_run) if mode == "token-ids" else None
         semaphore = asyncio.Semaphore(_concurrency(mode, settings.concurrency, server))
 
@@ -127,9 +131,29 @@ def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
 
 
 class _Scorer:
-    def __init__(self, client: EndpointClient, model: str, mode: str, top_k: int) -> None:
-        self.client, self.model, self.mode, self.top_k = client, model, mode, top_k
+    def __init__(self, client: EndpointClient, model: str, mode: str,
+                 settings: ForcedSettings) -> None:
+        self.client, self.model, self.mode, self.top_k = client, model, mode, settings.top_k
+        self.retries, self.extra_body = settings.retries, settings.extra_body
         self.root = server_root(client.endpoint)
+
+    async def _post(self, path: str, body: dict[str, object], scoring: bool = True) -> object:
+        """POST with the run's retries (a dropped connection, 429, 5xx, with backoff); a
+        scoring request carries --extra-body too (a null value drops a field)."""
+        if scoring:
+            body = {k: v for k, v in {**body, **self.extra_body}.items() if v is not None}
+        for attempt in range(self.retries + 1):
+            try:
+                return await self.client.post_json(self.root + path, body)
+            except HTTPStatusError as exc:
+                if exc.status not in RETRYABLE_STATUS or attempt == self.retries:
+                    raise
+                await sleep_backoff(attempt, exc.retry_after)
+            except TRANSPORT_ERRORS:
+                if attempt == self.retries:
+                    raise
+                await sleep_backoff(attempt, None)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def same_tokenizer(self, run: Run, a_run: str | Path) -> str:
         """Refuse a B that tokenizes unlike A (its ids would not mean A's tokens)."""
@@ -190,14 +214,14 @@ class _Scorer:
         assert tokens is not None
         ids = tokens.ids if tokens.ids and min(tokens.ids) >= 0 else await self._tokenize(
             {"prompt": record.text or "", "add_special_tokens": False})
-        answer = await self.client.post_json(self.root + "/v1/completions", {
+        answer = await self._post("/v1/completions", {
             "model": self.model, "prompt": prompt_ids + ids, "max_tokens": 1,
             "temperature": 0, "prompt_logprobs": self.top_k})
         return parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k)
 
     async def _tokenize(self, request: Mapping[str, object]) -> list[int]:
         path, _, _ = TOKENIZE["vllm"]  # prompt-logprobs mode is vLLM's
-        answer = await self.client.post_json(self.root + path, {"model": self.model, **request})
+        answer = await self._post(path, {"model": self.model, **request}, scoring=False)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list):
             raise MalformedResponse(f"{path} answered without token ids")
@@ -215,8 +239,8 @@ class _Scorer:
     async def _by_native_ids(self, prompt: Prompt, record: Completion
                              ) -> list[ScoredPosition]:
         if prompt.api == "chat":
-            template = await self.client.post_json(self.root + "/apply-template",
-                                                   prompt.request)
+            template = await self._post("/apply-template", dict(prompt.request),
+                                        scoring=False)
             text = mapping(template).get("prompt")
             if not isinstance(text, str):
                 raise MalformedResponse("/apply-template answered without a prompt")
@@ -229,15 +253,15 @@ class _Scorer:
         ids = tokens.ids
         scored = []
         for n, (token_id, token_text) in enumerate(zip(ids, tokens.text, strict=True)):
-            answer = await self.client.post_json(self.root + "/completion", {
+            answer = await self._post("/completion", {
                 "prompt": prompt_ids + ids[:n], "n_predict": 1, "n_probs": self.top_k,
                 "cache_prompt": True, "temperature": 0})
             scored.append(parse_native_next(answer, token_id, token_text, self.top_k))
         return scored
 
     async def _native_tokenize(self, text: str, special: bool) -> list[int]:
-        answer = await self.client.post_json(self.root + "/tokenize",
-                                             {"content": text, "add_special": special})
+        answer = await self._post("/tokenize", {"content": text, "add_special": special},
+                                  scoring=False)
         tokens = mapping(answer).get("tokens")
         if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
             raise MalformedResponse("/tokenize answered without token ids")
@@ -245,7 +269,7 @@ class _Scorer:
 
     async def _by_echo(self, prompt: Prompt, record: Completion) -> list[ScoredPosition]:
         text = str(prompt.request["prompt"])
-        answer = await self.client.post_json(self.root + "/v1/completions", {
+        answer = await self._post("/v1/completions", {
             "model": self.model, "prompt": text + (record.text or ""), "echo": True,
             "logprobs": self.top_k, "max_tokens": 1, "temperature": 0})
         return parse_echo(answer, len(text), self.top_k)

@@ -1,4 +1,4 @@
-"""Throughput measured the way the seeds measure it: a warm-up, then the prompt set
+"""Throughput measured without logprobs: a warm-up, then the prompt set
 without logprobs (top-20 logprobs cost the server and the client more than generation
 does), cycled at a fixed concurrency for at least a minimum duration, greedy, with the
 run's own max_tokens. Aggregate output tokens per second over the measured window, TTFT

@@ -361,20 +361,16 @@ class LabServer:
                        ) -> web.StreamResponse:
         chat = request.path.endswith("/chat/completions")
         if not chat and (body.get("prompt_logprobs") is not None or body.get("echo")):
-            return await self._scored(body)
+            return self._injected_status(number) or await self._scored(body)
         stream = bool(body.get("stream"))
         if self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)
         rejection = self._rejection(body)
         if rejection is not None:
             return rejection
-        status = self.faults.status.get(number)
-        if status is not None:
-            headers = {}
-            if self.faults.retry_after_s is not None:
-                headers["Retry-After"] = str(self.faults.retry_after_s)
-            message = self.faults.status_message or f"injected HTTP {status}"
-            return _json(_error_body(message, status), status, headers)
+        injected = self._injected_status(number)
+        if injected is not None:
+            return injected
         body = _keep_last(body, self.faults.context_limit)
         kind = ("chat" if chat else "completions") + ("-stream" if stream else "")
         if kind in self.replay:
@@ -529,6 +525,16 @@ class LabServer:
                       "choices": [choice], "usage": {"prompt_tokens": len(ids),
                                                      "completion_tokens": 0,
                                                      "total_tokens": len(ids)}})
+
+    def _injected_status(self, number: int) -> web.Response | None:
+        status = self.faults.status.get(number)
+        if status is None:
+            return None
+        headers = {}
+        if self.faults.retry_after_s is not None:
+            headers["Retry-After"] = str(self.faults.retry_after_s)
+        message = self.faults.status_message or f"injected HTTP {status}"
+        return _json(_error_body(message, status), status, headers)
 
     def _rejection(self, body: dict[str, Any]) -> web.Response | None:
         for name in sorted(self.faults.reject_fields & set(body)):

@@ -127,7 +127,9 @@ async def _fetch(ab: ABRun, reporters: Sequence[Reporter] | None,
         for b in ab.candidates:
             notify(f"scoring A's tokens on {b.endpoint} (teacher forcing) ...")
             await score_run_async(ab.out / "a", _forced_dir(ab, b),
-                                  replace(ab.forced, endpoint=b.endpoint, model=b.model))
+                                  replace(ab.forced, endpoint=b.endpoint, model=b.model,
+                                          retries=b.retries,
+                                          extra_body=b.request.extra_body))
 
 
 async def _collect_all(ab: ABRun, runs: list[tuple[CollectSettings, Path]],

@@ -28,12 +28,13 @@ def measure_throughput(endpoint: str, prompt_files: Sequence[Path], *, label: st
                        min_seconds: float = DEFAULT_MIN_SECONDS, warmup: int = 4,
                        request: RequestOptions | None = None,
                        api_key_env: str | None = None, timeout: float = 600.0,
+                       retries: int = 4,
                        progress: Callable[[int, float], None] | None = None) -> Throughput:
     """Measure one endpoint's throughput (fetch.throughput.measure, blocking)."""
     return run_blocking(measure(
         endpoint, prompt_files, label=label, model=model, concurrency=concurrency,
         min_seconds=min_seconds, warmup=warmup, request=request, api_key_env=api_key_env,
-        timeout=timeout, progress=progress))
+        timeout=timeout, retries=retries, progress=progress))
 
 
 def score_run(a_run: str | Path, out: str | Path, settings: ForcedSettings) -> ForcedSummary:

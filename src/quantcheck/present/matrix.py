@@ -1,4 +1,5 @@
-"""The serving matrix (matrix.csv): one row per endpoint and test, in the seeds' columns.
+"""The serving matrix (matrix.csv): one row per endpoint and test, in the
+columns a serving matrix of models, runtimes and quantizations is kept in.
 
 `write_matrix` writes a report's rows; `append_matrix` adds them to a user's matrix
 without rewriting earlier rows, except that a row for the same serving cell on the

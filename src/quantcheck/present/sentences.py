@@ -24,7 +24,7 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
 
 
 def headline(summary: Summary) -> str:
-    """The seeds' style: "7 of 20 identical, 9 wording only, ..."."""
+    """The one-line verdict: "7 of 20 identical, 9 wording only, ..."."""
     counts = summary.counts
     parts = [f"{counts.identical} of {counts.pairs} identical",
              f"{counts.wording_similar} wording only (suggested)",
