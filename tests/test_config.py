@@ -16,7 +16,8 @@ from quantcheck.cli.config import option_name
 COMMANDS = ["run", "collect", "compare", "gate"]
 # Options whose text has a form of its own (their callbacks read it).
 FORMED = {"shard": "2/3", "routed-experts-shape": [48, 8], "extra-body": {"top_k": 1},
-          "cell": ["gpu=H100"], "a-cell": ["gpu=H100"], "b-cell": ["fp8:gpu=L40S"]}
+          "cell": ["gpu=H100"], "a-cell": ["gpu=H100"], "b-cell": ["fp8:gpu=L40S"],
+          "map": ["prompt=question"]}
 
 
 def a_value(option: click.Option, tmp_path: Path) -> object:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -391,3 +392,110 @@ def test_the_scoring_parsers_refuse_a_logprob_that_is_not_finite(value: str) -> 
                   lambda: parse_echo(echo, 1, 2), lambda: parse_native_next(native, 7, "x", 2)):
         with pytest.raises(MalformedResponse, match="not a finite number"):
             parse()
+
+
+# --- data files: any line or row shape is a prompt or one error naming where ----------
+
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "system", "assistant", "tool"]) | ANY_JSON},
+    optional={"content": st.text(max_size=8) | st.none() | ANY_JSON,
+              "tool_calls": ANY_JSON})
+BODY_FIELDS = {
+    "messages": st.lists(MESSAGE, max_size=3) | ANY_JSON,
+    "prompt": st.text(max_size=8) | ANY_JSON,
+    "max_tokens": st.integers(-2, 2**40) | ANY_JSON,
+    "max_completion_tokens": st.integers(-2, 100) | ANY_JSON,
+    "tools": st.just([{"type": "function", "function": {"name": "f"}}]) | ANY_JSON,
+    "tool_choice": st.sampled_from(["auto", "none", {"function": {"name": "f"}}]) | ANY_JSON,
+    "stop": st.text(max_size=3) | ANY_JSON,
+    "id": st.text(max_size=4) | ANY_JSON, "expect": EXPECT_SPECS | ANY_JSON,
+    "extra": ANY_JSON, "haystack": ANY_JSON, "tags": ANY_JSON, "category": ANY_JSON,
+    "response_format": ANY_JSON, "temperature": ANY_JSON, "model": ANY_JSON,
+}
+BODIES = st.fixed_dictionaries({}, optional=BODY_FIELDS)
+LINES = (BODIES
+         | st.fixed_dictionaries({"custom_id": st.text(max_size=4) | ANY_JSON},
+                                 optional={"url": st.sampled_from(["/v1/chat/completions",
+                                                                   "/v1/completions"])
+                                           | ANY_JSON,
+                                           "method": st.just("POST") | ANY_JSON,
+                                           "body": BODIES | ANY_JSON})
+         | st.dictionaries(st.text(max_size=6), ANY_JSON, max_size=4)
+         | ANY_JSON)
+
+
+def _loads_or_names_where(path: Path, options: Any = None) -> None:
+    try:
+        prompts = load_prompts([path], options)
+    except PromptFileError as exc:
+        message = str(exc)
+        assert message.startswith(str(path)) and "\n" not in message, message
+        event("refused")
+        return
+    assert prompts and all(p.id and p.hash and p.api in ("chat", "completions")
+                           for p in prompts)
+    event("a prompt")
+
+
+@FUZZ
+@seed(23)
+@given(st.lists(LINES, min_size=1, max_size=3))
+def test_any_jsonl_line_is_a_prompt_or_names_file_line_and_field(
+        tmp_path_factory: pytest.TempPathFactory, lines: list[Any]) -> None:
+    path = tmp_path_factory.mktemp("data") / "lines.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(line)
+                              + b"\n" for line in _json_safe(lines)))
+    _loads_or_names_where(path)
+
+
+CELLS = (st.text(max_size=10) | st.sampled_from(
+    ["#### 72", "a 1,200 b 3", "B", "b", "2", "-1", "11", '["x", "y"]', "['x' 'y']",
+     "{\"contains\": \"x\"}", "[1, [2]]", "{prompt}", "", " "]))
+MAPS = st.lists(st.sampled_from(
+    ["id=a", "prompt=a", "prompt=b", "messages=b", "choices=b", "choices=a,b,c",
+     "system=c", "category=c", "expect=c", "expect.number=b:after-hashes",
+     "expect.number=c:last-number", "expect.number=a", "expect.choice=c",
+     "expect.choice=c:index-from-1", "expect.choice=b:letter", "expect.contains=c",
+     "expect.any_of=b", "expect.regex=c", "expect.not_contains=b:after-hashes"]),
+    max_size=5)
+
+
+@FUZZ
+@seed(29)
+@given(st.lists(st.fixed_dictionaries({"a": CELLS, "b": CELLS, "c": CELLS}), min_size=1,
+                max_size=3), MAPS, st.sampled_from([None, "gsm8k", "mmlu"]))
+def test_any_csv_row_and_mapping_is_a_prompt_or_names_file_row_and_field(
+        tmp_path_factory: pytest.TempPathFactory, rows: list[dict[str, str]],
+        column_map: list[str], preset: str | None) -> None:
+    import csv
+
+    from quantcheck.store.column_maps import ColumnMapError, parse_map
+    from quantcheck.store.prompt_sets import RequestOptions, SourceOptions
+
+    try:
+        parse_map(column_map, preset)
+    except ColumnMapError:
+        event("mapping refused")  # the command line says so before reading a file
+        return
+    path = tmp_path_factory.mktemp("data") / "rows.csv"
+    with path.open("w", newline="", encoding="utf-8") as stream:
+        writer = csv.DictWriter(stream, ["a", "b", "c"])
+        writer.writeheader()
+        writer.writerows({k: v.replace("\0", "") for k, v in row.items()} for row in rows)
+    _loads_or_names_where(path, RequestOptions(source=SourceOptions(map=column_map,
+                                                                    preset=preset)))
+
+
+def _json_safe(value: Any) -> Any:
+    """What a JSON file can hold: orjson writes no lone surrogates, NaN as null."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int) and not -2**63 <= value < 2**64:
+        return str(value)
+    if isinstance(value, dict):
+        return {_json_safe(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value

@@ -18,7 +18,7 @@ _EXPORTS = {
     "pipeline.ab": ["ABRun", "run_ab"],
     "pipeline.collecting": ["collect"],
     "pipeline.comparing": ["CompareOptions", "compare_runs", "compare_to_dir"],
-    "store.prompt_sets": ["RequestOptions", "load_prompts"],
+    "store.prompt_sets": ["RequestOptions", "SourceOptions", "load_prompts"],
     "store.report_dir": ["read_summary"],
     "store.report_records": ["Summary"],
     "store.run_dir": ["Manifest", "Run", "load_run"],
@@ -27,7 +27,8 @@ _EXPORTS = {
 _HOMES = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [
     "ABRun", "CollectResult", "CollectSettings", "CompareOptions", "Completion", "Expect",
-    "Manifest", "Prompt", "QuantcheckError", "RequestOptions", "Run", "Summary", "Tokens",
+    "Manifest", "Prompt", "QuantcheckError", "RequestOptions", "Run", "SourceOptions",
+    "Summary", "Tokens",
     "__version__", "collect", "collect_async", "compare", "compare_runs", "compare_to_dir",
     "load_prompts", "load_run", "read_summary", "run_ab",
 ]
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .pipeline.ab import ABRun, run_ab
     from .pipeline.collecting import collect
     from .pipeline.comparing import CompareOptions, compare_runs, compare_to_dir
-    from .store.prompt_sets import RequestOptions, load_prompts
+    from .store.prompt_sets import RequestOptions, SourceOptions, load_prompts
     from .store.report_dir import read_summary
     from .store.report_records import Summary
     from .store.run_dir import Manifest, Run, load_run

@@ -25,6 +25,7 @@ from .options import (
     EXISTING_DIR,
     EXTRA_BODY_OPTION,
     RETRIES_OPTION,
+    apply_options,
     compare_options,
     determinism_request_options,
     forced_options,
@@ -32,6 +33,8 @@ from .options import (
     request_options,
     side_settings,
     sig_digits_option,
+    source_options,
+    source_settings,
 )
 from .printing import echo_determinism, echo_forced, echo_suites, echo_throughput, print_result
 from .progress import (
@@ -68,6 +71,8 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
           --prompts prompts/default.yaml --repeats 3 --out runs/bf16
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --suite facts,json \\
           --out runs/bf16-suites
+      quantcheck collect --endpoint http://127.0.0.1:8000/v1 --prompts traffic.jsonl \\
+          --sample 500 --out runs/bf16-traffic
     """
     label = label if label is not None else label_from_name(out.name)
     settings = side_settings(parameters, endpoint, label, model, api_key_env, cell)
@@ -137,6 +142,8 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
           --prompts prompts/default.yaml --throughput --out reports/quants
       quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
           --suite code,tools --allow-code-exec --out reports/fp8-code
+      quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
+          --prompts gsm8k/test.parquet --map-preset gsm8k --sample 300 --out reports/gsm8k
     """
     labels = _candidate_labels(b_urls, b_labels)
     a = side_settings(parameters, a_url, a_label, a_model, api_key_env, a_cell)
@@ -180,6 +187,7 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
 @cli.command("throughput")
 @click.argument("endpoint")
 @prompt_options
+@apply_options(source_options())
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="A run directory of this endpoint: writes OUT/throughput.json, which "
                    "compare then shows next to the other side's.")
@@ -201,7 +209,8 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
                        label: str | None, model: str | None, concurrency: int, seconds: float,
                        max_tokens: int | None, api: str | None,
                        extra_body: dict[str, object], api_key_env: str | None,
-                       timeout: float, retries: int) -> None:
+                       timeout: float, retries: int, column_map: tuple[str, ...],
+                       map_preset: str | None, sample: int | None, seed: int | None) -> None:
     """Throughput without logprobs (they cost the server and the client more than the
     generation does): after a warm-up, the prompt set cycled at --concurrency for at
     least --seconds; aggregate output tokens/s, TTFT p50, end-to-end p99, and every
@@ -224,8 +233,9 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
 
     result = run_guarded(lambda: measure_throughput(
         endpoint, prompt_files, label=label or "", model=model, concurrency=concurrency,
-        min_seconds=seconds, request=RequestOptions(max_tokens=max_tokens, api=api,
-                                                    extra_body=extra_body),
+        min_seconds=seconds, request=RequestOptions(
+            max_tokens=max_tokens, api=api, extra_body=extra_body,
+            source=source_settings(column_map, map_preset, sample, seed)),
         api_key_env=api_key_env, timeout=timeout, retries=retries, progress=heard),
         "Nothing was written.")
     echo_throughput(result, concurrency)

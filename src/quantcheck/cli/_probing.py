@@ -15,7 +15,7 @@ from ..store.run_records import DEFAULT_CONTEXT_TOKENS
 from ..store.runtimes import RUNTIMES
 from ._group import cli
 from .guard import run_guarded
-from .options import EXISTING_FILE, json_object_option
+from .options import EXISTING_FILE, PROMPT_SOURCE, json_object_option
 from .printing import echo_log_matches, echo_preflights, echo_probe
 
 
@@ -42,7 +42,7 @@ def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
 @click.argument("endpoints", nargs=-1, required=True, metavar="URL [URL_B]")
 @click.option("--model", help="Model name (default: the one model /v1/models lists).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
-@click.option("--prompts", "prompt_file", type=EXISTING_FILE,
+@click.option("--prompts", "prompt_file", type=PROMPT_SOURCE,
               help="Shape probes like this prompt set's requests (API, fields).")
 @click.option("--api", type=click.Choice(["chat", "completions"]), default="chat",
               show_default=True, help="API of the probes (without --prompts).")

@@ -17,7 +17,14 @@ from ..store.reviews import load_verdicts
 from ._group import cli
 from .config import config_options
 from .guard import exit_like_the_gate, run_guarded
-from .options import EXISTING_DIR, EXISTING_FILE, PolicyOverrides, compare_options, gathered
+from .options import (
+    EXISTING_DIR,
+    EXISTING_FILE,
+    PROMPT_SOURCE,
+    PolicyOverrides,
+    compare_options,
+    gathered,
+)
 from .printing import candidates_markdown, print_result
 
 
@@ -29,7 +36,7 @@ from .printing import candidates_markdown, print_result
               help="Report directory (pairs.csv, summary.json); with several B runs, the "
                    "overview and OUT/candidates/LABEL/ for each.")
 @click.option("--prompts", "prompt_files", multiple=True,
-              type=EXISTING_FILE,
+              type=PROMPT_SOURCE,
               help="Prompt set naming the texts of a *.texts.json side (and its expects).")
 @click.option("--forced", type=EXISTING_DIR,
               help="Teacher-forced scores of A on B, from `quantcheck forced` (one B).")

@@ -21,7 +21,8 @@ from ..gate.verdict import Policy
 from ..judge.cells import parse_cell_options
 from ..judge.sandbox import Limits
 from ..pipeline.comparing import CompareOptions, code_limits
-from ..store.prompt_sets import APIS, RequestOptions
+from ..store.column_maps import PRESETS, ColumnMapError, parse_map
+from ..store.prompt_sets import APIS, RequestOptions, SourceOptions
 from ..store.run_dir import Parameters
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB
 from .guard import run_guarded
@@ -29,6 +30,9 @@ from .guard import run_guarded
 F = TypeVar("F", bound=Callable[..., object])
 EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 EXISTING_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+# A prompt set, a data file (JSONL, CSV, Parquet), a YAML source file, or a folder (a
+# datasets save_to_disk folder, Parquet shards).
+PROMPT_SOURCE = click.Path(exists=True, path_type=Path)
 
 
 def gathered(name: str, make: Callable[..., object]) -> Callable[[F], F]:
@@ -51,6 +55,11 @@ def _apply(options: Sequence[Callable[[F], F]], function: F) -> F:
     for option in reversed(options):
         function = option(function)
     return function
+
+
+def apply_options(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:
+    """The options as one decorator."""
+    return lambda function: _apply(options, function)
 
 
 def json_object_option(ctx: click.Context, param: click.Parameter, value: str | None
@@ -85,15 +94,51 @@ def _parameters(repeats: int, top_logprobs: int, stream: bool, concurrency: int,
                 timeout: float, max_response_mb: int, retries: int, preflight: bool,
                 context_tokens: int, shard: str | None, routed_experts: bool,
                 routed_experts_shape: list[int] | None, max_tokens: int | None,
-                api: str | None, extra_body: dict[str, object], repeat_mode: str = "pool"
-                ) -> Parameters:
+                api: str | None, extra_body: dict[str, object], column_map: tuple[str, ...],
+                map_preset: str | None, sample: int | None, seed: int | None,
+                repeat_mode: str = "pool") -> Parameters:
     return Parameters(
         repeats=repeats, top_logprobs=top_logprobs, stream=stream, concurrency=concurrency,
         timeout=timeout, max_response_mb=max_response_mb, retries=retries,
         repeat_mode=repeat_mode, preflight=preflight, context_tokens=context_tokens,
         shard=shard, routed_experts=routed_experts,
         routed_experts_shape=routed_experts_shape,
-        request=RequestOptions(max_tokens=max_tokens, api=api, extra_body=extra_body))
+        request=RequestOptions(max_tokens=max_tokens, api=api, extra_body=extra_body,
+                               source=source_settings(column_map, map_preset, sample, seed)))
+
+
+def source_settings(column_map: tuple[str, ...], map_preset: str | None, sample: int | None,
+                    seed: int | None) -> SourceOptions:
+    """The data-file options (--map, --map-preset, --sample, --seed) as one record."""
+    return SourceOptions(map=list(column_map), preset=map_preset, sample=sample, seed=seed)
+
+
+def _map_option(context: click.Context, parameter: click.Parameter, value: tuple[str, ...]
+                ) -> tuple[str, ...]:
+    try:
+        parse_map(value)
+    except ColumnMapError as exc:
+        raise click.BadParameter(str(exc), context, parameter) from None
+    return value
+
+
+def source_options() -> list[Callable[[F], F]]:
+    """--map, --map-preset, --sample and --seed: how data files become prompts."""
+    return [
+        click.option("--map", "column_map", multiple=True, metavar="TARGET=COLUMN[:RULE]",
+                     callback=_map_option,
+                     help="Which column of a data file is a prompt's id, prompt or expect, "
+                          "e.g. prompt=question, expect.number=answer:after-hashes, "
+                          "expect.choice=answer; repeat for each (docs/prompts.md)."),
+        click.option("--map-preset", type=click.Choice(sorted(PRESETS)),
+                     help="A ready mapping: gsm8k (question; answer ending '#### N'), mmlu "
+                          "(question, choices, answer index); --map adds to it."),
+        click.option("--sample", type=click.IntRange(1), metavar="N",
+                     help="Draw N prompts from each data file, the same ones for the same "
+                          "--seed."),
+        click.option("--seed", type=int,
+                     help="Seed of --sample's draw (default 0); generation stays greedy."),
+    ]
 
 
 def _with_suites(function: F) -> F:
@@ -113,8 +158,9 @@ def _with_suites(function: F) -> F:
     return cast(F, command)
 
 
-PROMPTS_OPTION = click.option("--prompts", "prompt_files", multiple=True, type=EXISTING_FILE,
-                              help="Prompt set (YAML); repeat for several.")
+PROMPTS_OPTION = click.option("--prompts", "prompt_files", multiple=True, type=PROMPT_SOURCE,
+                              help="Prompt set (YAML), data file (.jsonl, .csv, .parquet), "
+                                   "YAML source file or datasets folder; repeat for several.")
 SUITE_OPTION = click.option("--suite", multiple=True, metavar="NAME[,NAME]",
                             help="A built-in suite (facts, math, json, tools, code, "
                                  "multilingual, long-context); with or instead of --prompts.")
@@ -137,6 +183,7 @@ def prompt_options(function: F) -> F:
 def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode: bool) -> F:
     options: list[Callable[[F], F]] = [
         PROMPTS_OPTION,
+        *source_options(),
         SUITE_OPTION,
         click.option("--repeats", default=repeats, show_default=True,
                      type=click.IntRange(least_repeats),

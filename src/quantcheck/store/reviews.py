@@ -10,7 +10,6 @@ import os
 import re
 from collections.abc import Container
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -57,7 +56,7 @@ def review_path(report_dir: Path, reviewer: str) -> Path:
     return report_dir / REVIEWS / f"{reviewer}.json"
 
 
-def validate_review(document: Any, identity: str, rubric: Rubric,
+def validate_review(document: object, identity: str, rubric: Rubric,
                     prompt_ids: Container[str], source: str) -> Review:
     """Check a review document; raise RunFormatError (StaleReview) naming what is wrong.
     The gate, the review server and the sheet (in JavaScript) apply the same checks."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import ConfigFileError
 from .yamlfile import read_yaml, reject_unknown, require_bools, require_text
@@ -45,7 +44,7 @@ class Rubric:
     def approvable(self) -> list[str]:
         return [label.id for label in self.labels if label.approvable and not label.blocking]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "question": self.question,
                 "labels": [asdict(label) for label in self.labels]}
 
@@ -75,7 +74,7 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
                   labels=labels)
 
 
-def _label(path: Path, position: int, entry: Any) -> Label:
+def _label(path: Path, position: int, entry: object) -> Label:
     where = f"{path}: labels[{position}]"
     if not isinstance(entry, dict):
         raise ConfigFileError(f"{where}: each label is a mapping with 'id' and 'name'")

@@ -135,7 +135,7 @@ class PromptJson(TypedDict):
     hash: str
     tags: NotRequired[list[str] | None]
     expect: NotRequired[dict[str, object] | None]  # Expect.to_json
-    request: dict[str, Any]  # the request body, as the user's prompt set makes it
+    request: dict[str, object]  # the request body, as the user's prompt set makes it
     source: NotRequired[str]
 
 
@@ -145,7 +145,7 @@ class Prompt:
 
     id: str
     category: str
-    request: dict[str, Any]
+    request: dict[str, object]
     api: str
     hash: str
     tags: list[str] = field(default_factory=list)

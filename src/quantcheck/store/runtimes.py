@@ -8,6 +8,7 @@ length) is "not revealed", never an error.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import EndpointError
@@ -28,7 +29,7 @@ def mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def whole_number(value: Any) -> int | None:
+def whole_number(value: object) -> int | None:
     """A positive integer as the server gave it (number or numeric string), else None."""
     if isinstance(value, bool):
         return None
@@ -73,7 +74,8 @@ def runtime_version(info: ServerInfo) -> str | None:
     return build if isinstance(build, str) and build else None
 
 
-def choose_model(models: list[dict[str, Any]], requested: str | None, endpoint: str) -> str:
+def choose_model(models: Sequence[Mapping[str, object]], requested: str | None,
+                 endpoint: str) -> str:
     ids = [str(m["id"]) for m in models if isinstance(m.get("id"), str) and m["id"]]
     if requested:
         return requested

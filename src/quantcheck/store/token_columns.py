@@ -141,7 +141,7 @@ def pack(tokens: Tokens) -> bytes:
     uniform = int(counts[0]) if packed.n and (counts == counts[0]).all() else None
     count_type = _narrowest(counts, "u")
     id_type = _narrowest(packed.ids, "i") if packed.ids is not None else None
-    header: dict[str, Any] = {
+    header: dict[str, object] = {
         "v": 1, "n": packed.n, "k": uniform, "alternatives": len(packed.top_logprob),
         "own_token": int(packed.own_token.sum()), "own_prob": int(own_prob.sum()),
         "floats": float_format, "ids": id_type, "counts": count_type,

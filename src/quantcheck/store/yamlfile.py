@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ def read_yaml(path: Path, what: str) -> Any:
         raise ConfigFileError(f"{path}: not valid YAML: {exc}") from None
 
 
-def reject_unknown(where: str, mapping: dict[str, Any], allowed: Iterable[str]) -> None:
+def reject_unknown(where: str, mapping: Mapping[str, object], allowed: Iterable[str]) -> None:
     allowed = list(allowed)
     for key in mapping:
         if key not in allowed:
@@ -31,14 +31,14 @@ def reject_unknown(where: str, mapping: dict[str, Any], allowed: Iterable[str]) 
                                   f"{', '.join(sorted(allowed))}")
 
 
-def require_text(where: str, mapping: dict[str, Any], keys: Iterable[str]) -> None:
+def require_text(where: str, mapping: Mapping[str, object], keys: Iterable[str]) -> None:
     for key in keys:
         value = mapping.get(key)
         if not isinstance(value, str) or not value.strip():
             raise ConfigFileError(f"{where}: field '{key}': required, a non-empty string")
 
 
-def require_bools(where: str, mapping: dict[str, Any], keys: Iterable[str]) -> None:
+def require_bools(where: str, mapping: Mapping[str, object], keys: Iterable[str]) -> None:
     for key in keys:
         if not isinstance(mapping.get(key, False), bool):
             raise ConfigFileError(f"{where}: field '{key}': must be true or false")
