@@ -11,6 +11,7 @@ import click
 
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, compare_all
+from ..present.sentences import agreement_sentence
 from ..store.report_dir import OVERVIEW, require_report
 from ..store.report_records import Summary
 from ..store.reviews import load_verdicts
@@ -67,16 +68,20 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
               help="Rubric YAML (default: rubrics/default.yaml).")
 def report_command(report_dir: Path, rubric: Path | None) -> None:
     """Re-render the review sheet REPORT_DIR/index.html (e.g. with another rubric,
-    or to show every reviewer's file from REPORT_DIR/reviews/).
+    or to show every reviewer's file from REPORT_DIR/reviews/). In a report made with
+    --judge, the judge's agreement with those reviews is recomputed into summary.json.
 
     \b
     Example:
       quantcheck report reports/fp8 --rubric rubrics/default.yaml
     """
-    from ..present.sheet import write_sheet
+    from ..pipeline.grading import refresh_report
 
-    path = run_guarded(lambda: write_sheet(report_dir, rubric), "Nothing was written.")
+    path, judge = run_guarded(lambda: refresh_report(report_dir, rubric),
+                              "Nothing was written.")
     click.echo(f"wrote {path}")
+    if judge is not None:
+        click.echo(f"Judge: {agreement_sentence(judge.agreement)}.")
 
 
 @cli.command("review")
@@ -160,6 +165,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="Signs of a chat template the model does not know: the preflight's "
                    "template warnings and answers that echo the question or carry "
                    "template markers (default off: reported only).")
+@click.option("--max-judge-flips", type=click.IntRange(0),
+              help="Pairs the judge (compare --judge) labelled with a blocking label and no "
+                   "person has labelled or approved (default off: the judge suggests, "
+                   "people decide).")
 @click.option("--review", "review_files", multiple=True,
               type=EXISTING_FILE,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
@@ -183,6 +192,7 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
       quantcheck gate reports/fp8 --require-review
       quantcheck gate reports/fp8 --policy prompts/policy.yaml
       quantcheck gate reports/quants --candidate fp8
+      quantcheck gate reports/fp8 --max-judge-flips 0
     """
     from ..gate import verdict as gate
     from ..store.rubric import load_rubric

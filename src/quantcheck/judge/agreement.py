@@ -62,3 +62,18 @@ def review_verdicts(reviews: Mapping[str, Review]) -> dict[str, list[ReviewVerdi
                                       reviewer=review.reviewer or name)
                 verdicts.setdefault(prompt_id, []).append(named)
     return verdicts
+
+
+def agreement_sentence(agreement: Agreement | None) -> str:
+    """How often the judge's label was a reviewer's, with Cohen's kappa."""
+    if agreement is None:
+        return "no reviewer has labelled a pair the judge labelled yet"
+    share = agreement.agreed / agreement.observations
+    kappa = "n/a" if agreement.kappa is None else f"{agreement.kappa:.2f}"
+    return (f"the judge's label was the reviewer's in {agreement.agreed} of "
+            f"{_plural(agreement.observations, 'label')} ({share:.0%}; Cohen's kappa {kappa}) "
+            f"on {_plural(agreement.pairs, 'pair')} by {', '.join(agreement.reviewers)}")
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun if n == 1 else noun + 's'}"

@@ -193,12 +193,14 @@ def report_agreement(report_dir: Path, identity: str, rubric: Rubric) -> Agreeme
                      [label.id for label in rubric.labels])
 
 
-def refresh_report(report_dir: Path, rubric_path: Path | None = None) -> Path:
-    """`quantcheck report`: the judge's agreement with the reviews there now written to
-    summary.json (a judged report), and the sheet re-rendered."""
+def refresh_report(report_dir: Path, rubric_path: Path | None = None
+                   ) -> tuple[Path, JudgeFigures | None]:
+    """`quantcheck report`: in a judged report, the judge's agreement with the reviews
+    there now, written to summary.json; the sheet re-rendered. The sheet's path, and the
+    judge's figures (None without a judge)."""
     summary = read_summary(report_dir)
     if summary.judge is not None:
         summary.judge.agreement = report_agreement(report_dir, summary.identity,
                                                    load_rubric(rubric_path))
         write_summary(report_dir, summary)
-    return write_sheet(report_dir, rubric_path)
+    return write_sheet(report_dir, rubric_path), summary.judge

@@ -3,10 +3,13 @@ the plurals and phrases it is made of. The judge counts; these say it in words."
 
 from __future__ import annotations
 
-from ..store.grade_records import Agreement, JudgeFigures
+from ..judge.agreement import agreement_sentence
+from ..store.grade_records import JudgeFigures
 from ..store.report_records import Counts, Summary
 from ..store.run_records import DEGENERATE_KINDS
 
+__all__ = ["agreement_sentence", "degenerate_phrase", "headline", "judge_sentence", "plural",
+           "template_warning"]
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
 
@@ -103,13 +106,3 @@ def judge_sentence(judge: JudgeFigures) -> str:
     stopped = f"; {judge.error}" if judge.error else ""
     return f"{who} {said} ({cost}){stopped}"
 
-
-def agreement_sentence(agreement: Agreement | None) -> str:
-    """How often the judge's label was a reviewer's, with Cohen's kappa."""
-    if agreement is None:
-        return "no reviewer has labelled a pair the judge labelled yet"
-    share = agreement.agreed / agreement.observations
-    kappa = "n/a" if agreement.kappa is None else f"{agreement.kappa:.2f}"
-    return (f"the judge's label was the reviewer's in {agreement.agreed} of "
-            f"{plural(agreement.observations, 'label')} ({share:.0%}; Cohen's kappa {kappa}) "
-            f"on {plural(agreement.pairs, 'pair')} by {', '.join(agreement.reviewers)}")
