@@ -114,10 +114,11 @@ class Grader:
                 if attempt < self.settings.retries:
                     await sleep_backoff(attempt, exc.retry_after)
                 continue
-            except RequestFailed as exc:  # asking again would get the same: kept
+            except RequestFailed:  # beyond the size cap: asking again gets the same, kept
                 self._answered()
-                return self._keep(GradeReply(key=key, model=self.model, error=str(exc),
-                                             prompt_version=PROMPT_VERSION, at=_now()))
+                return self._keep(GradeReply(
+                    key=key, model=self.model, prompt_version=PROMPT_VERSION, at=_now(),
+                    error=f"the reply is larger than {JUDGE_RESPONSE_MB} MB: not read"))
             except (ParameterRejected, QuantcheckError) as exc:
                 self._answered()
                 why = str(exc)

@@ -204,7 +204,7 @@ def combine(with_a: Read, with_b: Read) -> Read:
     if with_a.grade is None or with_b.grade is None:
         missing = [f"with {side} as the reference: {read.reason}"
                    for side, read in (("A", with_a), ("B", with_b)) if read.grade is None]
-        return Read(NO_VERDICT, clean("no verdict: " + "; ".join(missing), 2 * REASON_CHARS))
+        return Read(NO_VERDICT, clean("; ".join(missing), 2 * REASON_CHARS))
     if SWAPPED[with_a.grade] == with_b.grade:
         return with_a
     return Read(UNCLEAR, clean(

@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import QuantcheckError
-from ..fetch.grading import Grader, JudgeSettings, Tally, judge_model
+from ..fetch.grading import JUDGE_RESPONSE_MB, Grader, JudgeSettings, Tally, judge_model
 from ..judge.agreement import agreement, review_verdicts
 from ..judge.grades import (
     NO_VERDICT,
@@ -78,7 +78,7 @@ async def _grade_all(reports: Sequence[Path], settings: JudgeSettings,
                      mapping: Mapping[str, str]) -> list[JudgeFigures]:
     key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
     async with EndpointClient(settings.endpoint, key, settings.timeout,
-                              max(2 * settings.concurrency, 8), 1) as client:
+                              max(2 * settings.concurrency, 8), JUDGE_RESPONSE_MB) as client:
         try:
             model: str | None = await judge_model(client, settings)
             error = None
