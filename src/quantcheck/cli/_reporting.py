@@ -81,7 +81,7 @@ def report_command(report_dir: Path, rubric: Path | None) -> None:
                               "Nothing was written.")
     click.echo(f"wrote {path}")
     if judge is not None:
-        click.echo(f"Judge: {agreement_sentence(judge.agreement)}.")
+        click.echo(f"Judge: {agreement_sentence(judge.agreement, sum(judge.labels.values()))}.")
 
 
 @cli.command("review")

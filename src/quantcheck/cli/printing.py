@@ -102,7 +102,8 @@ def print_summary(summary: Summary, out: Path) -> None:
     click.echo(summary.performance.throughput_note)
     if summary.judge is not None:
         line = judge_sentence(summary.judge)
-        click.echo(f"{line[0].upper()}{line[1:]}; {agreement_sentence(summary.judge.agreement)}.")
+        said = agreement_sentence(summary.judge.agreement, sum(summary.judge.labels.values()))
+        click.echo(f"{line[0].upper()}{line[1:]}; {said}.")
     if summary.cells.warning:
         click.echo(f"warning: {summary.cells.warning}")
     if template := template_warning(summary):

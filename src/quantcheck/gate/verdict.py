@@ -332,7 +332,7 @@ def markdown(verdict: GateResult, summary: Summary) -> str:
     if verdict.reviewers:
         lines += ["", "Reviewers: " + ", ".join(verdict.reviewers)]
     if summary.judge is not None:
-        said = agreement_sentence(verdict.judge_agreement)
+        said = agreement_sentence(verdict.judge_agreement, sum(summary.judge.labels.values()))
         lines += ["", f"Judge ({summary.judge.model or summary.judge.endpoint}): {said}."]
     return "\n".join(lines) + "\n"
 

@@ -64,8 +64,11 @@ def review_verdicts(reviews: Mapping[str, Review]) -> dict[str, list[ReviewVerdi
     return verdicts
 
 
-def agreement_sentence(agreement: Agreement | None) -> str:
-    """How often the judge's label was a reviewer's, with Cohen's kappa."""
+def agreement_sentence(agreement: Agreement | None, labelled: int | None = None) -> str:
+    """How often the judge's label was a reviewer's, with Cohen's kappa; without any
+    observation, why (`labelled`: the pairs the judge gave a label, when known)."""
+    if agreement is None and labelled == 0:
+        return "the judge gave no label, so there is no agreement to measure"
     if agreement is None:
         return "no reviewer has labelled a pair the judge labelled yet"
     share = agreement.agreed / agreement.observations

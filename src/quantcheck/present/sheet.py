@@ -196,7 +196,8 @@ def _judge_view(summary: Summary, head: dict[str, object]) -> dict[str, object]:
     assert isinstance(judge, dict)  # _sheet_head made it
     found = msgspec.convert(judge["agreement"], Agreement | None)
     return {"judge": summary.judge, "judge_line": judge_sentence(summary.judge),
-            "judge_agreement": found, "agreement_line": agreement_sentence(found)}
+            "judge_agreement": found,
+            "agreement_line": agreement_sentence(found, sum(summary.judge.labels.values()))}
 
 
 def shared_start(a_text: object, b_text: object) -> object:
