@@ -42,11 +42,14 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     one report each and an overview that recommends one.
 
     A side is a run directory from collect, or a JSON list of texts in prompt order
-    (`*.texts.json`, the seeds' format) for text-only triage.
+    (`*.texts.json`, the seeds' format) for text-only triage. With --judge, a model
+    suggests a label for every pair that differs and no expect decided.
 
     \b
     Example:
       quantcheck compare runs/bf16 runs/fp8 --out reports/fp8
+      quantcheck compare runs/bf16 runs/fp8 --out reports/fp8 \\
+          --judge http://127.0.0.1:8009/v1 --judge-model qwen3-32b
       quantcheck compare runs/bf16 runs/fp8 runs/int4 runs/nvfp4 --out reports/quants
       quantcheck compare bf16.texts.json fp8.texts.json --prompts prompts/default.yaml \\
           --out reports/texts
