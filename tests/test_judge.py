@@ -602,3 +602,38 @@ def test_j_visits_the_judges_flips_first_and_the_filter_finds_them(judged: Path,
     card(page, "noisy").locator("label.choice", has_text="Wording only").click()
     assert card(page, "noisy").locator("input[value=wording]").is_checked()
     assert not page.errors
+
+
+def test_run_with_two_candidates_asks_one_judge_about_both(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text('prompts:\n  - {id: capital, prompt: "Q: capital"}\n'
+                       '  - {id: sum, prompt: "Q: sum"}\n')
+    a = {"Q: capital": " Paris.", "Q: sum": " 4."}
+    servers = [ScriptedServer(ScriptedModel(answers)).start() for answers in (
+        a, {**a, "Q: capital": " Lyon."}, {**a, "Q: sum": " 5."})]
+    judge = ScriptedServer(ScriptedModel({
+        "<<<REFERENCE\n Paris.": '{"class": "contradiction", "reason": "Lyon is not it."}',
+        "<<<REFERENCE\n Lyon.": '{"class": "contradiction", "reason": "Paris is."}',
+        "<<<REFERENCE\n 4.": '{"class": "contradiction", "reason": "5 is not 4."}',
+        "<<<REFERENCE\n 5.": '{"class": "same", "reason": "Looks alike."}'},
+        name="judge-7b")).start()
+    out = tmp_path / "ab"
+    try:
+        result = CliRunner().invoke(cli, [
+            "run", "--a", servers[0].url, "--b", servers[1].url, "--b-label", "fp8",
+            "--b", servers[2].url, "--b-label", "int4", "--prompts", str(prompts),
+            "--context-tokens", "0", "--judge", judge.url, "--out", str(out)])
+        assert len(judge.requests) == 4  # one pair per candidate, both ways round
+    finally:
+        for server in [*servers, judge]:
+            server.stop()
+    assert result.exit_code == 0, result.output
+    for label, prompt, grade in (("fp8", "capital", "contradiction"),
+                                 ("int4", "sum", "unclear")):
+        report = out / "candidates" / label
+        pairs = pd.read_csv(report / "pairs.csv", keep_default_na=False).set_index(
+            "prompt_id")
+        assert pairs.loc[prompt, "judge_class"] == grade
+        assert (pairs.drop(prompt)["judge_class"] == "").all()
+        figures = json.loads((report / "summary.json").read_text())["judge"]
+        assert (figures["pairs"], figures["requests"]) == (1, 2)

@@ -58,9 +58,11 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
         raise click.BadParameter("with several B runs, score each with `quantcheck "
                                  "forced` and compare them one at a time",
                                  param_hint="--forced")
+    kept = ("The report is as it was; the judge's replies so far are in its cache: rerun "
+            "to ask only the rest." if compare.judge else "Nothing was written.")
     result = run_guarded(lambda: compare_all(a_run, list(b_runs), out,
                                              replace(compare, forced=forced), prompt_files,
-                                             matrix), "Nothing was written.")
+                                             matrix), kept)
     print_result(result, out)
     exit_like_the_gate(result)
 

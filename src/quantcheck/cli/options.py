@@ -278,7 +278,7 @@ def compare_options(function: F) -> F:
         click.option("--code-memory-mb", default=Limits.memory_mb, show_default=True,
                      type=click.IntRange(32), help="Memory limit of one code check."),
         click.option("--jobs", type=click.IntRange(1), metavar="N",
-                     help="Processes that judge pairs (default: every core)."),
+                     help="Processes that triage pairs (default: every core)."),
         click.option("--rubric", type=EXISTING_FILE,
                      help="Rubric YAML of the sheet and of the judge's labels (default: "
                           "rubrics/default.yaml)."),
