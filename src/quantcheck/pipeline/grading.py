@@ -100,7 +100,8 @@ async def _grade_report(client: EndpointClient, model: str | None, error: str | 
         details = DetailsReader(staging(out))
         written = False
         for rows in iter_pair_rows(staging(out), CHUNK_PAIRS):
-            shown = [msgspec.convert(details.get(row.prompt_id), PairDetails) for row in rows]
+            shown = [msgspec.convert(details.get(row.prompt_id) or {"prompt_id": row.prompt_id},
+                                     PairDetails) for row in rows]
             await _judge_chunk(grader, error, rows, shown, mapping, classes)
             table.write(pairs_csv(rows, header=not written))
             lines.write(details_jsonl(shown))
