@@ -42,8 +42,10 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     one report each and an overview that recommends one.
 
     A side is a run directory from collect, or a JSON list of texts in prompt order
-    (`*.texts.json`, the seeds' format) for text-only triage. With --judge, a model
-    suggests a label for every pair that differs and no expect decided.
+    (`*.texts.json`, the seeds' format) for text-only triage.
+
+    With --judge, a model suggests a label for every pair that differs and no expect
+    decided (docs/review.md, The judge).
 
     \b
     Example:
