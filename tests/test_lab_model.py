@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -135,6 +136,59 @@ def test_broken_head_loops_like_the_sglang_bug(lab: Any, write_prompts: Any,
     assert list(pairs["b_degenerate"]) == ["repetition", "repetition"]
     assert not pairs["a_degenerate"].any()
     assert list(pairs["b_finish_reason"]) == ["length", "length"]
+
+
+def test_the_lab_model_as_a_judge_breaks_nothing_and_the_agreement_says_how_poor(
+        lab: Any, write_prompts: Any, tmp_path: Path) -> None:
+    """A 270M base model is a poor judge: whatever it answers is read strictly (most
+    of it is no verdict), the report is whole, and the agreement figure tells."""
+    from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+
+    prompts = write_prompts("""
+        defaults: {max_tokens: 6, stop: ["\\n"]}
+        prompts:
+          - {id: capital, prompt: "Q: What is the capital of France?\\nA:"}
+          - {id: legs, prompt: "Q: How many legs does a dog have?\\nA:"}
+          - {id: water, prompt: "Q: At what temperature does water boil?\\nA:"}
+          - {id: chat, messages: [{role: user, content: "The opposite of hot is"}]}
+    """)
+    server = lab()
+    a = run(server, prompts, tmp_path / "a")
+    other = ScriptedServer(ScriptedModel({"France": " Lyon", "dog": " Three legs.",
+                                          "water": " 90 degrees.", "opposite": " warm"}))
+    with other:
+        b = run(other, prompts, tmp_path / "b")
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, [
+        "compare", str(a.path), str(b.path), "--out", str(out), "--jobs", "1",
+        "--judge", server.url, "--judge-max-tokens", "12", "--judge-concurrency", "1"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    judge = summary["judge"]
+    assert judge["model"] == "gemma-3-270m" and judge["error"] is None
+    assert judge["pairs"] == 4 and sum(judge["classes"].values()) == 4
+    assert judge["requests"] == 8 and judge["failed"] == 0
+    assert set(judge["classes"]) <= {"same", "immaterial", "subset", "superset",
+                                     "contradiction", "unclear", "no_verdict"}
+    labels = pd.read_csv(out / "pairs.csv", keep_default_na=False).set_index("prompt_id")[
+        "judge_label"]
+    assert set(labels.index) == {"capital", "legs", "water", "chat"}
+    identity = summary["identity"]
+    (out / "reviews").mkdir()
+    (out / "reviews" / "dana.json").write_text(json.dumps({
+        "format": "quantcheck-review/1", "identity": identity, "reviewer": "dana",
+        "verdicts": {p: {"label": "factual_flip"} for p in ("capital", "legs", "water")}}))
+    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
+    found = json.loads((out / "summary.json").read_text())["judge"]["agreement"]
+    observed = sum(1 for prompt in ("capital", "legs", "water") if labels[prompt])
+    if observed:  # each label the judge gave a reviewed pair is one observation
+        assert found["observations"] == observed and found["reviewers"] == ["dana"]
+        assert found["agreed"] == sum(labels[p] == "factual_flip"
+                                      for p in ("capital", "legs", "water"))
+    else:  # nothing parseable: no agreement to speak of, and it says so
+        assert found is None
+    if not any(labels):
+        assert "the judge gave no label, so there is no agreement to measure" in result.output
 
 
 def test_demo_end_to_end(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from ._version import __version__
 _EXPORTS = {
     "errors": ["QuantcheckError"],
     "fetch.collect": ["CollectResult", "CollectSettings", "collect_async"],
+    "fetch.grading": ["JudgeSettings"],
     "judge.pairs": ["compare"],
     "pipeline.ab": ["ABRun", "run_ab"],
     "pipeline.collecting": ["collect"],
@@ -27,8 +28,8 @@ _EXPORTS = {
 _HOMES = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [
     "ABRun", "CollectResult", "CollectSettings", "CompareOptions", "Completion", "Expect",
-    "Manifest", "Prompt", "QuantcheckError", "RequestOptions", "Run", "SourceOptions",
-    "Summary", "Tokens",
+    "JudgeSettings", "Manifest", "Prompt", "QuantcheckError", "RequestOptions", "Run",
+    "SourceOptions", "Summary", "Tokens",
     "__version__", "collect", "collect_async", "compare", "compare_runs", "compare_to_dir",
     "load_prompts", "load_run", "read_summary", "run_ab",
 ]
@@ -36,6 +37,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .errors import QuantcheckError
     from .fetch.collect import CollectResult, CollectSettings, collect_async
+    from .fetch.grading import JudgeSettings
     from .judge.pairs import compare
     from .pipeline.ab import ABRun, run_ab
     from .pipeline.collecting import collect

@@ -144,6 +144,8 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
           --suite code,tools --allow-code-exec --out reports/fp8-code
       quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
           --prompts gsm8k/test.parquet --map-preset gsm8k --sample 300 --out reports/gsm8k
+      quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
+          --prompts prompts/default.yaml --judge http://gpu:8009/v1 --out reports/fp8
     """
     labels = _candidate_labels(b_urls, b_labels)
     a = side_settings(parameters, a_url, a_label, a_model, api_key_env, a_cell)

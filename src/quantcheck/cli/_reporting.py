@@ -11,6 +11,7 @@ import click
 
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, compare_all
+from ..present.sentences import agreement_sentence
 from ..store.report_dir import OVERVIEW, require_report
 from ..store.report_records import Summary
 from ..store.reviews import load_verdicts
@@ -52,9 +53,14 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     A side is a run directory from collect, or a JSON list of texts in prompt order
     (`*.texts.json`) for text-only triage.
 
+    With --judge, a model suggests a label for every pair that differs and no expect
+    decided (docs/review.md, The judge).
+
     \b
     Example:
       quantcheck compare runs/bf16 runs/fp8 --out reports/fp8
+      quantcheck compare runs/bf16 runs/fp8 --out reports/fp8 \\
+          --judge http://127.0.0.1:8009/v1 --judge-model qwen3-32b
       quantcheck compare runs/bf16 runs/fp8 runs/int4 runs/nvfp4 --out reports/quants
       quantcheck compare bf16.texts.json fp8.texts.json --prompts prompts/default.yaml \\
           --out reports/texts
@@ -63,9 +69,11 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
         raise click.BadParameter("with several B runs, score each with `quantcheck "
                                  "forced` and compare them one at a time",
                                  param_hint="--forced")
+    kept = ("The report is as it was; the judge's replies so far are in its cache: rerun "
+            "to ask only the rest." if compare.judge else "Nothing was written.")
     result = run_guarded(lambda: compare_all(a_run, list(b_runs), out,
                                              replace(compare, forced=forced), prompt_files,
-                                             matrix), "Nothing was written.")
+                                             matrix), kept)
     print_result(result, out)
     exit_like_the_gate(result)
 
@@ -76,16 +84,20 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
               help="Rubric YAML (default: rubrics/default.yaml).")
 def report_command(report_dir: Path, rubric: Path | None) -> None:
     """Re-render the review sheet REPORT_DIR/index.html (e.g. with another rubric,
-    or to show every reviewer's file from REPORT_DIR/reviews/).
+    or to show every reviewer's file from REPORT_DIR/reviews/). In a report made with
+    --judge, the judge's agreement with those reviews is recomputed into summary.json.
 
     \b
     Example:
       quantcheck report reports/fp8 --rubric rubrics/default.yaml
     """
-    from ..present.sheet import write_sheet
+    from ..pipeline.grading import refresh_report
 
-    path = run_guarded(lambda: write_sheet(report_dir, rubric), "Nothing was written.")
+    path, judge = run_guarded(lambda: refresh_report(report_dir, rubric),
+                              "Nothing was written.")
     click.echo(f"wrote {path}")
+    if judge is not None:
+        click.echo(f"Judge: {agreement_sentence(judge.agreement, sum(judge.labels.values()))}.")
 
 
 @cli.command("review")
@@ -170,6 +182,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="Signs of a chat template the model does not know: the preflight's "
                    "template warnings and answers that echo the question or carry "
                    "template markers (default off: reported only).")
+@click.option("--max-judge-flips", type=click.IntRange(0),
+              help="Pairs the judge (compare --judge) labelled with a blocking label and no "
+                   "person has labelled or approved (default off: the judge suggests, "
+                   "people decide).")
 @click.option("--review", "review_files", multiple=True,
               type=EXISTING_FILE,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
@@ -193,6 +209,7 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
       quantcheck gate reports/fp8 --require-review
       quantcheck gate reports/fp8 --policy prompts/policy.yaml
       quantcheck gate reports/quants --candidate fp8
+      quantcheck gate reports/fp8 --max-judge-flips 0
     """
     from ..gate import verdict as gate
     from ..store.rubric import load_rubric

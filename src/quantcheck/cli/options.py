@@ -17,6 +17,7 @@ import msgspec
 
 from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import MODES
+from ..fetch.grading import JudgeSettings
 from ..gate.verdict import Policy
 from ..judge.cells import parse_cell_options
 from ..judge.sandbox import Limits
@@ -273,11 +274,48 @@ def side_settings(parameters: Parameters, endpoint: str, label: str, model: str 
 def _compare_options(sig_digits: int, a_log: Path | None, b_log: Path | None,
                      signature_files: tuple[Path, ...], approvals: Path | None,
                      allow_code_exec: bool, code_timeout: float, code_memory_mb: int,
-                     jobs: int | None) -> CompareOptions:
+                     jobs: int | None, rubric: Path | None, judge: JudgeSettings | None
+                     ) -> CompareOptions:
     return CompareOptions(sig_digits=sig_digits, approvals=approvals, jobs=jobs,
                           a_log=a_log, b_log=b_log, signature_files=signature_files,
                           code_exec=code_limits(code_timeout, code_memory_mb)
-                          if allow_code_exec else None)
+                          if allow_code_exec else None, judge=judge, rubric=rubric)
+
+
+def _judge_settings(judge: str | None, judge_model: str | None,
+                    judge_api_key_env: str | None, judge_concurrency: int,
+                    judge_timeout: float, judge_max_tokens: int, judge_cache: Path | None
+                    ) -> JudgeSettings | None:
+    if judge is None:
+        given = [name for name, value in (("--judge-model", judge_model),
+                                          ("--judge-api-key-env", judge_api_key_env),
+                                          ("--judge-cache", judge_cache)) if value]
+        if given:
+            raise click.UsageError(f"{given[0]} needs --judge URL")
+        return None
+    return JudgeSettings(endpoint=judge, model=judge_model, api_key_env=judge_api_key_env,
+                         concurrency=judge_concurrency, timeout=judge_timeout,
+                         max_tokens=judge_max_tokens, cache=judge_cache)
+
+
+JUDGE_OPTIONS: list[Callable[[F], F]] = [
+    click.option("--judge", metavar="URL",
+                 help="An OpenAI-compatible endpoint that gives a second opinion on every "
+                      "pair that differs and no expect decided: a suggested label beside "
+                      "triage's, never a reviewer's (docs/review.md#the-judge)."),
+    click.option("--judge-model", help="Model name on the judge (default: the one it lists)."),
+    click.option("--judge-api-key-env", metavar="VAR",
+                 help="Environment variable holding the judge's API key."),
+    click.option("--judge-concurrency", default=4, show_default=True, type=click.IntRange(1),
+                 help="Judge requests in flight at once."),
+    click.option("--judge-timeout", default=120.0, show_default=True,
+                 type=click.FloatRange(0.1), help="Seconds a judge request may take."),
+    click.option("--judge-max-tokens", default=200, show_default=True,
+                 type=click.IntRange(8), help="Cap of a judge's reply."),
+    click.option("--judge-cache", type=click.Path(dir_okay=False, path_type=Path),
+                 help="The judge's replies, kept so a rerun asks only what is new "
+                      "(default: REPORT_DIR/judge-cache.jsonl)."),
+]
 
 
 def compare_options(function: F) -> F:
@@ -301,9 +339,15 @@ def compare_options(function: F) -> F:
         click.option("--code-memory-mb", default=Limits.memory_mb, show_default=True,
                      type=click.IntRange(32), help="Memory limit of one code check."),
         click.option("--jobs", type=click.IntRange(1), metavar="N",
-                     help="Processes that judge pairs (default: every core)."),
+                     help="Processes that triage pairs (default: every core)."),
+        click.option("--rubric", type=EXISTING_FILE,
+                     help="Rubric YAML of the sheet and of the judge's labels (default: "
+                          "rubrics/default.yaml)."),
+        *JUDGE_OPTIONS,
     ]
-    return _apply(options, gathered("compare", _compare_options)(function))
+    # --judge's options become one JudgeSettings first, then part of CompareOptions
+    command = gathered("judge", _judge_settings)(gathered("compare", _compare_options)(function))
+    return _apply(options, command)
 
 
 def sig_digits_option(function: F) -> F:
@@ -348,6 +392,7 @@ class PolicyOverrides:
     require_routing_determinism: bool | None = None
     max_blocking_log_signatures: int | None = None
     max_template_problems: int | None = None
+    max_judge_flips: int | None = None
 
     def applied(self, policy: Policy) -> Policy:
         chosen = replace(policy)

@@ -16,7 +16,12 @@ import msgspec
 from ..gate.overview import CandidatesGate
 from ..judge.cells import CELL_AXES
 from ..pipeline.checking import PreflightResult, Probe
-from ..present.sentences import headline, template_warning
+from ..present.sentences import (
+    agreement_sentence,
+    headline,
+    judge_sentence,
+    template_warning,
+)
 from ..store.preflight_records import Preflight
 from ..store.report_records import DeterminismReport, ForcedSummary, LogMatch, Overview, Summary
 from ..store.run_dir import Throughput
@@ -95,6 +100,10 @@ def print_summary(summary: Summary, out: Path) -> None:
     if summary.forced is not None and summary.forced.scored:
         echo_forced(summary.forced)
     click.echo(summary.performance.throughput_note)
+    if summary.judge is not None:
+        line = judge_sentence(summary.judge)
+        said = agreement_sentence(summary.judge.agreement, sum(summary.judge.labels.values()))
+        click.echo(f"{line[0].upper()}{line[1:]}; {said}.")
     if summary.cells.warning:
         click.echo(f"warning: {summary.cells.warning}")
     if template := template_warning(summary):

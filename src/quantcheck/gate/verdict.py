@@ -12,9 +12,11 @@ from xml.etree import ElementTree
 import msgspec
 
 from ..errors import ConfigFileError, RunFormatError
+from ..judge.agreement import agreement, agreement_sentence
 from ..judge.expects import SKIPPED
 from ..judge.stats import pass_rate_of, row_pass_counts
 from ..store.files import write_atomic
+from ..store.grade_records import Agreement
 from ..store.pair_records import PairRow, new_degenerate_on_b, nondeterministic
 from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
 from ..store.report_records import Summary
@@ -45,6 +47,7 @@ class Policy:
     max_forced_kl: float | None = None  # mean teacher-forced KL over all scored positions
     require_routing_determinism: bool = False  # no prompt whose B repeats route differently
     max_template_problems: int | None = None  # chat template signs (off: reported only)
+    max_judge_flips: int | None = None  # unreviewed pairs the judge calls blocking (off)
 
 
 class Rule(msgspec.Struct):
@@ -71,6 +74,7 @@ class GateResult(msgspec.Struct, kw_only=True):
     rules: list[Rule]
     reviewers: list[str] = []
     approved: list[ApprovedPair] = []
+    judge_agreement: Agreement | None = None  # a judged report with reviews
 
     @property
     def passed(self) -> bool:
@@ -168,7 +172,21 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     rules.append(_routing_rule(rows, policy.require_routing_determinism))
     rules.append(_rule("template_problems", "sign of a chat template the model does not know",
                        template_problems(summary, compared), policy.max_template_problems))
+    rules.append(_judge_rule(compared, verdicts, blocking, summary, policy.max_judge_flips))
     return rules
+
+
+def _judge_rule(compared: list[PairRow], verdicts: dict[str, list[ReviewVerdict]],
+                blocking: set[str], summary: Summary, limit: int | None) -> Rule:
+    """Pairs the judge gave a blocking label that no person has labelled or approved (a
+    person's label always wins); n/a in a report made without --judge (then a failure
+    when a limit is set)."""
+    if summary.judge is None:
+        return Rule("judge_flips", "no judge labels in this report (compare with --judge)"
+                    if limit is not None else "no judge labels", None, limit, limit is None)
+    flips = [r.prompt_id for r in compared if r.judge_label in blocking
+             and not verdicts.get(r.prompt_id) and not r.approved_label]
+    return _rule("judge_flips", "unreviewed pair the judge calls a factual flip", flips, limit)
 
 
 def template_problems(summary: Summary, compared: list[PairRow]) -> list[str]:
@@ -313,6 +331,9 @@ def markdown(verdict: GateResult, summary: Summary) -> str:
                               for a in verdict.approved[:10])]
     if verdict.reviewers:
         lines += ["", "Reviewers: " + ", ".join(verdict.reviewers)]
+    if summary.judge is not None:
+        said = agreement_sentence(verdict.judge_agreement, sum(summary.judge.labels.values()))
+        lines += ["", f"Judge ({summary.judge.model or summary.judge.endpoint}): {said}."]
     return "\n".join(lines) + "\n"
 
 
@@ -341,6 +362,9 @@ def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric |
     verdicts = load_verdicts(report_dir, list(review_files), rubric, summary.identity,
                              {row.prompt_id for row in rows})
     result = decide(rows, verdicts, set(rubric.blocking), policy or Policy(), summary)
+    if summary.judge is not None:
+        result.judge_agreement = agreement({r.prompt_id: r.judge_label for r in rows},
+                                           verdicts, [label.id for label in rubric.labels])
     write_gate_json(result, report_dir / GATE_JSON)
     write_junit(result, rows, report_dir / JUNIT_XML)
     return result, summary

@@ -1,6 +1,7 @@
 """The whole A/B as one library call: collect the reference and each candidate, measure
 throughput and score teacher-forced drift if asked (all of it in one event loop),
-compare, write the reports (and, for several candidates, the overview); `quantcheck
+compare (asking a judge, if given, in one more: it needs the triaged pairs), write the
+reports (and, for several candidates, the overview); `quantcheck
 run` is this plus printing."""
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from ..store.report_dir import CANDIDATES
 from ..store.report_records import Overview, Summary
 from ..store.run_dir import Throughput, write_throughput
 from ..wire.client import all_or_none, public_url, run_blocking
-from .comparing import CompareOptions, compare_runs, write_candidates_overview
+from .comparing import (
+    CompareOptions,
+    ReportJob,
+    compare_reports,
+    judge_mapping,
+    write_candidates_overview,
+)
 
 
 @dataclass
@@ -98,15 +105,19 @@ def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
          notify: Callable[[str], None] | None) -> dict[str, Summary]:
     """Everything sent over the network in one event loop, then each comparison."""
     _check_labels(ab)
+    judge_mapping(ab.compare)  # a judge that cannot be used is refused before collecting
     run_blocking(_fetch(ab, reporters, notify or _silent))
-    summaries = {}
+    jobs = []
     for b in ab.candidates:
         options = replace(ab.compare, b_log=ab.candidate_logs.get(b.label, ab.compare.b_log))
         if ab.forced is not None:
             options = replace(options, forced=_forced_dir(ab, b))
-        summaries[b.label] = compare_runs(ab.out / "a", ab.report_dir(b) / "b",
-                                          ab.report_dir(b), options)
-    return summaries
+        jobs.append(ReportJob(ab.out / "a", ab.report_dir(b) / "b", ab.report_dir(b), options))
+    if ab.compare.judge is not None:
+        (notify or _silent)(f"asking the judge {public_url(ab.compare.judge.endpoint)} "
+                            "about the pairs no expect decided ...")
+    summaries = compare_reports(jobs)
+    return {b.label: summary for b, summary in zip(ab.candidates, summaries, strict=True)}
 
 
 async def _fetch(ab: ABRun, reporters: Sequence[Reporter] | None,

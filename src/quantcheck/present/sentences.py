@@ -3,9 +3,13 @@ the plurals and phrases it is made of. The judge counts; these say it in words."
 
 from __future__ import annotations
 
+from ..judge.agreement import agreement_sentence
+from ..store.grade_records import JudgeFigures
 from ..store.report_records import Counts, Summary
 from ..store.run_records import DEGENERATE_KINDS
 
+__all__ = ["agreement_sentence", "degenerate_phrase", "headline", "judge_sentence", "plural",
+           "template_warning"]
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
 
@@ -85,3 +89,20 @@ def template_warning(summary: Summary) -> str | None:
 def _whose(sides: list[str]) -> str:
     """"A's server", "A's and B's servers"."""
     return " and ".join(f"{side}'s" for side in sides) + " server" + "s" * (len(sides) > 1)
+
+
+def judge_sentence(judge: JudgeFigures) -> str:
+    """"judge qwen (quantcheck-factuality/1) on 6 pairs no expect decided: 2 factual_flip,
+    ...; 12 requests, 0 from the cache, in 3.1 s, 2,400 tokens"."""
+    who = f"judge {judge.model or judge.endpoint} ({judge.prompt_version})"
+    if not judge.pairs:
+        said = "no pair needed it"
+    else:
+        said = (f"on {plural(judge.pairs, 'pair')} no expect decided: " + ", ".join(
+            f"{n} {grade.replace('_', ' ')}" for grade, n in judge.classes.items()))
+    cost = (f"{plural(judge.requests, 'request')} sent, {judge.cached} replies from the "
+            f"cache, {judge.failed} without an answer, {judge.seconds:.1f} s, "
+            f"{judge.prompt_tokens + judge.completion_tokens:,} tokens")
+    stopped = f"; {judge.error}" if judge.error else ""
+    return f"{who} {said} ({cost}){stopped}"
+

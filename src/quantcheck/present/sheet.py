@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from ..judge.agreement import agreement, review_verdicts
 from ..judge.cells import CELL_AXES
 from ..store.files import AtomicFile, write_atomic
+from ..store.grade_records import Agreement
 from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
 from ..store.report_dir import (
     PAIRS_READ_AT_ONCE,
@@ -23,12 +25,13 @@ from ..store.report_dir import (
     PromptIds,
     iter_pair_rows,
     iter_pairs,
+    read_judge_labels,
     read_summary,
 )
 from ..store.report_records import Counts, ForcedSummary, Overview, Summary
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
-from .sentences import headline, template_warning
+from .sentences import agreement_sentence, headline, judge_sentence, template_warning
 from .templating import embed_json, environment
 
 SHEET = "index.html"
@@ -97,7 +100,7 @@ def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, str] | None,
                 summary: Summary, prompt_ids: Container[str]) -> dict[str, object]:
     """The sheet's data without its pairs."""
     reviews, refused = load_reviews(report_dir, summary.identity, rubric, prompt_ids)
-    return {
+    head: dict[str, object] = {
         "meta": {"identity": summary.identity, "a": msgspec.to_builtins(summary.a),
                  "b": msgspec.to_builtins(summary.b)},
         "rubric": rubric.to_json(),
@@ -105,6 +108,13 @@ def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, str] | None,
         "refused_reviews": refused,
         "live": live,
     }
+    if summary.judge is not None:
+        judged = agreement(read_judge_labels(report_dir), review_verdicts(reviews),
+                           [label.id for label in rubric.labels])
+        head["judge"] = {"model": summary.judge.model, "endpoint": summary.judge.endpoint,
+                         "prompt_version": summary.judge.prompt_version,
+                         "agreement": msgspec.to_builtins(judged)}
+    return head
 
 
 def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, object]]:
@@ -166,7 +176,7 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
         categories=overview.categories,
         refused_reviews=head["refused_reviews"], comparison=summary.comparison,
         near_tie_nats=summary.near_tie_nats, topk_margin_nats=TOPK_MARGIN_NATS, e=math.e,
-        data_json=Markup(placeholder))
+        data_json=Markup(placeholder), **_judge_view(summary, head))
     before, after = page.split(placeholder)
     yield before
     yield str(embed_json(head))[:-1] + f',"columns":{embed_json(SHEET_COLUMNS)},"rows":['
@@ -175,6 +185,19 @@ def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
         yield ("," if number else "") + embed_json([record.get(c) for c in SHEET_COLUMNS])
     yield "]}"
     yield after
+
+
+def _judge_view(summary: Summary, head: dict[str, object]) -> dict[str, object]:
+    """What the page says of the judge (nothing without one): its figures in a
+    sentence, and its agreement with the reviews the sheet holds, with the table."""
+    if summary.judge is None:
+        return {"judge": None}
+    judge = head["judge"]
+    assert isinstance(judge, dict)  # _sheet_head made it
+    found = msgspec.convert(judge["agreement"], Agreement | None)
+    return {"judge": summary.judge, "judge_line": judge_sentence(summary.judge),
+            "judge_agreement": found,
+            "agreement_line": agreement_sentence(found, sum(summary.judge.labels.values()))}
 
 
 def shared_start(a_text: object, b_text: object) -> object:

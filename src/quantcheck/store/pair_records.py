@@ -7,6 +7,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from .grade_records import GradeDetails
 from .run_records import DEGENERATE_KINDS, TopK, new_on_b
 
 
@@ -63,6 +64,9 @@ class PairRow(msgspec.Struct, kw_only=True):
     suggested_label: str | None = None
     approved_label: str = ""
     approved_at: str = ""
+    judge_label: str = ""  # with --judge: the judge's suggestion, a rubric label
+    judge_class: str = ""  # its factuality class, "unclear" or "no_verdict"
+    judge_reason: str = ""
     forced_positions: int | None = None
     forced_top1: float | None = None
     forced_kl_mean: float | None = None
@@ -147,7 +151,7 @@ class PairDetails(msgspec.Struct, kw_only=True):
     """A line of details.jsonl: what the sheet shows of a pair beyond pairs.csv. A field
     left UNSET is not in the line (`request` and `expect` without a prompt, `checks`
     without an expect, `a_top` / `b_top` without a divergence, `routing` without MoE
-    routing)."""
+    routing, `judge` when the judge was not asked)."""
 
     prompt_id: str
     request: dict[str, object] | UnsetType = UNSET  # the messages or text, and max_tokens
@@ -158,3 +162,4 @@ class PairDetails(msgspec.Struct, kw_only=True):
     a_top: TopK | UnsetType = UNSET  # the top-k alternatives at the first divergence
     b_top: TopK | UnsetType = UNSET
     routing: RoutingDetails | UnsetType = UNSET
+    judge: GradeDetails | UnsetType = UNSET  # the judge's raw replies, both orders

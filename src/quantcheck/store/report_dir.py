@@ -129,6 +129,15 @@ def iter_pair_rows(report_dir: Path, chunk: int = PAIRS_READ_AT_ONCE) -> Iterato
         yield pair_rows(frame)
 
 
+def read_judge_labels(report_dir: Path) -> dict[str, str]:
+    """The judge's label of each pair it labelled (pairs.csv's judge_label), by prompt."""
+    labels: dict[str, str] = {}
+    for frame in iter_pairs(report_dir, PAIRS_READ_AT_ONCE, ["prompt_id", "judge_label"]):
+        labels.update((str(p), str(label)) for p, label in
+                      zip(frame["prompt_id"], frame["judge_label"], strict=True) if label)
+    return labels
+
+
 class PromptIds(Container[str]):
     """The prompt ids of pairs.csv, held as sorted 64-bit keys (runstore.prompt_key):
     8 bytes a prompt where a set of the ids took about 90."""

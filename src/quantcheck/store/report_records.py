@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .grade_records import JudgeFigures
 from .preflight_records import Check, Preflight
 from .run_dir import Cell, Throughput
 
@@ -373,6 +374,7 @@ class Summary(msgspec.Struct, kw_only=True):
     throughput: ThroughputPair | None = None  # when a throughput phase ran
     code_execution: CodeExecution | None = None  # when a prompt has a code check
     reviews_set_aside: list[str] = []  # review files of the report this one replaced
+    judge: JudgeFigures | None = None  # with --judge
 
 
 class CandidateRow(msgspec.Struct, kw_only=True):

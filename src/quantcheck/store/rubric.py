@@ -10,7 +10,7 @@ from .yamlfile import read_yaml, reject_unknown, require_bools, require_text
 
 LABEL_KEYS = {"id", "name", "description", "key", "blocking", "automatic", "asks_side",
               "approvable"}
-RUBRIC_KEYS = {"name", "question", "labels"}
+RUBRIC_KEYS = {"name", "question", "labels", "judge"}
 RESERVED_KEYS = {"j", "k", "n", "/", "?"}  # the sheet's own shortcuts
 
 
@@ -35,6 +35,9 @@ class Rubric:
     name: str
     question: str
     labels: list[Label] = field(default_factory=list)
+    # the judge's factuality classes -> label ids (`compare --judge`; judge/grades.py
+    # says which classes there are)
+    judge: dict[str, str] = field(default_factory=dict)
 
     @property
     def blocking(self) -> list[str]:
@@ -71,7 +74,24 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
     labels = [_label(path, n, entry) for n, entry in enumerate(entries, 1)]
     _check_unique(path, labels)
     return Rubric(name=str(data.get("name") or path.stem), question=question.strip(),
-                  labels=labels)
+                  labels=labels, judge=_judge_mapping(path, data.get("judge"), labels))
+
+
+def _judge_mapping(path: Path, mapping: object, labels: list[Label]) -> dict[str, str]:
+    """`judge:`, each of the judge's classes -> the id of a label a reviewer can give."""
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, dict):
+        raise ConfigFileError(f"{path}: field 'judge': a mapping of the judge's class to a "
+                              "label id, e.g. contradiction: factual_flip")
+    askable = [label.id for label in labels if not label.automatic]
+    chosen = {}
+    for grade, label in mapping.items():
+        if not isinstance(grade, str) or not isinstance(label, str) or label not in askable:
+            raise ConfigFileError(f"{path}: field 'judge': {grade!r}: {label!r} is not a "
+                                  f"label a reviewer can give ({', '.join(askable)})")
+        chosen[grade] = label
+    return chosen
 
 
 def _label(path: Path, position: int, entry: object) -> Label:

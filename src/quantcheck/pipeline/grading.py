@@ -1,0 +1,207 @@
+"""The judge's second opinion on a compared report (`compare --judge`), and its agreement
+with reviewers.
+
+Triage writes the pairs into REPORT_DIR/.judging/; `grade_reports` asks the judge about
+every pair that needs it (judge/grades.needs_grade), in both orders, in one event loop
+for every report, and writes pairs.csv and details.jsonl with the judge's columns and
+raw replies in their place: until then the report is the one from before, so Ctrl-C
+leaves it whole, and every reply already answered is in the cache for the rerun."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import msgspec
+
+from ..errors import QuantcheckError
+from ..fetch.grading import JUDGE_RESPONSE_MB, Grader, JudgeSettings, Tally, judge_model
+from ..judge.agreement import agreement, review_verdicts
+from ..judge.grades import (
+    NO_VERDICT,
+    PROMPT_VERSION,
+    Read,
+    combine,
+    fill_row,
+    gradings,
+    needs_grade,
+    order_verdict,
+    read_reply,
+)
+from ..present.sheet import write_sheet
+from ..store.files import AtomicFile
+from ..store.grade_cache import JUDGE_CACHE, GradeCache
+from ..store.grade_records import Agreement, GradeDetails, GradeReply, JudgeFigures
+from ..store.pair_records import PairDetails, PairRow
+from ..store.report_dir import (
+    DETAILS,
+    PAIRS,
+    DetailsReader,
+    PromptIds,
+    details_jsonl,
+    iter_pair_rows,
+    pairs_csv,
+    read_judge_labels,
+    read_summary,
+    write_summary,
+)
+from ..store.reviews import load_reviews
+from ..store.rubric import Rubric, load_rubric
+from ..wire.client import EndpointClient, public_url, run_blocking
+
+JUDGING = ".judging"  # REPORT_DIR/.judging/: the triaged pairs, before the judge's columns
+CHUNK_PAIRS = 2000  # pairs read, judged and written at a time
+
+
+def staging(report_dir: Path) -> Path:
+    return report_dir / JUDGING
+
+
+def check_settings(settings: JudgeSettings) -> None:
+    """What can be refused before any pair is triaged: a key variable not set."""
+    if settings.api_key_env and settings.api_key_env not in os.environ:
+        raise QuantcheckError(f"--judge-api-key-env {settings.api_key_env}: that "
+                              "environment variable is not set")
+
+
+def grade_reports(reports: Sequence[Path], settings: JudgeSettings,
+                  mapping: Mapping[str, str]) -> list[JudgeFigures]:
+    """Judge the staged pairs of each report, write its pairs.csv and details.jsonl, and
+    return what the judge said and cost; one event loop for them all."""
+    return run_blocking(_grade_all(reports, settings, mapping))
+
+
+async def _grade_all(reports: Sequence[Path], settings: JudgeSettings,
+                     mapping: Mapping[str, str]) -> list[JudgeFigures]:
+    key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+    async with EndpointClient(settings.endpoint, key, settings.timeout,
+                              max(2 * settings.concurrency, 8), JUDGE_RESPONSE_MB) as client:
+        try:
+            model: str | None = await judge_model(client, settings)
+            error = None
+        except QuantcheckError as exc:  # costs the judge's figures, never the report
+            model, error = None, str(exc)
+        return [await _grade_report(client, model, error, out, settings, mapping)
+                for out in reports]
+
+
+async def _grade_report(client: EndpointClient, model: str | None, error: str | None,
+                        out: Path, settings: JudgeSettings, mapping: Mapping[str, str]
+                        ) -> JudgeFigures:
+    started = time.perf_counter()
+    cache_path = settings.cache or out / JUDGE_CACHE
+    classes: Counter[str] = Counter()
+    with GradeCache(cache_path, None if settings.cache else out) as cache, \
+            AtomicFile(out / PAIRS) as table, AtomicFile(out / DETAILS) as lines:
+        grader = Grader(client, model, settings, cache) if model else None
+        details = DetailsReader(staging(out))
+        written = False
+        for rows in iter_pair_rows(staging(out), CHUNK_PAIRS):
+            shown = [msgspec.convert(details.get(row.prompt_id) or {"prompt_id": row.prompt_id},
+                                     PairDetails) for row in rows]
+            await _judge_chunk(grader, error, rows, shown, mapping, classes)
+            table.write(pairs_csv(rows, header=not written))
+            lines.write(details_jsonl(shown))
+            written = True
+        if not written:
+            table.write(pairs_csv([]))
+        table.flush()
+        lines.flush()
+    _remove(staging(out))
+    tally = grader.tally if grader else Tally()
+    return JudgeFigures(
+        endpoint=public_url(settings.endpoint), model=model, prompt_version=PROMPT_VERSION,
+        cache=str(cache_path), pairs=sum(classes.values()),
+        labels=_ranked(_labels(classes, mapping)), classes=_ranked(classes),
+        requests=tally.requests, cached=tally.cached,
+        failed=tally.failed, seconds=round(time.perf_counter() - started, 3),
+        prompt_tokens=tally.prompt_tokens, completion_tokens=tally.completion_tokens,
+        error=error or (grader.down if grader else None))
+
+
+async def _judge_chunk(grader: Grader | None, error: str | None, rows: list[PairRow],
+                       shown: list[PairDetails], mapping: Mapping[str, str],
+                       classes: Counter[str]) -> None:
+    """Fill the judge's columns and details of the chunk's pairs that need it."""
+    chosen = [n for n, row in enumerate(rows) if needs_grade(row)]
+    asked = [gradings(rows[n], _request(shown[n])) for n in chosen]
+    if grader is None:
+        for n in chosen:
+            fill_row(rows[n], Read(NO_VERDICT, f"the judge did not answer: {error}"), mapping)
+            classes[NO_VERDICT] += 1
+        return
+    replies = await grader.ask([grading for pair in asked for grading in pair])
+    for place, n in enumerate(chosen):
+        with_a, with_b = replies[2 * place], replies[2 * place + 1]
+        reads = _read(with_a), _read(with_b)
+        fill_row(rows[n], combine(*reads), mapping)
+        classes[rows[n].judge_class] += 1
+        shown[n].judge = GradeDetails(model=grader.model, prompt_version=PROMPT_VERSION,
+                                      orders=[order_verdict("a", reads[0], _raw(with_a)),
+                                              order_verdict("b", reads[1], _raw(with_b))])
+
+
+def _request(details: PairDetails) -> Mapping[str, object] | None:
+    return details.request if isinstance(details.request, dict) else None
+
+
+def _read(reply: GradeReply | str) -> Read:
+    if isinstance(reply, str):
+        return Read(None, f"the judge did not answer: {reply}")
+    if reply.error:
+        return Read(None, reply.error)
+    return read_reply(reply.reply, reply.chars)
+
+
+def _raw(reply: GradeReply | str) -> str:
+    return reply.reply if isinstance(reply, GradeReply) else ""
+
+
+def _labels(classes: Counter[str], mapping: Mapping[str, str]) -> Counter[str]:
+    labels: Counter[str] = Counter()
+    for grade, n in classes.items():
+        if grade in mapping:
+            labels[mapping[grade]] += n
+    return labels
+
+
+def _ranked(counts: Counter[str]) -> dict[str, int]:
+    """Most common first, ties by name."""
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _remove(folder: Path) -> None:
+    """The staged pairs, once the report holds them (nothing else is in the folder)."""
+    for name in (PAIRS, DETAILS):
+        try:
+            (folder / name).unlink()
+        except FileNotFoundError:
+            pass
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def report_agreement(report_dir: Path, identity: str, rubric: Rubric) -> Agreement | None:
+    """The judge's labels in pairs.csv against the review files in REPORT_DIR/reviews/
+    that belong to this report (a refused file counts for nothing)."""
+    reviews, _ = load_reviews(report_dir, identity, rubric, PromptIds.read(report_dir))
+    return agreement(read_judge_labels(report_dir), review_verdicts(reviews),
+                     [label.id for label in rubric.labels])
+
+
+def refresh_report(report_dir: Path, rubric_path: Path | None = None
+                   ) -> tuple[Path, JudgeFigures | None]:
+    """`quantcheck report`: in a judged report, the judge's agreement with the reviews
+    there now, written to summary.json; the sheet re-rendered. The sheet's path, and the
+    judge's figures (None without a judge)."""
+    summary = read_summary(report_dir)
+    if summary.judge is not None:
+        summary.judge.agreement = report_agreement(report_dir, summary.identity,
+                                                   load_rubric(rubric_path))
+        write_summary(report_dir, summary)
+    return write_sheet(report_dir, rubric_path), summary.judge
