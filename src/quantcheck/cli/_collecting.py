@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import msgspec
 
+from ..errors import ExitCode
 from ..fetch.collect import REPEAT_MODES
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
@@ -69,7 +70,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
     if result.failed:
         click.echo(f"{result.failed} requests failed after retries; rerun the same command to "
                    "retry them.", err=True)
-        sys.exit(1)
+        sys.exit(ExitCode.FAIL)
 
 
 @cli.command("run")
@@ -144,7 +145,7 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
                throughput if measure_throughput else None, matrix=matrix)
     result = run_with_progress(ab)
     print_result(result, out)
-    exit_like_the_gate(result)
+    exit_like_the_gate(result, out)
 
 
 def _candidate_labels(urls: tuple[str, ...], labels: tuple[str, ...]) -> list[str]:
@@ -285,12 +286,16 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                                  f"from {', '.join(REPEAT_MODES)}", param_hint="--modes")
     asked = msgspec.structs.replace(parameters, model=model, api_key_env=api_key_env)
     job = DeterminismRun(endpoint, chosen, prompt_files, out, asked, force, sig_digits)
-    report, page = determinism_with_progress(job)
+    report, page, failed = determinism_with_progress(job)
     echo_determinism(report, out, page)
+    if failed:
+        click.echo(f"{failed} requests failed after retries; rerun the same command to "
+                   "retry them.", err=True)
+        sys.exit(ExitCode.FAIL)
     if fail_on_nondeterminism and report.varying:
         click.echo(f"FAIL: {report.varying} prompt/mode results are nondeterministic",
                    err=True)
-        sys.exit(1)
+        sys.exit(ExitCode.FAIL)
 
 
 @cli.command("merge")

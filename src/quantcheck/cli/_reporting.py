@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import ExitCode
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, compare_all
 from ..store.report_dir import OVERVIEW, require_report
@@ -58,7 +59,7 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
                                              replace(compare, forced=forced), prompt_files,
                                              matrix), "Nothing was written.")
     print_result(result, out)
-    exit_like_the_gate(result)
+    exit_like_the_gate(result, out)
 
 
 @cli.command("report")
@@ -120,7 +121,7 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
         click.echo("stopped; the review file is saved after every change.", err=True)
     except OSError as exc:
         click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.INPUT)
 
 
 @cli.command("gate")
@@ -202,7 +203,7 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     click.echo(text)
     gate.append_step_summary(text)
     click.echo(gate.one_line(verdict), err=True)
-    sys.exit(0 if verdict.passed else 1)
+    sys.exit(ExitCode.PASS if verdict.passed else ExitCode.FAIL)
 
 
 def _gate_candidates(folder: Path, policy: Callable[[], Policy], rubric: Path | None,
@@ -220,7 +221,7 @@ def _gate_candidates(folder: Path, policy: Callable[[], Policy], rubric: Path | 
     failing = [label for label, r in decision.candidates.items() if not r.passed]
     click.echo(f"FAIL: {', '.join(failing)}" if failing else "PASS: every candidate passes",
                err=True)
-    sys.exit(1 if failing else 0)
+    sys.exit(ExitCode.FAIL if failing else ExitCode.PASS)
 
 
 @cli.command("approve")

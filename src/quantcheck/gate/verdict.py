@@ -317,14 +317,27 @@ def append_step_summary(text: str) -> None:
             handle.write(text)
 
 
-def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
-                review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
-    """Gate one report with its reviews; write its gate.json and junit.xml."""
+def judge_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
+                 review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
+    """The verdict on one report with its reviews, writing nothing."""
+    result, summary, _ = _judged(report_dir, policy, rubric, review_files)
+    return result, summary
+
+
+def _judged(report_dir: Path, policy: Policy | None, rubric: Rubric | None,
+            review_files: Sequence[Path]) -> tuple[GateResult, Summary, list[PairRow]]:
     rubric = rubric or load_rubric()
     rows, summary = require_report(report_dir)
     verdicts = load_verdicts(report_dir, list(review_files), rubric, summary.identity,
                              {row.prompt_id for row in rows})
-    result = decide(rows, verdicts, set(rubric.blocking), policy or Policy(), summary)
+    return decide(rows, verdicts, set(rubric.blocking), policy or Policy(), summary), \
+        summary, rows
+
+
+def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
+                review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
+    """Gate one report with its reviews; write its gate.json and junit.xml."""
+    result, summary, rows = _judged(report_dir, policy, rubric, review_files)
     write_gate_json(result, report_dir / GATE_JSON)
     write_junit(result, rows, report_dir / JUNIT_XML)
     return result, summary
