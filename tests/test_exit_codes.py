@@ -209,6 +209,8 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("lab scripted", 2): in_use("lab", "scripted"),
     ("lab serve", 0): lab_serve_stopped,
     ("lab serve", 2): in_use("lab", "serve"),
+    ("schema", 0): lambda w, t: invoke("schema", "gate"),
+    ("schema", 2): lambda w, t: invoke("schema", "gates"),
 }
 
 # Where a bug is planted in each command: a function on its path made to raise.
@@ -231,6 +233,7 @@ CRASH_SITES = {
     "demo": "quantcheck.lab.demo.demo_servers",
     "lab scripted": "quantcheck.lab.scripted.ScriptedServer.start_async",
     "lab serve": "quantcheck.lab.model.ModelEngine",
+    "schema": "quantcheck.store.formats.shipped_schema",
 }
 
 
@@ -274,6 +277,7 @@ def planted_arguments(w: World, command: str, tmp: Path) -> list[object]:
         "demo": ["demo", "--engine", "scripted", "--out", tmp / "demo"],
         "lab scripted": ["lab", "scripted", "--port", "0"],
         "lab serve": ["lab", "serve", "--port", "0"],
+        "schema": ["schema", "gate"],
     }[command]
 
 

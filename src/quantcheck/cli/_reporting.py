@@ -1,4 +1,5 @@
-"""Commands that read reports: compare, report, review, gate, approve."""
+"""Commands that read reports: compare, report, review, gate, approve; and schema, the
+formats of what they read."""
 
 from __future__ import annotations
 
@@ -261,3 +262,30 @@ def approve_command(report_dir: Path, approvals: Path | None, review_files: tupl
     click.echo(f"approved {added} reviewed pairs -> {path}")
 
 
+
+
+@cli.command("schema")
+@click.argument("name", required=False)
+@click.option("--list", "listed", is_flag=True, help="List the schemas and what each describes.")
+def schema_command(name: str | None, listed: bool) -> None:
+    """Print the JSON Schema of a file quantcheck writes (pairs: pairs.csv's columns).
+
+    Every JSON file names its format and version in `format` (e.g.
+    quantcheck-summary/1); these schemas ship with quantcheck and are made from the
+    records that write the files.
+
+    \b
+    Example:
+      quantcheck schema --list
+      quantcheck schema summary
+      quantcheck schema pairs
+    """
+    from ..store.formats import SCHEMAS, shipped_schema
+
+    if listed or name is None:
+        if name is None and not listed:
+            raise click.UsageError("name a schema, or --list them")
+        for known, describes in SCHEMAS.items():
+            click.echo(f"{known:<16} {describes}")
+        return
+    click.echo(run_guarded(lambda: shipped_schema(name), ""), nl=False)

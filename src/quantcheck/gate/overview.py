@@ -16,6 +16,7 @@ import msgspec
 from .._version import __version__
 from ..errors import RunFormatError
 from ..store.files import write_atomic
+from ..store.formats import CANDIDATES_GATE_FORMAT, CandidatesGateFormat
 from ..store.report_dir import GATE_JSON, JUNIT_XML, OVERVIEW, read_overview
 from ..store.report_records import CandidateRow, Overview, Recommendation, SideIdentity, Summary
 from ..store.rubric import Rubric
@@ -93,6 +94,7 @@ def build_overview(reference: SideIdentity, reference_cell: Mapping[str, CellVal
 class CandidatesGate(msgspec.Struct, kw_only=True):
     """DIR/gate.json of an overview: every candidate's verdict, and the decision."""
 
+    format: CandidatesGateFormat = CANDIDATES_GATE_FORMAT
     verdict: str  # pass when every candidate gated passes
     candidates: dict[str, GateResult]
     recommendation: Recommendation

@@ -15,6 +15,7 @@ from ..errors import ConfigFileError, RunFormatError
 from ..judge.expects import SKIPPED
 from ..judge.stats import pass_rate_of, row_pass_counts
 from ..store.files import write_atomic
+from ..store.formats import GATE_FORMAT, GateFormat
 from ..store.pair_records import PairRow, new_degenerate_on_b, nondeterministic
 from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
 from ..store.report_records import Summary
@@ -66,6 +67,7 @@ class ApprovedPair(msgspec.Struct):
 class GateResult(msgspec.Struct, kw_only=True):
     """gate.json: the verdict, every rule, who reviewed, which pairs were approved."""
 
+    format: GateFormat = GATE_FORMAT
     verdict: str  # pass | fail
     rules: list[Rule]
     reviewers: list[str] = []
