@@ -123,11 +123,16 @@ def lab_serve_stopped(w: World, tmp: Path) -> int:
     return stopped_with_ctrl_c("lab", "serve", "--port", "0", ready="Ctrl-C stops")
 
 
-def in_use(*args: str) -> Callable[[World, Path], Result]:
-    def scenario(w: World, tmp: Path) -> Result:
+def in_use(*args: str) -> Callable[[World, Path], int]:
+    """A server command on a port another socket holds, in its own process (the
+    command runs its own event loop, which a browser test's loop would refuse here)."""
+    def scenario(w: World, tmp: Path) -> int:
         held, port = a_port_in_use()
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
         with held:
-            return invoke(*args, "--port", port)
+            return subprocess.run([sys.executable, "-m", "quantcheck", *args, "--port",
+                                   str(port)], env=env, capture_output=True,
+                                  timeout=300).returncode
     return scenario
 
 
@@ -231,7 +236,7 @@ CRASH_SITES = {
     "gate": "quantcheck.gate.verdict.decide",
     "approve": "quantcheck.judge.approvals.approve",
     "demo": "quantcheck.lab.demo.demo_servers",
-    "lab scripted": "quantcheck.lab.scripted.ScriptedServer.start_async",
+    "lab scripted": "quantcheck.lab.scripted.Faults",
     "lab serve": "quantcheck.lab.model.ModelEngine",
     "schema": "quantcheck.store.formats.shipped_schema",
 }

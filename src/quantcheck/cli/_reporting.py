@@ -11,10 +11,11 @@ from pathlib import Path
 import click
 
 from ..errors import ExitCode
+from ..gate.explain import Failure, report_failures
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, compare_all
 from ..store.report_dir import OVERVIEW, require_report
-from ..store.report_records import Summary
+from ..store.report_records import Overview, Summary
 from ..store.reviews import load_verdicts
 from ._group import cli
 from .guard import exit_like_the_gate, run_guarded
@@ -196,11 +197,13 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
         _gate_candidates(report_dir, settings, rubric, candidate)
         return
 
-    def work() -> tuple[gate.GateResult, Summary]:
-        return gate.gate_report(report_dir, settings(), load_rubric(rubric), review_files)
+    def work() -> tuple[gate.GateResult, Summary, list[Failure]]:
+        result, summary = gate.gate_report(report_dir, settings(), load_rubric(rubric),
+                                           review_files)
+        return result, summary, report_failures(report_dir, result.rules)
 
-    verdict, summary = run_guarded(work, "Nothing was written.")
-    text = gate.markdown(verdict, summary)
+    verdict, summary, failures = run_guarded(work, "Nothing was written.")
+    text = gate.markdown(verdict, summary, failures)
     click.echo(text)
     gate.append_step_summary(text)
     click.echo(gate.one_line(verdict), err=True)
@@ -210,13 +213,18 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
 def _gate_candidates(folder: Path, policy: Callable[[], Policy], rubric: Path | None,
                      only: str | None) -> None:
     from ..gate import verdict as gate
-    from ..gate.overview import gate_candidates
+    from ..gate.overview import CandidatesGate, gate_candidates
     from ..store.rubric import load_rubric
 
-    decision, overview = run_guarded(
-        lambda: gate_candidates(folder, policy(), load_rubric(rubric), only),
-        "Nothing was written.")
-    text = candidates_markdown(decision, overview)
+    def work() -> tuple[CandidatesGate, Overview, dict[str, list[Failure]]]:
+        decision, overview = gate_candidates(folder, policy(), load_rubric(rubric), only)
+        reports = {row.label: row.report for row in overview.candidates}
+        return decision, overview, {
+            label: report_failures(folder / reports[label], result.rules, reports[label])
+            for label, result in decision.candidates.items() if not result.passed}
+
+    decision, overview, failures = run_guarded(work, "Nothing was written.")
+    text = candidates_markdown(decision, overview, failures)
     click.echo(text)
     gate.append_step_summary(text)
     failing = [label for label, r in decision.candidates.items() if not r.passed]

@@ -23,6 +23,7 @@ from ..store.reviews import ReviewVerdict, load_verdicts
 from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import write_json_atomic
 from ..store.yamlfile import read_yaml, reject_unknown
+from .explain import Failure, failures, junit_message, junit_text, markdown_table
 
 
 class NothingCompared(RunFormatError):
@@ -249,37 +250,42 @@ def xml_text(text: str) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def junitxml_text(verdict: GateResult, rows: Sequence[PairRow]) -> bytes:
-    """One testcase per prompt; a failure for each rule that prompt breaks. Prompt ids
-    and categories come from users' files: characters XML cannot hold are written as
-    backslash-x and two hex digits, so the file stays well-formed."""
-    failing: dict[str, list[Rule]] = {}
-    for rule in verdict.rules:
-        if not rule.passed:
-            for prompt in rule.prompts:
-                failing.setdefault(prompt, []).append(rule)
+def junitxml_text(verdict: GateResult, rows: Sequence[PairRow],
+                  labels: tuple[str, str] = ("A", "B")) -> bytes:
+    """One testcase per prompt; a failure for each rule that prompt breaks, saying why
+    (explain.py: the check that flipped, both answers, the pair's link in the sheet).
+    Prompt ids, categories and answers come from users' files and models: characters
+    XML cannot hold are written as backslash-x and two hex digits, so the file stays
+    well-formed."""
+    failing: dict[str, list[Failure]] = {}
+    for found in failures(verdict.rules, rows):
+        failing.setdefault(found.prompt_id, []).append(found)
+    on_prompts = {found.rule for explained in failing.values() for found in explained}
     suite = ElementTree.Element("testsuite", name="quantcheck", tests=str(len(rows)),
                                 failures=str(sum(1 for r in rows if r.prompt_id in failing)))
     for row in rows:
         case = ElementTree.SubElement(suite, "testcase", name=xml_text(row.prompt_id),
                                       classname=xml_text(f"quantcheck.{row.category or 'general'}"))
-        for rule in failing.get(row.prompt_id, []):
-            failure = ElementTree.SubElement(case, "failure", type=rule.name,
-                                             message=rule.name.replace("_", " "))
-            failure.text = xml_text(f"{row.prompt_id}: breaks rule {rule.name} "
-                                    f"(limit {rule.limit})")
-    for rule in verdict.rules:
-        if not rule.passed and not rule.prompts:
+        for explained in failing.get(row.prompt_id, []):
+            failure = ElementTree.SubElement(case, "failure", type=explained.rule,
+                                             message=xml_text(junit_message(explained)))
+            failure.text = xml_text(junit_text(explained, *labels))
+    for rule in verdict.rules:  # broken by the report as a whole (or by log lines)
+        if not rule.passed and rule.name not in on_prompts:
             case = ElementTree.SubElement(suite, "testcase", name=rule.name,
                                           classname="quantcheck.policy")
-            ElementTree.SubElement(case, "failure", type=rule.name,
-                                   message=xml_text(rule.description))
+            failure = ElementTree.SubElement(case, "failure", type=rule.name,
+                                             message=xml_text(rule.description))
+            if rule.prompts:
+                failure.text = xml_text("\n".join(rule.prompts))
             suite.set("tests", str(int(suite.get("tests", "0")) + 1))
             suite.set("failures", str(int(suite.get("failures", "0")) + 1))
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)
 
 
-def markdown(verdict: GateResult, summary: Summary) -> str:
+def markdown(verdict: GateResult, summary: Summary, found: Sequence[Failure] = ()) -> str:
+    """The verdict as the Markdown the step summary gets: every rule, then why each
+    failing prompt fails (`found`, from explain.failures)."""
     icon = "PASS" if verdict.passed else "FAIL"
     lines = [f"## quantcheck: {icon}", "",
              f"**{summary.a.label}** (A) vs **{summary.b.label}** (B)", "",
@@ -299,6 +305,7 @@ def markdown(verdict: GateResult, summary: Summary) -> str:
                               for a in verdict.approved[:10])]
     if verdict.reviewers:
         lines += ["", "Reviewers: " + ", ".join(verdict.reviewers)]
+    lines += markdown_table(found, summary.a.label, summary.b.label)
     return "\n".join(lines) + "\n"
 
 
@@ -308,8 +315,9 @@ def one_line(verdict: GateResult) -> str:
     return "FAIL: " + ", ".join(verdict.reasons())
 
 
-def write_junit(verdict: GateResult, rows: Sequence[PairRow], path: Path) -> None:
-    write_atomic(path, junitxml_text(verdict, rows))
+def write_junit(verdict: GateResult, rows: Sequence[PairRow], path: Path,
+                labels: tuple[str, str] = ("A", "B")) -> None:
+    write_atomic(path, junitxml_text(verdict, rows, labels))
 
 
 def append_step_summary(text: str) -> None:
@@ -341,5 +349,5 @@ def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric |
     """Gate one report with its reviews; write its gate.json and junit.xml."""
     result, summary, rows = _judged(report_dir, policy, rubric, review_files)
     write_gate_json(result, report_dir / GATE_JSON)
-    write_junit(result, rows, report_dir / JUNIT_XML)
+    write_junit(result, rows, report_dir / JUNIT_XML, (summary.a.label, summary.b.label))
     return result, summary
