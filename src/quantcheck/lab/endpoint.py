@@ -48,6 +48,7 @@ class Faults:
     status: dict[int, int] = field(default_factory=dict)
     status_message: str | None = None
     retry_after_s: float | None = None
+    retry_headers: dict[str, str] = field(default_factory=dict)  # sent as given, e.g. an HTTP date
     drop: set[int] = field(default_factory=set)
     max_top_logprobs: int | None = None
     no_logprobs: bool = False
@@ -373,6 +374,7 @@ class LabServer:
             headers = {}
             if self.faults.retry_after_s is not None:
                 headers["Retry-After"] = str(self.faults.retry_after_s)
+            headers.update(self.faults.retry_headers)
             message = self.faults.status_message or f"injected HTTP {status}"
             return _json(_error_body(message, status), status, headers)
         body = _keep_last(body, self.faults.context_limit)
