@@ -206,7 +206,7 @@ def collect_with_progress(prompt_files: Sequence[Path], out: Path, settings: Col
 def run_with_progress(ab: ABRun) -> Summary | Overview:
     """`pipeline.ab.run_all` with one progress bar for every side, its stages on stderr."""
     bar = SharedBar()
-    reporters = [bar.side(settings.label) for settings in (ab.a, *ab.candidates)]
+    reporters = [bar.side(settings.label) for settings, _ in ab.sides()]
     try:
         result = run_guarded(
             lambda: run_all(ab, reporters, notify=lambda stage: click.echo(stage, err=True)),

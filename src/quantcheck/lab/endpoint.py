@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from ..store.runtimes import RUNTIMES
 
@@ -168,7 +169,8 @@ class LabServer:
         self.replay = replay or {}
         self.host, self.port = host, port
         self.server_info = server_info or {}
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # generation bodies
+        self.hits = 0  # every HTTP request, of any path (listing models, probes, ...)
         self.authorizations: list[str | None] = []
         self._counter = 0
         self.in_flight = 0
@@ -183,7 +185,7 @@ class LabServer:
         return f"http://{self.host}:{self.port}"
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._count])
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/version", self._version)
@@ -198,6 +200,11 @@ class LabServer:
         app.router.add_post("/apply-template", self._apply_template)
         app.router.add_post("/detokenize", self._detokenize)
         return app
+
+    @web.middleware
+    async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self.hits += 1
+        return await handler(request)
 
     async def start_async(self) -> None:
         self._runner = web.AppRunner(self.app(), access_log=None)
