@@ -29,6 +29,8 @@ class Commands(click.Group):
             click.echo("\ninterrupted.", err=True)
             ctx.exit(ExitCode.INTERRUPTED)
         except Exception as exc:  # a bug: said in one line, the traceback kept
+            if isinstance(exc, BrokenPipeError):
+                raise  # the reader of stdout went away (`| head`): click's to handle
             report_crash(exc)
             ctx.exit(ExitCode.UNEXPECTED)
 
