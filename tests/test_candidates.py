@@ -78,7 +78,7 @@ def test_the_overview_recommends_the_fastest_candidate_that_passes(
         tmp_path: Path) -> None:
     out = tmp_path / "quants"
     result = run_candidates(endpoints, write_prompts(PROMPTS), out)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # "flips" fails the gate, as `gate` says
     for label in ("flips", "clean", "slow", "verbose"):
         report = out / "candidates" / label
         assert (report / "index.html").exists() and (report / "b" / "manifest.json").exists()
@@ -163,7 +163,7 @@ def test_runs_collected_one_at_a_time_compare_into_an_overview(
     assert throughput.exit_code == 0 and "output tokens/s" in throughput.output
     result = invoke("compare", runs / "bf16", runs / "flips", runs / "clean", "--out",
                     tmp_path / "report")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # "flips" fails the gate
     overview = json.loads((tmp_path / "report" / "overview.json").read_text())
     assert [row["label"] for row in overview["candidates"]] == ["flips", "clean"]
     assert overview["recommendation"]["label"] == "clean"
@@ -190,7 +190,7 @@ def test_the_matrix_has_the_seeds_columns_and_appends_without_duplicates(
     for attempt in range(2):  # the same cells on the same day: replaced, not added
         result = run_candidates(endpoints, prompts, tmp_path / f"quants-{attempt}",
                                 "--matrix", mine)
-        assert result.exit_code == 0, result.output
+        assert result.exit_code == 1, result.output  # written; "flips" fails the gate
     report_rows = read_csv(tmp_path / "quants-0" / "matrix.csv")
     assert list(report_rows[0]) == COLUMNS and len(report_rows) == 5
     assert report_rows[0]["correctness_status"] == "reference"

@@ -199,7 +199,7 @@ def test_blocking_signature_in_a_side_log_fails_the_gate(ab_runs: tuple[Path, Pa
     result = CliRunner().invoke(cli, ["compare", str(ab_runs[0]), str(ab_runs[1]), "--out",
                                       str(out), "--b-log", str(LOGS / "sglang-lmhead-prefix.log"),
                                       "--a-log", str(LOGS / "clean.log")])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     assert "BLOCKING: B log" in result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["log_matches"]["a"] == []

@@ -76,7 +76,7 @@ def test_compare_command_writes_report_files(ab_runs: tuple[Path, Path], tmp_pat
     out = tmp_path / "report"
     result = CliRunner().invoke(cli, ["compare", str(ab_runs[0]), str(ab_runs[1]), "--out",
                                       str(out)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the planted flip fails the default gate
     assert "a (A) vs b (B): 1 of 10 identical" in result.output
     assert "1 factual flip by expect (A pass, B fail)" in result.output
     assert "Only 10 of 13 prompts were compared: 1 prompt not comparable: B was collected " \
@@ -122,7 +122,7 @@ def test_texts_files_are_triaged_text_only(write_prompts: Callable[[str], Path],
     result = CliRunner().invoke(cli, ["compare", str(tmp_path / "bf16.texts.json"),
                                       str(tmp_path / "fp8.texts.json"), "--prompts",
                                       str(prompts), "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # two flips: the default gate fails
     assert "bf16 (A) vs fp8 (B): 1 of 3 identical" in result.output
     pairs = pd.read_csv(out / "pairs.csv").set_index("prompt_id")
     assert list(pairs["flip"].fillna("")) == ["regression", "regression", ""]
@@ -163,7 +163,7 @@ def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServe
     if one_side:
         args.append("--one-side-at-a-time")
     result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the planted flip fails the default gate
     assert "bf16 (A) vs fp8 (B): 3 of 12 identical" in result.output
     assert "collecting: 24/24 (100%)" in result.output  # progress lines in a log
     # one side at a time: the bar grows when B starts, and B's tenths are still told
@@ -175,7 +175,7 @@ def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServe
     assert min(sent) > 12  # the prompts, and the preflight's probes
 
     again = CliRunner().invoke(cli, args)  # resumes: nothing left to collect
-    assert again.exit_code == 0
+    assert again.exit_code == 1
     assert "resuming, 12 of 12" in again.output
     assert (len(a_server.requests), len(b_server.requests)) == sent  # not even probes
 

@@ -212,7 +212,7 @@ def test_gsm8k_parquet_runs_with_the_number_after_the_hashes(serve: Serve,
     result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", data, "--map-preset",
                     "gsm8k", "--out", tmp_path / "report", "--no-preflight",
                     "--top-logprobs", 2)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the planted flip fails the default gate
     pairs = pd.read_csv(tmp_path / "report" / "pairs.csv", keep_default_na=False)
     expects = {row.prompt_id: (row.a_expect, row.b_expect) for row in pairs.itertuples()}
     prompts = load_run(tmp_path / "report" / "a").prompts
@@ -257,7 +257,7 @@ def test_a_save_to_disk_folder_runs_through_run(serve: Serve, tmp_path: Path) ->
     result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", folder, "--map-preset",
                     "mmlu", "--map", "id=question", "--out", tmp_path / "report",
                     "--no-preflight", "--top-logprobs", 2)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # as the gate below
     assert invoke("gate", tmp_path / "report").exit_code == 1  # one factual flip
     pairs = pd.read_csv(tmp_path / "report" / "pairs.csv", keep_default_na=False)
     flipped = pairs[pairs["flip"] == "regression"]["prompt_id"].tolist()

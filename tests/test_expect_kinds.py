@@ -89,7 +89,7 @@ def planted(serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) 
                     "--prompts", write_prompts(PROMPTS), "--out", tmp_path / "report",
                     "--allow-code-exec", "--code-timeout", 2, "--code-memory-mb", 128,
                     "--no-preflight", "--top-logprobs", 2)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # every planted flip fails the gate
     return tmp_path / "report"
 
 

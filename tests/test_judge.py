@@ -249,7 +249,7 @@ def compare_with_judge(runs: tuple[Path, Path], out: Path, judge_url: str,
                        *more: str) -> Any:
     result = CliRunner().invoke(cli, ["compare", str(runs[0]), str(runs[1]), "--out",
                                       str(out), "--judge", judge_url, "--jobs", "1", *more])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the planted flip fails the default gate
     return result
 
 
@@ -486,7 +486,7 @@ def test_a_judge_limit_on_a_report_without_a_judge_fails(planted_runs: tuple[Pat
                                                          tmp_path: Path) -> None:
     out = tmp_path / "plain"
     assert CliRunner().invoke(cli, ["compare", *map(str, planted_runs), "--out", str(out)]
-                              ).exit_code == 0
+                              ).exit_code == 1  # the planted flip fails the default gate
     code, rules = gate(out)
     assert code == 0 and rules["judge_flips"]["count"] is None
     code, rules = gate(out, "--max-judge-flips", "0")

@@ -124,7 +124,7 @@ def test_run_compare_render_gate(servers: dict[str, Any], write_prompts: Any,
         "run", "--a", servers["Q4_K_M"], "--a-label", "q4_k_m", "--b", servers["Q2_K"],
         "--b-label", "q2_k", "--prompts", str(write_prompts(PROMPTS)), "--out", str(out),
         "--top-logprobs", "5", "--concurrency", "1", "--one-side-at-a-time"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 1), result.output  # 1: Q2_K fails the default gate
     assert "q4_k_m (A) vs q2_k (B):" in result.output
     # two quantizations of one model: a single-axis A/B, named as the files name them
     assert "differ in" not in result.output
@@ -289,7 +289,7 @@ def test_a_newline_stop_and_a_throughput_phase_on_llama_server(
         str(write_prompts(PROMPTS)), "--out", str(out), "--top-logprobs", "5",
         "--concurrency", "1", "--context-tokens", "0", "--throughput",
         "--throughput-seconds", "3", "--throughput-concurrency", "1"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 1), result.output  # 1: Q2_K fails the default gate
     assert "no logprobs came back" not in result.output
     summary = json.loads((out / "summary.json").read_text())
     for side in "ab":

@@ -51,7 +51,7 @@ def test_a_replaced_report_sets_its_old_reviews_aside(ab_runs: tuple[Path, Path]
              "verdicts": {"flip": {"label": "factual_flip"}}}
     (report / "reviews" / "dana.json").write_text(json.dumps(stale))
     result = CliRunner().invoke(cli, ["compare", *map(str, ab_runs), "--out", str(report)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the planted flip fails the default gate
     assert "1 review file(s) made for the report this one replaces set aside in" in \
         result.output
     moved = report / "reviews" / "set-aside-0123abcd" / "dana.json"

@@ -193,7 +193,7 @@ def test_planted_tmp_symlinks_are_never_written_through(ab_runs: tuple[Path, Pat
     for name in ("pairs.csv.tmp", "summary.json.tmp", "index.html.tmp", "details.jsonl.tmp"):
         (report / name).symlink_to(outside)
     result = CliRunner().invoke(cli, ["compare", *map(str, ab_runs), "--out", str(report)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # written; the planted flip fails the gate
     assert outside.read_text() == "precious"
     assert orjson.loads((report / "summary.json").read_bytes())["counts"]["prompts"] == 13
 

@@ -59,7 +59,7 @@ def test_disjoint_prompt_sets_compare_nothing_and_the_gate_refuses(
     other = "prompts:\n" + "".join(f'  - {{id: x{n}, prompt: "Q: same"}}\n' for n in range(3))
     b = run_side(serve, write_prompts(other), tmp_path / "b")
     compared = invoke("compare", a, b, "--out", tmp_path / "report")
-    assert compared.exit_code == 0
+    assert compared.exit_code == 2  # as the gate would: nothing to pass
     assert "nothing was compared: 12 prompts only in A, 3 prompts only in B (the two runs " \
            "share no prompt id)" in compared.output
     assert "0 of 0 identical" not in compared.output

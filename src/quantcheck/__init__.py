@@ -20,7 +20,7 @@ _EXPORTS = {
     "pipeline.collecting": ["collect"],
     "pipeline.comparing": ["CompareOptions", "compare_runs", "compare_to_dir"],
     "store.prompt_sets": ["RequestOptions", "SourceOptions", "load_prompts"],
-    "store.report_dir": ["read_summary"],
+    "store.report_dir": ["read_pairs", "read_summary"],
     "store.report_records": ["Summary"],
     "store.run_dir": ["Manifest", "Run", "load_run"],
     "store.run_records": ["Completion", "Expect", "Prompt", "Tokens"],
@@ -31,7 +31,7 @@ __all__ = [
     "JudgeSettings", "Manifest", "Prompt", "QuantcheckError", "RequestOptions", "Run",
     "SourceOptions", "Summary", "Tokens",
     "__version__", "collect", "collect_async", "compare", "compare_runs", "compare_to_dir",
-    "load_prompts", "load_run", "read_summary", "run_ab",
+    "load_prompts", "load_run", "read_pairs", "read_summary", "run_ab",
 ]
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .pipeline.collecting import collect
     from .pipeline.comparing import CompareOptions, compare_runs, compare_to_dir
     from .store.prompt_sets import RequestOptions, SourceOptions, load_prompts
-    from .store.report_dir import read_summary
+    from .store.report_dir import read_pairs, read_summary
     from .store.report_records import Summary
     from .store.run_dir import Manifest, Run, load_run
     from .store.run_records import Completion, Expect, Prompt, Tokens

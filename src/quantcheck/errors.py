@@ -1,12 +1,25 @@
-"""Errors a user can act on; the CLI prints their message and exits with `exit_code`."""
+"""Errors a user can act on; the CLI prints their message and exits with `exit_code`.
+What each exit status means, the same for every command: `ExitCode` (docs/ci.md)."""
 
 from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """A command's exit status: one meaning for every command, one candidate or many."""
+
+    PASS = 0
+    FAIL = 1  # a regression the gate found, or requests that failed after retries
+    INPUT = 2  # a usage or input problem: options, files, an endpoint that cannot serve
+    UNEXPECTED = 3  # a bug: one line on stderr, the traceback saved to a file
+    INTERRUPTED = 130  # Ctrl-C; what was collected is kept
 
 
 class QuantcheckError(Exception):
     """Base class: a problem with the user's input or environment, not a bug."""
 
-    exit_code = 2
+    exit_code: int = ExitCode.INPUT
 
 
 class PromptFileError(QuantcheckError):
@@ -19,6 +32,14 @@ class ConfigFileError(QuantcheckError):
 
 class EndpointError(QuantcheckError):
     """An endpoint that cannot be reached or does not behave like an OpenAI-compatible server."""
+
+
+class RequestsFailed(EndpointError):
+    """Requests that were sent and failed after their retries (an endpoint that stopped
+    answering mid-run, a throughput phase that could not finish): what was measured is
+    incomplete, so the command fails (exit 1), as a failed request fails the gate."""
+
+    exit_code = ExitCode.FAIL
 
 
 class ParameterRejected(EndpointError):

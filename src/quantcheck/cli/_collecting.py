@@ -8,7 +8,9 @@ from pathlib import Path
 
 import click
 import msgspec
+from click.core import ParameterSource
 
+from ..errors import ExitCode
 from ..fetch.collect import REPEAT_MODES
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
@@ -82,12 +84,15 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
     if result.failed:
         click.echo(f"{result.failed} requests failed after retries; rerun the same command to "
                    "retry them.", err=True)
-        sys.exit(1)
+        sys.exit(ExitCode.FAIL)
 
 
 @cli.command("run")
 @config_options
-@click.option("--a", "a_url", required=True, help="Reference endpoint (e.g. BF16).")
+@click.option("--a", "a_url", help="Reference endpoint (e.g. BF16).")
+@click.option("--a-run", type=EXISTING_DIR,
+              help="A reference run collected earlier (e.g. on the main branch): reused, "
+                   "A is not collected again; B must be asked as it was (instead of --a).")
 @click.option("--b", "b_urls", required=True, multiple=True,
               help="Candidate endpoint (e.g. FP8); repeat for several candidates.")
 @click.option("--a-label", default="a", show_default=True)
@@ -118,7 +123,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 @forced_options
 @compare_options
 @request_options
-def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
+def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], a_label: str,
                 b_labels: tuple[str, ...], a_model: str | None, b_model: str | None,
                 out: Path, one_side_at_a_time: bool, api_key_env: str | None,
                 a_cell: tuple[str, ...], b_cell: tuple[str, ...], score_forced: bool,
@@ -130,12 +135,16 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
     compare. With several --b, one report per candidate and an overview that
     recommends the fastest candidate passing the gate.
 
-    Resumable like collect: rerun the same command after an interruption.
+    Resumable like collect: rerun the same command after an interruption. With
+    --a-run, the reference is a run collected earlier: only B is collected, and a B not
+    asked what the reference was (settings, prompt set) is refused before any request.
 
     \b
     Example:
       quantcheck run --a http://127.0.0.1:8000/v1 --a-label bf16 \\
           --b http://127.0.0.1:8001/v1 --b-label fp8 \\
+          --prompts prompts/default.yaml --repeats 3 --out reports/fp8
+      quantcheck run --a-run runs/bf16 --b http://127.0.0.1:8001/v1 --b-label fp8 \\
           --prompts prompts/default.yaml --repeats 3 --out reports/fp8
       quantcheck run --a http://gpu:8000/v1 --a-label bf16 \\
           --b http://gpu:8001/v1 --b-label fp8 --b http://gpu:8002/v1 --b-label int4 \\
@@ -148,7 +157,8 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
           --prompts prompts/default.yaml --judge http://gpu:8009/v1 --out reports/fp8
     """
     labels = _candidate_labels(b_urls, b_labels)
-    a = side_settings(parameters, a_url, a_label, a_model, api_key_env, a_cell)
+    a = _reference(a_url, a_run, a_model, a_cell) or side_settings(
+        parameters, a_url or "", a_label, a_model, api_key_env, a_cell)
     bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell))
           for url, label in zip(b_urls, labels, strict=True)]
     forced = ForcedSettings(endpoint=b_urls[0], model=b_model,
@@ -162,7 +172,21 @@ def run_command(a_url: str, b_urls: tuple[str, ...], a_label: str,
                throughput if measure_throughput else None, matrix=matrix)
     result = run_with_progress(ab)
     print_result(result, out)
-    exit_like_the_gate(result)
+    exit_like_the_gate(result, out)
+
+
+def _reference(url: str | None, stored: Path | None, model: str | None,
+               cell: tuple[str, ...]) -> Path | None:
+    """The stored reference run (--a-run), or None when A is collected (--a)."""
+    if (url is None) == (stored is None):
+        raise click.UsageError("give the reference as an endpoint to collect (--a URL) or "
+                               "as a run collected earlier (--a-run DIR), one of them")
+    labelled = click.get_current_context().get_parameter_source("a_label") not in (
+        ParameterSource.DEFAULT, None)
+    if stored is not None and (model or cell or labelled):
+        raise click.BadParameter("describes an A to collect; a stored reference keeps its "
+                                 "own", param_hint="--a-label/--a-model/--a-cell")
+    return stored
 
 
 def _candidate_labels(urls: tuple[str, ...], labels: tuple[str, ...]) -> list[str]:
@@ -315,12 +339,16 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                                  f"from {', '.join(REPEAT_MODES)}", param_hint="--modes")
     asked = msgspec.structs.replace(parameters, model=model, api_key_env=api_key_env)
     job = DeterminismRun(endpoint, chosen, prompt_files, out, asked, force, sig_digits)
-    report, page = determinism_with_progress(job)
+    report, page, failed = determinism_with_progress(job)
     echo_determinism(report, out, page)
+    if failed:
+        click.echo(f"{failed} requests failed after retries; rerun the same command to "
+                   "retry them.", err=True)
+        sys.exit(ExitCode.FAIL)
     if fail_on_nondeterminism and report.varying:
         click.echo(f"FAIL: {report.varying} prompt/mode results are nondeterministic",
                    err=True)
-        sys.exit(1)
+        sys.exit(ExitCode.FAIL)
 
 
 @cli.command("merge")

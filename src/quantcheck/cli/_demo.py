@@ -113,7 +113,9 @@ def _scripted_demo(out: Path, repeats: int) -> Summary | Overview:
 
 def _model_demo(out: Path, repeats: int, precisions: list[str], fault: str
                 ) -> Summary | Overview:
-    from ..lab.launch import lab_servers, server_log
+    from ..lab.launch import lab_servers, require_demo_dependencies, server_log
+
+    run_guarded(require_demo_dependencies, "")
     from ..lab.model import prepare_model
 
     prompt_file = run_guarded(lambda: shipped_prompt_file("demo.yaml"), "")

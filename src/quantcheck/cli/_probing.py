@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .._version import __version__
+from ..errors import ExitCode
 from ..judge.cells import parse_cell_options
 from ..pipeline.checking import PreflightOptions, preflight, probe
 from ..store.report_records import LogMatch
@@ -74,7 +75,7 @@ def preflight_command(endpoints: tuple[str, ...], model: str | None, api_key_env
         context_tokens)), "")
     echo_preflights(result, as_json)
     if any(report.failures() for report in result.reports):
-        sys.exit(2)
+        sys.exit(ExitCode.INPUT)
 
 
 @cli.command("logscan")
@@ -100,7 +101,7 @@ def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
 
     matches = run_guarded(work, "")
     echo_log_matches(matches, len(logs), as_json)
-    sys.exit(1 if any(m.blocking for m in matches) else 0)
+    sys.exit(ExitCode.FAIL if any(m.blocking for m in matches) else ExitCode.PASS)
 
 
 @cli.group("lab")
@@ -153,6 +154,9 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str) -> None:
         asyncio.run(serve())
     except KeyboardInterrupt:
         pass
+    except OSError as exc:
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(ExitCode.INPUT)
 
 
 @lab_group.command("serve")
@@ -184,14 +188,13 @@ def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
     import asyncio
 
     from ..lab.endpoint import LabServer
-    from ..lab.model import DemoDependenciesMissing, ModelEngine
+    from ..lab.launch import require_demo_dependencies
+
+    run_guarded(require_demo_dependencies, "")
+    from ..lab.model import ModelEngine
 
     click.echo(f"loading gemma-3-270m at {precision} (fault: {fault})...", err=True)
-    try:
-        engine = ModelEngine(precision, fault, threads)
-    except DemoDependenciesMissing as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    engine = run_guarded(lambda: ModelEngine(precision, fault, threads), "")
     server = LabServer(engine, dialect=dialect, host=host, port=port,
                        server_info={"version": f"quantcheck-lab-{__version__}"})
 
@@ -207,4 +210,4 @@ def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
         pass
     except OSError as exc:
         click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.INPUT)

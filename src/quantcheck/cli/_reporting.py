@@ -1,4 +1,5 @@
-"""Commands that read reports: compare, report, review, gate, approve."""
+"""Commands that read reports: compare, report, review, gate, approve; and schema, the
+formats of what they read."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from pathlib import Path
 
 import click
 
+from ..errors import ExitCode
+from ..gate.explain import Failure, report_failures
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, compare_all
 from ..present.sentences import agreement_sentence
 from ..store.report_dir import OVERVIEW, require_report
-from ..store.report_records import Summary
+from ..store.report_records import Overview, Summary
 from ..store.reviews import load_verdicts
 from ._group import cli
 from .config import config_options
@@ -75,7 +78,7 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
                                              replace(compare, forced=forced), prompt_files,
                                              matrix), kept)
     print_result(result, out)
-    exit_like_the_gate(result)
+    exit_like_the_gate(result, out)
 
 
 @cli.command("report")
@@ -141,7 +144,7 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
         click.echo("stopped; the review file is saved after every change.", err=True)
     except OSError as exc:
         click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.INPUT)
 
 
 @cli.command("gate")
@@ -225,33 +228,40 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
         _gate_candidates(report_dir, settings, rubric, candidate)
         return
 
-    def work() -> tuple[gate.GateResult, Summary]:
-        return gate.gate_report(report_dir, settings(), load_rubric(rubric), review_files)
+    def work() -> tuple[gate.GateResult, Summary, list[Failure]]:
+        result, summary = gate.gate_report(report_dir, settings(), load_rubric(rubric),
+                                           review_files)
+        return result, summary, report_failures(report_dir, result.rules)
 
-    verdict, summary = run_guarded(work, "Nothing was written.")
-    text = gate.markdown(verdict, summary)
+    verdict, summary, failures = run_guarded(work, "Nothing was written.")
+    text = gate.markdown(verdict, summary, failures)
     click.echo(text)
     gate.append_step_summary(text)
     click.echo(gate.one_line(verdict), err=True)
-    sys.exit(0 if verdict.passed else 1)
+    sys.exit(ExitCode.PASS if verdict.passed else ExitCode.FAIL)
 
 
 def _gate_candidates(folder: Path, policy: Callable[[], Policy], rubric: Path | None,
                      only: str | None) -> None:
     from ..gate import verdict as gate
-    from ..gate.overview import gate_candidates
+    from ..gate.overview import CandidatesGate, gate_candidates
     from ..store.rubric import load_rubric
 
-    decision, overview = run_guarded(
-        lambda: gate_candidates(folder, policy(), load_rubric(rubric), only),
-        "Nothing was written.")
-    text = candidates_markdown(decision, overview)
+    def work() -> tuple[CandidatesGate, Overview, dict[str, list[Failure]]]:
+        decision, overview = gate_candidates(folder, policy(), load_rubric(rubric), only)
+        reports = {row.label: row.report for row in overview.candidates}
+        return decision, overview, {
+            label: report_failures(folder / reports[label], result.rules, reports[label])
+            for label, result in decision.candidates.items() if not result.passed}
+
+    decision, overview, failures = run_guarded(work, "Nothing was written.")
+    text = candidates_markdown(decision, overview, failures)
     click.echo(text)
     gate.append_step_summary(text)
     failing = [label for label, r in decision.candidates.items() if not r.passed]
     click.echo(f"FAIL: {', '.join(failing)}" if failing else "PASS: every candidate passes",
                err=True)
-    sys.exit(1 if failing else 0)
+    sys.exit(ExitCode.FAIL if failing else ExitCode.PASS)
 
 
 @cli.command("approve")
@@ -291,3 +301,30 @@ def approve_command(report_dir: Path, approvals: Path | None, review_files: tupl
     click.echo(f"approved {added} reviewed pairs -> {path}")
 
 
+
+
+@cli.command("schema")
+@click.argument("name", required=False)
+@click.option("--list", "listed", is_flag=True, help="List the schemas and what each describes.")
+def schema_command(name: str | None, listed: bool) -> None:
+    """Print the JSON Schema of a file quantcheck writes (pairs: pairs.csv's columns).
+
+    Every JSON file names its format and version in `format` (e.g.
+    quantcheck-summary/1); these schemas ship with quantcheck and are made from the
+    records that write the files.
+
+    \b
+    Example:
+      quantcheck schema --list
+      quantcheck schema summary
+      quantcheck schema pairs
+    """
+    from ..store.formats import SCHEMAS, shipped_schema
+
+    if listed or name is None:
+        if name is None and not listed:
+            raise click.UsageError("name a schema, or --list them")
+        for known, describes in SCHEMAS.items():
+            click.echo(f"{known:<16} {describes}")
+        return
+    click.echo(run_guarded(lambda: shipped_schema(name), ""), nl=False)

@@ -1,19 +1,26 @@
-"""How a command ends other than well: a library error as one clear line and its exit
-code, Ctrl-C as a resume hint and exit 130, candidates none of which is recommended
-as exit 1."""
+"""How a command ends other than well, the same for every command (errors.ExitCode): a
+library error as one clear line and its exit code, Ctrl-C as a resume hint and 130, a
+bug as one line naming the error and the file its traceback was saved to (exit 3);
+and `run` and `compare` ending as the gate would on what they wrote."""
 
 from __future__ import annotations
 
 import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import click
 
-from ..errors import QuantcheckError
+from .._version import __version__
+from ..errors import ExitCode, QuantcheckError
 from ..store.report_records import Overview, Summary
 
 T = TypeVar("T")
+CRASH_PREFIX = "quantcheck-crash-"
 
 
 def run_guarded(function: Callable[[], T], interrupted_hint: str | Callable[[], str]) -> T:
@@ -27,10 +34,51 @@ def run_guarded(function: Callable[[], T], interrupted_hint: str | Callable[[], 
     except KeyboardInterrupt:
         hint = interrupted_hint if isinstance(interrupted_hint, str) else interrupted_hint()
         click.echo(f"\ninterrupted. {hint}", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
 
 
-def exit_like_the_gate(result: Summary | Overview) -> None:
-    """Several candidates and none recommended: exit 1, as the gate would."""
-    if isinstance(result, Overview) and result.recommendation.label is None:
-        sys.exit(1)
+def save_crash(error: BaseException, folder: Path | None = None) -> Path:
+    """Write the traceback of an unexpected error, with the version and the command
+    line, to a new file in the temporary folder ($TMPDIR); its path."""
+    folder = folder or Path(tempfile.gettempdir())
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, delete=False,
+                                     prefix=f"{CRASH_PREFIX}{stamp}-", suffix=".txt") as out:
+        out.write(f"quantcheck {__version__}, Python {sys.version.split()[0]}\n"
+                  f"command: {' '.join(sys.argv)}\n\n")
+        out.write("".join(traceback.format_exception(error)))
+    return Path(out.name)
+
+
+def crash_line(error: BaseException, saved: Path | None) -> str:
+    """The one line an unexpected error prints: what it is, and where its traceback is."""
+    what = (str(error).strip().splitlines() or [""])[0][:200]
+    name = type(error).__name__ + (f": {what}" if what else "")
+    where = f"the traceback is saved in {saved}" if saved else "its traceback could not be saved"
+    return f"unexpected error (a bug in quantcheck): {name}; {where}"
+
+
+def report_crash(error: BaseException) -> None:
+    """One line on stderr naming the error and the saved traceback."""
+    try:
+        saved: Path | None = save_crash(error)
+    except OSError:
+        saved = None
+    click.echo(crash_line(error, saved), err=True)
+
+
+def exit_like_the_gate(result: Summary | Overview, report_dir: Path) -> None:
+    """`run` and `compare` end as `quantcheck gate REPORT_DIR` would under the default
+    policy: 1 when a candidate fails it (a factual flip, a new degenerate output, a
+    request without an answer, ...), 2 when nothing could be compared, else 0 (after
+    the report was written and printed)."""
+    if isinstance(result, Overview):
+        failing = any(row.gate != "pass" for row in result.candidates)
+    else:
+        from ..gate.verdict import judge_report
+
+        unanswered = result.counts.unanswered
+        failing = bool(unanswered.a or unanswered.b) or not run_guarded(
+            lambda: judge_report(report_dir)[0].passed, "")
+    if failing:
+        sys.exit(ExitCode.FAIL)

@@ -7,12 +7,14 @@ import json
 import shlex
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 
 import click
 import msgspec
 
+from ..gate.explain import Failure, markdown_table
 from ..gate.overview import CandidatesGate
 from ..judge.cells import CELL_AXES
 from ..pipeline.checking import PreflightResult, Probe
@@ -222,8 +224,10 @@ def echo_log_matches(matches: list[LogMatch], logs: int, as_json: bool) -> None:
         click.echo(f"no known failure signature in {logs} log(s)")
 
 
-def candidates_markdown(decision: CandidatesGate, overview: Overview) -> str:
-    """The gate's verdict on every candidate as the Markdown the step summary gets."""
+def candidates_markdown(decision: CandidatesGate, overview: Overview,
+                        failures: Mapping[str, list[Failure]] | None = None) -> str:
+    """The gate's verdict on every candidate as the Markdown the step summary gets, then
+    why each failing candidate fails, prompt by prompt."""
     lines = [f"## quantcheck: {decision.verdict.upper()}", "",
              f"**{overview.reference.label}** (reference) against "
              f"{len(decision.candidates)} candidates", "",
@@ -233,6 +237,9 @@ def candidates_markdown(decision: CandidatesGate, overview: Overview) -> str:
     choice = decision.recommendation
     lines += ["", f"Recommended: **{choice.label}**, {choice.reason}." if choice.label
               else f"No candidate is recommended: {choice.reason}."]
+    for label, found in (failures or {}).items():
+        lines += markdown_table(found, overview.reference.label, label,
+                                title=f"Why {label} fails")
     return "\n".join(lines) + "\n"
 
 

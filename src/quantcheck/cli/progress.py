@@ -186,6 +186,7 @@ class ModeReporters:
     def __init__(self) -> None:
         self.reporter: ProgressReporter | None = None
         self.hint = ""  # what Ctrl-C leaves behind, where the flow is now
+        self.failures = 0  # requests that failed after retries, every mode
 
     def collecting(self, mode: str, run_dir: Path) -> ProgressReporter:
         self.close()
@@ -199,6 +200,7 @@ class ModeReporters:
 
     def close(self) -> None:
         if self.reporter is not None:
+            self.failures += self.reporter.failures
             self.reporter.close()
             self.reporter = None
 
@@ -217,7 +219,7 @@ def collect_with_progress(prompt_files: Sequence[Path], out: Path, settings: Col
 def run_with_progress(ab: ABRun) -> Summary | Overview:
     """`pipeline.ab.run_all` with one progress bar for every side, its stages on stderr."""
     bar = SharedBar()
-    reporters = [bar.side(settings.label) for settings in (ab.a, *ab.candidates)]
+    reporters = [bar.side(settings.label) for settings, _ in ab.sides()]
     try:
         result = run_guarded(
             lambda: run_all(ab, reporters, notify=lambda stage: click.echo(stage, err=True)),
@@ -230,10 +232,12 @@ def run_with_progress(ab: ABRun) -> Summary | Overview:
     return result
 
 
-def determinism_with_progress(job: DeterminismRun) -> tuple[DeterminismReport, Path]:
-    """`pipeline.determinism.run_determinism` with each mode's progress."""
+def determinism_with_progress(job: DeterminismRun) -> tuple[DeterminismReport, Path, int]:
+    """`pipeline.determinism.run_determinism` with each mode's progress; the report, its
+    page, and how many requests failed after retries."""
     modes = ModeReporters()
     try:
-        return run_guarded(lambda: run_determinism(job, modes), lambda: modes.hint)
+        report, page = run_guarded(lambda: run_determinism(job, modes), lambda: modes.hint)
     finally:
         modes.close()
+    return report, page, modes.failures

@@ -14,7 +14,7 @@ from typing import Protocol
 import msgspec
 
 from .._version import __version__
-from ..errors import EndpointError, ParameterRejected, QuantcheckError, RunMismatch
+from ..errors import ParameterRejected, QuantcheckError, RequestsFailed, RunMismatch
 from ..judge.cells import cell_from_server, cell_key
 from ..store.files import StorageError
 from ..store.labels import check_label
@@ -62,7 +62,7 @@ GIVE_UP_AFTER_FAILURES = 10
 GIVE_UP_AFTER_SECONDS = 5.0
 
 
-class EndpointDown(EndpointError):
+class EndpointDown(RequestsFailed):
     """The endpoint stopped answering in the middle of a run."""
 
 

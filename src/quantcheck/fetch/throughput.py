@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EndpointError
+from ..errors import RequestsFailed
 from ..store.prompt_sets import RequestOptions, load_prompts
 from ..store.run_dir import Throughput
 from ..store.run_records import Prompt
@@ -75,7 +75,7 @@ class _Sender:
                 generation, timing = await self.client.generate(api, dict(body), True, 0)
             except RetryableError as exc:
                 if attempt == self.retries:
-                    raise EndpointError(f"throughput request failed after {attempt + 1} "
+                    raise RequestsFailed(f"throughput request failed after {attempt + 1} "
                                         f"attempts: {exc}") from None
                 self.retried += 1
                 await sleep_backoff(attempt, exc.retry_after)

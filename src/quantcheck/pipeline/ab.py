@@ -1,8 +1,8 @@
-"""The whole A/B as one library call: collect the reference and each candidate, measure
-throughput and score teacher-forced drift if asked (all of it in one event loop),
-compare (asking a judge, if given, in one more: it needs the triaged pairs), write the
-reports (and, for several candidates, the overview); `quantcheck
-run` is this plus printing."""
+"""The whole A/B as one library call: collect the reference (or reuse one stored
+earlier) and each candidate, measure throughput and score teacher-forced drift if
+asked (all of it in one event loop), compare (asking a judge, if given, in one more:
+it needs the triaged pairs), write the reports (and, for several candidates, the
+overview); `quantcheck run` is this plus printing."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
 from ..gate.verdict import Policy
 from ..store.labels import check_label
+from ..store.prompt_sets import load_prompts
+from ..store.reference import ReferenceMismatch, open_reference, reference_differences
 from ..store.report_dir import CANDIDATES
 from ..store.report_records import Overview, Summary
 from ..store.run_dir import Throughput, write_throughput
+from ..store.shards import shard_prompts
 from ..wire.client import all_or_none, public_url, run_blocking
 from .comparing import (
     CompareOptions,
@@ -46,9 +49,11 @@ class ABRun:
     Several: A in OUT/a, each candidate's run in OUT/candidates/LABEL/b and its report
     in OUT/candidates/LABEL/, the overview in OUT (overview.json, index.html,
     matrix.csv). `b` is the candidate or a list of them; `candidates` is always the
-    list."""
+    list. `a` is A's collection, or the folder of a reference run collected earlier
+    (a stored reference): then A is not collected again, and a candidate not asked
+    what A was is refused before any request is sent (store/reference.py)."""
 
-    a: CollectSettings
+    a: CollectSettings | Path
     b: InitVar[CollectSettings | Sequence[CollectSettings]]
     prompt_files: Sequence[Path]
     out: Path
@@ -73,6 +78,16 @@ class ABRun:
     def report_dir(self, candidate: CollectSettings) -> Path:
         return self.out / CANDIDATES / candidate.label if self.several else self.out
 
+    @property
+    def a_dir(self) -> Path:
+        """A's run: the stored reference, or OUT/a."""
+        return self.a if isinstance(self.a, Path) else self.out / "a"
+
+    def sides(self) -> list[tuple[CollectSettings, Path]]:
+        """What is collected, with its run folder: A (unless stored), then each candidate."""
+        collected = [] if isinstance(self.a, Path) else [(self.a, self.out / "a")]
+        return collected + [(b, self.report_dir(b) / "b") for b in self.candidates]
+
 
 def run_ab(ab: ABRun, reporters: Sequence[Reporter] | None = None,
            notify: Callable[[str], None] | None = None) -> Summary:
@@ -89,7 +104,7 @@ def run_candidates(ab: ABRun, reporters: Sequence[Reporter] | None = None,
     """Several candidates against one reference collected once: a report per
     candidate, and the overview with the recommendation."""
     summaries = _run(ab, reporters, notify)
-    return write_candidates_overview(ab.out, ab.out / "a", summaries, ab.policy, ab.matrix)
+    return write_candidates_overview(ab.out, ab.a_dir, summaries, ab.policy, ab.matrix)
 
 
 def run_all(ab: ABRun, reporters: Sequence[Reporter] | None = None,
@@ -105,6 +120,8 @@ def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
          notify: Callable[[str], None] | None) -> dict[str, Summary]:
     """Everything sent over the network in one event loop, then each comparison."""
     _check_labels(ab)
+    if isinstance(ab.a, Path):
+        check_reference(ab.a, ab.candidates, ab.prompt_files)
     judge_mapping(ab.compare)  # a judge that cannot be used is refused before collecting
     run_blocking(_fetch(ab, reporters, notify or _silent))
     jobs = []
@@ -112,7 +129,7 @@ def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
         options = replace(ab.compare, b_log=ab.candidate_logs.get(b.label, ab.compare.b_log))
         if ab.forced is not None:
             options = replace(options, forced=_forced_dir(ab, b))
-        jobs.append(ReportJob(ab.out / "a", ab.report_dir(b) / "b", ab.report_dir(b), options))
+        jobs.append(ReportJob(ab.a_dir, ab.report_dir(b) / "b", ab.report_dir(b), options))
     if ab.compare.judge is not None:
         (notify or _silent)(f"asking the judge {public_url(ab.compare.judge.endpoint)} "
                             "about the pairs no expect decided ...")
@@ -122,8 +139,9 @@ def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
 
 async def _fetch(ab: ABRun, reporters: Sequence[Reporter] | None,
                  notify: Callable[[str], None]) -> None:
-    """Collect every side, then measure throughput and score forced drift if asked."""
-    runs = [(ab.a, ab.out / "a")] + [(b, ab.report_dir(b) / "b") for b in ab.candidates]
+    """Collect every side, then measure throughput and score forced drift if asked (a
+    stored reference keeps the throughput it was stored with, if any)."""
+    runs = ab.sides()
     await _collect_all(ab, runs, reporters)
     if ab.throughput is not None:
         for settings, folder in runs:
@@ -135,7 +153,7 @@ async def _fetch(ab: ABRun, reporters: Sequence[Reporter] | None,
     if ab.forced is not None:
         for b in ab.candidates:
             notify(f"scoring A's tokens on {b.endpoint} (teacher forcing) ...")
-            await score_run_async(ab.out / "a", _forced_dir(ab, b),
+            await score_run_async(ab.a_dir, _forced_dir(ab, b),
                                   replace(ab.forced, endpoint=b.endpoint, model=b.model,
                                           retries=b.retries,
                                           extra_body=b.request.extra_body))
@@ -174,6 +192,27 @@ async def _measure(settings: CollectSettings, prompt_files: Sequence[Path],
                           requests=0, seconds=0.0, error=str(exc))
 
 
+def check_reference(reference: Path, candidates: Sequence[CollectSettings],
+                    prompt_files: Sequence[Path]) -> None:
+    """Refuse a stored reference that a candidate would not be asked as A was (its
+    settings, its prompt set), naming every difference; nothing is sent before."""
+    run = open_reference(reference)
+    problems = []
+    for b in candidates:
+        prompts = load_prompts(prompt_files, b.request)
+        if b.shard:
+            prompts = shard_prompts(prompts, b.shard)
+        found = reference_differences(run.manifest, b.parameters(),
+                                      {p.id: p.hash for p in prompts})
+        problems += [f"{b.label}: {difference}" if len(candidates) > 1 else difference
+                     for difference in found]
+    if problems:
+        raise ReferenceMismatch(
+            f"the stored reference {reference} was not asked what B would be, so they "
+            f"cannot be compared (nothing was sent): {'; '.join(problems)}. Collect B "
+            "with the reference's settings and prompt set, or collect the reference again")
+
+
 def _silent(stage: str) -> None:
     pass
 
@@ -181,7 +220,8 @@ def _silent(stage: str) -> None:
 def _check_labels(ab: ABRun) -> None:
     """Every side's label keeps the rule and the candidates' differ, before anything is
     sent."""
-    check_label(ab.a.label, "--a-label")
+    if not isinstance(ab.a, Path):  # a stored reference keeps the label it was given
+        check_label(ab.a.label, "--a-label")
     for candidate in ab.candidates:
         check_label(candidate.label, "--b-label")
     labels = [c.label for c in ab.candidates]

@@ -69,8 +69,9 @@ def write_forced(folder: Path, summary: ForcedSummary, lines: list[ForcedLine]) 
     write_json_atomic(folder / FORCED_JSON, msgspec.to_builtins(summary))
 
 
-def read_summary(report_dir: Path) -> Summary:
+def read_summary(report_dir: str | Path) -> Summary:
     """summary.json, as the typed record its readers rely on."""
+    report_dir = Path(report_dir)
     path = report_dir / SUMMARY
     if not path.exists() and (report_dir / MANIFEST).exists():
         raise RunFormatError(f"{report_dir} is a run directory (it has {MANIFEST}), not a "
@@ -112,9 +113,12 @@ def details_jsonl(details: Iterable[PairDetails]) -> bytes:
     return b"".join(orjson.dumps(msgspec.to_builtins(detail)) + b"\n" for detail in details)
 
 
-def read_pairs(report_dir: Path) -> pd.DataFrame:
-    """pairs.csv whole, each column of its own type (an empty text cell reads as "")."""
-    return next(iter_pairs(report_dir))
+def read_pairs(report_dir: str | Path) -> pd.DataFrame:
+    """pairs.csv whole, each column of its own type: integer columns as integers and
+    boolean ones as booleans also beside empty cells (pandas' nullable Int64 and
+    boolean: an empty cell is <NA>, never a float NaN), floats as floats, and an empty
+    text cell as ""."""
+    return next(iter_pairs(Path(report_dir)))
 
 
 def read_pair_rows(report_dir: Path) -> list[PairRow]:

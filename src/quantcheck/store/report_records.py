@@ -6,6 +6,16 @@ from __future__ import annotations
 
 import msgspec
 
+from .formats import (
+    DETERMINISM_FORMAT,
+    FORCED_FORMAT,
+    OVERVIEW_FORMAT,
+    SUMMARY_FORMAT,
+    DeterminismFormat,
+    ForcedFormat,
+    OverviewFormat,
+    SummaryFormat,
+)
 from .grade_records import JudgeFigures
 from .preflight_records import Check, Preflight
 from .run_dir import Cell, Throughput
@@ -284,6 +294,7 @@ class KLHistogram(msgspec.Struct):
 class ForcedSummary(msgspec.Struct, kw_only=True):
     """forced.json (and summary.json's `forced`, with `source` and `kl_histogram`)."""
 
+    format: ForcedFormat = FORCED_FORMAT
     endpoint: str
     model: str
     mode: str
@@ -331,6 +342,7 @@ class ModeCounts(msgspec.Struct, omit_defaults=True):
 class DeterminismReport(msgspec.Struct, kw_only=True):
     """determinism.json: per repeat mode the counts, and every prompt's row."""
 
+    format: DeterminismFormat = DETERMINISM_FORMAT
     sig_digits: int
     modes: dict[str, ModeCounts]
     prompts: list[DeterminismRow]
@@ -353,6 +365,7 @@ class ThroughputPair(msgspec.Struct, kw_only=True):
 class Summary(msgspec.Struct, kw_only=True):
     """summary.json: every total a reader shows (terminal, sheet, gate)."""
 
+    format: SummaryFormat = SUMMARY_FORMAT
     quantcheck_version: str
     identity: str = ""  # what review files belong to (see judge/pairs.update_identity)
     a: SideIdentity
@@ -409,6 +422,7 @@ class Recommendation(msgspec.Struct, kw_only=True):
 class Overview(msgspec.Struct, kw_only=True):
     """overview.json: several candidates against one reference, and the decision."""
 
+    format: OverviewFormat = OVERVIEW_FORMAT
     quantcheck_version: str
     reference: SideIdentity
     reference_cell: Cell = {}

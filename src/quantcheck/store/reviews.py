@@ -15,11 +15,11 @@ import msgspec
 
 from ..errors import RunFormatError
 from .files import make_directory, storage_error
+from .formats import REVIEW_FORMAT, ReviewFormat
 from .report_dir import REVIEWS
 from .rubric import Rubric
 from .run_dir import read_json
 
-REVIEW_FORMAT = "quantcheck-review/1"
 REVIEWER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -39,9 +39,10 @@ class ReviewVerdict(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class Review(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A review file: REPORT_DIR/reviews/NAME.json, or one exported from the sheet."""
+    """A review file: REPORT_DIR/reviews/NAME.json, or one exported from the sheet (its
+    `format` is always written)."""
 
-    format: str = REVIEW_FORMAT
+    format: ReviewFormat
     identity: str
     rubric: str | None = None
     reviewer: str = ""

@@ -34,6 +34,7 @@ from .files import (
     storage_error,
     write_atomic,
 )
+from .formats import MANIFEST_FORMAT, THROUGHPUT_FORMAT, ManifestFormat, ThroughputFormat
 from .preflight_records import Preflight
 from .prompt_sets import RequestOptions
 from .run_records import (
@@ -110,6 +111,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     """manifest.json: which endpoint, model, settings and prompts made the run, and how
     its last pass ended."""
 
+    format: ManifestFormat = MANIFEST_FORMAT
     quantcheck_version: str = ""
     label: str = ""
     endpoint: str = ""
@@ -178,6 +180,7 @@ def decode_line(line: bytes) -> CompletionLine | None:
 class Throughput(msgspec.Struct, kw_only=True):
     """RUN_DIR/throughput.json: one endpoint's throughput phase (throughput.py)."""
 
+    format: ThroughputFormat = THROUGHPUT_FORMAT
     label: str
     endpoint: str
     model: str

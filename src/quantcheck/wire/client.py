@@ -34,6 +34,8 @@ from .dialects import (
     first_output,
     parse_response,
 )
+from .proxies import proxy_for
+from .retry_after import retry_after_seconds
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
@@ -115,6 +117,8 @@ class EndpointClient:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        # one endpoint, one host: its proxy (HTTP(S)_PROXY, NO_PROXY; never loopback)
+        self._proxy = proxy_for(self.base_url)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -154,8 +158,8 @@ class EndpointClient:
         MalformedResponse or a transport error (a timeout is asyncio.TimeoutError)."""
         data = orjson.dumps(body) if body is not None else None
         async with asyncio.timeout(self.timeout):
-            async with self.session.request(method, url, data=data,
-                                            headers=self._headers) as response:
+            async with self.session.request(method, url, data=data, headers=self._headers,
+                                            proxy=self._proxy) as response:
                 if response.status >= 400:
                     raise _status_error(response.status, await _read_some(response),
                                         response.headers)
@@ -220,8 +224,8 @@ class EndpointClient:
                     started: float) -> tuple[Generation, float | None]:
         answered = False
         try:
-            async with self.session.post(url, data=orjson.dumps(body),
-                                         headers=self._headers) as response:
+            async with self.session.post(url, data=orjson.dumps(body), headers=self._headers,
+                                         proxy=self._proxy) as response:
                 answered = True
                 if response.status >= 400:
                     raise _status_error(response.status, await _read_some(response),
@@ -348,7 +352,7 @@ def _not_json_note(response: aiohttp.ClientResponse, raw: bytes) -> str | None:
 
 
 def _status_error(status: int, raw: bytes, headers: Mapping[str, str]) -> HTTPStatusError:
-    return HTTPStatusError(status, _error_message(raw), _retry_after(headers.get("retry-after")))
+    return HTTPStatusError(status, _error_message(raw), retry_after_seconds(headers))
 
 
 def _classify_status(exc: HTTPStatusError) -> Exception:
@@ -379,13 +383,6 @@ def _error_message(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").strip()[:500]
 
 
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def _root_cause(exc: BaseException) -> str:
     while True:
         inner = exc.__cause__ or exc.__context__
@@ -397,7 +394,8 @@ def _root_cause(exc: BaseException) -> str:
 
 
 def backoff_seconds(attempt: int, retry_after: float | None) -> float:
-    """Exponential backoff with jitter, honoring Retry-After, capped at MAX_BACKOFF_S."""
+    """Exponential backoff with jitter, honoring the server's retry hint (retry_after.py),
+    capped at MAX_BACKOFF_S."""
     if retry_after is not None:
         return min(max(retry_after, 0.0), MAX_BACKOFF_S)
     return min(0.25 * float(2**attempt), MAX_BACKOFF_S) * (0.5 + random.random() / 2)

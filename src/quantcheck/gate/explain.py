@@ -1,0 +1,182 @@
+"""Why a pair fails the gate, in words a pull request's reviewer reads without opening
+anything: the rule and its limit, what broke it (the check that flipped and why B
+fails it, the degenerate answer, ...), A's and B's answers cut to a readable length,
+and the pair's link in the review sheet (`index.html#pair-ID`, the id the sheet gives
+each pair's card). junit.xml and the Markdown step summary say it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import quote
+
+from ..store.pair_records import PairRow
+from ..store.report_dir import read_pair_rows
+
+JUNIT_ANSWER_CHARS = 400  # of each answer, in junit.xml
+MARKDOWN_ANSWER_CHARS = 120  # in the step summary's table
+MARKDOWN_FAILURES = 20  # rows of that table; the rest are counted
+STATUS_WORDS = {"not_comparable": "the prompt differs between A and B (another hash)",
+                "only_a": "only A has this prompt", "only_b": "only B has this prompt",
+                "a_failed": "A has no answer", "b_failed": "B has no answer"}
+
+
+class BrokenRule(Protocol):
+    """What is read of a gate rule (verdict.Rule)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def limit(self) -> int | float | None: ...
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def prompts(self) -> list[str]: ...
+
+
+@dataclass
+class Failure:
+    """One prompt breaking one rule, explained."""
+
+    prompt_id: str
+    rule: str
+    limit: int | float | None
+    what: str  # what broke it, in words
+    a_answer: str | None
+    b_answer: str | None
+    link: str  # the pair in the review sheet, relative to the report directory
+
+
+def sheet_anchor(prompt_id: str) -> str:
+    """The fragment of a pair's card in the review sheet (percent-encoded)."""
+    return "pair-" + quote(prompt_id, safe="")
+
+
+def sheet_link(prompt_id: str, report: str = "") -> str:
+    """`index.html#pair-ID` (under `report/` when given)."""
+    return f"{report.rstrip('/') + '/' if report else ''}index.html#{sheet_anchor(prompt_id)}"
+
+
+def failures(rules: Iterable[BrokenRule], rows: Sequence[PairRow], report: str = ""
+             ) -> list[Failure]:
+    """Each prompt of each broken rule, in the rules' order."""
+    by_id = {row.prompt_id: row for row in rows}
+    found = []
+    for rule in rules:
+        if rule.passed:
+            continue
+        for prompt_id in rule.prompts:
+            row = by_id.get(prompt_id)
+            if row is None:  # a rule that names something other than a prompt
+                continue
+            found.append(Failure(
+                prompt_id, rule.name, rule.limit, what_broke(rule.name, row),
+                answer(row.a_text, row.a_tool_calls) if row.compared else None,
+                answer(row.b_text, row.b_tool_calls) if row.compared else None,
+                sheet_link(prompt_id, report)))
+    return found
+
+
+def report_failures(report_dir: Path, rules: Iterable[BrokenRule], report: str = ""
+                    ) -> list[Failure]:
+    """The failures of a report gated earlier, its pairs read back."""
+    return failures(rules, read_pair_rows(report_dir), report)
+
+
+def what_broke(rule: str, row: PairRow) -> str:
+    """In words, what makes this pair break this rule."""
+    if rule == "factual_flips":
+        if row.flip == "regression" and row.flipped_checks:
+            checks = row.flipped_checks.split()
+            reasons = [reason for reason in (row.b_expect_failures or "").split("; ")
+                       if reason.split(":", 1)[0] in checks]
+            because = f": {'; '.join(reasons)}" if reasons else ""
+            said = (f"check {checks[0]} passes on A, fails on B" if len(checks) == 1
+                    else f"checks {', '.join(checks)} pass on A, fail on B")
+            return said + because
+        return "a reviewer labelled it a factual flip"
+    if rule == "new_degenerate_on_b":
+        return f"B's answer is degenerate ({row.b_degenerate}), A's is not"
+    if rule in ("nondeterministic_a", "nondeterministic_b"):
+        side = rule[-1]
+        texts, signatures = (row.a_texts, row.a_signatures) if side == "a" else (
+            row.b_texts, row.b_signatures)
+        return (f"{side.upper()}'s repeats gave {texts or 0} texts and {signatures or 0} "
+                "logprob signatures")
+    if rule == "unreviewed":
+        return "not identical, with no reviewer's verdict and no approval"
+    if rule == "not_compared":
+        return f"not compared: {STATUS_WORDS.get(row.status, row.status)}"
+    if rule == "skipped_checks":
+        skipped = sorted({check.split("=")[0] for cell in (row.a_checks, row.b_checks)
+                          for check in (cell or "").split() if check.endswith("=skipped")})
+        return f"check {' '.join(skipped)} did not run (compare with --allow-code-exec)"
+    if rule == "routing_determinism":
+        return "B's repeats were routed to other MoE experts"
+    return rule.replace("_", " ")
+
+
+def answer(text: str | None, tool_calls: str | None) -> str:
+    """A side's answer as read: its text, and its tool calls when it made any."""
+    return (text or "") + (f" [tool calls: {tool_calls}]" if tool_calls else "")
+
+
+def cut(text: str | None, chars: int) -> str:
+    """At most `chars` characters of an answer, said to be cut; "(none)" where the pair
+    was not compared, "(empty)" for an empty answer."""
+    if text is None:
+        return "(none)"
+    if not text:
+        return "(empty)"
+    return text if len(text) <= chars else f"{text[:chars]}... ({len(text)} characters)"
+
+
+def junit_text(failure: Failure, a_label: str, b_label: str) -> str:
+    """The body of a junit failure: the rule, what broke it, both answers, the link."""
+    limit = "" if failure.limit is None else f" (limit {failure.limit:g})"
+    return "\n".join([
+        f"{failure.prompt_id}: breaks rule {failure.rule}{limit}",
+        f"why: {failure.what}",
+        f"A ({a_label}): {cut(failure.a_answer, JUNIT_ANSWER_CHARS)}",
+        f"B ({b_label}): {cut(failure.b_answer, JUNIT_ANSWER_CHARS)}",
+        f"review sheet: {failure.link}"])
+
+
+def junit_message(failure: Failure) -> str:
+    """The short message of a junit failure: the rule and what broke it."""
+    return f"{failure.rule.replace('_', ' ')}: {failure.what}"
+
+
+def markdown_table(found: Sequence[Failure], a_label: str, b_label: str,
+                   title: str = "Why") -> list[str]:
+    """The failures as a Markdown table (the first MARKDOWN_FAILURES, the rest counted);
+    no lines when nothing failed on a prompt."""
+    if not found:
+        return []
+    lines = ["", f"### {title}", "",
+             f"| prompt | rule | why | A ({_cell(a_label)}) | B ({_cell(b_label)}) | sheet |",
+             "|---|---|---|---|---|---|"]
+    for failure in found[:MARKDOWN_FAILURES]:
+        lines.append(f"| {_code(failure.prompt_id)} | {failure.rule} | "
+                     f"{_cell(failure.what)} | "
+                     f"{_cell(cut(failure.a_answer, MARKDOWN_ANSWER_CHARS))} | "
+                     f"{_cell(cut(failure.b_answer, MARKDOWN_ANSWER_CHARS))} | "
+                     f"{_code(failure.link)} |")
+    if len(found) > MARKDOWN_FAILURES:
+        lines += ["", f"and {len(found) - MARKDOWN_FAILURES} more in junit.xml"]
+    return lines
+
+
+def _code(text: str) -> str:
+    """Text as code inside one Markdown table cell."""
+    return "`" + " ".join(text.split()).replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _cell(text: str) -> str:
+    """Text that stays inside one Markdown table cell and shows as written."""
+    flat = " ".join(text.split())
+    for special in "\\|`*_<>[]":
+        flat = flat.replace(special, "\\" + special)
+    return flat
