@@ -226,7 +226,7 @@ def test_the_readme_workflow_uses_the_action_with_inputs_it_declares() -> None:
     readme = (REPO / "README.md").read_text()
     workflow = yaml.safe_load(readme.split("```yaml\n", 1)[1].split("```", 1)[0])
     steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
-    (used,) = [step for step in steps if "/quantcheck@" in step.get("uses", "")]
+    (used,) = [step for step in steps if "actions/quantcheck" in step.get("uses", "")]
     assert set(used["with"]) <= set(ACTION["inputs"])
     assert "a-run" in used["with"]
     assert os.path.basename(ACTION["runs"]["steps"][-1]["uses"]).startswith("upload-artifact")
