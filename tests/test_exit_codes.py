@@ -220,6 +220,8 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
                                                 t / "p.yaml"),
     ("prompts convert", 2): lambda w, t: invoke("prompts", "convert", w.prompts, "--out",
                                                 w.prompts),
+    ("init", 0): lambda w, t: invoke("init", t / "repository"),
+    ("init", 2): lambda w, t: [invoke("init", t / "repository") for _ in range(2)][-1],
     ("schema", 0): lambda w, t: invoke("schema", "gate"),
     ("schema", 2): lambda w, t: invoke("schema", "gates"),
 }
@@ -245,6 +247,7 @@ CRASH_SITES = {
     "lab scripted": "quantcheck.lab.scripted.Faults",
     "lab serve": "quantcheck.lab.model.ModelEngine",
     "schema": "quantcheck.store.formats.shipped_schema",
+    "init": "quantcheck.cli._starter.write_starter_kit",
     "prompts check": "quantcheck.cli._prompts.load_sources",
     "prompts convert": "quantcheck.cli._prompts.convert_prompt_files",
 }

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +20,9 @@ from ._group import cli
 from .guard import run_guarded
 from .options import EXISTING_FILE, PROMPT_SOURCE, json_object_option
 from .printing import echo_log_matches, echo_preflights, echo_probe
+
+if TYPE_CHECKING:
+    from ..lab.endpoint import LabServer
 
 
 @cli.command("probe")
@@ -136,8 +141,6 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str) -> None:
       quantcheck lab scripted --dialect sglang --port 8001
       quantcheck lab scripted --routing gating --port 8002
     """
-    import asyncio
-
     from ..lab.scripted import Faults, ScriptedServer
 
     faults = Faults()
@@ -145,18 +148,7 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str) -> None:
         setattr(faults, flag, True)
     server = ScriptedServer(dialect=dialect, host=host, port=port, faults=faults)
 
-    async def serve() -> None:
-        await server.start_async()
-        click.echo(f"scripted {dialect} server on {server.url}/v1 (Ctrl-C stops)", err=True)
-        await asyncio.Event().wait()
-
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
-    except OSError as exc:
-        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        sys.exit(ExitCode.INPUT)
+    serve_until_stopped(server, f"scripted {dialect} server", host, port)
 
 
 @lab_group.command("serve")
@@ -185,8 +177,6 @@ def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
       quantcheck lab serve --precision fp8 --port 8001
       quantcheck lab serve --fault lmhead-noscale --port 8002
     """
-    import asyncio
-
     from ..lab.endpoint import LabServer
     from ..lab.launch import require_demo_dependencies
 
@@ -198,10 +188,14 @@ def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
     server = LabServer(engine, dialect=dialect, host=host, port=port,
                        server_info={"version": f"quantcheck-lab-{__version__}"})
 
+    serve_until_stopped(server, f"{engine.name} ({dialect} wire format)", host, port)
+
+
+def serve_until_stopped(server: LabServer, what: str, host: str, port: int) -> None:
+    """Serve until Ctrl-C; a port that cannot be listened on is one line and exit 2."""
     async def serve() -> None:
         await server.start_async()
-        click.echo(f"{engine.name} ({dialect} wire format) on {server.url}/v1 (Ctrl-C stops)",
-                   err=True)
+        click.echo(f"{what} on {server.url}/v1 (Ctrl-C stops)", err=True)
         await asyncio.Event().wait()
 
     try:

@@ -33,6 +33,7 @@ from .run_dir import (
     iter_jsonl,
     prompt_key,
     read_json,
+    read_record,
     write_json_atomic,
     write_jsonl_atomic,
 )
@@ -77,11 +78,8 @@ def read_summary(report_dir: str | Path) -> Summary:
         raise RunFormatError(f"{report_dir} is a run directory (it has {MANIFEST}), not a "
                              "report: compare two runs first, e.g. `quantcheck compare "
                              f"{report_dir} OTHER_RUN --out REPORT_DIR`")
-    try:
-        return msgspec.convert(read_json(path), Summary)
-    except msgspec.ValidationError as exc:
-        raise RunFormatError(f"{path}: {exc} (written by another quantcheck version, or "
-                             "edited? re-run compare)") from None
+    return read_record(path, Summary, " (written by another quantcheck version, or "
+                       "edited? re-run compare)")
 
 
 def write_summary(report_dir: Path, summary: Summary) -> None:
@@ -238,11 +236,7 @@ class DetailsReader:
 
 
 def read_overview(folder: Path) -> Overview:
-    path = folder / OVERVIEW
-    try:
-        return msgspec.convert(read_json(path), Overview)
-    except msgspec.ValidationError as exc:
-        raise RunFormatError(f"{path}: {exc} (re-run compare)") from None
+    return read_record(folder / OVERVIEW, Overview, " (re-run compare)")
 
 
 def write_overview(folder: Path, overview: Overview) -> None:

@@ -18,7 +18,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypedDict, cast
+from typing import IO, Any, TypedDict, TypeVar, cast
 
 import msgspec
 import numpy as np
@@ -48,6 +48,7 @@ from .run_records import (
 )
 from .token_columns import TOKENS_FILE, PackedTokens, pack, packed_from_tokens, unpack
 
+RecordT = TypeVar("RecordT", bound=msgspec.Struct)
 MANIFEST = "manifest.json"
 PROMPTS = "prompts.jsonl"
 COMPLETIONS = "completions.jsonl"
@@ -200,10 +201,7 @@ def read_throughput(run_dir: Path) -> Throughput | None:
     path = run_dir / THROUGHPUT
     if not path.exists():
         return None
-    try:
-        return msgspec.convert(read_json(path), Throughput)
-    except msgspec.ValidationError as exc:
-        raise RunFormatError(f"{path}: {exc}") from None
+    return read_record(path, Throughput)
 
 
 def write_throughput(run_dir: Path, throughput: Throughput) -> None:
@@ -212,11 +210,7 @@ def write_throughput(run_dir: Path, throughput: Throughput) -> None:
 
 
 def read_manifest(run_dir: Path) -> Manifest:
-    path = run_dir / MANIFEST
-    try:
-        return msgspec.convert(read_json(path), Manifest)
-    except msgspec.ValidationError as exc:
-        raise RunFormatError(f"{path}: {exc}") from None
+    return read_record(run_dir / MANIFEST, Manifest)
 
 
 def write_manifest(run_dir: Path, manifest: Manifest) -> None:
@@ -237,6 +231,15 @@ def read_json(path: Path) -> Any:
         raise RunFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except orjson.JSONDecodeError as exc:
         raise RunFormatError(f"{path}: not valid JSON ({exc})") from None
+
+
+def read_record(path: Path, kind: type[RecordT], hint: str = "") -> RecordT:
+    """A JSON file as its typed record; one that does not fit it is a RunFormatError
+    naming the file (and `hint`, what to do)."""
+    try:
+        return msgspec.convert(read_json(path), kind)
+    except msgspec.ValidationError as exc:
+        raise RunFormatError(f"{path}: {exc}{hint}") from None
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
