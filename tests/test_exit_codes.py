@@ -296,6 +296,7 @@ def planted_arguments(w: World, command: str, tmp: Path) -> list[object]:
         "schema": ["schema", "gate"],
         "prompts check": ["prompts", "check", w.prompts],
         "prompts convert": ["prompts", "convert", w.prompts, "--out", tmp / "p.yaml"],
+        "init": ["init", tmp / "repository"],
     }[command]
 
 
