@@ -24,9 +24,9 @@ import io
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import orjson
@@ -34,6 +34,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from ..store.runtimes import RUNTIMES
+from .request_body import json_has, json_int, json_items, json_object, prompt_text_of
 
 DIALECTS = RUNTIMES  # the runtimes whose wire formats the lab speaks
 OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llama.cpp": "llamacpp",
@@ -87,6 +88,13 @@ def render_chat(template: str, messages: object) -> str:
 ROUTING_LAYERS, ROUTING_K, ROUTING_EXPERTS = 4, 2, 8
 
 
+def _vllm_routing(routing: np.ndarray) -> str:
+    """vLLM's `routed_experts`: the routing as base64 of a `.npy` file."""
+    buffer = io.BytesIO()
+    np.save(buffer, routing.astype(np.uint8))
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
 def _sglang_routing(routing: np.ndarray) -> dict[str, str]:
     """SGLang's `sglext`: the routing as base64 of raw int32, without its shape."""
     return {"routed_experts": base64.b64encode(routing.astype("<i4").tobytes()).decode()}
@@ -135,14 +143,14 @@ class Engine(Protocol):
 
     name: str
 
-    async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
+    async def run(self, body: Mapping[str, object], chat: bool, top_k: int, jitter: float,
                   emit: Emit) -> str: ...
 
     def tokenize(self, text: str, special: bool = True) -> list[int]: ...
 
-    def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]: ...
+    def prompt_ids(self, body: Mapping[str, object], chat: bool) -> list[int]: ...
 
-    def prompt_text(self, body: dict[str, Any], chat: bool) -> str:
+    def prompt_text(self, body: Mapping[str, object], chat: bool) -> str:
         """The text whose tokenization (with special tokens) is `prompt_ids`."""
 
     def token_text(self, token: int) -> str: ...
@@ -153,19 +161,12 @@ class Engine(Protocol):
         """The top-k (id, text, logprob) for the token after `ids`."""
 
 
-def prompt_text_of(body: dict[str, Any]) -> str:
-    if "messages" in body:
-        return "\n".join(str(m.get("content", "")) for m in body["messages"])
-    prompt = body.get("prompt", "")
-    return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
-
-
 class LabServer:
     """Serve an engine on 127.0.0.1 in a background thread (or in your own loop)."""
 
     def __init__(self, engine: Engine, dialect: str = "vllm", faults: Faults | None = None,
                  replay: dict[str, bytes] | None = None, host: str = "127.0.0.1",
-                 port: int = 0, server_info: dict[str, Any] | None = None) -> None:
+                 port: int = 0, server_info: dict[str, object] | None = None) -> None:
         if dialect not in DIALECTS:
             raise ValueError(f"dialect must be one of {DIALECTS}")
         self.engine = engine
@@ -174,7 +175,7 @@ class LabServer:
         self.replay = replay or {}
         self.host, self.port = host, port
         self.server_info = server_info or {}
-        self.requests: list[dict[str, Any]] = []  # generation bodies
+        self.requests: list[dict[str, object]] = []  # generation bodies
         self.hits = 0  # every HTTP request, of any path (listing models, probes, ...)
         self.authorizations: list[str | None] = []
         self._counter = 0
@@ -286,32 +287,37 @@ class LabServer:
     async def _tokenize(self, request: web.Request) -> web.Response:
         """vLLM (`prompt` or `messages`), llama.cpp (`content`) and llama-cpp-python
         (`/extras/tokenize`, `input`) each have their own."""
-        body = orjson.loads(await request.read())
+        sent = orjson.loads(await request.read())  # any JSON value: answered as before
         field = {"vllm": "prompt", "llama.cpp": "content",
                  "llama-cpp-python": "input"}.get(self.dialect)
         wanted = "/extras/tokenize" if self.dialect == "llama-cpp-python" else "/tokenize"
         if field is None or request.path != wanted:
             raise web.HTTPNotFound()
-        if field not in body and self.dialect == "llama.cpp":
+        if not json_has(sent, field) and self.dialect == "llama.cpp":
             return _json({"tokens": []})  # as llama-server answers another server's shape
-        if field not in body and not (self.dialect == "vllm" and "messages" in body):
+        if not json_has(sent, field) and not (self.dialect == "vllm"
+                                              and json_has(sent, "messages")):
             return _json(_error_body(f"missing field {field!r}", 400), 400)
-        if "messages" in body and self.faults.chat_template:
-            ids = self.tokenize(render_chat(self.faults.chat_template, body["messages"]))
-        elif "messages" in body:
-            ids = self.engine.prompt_ids(body, chat=True)
-        else:  # llama.cpp's `add_special` defaults to false, vLLM's to true
-            special = body.get("add_special", False) if self.dialect == "llama.cpp" else \
-                body.get("add_special_tokens", True)
-            ids = self.tokenize(str(body[field]), bool(special))
+        ids = self._tokenized(json_object(sent), field)
         if self.dialect == "vllm":
             return _json({"count": len(ids), "max_model_len": 8192, "tokens": ids})
         return _json({"tokens": ids})
 
+    def _tokenized(self, body: Mapping[str, object], field: str) -> list[int]:
+        """The ids of a tokenize request: of its messages, or of the text in `field`."""
+        if "messages" in body and self.faults.chat_template:
+            return self.tokenize(render_chat(self.faults.chat_template, body["messages"]))
+        if "messages" in body:
+            return self.engine.prompt_ids(body, chat=True)
+        # llama.cpp's `add_special` defaults to false, vLLM's to true
+        special = body.get("add_special", False) if self.dialect == "llama.cpp" else \
+            body.get("add_special_tokens", True)
+        return self.tokenize(str(body[field]), bool(special))
+
     async def _apply_template(self, request: web.Request) -> web.Response:
         if self.dialect != "llama.cpp":
             raise web.HTTPNotFound()
-        body = orjson.loads(await request.read())
+        body = await _request_body(request)
         if self.faults.chat_template:
             return _json({"prompt": render_chat(self.faults.chat_template,
                                                 body.get("messages"))})
@@ -321,9 +327,9 @@ class LabServer:
         """vLLM's and SGLang's: token ids back to text (a lab with a template only)."""
         if self.dialect not in ("vllm", "sglang") or not self.faults.chat_template:
             raise web.HTTPNotFound()
-        body = orjson.loads(await request.read())
-        text = "".join(self.engine.token_text(int(i)) for i in body.get("tokens") or []
-                       if int(i) >= 0)
+        body = await _request_body(request)
+        text = "".join(self.engine.token_text(json_int(i))
+                       for i in json_items(body.get("tokens") or []) if json_int(i) >= 0)
         return _json({"prompt": text} if self.dialect == "vllm" else {"text": text})
 
     async def _native_completion(self, request: web.Request) -> web.Response:
@@ -331,13 +337,13 @@ class LabServer:
         one token predicted, the `n_probs` alternatives for it (with their ids)."""
         if self.dialect != "llama.cpp":
             raise web.HTTPNotFound()
-        body = orjson.loads(await request.read())
+        body = await _request_body(request)
         self.requests.append(body)
         prompt = body.get("prompt")
-        ids = ([int(i) for i in prompt] if isinstance(prompt, list)
+        ids = ([json_int(i) for i in prompt] if isinstance(prompt, list)
                else self.tokenize(str(prompt), True))
         alternatives = await asyncio.to_thread(self.engine.next_top, ids,
-                                               int(body.get("n_probs") or 1))
+                                               json_int(body.get("n_probs") or 1))
         top = [{"id": i, "token": t, "bytes": list(t.encode()), "logprob": v}
                for i, t, v in alternatives]
         return _json({"content": top[0]["token"] if top else "", "id_slot": 0, "stop": True,
@@ -357,9 +363,10 @@ class LabServer:
     # --- generation ---------------------------------------------------------------
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
-        body = orjson.loads(await request.read())
+        sent = orjson.loads(await request.read())
         number = self._counter
-        self._counter += 1
+        self._counter += 1  # a body that is no JSON object still takes its number
+        body = json_object(sent)
         self.requests.append(body)
         self.authorizations.append(request.headers.get("Authorization"))
         self.in_flight += 1
@@ -370,7 +377,7 @@ class LabServer:
         finally:
             self.in_flight -= 1
 
-    async def _respond(self, request: web.Request, body: dict[str, Any], number: int
+    async def _respond(self, request: web.Request, body: Mapping[str, object], number: int
                        ) -> web.StreamResponse:
         chat = request.path.endswith("/chat/completions")
         if not chat and (body.get("prompt_logprobs") is not None or body.get("echo")):
@@ -401,25 +408,10 @@ class LabServer:
         if number in self.faults.drop:
             request.transport.close()  # type: ignore[union-attr]
             return web.Response()
-        answer = render.whole(steps, finish)
-        if self.faults.routing:
-            self._add_routing(answer, body, steps)
-        return _json(answer)
+        routing = self._routing(body, steps) if self.faults.routing else None
+        return _json(render.whole(steps, finish, routing))
 
-    def _add_routing(self, answer: dict[str, Any], body: dict[str, Any], steps: list[Step]
-                     ) -> None:
-        routing = self._routing(body, steps)
-        if routing is None:
-            return
-        if self.dialect == "sglang":
-            answer["sglext"] = _sglang_routing(routing)
-        elif self.dialect == "vllm":
-            buffer = io.BytesIO()
-            np.save(buffer, routing.astype(np.uint8))
-            answer["choices"][0]["routed_experts"] = base64.b64encode(
-                buffer.getvalue()).decode()
-
-    def _routing(self, body: dict[str, Any], steps: list[Step]) -> np.ndarray | None:
+    def _routing(self, body: Mapping[str, object], steps: list[Step]) -> np.ndarray | None:
         """The routing this answer's forward passes took (prompt + generated - 1 rows),
         planted faults included; None when the server would send none."""
         if self.dialect == "sglang" and not body.get("return_routed_experts"):
@@ -445,7 +437,7 @@ class LabServer:
         if 0 <= row < len(routing):
             routing[row, layer] = (routing[row, layer] + ROUTING_K) % ROUTING_EXPERTS
 
-    async def _stream(self, request: web.Request, body: dict[str, Any], chat: bool,
+    async def _stream(self, request: web.Request, body: Mapping[str, object], chat: bool,
                       number: int, render: _Renderer) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -453,7 +445,7 @@ class LabServer:
         pending: list[Step] = []  # vLLM puts finish_reason on the last token's chunk
         steps: list[Step] = []
 
-        async def write(chunk: dict[str, Any]) -> None:
+        async def write(chunk: dict[str, object]) -> None:
             nonlocal sent
             if number in self.faults.drop and sent == 2:
                 request.transport.close()  # type: ignore[union-attr]
@@ -484,7 +476,7 @@ class LabServer:
         await response.write_eof()
         return response
 
-    async def _run_engine(self, body: dict[str, Any], chat: bool, emit: Emit) -> str:
+    async def _run_engine(self, body: Mapping[str, object], chat: bool, emit: Emit) -> str:
         top_k = _requested_k(body)
         if self.dialect == "sglang":
             top_k = min(top_k, 5)  # SGLang may return fewer alternatives than asked
@@ -493,13 +485,13 @@ class LabServer:
         jitter = 1e-7 if self.faults.nondeterministic or loaded else 0.0
         return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
 
-    def _misbehaving(self, body: dict[str, Any], emit: Emit) -> Emit:
+    def _misbehaving(self, body: Mapping[str, object], emit: Emit) -> Emit:
         """Wrap `emit` with the sampling and reasoning faults."""
         faults = self.faults
         sampling = faults.not_greedy == "sampling" and body.get("top_k") != 1
         template = body.get("chat_template_kwargs") or {}
         thinking = (faults.reasoning is not None and "messages" in body
-                    and template.get("enable_thinking") is not False)
+                    and json_object(template).get("enable_thinking") is not False)
         position = 0
 
         async def wrapped(step: Step) -> None:
@@ -522,7 +514,7 @@ class LabServer:
 
         return wrapped
 
-    async def _scored(self, body: dict[str, Any]) -> web.Response:
+    async def _scored(self, body: Mapping[str, object]) -> web.Response:
         """Logprobs of the prompt's own tokens: vLLM's `prompt_logprobs` (the prompt may
         be token ids), or `echo` with legacy logprobs (vLLM, llama-cpp-python)."""
         vllm_style = body.get("prompt_logprobs") is not None
@@ -530,13 +522,13 @@ class LabServer:
             name = "prompt_logprobs" if vllm_style else "echo"
             return _json(_error_body(f"{name} is not supported", 400), 400)
         prompt = body.get("prompt")
-        ids = ([int(i) for i in prompt] if isinstance(prompt, list)
+        ids = ([json_int(i) for i in prompt] if isinstance(prompt, list)
                else self.engine.tokenize(str(prompt)))
-        k = int((body.get("prompt_logprobs") if vllm_style else body.get("logprobs")) or 0)
+        k = json_int((body.get("prompt_logprobs") if vllm_style else body.get("logprobs")) or 0)
         scored = await asyncio.to_thread(self.engine.score, ids, 1, k)
         texts = [self.engine.token_text(i) for i in ids]
-        choice: dict[str, Any] = {"index": 0, "text": "" if vllm_style else "".join(texts),
-                                  "finish_reason": "length", "logprobs": None}
+        choice: dict[str, object] = {"index": 0, "text": "" if vllm_style else "".join(texts),
+                                     "finish_reason": "length", "logprobs": None}
         if vllm_style:
             choice["prompt_logprobs"] = [None] + [{
                 str(token): {"logprob": one.logprob, "rank": 1 + sum(
@@ -565,7 +557,7 @@ class LabServer:
         message = self.faults.status_message or f"injected HTTP {status}"
         return _json(_error_body(message, status), status, headers)
 
-    def _rejection(self, body: dict[str, Any]) -> web.Response | None:
+    def _rejection(self, body: Mapping[str, object]) -> web.Response | None:
         for name in sorted(self.faults.reject_fields & set(body)):
             return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
         k = _requested_k(body)
@@ -576,14 +568,14 @@ class LabServer:
             return _json(_error_body(message, 400), 400)
         return None
 
-    def wants_logprobs(self, body: dict[str, Any]) -> bool:
+    def wants_logprobs(self, body: Mapping[str, object]) -> bool:
         return not self.faults.no_logprobs and bool(body.get("logprobs"))
 
 
 class _Renderer:
     """Turns planned steps into one dialect's response body or stream chunks."""
 
-    def __init__(self, server: LabServer, body: dict[str, Any], chat: bool) -> None:
+    def __init__(self, server: LabServer, body: Mapping[str, object], chat: bool) -> None:
         self.dialect = server.dialect
         self.model = body.get("model") or server.engine.name
         self.chat = chat
@@ -594,8 +586,8 @@ class _Renderer:
         self.prompt_tokens = len(server.tokenize(prompt_text_of(body)))
         self.no_usage = server.faults.no_usage
         self.completion_tokens = 0
-        self.envelope: dict[str, Any] = {"id": "cmpl-scripted", "created": int(time.time()),
-                                         "model": self.model}
+        self.envelope: dict[str, object] = {"id": "cmpl-scripted", "created": int(time.time()),
+                                            "model": self.model}
         if self.dialect == "llama.cpp":
             self.envelope["system_fingerprint"] = "b6000-abc1234"
 
@@ -603,32 +595,42 @@ class _Renderer:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "total_tokens": self.prompt_tokens + self.completion_tokens}
 
-    def whole(self, steps: list[Step], finish: str) -> dict[str, Any]:
+    def whole(self, steps: list[Step], finish: str, routing: np.ndarray | None = None
+              ) -> dict[str, object]:
+        """The non-streamed response; `routing` as the dialect sends it, if it does."""
         self.completion_tokens = len(steps)
         text = "".join(step.content for step in steps
                        if step.call is None and (not step.reasoning or not self.chat))
-        reasoning = "".join(step.content for step in steps if step.reasoning) or None
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        choice: dict[str, object] = {"index": 0, "finish_reason": finish}
         if self.chat:
-            choice["message"] = {"role": "assistant", "content": text}
-            if self.dialect == "vllm" or reasoning:
-                choice["message"]["reasoning_content"] = reasoning
-            choice["message"].update(self._whole_calls(steps))
+            choice["message"] = self._whole_message(steps, text)
         else:
             choice["text"] = text
         choice["logprobs"] = self._logprobs(steps) if self.logprobs else None
+        if routing is not None and self.dialect == "vllm":
+            choice["routed_experts"] = _vllm_routing(routing)
         kind = "chat.completion" if self.chat else "text_completion"
         body = {**self.envelope, "object": kind, "choices": [choice], "usage": self.usage()}
         if self.no_usage:
             del body["usage"]
+        if routing is not None and self.dialect == "sglang":
+            body["sglext"] = _sglang_routing(routing)
         return body
 
-    def opening_chunks(self) -> list[dict[str, Any]]:
+    def _whole_message(self, steps: list[Step], text: str) -> dict[str, object]:
+        reasoning = "".join(step.content for step in steps if step.reasoning) or None
+        message: dict[str, object] = {"role": "assistant", "content": text}
+        if self.dialect == "vllm" or reasoning:
+            message["reasoning_content"] = reasoning
+        message.update(self._whole_calls(steps))
+        return message
+
+    def opening_chunks(self) -> list[dict[str, object]]:
         if not self.chat:
             return []
         return [self._chunk(self.kind, {"role": "assistant", "content": ""}, None, None)]
 
-    def step_chunk(self, step: Step, finish: str | None) -> dict[str, Any]:
+    def step_chunk(self, step: Step, finish: str | None) -> dict[str, object]:
         self.completion_tokens += 1
         logprobs = self._logprobs([step]) if self.logprobs else None
         if step.call is not None and self.chat:
@@ -646,7 +648,7 @@ class _Renderer:
         return {"vllm": "chatcmpl-tool-", "sglang": "call_", "llama.cpp": "call_",
                 "llama-cpp-python": "call__"}[self.dialect] + f"{number:04d}scripted"
 
-    def _whole_calls(self, steps: list[Step]) -> dict[str, Any]:
+    def _whole_calls(self, steps: list[Step]) -> dict[str, object]:
         calls: dict[int, list[str]] = {}
         for step in steps:
             if step.call is not None:
@@ -660,15 +662,15 @@ class _Renderer:
         listed = [{"id": self._call_id(n), "type": "function",
                    "function": {"name": name, "arguments": arguments}}
                   for n, (name, arguments) in sorted(calls.items())]
-        message: dict[str, Any] = {"content": None, "tool_calls": listed}
+        message: dict[str, object] = {"content": None, "tool_calls": listed}
         if self.dialect == "llama-cpp-python":
             message["function_call"] = listed[0]["function"]
         return message
 
-    def _call_piece(self, step: Step) -> dict[str, Any]:
+    def _call_piece(self, step: Step) -> dict[str, object]:
         number = step.call or 0
         if step.call_name is not None:  # a call's first piece: its id and name
-            function: dict[str, Any] = {"name": step.call_name}
+            function: dict[str, object] = {"name": step.call_name}
             if self.dialect != "vllm":
                 function["arguments"] = ""
             return {"index": number, "id": self._call_id(number), "type": "function",
@@ -678,7 +680,7 @@ class _Renderer:
                     "function": {"name": None, "arguments": step.content}}
         return {"index": number, "function": {"arguments": step.content}}
 
-    def closing_chunks(self, pending: list[Step], finish: str) -> list[dict[str, Any]]:
+    def closing_chunks(self, pending: list[Step], finish: str) -> list[dict[str, object]]:
         """The last token (with finish_reason, vLLM-style, or before a separate final
         chunk, SGLang- and llama.cpp-style), then the usage chunk."""
         separate_finish = self.dialect in ("sglang", "llama.cpp")
@@ -691,16 +693,16 @@ class _Renderer:
                            "usage": self.usage()})
         return chunks
 
-    def _chunk(self, kind: str, delta: dict[str, Any], logprobs: Any, finish: str | None,
-               text: str = "") -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "logprobs": logprobs, "finish_reason": finish}
+    def _chunk(self, kind: str, delta: dict[str, object], logprobs: dict[str, object] | None,
+               finish: str | None, text: str = "") -> dict[str, object]:
+        choice: dict[str, object] = {"index": 0, "logprobs": logprobs, "finish_reason": finish}
         if self.chat:
             choice["delta"] = delta
         else:
             choice["text"] = text
         return {**self.envelope, "object": kind, "choices": [choice]}
 
-    def _logprobs(self, steps: list[Step]) -> dict[str, Any]:
+    def _logprobs(self, steps: list[Step]) -> dict[str, object]:
         if self.legacy:
             return {
                 "text_offset": [0] * len(steps),
@@ -717,16 +719,16 @@ class _Renderer:
             return step.top + [(" extra", step.logprob - 50.0)]
         return step.top
 
-    def _entry(self, token: str, logprob: float, raw: bytes, extra: dict[str, Any] | None = None
-               ) -> dict[str, Any]:
-        entry: dict[str, Any] = {"token": token, "logprob": logprob}
+    def _entry(self, token: str, logprob: float, raw: bytes,
+               extra: dict[str, object] | None = None) -> dict[str, object]:
+        entry: dict[str, object] = {"token": token, "logprob": logprob}
         entry["bytes"] = None if self.dialect == "llama-cpp-python" else list(raw)
         if self.dialect == "llama.cpp":
             entry["id"] = token_id(raw)
         return {**entry, **(extra or {})}
 
 
-def _keep_last(body: dict[str, Any], words: int | None) -> dict[str, Any]:
+def _keep_last(body: Mapping[str, object], words: int | None) -> Mapping[str, object]:
     """The request with only the prompt's last `words` words (a context that silently
     drops its start)."""
     split = prompt_text_of(body).split(" ")
@@ -743,19 +745,24 @@ def token_id(raw: bytes) -> int:
     return int(hashlib.sha256(raw).hexdigest()[:6], 16)
 
 
-def _requested_k(body: dict[str, Any]) -> int:
+def _requested_k(body: Mapping[str, object]) -> int:
     """top_logprobs on chat; an integer `logprobs` on legacy completions."""
     legacy = body.get("logprobs")
     if isinstance(legacy, int) and not isinstance(legacy, bool):
         return legacy
-    return int(body.get("top_logprobs") or 0)
+    return json_int(body.get("top_logprobs") or 0)
 
 
-def _error_body(message: str, status: int) -> dict[str, Any]:
+def _error_body(message: str, status: int) -> dict[str, object]:
     return {"error": {"message": message, "type": "BadRequestError" if status == 400 else
                       "ServerError", "param": None, "code": status}}
 
 
-def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+async def _request_body(request: web.Request) -> dict[str, object]:
+    return json_object(orjson.loads(await request.read()))
+
+
+def _json(data: object, status: int = 200, headers: dict[str, str] | None = None
+          ) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, headers=headers,
                         content_type="application/json")

@@ -22,13 +22,19 @@ import random
 import re
 import shutil
 import threading
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from .endpoint import Emit, Scored, Step
 from .launch import require_demo_dependencies
 from .numerics import PRECISIONS, ROUND_TRIPS, bf16_round_trip, chunked_matmul, unscaled_fp8
+from .request_body import json_int, json_items, json_str, message_contents
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MODEL_NAME = "gemma-3-270m"
 FAULTS = ("none", "nondeterministic", "lmhead-noscale")
@@ -87,8 +93,8 @@ class ModelEngine:
         self.precision, self.fault = precision, fault
         self.name = MODEL_NAME  # one checkpoint: only the weight format differs
         self.tokenizer, self.model = _SHARED.model(precision)
-        self.head = (_SHARED.unscaled_head() if fault == "lmhead-noscale"
-                     else self.model.lm_head.weight)
+        self.head: torch.Tensor = (_SHARED.unscaled_head() if fault == "lmhead-noscale"
+                                   else self.model.lm_head.weight)
         self.eos_ids = {i for i in (self.tokenizer.eos_token_id,
                                     self.tokenizer.convert_tokens_to_ids("<end_of_turn>"))
                         if isinstance(i, int) and i >= 0}
@@ -100,7 +106,7 @@ class ModelEngine:
 
     # --- generation ---------------------------------------------------------------
 
-    async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
+    async def run(self, body: Mapping[str, object], chat: bool, top_k: int, jitter: float,
                   emit: Emit) -> str:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Step | None] = asyncio.Queue()
@@ -108,7 +114,13 @@ class ModelEngine:
         def put(step: Step | None) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, step)
 
-        future = loop.run_in_executor(self._executor, self.generate, body, chat, top_k, put)
+        def generate() -> str:
+            try:
+                return self.generate(body, chat, top_k, put)
+            finally:  # also when a body it cannot read raises: the request ends, a 500
+                put(None)
+
+        future = loop.run_in_executor(self._executor, generate)
         while (step := await queue.get()) is not None:
             await emit(step)
         return await future
@@ -134,14 +146,17 @@ class ModelEngine:
                 scored.append(Scored(float(logprobs[ids[position]]), top[:top_k]))
         return scored
 
-    def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
+    def prompt_ids(self, body: Mapping[str, object], chat: bool) -> list[int]:
         if chat:
             messages = body.get("messages") or []
             if self.tokenizer.chat_template:
-                ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-                return list(ids)
+                ids = self.tokenizer.apply_chat_template(_conversation(messages),
+                                                         add_generation_prompt=True)
+                # transformers 4 returns the ids, 5 a BatchEncoding (the lab's model has no
+                # chat template: only another checkpoint gets here)
+                return list(cast("list[int]", ids))
             # A base model has no chat template: the messages' contents, one per line.
-            text = "\n".join(str(m.get("content", "")) for m in messages)
+            text = message_contents(messages)
         else:
             text = str(body.get("prompt", ""))
         return list(self.tokenizer(text).input_ids)
@@ -150,29 +165,29 @@ class ModelEngine:
         # any token can fill the next position: its distribution does not depend on it
         return self.score([*ids, ids[-1]], len(ids), top_k)[0].top
 
-    def prompt_text(self, body: dict[str, Any], chat: bool) -> str:
+    def prompt_text(self, body: Mapping[str, object], chat: bool) -> str:
         if not (chat and self.tokenizer.chat_template):
-            return str(body.get("prompt", "")) if not chat else "\n".join(
-                str(m.get("content", "")) for m in body.get("messages") or [])
-        text = str(self.tokenizer.apply_chat_template(body.get("messages") or [],
+            return str(body.get("prompt", "")) if not chat else message_contents(
+                body.get("messages") or [])
+        text = str(self.tokenizer.apply_chat_template(_conversation(body.get("messages") or []),
                                                       add_generation_prompt=True,
                                                       tokenize=False))
         bos = str(self.tokenizer.bos_token or "")  # llama.cpp drops it: tokenizing adds it
         return text[len(bos):] if bos and text.startswith(bos) else text
 
-    def generate(self, body: dict[str, Any], chat: bool, top_k: int,
-                 put: Any = None) -> str:
-        """Greedy decoding; each token goes to `put` as it is made; returns finish reason."""
+    def generate(self, body: Mapping[str, object], chat: bool, top_k: int,
+                 put: Callable[[Step | None], None] | None = None) -> str:
+        """Greedy decoding; each token goes to `put` as it is made; the finish reason."""
         torch = self.torch
-        max_tokens = int(body.get("max_tokens") or 16)
-        stops = body.get("stop") or []
-        stops = [stops] if isinstance(stops, str) else list(stops)
+        max_tokens = json_int(body.get("max_tokens") or 16)
+        stop = body.get("stop") or []
+        stops: list[object] = [stop] if isinstance(stop, str) else json_items(stop)
         generated: list[int] = []
         emitted = ""
         finish = "length"
         with self._lock, torch.no_grad():
             ids = torch.tensor([self.prompt_ids(body, chat)])
-            cache = None
+            cache: object = None
             for _ in range(max_tokens):
                 hidden, cache = self._forward(ids, cache)
                 logprobs = torch.log_softmax(self._logits(hidden), -1)
@@ -181,7 +196,7 @@ class ModelEngine:
                     finish = "stop"
                     break
                 generated.append(token)
-                text = self.tokenizer.decode(generated)
+                text = str(self.tokenizer.decode(generated))
                 # hold back a split multi-byte character until it is complete
                 content = "" if text.endswith("\ufffd") else text[len(emitted):]
                 cut = _stop_cut(emitted + content, stops)
@@ -194,24 +209,22 @@ class ModelEngine:
                     finish = "stop"
                     break
                 ids = torch.tensor([[token]])
-        if put is not None:
-            put(None)
         return finish
 
-    def _forward(self, ids: Any, cache: Any) -> tuple[Any, Any]:
+    def _forward(self, ids: torch.Tensor, cache: object) -> tuple[torch.Tensor, object]:
         """The decoder's last hidden state and its KV cache (transformers 4 and 5 name
         the cache argument differently)."""
         output = self.model.model(input_ids=ids, use_cache=True, **{self._cache_name: cache})
         return output.last_hidden_state[0, -1], getattr(output, self._cache_name)
 
-    def _logits(self, hidden: Any) -> Any:
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.fault == "nondeterministic":
             order = list(range(HEAD_CHUNKS))
             self._order.shuffle(order)  # a new reduction order for every token
             return chunked_matmul(hidden, self.head, order, HEAD_CHUNKS)
         return hidden @ self.head.T
 
-    def _step(self, token: int, content: str, logprobs: Any, top_k: int) -> Step:
+    def _step(self, token: int, content: str, logprobs: torch.Tensor, top_k: int) -> Step:
         values, indices = self.torch.topk(logprobs, max(top_k, 1))
         top = [(self._text(int(i)), float(v)) for v, i in zip(values, indices, strict=True)]
         return Step(self._text(token), self._bytes(token), content, float(logprobs[token]),
@@ -222,16 +235,25 @@ class ModelEngine:
 
     def _bytes(self, token: int) -> bytes:
         piece = self.tokenizer.convert_ids_to_tokens(token)
-        match = _BYTE_TOKEN.match(piece or "")
+        match = _BYTE_TOKEN.match(piece if isinstance(piece, str) else "")
         if match:
             return bytes([int(match.group(1), 16)])
         return self._text(token).encode("utf-8", "surrogatepass")
 
 
-def _stop_cut(text: str, stops: list[str]) -> int | None:
-    """Where the text must end because a stop string appeared (the stop is not output)."""
-    positions = [text.find(stop) for stop in stops if stop and stop in text]
+def _stop_cut(text: str, stops: list[object]) -> int | None:
+    """Where the text must end because a stop string appeared (the stop is not output).
+    `stops` are as the client sent them: one that is not a string fails here, at the
+    first token, where `stop in text` failed."""
+    strings = [json_str(stop) for stop in stops if stop]
+    positions = [text.find(stop) for stop in strings if stop in text]
     return min(positions) if positions else None
+
+
+def _conversation(messages: object) -> list[dict[str, str]]:
+    """The messages for a chat template, passed on as the client sent them (the template
+    reads what it needs): cast to the type transformers annotates, not checked."""
+    return cast("list[dict[str, str]]", messages)
 
 
 class _SharedWeights:
@@ -241,19 +263,20 @@ class _SharedWeights:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._folder: Path | None = None
-        self._tokenizer: Any = None
-        self._models: dict[str, Any] = {}
-        self._head: Any = None
+        self._tokenizer: PreTrainedTokenizerBase | None = None
+        self._models: dict[str, PreTrainedModel] = {}
+        self._head: torch.Tensor | None = None
 
-    def model(self, precision: str) -> tuple[Any, Any]:
+    def model(self, precision: str) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
         """(tokenizer, module) of a precision."""
         with self._lock:
             if precision not in self._models:
                 self._models[precision] = self._derive(precision) if self._models \
                     else self._first(precision)
+            assert self._tokenizer is not None  # the first model's load set it
             return self._tokenizer, self._models[precision]
 
-    def unscaled_head(self) -> Any:
+    def unscaled_head(self) -> torch.Tensor:
         """The head of the FP8 lm_head fault: every precision has the same embedding."""
         import torch
 
@@ -263,7 +286,7 @@ class _SharedWeights:
                 self._head = unscaled_fp8(first.model.embed_tokens.weight)
             return self._head
 
-    def _first(self, precision: str) -> Any:
+    def _first(self, precision: str) -> PreTrainedModel:
         import torch
 
         self._folder = prepare_model()
@@ -275,7 +298,7 @@ class _SharedWeights:
             embedding.copy_(bf16_round_trip(embedding))
         return model
 
-    def _derive(self, precision: str) -> Any:
+    def _derive(self, precision: str) -> PreTrainedModel:
         """A module sharing every tensor of the first one but the linear weights, which
         are rounded from the checkpoint's own float32 values (as a first load would)."""
         import torch
@@ -298,7 +321,7 @@ class _SharedWeights:
 _SHARED = _SharedWeights()
 
 
-def _linear_layers(model: Any) -> list[tuple[str, Any]]:
+def _linear_layers(model: PreTrainedModel) -> list[tuple[str, torch.nn.Linear]]:
     """The decoder's linear layers, by their names in the checkpoint."""
     import torch
 
@@ -307,11 +330,11 @@ def _linear_layers(model: Any) -> list[tuple[str, Any]]:
             if isinstance(module, torch.nn.Linear)]
 
 
-def _load(folder: Path) -> tuple[Any, Any]:
+def _load(folder: Path) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    model.eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.train(False)  # eval(), which transformers leaves unannotated: it calls train(False)
     return tokenizer, model

@@ -5,20 +5,11 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from .endpoint import (
-    DIALECTS,
-    Emit,
-    Faults,
-    LabServer,
-    Scored,
-    Step,
-    prompt_text_of,
-    token_id,
-)
+from .endpoint import DIALECTS, Emit, Faults, LabServer, Scored, Step, token_id
+from .request_body import json_int, prompt_text_of
 
 __all__ = ["DIALECTS", "Faults", "ScriptedEngine", "ScriptedModel", "ScriptedServer", "Step"]
 
@@ -160,10 +151,10 @@ class ScriptedEngine:
     def tokenize(self, text: str, special: bool = True) -> list[int]:
         return [self.tokenize_piece(piece) for piece in tokenize(text, self.split_utf8)]
 
-    def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
+    def prompt_ids(self, body: Mapping[str, object], chat: bool) -> list[int]:
         return self.tokenize(prompt_text_of(body))
 
-    def prompt_text(self, body: dict[str, Any], chat: bool) -> str:
+    def prompt_text(self, body: Mapping[str, object], chat: bool) -> str:
         return prompt_text_of(body)
 
     def token_text(self, token: int) -> str:
@@ -222,12 +213,13 @@ class ScriptedEngine:
                 return split
         return None
 
-    async def run(self, body: dict[str, Any], chat: bool, top_k: int, jitter: float,
+    async def run(self, body: Mapping[str, object], chat: bool, top_k: int, jitter: float,
                   emit: Emit) -> str:
         rng = random.Random(self._rng.random())
         tools = bool(body.get("tools")) and body.get("tool_choice") != "none"
-        steps, finish = plan(self.model, prompt_text_of(body), int(body.get("max_tokens") or 16),
-                             top_k, self.split_utf8, lambda: rng.uniform(-jitter, jitter), tools)
+        max_tokens = json_int(body.get("max_tokens") or 16)
+        steps, finish = plan(self.model, prompt_text_of(body), max_tokens, top_k, self.split_utf8,
+                             lambda: rng.uniform(-jitter, jitter), tools)
         steps, finish = until_stop(steps, finish, body.get("stop"))
         for step in steps:
             await emit(step)
@@ -240,7 +232,7 @@ class ScriptedServer(LabServer):
     def __init__(self, model: ScriptedModel | None = None, dialect: str = "vllm",
                  faults: Faults | None = None, replay: dict[str, bytes] | None = None,
                  host: str = "127.0.0.1", port: int = 0,
-                 server_info: dict[str, Any] | None = None) -> None:
+                 server_info: dict[str, object] | None = None) -> None:
         self.model = model or ScriptedModel()
         super().__init__(ScriptedEngine(self.model, split_utf8=dialect == "llama.cpp"), dialect,
                          faults, replay, host, port, server_info)
