@@ -5,79 +5,34 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from junitparser import JUnitXml
 
-from quantcheck.cli import cli
 from quantcheck.lab.launch import free_port
-from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.present.matrix import COLUMNS
 from quantcheck.store.labels import is_label
 
-from .conftest import RUNNER_UPS
-
-Serve = Callable[..., ScriptedServer]
-PROMPTS = """
-prompts:
-  - {id: capital, prompt: "Q: capital", expect: {contains: Canberra}}
-  - {id: count, prompt: "Q: count", expect: {number: 4}}
-  - {id: story, prompt: "Q: story"}
-"""
-ANSWERS: dict[str, str | list[str]] = {
-    "Q: capital": " The capital of Australia is Canberra.",
-    "Q: count": " A dog has 4 legs.",
-    "Q: story": " Once upon a time there was a river.",
-}
-FLIPPED = {**ANSWERS, "Q: capital": " The capital of Australia is Sydney."}
-VERBOSE = {key: f"{text} That is all there is to say about it." for key, text in
-           ANSWERS.items()}
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def invoke(*args: Any) -> Any:
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-@pytest.fixture
-def endpoints(serve: Serve) -> dict[str, str]:
-    """The reference and four candidates: a flip, a clean copy, a slower clean copy, and
-    one that passes but writes more tokens."""
-    return {
-        "bf16": serve(ScriptedModel(ANSWERS, RUNNER_UPS)).url,
-        "flips": serve(ScriptedModel(FLIPPED, RUNNER_UPS)).url,
-        "clean": serve(ScriptedModel(ANSWERS, RUNNER_UPS)).url,
-        "slow": serve(ScriptedModel(ANSWERS, RUNNER_UPS),
-                      faults=Faults(token_delay_s=0.02)).url,
-        "verbose": serve(ScriptedModel(VERBOSE, RUNNER_UPS)).url,
-    }
-
-
-def run_candidates(endpoints: dict[str, str], prompts: Path, out: Path,
-                   *extra: Any) -> Any:
-    args: list[Any] = ["run", "--a", endpoints["bf16"], "--a-label", "bf16"]
-    for label in ("flips", "clean", "slow", "verbose"):
-        args += ["--b", endpoints[label], "--b-label", label]
-    return invoke(*args, "--prompts", prompts, "--out", out, "--no-preflight",
-                  "--throughput", "--throughput-seconds", "1", "--throughput-concurrency",
-                  "2", *extra)
+from .conftest import (
+    CANDIDATE_PROMPTS,
+    RUNNER_UPS,
+    Serve,
+    WritePrompts,
+    invoke,
+    read_csv,
+    run_candidates,
+)
 
 
 def test_the_overview_recommends_the_fastest_candidate_that_passes(
-        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        candidate_endpoints: dict[str, str], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     out = tmp_path / "quants"
-    result = run_candidates(endpoints, write_prompts(PROMPTS), out)
+    result = run_candidates(candidate_endpoints, write_prompts(CANDIDATE_PROMPTS), out)
     assert result.exit_code == 1, result.output  # "flips" fails the gate, as `gate` says
     for label in ("flips", "clean", "slow", "verbose"):
         report = out / "candidates" / label
@@ -108,12 +63,12 @@ def test_the_overview_recommends_the_fastest_candidate_that_passes(
 
 
 def test_the_throughput_rule_compares_only_matching_token_counts(
-        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        candidate_endpoints: dict[str, str], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
-    prompts = write_prompts(PROMPTS)
+    prompts = write_prompts(CANDIDATE_PROMPTS)
     out = tmp_path / "ab"
-    result = invoke("run", "--a", endpoints["bf16"], "--b", endpoints["slow"], "--prompts",
-                    prompts, "--out", out, "--no-preflight", "--throughput",
+    result = invoke("run", "--a", candidate_endpoints["bf16"], "--b", candidate_endpoints["slow"],
+                    "--prompts", prompts, "--out", out, "--no-preflight", "--throughput",
                     "--throughput-seconds", "1", "--throughput-concurrency", "2")
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())["throughput"]
@@ -122,8 +77,8 @@ def test_the_throughput_rule_compares_only_matching_token_counts(
     assert summary["note"].startswith("generated token counts match")
 
     verbose = tmp_path / "verbose"
-    invoke("run", "--a", endpoints["bf16"], "--b", endpoints["verbose"], "--prompts",
-           prompts, "--out", verbose, "--no-preflight", "--throughput",
+    invoke("run", "--a", candidate_endpoints["bf16"], "--b", candidate_endpoints["verbose"],
+           "--prompts", prompts, "--out", verbose, "--no-preflight", "--throughput",
            "--throughput-seconds", "1")
     note = json.loads((verbose / "summary.json").read_text())["throughput"]["note"]
     assert note.startswith("throughput not comparable, token counts differ")
@@ -131,10 +86,10 @@ def test_the_throughput_rule_compares_only_matching_token_counts(
 
 
 def test_the_gate_on_an_overview_gates_every_candidate(
-        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        candidate_endpoints: dict[str, str], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     out = tmp_path / "quants"
-    run_candidates(endpoints, write_prompts(PROMPTS), out)
+    run_candidates(candidate_endpoints, write_prompts(CANDIDATE_PROMPTS), out)
     result = invoke("gate", out)
     assert result.exit_code == 1
     assert "| flips | fail | 1 factual flip (capital) |" in result.output
@@ -150,16 +105,17 @@ def test_the_gate_on_an_overview_gates_every_candidate(
 
 
 def test_runs_collected_one_at_a_time_compare_into_an_overview(
-        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        candidate_endpoints: dict[str, str], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
-    prompts = write_prompts(PROMPTS)
+    prompts = write_prompts(CANDIDATE_PROMPTS)
     runs = tmp_path / "runs"
     for label in ("bf16", "flips", "clean"):
-        collected = invoke("collect", "--endpoint", endpoints[label], "--label", label,
-                           "--prompts", prompts, "--out", runs / label, "--no-preflight")
+        collected = invoke("collect", "--endpoint", candidate_endpoints[label], "--label",
+                           label, "--prompts", prompts, "--out", runs / label,
+                           "--no-preflight")
         assert collected.exit_code == 0, collected.output
-    throughput = invoke("throughput", endpoints["clean"], "--prompts", prompts, "--out",
-                        runs / "clean", "--seconds", "1", "--concurrency", "2")
+    throughput = invoke("throughput", candidate_endpoints["clean"], "--prompts", prompts,
+                        "--out", runs / "clean", "--seconds", "1", "--concurrency", "2")
     assert throughput.exit_code == 0 and "output tokens/s" in throughput.output
     result = invoke("compare", runs / "bf16", runs / "flips", runs / "clean", "--out",
                     tmp_path / "report")
@@ -176,7 +132,7 @@ def test_runs_collected_one_at_a_time_compare_into_an_overview(
 
 
 def test_the_matrix_has_the_seeds_columns_and_appends_without_duplicates(
-        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        candidate_endpoints: dict[str, str], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     mine = tmp_path / "matrix.csv"
     earlier = dict.fromkeys(COLUMNS, "")
@@ -186,9 +142,9 @@ def test_the_matrix_has_the_seeds_columns_and_appends_without_duplicates(
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerow(earlier)
-    prompts = write_prompts(PROMPTS)
+    prompts = write_prompts(CANDIDATE_PROMPTS)
     for attempt in range(2):  # the same cells on the same day: replaced, not added
-        result = run_candidates(endpoints, prompts, tmp_path / f"quants-{attempt}",
+        result = run_candidates(candidate_endpoints, prompts, tmp_path / f"quants-{attempt}",
                                 "--matrix", mine)
         assert result.exit_code == 1, result.output  # written; "flips" fails the gate
     report_rows = read_csv(tmp_path / "quants-0" / "matrix.csv")
@@ -203,22 +159,22 @@ def test_the_matrix_has_the_seeds_columns_and_appends_without_duplicates(
     assert kept[0] == earlier and len(kept) == 1 + 5
 
 
-def test_a_matrix_with_other_columns_is_refused(endpoints: dict[str, str],
-                                                write_prompts: Callable[[str], Path],
+def test_a_matrix_with_other_columns_is_refused(candidate_endpoints: dict[str, str],
+                                                write_prompts: WritePrompts,
                                                 tmp_path: Path) -> None:
     mine = tmp_path / "matrix.csv"
     mine.write_text("model,speed\nx,1\n")
-    result = run_candidates(endpoints, write_prompts(PROMPTS), tmp_path / "q",
-                            "--matrix", mine)
+    result = run_candidates(candidate_endpoints, write_prompts(CANDIDATE_PROMPTS),
+                            tmp_path / "q", "--matrix", mine)
     assert result.exit_code == 2 and "not a serving matrix" in result.output
     assert mine.read_text() == "model,speed\nx,1\n"
 
 
 def test_a_failed_throughput_phase_costs_only_its_figures(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     """B answers collection, then every throughput request fails: the report is still
     written, and says why there is no throughput."""
-    prompts = write_prompts(PROMPTS)
+    prompts = write_prompts(CANDIDATE_PROMPTS)
     a = serve(ScriptedModel({}, RUNNER_UPS))
     collected = 3  # B's collection: the prompts once, no preflight
     b = serve(ScriptedModel({}, RUNNER_UPS), faults=Faults(
@@ -245,10 +201,10 @@ BAD_LABELS = {"final-newline": "fp8\n", "5000-characters": "x" * 5000, "a-path":
 
 @pytest.mark.parametrize("label", list(BAD_LABELS.values()), ids=list(BAD_LABELS))
 def test_a_label_that_breaks_the_rule_is_refused_before_anything_is_sent(
-        write_prompts: Callable[[str], Path], tmp_path: Path, label: str) -> None:
+        write_prompts: WritePrompts, tmp_path: Path, label: str) -> None:
     # nothing listens there: a command that sent anything would fail another way
     nobody = f"http://127.0.0.1:{free_port()}/v1"
-    prompts = write_prompts(PROMPTS)
+    prompts = write_prompts(CANDIDATE_PROMPTS)
     commands = {
         "collect": ["collect", "--endpoint", nobody, "--label", label, "--out",
                     tmp_path / "run"],
@@ -269,12 +225,12 @@ def test_a_label_that_breaks_the_rule_is_refused_before_anything_is_sent(
 
 
 def test_compare_refuses_a_candidate_whose_manifest_label_breaks_the_rule(
-        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        candidate_endpoints: dict[str, str], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
-    prompts, runs = write_prompts(PROMPTS), tmp_path / "runs"
+    prompts, runs = write_prompts(CANDIDATE_PROMPTS), tmp_path / "runs"
     for label in ("bf16", "flips", "clean"):
-        collected = invoke("collect", "--endpoint", endpoints[label], "--prompts", prompts,
-                           "--out", runs / label, "--no-preflight")
+        collected = invoke("collect", "--endpoint", candidate_endpoints[label], "--prompts",
+                           prompts, "--out", runs / label, "--no-preflight")
         assert collected.exit_code == 0, collected.output
     for bad in (BAD_LABELS["5000-characters"], BAD_LABELS["final-newline"]):
         manifest = runs / "clean" / "manifest.json"
@@ -287,11 +243,11 @@ def test_compare_refuses_a_candidate_whose_manifest_label_breaks_the_rule(
 
 
 def test_a_default_label_is_made_from_the_folder_name(
-        endpoints: dict[str, str], write_prompts: Callable[[str], Path],
+        candidate_endpoints: dict[str, str], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     out = tmp_path / ("fp8 run, take 2" + "x" * 80)
-    result = invoke("collect", "--endpoint", endpoints["clean"], "--prompts",
-                    write_prompts(PROMPTS), "--out", out, "--no-preflight")
+    result = invoke("collect", "--endpoint", candidate_endpoints["clean"], "--prompts",
+                    write_prompts(CANDIDATE_PROMPTS), "--out", out, "--no-preflight")
     assert result.exit_code == 0, result.output
     label = json.loads((out / "manifest.json").read_text())["label"]
     assert label == ("fp8_run__take_2" + "x" * 80)[:64]

@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.cli import cli
 from quantcheck.errors import ConfigFileError
 from quantcheck.judge.cells import (
     cell_from_server,
@@ -24,13 +21,12 @@ from quantcheck.judge.cells import (
     parse_cell_options,
 )
 from quantcheck.judge.log_signatures import load_signatures, scan_log
-from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.store.run_dir import ServerInfo
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, Serve, WritePrompts, invoke
 
 LOGS = FIXTURES / "logs"
-Serve = Callable[..., ScriptedServer]
 
 
 @pytest.mark.parametrize(
@@ -53,8 +49,7 @@ def test_servers_reveal_their_cell(serve: Serve, dialect: str,
     if dialect == "llama.cpp":
         info = {"model_path": "/models/gemma-3-270m-Q4_K_M.gguf"}
     server = serve(ScriptedModel(), dialect, server_info=info)
-    result = CliRunner().invoke(cli, ["probe", server.url, "--json", "--cell", "gpu=H100",
-                                      "--cell", "vram_gb=80"])
+    result = invoke("probe", server.url, "--json", "--cell", "gpu=H100", "--cell", "vram_gb=80")
     assert result.exit_code == 0, result.output
     found = json.loads(result.output)
     for key, value in expected.items():
@@ -131,7 +126,7 @@ def test_llama_cpp_ftype_names_read_as_file_names_spell_them(ftype: object,
 
 
 def test_collect_records_the_cell_and_compare_warns_on_confounds(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     prompts = write_prompts("prompts:\n  - {id: p, prompt: hi}\n")
     a_server, b_server = serve(dialect="vllm"), serve(dialect="sglang")
     collect([prompts], tmp_path / "a", CollectSettings(endpoint=a_server.url, label="a",
@@ -166,13 +161,12 @@ def test_shipped_signatures_match_the_field_reports(log: str, signature: str,
 
 
 def test_logscan_command(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["logscan", str(LOGS / "sglang-lmhead-prefix.log")])
+    result = invoke("logscan", LOGS / "sglang-lmhead-prefix.log")
     assert result.exit_code == 1
     assert "BLOCKING" in result.output and "fp8-lm-head-scale-not-loaded" in result.output
     assert "sgl-project/sglang#35228" in result.output
-    assert CliRunner().invoke(cli, ["logscan", str(LOGS / "vllm-spark-nightly.log")]
-                              ).exit_code == 0
-    result = CliRunner().invoke(cli, ["logscan", str(LOGS / "clean.log")])
+    assert invoke("logscan", LOGS / "vllm-spark-nightly.log").exit_code == 0
+    result = invoke("logscan", LOGS / "clean.log")
     assert result.exit_code == 0 and "no known failure signature" in result.output
 
 
@@ -184,7 +178,7 @@ def test_user_signatures(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("ok\ntorch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB\n"
                    "CUDA out of memory again\n")
-    result = CliRunner().invoke(cli, ["logscan", str(log), "--signatures", str(own)])
+    result = invoke("logscan", log, "--signatures", own)
     assert result.exit_code == 1 and "(2x) oom" in result.output
     bad = tmp_path / "bad.yaml"
     bad.write_text("signatures:\n  - {id: x, pattern: '(', regex: true, meaning: m, "
@@ -196,9 +190,8 @@ def test_user_signatures(tmp_path: Path) -> None:
 def test_blocking_signature_in_a_side_log_fails_the_gate(ab_runs: tuple[Path, Path],
                                                          tmp_path: Path) -> None:
     out = tmp_path / "report"
-    result = CliRunner().invoke(cli, ["compare", str(ab_runs[0]), str(ab_runs[1]), "--out",
-                                      str(out), "--b-log", str(LOGS / "sglang-lmhead-prefix.log"),
-                                      "--a-log", str(LOGS / "clean.log")])
+    result = invoke("compare", ab_runs[0], ab_runs[1], "--out", out, "--b-log",
+                    LOGS / "sglang-lmhead-prefix.log", "--a-log", LOGS / "clean.log")
     assert result.exit_code == 1, result.output
     assert "BLOCKING: B log" in result.output
     summary = json.loads((out / "summary.json").read_text())
@@ -206,17 +199,15 @@ def test_blocking_signature_in_a_side_log_fails_the_gate(ab_runs: tuple[Path, Pa
     assert summary["log_matches"]["b"][0]["signature"] == "fp8-lm-head-scale-not-loaded"
     assert "fp8-lm-head-scale-not-loaded" in (out / "index.html").read_text()
     lenient = ["--max-factual-flips", "9", "--max-new-degenerate", "9", "--max-not-compared", "9"]
-    gate = CliRunner().invoke(cli, ["gate", str(out), *lenient])
+    gate = invoke("gate", out, *lenient)
     assert gate.exit_code == 1
     assert "1 blocking log signature (B: fp8-lm-head-scale-not-loaded)" in gate.output
-    allowed = CliRunner().invoke(cli, ["gate", str(out), *lenient,
-                                       "--max-blocking-log-signatures", "1"])
+    allowed = invoke("gate", out, *lenient, "--max-blocking-log-signatures", "1")
     assert allowed.exit_code == 0
 
 
 def test_probe_prints_aligned_known_axes_and_names_the_unknown_once(serve: Serve) -> None:
-    result = CliRunner().invoke(cli, ["probe", serve(ScriptedModel()).url,
-                                      "--cell", "gpu=H100"])
+    result = invoke("probe", serve(ScriptedModel()).url, "--cell", "gpu=H100")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     values = [line for line in lines if not line.startswith("not revealed")]

@@ -4,28 +4,25 @@ and the pair's link in the review sheet, which opens that pair."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
 import pytest
-from click.testing import CliRunner
+from click.testing import Result
 from junitparser import JUnitXml
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.cli import cli
 from quantcheck.gate.explain import sheet_link
-from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import ScriptedModel
 
-from .conftest import RUNNER_UPS
+from .conftest import RUNNER_UPS, Serve, WritePrompts, gate_writing_a_step_summary, invoke
 
-Serve = Callable[..., ScriptedServer]
 LONG = " The capital of Australia is Sydney." + "".join(f" {n} is {n * n}." for n in range(60))
 
 
-def gate(*args: object, env: dict[str, str] | None = None) -> Any:
-    return CliRunner().invoke(cli, ["gate", *map(str, args)], env=env)
+def gate(*args: object) -> Result:
+    return invoke("gate", *args)
 
 
 def failures_of(report: Path) -> dict[str, list[Any]]:
@@ -58,7 +55,7 @@ def test_junit_names_the_check_both_answers_and_the_pairs_link(planted_report: P
 def test_the_step_summary_says_why_each_prompt_fails(planted_report: Path,
                                                      tmp_path: Path) -> None:
     summary = tmp_path / "step-summary.md"
-    result = gate(planted_report, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    result = gate_writing_a_step_summary(planted_report, summary)
     text = summary.read_text()
     assert text.strip() == result.stdout.strip()
     assert "### Why" in text
@@ -68,7 +65,7 @@ def test_the_step_summary_says_why_each_prompt_fails(planted_report: Path,
                    'The capital of Australia is Sydney. | `index.html#pair-flip` |')
 
 
-def run_pair(serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path,
+def run_pair(serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
              prompts: str, a: dict[str, str | list[str]], b: dict[str, str | list[str]]
              ) -> Path:
     files = write_prompts(prompts)
@@ -81,7 +78,7 @@ def run_pair(serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path,
 
 
 def test_answers_xml_cannot_hold_stay_well_formed_and_are_cut(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     report = run_pair(serve, write_prompts, tmp_path, """
         prompts:
           - {id: "capital <au> & \\"co\\"", prompt: "Q: capital", expect: {contains: Canberra}}
@@ -96,7 +93,7 @@ def test_answers_xml_cannot_hold_stay_well_formed_and_are_cut(
 
 
 def test_the_link_opens_its_pair_in_the_sheet_even_one_not_rendered_yet(
-        page: Any, serve: Serve, write_prompts: Callable[[str], Path],
+        page: Any, serve: Serve, write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     """The sheet renders 40 cards at first; a link to the 60th renders up to it."""
     prompts = "prompts:\n" + "".join(
@@ -131,7 +128,7 @@ def page(browser: Any) -> Any:
 
 
 def test_the_overviews_junit_and_summary_explain_each_failing_candidate(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     prompts = write_prompts("""
         prompts:
           - {id: capital, prompt: "Q: capital", expect: {contains: Canberra}}
@@ -139,13 +136,11 @@ def test_the_overviews_junit_and_summary_explain_each_failing_candidate(
     a = serve(ScriptedModel({"Q: capital": " Canberra."}, RUNNER_UPS)).url
     flips = serve(ScriptedModel({"Q: capital": " Sydney."}, RUNNER_UPS)).url
     out = tmp_path / "quants"
-    run = CliRunner().invoke(cli, ["run", "--a", a, "--a-label", "bf16", "--b", flips,
-                                   "--b-label", "int4", "--b", a, "--b-label", "fp8",
-                                   "--prompts", str(prompts), "--out", str(out),
-                                   "--no-preflight"])
+    run = invoke("run", "--a", a, "--a-label", "bf16", "--b", flips, "--b-label", "int4", "--b", a,
+                 "--b-label", "fp8", "--prompts", prompts, "--out", out, "--no-preflight")
     assert run.exit_code == 1, run.output
     summary = tmp_path / "summary.md"
-    result = gate(out, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    result = gate_writing_a_step_summary(out, summary)
     assert result.exit_code == 1
     cases = failures_of(out)
     (failure,) = cases["int4: factual_flips"]

@@ -8,36 +8,22 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.cli import cli
 from quantcheck.errors import ParameterRejected, RunMismatch
 from quantcheck.lab.scripted import DIALECTS, Faults, ScriptedModel, ScriptedServer
 from quantcheck.store.prompt_sets import GREEDY_FIELDS
 from quantcheck.store.runtimes import choose_model
 
-TWO_PROMPTS = """
-prompts:
-  - id: capital-au
-    category: factual
-    messages: [{role: user, content: "What is the capital of Australia?"}]
-    expect: {contains: Canberra}
-  - id: larger
-    category: numeric
-    prompt: "Q: Which is larger, 9.11 or 9.9?\\nA:"
-    max_tokens: 4
-"""
+from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke
+
 MODEL = ScriptedModel(responses={"Australia": " Canberra is the capital of Australia.",
                                  "larger": " 9.9 is larger than 9.11 because"})
 
-Serve = Callable[..., ScriptedServer]
-WritePrompts = Callable[[str], Path]
 
 
 def wait_for_records(run_dir: Path, count: int) -> None:
@@ -187,16 +173,15 @@ def test_rejected_parameter_names_the_extra_body_fix(serve: Serve, write_prompts
                                                      tmp_path: Path) -> None:
     prompts = write_prompts(TWO_PROMPTS)
     server = serve(MODEL, faults=Faults(reject_fields={"repeat_penalty"}))
-    runner = CliRunner()
     out = tmp_path / "run"
     args = ["collect", "--endpoint", server.url, "--prompts", str(prompts), "--out", str(out)]
-    result = runner.invoke(cli, args)
+    result = invoke(*args)
     assert result.exit_code == 2
     assert "Unrecognized request argument supplied: repeat_penalty" in result.output
     assert """--extra-body '{"repeat_penalty": null}'""" in result.output
     assert "Traceback" not in result.output
 
-    result = runner.invoke(cli, [*args, "--force", "--extra-body", '{"repeat_penalty": null}'])
+    result = invoke(*args, "--force", "--extra-body", '{"repeat_penalty": null}')
     assert result.exit_code == 0, result.output
     assert len(records(out)) == 2
 
@@ -205,9 +190,8 @@ def test_missing_logprobs_warn_once_and_text_is_kept(serve: Serve, write_prompts
                                                      tmp_path: Path) -> None:
     server = serve(MODEL, faults=Faults(no_logprobs=True))
     out = tmp_path / "run"
-    result = CliRunner().invoke(cli, ["collect", "--endpoint", server.url, "--prompts",
-                                      str(write_prompts(TWO_PROMPTS)), "--out", str(out),
-                                      "--repeats", "3"])
+    result = invoke("collect", "--endpoint", server.url, "--prompts", write_prompts(TWO_PROMPTS),
+                    "--out", out, "--repeats", "3")
     assert result.exit_code == 0, result.output
     assert result.output.count("returns no logprobs") == 1
     lines = records(out)
@@ -216,9 +200,8 @@ def test_missing_logprobs_warn_once_and_text_is_kept(serve: Serve, write_prompts
 
 def test_unreachable_endpoint_is_one_line_and_exit_2(write_prompts: WritePrompts,
                                                      tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["collect", "--endpoint", "http://127.0.0.1:9", "--prompts",
-                                      str(write_prompts(TWO_PROMPTS)), "--out",
-                                      str(tmp_path / "run")])
+    result = invoke("collect", "--endpoint", "http://127.0.0.1:9", "--prompts",
+                    write_prompts(TWO_PROMPTS), "--out", tmp_path / "run")
     assert result.exit_code == 2
     assert result.output.startswith("error: cannot reach http://127.0.0.1:9")
     assert result.output.count("\n") == 1
@@ -228,8 +211,8 @@ def test_unreachable_endpoint_is_one_line_and_exit_2(write_prompts: WritePrompts
 def test_bad_prompt_file_is_reported_without_traceback(write_prompts: WritePrompts,
                                                        tmp_path: Path) -> None:
     bad = write_prompts("prompts:\n  - id: a\n    promt: x\n")
-    result = CliRunner().invoke(cli, ["collect", "--endpoint", "http://127.0.0.1:9", "--prompts",
-                                      str(bad), "--out", str(tmp_path / "run")])
+    result = invoke("collect", "--endpoint", "http://127.0.0.1:9", "--prompts", bad, "--out",
+                    tmp_path / "run")
     assert result.exit_code == 2
     assert f"{bad}:3: prompt a: field 'promt': unknown field" in result.output
     assert "Traceback" not in result.output
@@ -321,9 +304,8 @@ def test_api_key_comes_from_the_named_variable(serve: Serve, write_prompts: Writ
     assert set(server.authorizations) == {"Bearer sk-secret"}
     assert "sk-secret" not in (tmp_path / "run" / "manifest.json").read_text()
 
-    result = CliRunner().invoke(cli, ["collect", "--endpoint", server.url, "--prompts",
-                                      str(prompts), "--out", str(tmp_path / "other"),
-                                      "--api-key-env", "QC_UNSET_KEY"])
+    result = invoke("collect", "--endpoint", server.url, "--prompts", prompts, "--out",
+                    tmp_path / "other", "--api-key-env", "QC_UNSET_KEY")
     assert result.exit_code == 2
     assert "QC_UNSET_KEY: that environment variable is not set" in result.output
 
@@ -372,9 +354,9 @@ def test_llama_cpp_python_with_concurrency_warns(serve: Serve, write_prompts: Wr
     server = serve(MODEL, "llama-cpp-python")
     args = ["collect", "--endpoint", server.url, "--prompts", str(write_prompts(TWO_PROMPTS)),
             "--no-preflight"]
-    warned = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "a")])
+    warned = invoke(*args, "--out", tmp_path / "a")
     assert warned.exit_code == 0 and "use --concurrency 1" in warned.output
-    quiet = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "b"), "--concurrency", "1"])
+    quiet = invoke(*args, "--out", tmp_path / "b", "--concurrency", "1")
     assert quiet.exit_code == 0 and "--concurrency 1" not in quiet.output
 
 
@@ -387,10 +369,8 @@ def test_failures_of_one_cause_are_one_line_and_a_count(serve: Serve,
                                         status_message="CUDA error: an illegal memory access"))
     prompts = write_prompts("prompts:\n" + "".join(
         f"  - {{id: p{n}, prompt: 'Q{n}'}}\n" for n in range(12)))
-    result = CliRunner().invoke(cli, ["collect", "--endpoint", server.url, "--prompts",
-                                      str(prompts), "--out", str(tmp_path / "run"),
-                                      "--retries", "0", "--concurrency", "1",
-                                      "--no-preflight"])
+    result = invoke("collect", "--endpoint", server.url, "--prompts", prompts, "--out",
+                    tmp_path / "run", "--retries", "0", "--concurrency", "1", "--no-preflight")
     assert result.exit_code == 1
     lines = result.output.splitlines()
     assert sum("repeat 0 failed: HTTP 500" in line for line in lines) == 1

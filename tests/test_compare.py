@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from quantcheck.cli import cli
 from quantcheck.judge.pairs import compare
-from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.store.pair_records import PAIR_COLUMNS
 
-from .conftest import A_ANSWERS, B_ANSWERS, PROMPTS, RUNNER_UPS
+from .conftest import A_ANSWERS, B_ANSWERS, PROMPTS, RUNNER_UPS, Serve, WritePrompts, invoke
 
 
 def test_every_planted_difference_is_triaged(ab_runs: tuple[Path, Path]) -> None:
@@ -74,8 +71,7 @@ def test_every_planted_difference_is_triaged(ab_runs: tuple[Path, Path]) -> None
 
 def test_compare_command_writes_report_files(ab_runs: tuple[Path, Path], tmp_path: Path) -> None:
     out = tmp_path / "report"
-    result = CliRunner().invoke(cli, ["compare", str(ab_runs[0]), str(ab_runs[1]), "--out",
-                                      str(out)])
+    result = invoke("compare", ab_runs[0], ab_runs[1], "--out", out)
     assert result.exit_code == 1, result.output  # the planted flip fails the default gate
     assert "a (A) vs b (B): 1 of 10 identical" in result.output
     assert "1 factual flip by expect (A pass, B fail)" in result.output
@@ -108,7 +104,7 @@ def test_sig_digits_decide_what_counts_as_the_same_signature(ab_runs: tuple[Path
     assert (compared["b_signatures"] == 1).all()
 
 
-def test_texts_files_are_triaged_text_only(write_prompts: Callable[[str], Path],
+def test_texts_files_are_triaged_text_only(write_prompts: WritePrompts,
                                            tmp_path: Path) -> None:
     (tmp_path / "bf16.texts.json").write_text(json.dumps(["Canberra.", "It is 9.9", "same"]))
     (tmp_path / "fp8.texts.json").write_text(json.dumps(["Sydney.", "It is 9.11", "same"]))
@@ -119,9 +115,8 @@ def test_texts_files_are_triaged_text_only(write_prompts: Callable[[str], Path],
           - {id: echo, prompt: z}
     """)
     out = tmp_path / "report"
-    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "bf16.texts.json"),
-                                      str(tmp_path / "fp8.texts.json"), "--prompts",
-                                      str(prompts), "--out", str(out)])
+    result = invoke("compare", tmp_path / "bf16.texts.json", tmp_path / "fp8.texts.json",
+                    "--prompts", prompts, "--out", out)
     assert result.exit_code == 1, result.output  # two flips: the default gate fails
     assert "bf16 (A) vs fp8 (B): 1 of 3 identical" in result.output
     pairs = pd.read_csv(out / "pairs.csv").set_index("prompt_id")
@@ -130,29 +125,27 @@ def test_texts_files_are_triaged_text_only(write_prompts: Callable[[str], Path],
     assert pairs["divergence_kind"].isna().all()
 
 
-def test_texts_file_with_wrong_length_is_a_clear_error(write_prompts: Callable[[str], Path],
+def test_texts_file_with_wrong_length_is_a_clear_error(write_prompts: WritePrompts,
                                                        tmp_path: Path) -> None:
     (tmp_path / "a.texts.json").write_text(json.dumps(["x"]))
     (tmp_path / "b.texts.json").write_text(json.dumps(["x"]))
     prompts = write_prompts("prompts:\n  - {id: a, prompt: x}\n  - {id: b, prompt: y}\n")
-    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "a.texts.json"),
-                                      str(tmp_path / "b.texts.json"), "--prompts", str(prompts),
-                                      "--out", str(tmp_path / "r")])
+    result = invoke("compare", tmp_path / "a.texts.json", tmp_path / "b.texts.json", "--prompts",
+                    prompts, "--out", tmp_path / "r")
     assert result.exit_code == 2
     assert "1 texts for 2 prompts" in result.output
 
 
 def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "empty"), str(tmp_path / "empty"),
-                                      "--out", str(tmp_path / "r")])
+    result = invoke("compare", tmp_path / "empty", tmp_path / "empty", "--out", tmp_path / "r")
     assert result.exit_code == 2
     assert "manifest.json: missing" in result.output
 
 
 @pytest.mark.parametrize("one_side", [False, True], ids=["together", "one-side-at-a-time"])
-def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServer],
-                                              write_prompts: Callable[[str], Path],
+def test_run_collects_both_sides_and_compares(serve: Serve,
+                                              write_prompts: WritePrompts,
                                               tmp_path: Path, one_side: bool) -> None:
     a_server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
     b_server = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS), "llama.cpp")
@@ -162,7 +155,7 @@ def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServe
             "--b-label", "fp8", "--prompts", str(prompts), "--out", str(out)]
     if one_side:
         args.append("--one-side-at-a-time")
-    result = CliRunner().invoke(cli, args)
+    result = invoke(*args)
     assert result.exit_code == 1, result.output  # the planted flip fails the default gate
     assert "bf16 (A) vs fp8 (B): 3 of 12 identical" in result.output
     assert "collecting: 24/24 (100%)" in result.output  # progress lines in a log
@@ -174,14 +167,14 @@ def test_run_collects_both_sides_and_compares(serve: Callable[..., ScriptedServe
     sent = len(a_server.requests), len(b_server.requests)
     assert min(sent) > 12  # the prompts, and the preflight's probes
 
-    again = CliRunner().invoke(cli, args)  # resumes: nothing left to collect
+    again = invoke(*args)  # resumes: nothing left to collect
     assert again.exit_code == 1
     assert "resuming, 12 of 12" in again.output
     assert (len(a_server.requests), len(b_server.requests)) == sent  # not even probes
 
 
-def test_the_library_runs_the_whole_ab(serve: Callable[..., ScriptedServer],
-                                       write_prompts: Callable[[str], Path],
+def test_the_library_runs_the_whole_ab(serve: Serve,
+                                       write_prompts: WritePrompts,
                                        tmp_path: Path) -> None:
     import quantcheck
 

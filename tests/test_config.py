@@ -8,10 +8,11 @@ from pathlib import Path
 import click
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from quantcheck.cli import cli
 from quantcheck.cli.config import option_name
+
+from .conftest import invoke
 
 COMMANDS = ["run", "collect", "compare", "gate"]
 # Options whose text has a form of its own (their callbacks read it).
@@ -58,8 +59,7 @@ def test_every_option_comes_from_the_config_file(command: str, tmp_path: Path) -
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(wanted))
     arguments = {"compare": [str(tmp_path), str(tmp_path)], "gate": [str(tmp_path)]}
-    result = CliRunner().invoke(cli, [command, *arguments.get(command, []), "--config",
-                                      str(config), "--print-config"])
+    result = invoke(command, *arguments.get(command, []), "--config", config, "--print-config")
     assert result.exit_code == 0, result.output
     printed = yaml.safe_load(result.output)
     assert set(printed) == set(wanted)
@@ -68,8 +68,7 @@ def test_every_option_comes_from_the_config_file(command: str, tmp_path: Path) -
 
     again = tmp_path / "again.yaml"
     again.write_text(result.output)
-    round_trip = CliRunner().invoke(cli, [command, *arguments.get(command, []), "--config",
-                                          str(again), "--print-config"])
+    round_trip = invoke(command, *arguments.get(command, []), "--config", again, "--print-config")
     assert round_trip.output == result.output
 
 
@@ -77,21 +76,17 @@ def test_flags_override_the_file_and_mistakes_are_named(tmp_path: Path) -> None:
     config = tmp_path / "ab.yaml"
     config.write_text("a: http://127.0.0.1:9/v1\nb: [http://127.0.0.1:10/v1]\n"
                       "out: reports/x\nprompts: [prompts/spot-check.yaml]\nrepeats: 3\n")
-    runner = CliRunner()
-    result = runner.invoke(cli, ["run", "--config", str(config), "--repeats", "5",
-                                 "--print-config"])
+    result = invoke("run", "--config", config, "--repeats", "5", "--print-config")
     assert result.exit_code == 0, result.output
     assert yaml.safe_load(result.output)["repeats"] == 5
 
     config.write_text("repeats: 3\nrepeat: 4\n")
-    wrong = runner.invoke(cli, ["collect", "--config", str(config), "--print-config"])
+    wrong = invoke("collect", "--config", config, "--print-config")
     assert wrong.exit_code == 2
     assert f"{config}: 'repeat' is not an option of `quantcheck collect`" in wrong.output
     assert "repeats" in wrong.output  # the options it has
 
     config.write_text("- repeats\n")
-    assert "is a mapping of option names" in runner.invoke(
-        cli, ["collect", "--config", str(config)]).output
+    assert "is a mapping of option names" in invoke("collect", "--config", config).output
     config.write_text("prompts: one.yaml\n")
-    assert "'prompts' is given as a list" in runner.invoke(
-        cli, ["collect", "--config", str(config)]).output
+    assert "'prompts' is given as a list" in invoke("collect", "--config", config).output

@@ -8,26 +8,24 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import load_prompts, load_run
-from quantcheck.cli import cli
 from quantcheck.errors import PromptFileError
-from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.store.data_rows import reservoir
 from quantcheck.store.prompt_sets import GREEDY_FIELDS, RequestOptions, SourceOptions
+
+from .conftest import Serve, invoke
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-Serve = Callable[..., ScriptedServer]
 REPO = Path(__file__).parent.parent
 
 GSM8K = [
@@ -59,10 +57,6 @@ MMLU_FEATURES = {
     "choices": {"feature": {"dtype": "string", "_type": "Value"}, "_type": "List"},
     "answer": {"names": ["A", "B", "C", "D"], "_type": "ClassLabel"},
 }
-
-
-def invoke(*args: object) -> Any:
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def gsm8k_parquet(path: Path) -> Path:

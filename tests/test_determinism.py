@@ -3,31 +3,29 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare
-from quantcheck.cli import cli
-from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import Faults, ScriptedModel
+
+from .conftest import Serve, WritePrompts, invoke
 
 PROMPTS = "prompts:\n" + "".join(f"  - {{id: p{n}, category: c, prompt: 'question {n}'}}\n"
                                  for n in range(3))
 
 
 def test_modes_show_load_dependent_nondeterminism(
-        serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+        serve: Serve, write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     server = serve(ScriptedModel(), faults=Faults(load_sensitive=True, latency_s=0.05,
                                                    token_delay_s=0.005))
     out = tmp_path / "det"
-    result = CliRunner().invoke(cli, [
-        "determinism", "--endpoint", server.url, "--prompts", str(write_prompts(PROMPTS)),
-        "--out", str(out), "--repeats", "4", "--concurrency", "3",
-        "--fail-on-nondeterminism"])
+    result = invoke("determinism", "--endpoint", server.url, "--prompts", write_prompts(PROMPTS),
+                    "--out", out, "--repeats", "4", "--concurrency", "3",
+                    "--fail-on-nondeterminism")
     assert result.exit_code == 1, result.output
     assert "sequential: 3 prompts: 3 deterministic" in result.output
     assert "burst: 3 prompts: 0 deterministic, 3 with varying logprobs" in result.output
@@ -46,29 +44,27 @@ def test_modes_show_load_dependent_nondeterminism(
         assert (out / mode / "completions.jsonl").read_bytes().count(b"\n") == 12
 
 
-def test_deterministic_endpoint_passes(serve: Callable[..., ScriptedServer],
-                                       write_prompts: Callable[[str], Path],
+def test_deterministic_endpoint_passes(serve: Serve,
+                                       write_prompts: WritePrompts,
                                        tmp_path: Path) -> None:
     server = serve(ScriptedModel())
-    result = CliRunner().invoke(cli, [
-        "determinism", "--endpoint", server.url, "--prompts", str(write_prompts(PROMPTS)),
-        "--out", str(tmp_path / "det"), "--modes", "sequential,burst",
-        "--fail-on-nondeterminism"])
+    result = invoke("determinism", "--endpoint", server.url, "--prompts", write_prompts(PROMPTS),
+                    "--out", tmp_path / "det", "--modes", "sequential,burst",
+                    "--fail-on-nondeterminism")
     assert result.exit_code == 0, result.output
     assert "burst: 3 prompts: 3 deterministic" in result.output
 
 
-def test_unknown_mode_is_a_usage_error(write_prompts: Callable[[str], Path],
+def test_unknown_mode_is_a_usage_error(write_prompts: WritePrompts,
                                        tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["determinism", "--endpoint", "http://127.0.0.1:9",
-                                      "--prompts", str(write_prompts(PROMPTS)), "--out",
-                                      str(tmp_path), "--modes", "sequential,chaos"])
+    result = invoke("determinism", "--endpoint", "http://127.0.0.1:9", "--prompts",
+                    write_prompts(PROMPTS), "--out", tmp_path, "--modes", "sequential,chaos")
     assert result.exit_code == 2 and "unknown mode 'chaos'" in result.output
 
 
 @pytest.mark.parametrize("mode", ["sequential", "burst", "loaded"])
 def test_compare_says_which_mode_made_the_repeats(
-        serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+        serve: Serve, write_prompts: WritePrompts,
         tmp_path: Path, mode: str) -> None:
     server = serve(ScriptedModel(), faults=Faults(load_sensitive=True, latency_s=0.05,
                                                    token_delay_s=0.005))
@@ -83,24 +79,21 @@ def test_compare_says_which_mode_made_the_repeats(
     assert varies == (mode != "sequential")
 
 
-def test_help_defaults_and_behaviour_agree(serve: Callable[..., ScriptedServer],
-                                           write_prompts: Callable[[str], Path],
+def test_help_defaults_and_behaviour_agree(serve: Serve,
+                                           write_prompts: WritePrompts,
                                            tmp_path: Path) -> None:
     """Six repeats by default, as --help says; --repeat-mode is not an option here (the
     modes are --modes); the endpoint is preflighted once, not once per mode; the page
     names the model the server serves."""
-    runner = CliRunner()
-    help_text = runner.invoke(cli, ["determinism", "--help"]).output
+    help_text = invoke("determinism", "--help").output
     assert "[default: 6; x>=2]" in help_text and "--repeat-mode" not in help_text
-    refused = runner.invoke(cli, ["determinism", "--endpoint", "http://127.0.0.1:9",
-                                  "--prompts", str(write_prompts(PROMPTS)), "--out",
-                                  str(tmp_path / "x"), "--repeats", "1"])
+    refused = invoke("determinism", "--endpoint", "http://127.0.0.1:9", "--prompts",
+                     write_prompts(PROMPTS), "--out", tmp_path / "x", "--repeats", "1")
     assert refused.exit_code == 2 and "--repeats" in refused.output
     server = serve(ScriptedModel())
-    result = runner.invoke(cli, [
-        "determinism", "--endpoint", server.url, "--prompts", str(write_prompts(PROMPTS)),
-        "--out", str(tmp_path / "det"), "--modes", "sequential,burst", "--context-tokens",
-        "0"])
+    result = invoke("determinism", "--endpoint", server.url, "--prompts", write_prompts(PROMPTS),
+                    "--out", tmp_path / "det", "--modes", "sequential,burst", "--context-tokens",
+                    "0")
     assert result.exit_code == 0, result.output
     assert result.output.count("preflight checks on") == 1
     for mode in ("sequential", "burst"):

@@ -5,22 +5,19 @@ summary.json, the sheet and the gate."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.cli import cli
 from quantcheck.judge.expects import choice_of, code_of, tool_call_failure, unfenced
 from quantcheck.judge.triage import tool_call_change
-from quantcheck.lab.scripted import DIALECTS, ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import DIALECTS, ScriptedModel
 from quantcheck.store.run_records import ToolCall, ToolCallExpect
 
-Serve = Callable[..., ScriptedServer]
+from .conftest import Serve, WritePrompts, gate_rules, invoke
 
 TOOLS = """[{type: function, function: {name: get_weather, parameters: {type: object,
            properties: {city: {type: string}}, required: [city]}}},
@@ -75,12 +72,8 @@ FLIPS = {"json-schema": "json_schema", "json-any": "json", "tool-right": "tool_c
          "code-hangs": "code", "code-memory": "code", "choice": "choice"}
 
 
-def invoke(*args: Any) -> Any:
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
 @pytest.fixture
-def planted(serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> Path:
+def planted(serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> Path:
     """`quantcheck run` on a reference and a candidate that flips every kind of check,
     code run with tight limits; the report directory."""
     a = serve(ScriptedModel(A_TEXT, calls=A_CALLS))
@@ -131,7 +124,7 @@ def test_every_planted_flip_is_a_factual_flip_in_pairs_summary_and_gate(planted:
 
     gate = invoke("gate", planted)
     assert gate.exit_code == 1
-    rules = {r["name"]: r for r in json.loads((planted / "gate.json").read_text())["rules"]}
+    rules = gate_rules(planted)
     assert rules["factual_flips"]["count"] == len(FLIPS)
     assert sorted(rules["factual_flips"]["prompts"]) == sorted(FLIPS)
     assert rules["skipped_checks"]["count"] == 0
@@ -167,17 +160,17 @@ def test_code_checks_without_permission_are_skipped_and_stop_the_gate(
     assert pairs.loc["code-fails", "flip"] == ""
     assert "code: code execution not allowed" in pairs.loc["code-fails", "a_expect_failures"]
     invoke("gate", report)
-    rules = {r["name"]: r for r in json.loads((report / "gate.json").read_text())["rules"]}
+    rules = gate_rules(report)
     assert not rules["skipped_checks"]["passed"] and rules["skipped_checks"]["count"] == 3
     invoke("gate", report, "--max-skipped-checks", 3)
-    rules = {r["name"]: r for r in json.loads((report / "gate.json").read_text())["rules"]}
+    rules = gate_rules(report)
     assert rules["skipped_checks"]["passed"]
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_lab_speaks_tool_calls_in_every_dialect(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path, dialect: str,
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, dialect: str,
         stream: bool) -> None:
     calls = {"two cities": [("get_weather", '{"city": "Paris"}'),
                             ("get_weather", '{"city": "Rome"}')]}
@@ -203,7 +196,7 @@ def test_the_lab_speaks_tool_calls_in_every_dialect(
 # --- the rules, one by one ----------------------------------------------------------
 
 def test_a_call_without_a_function_name_is_a_failed_record(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     body = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
         "role": "assistant", "content": None,
         "tool_calls": [{"id": "x", "type": "function", "function": {"arguments": "{}"}}]}}]}

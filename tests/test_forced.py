@@ -10,17 +10,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect
-from quantcheck.cli import cli
 from quantcheck.errors import EndpointError
 from quantcheck.fetch.forced_scoring import ForcedSettings, compare_position
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.pipeline.collecting import score_run
 
+from .conftest import Serve, WritePrompts, invoke
 from .hostile import HostileServer, Request, http
-from .test_collect import Serve, WritePrompts
 
 PROMPTS = """
 prompts:
@@ -143,9 +141,8 @@ def test_run_forced_reaches_pairs_summary_sheet_and_gate(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     a, b = serve(ScriptedModel(A_ANSWERS)), serve(ScriptedModel(B_ANSWERS))
     out = tmp_path / "report"
-    result = CliRunner().invoke(cli, [
-        "run", "--a", a.url, "--b", b.url, "--prompts", str(write_prompts(PROMPTS)),
-        "--out", str(out), "--repeats", "2", "--forced", "--context-tokens", "0"])
+    result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", write_prompts(PROMPTS), "--out",
+                    out, "--repeats", "2", "--forced", "--context-tokens", "0")
     assert result.exit_code == 0, result.output
     assert "Teacher-forced (prompt-logprobs): B's top-1 is A's token at" in result.output
     summary = json.loads((out / "summary.json").read_text())
@@ -159,10 +156,9 @@ def test_run_forced_reaches_pairs_summary_sheet_and_gate(
     assert 'id="forced-summary"' in sheet and "teacher-forced KL per position" in sheet
 
     kl_mean = summary["forced"]["overall"]["kl"]["mean"]
-    strict = CliRunner().invoke(cli, ["gate", str(out), "--max-forced-kl", f"{kl_mean / 2}"])
+    strict = invoke("gate", out, "--max-forced-kl", f"{kl_mean / 2}")
     assert strict.exit_code == 1 and "teacher-forced KL mean" in strict.output
-    loose = CliRunner().invoke(cli, ["gate", str(out), "--max-forced-kl", "10",
-                                     "--max-factual-flips", "5"])
+    loose = invoke("gate", out, "--max-forced-kl", "10", "--max-factual-flips", "5")
     assert loose.exit_code == 0, loose.output
 
 
@@ -170,9 +166,8 @@ def test_gate_on_forced_kl_needs_forced_scores(serve: Serve, write_prompts: Writ
                                                tmp_path: Path) -> None:
     a = serve(ScriptedModel(A_ANSWERS))
     out = tmp_path / "report"
-    CliRunner().invoke(cli, ["run", "--a", a.url, "--b", a.url, "--prompts",
-                             str(write_prompts(PROMPTS)), "--out", str(out)])
-    gate = CliRunner().invoke(cli, ["gate", str(out), "--max-forced-kl", "0.1"])
+    invoke("run", "--a", a.url, "--b", a.url, "--prompts", write_prompts(PROMPTS), "--out", out)
+    gate = invoke("gate", out, "--max-forced-kl", "0.1")
     assert gate.exit_code == 1 and "no teacher-forced scores" in gate.output
 
 
@@ -194,8 +189,7 @@ def test_a_broken_llama_server_answer_stops_scoring_with_one_line(
     models = json.dumps({"object": "list", "data": [{"id": "m", "owned_by": "llamacpp"}]})
     with HostileServer(respond, models=models.encode(),
                        info={"/props": b'{"total_slots": 1}'}) as broken:
-        result = CliRunner().invoke(cli, ["forced", str(a_run), "--endpoint", broken.url,
-                                          "--out", str(tmp_path / "f")])
+        result = invoke("forced", a_run, "--endpoint", broken.url, "--out", tmp_path / "f")
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "(token-ids) failed" in errors[0], result.output
@@ -209,9 +203,8 @@ def test_scoring_carries_extra_body_and_retries_like_collection(
     """`forced --extra-body` reaches every scoring request; a 503 is retried."""
     a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
     b = serve(ScriptedModel(A_ANSWERS), faults=Faults(status={0: 503}, retry_after_s=0.0))
-    result = CliRunner().invoke(cli, [
-        "forced", str(a_run), "--endpoint", b.url, "--out", str(tmp_path / "f"),
-        "--extra-body", '{"top_k": 1, "repeat_penalty": null}', "--retries", "2"])
+    result = invoke("forced", a_run, "--endpoint", b.url, "--out", tmp_path / "f", "--extra-body",
+                    '{"top_k": 1, "repeat_penalty": null}', "--retries", "2")
     assert result.exit_code == 0, result.output
     scoring = [r for r in b.requests if "prompt_logprobs" in r]
     assert len(scoring) == 3 + 1  # the three prompts, one of them twice (the 503)

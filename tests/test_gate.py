@@ -4,43 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import Result
 from junitparser import JUnitXml
 
-from quantcheck.cli import cli
 from quantcheck.store.report_dir import read_pairs
 
-
-def gate(report: Path, *args: str, env: dict[str, str] | None = None) -> Any:
-    return CliRunner().invoke(cli, ["gate", str(report), *args], env=env)
+from .conftest import gate_rules, gate_writing_a_step_summary, invoke, report_identity, write_review
 
 
-def identity(report: Path) -> str:
-    return str(json.loads((report / "summary.json").read_text())["identity"])
-
-
-def write_review(report: Path, reviewer: str, verdicts: dict[str, Any],
-                 run: str | None = None) -> Path:
-    (report / "reviews").mkdir(exist_ok=True)
-    path = report / "reviews" / f"{reviewer}.json"
-    path.write_text(json.dumps({"format": "quantcheck-review/1",
-                                "identity": run or identity(report), "reviewer": reviewer,
-                                "verdicts": verdicts}))
-    return path
-
-
-def rules(report: Path) -> dict[str, dict[str, Any]]:
-    data = json.loads((report / "gate.json").read_text())
-    return {rule["name"]: rule for rule in data["rules"]}
+def gate(report: Path, *args: str) -> Result:
+    return invoke("gate", report, *args)
 
 
 def test_default_policy_fails_on_flip_and_new_degenerate(planted_report: Path) -> None:
     result = gate(planted_report)
     assert result.exit_code == 1
-    found = rules(planted_report)
+    found = gate_rules(planted_report)
     assert found["factual_flips"]["prompts"] == ["flip"]
     assert found["factual_flips"]["count"] == 1 and found["factual_flips"]["limit"] == 0
     assert found["new_degenerate_on_b"]["prompts"] == ["loop", "empty"]  # not "capped"
@@ -74,8 +55,8 @@ def test_optional_rules(planted_report: Path, args: list[str], rule: str,
     result = gate(planted_report, "--max-factual-flips", "9", "--max-new-degenerate", "9",
                   *args)
     assert result.exit_code == 1
-    assert rules(planted_report)[rule]["count"] == pytest.approx(count)
-    assert not rules(planted_report)[rule]["passed"]
+    assert gate_rules(planted_report)[rule]["count"] == pytest.approx(count)
+    assert not gate_rules(planted_report)[rule]["passed"]
 
 
 def test_policy_file_and_command_line_override(planted_report: Path, tmp_path: Path) -> None:
@@ -116,7 +97,7 @@ def test_reviewer_blocking_labels_count_as_flips(planted_report: Path) -> None:
         "wording": {"label": "wording"}})
     result = gate(planted_report, "--max-new-degenerate", "9")
     assert result.exit_code == 1
-    assert rules(planted_report)["factual_flips"]["prompts"] == ["flip", "numbers"]
+    assert gate_rules(planted_report)["factual_flips"]["prompts"] == ["flip", "numbers"]
     assert json.loads((planted_report / "gate.json").read_text())["reviewers"] == ["dana"]
 
 
@@ -140,13 +121,13 @@ def test_a_review_for_another_run_is_exit_2(planted_report: Path, tmp_path: Path
 def test_an_exported_review_file_can_be_given(planted_report: Path, tmp_path: Path) -> None:
     exported = tmp_path / "review.json"
     exported.write_text(json.dumps({"format": "quantcheck-review/1",
-                                    "identity": identity(planted_report), "reviewer": "kim",
+                                    "identity": report_identity(planted_report), "reviewer": "kim",
                                     "verdicts": {"numbers": {"label": "factual_flip"}}}))
     gate(planted_report, "--review", str(exported))
-    assert "numbers" in rules(planted_report)["factual_flips"]["prompts"]
+    assert "numbers" in gate_rules(planted_report)["factual_flips"]["prompts"]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "quantcheck-review/1",
-                               "identity": identity(planted_report),
+                               "identity": report_identity(planted_report),
                                "verdicts": {"numbers": {"label": "great"}}}))
     result = gate(planted_report, "--review", str(bad))
     assert result.exit_code == 2 and "label 'great' is not in rubric" in result.output
@@ -168,7 +149,7 @@ def test_junit_xml_is_accepted_by_a_junit_parser(planted_report: Path) -> None:
 def test_step_summary_is_appended(planted_report: Path, tmp_path: Path) -> None:
     summary = tmp_path / "step-summary.md"
     summary.write_text("earlier step\n")
-    result = gate(planted_report, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    result = gate_writing_a_step_summary(planted_report, summary)
     text = summary.read_text()
     assert text.startswith("earlier step\n## quantcheck: FAIL")
     assert "| factual_flips | 1 | 0 | **fail** | `flip` |" in text
@@ -185,8 +166,7 @@ def test_approved_differences_need_no_second_review(
                                           "numbers": {"label": "minor"}})
     write_review(planted_report, "li", {"numbers": {"label": "factual_flip"}})
     approvals = tmp_path / "approvals.json"
-    result = CliRunner().invoke(cli, ["approve", str(planted_report), "--approvals",
-                                      str(approvals)])
+    result = invoke("approve", planted_report, "--approvals", approvals)
     assert result.exit_code == 0, result.output
     assert "approved 2 reviewed pairs" in result.output  # not flip, not the disputed one
     stored = json.loads(approvals.read_text())["approvals"]
@@ -199,7 +179,7 @@ def test_approved_differences_need_no_second_review(
     assert approved["numbers"] == ""
     result = gate(again, "--require-review", "--max-factual-flips", "9",
                   "--max-new-degenerate", "9")
-    unreviewed = rules(again)["unreviewed"]["prompts"]
+    unreviewed = gate_rules(again)["unreviewed"]["prompts"]
     assert "wording" not in unreviewed and "numbers" in unreviewed
     assert "2 pairs approved earlier" in result.output
     gate_json = json.loads((again / "gate.json").read_text())
@@ -211,7 +191,7 @@ def test_pass_rate_drop_rule(planted_report: Path) -> None:
     assert gate(planted_report, *base).exit_code == 0
     result = gate(planted_report, *base, "--max-pass-rate-drop", "5")
     assert result.exit_code == 1
-    rule = rules(planted_report)["pass_rate_drop"]
+    rule = gate_rules(planted_report)["pass_rate_drop"]
     assert rule["limit"] == 5 and rule["count"] > 5 and not rule["passed"]
     assert gate(planted_report, *base, "--max-pass-rate-drop", "100").exit_code == 0
     summary = json.loads((planted_report / "summary.json").read_text())

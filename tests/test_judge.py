@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,12 +17,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect
-from quantcheck.cli import cli
 from quantcheck.errors import ConfigFileError
 from quantcheck.judge.agreement import agreement, cohens_kappa
 from quantcheck.judge.grades import (
@@ -39,12 +36,23 @@ from quantcheck.judge.grades import (
     label_map,
     read_reply,
 )
+from quantcheck.lab.launch import free_port
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 from quantcheck.store.pair_records import PairRow
 from quantcheck.store.reviews import ReviewVerdict
 from quantcheck.store.rubric import load_rubric
 
-from .conftest import A_ANSWERS, B_ANSWERS, PROMPTS, RUNNER_UPS, card, open_sheet
+from .conftest import (
+    A_ANSWERS,
+    B_ANSWERS,
+    PROMPTS,
+    RUNNER_UPS,
+    card,
+    gate_rules,
+    invoke,
+    open_sheet,
+    write_review,
+)
 
 ROOT = Path(__file__).parent.parent
 
@@ -247,8 +255,8 @@ def judge() -> Iterator[ScriptedServer]:
 
 def compare_with_judge(runs: tuple[Path, Path], out: Path, judge_url: str,
                        *more: str) -> Any:
-    result = CliRunner().invoke(cli, ["compare", str(runs[0]), str(runs[1]), "--out",
-                                      str(out), "--judge", judge_url, "--jobs", "1", *more])
+    result = invoke("compare", runs[0], runs[1], "--out", out, "--judge", judge_url, "--jobs", "1",
+                    *more)
     assert result.exit_code == 1, result.output  # the planted flip fails the default gate
     return result
 
@@ -378,12 +386,6 @@ def test_ctrl_c_loses_no_reply_and_leaves_no_half_report(planted_runs: tuple[Pat
     assert json.loads((out / "summary.json").read_text())["judge"]["cached"] == kept
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_a_judge_that_is_not_there_costs_only_its_figures(planted_runs: tuple[Path, Path],
                                                            tmp_path: Path) -> None:
     out = tmp_path / "report"
@@ -435,35 +437,29 @@ def test_the_rubric_holds_the_mapping_and_a_bad_one_is_refused_first(
     wrong.write_text(text.replace("subset: minor", "subset: identical"))
     with pytest.raises(ConfigFileError, match="field 'judge'.*'identical' is not a label"):
         load_rubric(wrong)
-    refused = CliRunner().invoke(cli, ["compare", str(planted_runs[0]), str(planted_runs[1]),
-                                       "--out", str(tmp_path / "never"), "--judge", judge.url,
-                                       "--rubric", str(missing)])
+    refused = invoke("compare", planted_runs[0], planted_runs[1], "--out", tmp_path / "never",
+                     "--judge", judge.url, "--rubric", missing)
     assert refused.exit_code == 2 and "no label for unclear" in refused.output
     assert not (tmp_path / "never").exists()
 
 
 def test_judge_options_need_a_judge(planted_runs: tuple[Path, Path], tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["compare", str(planted_runs[0]), str(planted_runs[1]),
-                                      "--out", str(tmp_path / "r"), "--judge-model", "x"])
+    result = invoke("compare", planted_runs[0], planted_runs[1], "--out", tmp_path / "r",
+                    "--judge-model", "x")
     assert result.exit_code == 2 and "--judge-model needs --judge URL" in result.output
 
 
 # --- the gate: human by default, a person's label always wins --------------------------
 
 def gate(report: Path, *options: str) -> tuple[int, dict[str, Any]]:
-    result = CliRunner().invoke(cli, ["gate", str(report), "--max-factual-flips", "1",
-                                      "--max-new-degenerate", "2", "--max-not-compared", "3",
-                                      *options])
-    rules = {r["name"]: r for r in json.loads((report / "gate.json").read_text())["rules"]}
-    return result.exit_code, rules
+    result = invoke("gate", report, "--max-factual-flips", "1", "--max-new-degenerate", "2",
+                    "--max-not-compared", "3", *options)
+    return result.exit_code, gate_rules(report)
 
 
 def review(report: Path, reviewer: str, labels: dict[str, str]) -> None:
-    identity = json.loads((report / "summary.json").read_text())["identity"]
-    (report / "reviews").mkdir(exist_ok=True)
-    (report / "reviews" / f"{reviewer}.json").write_text(json.dumps({
-        "format": "quantcheck-review/1", "identity": identity, "reviewer": reviewer,
-        "verdicts": {prompt: {"label": label} for prompt, label in labels.items()}}))
+    write_review(report, reviewer, {prompt: {"label": label}
+                                    for prompt, label in labels.items()})
 
 
 def test_judge_labels_fail_the_gate_only_when_the_policy_opts_in(judged: Path,
@@ -485,8 +481,8 @@ def test_judge_labels_fail_the_gate_only_when_the_policy_opts_in(judged: Path,
 def test_a_judge_limit_on_a_report_without_a_judge_fails(planted_runs: tuple[Path, Path],
                                                          tmp_path: Path) -> None:
     out = tmp_path / "plain"
-    assert CliRunner().invoke(cli, ["compare", *map(str, planted_runs), "--out", str(out)]
-                              ).exit_code == 1  # the planted flip fails the default gate
+    compared = invoke("compare", *planted_runs, "--out", out)
+    assert compared.exit_code == 1  # the planted flip fails the default gate
     code, rules = gate(out)
     assert code == 0 and rules["judge_flips"]["count"] is None
     code, rules = gate(out, "--max-judge-flips", "0")
@@ -505,7 +501,7 @@ def test_agreement_with_planted_reviews_in_summary_gate_and_sheet(judged: Path,
                             "loop": "minor", "empty": "minor", "noisy": "wording"})
     review(report, "lee", {"near-tie": "wording", "capped": "ambiguous",
                            "numbers": "wording"})
-    result = CliRunner().invoke(cli, ["report", str(report)])
+    result = invoke("report", report)
     assert result.exit_code == 0, result.output
     # 7 observations, 5 agreed. Judge (rows) x human (columns), rubric order:
     #              wording minor ambiguous factual_flip | judge total
@@ -526,7 +522,7 @@ def test_agreement_with_planted_reviews_in_summary_gate_and_sheet(judged: Path,
     assert found["reviewers"] == ["dana", "lee"]
     assert "5 of 7 labels (71%; Cohen's kappa 0.62)" in result.output
 
-    code = CliRunner().invoke(cli, ["gate", str(report)])
+    code = invoke("gate", report)
     agreed = json.loads((report / "gate.json").read_text())["judge_agreement"]
     assert agreed == found and "Cohen's kappa 0.62" in code.output
 
@@ -619,10 +615,9 @@ def test_run_with_two_candidates_asks_one_judge_about_both(tmp_path: Path) -> No
         name="judge-7b")).start()
     out = tmp_path / "ab"
     try:
-        result = CliRunner().invoke(cli, [
-            "run", "--a", servers[0].url, "--b", servers[1].url, "--b-label", "fp8",
-            "--b", servers[2].url, "--b-label", "int4", "--prompts", str(prompts),
-            "--context-tokens", "0", "--judge", judge.url, "--out", str(out)])
+        result = invoke("run", "--a", servers[0].url, "--b", servers[1].url, "--b-label", "fp8",
+                        "--b", servers[2].url, "--b-label", "int4", "--prompts", prompts,
+                        "--context-tokens", "0", "--judge", judge.url, "--out", out)
         assert len(judge.requests) == 4  # one pair per candidate, both ways round
     finally:
         for server in [*servers, judge]:

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.cli import cli
 from quantcheck.fetch.preflight import PreflightFailed, ProbeShape, check_endpoint
 from quantcheck.judge.tokenizers import tokenizer_agreement
 from quantcheck.lab.scripted import Faults, ScriptedModel
@@ -18,7 +16,7 @@ from quantcheck.store.prompt_sets import RequestOptions
 from quantcheck.store.report_dir import read_pairs
 from quantcheck.wire.client import run_blocking
 
-from .test_collect import TWO_PROMPTS, Serve, WritePrompts
+from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke
 
 
 def checks(endpoint: str, **kwargs: object) -> dict[str, tuple[str, str, str | None]]:
@@ -118,15 +116,14 @@ def test_collect_records_preflight_and_stops_on_a_hard_failure(
 
 
 def test_cli_exit_codes_and_json(serve: Serve, tmp_path: Path) -> None:
-    runner = CliRunner()
     good, bad = serve(), serve(faults=Faults(context_limit=1000))
-    ok = runner.invoke(cli, ["preflight", good.url, "--json"])
+    ok = invoke("preflight", good.url, "--json")
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.output)["endpoints"][0]["status"] == "pass"
-    failed = runner.invoke(cli, ["preflight", good.url, bad.url])
+    failed = invoke("preflight", good.url, bad.url)
     assert failed.exit_code == 2
     assert "FAIL context" in failed.output and "A and B: tokenizer" in failed.output
-    unreachable = runner.invoke(cli, ["preflight", "http://127.0.0.1:9"])
+    unreachable = invoke("preflight", "http://127.0.0.1:9")
     assert unreachable.exit_code == 2 and "cannot reach" in unreachable.output
 
 
@@ -209,7 +206,7 @@ def test_two_templates_are_a_confound_in_the_preflight_and_the_cell(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     a = serve(faults=Faults(chat_template="gemma"))
     b = serve(faults=Faults(chat_template="chatml"))
-    result = CliRunner().invoke(cli, ["preflight", a.url, b.url, "--context-tokens", "0"])
+    result = invoke("preflight", a.url, b.url, "--context-tokens", "0")
     assert "A and B: template warn: A and B render the same conversation differently" in \
         result.output
     prompts = write_prompts(CHAT)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -9,6 +8,8 @@ from quantcheck import Expect, RequestOptions, load_prompts
 from quantcheck.errors import PromptFileError
 from quantcheck.judge.expects import check_answer, overall
 from quantcheck.store.prompt_sets import GREEDY_FIELDS
+
+from .conftest import WritePrompts
 
 REPO = Path(__file__).parent.parent
 
@@ -24,7 +25,7 @@ def test_shipped_prompt_sets_load() -> None:
     assert spot and all(p.expect for p in spot)
 
 
-def test_request_body_is_explicitly_greedy(write_prompts: Callable[[str], Path]) -> None:
+def test_request_body_is_explicitly_greedy(write_prompts: WritePrompts) -> None:
     path = write_prompts("""
         defaults:
           max_tokens: 64
@@ -47,7 +48,7 @@ def test_request_body_is_explicitly_greedy(write_prompts: Callable[[str], Path])
     assert completion.category == "general"
 
 
-def test_options_override_and_null_drops_a_field(write_prompts: Callable[[str], Path]) -> None:
+def test_options_override_and_null_drops_a_field(write_prompts: WritePrompts) -> None:
     path = write_prompts("""
         prompts:
           - {id: a, prompt: "hello", max_tokens: 100}
@@ -62,7 +63,7 @@ def test_options_override_and_null_drops_a_field(write_prompts: Callable[[str], 
     assert prompt.request["repetition_penalty"] == 1.0
 
 
-def test_hash_is_stable_and_tracks_the_request(write_prompts: Callable[[str], Path]) -> None:
+def test_hash_is_stable_and_tracks_the_request(write_prompts: WritePrompts) -> None:
     text = """
         prompts:
           - {id: a, prompt: "hello"}
@@ -129,7 +130,7 @@ def test_hash_is_stable_and_tracks_the_request(write_prompts: Callable[[str], Pa
          "bad-depth"],
 )
 def test_bad_prompt_files_name_file_line_and_field(
-    write_prompts: Callable[[str], Path], text: str, message: str
+    write_prompts: WritePrompts, text: str, message: str
 ) -> None:
     path = write_prompts(text)
     with pytest.raises(PromptFileError) as caught:
@@ -138,7 +139,7 @@ def test_bad_prompt_files_name_file_line_and_field(
     assert message in str(caught.value)
 
 
-def test_duplicate_ids_across_files(write_prompts: Callable[[str], Path]) -> None:
+def test_duplicate_ids_across_files(write_prompts: WritePrompts) -> None:
     first = write_prompts("prompts:\n  - {id: a, prompt: x}\n")
     second = write_prompts("prompts:\n  - {id: a, prompt: y}\n")
     with pytest.raises(PromptFileError, match="used twice"):
@@ -177,7 +178,7 @@ def test_expect_round_trips_through_json() -> None:
     assert Expect.from_json(expect.to_json()) == expect
 
 
-def test_tools_and_haystack_shape_the_request(write_prompts: Callable[[str], Path]) -> None:
+def test_tools_and_haystack_shape_the_request(write_prompts: WritePrompts) -> None:
     path = write_prompts("""
         prompts:
           - id: t

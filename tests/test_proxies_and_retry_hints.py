@@ -16,20 +16,17 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.cli import cli
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 from quantcheck.wire.client import MAX_BACKOFF_S, backoff_seconds
 from quantcheck.wire.proxies import proxy_for
 from quantcheck.wire.retry_after import retry_after_seconds
 
-from .conftest import AppServer
+from .conftest import AppServer, Serve, WritePrompts, invoke
 
-Serve = Callable[..., ScriptedServer]
 LabAndProxy = tuple[ScriptedServer, "ForwardingProxy"]
 PROMPTS = """
 prompts:
@@ -94,7 +91,7 @@ def collect_from(endpoint: str, prompts: Path, out: Path) -> None:
 
 def test_a_named_endpoint_is_reached_through_http_proxy(
         clean_environment: pytest.MonkeyPatch, lab_behind_a_proxy: LabAndProxy,
-        write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
     lab, proxy = lab_behind_a_proxy
     clean_environment.setenv("HTTP_PROXY", proxy.url)
     collect_from("http://lab.test/v1", write_prompts(PROMPTS), tmp_path / "run")
@@ -109,7 +106,7 @@ def test_a_named_endpoint_is_reached_through_http_proxy(
 
 def test_loopback_is_never_proxied_even_when_http_proxy_is_set(
         clean_environment: pytest.MonkeyPatch, lab_behind_a_proxy: LabAndProxy,
-        write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
     lab, proxy = lab_behind_a_proxy
     clean_environment.setenv("HTTP_PROXY", proxy.url)
     clean_environment.setenv("ALL_PROXY", proxy.url)
@@ -124,14 +121,13 @@ def test_loopback_is_never_proxied_even_when_http_proxy_is_set(
 
 def test_no_proxy_sends_a_name_direct_and_credentials_reach_the_proxy(
         clean_environment: pytest.MonkeyPatch, lab_behind_a_proxy: LabAndProxy,
-        write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
     _, proxy = lab_behind_a_proxy
     port = proxy.url.rsplit(":", 1)[1]
     clean_environment.setenv("HTTP_PROXY", f"http://ci%20bot:s%40cret@127.0.0.1:{port}")
     clean_environment.setenv("NO_PROXY", "example.org,.test")
-    direct = CliRunner().invoke(cli, [
-        "collect", "--endpoint", "http://lab.test/v1", "--prompts",
-        str(write_prompts(PROMPTS)), "--out", str(tmp_path / "direct")])
+    direct = invoke("collect", "--endpoint", "http://lab.test/v1", "--prompts",
+                    write_prompts(PROMPTS), "--out", tmp_path / "direct")
     assert direct.exit_code == 2 and "cannot reach http://lab.test/v1/models" in \
         direct.output
     assert proxy.seen == []
@@ -208,7 +204,7 @@ def in_two_seconds() -> dict[str, str]:
 @pytest.mark.parametrize("hint", [lambda: {"retry-after-ms": "600"}, in_two_seconds],
                          ids=["retry-after-ms", "http-date"])
 def test_collect_waits_as_long_as_the_server_asks(serve: Serve,
-                                                  write_prompts: Callable[[str], Path],
+                                                  write_prompts: WritePrompts,
                                                   tmp_path: Path,
                                                   hint: Callable[[], dict[str, str]]) -> None:
     """The first answer is a 429 with the hint; the retry comes after it, not at once."""

@@ -5,17 +5,12 @@ reference was is refused before any request, every difference named."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
-from click.testing import CliRunner, Result
+from quantcheck.lab.scripted import Faults, ScriptedModel
 
-from quantcheck.cli import cli
-from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from .conftest import A_ANSWERS, B_ANSWERS, RUNNER_UPS, Serve, WritePrompts, invoke
 
-from .conftest import A_ANSWERS, B_ANSWERS, RUNNER_UPS
-
-Serve = Callable[..., ScriptedServer]
 PROMPTS = """
 prompts:
   - {id: same, category: factual, prompt: "Q: same", expect: {contains: Paris}}
@@ -26,10 +21,6 @@ prompts:
 """
 # Settings of the reference and of every candidate (a run's own, not the defaults).
 ASKED = ["--repeats", "2", "--top-logprobs", "3", "--concurrency", "2"]
-
-
-def invoke(*args: object) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def reports_alike(one: Path, other: Path) -> None:
@@ -49,7 +40,7 @@ def reports_alike(one: Path, other: Path) -> None:
 
 
 def test_a_stored_reference_sends_nothing_to_a_and_gives_the_full_runs_report(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     a = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
     prompts = write_prompts(PROMPTS)
     full = tmp_path / "full"
@@ -73,7 +64,7 @@ def test_a_stored_reference_sends_nothing_to_a_and_gives_the_full_runs_report(
 
 
 def test_several_candidates_against_a_stored_reference(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     a = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
     prompts = write_prompts(PROMPTS)
     stored = tmp_path / "main" / "bf16"
@@ -95,7 +86,7 @@ def test_several_candidates_against_a_stored_reference(
 
 
 def test_a_candidate_not_asked_as_the_reference_is_refused_before_any_request(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     a = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
     stored = tmp_path / "bf16"
     assert invoke("collect", "--endpoint", a.url, "--prompts", write_prompts(PROMPTS),
@@ -125,7 +116,7 @@ def test_a_candidate_not_asked_as_the_reference_is_refused_before_any_request(
     assert not (tmp_path / "report").exists()
 
 
-def test_an_incomplete_reference_is_refused(serve: Serve, write_prompts: Callable[[str], Path],
+def test_an_incomplete_reference_is_refused(serve: Serve, write_prompts: WritePrompts,
                                             tmp_path: Path) -> None:
     failing = serve(ScriptedModel(A_ANSWERS), faults=Faults(status={0: 500}))
     prompts = write_prompts(PROMPTS)

@@ -14,7 +14,7 @@ import pytest
 
 from quantcheck.present.review_server import review_app
 
-from .conftest import AppServer
+from .conftest import AppServer, report_identity
 
 
 @pytest.fixture
@@ -44,8 +44,7 @@ def token(server: Any) -> str:
 
 
 def review(report: Path, verdicts: dict[str, Any]) -> bytes:
-    identity = json.loads((report / "summary.json").read_text())["identity"]
-    return json.dumps({"format": "quantcheck-review/1", "identity": identity,
+    return json.dumps({"format": "quantcheck-review/1", "identity": report_identity(report),
                        "verdicts": verdicts}).encode()
 
 

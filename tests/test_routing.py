@@ -5,7 +5,6 @@ summary.json, the sheet, the determinism report and the gate."""
 from __future__ import annotations
 
 import base64
-import csv
 import io
 import json
 import subprocess
@@ -15,13 +14,11 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.cli import cli
 from quantcheck.judge.routing import across_repeats, between
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.lab.scripted import Faults, ScriptedModel
@@ -35,8 +32,8 @@ from quantcheck.wire.routing import (
     generated_routing,
 )
 
+from .conftest import Serve, WritePrompts, invoke, read_csv
 from .hostile import HostileServer, Request, Respond, answer, sse, stream_head
-from .test_collect import Serve, WritePrompts
 
 PROMPTS = """
 prompts:
@@ -52,19 +49,12 @@ def run(serve: Serve, write_prompts: WritePrompts, out: Path, a_faults: Faults,
         b_faults: Faults, dialect: str = "vllm", *extra: str) -> dict[str, object]:
     a = serve(ScriptedModel(A_ANSWERS), dialect, faults=a_faults)
     b = serve(ScriptedModel(B_ANSWERS), dialect, faults=b_faults)
-    result = CliRunner().invoke(cli, [
-        "run", "--a", a.url, "--b", b.url, "--prompts", str(write_prompts(PROMPTS)),
-        "--out", str(out), "--repeats", "3", "--routed-experts", "--context-tokens", "0",
-        *extra])
+    result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", write_prompts(PROMPTS), "--out",
+                    out, "--repeats", "3", "--routed-experts", "--context-tokens", "0", *extra)
     assert result.exit_code == 0, result.output
     return {"output": result.output,
-            "pairs": {row["prompt_id"]: row for row in _csv(out / "pairs.csv")},
+            "pairs": {row["prompt_id"]: row for row in read_csv(out / "pairs.csv")},
             "summary": json.loads((out / "summary.json").read_text())}
-
-
-def _csv(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def test_planted_routing_cases_get_the_right_diagnosis(
@@ -160,10 +150,9 @@ def test_the_determinism_command_and_the_gate_read_routing(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     gating = serve(ScriptedModel(A_ANSWERS), faults=Faults(routing=True,
                                                             gating_nondeterministic=True))
-    result = CliRunner().invoke(cli, [
-        "determinism", "--endpoint", gating.url, "--prompts", str(write_prompts(PROMPTS)),
-        "--out", str(tmp_path / "d"), "--repeats", "3", "--routed-experts",
-        "--context-tokens", "0"])
+    result = invoke("determinism", "--endpoint", gating.url, "--prompts", write_prompts(PROMPTS),
+                    "--out", tmp_path / "d", "--repeats", "3", "--routed-experts",
+                    "--context-tokens", "0")
     assert result.exit_code == 0, result.output
     assert "gating is not deterministic" in result.output
     report = json.loads((tmp_path / "d" / "determinism.json").read_text())
@@ -175,16 +164,14 @@ def test_the_determinism_command_and_the_gate_read_routing(
     found = run(serve, write_prompts, tmp_path / "r", Faults(routing=True),
                 Faults(routing=True, gating_nondeterministic=True))
     assert found["pairs"]["capital"]["b_routing"] == "gating"  # type: ignore[index]
-    strict = CliRunner().invoke(cli, ["gate", str(tmp_path / "r"),
-                                      "--require-routing-determinism",
-                                      "--max-factual-flips", "9"])
+    strict = invoke("gate", tmp_path / "r", "--require-routing-determinism", "--max-factual-flips",
+                    "9")
     assert strict.exit_code == 1 and "routing" in strict.output
     stable = run(serve, write_prompts, tmp_path / "s", Faults(routing=True),
                  Faults(routing=True))
     assert stable["pairs"]["capital"]["b_routing"] == "identical"  # type: ignore[index]
-    passed = CliRunner().invoke(cli, ["gate", str(tmp_path / "s"),
-                                      "--require-routing-determinism",
-                                      "--max-factual-flips", "9"])
+    passed = invoke("gate", tmp_path / "s", "--require-routing-determinism", "--max-factual-flips",
+                    "9")
     assert passed.exit_code == 0, passed.output
 
 
@@ -248,10 +235,9 @@ def test_lab_scripted_serves_planted_routing_from_the_command_line(
     try:
         url = f"http://127.0.0.1:{port}"
         wait_until_healthy(url, process, log, timeout=60)
-        result = CliRunner().invoke(cli, [
-            "determinism", "--endpoint", url, "--prompts", str(write_prompts(PROMPTS)),
-            "--out", str(tmp_path / "d"), "--repeats", "3", "--modes", "sequential",
-            "--routed-experts", "--context-tokens", "0"])
+        result = invoke("determinism", "--endpoint", url, "--prompts", write_prompts(PROMPTS),
+                        "--out", tmp_path / "d", "--repeats", "3", "--modes", "sequential",
+                        "--routed-experts", "--context-tokens", "0")
     finally:
         process.terminate()
         process.wait(30)
@@ -338,7 +324,7 @@ def test_routing_that_cannot_be_right_is_unusable_and_the_answer_is_kept(
     assert record.routing_unusable is not None and reason in record.routing_unusable
 
     compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
-    (pair,) = _csv(tmp_path / "report" / "pairs.csv")
+    (pair,) = read_csv(tmp_path / "report" / "pairs.csv")
     assert pair["routing_diff_share"] == "" and pair["routing_first_token"] == ""
     (detail,) = [json.loads(line) for line in (tmp_path / "report" / "details.jsonl")
                  .read_text().splitlines()]
@@ -440,6 +426,6 @@ def test_a_stored_routing_that_cannot_be_right_is_not_compared(
         line["tokens"] = {**line["tokens"], "offset": 0, "length": len(blob)}
         (tmp_path / "b" / "completions.jsonl").write_text(json.dumps(line) + "\n")
         compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
-        (pair,) = _csv(tmp_path / "report" / "pairs.csv")
+        (pair,) = read_csv(tmp_path / "report" / "pairs.csv")
         assert pair["routing_diff_share"] == "" and pair["b_routing"] == ""
         assert "alike" not in (tmp_path / "report" / "details.jsonl").read_text()

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from quantcheck.cli import cli
 from quantcheck.errors import ConfigFileError
 from quantcheck.present.sheet import sheet_data
 from quantcheck.store.rubric import load_rubric
+
+from .conftest import WritePrompts, invoke
 
 
 def test_default_rubric() -> None:
@@ -55,7 +54,7 @@ def test_custom_rubric_drives_the_sheet(planted_report: Path, tmp_path: Path) ->
     custom.write_text("question: Is B as good as A?\nlabels:\n"
                       "  - {id: same, name: Same, key: s}\n"
                       "  - {id: worse, name: Worse, key: x, blocking: true}\n")
-    result = CliRunner().invoke(cli, ["report", str(planted_report), "--rubric", str(custom)])
+    result = invoke("report", planted_report, "--rubric", custom)
     assert result.exit_code == 0, result.output
     html = (planted_report / "index.html").read_text()
     assert "Is B as good as A?" in html
@@ -64,8 +63,8 @@ def test_custom_rubric_drives_the_sheet(planted_report: Path, tmp_path: Path) ->
 
 
 def test_report_command_reports_a_bad_rubric(planted_report: Path,
-                                             write_prompts: Callable[[str], Path]) -> None:
+                                             write_prompts: WritePrompts) -> None:
     bad = write_prompts("question: q\nlabels: [{id: a}]\n")
-    result = CliRunner().invoke(cli, ["report", str(planted_report), "--rubric", str(bad)])
+    result = invoke("report", planted_report, "--rubric", bad)
     assert result.exit_code == 2
     assert f"error: {bad}: labels[1]: field 'name': required" in result.output

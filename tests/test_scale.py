@@ -19,12 +19,10 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.cli import cli
 from quantcheck.errors import RunFormatError
 from quantcheck.judge import pairs as compare_module
 from quantcheck.judge import sides
@@ -36,8 +34,7 @@ from quantcheck.store.report_dir import DetailsReader, pairs_csv, read_pair_rows
 from quantcheck.store.run_dir import PromptLines, lock_run, prompt_key
 from quantcheck.store.shards import ShardError, in_shard, parse_shard
 
-from .test_collect import Serve, WritePrompts
-from .test_storage import assert_one_clear_line, run_with_file_limit
+from .conftest import Serve, WritePrompts, assert_one_clear_line, invoke, run_with_file_limit
 
 
 def prompt_set(count: int) -> str:
@@ -74,8 +71,7 @@ def test_four_shards_merge_into_the_unsharded_run(serve: Serve, write_prompts: W
     sizes = [len(load_run(shard).prompts) for shard in shards]
     assert sum(sizes) == 23 and all(sizes)  # every prompt in exactly one shard
 
-    result = CliRunner().invoke(cli, ["merge", *map(str, reversed(shards)), "--out",
-                                      str(tmp_path / "merged")])
+    result = invoke("merge", *reversed(shards), "--out", tmp_path / "merged")
     assert result.exit_code == 0, result.output
     assert "merged 4 shards: 23 prompts, 46 records" in result.output
     merged = load_run(tmp_path / "merged")
@@ -108,8 +104,7 @@ def test_shards_that_do_not_belong_together_are_refused(
         ([tmp_path / "one" / "shard1", tmp_path / "nothing"], "not"),
     ]
     for runs, message in cases:
-        result = CliRunner().invoke(cli, ["merge", *map(str, runs), "--out",
-                                          str(tmp_path / "out")])
+        result = invoke("merge", *runs, "--out", tmp_path / "out")
         assert result.exit_code == 2, (message, result.output)
         assert message in result.output, result.output
         assert "Traceback" not in result.output
@@ -125,8 +120,8 @@ def test_shards_that_do_not_belong_together_are_refused(
     with pytest.raises(ShardError, match="is not empty"):
         merge_runs(shards, tmp_path / "out")
 
-    bad = CliRunner().invoke(cli, ["collect", "--endpoint", b.url, "--prompts", str(prompts),
-                                   "--out", str(tmp_path / "x"), "--shard", "3/2"])
+    bad = invoke("collect", "--endpoint", b.url, "--prompts", prompts, "--out", tmp_path / "x",
+                 "--shard", "3/2")
     assert bad.exit_code == 2 and "expected I/N with 1 <= I <= N" in bad.output
 
 def test_merge_refuses_links_and_a_second_merge_and_keeps_what_they_point_at(
@@ -143,8 +138,7 @@ def test_merge_refuses_links_and_a_second_merge_and_keeps_what_they_point_at(
         merge_runs(shards, tmp_path / "elsewhere")
     assert (precious / "keep.txt").read_text() == "mine"
     with lock_run(tmp_path / "busy.merging"):  # another merge into the same place
-        result = CliRunner().invoke(cli, ["merge", *map(str, shards), "--out",
-                                          str(tmp_path / "busy")])
+        result = invoke("merge", *shards, "--out", tmp_path / "busy")
     assert result.exit_code == 2 and "in use by another quantcheck process" in result.output
     assert not (tmp_path / "busy").exists()
 
@@ -164,8 +158,8 @@ def test_compare_on_several_processes_writes_the_same_report(
             endpoint=serve(ScriptedModel(answers)).url, label=side, repeats=2,
             context_tokens=0, concurrency=16))
     for jobs in ("1", "2"):
-        result = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b"),
-                                          "--out", str(tmp_path / f"r{jobs}"), "--jobs", jobs])
+        result = invoke("compare", tmp_path / "a", tmp_path / "b", "--out", tmp_path / f"r{jobs}",
+                        "--jobs", jobs)
         assert result.exit_code == 0, result.output
     for name in ("pairs.csv", "details.jsonl"):
         assert (tmp_path / "r1" / name).read_bytes() == (tmp_path / "r2" / name).read_bytes()
@@ -301,7 +295,7 @@ def test_a_broken_pairs_table_found_while_the_sheet_streams_leaves_the_old_sheet
     with (tmp_path / "r" / "pairs.csv").open("a") as handle:
         handle.write('q99,"a cell that never ends\n')
     monkeypatch.setattr(report, "SHEET_PAIRS_CHUNK", 5)  # the break is in a later chunk
-    result = CliRunner().invoke(cli, ["report", str(tmp_path / "r")])
+    result = invoke("report", tmp_path / "r")
     assert result.exit_code == 2
     assert_one_clear_line(result.output, "pairs.csv: not a pairs table written by compare")
     assert (tmp_path / "r" / "index.html").read_bytes() == sheet
@@ -620,8 +614,7 @@ def test_merge_reads_shards_as_hostile_input(two_shards: list[Path], tmp_path: P
                                             case: str) -> None:
     lie, says = HOSTILE_SHARDS[case]
     shards = _hostile_copy(two_shards, tmp_path, lie)
-    result = CliRunner().invoke(cli, ["merge", *map(str, shards), "--out",
-                                      str(tmp_path / "merged")])
+    result = invoke("merge", *shards, "--out", tmp_path / "merged")
     assert result.exit_code == 2, result.output
     assert_one_clear_line(result.output, says)
     assert str(shards[0]) in result.output and "cannot write" not in result.output
@@ -652,7 +645,6 @@ def test_compare_reads_no_token_file_outside_a_run(two_shards: list[Path], tmp_p
                                                    reference: dict[str, Any]) -> None:
     one, two = _hostile_copy(two_shards, tmp_path, lambda one, two: _edit_record(one,
                                                                                  reference))
-    result = CliRunner().invoke(cli, ["compare", str(two), str(one), "--out",
-                                      str(tmp_path / "report")])
+    result = invoke("compare", two, one, "--out", tmp_path / "report")
     assert result.exit_code == 2, result.output
     assert_one_clear_line(result.output, "does not point into tokens.bin")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +10,18 @@ import pytest
 from playwright.sync_api import expect
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.present.review_server import review_app
 
-from .conftest import AppServer, card, open_sheet
+from .conftest import (
+    AppServer,
+    Serve,
+    WritePrompts,
+    card,
+    open_sheet,
+    report_identity,
+    write_review,
+)
 
 
 def test_sheet_is_self_contained_and_offline(page: Any, planted_report: Path) -> None:
@@ -122,7 +129,7 @@ def test_export_and_import(page: Any, planted_report: Path, tmp_path: Path) -> N
     with page.expect_download() as download:
         page.click("#export")
     exported = json.loads(Path(download.value.path()).read_text())
-    identity = json.loads((planted_report / "summary.json").read_text())["identity"]
+    identity = report_identity(planted_report)
     assert exported["format"] == "quantcheck-review/1" and exported["identity"] == identity
     assert exported["verdicts"]["numbers"]["label"] == "minor"
 
@@ -152,7 +159,7 @@ HOSTILE = [
 
 
 def test_hostile_model_output_never_executes(
-        page: Any, serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+        page: Any, serve: Serve, write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     prompts = write_prompts("prompts:\n" + "".join(
         f"  - {{id: 'x{n}<b>', category: '<i>c</i>', prompt: 'attack {n}'}}\n"
@@ -206,15 +213,10 @@ def test_review_server_writes_every_change_to_disk(page: Any, planted_report: Pa
 def test_reviewers_disagreeing_are_shown(page: Any, planted_report: Path) -> None:
     from quantcheck.present.sheet import write_sheet
 
-    identity = json.loads((planted_report / "summary.json").read_text())["identity"]
-    (planted_report / "reviews").mkdir()
     for name, label in (("dana", "wording"), ("li", "minor")):
-        (planted_report / "reviews" / f"{name}.json").write_text(json.dumps({
-            "format": "quantcheck-review/1", "identity": identity, "reviewer": name,
-            "verdicts": {"numbers": {"label": label}}}))
-    (planted_report / "reviews" / "old.json").write_text(json.dumps({
-        "format": "quantcheck-review/1", "identity": "another-run", "reviewer": "old",
-        "verdicts": {"numbers": {"label": "factual_flip"}}}))
+        write_review(planted_report, name, {"numbers": {"label": label}})
+    write_review(planted_report, "old", {"numbers": {"label": "factual_flip"}},
+                 run="another-run")
     write_sheet(planted_report)
     open_sheet(page, (planted_report / "index.html").as_uri())
     numbers = card(page, "numbers")
@@ -265,11 +267,7 @@ def test_a_review_file_the_gate_refuses_is_refused_visibly(page: Any, planted_re
                                                            ) -> None:
     from quantcheck.present.sheet import write_sheet
 
-    identity = json.loads((planted_report / "summary.json").read_text())["identity"]
-    (planted_report / "reviews").mkdir()
-    (planted_report / "reviews" / "kim.json").write_text(json.dumps({
-        "format": "quantcheck-review/1", "identity": identity, "reviewer": "kim",
-        "verdicts": {"wording": {"label": "wording", "right_side": 5}}}))
+    write_review(planted_report, "kim", {"wording": {"label": "wording", "right_side": 5}})
     write_sheet(planted_report)
     open_sheet(page, (planted_report / "index.html").as_uri())
     refused = page.locator(".refused-review")
@@ -283,7 +281,7 @@ ODD_IDS = ["__proto__", "constructor", "toString"]
 
 
 def test_prompt_ids_named_like_object_properties_keep_their_verdicts(
-        page: Any, serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+        page: Any, serve: Serve, write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     prompts = write_prompts("prompts:\n" + "".join(
         f'  - {{id: "{name}", prompt: "Q: {name}"}}\n' for name in ODD_IDS))
@@ -293,11 +291,7 @@ def test_prompt_ids_named_like_object_properties_keep_their_verdicts(
                                                             preflight=False))
     report = tmp_path / "report"
     compare_to_dir(tmp_path / "a", tmp_path / "b", report)
-    identity = json.loads((report / "summary.json").read_text())["identity"]
-    (report / "reviews").mkdir()
-    (report / "reviews" / "li.json").write_text(json.dumps({
-        "format": "quantcheck-review/1", "identity": identity, "reviewer": "li",
-        "verdicts": {name: {"label": "wording"} for name in ODD_IDS}}))
+    write_review(report, "li", {name: {"label": "wording"} for name in ODD_IDS})
     from quantcheck.present.sheet import write_sheet
 
     write_sheet(report)

@@ -6,26 +6,23 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from click.testing import CliRunner
 
-from quantcheck.cli import cli
-from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.files import StorageError, write_atomic
 from quantcheck.store.run_dir import load_run, write_json_atomic
 
-Serve = Callable[..., ScriptedServer]
+from .conftest import Serve, WritePrompts, assert_one_clear_line, invoke, run_with_file_limit
+
 PROMPTS = "prompts:\n" + "".join(
     f'  - {{id: p{n:02d}, prompt: "Q: {n}", max_tokens: 24}}\n' for n in range(40))
 MODEL = ScriptedModel({"Q:": " A long enough answer with several words in it, so that "
@@ -36,12 +33,6 @@ def collect_command(url: str, prompts: Path, out: Path, *extra: str) -> list[str
     return [sys.executable, "-m", "quantcheck", "collect", "--endpoint", url, "--label", "a",
             "--prompts", str(prompts), "--out", str(out), "--no-preflight",
             "--top-logprobs", "20", "--concurrency", "2", *extra]
-
-
-def assert_one_clear_line(stderr: str, cause: str) -> None:
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert "Traceback" not in stderr, stderr
-    assert len(errors) == 1 and cause in errors[0], stderr
 
 
 def keys(run_dir: Path) -> list[tuple[str, int]]:
@@ -96,7 +87,7 @@ def in_private_mounts(script: str, *args: str) -> dict[str, Any]:
 
 
 def test_a_full_disk_stops_with_one_line_and_loses_nothing(
-        write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
     disk = tmp_path / "disk"
     disk.mkdir()
     answer = MODEL.responses["Q:"]
@@ -118,17 +109,8 @@ def test_a_full_disk_stops_with_one_line_and_loses_nothing(
     assert_one_clear_line(stderr, "Read-only file system")
 
 
-def run_with_file_limit(command: list[str], limit: int) -> subprocess.CompletedProcess[str]:
-    """Run a quantcheck command that may write no file beyond `limit` bytes: a full disk."""
-    def limit_file_size() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    return subprocess.run(command, capture_output=True, text=True, timeout=120,
-                          preexec_fn=limit_file_size)
-
-
 def test_a_file_size_limit_stops_with_one_line_and_a_rerun_finishes(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = serve(MODEL)
     command = collect_command(server.url, write_prompts(PROMPTS), tmp_path / "run")
 
@@ -144,7 +126,7 @@ def test_a_file_size_limit_stops_with_one_line_and_a_rerun_finishes(
 
 
 def test_a_second_collector_is_refused_with_the_holders_pid(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = serve(MODEL, faults=Faults(token_delay_s=0.01))
     command = collect_command(server.url, write_prompts(PROMPTS), tmp_path / "run")
     first = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
@@ -167,8 +149,7 @@ def test_compare_refuses_a_run_with_requests_recorded_twice(
         ab_runs: tuple[Path, Path], tmp_path: Path) -> None:
     completions = ab_runs[1] / "completions.jsonl"
     completions.write_bytes(completions.read_bytes() * 2)  # two collectors, before locks
-    result = CliRunner().invoke(cli, ["compare", *map(str, ab_runs), "--out",
-                                      str(tmp_path / "report")])
+    result = invoke("compare", *ab_runs, "--out", tmp_path / "report")
     assert result.exit_code == 2
     assert "recorded more than once" in result.output and "'same' repeat 0" in result.output
 
@@ -178,7 +159,7 @@ def test_gate_never_writes_through_a_symlink_leading_outside(planted_report: Pat
     outside = tmp_path / "outside.xml"
     outside.write_text("precious")
     (planted_report / "junit.xml").symlink_to(outside)
-    result = CliRunner().invoke(cli, ["gate", str(planted_report)])
+    result = invoke("gate", planted_report)
     assert result.exit_code == 2
     assert "symbolic link" in result.output and "Traceback" not in result.output
     assert outside.read_text() == "precious"
@@ -192,14 +173,14 @@ def test_planted_tmp_symlinks_are_never_written_through(ab_runs: tuple[Path, Pat
     outside.write_text("precious")
     for name in ("pairs.csv.tmp", "summary.json.tmp", "index.html.tmp", "details.jsonl.tmp"):
         (report / name).symlink_to(outside)
-    result = CliRunner().invoke(cli, ["compare", *map(str, ab_runs), "--out", str(report)])
+    result = invoke("compare", *ab_runs, "--out", report)
     assert result.exit_code == 1, result.output  # written; the planted flip fails the gate
     assert outside.read_text() == "precious"
     assert orjson.loads((report / "summary.json").read_bytes())["counts"]["prompts"] == 13
 
 
 def test_collect_refuses_a_completions_file_linked_outside(
-        serve: Serve, write_prompts: Callable[[str], Path], tmp_path: Path) -> None:
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     outside = tmp_path / "outside.jsonl"
     outside.write_text("")
     (tmp_path / "run").mkdir()

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from quantcheck.cli import cli
 from quantcheck.judge.expects import check_answer, overall
 from quantcheck.judge.sandbox import Limits, code_runner
 from quantcheck.store.haystack import TOKENS_PER_WORD
@@ -19,7 +17,7 @@ from quantcheck.store.prompt_sets import load_prompts
 from quantcheck.store.run_records import ToolCall
 from quantcheck.store.suites import describe, suite_files, suite_names
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, invoke
 
 SUITES = ["code", "facts", "json", "long-context", "math", "multilingual", "tools"]
 ANSWERS: dict[str, dict[str, Any]] = yaml.safe_load(
@@ -66,16 +64,14 @@ def test_long_context_prompts_are_about_as_long_as_they_say() -> None:
 
 
 def test_suites_join_prompts_on_the_command_line(tmp_path: Path) -> None:
-    runner = CliRunner()
-    listed = runner.invoke(cli, ["suites"])
+    listed = invoke("suites")
     assert listed.exit_code == 0
     assert "json" in listed.output and "31 prompts" in listed.output
-    unknown = runner.invoke(cli, ["collect", "--endpoint", "http://127.0.0.1:9/v1",
-                                  "--suite", "jsn", "--out", str(tmp_path / "run")])
+    unknown = invoke("collect", "--endpoint", "http://127.0.0.1:9/v1", "--suite", "jsn", "--out",
+                     tmp_path / "run")
     assert unknown.exit_code == 2
     assert "unknown suite 'jsn'" in unknown.output and "json" in unknown.output
-    nothing = runner.invoke(cli, ["collect", "--endpoint", "http://127.0.0.1:9/v1", "--out",
-                                  str(tmp_path / "run")])
+    nothing = invoke("collect", "--endpoint", "http://127.0.0.1:9/v1", "--out", tmp_path / "run")
     assert nothing.exit_code == 2 and "--suite NAME" in nothing.output
 
 

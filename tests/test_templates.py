@@ -5,19 +5,16 @@ the sheet, and a gate rule (off by default: reported only)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.cli import cli
 from quantcheck.judge.templates import known_fallback, markers_in, template_signs
-from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import Faults, ScriptedModel
 
-from .conftest import card, open_sheet
+from .conftest import Serve, WritePrompts, card, gate_rules, invoke, open_sheet
 
 CHAT = """
 prompts:
@@ -36,7 +33,7 @@ B_ANSWERS: dict[str, str | list[str]] = {
 
 
 @pytest.fixture
-def template_report(serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+def template_report(serve: Serve, write_prompts: WritePrompts,
                     tmp_path: Path) -> Path:
     prompts = write_prompts(CHAT)
     a = serve(ScriptedModel(A_ANSWERS), faults=Faults(chat_template="gemma"))
@@ -75,18 +72,16 @@ def test_the_sheet_says_it_once_at_the_top_and_marks_the_pairs(
 
 def test_the_gate_reports_template_problems_and_fails_only_when_asked(
         template_report: Path) -> None:
-    runner = CliRunner()
-    reported = runner.invoke(cli, ["gate", str(template_report), "--max-factual-flips", "9",
-                                   "--max-new-degenerate", "9"])
+    reported = invoke("gate", template_report, "--max-factual-flips", "9", "--max-new-degenerate",
+                      "9")
     assert reported.exit_code == 0, reported.output
-    rules = {r["name"]: r for r in json.loads(
-        (template_report / "gate.json").read_text())["rules"]}
+    rules = gate_rules(template_report)
     assert rules["template_problems"]["passed"] and rules["template_problems"]["limit"] is None
     assert rules["template_problems"]["prompts"] == [
         "B: preflight template check", "A and B render the conversation differently",
         "capital", "legs"]
-    failed = runner.invoke(cli, ["gate", str(template_report), "--max-factual-flips", "9",
-                                 "--max-new-degenerate", "9", "--max-template-problems", "0"])
+    failed = invoke("gate", template_report, "--max-factual-flips", "9", "--max-new-degenerate",
+                    "9", "--max-template-problems", "0")
     assert failed.exit_code == 1
 
 

@@ -20,7 +20,7 @@ from quantcheck.store.run_dir import Blobs
 from quantcheck.store.run_records import Tokens
 from quantcheck.store.token_columns import pack, unpack
 
-from .test_collect import TWO_PROMPTS, Serve, WritePrompts
+from .conftest import TWO_PROMPTS, Serve, WritePrompts
 
 TOKEN_TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from(["\0", "\ud83d", "é"]),
                      max_size=6)

@@ -6,30 +6,29 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.cli import cli
 from quantcheck.errors import RunFormatError, RunMismatch
 from quantcheck.judge.stats import interval_points, pass_rate_change
-from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.report_dir import read_pairs
 
-from .conftest import A_ANSWERS, PROMPTS, RUNNER_UPS
-
-Serve = Callable[..., ScriptedServer]
-WritePrompts = Callable[[str], Path]
-
-
-def invoke(*args: Any) -> Any:
-    return CliRunner().invoke(cli, [str(a) for a in args])
+from .conftest import (
+    A_ANSWERS,
+    PROMPTS,
+    RUNNER_UPS,
+    Serve,
+    WritePrompts,
+    gate_rules,
+    invoke,
+    write_review,
+)
 
 
 def one_error_line(result: Any) -> str:
@@ -176,15 +175,6 @@ def test_a_review_of_the_wrong_type_is_one_line(planted_report: Path, verdict: d
     assert message in one_error_line(invoke("gate", planted_report))
 
 
-def write_review(report: Path, reviewer: str, verdicts: dict[str, Any]) -> Path:
-    identity = json.loads((report / "summary.json").read_text())["identity"]
-    (report / "reviews").mkdir(exist_ok=True)
-    path = report / "reviews" / f"{reviewer}.json"
-    path.write_text(json.dumps({"format": "quantcheck-review/1", "identity": identity,
-                                "reviewer": reviewer, "verdicts": verdicts}))
-    return path
-
-
 @pytest.mark.parametrize("option", ["--policy", "--rubric"])
 def test_a_policy_or_rubric_that_is_not_utf8_is_one_line(planted_report: Path,
                                                          tmp_path: Path, option: str) -> None:
@@ -228,7 +218,7 @@ def test_every_count_is_the_same_in_terminal_summary_sheet_and_gate(
     terminal = invoke("compare", *ab_runs, "--out", report).output
     summary = json.loads((report / "summary.json").read_text())
     gate_output = invoke("gate", report).output
-    rules = {r["name"]: r for r in json.loads((report / "gate.json").read_text())["rules"]}
+    rules = gate_rules(report)
     page = browser.new_page()
     page.goto((report / "index.html").as_uri())
     page.wait_for_selector("body[data-ready=true]")
@@ -300,8 +290,7 @@ def test_rules_that_do_not_apply_show_na(planted_report: Path) -> None:
                     "--max-new-degenerate", "9", "--max-not-compared", "9")
     assert "| pass_rate_drop | n/a | off |" in result.output
     assert "| forced_kl | n/a | off |" in result.output
-    rules = {r["name"]: r for r in json.loads((planted_report / "gate.json").read_text())
-             ["rules"]}
+    rules = gate_rules(planted_report)
     assert rules["pass_rate_drop"]["count"] is None and rules["forced_kl"]["count"] is None
 
 
