@@ -3,6 +3,7 @@ test_wire_formats.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,11 +20,10 @@ from quantcheck.lab.scripted import DIALECTS, Faults, ScriptedModel, ScriptedSer
 from quantcheck.store.prompt_sets import GREEDY_FIELDS
 from quantcheck.store.runtimes import choose_model
 
-from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke
+from .conftest import A_ANSWERS, PROMPTS, TWO_PROMPTS, Serve, WritePrompts, invoke
 
 MODEL = ScriptedModel(responses={"Australia": " Canberra is the capital of Australia.",
                                  "larger": " 9.9 is larger than 9.11 because"})
-
 
 
 def wait_for_records(run_dir: Path, count: int) -> None:
@@ -377,3 +377,20 @@ def test_failures_of_one_cause_are_one_line_and_a_count(serve: Serve,
     assert any(line.startswith("run: 10 requests failed: HTTP 500") and "illegal memory" in
                line for line in lines)
     assert "" not in lines[:-1]  # no blank line after each failure in a log
+
+
+def test_fewer_repeats_on_resume_are_refused(serve: Serve, write_prompts: WritePrompts,
+                                             tmp_path: Path) -> None:
+    prompts, server = write_prompts(PROMPTS), serve(ScriptedModel(A_ANSWERS))
+
+    def run(repeats: int) -> None:
+        collect([prompts], tmp_path / "run", CollectSettings(
+            endpoint=server.url, label="a", preflight=False, repeats=repeats))
+
+    run(3)
+    with pytest.raises(RunMismatch, match="holds 3 repeats per prompt; --repeats 2"):
+        run(2)
+    run(4)  # more repeats extend the run
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["parameters"]["repeats"] == 4
+    assert manifest["counts"] == {"requests": 48, "ok": 48, "failed": 0}

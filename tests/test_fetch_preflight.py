@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -218,3 +220,12 @@ def test_two_templates_are_a_confound_in_the_preflight_and_the_cell(
     assert summary.cells.differs == ["quantization", "chat_template"]
     assert summary.cells.warning and "2 axes (quantization, chat_template)" in \
         summary.cells.warning
+
+
+def test_preflight_results_go_to_stdout(serve: Serve) -> None:
+    result = subprocess.run([sys.executable, "-m", "quantcheck", "preflight",
+                             serve(ScriptedModel()).url, "--context-tokens", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "preflight pass" in result.stdout and "greedy" in result.stdout
+    assert result.stderr == ""

@@ -1,23 +1,23 @@
-"""A verdict that cannot be fooled: the gate never passes what it did not check, every
-malformed input is one line and exit 2, and every count is the same everywhere."""
+"""gate/verdict.py, the CI gate: every rule and exit code, the policy file, reviews (stale
+ones too), JUnit XML and the step summary; and a verdict that cannot be fooled: the
+gate never passes what it did not check, every malformed input is one line and exit 2,
+and every count is the same in the terminal, summary.json, the sheet and the gate."""
 
 from __future__ import annotations
 
 import csv
 import json
-import re
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-import pandas as pd
 import pytest
+from click.testing import Result
+from junitparser import JUnitXml
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.errors import RunFormatError, RunMismatch
-from quantcheck.judge.stats import interval_points, pass_rate_change
+from quantcheck.errors import RunFormatError
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.report_dir import read_pairs
 
 from .conftest import (
     A_ANSWERS,
@@ -26,9 +26,15 @@ from .conftest import (
     Serve,
     WritePrompts,
     gate_rules,
+    gate_writing_a_step_summary,
     invoke,
+    report_identity,
     write_review,
 )
+
+
+def gate(report: Path, *args: str) -> Result:
+    return invoke("gate", report, *args)
 
 
 def one_error_line(result: Any) -> str:
@@ -50,7 +56,176 @@ def run_side(serve: Serve, prompts: Path, out: Path, answers: dict[str, Any] | N
     return out
 
 
-# --- the gate passes only what it checked ------------------------------------------
+# --- every rule and exit code, the policy, reviews, JUnit XML, the step summary ------------
+
+def test_default_policy_fails_on_flip_and_new_degenerate(planted_report: Path) -> None:
+    result = gate(planted_report)
+    assert result.exit_code == 1
+    found = gate_rules(planted_report)
+    assert found["factual_flips"]["prompts"] == ["flip"]
+    assert found["factual_flips"]["count"] == 1 and found["factual_flips"]["limit"] == 0
+    assert found["new_degenerate_on_b"]["prompts"] == ["loop", "empty"]  # not "capped"
+    assert "FAIL: 1 factual flip (flip), 2 degenerate outputs new on B (loop, empty)" in \
+        result.output
+    assert json.loads((planted_report / "gate.json").read_text())["verdict"] == "fail"
+
+
+def test_limits_on_the_command_line_pass_the_gate(planted_report: Path) -> None:
+    result = gate(planted_report, "--max-factual-flips", "1", "--max-new-degenerate", "2",
+                  "--max-not-compared", "3")
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.output
+    assert json.loads((planted_report / "gate.json").read_text())["verdict"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("args", "rule", "count"),
+    [
+        (["--max-nondeterministic", "0"], "nondeterministic_b", 11),
+        (["--max-nondeterministic", "0"], "nondeterministic_a", 1),
+        (["--require-review"], "unreviewed", 9),
+        (["--min-identical-share", "0.5"], "identical_share", 0.1),
+        (["--max-not-compared", "0"], "not_compared", 3),
+    ],
+    ids=["nondeterministic-b", "nondeterministic-a", "require-review", "identical-share",
+         "not-compared"],
+)
+def test_optional_rules(planted_report: Path, args: list[str], rule: str,
+                        count: float) -> None:
+    result = gate(planted_report, "--max-factual-flips", "9", "--max-new-degenerate", "9",
+                  *args)
+    assert result.exit_code == 1
+    assert gate_rules(planted_report)[rule]["count"] == pytest.approx(count)
+    assert not gate_rules(planted_report)[rule]["passed"]
+
+
+def test_policy_file_and_command_line_override(planted_report: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("max_factual_flips: 5\nmax_new_degenerate: 5\nrequire_review: false\n"
+                      "max_not_compared: 3\n")
+    assert gate(planted_report, "--policy", str(policy)).exit_code == 0
+    assert gate(planted_report, "--policy", str(policy), "--max-factual-flips", "0"
+                ).exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("max_flips: 1\n", "field 'max_flips': unknown"),
+     ("max_factual_flips: -1\n", "field 'max_factual_flips': a whole number >= 0"),
+     ("min_identical_share: 2\n", "field 'min_identical_share': a share from 0 to 1"),
+     ("require_review: maybe\n", "field 'require_review': must be true or false"),
+     ("- a list\n", "a policy is a mapping")],
+)
+def test_malformed_policy_is_exit_2(planted_report: Path, tmp_path: Path, text: str,
+                                    message: str) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text)
+    result = gate(planted_report, "--policy", str(policy))
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_missing_report_files_are_exit_2(tmp_path: Path) -> None:
+    result = gate(tmp_path)
+    assert result.exit_code == 2 and "summary.json: missing" in result.output
+
+
+def test_reviewer_blocking_labels_count_as_flips(planted_report: Path) -> None:
+    write_review(planted_report, "dana", {
+        "numbers": {"label": "factual_flip", "right_side": "a"},
+        "better": {"label": "factual_flip", "right_side": "b"},  # B right: an improvement
+        "wording": {"label": "wording"}})
+    result = gate(planted_report, "--max-new-degenerate", "9")
+    assert result.exit_code == 1
+    assert gate_rules(planted_report)["factual_flips"]["prompts"] == ["flip", "numbers"]
+    assert json.loads((planted_report / "gate.json").read_text())["reviewers"] == ["dana"]
+
+
+def test_require_review_passes_once_everything_is_reviewed(planted_report: Path) -> None:
+    pending = ["wording", "near-tie", "flip", "better", "numbers", "loop", "empty", "capped",
+               "noisy"]
+    write_review(planted_report, "dana", {p: {"label": "minor"} for p in pending[:5]})
+    write_review(planted_report, "li", {p: {"label": "minor"} for p in pending[5:]})
+    result = gate(planted_report, "--require-review", "--max-factual-flips", "1",
+                  "--max-new-degenerate", "2", "--max-not-compared", "3")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_review_for_another_run_is_exit_2(planted_report: Path, tmp_path: Path) -> None:
+    write_review(planted_report, "dana", {"wording": {"label": "wording"}}, run="other-run")
+    result = gate(planted_report)
+    assert result.exit_code == 2
+    assert "made for another run" in result.output
+
+
+def test_an_exported_review_file_can_be_given(planted_report: Path, tmp_path: Path) -> None:
+    exported = tmp_path / "review.json"
+    exported.write_text(json.dumps({"format": "quantcheck-review/1",
+                                    "identity": report_identity(planted_report), "reviewer": "kim",
+                                    "verdicts": {"numbers": {"label": "factual_flip"}}}))
+    gate(planted_report, "--review", str(exported))
+    assert "numbers" in gate_rules(planted_report)["factual_flips"]["prompts"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "quantcheck-review/1",
+                               "identity": report_identity(planted_report),
+                               "verdicts": {"numbers": {"label": "great"}}}))
+    result = gate(planted_report, "--review", str(bad))
+    assert result.exit_code == 2 and "label 'great' is not in rubric" in result.output
+
+
+def test_junit_xml_is_accepted_by_a_junit_parser(planted_report: Path) -> None:
+    gate(planted_report, "--max-not-compared", "0")
+    suite = next(iter(JUnitXml.fromfile(str(planted_report / "junit.xml"))))
+    cases = {case.name: case for case in suite}
+    assert len(cases) == 13
+    assert cases["same"].is_passed
+    flip_results = cases["flip"].result
+    assert [r.type for r in flip_results] == ["factual_flips"]
+    assert "flip: breaks rule factual_flips" in flip_results[0].text
+    assert {r.type for r in cases["only-a"].result} == {"not_compared"}
+    assert suite.failures == 6  # flip, loop, empty; changed, only-a, only-b not compared
+
+
+def test_step_summary_is_appended(planted_report: Path, tmp_path: Path) -> None:
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    result = gate_writing_a_step_summary(planted_report, summary)
+    text = summary.read_text()
+    assert text.startswith("earlier step\n## quantcheck: FAIL")
+    assert "| factual_flips | 1 | 0 | **fail** | `flip` |" in text
+    assert "## quantcheck: FAIL" in result.output
+
+
+def test_pass_rate_drop_rule(planted_report: Path) -> None:
+    base = ["--max-factual-flips", "9", "--max-new-degenerate", "9", "--max-not-compared", "3"]
+    assert gate(planted_report, *base).exit_code == 0
+    result = gate(planted_report, *base, "--max-pass-rate-drop", "5")
+    assert result.exit_code == 1
+    rule = gate_rules(planted_report)["pass_rate_drop"]
+    assert rule["limit"] == 5 and rule["count"] > 5 and not rule["passed"]
+    assert gate(planted_report, *base, "--max-pass-rate-drop", "100").exit_code == 0
+    summary = json.loads((planted_report / "summary.json").read_text())
+    assert summary["stats"]["pass_rate"]["sentence"].startswith(
+        "Expect pass rate A 3/4, B 3/4: no change")
+
+
+def test_rules_that_do_not_apply_show_na(planted_report: Path) -> None:
+    result = invoke("gate", planted_report, "--max-factual-flips", "9",
+                    "--max-new-degenerate", "9", "--max-not-compared", "9")
+    assert "| pass_rate_drop | n/a | off |" in result.output
+    assert "| forced_kl | n/a | off |" in result.output
+    rules = gate_rules(planted_report)
+    assert rules["pass_rate_drop"]["count"] is None and rules["forced_kl"]["count"] is None
+
+
+def test_the_shipped_example_policy_is_a_valid_policy(planted_report: Path) -> None:
+    shipped = Path(__file__).parents[1] / "prompts" / "policy.yaml"
+    result = invoke("gate", planted_report, "--policy", shipped)
+    assert result.exit_code == 1, result.output  # the planted flip fails it: not exit 2
+    assert "factual flip" in result.output
+
+
+# --- the gate passes only what it checked --------------------------------------------------
 
 def test_disjoint_prompt_sets_compare_nothing_and_the_gate_refuses(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
@@ -119,7 +294,7 @@ def test_prompts_not_compared_fail_the_default_gate(planted_report: Path) -> Non
     assert "3 prompts not compared (changed, only-a, only-b)" in result.output
 
 
-# --- malformed inputs: exit 2 and one line ------------------------------------------
+# --- malformed inputs: exit 2 and one line -------------------------------------------------
 
 def test_a_summary_without_a_side_is_one_line(planted_report: Path) -> None:
     path = planted_report / "summary.json"
@@ -210,7 +385,7 @@ def test_junit_stays_well_formed_with_control_characters(
     assert case.get("classname") == "quantcheck.esc\\x1bcat"
 
 
-# --- one number for one thing --------------------------------------------------------
+# --- one number for one thing --------------------------------------------------------------
 
 def test_every_count_is_the_same_in_terminal_summary_sheet_and_gate(
         ab_runs: tuple[Path, Path], tmp_path: Path, browser: Any) -> None:
@@ -244,94 +419,3 @@ def test_every_count_is_the_same_in_terminal_summary_sheet_and_gate(
     assert rules["not_compared"]["count"] == not_compared == int(tiles["not compared"])
     assert tiles["pairs compared"] == str(counts["pairs"])
     assert rules["failed_requests"]["count"] == sum(counts["unanswered"].values())
-
-
-# --- statistics that do not contradict themselves ---------------------------------
-
-def frame(a: list[str], b: list[str]) -> pd.DataFrame:
-    return pd.DataFrame({"status": ["compared"] * len(a), "a_expect": a, "b_expect": b})
-
-
-def test_equal_pass_rates_are_said_as_rates() -> None:
-    change = pass_rate_change(frame(["pass"] + ["fail"] * 16, ["pass"] + ["fail"] * 16))
-    assert change is not None
-    sentence = change.sentence
-    assert sentence.startswith("Expect pass rate A 1/17, B 1/17: no change")
-    assert "as many" not in sentence
-
-
-@pytest.mark.parametrize(("a", "b"), [
-    (["pass"] * 6 + ["fail"] * 4, ["fail"] * 6 + ["fail"] * 4),  # 6 regressions of 10
-    (["pass"] * 5 + ["pass"] * 12, ["fail"] * 5 + ["pass"] * 12),  # 5 of 17: p 0.06
-    (["pass"] * 3 + ["pass"] * 30, ["fail"] * 3 + ["pass"] * 30),
-    (["pass"] * 20, ["pass"] * 20),
-], ids=["clear", "borderline", "small", "none"])
-def test_the_verdict_is_read_off_the_interval_it_quotes(a: list[str], b: list[str]) -> None:
-    change = pass_rate_change(frame(a, b))
-    assert change is not None
-    excludes_zero = change.low > 0 or change.high < 0
-    sentence = change.sentence
-    assert ("(significant" in sentence) == excludes_zero
-    assert ("not significant" in sentence) == (not excludes_zero)
-    assert "McNemar" not in sentence
-
-
-def test_intervals_are_formatted_to_tell_their_ends_apart() -> None:
-    assert interval_points(-0.65, -0.07) == ("-65", "-7")
-    assert interval_points(-0.004, 0.002) == ("-0.4", "+0.2")
-    assert interval_points(-0.0001, 0.00012) == ("-0.01", "+0.01")
-    assert interval_points(0.0, 0.0) == ("0", "0")
-    assert interval_points(-0.1234, -0.1211) == ("-12.3", "-12.1")
-    assert not any(re.fullmatch(r"[-+]0", text) for text in interval_points(-0.001, 0.001))
-
-
-def test_rules_that_do_not_apply_show_na(planted_report: Path) -> None:
-    result = invoke("gate", planted_report, "--max-factual-flips", "9",
-                    "--max-new-degenerate", "9", "--max-not-compared", "9")
-    assert "| pass_rate_drop | n/a | off |" in result.output
-    assert "| forced_kl | n/a | off |" in result.output
-    rules = gate_rules(planted_report)
-    assert rules["pass_rate_drop"]["count"] is None and rules["forced_kl"]["count"] is None
-
-
-# --- repeats, approvals ------------------------------------------------------------------
-
-def test_fewer_repeats_on_resume_are_refused(serve: Serve, write_prompts: WritePrompts,
-                                             tmp_path: Path) -> None:
-    prompts, server = write_prompts(PROMPTS), serve(ScriptedModel(A_ANSWERS))
-
-    def run(repeats: int) -> None:
-        collect([prompts], tmp_path / "run", CollectSettings(
-            endpoint=server.url, label="a", preflight=False, repeats=repeats))
-
-    run(3)
-    with pytest.raises(RunMismatch, match="holds 3 repeats per prompt; --repeats 2"):
-        run(2)
-    run(4)  # more repeats extend the run
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["parameters"]["repeats"] == 4
-    assert manifest["counts"] == {"requests": 48, "ok": 48, "failed": 0}
-
-
-def test_approve_keeps_approvals_with_the_report_and_never_a_regression(
-        planted_report: Path, ab_runs: tuple[Path, Path], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    write_review(planted_report, "dana", {"wording": {"label": "wording"},
-                                          "numbers": {"label": "minor"},
-                                          "near-tie": {"label": "ambiguous"}})
-    result = invoke("approve", planted_report)
-    assert result.exit_code == 0, result.output
-    stored = json.loads((planted_report / "approvals.json").read_text())["approvals"]
-    assert sorted(e["prompt_id"] for e in stored.values()) == ["near-tie", "wording"]
-    assert not (tmp_path / "approvals.json").exists()  # not beside the prompt files
-    compare_to_dir(*ab_runs, planted_report)  # the same report, compared again
-    approved = read_pairs(planted_report).set_index("prompt_id")["approved_label"]
-    assert approved["wording"] == "wording" and approved["numbers"] == ""
-
-
-def test_the_shipped_example_policy_is_a_valid_policy(planted_report: Path) -> None:
-    shipped = Path(__file__).parents[1] / "prompts" / "policy.yaml"
-    result = invoke("gate", planted_report, "--policy", shipped)
-    assert result.exit_code == 1, result.output  # the planted flip fails it: not exit 2
-    assert "factual flip" in result.output

@@ -11,8 +11,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from quantcheck import CollectSettings, collect, load_run
-from quantcheck.judge.expects import choice_of, code_of, tool_call_failure, unfenced
+from quantcheck import CollectSettings, Expect, collect, load_run
+from quantcheck.judge.expects import (
+    check_answer,
+    choice_of,
+    code_of,
+    overall,
+    tool_call_failure,
+    unfenced,
+)
 from quantcheck.judge.triage import tool_call_change
 from quantcheck.lab.scripted import DIALECTS, ScriptedModel
 from quantcheck.store.run_records import ToolCall, ToolCallExpect
@@ -255,3 +262,25 @@ def test_calls_are_compared_as_values_not_bytes() -> None:
         == "arguments_changed"
     assert tool_call_change(a, None) == "call_vs_no_call"
     assert tool_call_change(None, None) == ""
+
+
+@pytest.mark.parametrize(
+    ("expect", "text", "passes"),
+    [
+        (Expect(contains=["Canberra"], not_contains=["Sydney"]), "It is canberra.", True),
+        (Expect(contains=["Canberra"], not_contains=["Sydney"]), "Sydney, not Canberra", False),
+        (Expect(contains=["Canberra"], case_sensitive=True), "canberra", False),
+        (Expect(any_of=["zwei Tassen", "zwei Kaffee"]), "Ich hätte gern zwei Kaffee.", True),
+        (Expect(any_of=["a1", "b2"]), "c3", False),
+        (Expect(regex=r"\bAu\b", case_sensitive=True), "The symbol is Au.", True),
+        (Expect(regex=r"\bAu\b", case_sensitive=True), "The symbol is AU.", False),
+        (Expect(number=9.9), "9.9 is larger than 9.11", True),
+        (Expect(number=9.9), "9.11 is larger", False),
+        (Expect(number=1200), "It costs 1,200 dollars", True),
+        (Expect(number=80, tolerance=0.5), "About 80.3 km/h", True),
+        (Expect(number=0), "The answer is 0.", True),
+        (Expect(number=4), "no digits here", False),
+    ],
+)
+def test_expect_checks(expect: Expect, text: str, passes: bool) -> None:
+    assert (overall(check_answer(expect, text)) == "pass") is passes

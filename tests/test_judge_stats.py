@@ -1,8 +1,10 @@
-"""Paired statistics: exact McNemar, the paired-difference interval, bootstrap means."""
+"""judge/stats.py, paired statistics: exact McNemar, the paired-difference interval,
+bootstrap means; sentences that do not contradict the interval they quote."""
 
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pandas as pd
@@ -11,6 +13,7 @@ import pytest
 from quantcheck.judge.stats import (
     BOOTSTRAPPED,
     bootstrap_mean,
+    interval_points,
     mcnemar_exact,
     paired_difference_interval,
     paired_statistics,
@@ -96,3 +99,42 @@ def test_paired_statistics_shape() -> None:
     assert stats.pass_rate is not None and stats.pass_rate.regressions == 1
     assert set(stats.drift) == {"kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement"}
     assert stats.drift["kl_topk_mean"].prompts == 2
+
+
+# --- statistics that do not contradict themselves ---------------------------------
+
+def frame(a: list[str], b: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({"status": ["compared"] * len(a), "a_expect": a, "b_expect": b})
+
+
+def test_equal_pass_rates_are_said_as_rates() -> None:
+    change = pass_rate_change(frame(["pass"] + ["fail"] * 16, ["pass"] + ["fail"] * 16))
+    assert change is not None
+    sentence = change.sentence
+    assert sentence.startswith("Expect pass rate A 1/17, B 1/17: no change")
+    assert "as many" not in sentence
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    (["pass"] * 6 + ["fail"] * 4, ["fail"] * 6 + ["fail"] * 4),  # 6 regressions of 10
+    (["pass"] * 5 + ["pass"] * 12, ["fail"] * 5 + ["pass"] * 12),  # 5 of 17: p 0.06
+    (["pass"] * 3 + ["pass"] * 30, ["fail"] * 3 + ["pass"] * 30),
+    (["pass"] * 20, ["pass"] * 20),
+], ids=["clear", "borderline", "small", "none"])
+def test_the_verdict_is_read_off_the_interval_it_quotes(a: list[str], b: list[str]) -> None:
+    change = pass_rate_change(frame(a, b))
+    assert change is not None
+    excludes_zero = change.low > 0 or change.high < 0
+    sentence = change.sentence
+    assert ("(significant" in sentence) == excludes_zero
+    assert ("not significant" in sentence) == (not excludes_zero)
+    assert "McNemar" not in sentence
+
+
+def test_intervals_are_formatted_to_tell_their_ends_apart() -> None:
+    assert interval_points(-0.65, -0.07) == ("-65", "-7")
+    assert interval_points(-0.004, 0.002) == ("-0.4", "+0.2")
+    assert interval_points(-0.0001, 0.00012) == ("-0.01", "+0.01")
+    assert interval_points(0.0, 0.0) == ("0", "0")
+    assert interval_points(-0.1234, -0.1211) == ("-12.3", "-12.1")
+    assert not any(re.fullmatch(r"[-+]0", text) for text in interval_points(-0.001, 0.001))

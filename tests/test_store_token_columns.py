@@ -11,6 +11,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.errors import RunFormatError
@@ -155,3 +156,18 @@ def test_blob_header_is_documented_json() -> None:
     (length,) = struct.unpack_from("<I", payload)
     header = orjson.loads(payload[4:4 + length])
     assert header["v"] == 1 and header["n"] == 4 and header["floats"] == "f4"
+
+
+ROUTINGS = hnp.arrays(np.int32, hnp.array_shapes(min_dims=3, max_dims=3, max_side=6),
+                      elements=st.integers(0, 2**31 - 1))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(ROUTINGS)
+def test_routing_stores_and_reads_back_exactly(routing: np.ndarray) -> None:
+    tokens = Tokens(text=["x"] * len(routing), logprob=[-0.5] * len(routing),
+                    top_text=[["x"]] * len(routing), top_logprob=[[-0.5]] * len(routing),
+                    routing=routing)
+    back = unpack(pack(tokens)).to_tokens().routing
+    assert back is not None and back.dtype == np.int32 and np.array_equal(back, routing)
+    assert back.shape == routing.shape
