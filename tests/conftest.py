@@ -1,8 +1,16 @@
+"""The fixtures every test file may ask for, and the helpers they share (written in
+tests/helpers.py, re-exported here: a test file imports them from `.conftest`).
+
+Fixtures: `serve` (scripted loopback servers), `write_prompts` (a prompt file from
+YAML text), `ab_runs` and `planted_report` (the planted A/B collected, and compared),
+`candidate_endpoints` (a reference and four candidates), `browser` and `page`
+(headless Chromium)."""
+
 from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +19,43 @@ import pytest
 from quantcheck import CollectSettings, collect
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 
-FIXTURES = Path(__file__).parent / "fixtures"
+from .helpers import (
+    A_ANSWERS,
+    B_ANSWERS,
+    CANDIDATE_ANSWERS,
+    CANDIDATE_PROMPTS,
+    COMMANDS,
+    FIXTURES,
+    FLIPPED,
+    PROMPTS,
+    RUNNER_UPS,
+    TWO_PROMPTS,
+    VERBOSE,
+    AppServer,
+    Serve,
+    WritePrompts,
+    all_commands,
+    assert_one_clear_line,
+    card,
+    gate_rules,
+    gate_writing_a_step_summary,
+    invoke,
+    open_sheet,
+    read_csv,
+    report_identity,
+    run_candidates,
+    run_with_file_limit,
+    skip_module_without_extra,
+    write_review,
+)
 
-
-def skip_module_without_extra(why: str) -> None:
-    """Call from `except ImportError:`; in CI (CI set) a missing extra is a failure."""
-    if os.environ.get("CI"):
-        raise  # the ImportError being handled by the caller
-    pytest.skip(why, allow_module_level=True)
+__all__ = [
+    "A_ANSWERS", "B_ANSWERS", "CANDIDATE_ANSWERS", "CANDIDATE_PROMPTS", "COMMANDS", "FIXTURES",
+    "FLIPPED", "PROMPTS", "RUNNER_UPS", "TWO_PROMPTS", "VERBOSE", "AppServer", "Serve",
+    "WritePrompts", "all_commands", "assert_one_clear_line", "card", "gate_rules",
+    "gate_writing_a_step_summary", "invoke", "open_sheet", "read_csv", "report_identity",
+    "run_candidates", "run_with_file_limit", "skip_module_without_extra", "write_review",
+]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -30,7 +67,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[..., ScriptedServer]]:
+def serve() -> Iterator[Serve]:
     """Start scripted loopback servers; all are stopped when the test ends."""
     servers: list[ScriptedServer] = []
 
@@ -45,7 +82,7 @@ def serve() -> Iterator[Callable[..., ScriptedServer]]:
 
 
 @pytest.fixture
-def write_prompts(tmp_path: Path) -> Callable[[str], Path]:
+def write_prompts(tmp_path: Path) -> WritePrompts:
     """Write a prompt file from an indented YAML string."""
     counter = iter(range(1000))
 
@@ -57,54 +94,10 @@ def write_prompts(tmp_path: Path) -> Callable[[str], Path]:
     return write
 
 
-# A/B runs with one planted difference of each kind triage knows.
-PROMPTS = """
-prompts:
-  - {id: same, category: factual, prompt: "Q: same", expect: {contains: Paris}}
-  - {id: wording, category: factual, prompt: "Q: wording", expect: {contains: Ottawa}}
-  - {id: near-tie, category: factual, prompt: "Q: near-tie"}
-  - {id: flip, category: factual, prompt: "Q: flip", expect: {contains: Canberra}}
-  - {id: better, category: numeric, prompt: "Q: better", expect: {number: 391}}
-  - {id: numbers, category: numeric, prompt: "Q: numbers"}
-  - {id: loop, category: factual, prompt: "Q: loop", max_tokens: 64}
-  - {id: empty, category: factual, prompt: "Q: empty"}
-  - {id: capped, category: factual, prompt: "Q: capped", max_tokens: 6}
-  - {id: noisy, category: factual, prompt: "Q: noisy"}
-  - {id: changed, category: factual, prompt: "Q: changed"}
-  - {id: only-a, category: factual, prompt: "Q: only-a"}
-"""
-A_ANSWERS: dict[str, str | list[str]] = {
-    "Q: same": " The capital of France is Paris.",
-    "Q: wording": " The capital of Canada is Ottawa.",
-    "Q: near-tie": " The answer is yes.",
-    "Q: flip": " The capital of Australia is Canberra.",
-    "Q: better": " 381 is the product.",
-    "Q: numbers": " It costs 40 dollars today.",
-    "Q: loop": " William Shakespeare wrote Hamlet.",
-    "Q: empty": " Something to say.",
-    "Q: capped": " Short.",
-    "Q: noisy": [" First variant.", " Second variant."],
-    "Q: changed": " Same text.",
-    "Q: only-a": " Only here.",
-}
-B_ANSWERS: dict[str, str | list[str]] = {
-    **A_ANSWERS,
-    "Q: wording": " The capital of Canada is Ottawa!",
-    "Q: near-tie": " Yes, the answer is yes.",
-    "Q: flip": " The capital of Australia is Sydney.",
-    "Q: better": " 391 is the product.",
-    "Q: numbers": " It costs 80 dollars today.",
-    "Q: loop": " need analysis there" * 30,
-    "Q: empty": "",
-    "Q: capped": " A much longer answer that runs on past the cap.",
-    "Q: noisy": " Second variant.",
-}
-RUNNER_UPS = {" The": [" Yes,"], " Yes,": [" The"]}
-
-
 @pytest.fixture
-def ab_runs(serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
-            tmp_path: Path) -> tuple[Path, Path]:
+def ab_runs(serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> tuple[Path, Path]:
+    """The planted A/B (helpers.PROMPTS) collected: B on SGLang's dialect, changes its
+    reduction order per request, asks one prompt otherwise and has another prompt."""
     a_server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
     b_server = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS), "sglang",
                      faults=Faults(nondeterministic=True))
@@ -119,8 +112,6 @@ def ab_runs(serve: Callable[..., ScriptedServer], write_prompts: Callable[[str],
     return tmp_path / "a", tmp_path / "b"
 
 
-
-
 @pytest.fixture
 def planted_report(ab_runs: tuple[Path, Path], tmp_path: Path) -> Path:
     """A report directory (pairs, details, summary, sheet) of the planted A/B."""
@@ -128,6 +119,20 @@ def planted_report(ab_runs: tuple[Path, Path], tmp_path: Path) -> Path:
 
     compare_to_dir(*ab_runs, tmp_path / "report")
     return tmp_path / "report"
+
+
+@pytest.fixture
+def candidate_endpoints(serve: Serve) -> dict[str, str]:
+    """The reference and four candidates: a flip, a clean copy, a slower clean copy, and
+    one that passes but writes more tokens."""
+    return {
+        "bf16": serve(ScriptedModel(CANDIDATE_ANSWERS, RUNNER_UPS)).url,
+        "flips": serve(ScriptedModel(FLIPPED, RUNNER_UPS)).url,
+        "clean": serve(ScriptedModel(CANDIDATE_ANSWERS, RUNNER_UPS)).url,
+        "slow": serve(ScriptedModel(CANDIDATE_ANSWERS, RUNNER_UPS),
+                      faults=Faults(token_delay_s=0.02)).url,
+        "verbose": serve(ScriptedModel(VERBOSE, RUNNER_UPS)).url,
+    }
 
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -160,50 +165,3 @@ def page(browser: Any) -> Iterator[Any]:
     page.on("pageerror", lambda error: page.errors.append(str(error)))
     yield page
     context.close()
-
-
-def open_sheet(page: Any, url: str) -> None:
-    """Load a review sheet and wait until its script has rendered it."""
-    page.goto(url)
-    page.wait_for_selector("body[data-ready=true]")
-
-
-def card(page: Any, prompt_id: str) -> Any:
-    """A pair's card in the sheet."""
-    return page.locator(f'article.pair[data-prompt="{prompt_id}"]')
-
-
-class AppServer:
-    """An aiohttp application on 127.0.0.1 in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        import asyncio
-        import threading
-
-        from aiohttp import web
-
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        async def start() -> None:
-            self.runner = web.AppRunner(app, access_log=None)
-            await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-        def run() -> None:
-            self.loop.run_until_complete(start())
-            ready.set()
-            self.loop.run_forever()
-            self.loop.run_until_complete(self.runner.cleanup())
-            self.loop.close()
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        ready.wait(10)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)

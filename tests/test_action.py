@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,15 +19,14 @@ import yaml
 from junitparser import JUnitXml
 
 from quantcheck import CollectSettings, collect
-from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import ScriptedModel
 
-from .conftest import A_ANSWERS, B_ANSWERS, RUNNER_UPS
+from .conftest import A_ANSWERS, B_ANSWERS, RUNNER_UPS, Serve, WritePrompts
 
 REPO = Path(__file__).parent.parent
 ACTION = yaml.safe_load((REPO / "action.yml").read_text())
 EXPRESSION = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
 BASH = ["bash", "--noprofile", "--norc", "-eo", "pipefail"]  # the runner's `shell: bash`
-Serve = Callable[..., ScriptedServer]
 PROMPTS = """
 prompts:
   - {id: same, category: factual, prompt: "Q: same", expect: {contains: Paris}}
@@ -134,7 +133,7 @@ def run_action(inputs: dict[str, str], workspace: Path, bin_dir: Path) -> Ran:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, write_prompts: Callable[[str], Path]) -> Path:
+def workspace(tmp_path: Path, write_prompts: WritePrompts) -> Path:
     """A checkout: the prompt set and a policy, where the job's steps run."""
     folder = tmp_path / "workspace"
     (folder / "prompts").mkdir(parents=True)

@@ -6,32 +6,19 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from quantcheck.cli import cli
+
+from .conftest import COMMANDS, invoke
 
 README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
 DOCS = {path.name: path.read_text(encoding="utf-8")
         for path in sorted((Path(__file__).parent.parent / "docs").glob("*.md"))}
 
 
-def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    found = []
-    for name, command in group.commands.items():
-        path = (*prefix, name)
-        if isinstance(command, click.Group):
-            found += all_commands(command, path)
-        else:
-            found.append(path)
-    return found
-
-
-COMMANDS = all_commands(cli)
-
-
 @pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
 def test_every_command_has_help_with_an_example(path: tuple[str, ...]) -> None:
-    result = CliRunner().invoke(cli, [*path, "--help"])
+    result = invoke(*path, "--help")
     assert result.exit_code == 0
     assert "Example:" in result.output
     assert f"quantcheck {' '.join(path)}" in result.output
@@ -75,7 +62,7 @@ def documented_commands() -> list[tuple[str, str]]:
     for name, text in [("README.md", README), *((f"docs/{n}", t) for n, t in DOCS.items())]:
         found += _commands_in(name, text)
     for path in COMMANDS:
-        text = CliRunner().invoke(cli, [*path, "--help"]).output
+        text = invoke(*path, "--help").output
         example = text.split("Example:", 1)[1].split("Options:", 1)[0]
         for line in example.replace("\\\n", " ").splitlines():
             if line.strip().startswith("quantcheck "):
@@ -175,10 +162,9 @@ def test_throughput_takes_a_suite(serve: object, tmp_path: Path) -> None:
 
     assert callable(serve)
     server: ScriptedServer = serve()
-    result = CliRunner().invoke(cli, ["throughput", server.url, "--suite", "facts",
-                                      "--seconds", "0", "--concurrency", "2",
-                                      "--max-tokens", "4", "--api", "completions",
-                                      "--extra-body", '{"top_k": 1}'])
+    result = invoke("throughput", server.url, "--suite", "facts", "--seconds", "0", "--concurrency",
+                    "2", "--max-tokens", "4", "--api", "completions", "--extra-body",
+                    '{"top_k": 1}')
     assert result.exit_code == 0, result.output
     assert "output tokens/s" in result.output
     assert all(r.get("top_k") == 1 and "prompt" in r for r in server.requests)

@@ -31,11 +31,10 @@ import numpy as np
 import pytest
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.lab.scripted import ScriptedServer
 from quantcheck.store.run_records import Completion
 from quantcheck.wire.dialects import EventStream, StreamAccumulator
 
-from .conftest import skip_module_without_extra
+from .conftest import Serve, WritePrompts, skip_module_without_extra
 
 try:
     from starlette.responses import JSONResponse
@@ -295,7 +294,7 @@ CASES: list[Case] = [
 @pytest.mark.parametrize(("dialect", "api", "stream", "answer", "holds"), CASES,
                          ids=[f"{c[0]}-{c[3].__name__}" for c in CASES])
 def test_an_engine_answer_built_by_the_engine_is_read_field_by_field(
-        serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+        serve: Serve, write_prompts: WritePrompts,
         tmp_path: Path, dialect: str, api: str, stream: bool, answer: Callable[[], bytes],
         holds: dict[str, Any]) -> None:
     kind = api + ("-stream" if stream else "")
@@ -357,7 +356,7 @@ UNUSABLE_ROUTING: dict[str, tuple[str, bool, Callable[[], bytes], str]] = {
 
 @pytest.mark.parametrize("case", list(UNUSABLE_ROUTING), ids=list(UNUSABLE_ROUTING))
 def test_engine_routing_without_a_row_per_forward_pass_is_unusable(
-        serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path],
+        serve: Serve, write_prompts: WritePrompts,
         tmp_path: Path, case: str) -> None:
     dialect, stream, answer, reason = UNUSABLE_ROUTING[case]
     server = serve(dialect=dialect, replay={"chat-stream" if stream else "chat": answer()})

@@ -17,14 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.cli import cli
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 
-from .conftest import FIXTURES, RUNNER_UPS
-from .test_docs import COMMANDS
+from .conftest import COMMANDS, FIXTURES, RUNNER_UPS, invoke
 
 DOCS = Path(__file__).parent.parent / "docs" / "ci.md"
 PROMPTS = """
@@ -88,10 +86,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     finally:
         for server in servers:
             server.stop()
-
-
-def invoke(*args: object) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def a_port_in_use() -> tuple[socket.socket, int]:

@@ -23,6 +23,7 @@ from quantcheck.store.run_dir import RecordNotStorable, RunWriter
 from quantcheck.store.run_records import Completion, Tokens
 from quantcheck.store.token_columns import pack
 
+from .conftest import WritePrompts
 from .hostile import (
     MODELS,
     HostileServer,
@@ -116,7 +117,7 @@ BAD_ANSWERS = {
 
 @pytest.mark.parametrize("case", list(BAD_ANSWERS), ids=list(BAD_ANSWERS))
 def test_a_bad_answer_is_a_failed_record_and_a_rerun_asks_again(
-        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        hostile: Callable[..., HostileServer], write_prompts: WritePrompts,
         tmp_path: Path, case: str) -> None:
     body, reason = BAD_ANSWERS[case]
     bad = hostile(answer(body, "text/html" if case == "html" else "application/json"))
@@ -156,7 +157,7 @@ BAD_STREAMS = {
 
 @pytest.mark.parametrize("case", list(BAD_STREAMS), ids=list(BAD_STREAMS))
 def test_a_bad_stream_is_a_failed_record(hostile: Callable[..., HostileServer],
-                                         write_prompts: Callable[[str], Path],
+                                         write_prompts: WritePrompts,
                                          tmp_path: Path, case: str) -> None:
     body, reason = BAD_STREAMS[case]
 
@@ -171,7 +172,7 @@ def test_a_bad_stream_is_a_failed_record(hostile: Callable[..., HostileServer],
 
 
 def test_html_on_a_stream_is_named_as_such(hostile: Callable[..., HostileServer],
-                                           write_prompts: Callable[[str], Path],
+                                           write_prompts: WritePrompts,
                                            tmp_path: Path) -> None:
     def respond(request: Request, out: BinaryIO) -> None:
         out.write(http(200, b"<html><body>Proxy login</body></html>", "text/html"))
@@ -186,7 +187,7 @@ def test_html_on_a_stream_is_named_as_such(hostile: Callable[..., HostileServer]
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 @pytest.mark.parametrize("kind", ["bytes", "keep-alive", "tokens"])
 def test_timeout_bounds_a_trickling_answer(hostile: Callable[..., HostileServer],
-                                           write_prompts: Callable[[str], Path],
+                                           write_prompts: WritePrompts,
                                            tmp_path: Path, kind: str, stream: bool) -> None:
     piece = {"bytes": b" ", "keep-alive": b": keep-alive\n\n",
              "tokens": sse(chat_chunk(" more"))}[kind]
@@ -203,7 +204,7 @@ def test_timeout_bounds_a_trickling_answer(hostile: Callable[..., HostileServer]
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_an_oversized_answer_fails_without_retry(hostile: Callable[..., HostileServer],
-                                                 write_prompts: Callable[[str], Path],
+                                                 write_prompts: WritePrompts,
                                                  tmp_path: Path, stream: bool) -> None:
     line = b"data: " + b"x" * (3 << 20) if stream else b'{"x": "' + b"x" * (3 << 20)
 
@@ -219,7 +220,7 @@ def test_an_oversized_answer_fails_without_retry(hostile: Callable[..., HostileS
 
 
 def test_a_dead_endpoint_stops_the_run_early_and_a_rerun_finishes(
-        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        hostile: Callable[..., HostileServer], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     server: HostileServer | None = None
 
@@ -269,7 +270,7 @@ ODD_INFO = {
 
 @pytest.mark.parametrize("case", list(ODD_INFO), ids=list(ODD_INFO))
 def test_odd_server_descriptions_are_not_revealed_never_a_crash(
-        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        hostile: Callable[..., HostileServer], write_prompts: WritePrompts,
         tmp_path: Path, case: str) -> None:
     scripted, refusal = ODD_INFO[case]
     server = hostile(good, **scripted)
@@ -284,7 +285,7 @@ def test_odd_server_descriptions_are_not_revealed_never_a_crash(
 
 
 def test_a_404_on_models_names_the_right_url(hostile: Callable[..., HostileServer],
-                                             write_prompts: Callable[[str], Path],
+                                             write_prompts: WritePrompts,
                                              tmp_path: Path) -> None:
     server = hostile(good)
     server.models = b""
@@ -296,7 +297,7 @@ def test_a_404_on_models_names_the_right_url(hostile: Callable[..., HostileServe
 
 
 def test_the_cli_prints_one_line_and_no_traceback(hostile: Callable[..., HostileServer],
-                                                  write_prompts: Callable[[str], Path],
+                                                  write_prompts: WritePrompts,
                                                   tmp_path: Path) -> None:
     server = hostile(answer(BAD_ANSWERS["typed-field-then-cut-line"][0]),
                      models=json.dumps(MODELS).encode())
@@ -315,7 +316,7 @@ LOGPROB_ANSWER = with_logprobs([{"token": " x", "logprob": -0.5, "top_logprobs":
 
 @pytest.mark.parametrize("case", list(BAD_ANSWERS), ids=list(BAD_ANSWERS))
 def test_every_summary_compare_writes_from_a_hostile_run_reads_back(
-        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        hostile: Callable[..., HostileServer], write_prompts: WritePrompts,
         tmp_path: Path, case: str) -> None:
     prompts = write_prompts("prompts:\n" + "".join(
         f'  - {{id: p{n}, messages: [{{role: user, content: "Question {n}?"}}]}}\n'
@@ -337,7 +338,7 @@ def test_every_summary_compare_writes_from_a_hostile_run_reads_back(
 
 
 def test_a_hand_made_run_with_infinite_logprobs_still_gives_a_readable_summary(
-        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        hostile: Callable[..., HostileServer], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     prompts = write_prompts(ONE_PROMPT)
     for side in "ab":
@@ -387,7 +388,7 @@ ODD_ARGUMENTS: dict[str, tuple[str | bytes, bool]] = {
 @pytest.mark.parametrize("case", list(ODD_ARGUMENTS), ids=list(ODD_ARGUMENTS))
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_any_tool_call_arguments_are_stored_as_sent(
-        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        hostile: Callable[..., HostileServer], write_prompts: WritePrompts,
         tmp_path: Path, case: str, stream: bool) -> None:
     arguments, parsed = ODD_ARGUMENTS[case]
     whole = tool_call_answer(arguments)
@@ -425,7 +426,7 @@ def test_any_tool_call_arguments_are_stored_as_sent(
 
 
 def test_tool_call_arguments_beyond_64_bits_compare_exactly(
-        hostile: Callable[..., HostileServer], write_prompts: Callable[[str], Path],
+        hostile: Callable[..., HostileServer], write_prompts: WritePrompts,
         tmp_path: Path) -> None:
     prompts = write_prompts(ONE_PROMPT)
     sides = {"a": '{"account": 123456789012345678901234567890, "deep": ' + DEEP + "}",

@@ -9,14 +9,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare, load_run
-from quantcheck.cli import cli
 from quantcheck.cli.heap import return_freed_memory
 from quantcheck.lab.endpoint import LabServer
 
-from .conftest import skip_module_without_extra
+from .conftest import invoke, skip_module_without_extra, write_review
 
 pytestmark = pytest.mark.model
 
@@ -159,9 +157,8 @@ def test_the_lab_model_as_a_judge_breaks_nothing_and_the_agreement_says_how_poor
     with other:
         b = run(other, prompts, tmp_path / "b")
     out = tmp_path / "report"
-    result = CliRunner().invoke(cli, [
-        "compare", str(a.path), str(b.path), "--out", str(out), "--jobs", "1",
-        "--judge", server.url, "--judge-max-tokens", "12", "--judge-concurrency", "1"])
+    result = invoke("compare", a.path, b.path, "--out", out, "--jobs", "1", "--judge", server.url,
+                    "--judge-max-tokens", "12", "--judge-concurrency", "1")
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     judge = summary["judge"]
@@ -173,12 +170,8 @@ def test_the_lab_model_as_a_judge_breaks_nothing_and_the_agreement_says_how_poor
     labels = pd.read_csv(out / "pairs.csv", keep_default_na=False).set_index("prompt_id")[
         "judge_label"]
     assert set(labels.index) == {"capital", "legs", "water", "chat"}
-    identity = summary["identity"]
-    (out / "reviews").mkdir()
-    (out / "reviews" / "dana.json").write_text(json.dumps({
-        "format": "quantcheck-review/1", "identity": identity, "reviewer": "dana",
-        "verdicts": {p: {"label": "factual_flip"} for p in ("capital", "legs", "water")}}))
-    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
+    write_review(out, "dana", {p: {"label": "factual_flip"} for p in ("capital", "legs", "water")})
+    assert invoke("report", out).exit_code == 0
     found = json.loads((out / "summary.json").read_text())["judge"]["agreement"]
     observed = sum(1 for prompt in ("capital", "legs", "water") if labels[prompt])
     if observed:  # each label the judge gave a reviewed pair is one observation
@@ -193,8 +186,7 @@ def test_the_lab_model_as_a_judge_breaks_nothing_and_the_agreement_says_how_poor
 
 def test_demo_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--repeats", "1",
-                                      "--b-precision", "int4"])
+    result = invoke("demo", "--out", out, "--repeats", "1", "--b-precision", "int4")
     assert result.exit_code == 0, result.output
     assert "bf16 (A) vs int4 (B):" in result.output
     assert "gate (default policy):" in result.output
@@ -204,8 +196,7 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
 
 def test_demo_with_two_candidates_recommends_one(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--repeats", "1",
-                                      "--b-precision", "fp8,int4"])
+    result = invoke("demo", "--out", out, "--repeats", "1", "--b-precision", "fp8,int4")
     assert result.exit_code == 0, result.output
     overview = json.loads((out / "overview.json").read_text())
     rows = {row["label"]: row for row in overview["candidates"]}

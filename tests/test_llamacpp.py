@@ -19,15 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from quantcheck import CollectSettings, collect, compare, load_run
-from quantcheck.cli import cli
 from quantcheck.fetch.forced_scoring import ForcedSettings
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.pipeline.collecting import score_run
 
-from .conftest import skip_module_without_extra
+from .conftest import invoke, skip_module_without_extra
 
 pytestmark = pytest.mark.llamacpp
 
@@ -120,10 +118,9 @@ def post(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
 def test_run_compare_render_gate(servers: dict[str, Any], write_prompts: Any,
                                  tmp_path: Path) -> None:
     out = tmp_path / "report"
-    result = CliRunner().invoke(cli, [
-        "run", "--a", servers["Q4_K_M"], "--a-label", "q4_k_m", "--b", servers["Q2_K"],
-        "--b-label", "q2_k", "--prompts", str(write_prompts(PROMPTS)), "--out", str(out),
-        "--top-logprobs", "5", "--concurrency", "1", "--one-side-at-a-time"])
+    result = invoke("run", "--a", servers["Q4_K_M"], "--a-label", "q4_k_m", "--b", servers["Q2_K"],
+                    "--b-label", "q2_k", "--prompts", write_prompts(PROMPTS), "--out", out,
+                    "--top-logprobs", "5", "--concurrency", "1", "--one-side-at-a-time")
     assert result.exit_code in (0, 1), result.output  # 1: Q2_K fails the default gate
     assert "q4_k_m (A) vs q2_k (B):" in result.output
     # two quantizations of one model: a single-axis A/B, named as the files name them
@@ -139,8 +136,7 @@ def test_run_compare_render_gate(servers: dict[str, Any], write_prompts: Any,
         assert a_cell["model_shape"].startswith("params ")
     assert summary["counts"]["pairs"] == 3
     assert (out / "index.html").exists()
-    gate = CliRunner().invoke(cli, ["gate", str(out), "--max-factual-flips", "3",
-                                    "--max-new-degenerate", "3"])
+    gate = invoke("gate", out, "--max-factual-flips", "3", "--max-new-degenerate", "3")
     assert gate.exit_code == 0, gate.output
     assert (out / "junit.xml").exists()
 
@@ -284,11 +280,10 @@ def test_a_newline_stop_and_a_throughput_phase_on_llama_server(
     an answer with a newline: with it they generated nothing), and the throughput phase
     survives the kept-alive connections llama-server closes (each failed at once)."""
     out = tmp_path / "report"
-    result = CliRunner().invoke(cli, [
-        "run", "--a", servers["Q4_K_M"], "--b", servers["Q2_K"], "--prompts",
-        str(write_prompts(PROMPTS)), "--out", str(out), "--top-logprobs", "5",
-        "--concurrency", "1", "--context-tokens", "0", "--throughput",
-        "--throughput-seconds", "3", "--throughput-concurrency", "1"])
+    result = invoke("run", "--a", servers["Q4_K_M"], "--b", servers["Q2_K"], "--prompts",
+                    write_prompts(PROMPTS), "--out", out, "--top-logprobs", "5", "--concurrency",
+                    "1", "--context-tokens", "0", "--throughput", "--throughput-seconds", "3",
+                    "--throughput-concurrency", "1")
     assert result.exit_code in (0, 1), result.output  # 1: Q2_K fails the default gate
     assert "no logprobs came back" not in result.output
     summary = json.loads((out / "summary.json").read_text())
@@ -311,9 +306,8 @@ def test_a_fallback_chat_template_the_model_does_not_know_is_named(
           - {id: capital, messages: [{role: user, content: "What is the capital of France?"}],
              max_tokens: 24}
     """)
-    result = CliRunner().invoke(cli, ["collect", "--endpoint", servers["Q4_K_M"], "--prompts",
-                                      str(prompts), "--out", str(tmp_path / "a"),
-                                      "--context-tokens", "0", "--top-logprobs", "5"])
+    result = invoke("collect", "--endpoint", servers["Q4_K_M"], "--prompts", prompts, "--out",
+                    tmp_path / "a", "--context-tokens", "0", "--top-logprobs", "5")
     assert result.exit_code == 0, result.output
     assert "WARN template" in result.output
     assert "llama.cpp's ChatML fallback" in result.output

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
-
 from quantcheck import compare_to_dir
-from quantcheck.cli import cli
+
+from .conftest import invoke
 
 QUANTCHECK = Path(sys.executable).parent / "quantcheck"  # the venv's console script
 
@@ -50,7 +49,7 @@ def test_a_replaced_report_sets_its_old_reviews_aside(ab_runs: tuple[Path, Path]
     stale = {"format": "quantcheck-review/1", "identity": "0123abcd", "reviewer": "dana",
              "verdicts": {"flip": {"label": "factual_flip"}}}
     (report / "reviews" / "dana.json").write_text(json.dumps(stale))
-    result = CliRunner().invoke(cli, ["compare", *map(str, ab_runs), "--out", str(report)])
+    result = invoke("compare", *ab_runs, "--out", report)
     assert result.exit_code == 1, result.output  # the planted flip fails the default gate
     assert "1 review file(s) made for the report this one replaces set aside in" in \
         result.output
@@ -59,7 +58,7 @@ def test_a_replaced_report_sets_its_old_reviews_aside(ab_runs: tuple[Path, Path]
     assert not (report / "reviews" / "dana.json").exists()
     summary: dict[str, Any] = json.loads((report / "summary.json").read_text())
     assert summary["reviews_set_aside"] == [str(moved)]
-    gate = CliRunner().invoke(cli, ["gate", str(report)])
+    gate = invoke("gate", report)
     assert "made for another run" not in gate.output  # not refused: it is out of the way
     # a review of this very report stays where it is
     identity = summary["identity"]

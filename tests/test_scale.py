@@ -16,28 +16,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.cli import cli
-from quantcheck.errors import RunFormatError
 from quantcheck.judge import pairs as compare_module
-from quantcheck.judge import sides
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.present import sheet as report
 from quantcheck.store.merging import merge_runs
 from quantcheck.store.pair_records import PAIR_DTYPES, TEXT_COLUMNS
 from quantcheck.store.report_dir import DetailsReader, pairs_csv, read_pair_rows, read_pairs
-from quantcheck.store.run_dir import PromptLines, lock_run, prompt_key
+from quantcheck.store.run_dir import lock_run
 from quantcheck.store.shards import ShardError, in_shard, parse_shard
 
-from .test_collect import Serve, WritePrompts
-from .test_storage import assert_one_clear_line, run_with_file_limit
+from .conftest import Serve, WritePrompts, assert_one_clear_line, invoke, run_with_file_limit
 
 
 def prompt_set(count: int) -> str:
@@ -74,8 +68,7 @@ def test_four_shards_merge_into_the_unsharded_run(serve: Serve, write_prompts: W
     sizes = [len(load_run(shard).prompts) for shard in shards]
     assert sum(sizes) == 23 and all(sizes)  # every prompt in exactly one shard
 
-    result = CliRunner().invoke(cli, ["merge", *map(str, reversed(shards)), "--out",
-                                      str(tmp_path / "merged")])
+    result = invoke("merge", *reversed(shards), "--out", tmp_path / "merged")
     assert result.exit_code == 0, result.output
     assert "merged 4 shards: 23 prompts, 46 records" in result.output
     merged = load_run(tmp_path / "merged")
@@ -108,8 +101,7 @@ def test_shards_that_do_not_belong_together_are_refused(
         ([tmp_path / "one" / "shard1", tmp_path / "nothing"], "not"),
     ]
     for runs, message in cases:
-        result = CliRunner().invoke(cli, ["merge", *map(str, runs), "--out",
-                                          str(tmp_path / "out")])
+        result = invoke("merge", *runs, "--out", tmp_path / "out")
         assert result.exit_code == 2, (message, result.output)
         assert message in result.output, result.output
         assert "Traceback" not in result.output
@@ -125,8 +117,8 @@ def test_shards_that_do_not_belong_together_are_refused(
     with pytest.raises(ShardError, match="is not empty"):
         merge_runs(shards, tmp_path / "out")
 
-    bad = CliRunner().invoke(cli, ["collect", "--endpoint", b.url, "--prompts", str(prompts),
-                                   "--out", str(tmp_path / "x"), "--shard", "3/2"])
+    bad = invoke("collect", "--endpoint", b.url, "--prompts", prompts, "--out", tmp_path / "x",
+                 "--shard", "3/2")
     assert bad.exit_code == 2 and "expected I/N with 1 <= I <= N" in bad.output
 
 def test_merge_refuses_links_and_a_second_merge_and_keeps_what_they_point_at(
@@ -143,8 +135,7 @@ def test_merge_refuses_links_and_a_second_merge_and_keeps_what_they_point_at(
         merge_runs(shards, tmp_path / "elsewhere")
     assert (precious / "keep.txt").read_text() == "mine"
     with lock_run(tmp_path / "busy.merging"):  # another merge into the same place
-        result = CliRunner().invoke(cli, ["merge", *map(str, shards), "--out",
-                                          str(tmp_path / "busy")])
+        result = invoke("merge", *shards, "--out", tmp_path / "busy")
     assert result.exit_code == 2 and "in use by another quantcheck process" in result.output
     assert not (tmp_path / "busy").exists()
 
@@ -164,8 +155,8 @@ def test_compare_on_several_processes_writes_the_same_report(
             endpoint=serve(ScriptedModel(answers)).url, label=side, repeats=2,
             context_tokens=0, concurrency=16))
     for jobs in ("1", "2"):
-        result = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b"),
-                                          "--out", str(tmp_path / f"r{jobs}"), "--jobs", jobs])
+        result = invoke("compare", tmp_path / "a", tmp_path / "b", "--out", tmp_path / f"r{jobs}",
+                        "--jobs", jobs)
         assert result.exit_code == 0, result.output
     for name in ("pairs.csv", "details.jsonl"):
         assert (tmp_path / "r1" / name).read_bytes() == (tmp_path / "r2" / name).read_bytes()
@@ -301,7 +292,7 @@ def test_a_broken_pairs_table_found_while_the_sheet_streams_leaves_the_old_sheet
     with (tmp_path / "r" / "pairs.csv").open("a") as handle:
         handle.write('q99,"a cell that never ends\n')
     monkeypatch.setattr(report, "SHEET_PAIRS_CHUNK", 5)  # the break is in a later chunk
-    result = CliRunner().invoke(cli, ["report", str(tmp_path / "r")])
+    result = invoke("report", tmp_path / "r")
     assert result.exit_code == 2
     assert_one_clear_line(result.output, "pairs.csv: not a pairs table written by compare")
     assert (tmp_path / "r" / "index.html").read_bytes() == sheet
@@ -327,120 +318,6 @@ def test_details_are_found_in_any_order_and_missing_ones_are_empty(
                               if prompt_id in written else {})
 
 
-completion_lines = st.lists(st.fixed_dictionaries({
-    "prompt_id": st.sampled_from(["p1", "p2", "p3", "p\u00e9", "stray"]),
-    "repeat": st.integers(0, 3),
-    "text": st.one_of(st.none(), st.text(max_size=6)),
-    "error": st.one_of(st.none(), st.sampled_from(["HTTP 500 (after 4 attempts)", "timeout"])),
-    "finish_reason": st.sampled_from([None, "stop", "length"]),
-    "usage": st.one_of(st.none(), st.builds(lambda n: {"completion_tokens": n},
-                                            st.integers(0, 500))),
-    "ttft_s": st.one_of(st.none(), st.floats(0, 100)),
-    "e2e_s": st.one_of(st.none(), st.floats(0, 100)),
-    "prompt_hash": st.one_of(st.none(), st.sampled_from(["h1", "h2"]))}), max_size=30)
-
-
-@settings(max_examples=200, deadline=None, derandomize=True)
-@given(completion_lines, st.integers(1, 3))
-def test_the_compact_index_gives_back_every_record_and_counts_the_requests(
-        lines: list[dict[str, Any]], repeats: int) -> None:
-    """A side holds a prompt key, an offset and a signature digest per request: every
-    record reads back from its line as written, a prompt's records in file order, the
-    prompts in the order they first appear; the request counts and timings summed while
-    reading match a count over the lines; a request recorded twice is refused."""
-    with tempfile.TemporaryDirectory() as folder:
-        run = Path(folder)
-        (run / "manifest.json").write_text(json.dumps({"parameters": {"repeats": repeats}}))
-        (run / "prompts.jsonl").write_text("".join(
-            json.dumps({"id": i, "category": "c", "api": "completions", "hash": "h1",
-                        "request": {"prompt": i}}) + "\n" for i in ("p1", "p2", "p\u00e9")))
-        written = [orjson.dumps(line) + b"\n" for line in lines]
-        (run / "completions.jsonl").write_bytes(b"".join(written))
-        answered = [(line["prompt_id"], line["repeat"]) for line in lines
-                    if line["error"] is None]
-        if len(set(answered)) < len(answered):
-            with pytest.raises(RunFormatError, match="recorded more than once"):
-                sides.load_side(run)
-            return
-        with sides.load_side(run) as side:
-            check_side(side, lines, written, answered, repeats)
-
-
-def check_side(side: sides.Side, lines: list[dict[str, Any]], written: list[bytes],
-               answered: list[tuple[str, int]], repeats: int) -> None:
-    offsets = np.cumsum([0] + [len(w) for w in written])
-    ids = list(dict.fromkeys(line["prompt_id"] for line in lines))
-    assert side.index.order.tolist() == [prompt_key(i) for i in ids]
-    for prompt_id in [*ids, "never"]:
-        records = side.records(prompt_id) or []
-        mine = [(n, line) for n, line in enumerate(lines) if line["prompt_id"] == prompt_id]
-        assert [(r.offset, r.repeat, r.text, r.error, r.finish_reason,
-                 r.prompt_hash, r.n_tokens) for r in records] == [
-            (offsets[n], line["repeat"], line["text"] or "", line["error"],
-             line["finish_reason"], line["prompt_hash"],
-             (line["usage"] or {}).get("completion_tokens")) for n, line in mine]
-    ok = [line for line in lines if line["error"] is None]
-    timed = [line for line in ok if line["e2e_s"] is not None]
-    seconds = sum(line["e2e_s"] for line in timed)
-    tokens = [line["usage"]["completion_tokens"] for line in ok if line["usage"]]
-    performance = side.performance
-    assert (performance.requests, performance.failed) == (len(lines), len(lines) - len(ok))
-    assert performance.output_tokens == (sum(tokens) if tokens else None)
-    assert performance.e2e_p99_s == (pytest.approx(np.percentile(
-        [line["e2e_s"] for line in timed], 99)) if timed else None)
-    assert performance.output_tokens_per_s == (pytest.approx(sum(
-        line["usage"]["completion_tokens"] for line in timed if line["usage"]) / seconds)
-        if timed and seconds > 0 else None)
-    asked = {(i, r) for i, r in answered if i in ("p1", "p2", "p\u00e9") and r < repeats}
-    assert side.unanswered == 3 * repeats - len(asked)
-
-
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(st.text("0123456789abcdef", min_size=16, max_size=32),
-       st.text("0123456789abcdef", min_size=16, max_size=32))
-def test_digests_differ_as_their_first_64_bits_do(one: str, other: str) -> None:
-    same = int(one[:16], 16) == int(other[:16], 16)
-    assert (sides._digest64(one) == sides._digest64(other)) == same
-    assert sides._digest64(one) != sides.MISSING_DIGEST
-
-
-prompt_lines = st.lists(st.tuples(
-    st.sampled_from(["q1", "q2", "q3", "\u00e9", ""]), st.text(max_size=12),
-    st.sampled_from(["ok", "ok", "torn", "not json", "no id"])), max_size=12)
-
-
-@settings(max_examples=200, deadline=None, derandomize=True)
-@given(prompt_lines)
-def test_a_runs_prompts_read_on_demand_are_the_prompts_read_whole(
-        lines: list[tuple[str, str, str]]) -> None:
-    """compare holds a run's prompts.jsonl as ids and offsets (PromptLines) and parses a
-    prompt when asked: the same prompts, in the same order, as load_run reads at once,
-    the same error (file and line) for a malformed line, a torn last line skipped."""
-    with tempfile.TemporaryDirectory() as folder:
-        run = Path(folder)
-        (run / "manifest.json").write_text("{}")
-        text = ""
-        for number, (prompt_id, prompt, kind) in enumerate(lines):
-            line = json.dumps({"id": prompt_id, "category": "c", "api": "completions",
-                               "hash": f"h{number}", "request": {"prompt": prompt}})
-            text += {"ok": line + "\n", "torn": line, "not json": "{\n",
-                     "no id": '{"category": "c"}\n'}[kind]
-            if kind == "torn":
-                break
-        (run / "prompts.jsonl").write_text(text)
-        try:
-            whole = load_run(run).prompts
-        except RunFormatError as exc:
-            with pytest.raises(RunFormatError) as raised:
-                PromptLines(run / "prompts.jsonl")
-            assert str(raised.value) == str(exc)
-            return
-        lazy = PromptLines(run / "prompts.jsonl")
-        assert list(lazy) == list(whole) and len(lazy) == len(whole)
-        assert all(lazy[prompt_id] == prompt for prompt_id, prompt in whole.items())
-        assert "never" not in lazy and lazy.get("never") is None
-
-
 def test_a_compare_that_cannot_write_keeps_the_old_report_and_a_rerun_finishes(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     """pairs.csv and details.jsonl are streamed to temporaries: a full disk (a file-size
@@ -459,36 +336,6 @@ def test_a_compare_that_cannot_write_keeps_the_old_report_and_a_rerun_finishes(
     again = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert "Sydney" in (report / "pairs.csv").read_text()
-
-
-def test_two_prompt_ids_that_share_a_key_are_refused_not_merged(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """compare holds prompt ids as 64-bit keys. Two ids of one run that shared a key
-    (about 1 in 10^9 at 100,000 prompts) would be judged as one prompt: they are refused,
-    by name, where they meet. A key of 1 bit stands in for the coincidence here."""
-    from quantcheck.store import run_dir as runstore
-
-    def coarse(prompt_id: str) -> int:
-        return len(prompt_id) % 2
-
-    monkeypatch.setattr(runstore, "prompt_key", coarse)
-    monkeypatch.setattr(sides, "prompt_key", coarse)
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "manifest.json").write_text("{}")
-    (run / "prompts.jsonl").write_text("".join(
-        json.dumps({"id": i, "category": "c", "api": "completions", "hash": "h",
-                    "request": {"prompt": i}}) + "\n" for i in ("p1", "p2")))
-    with pytest.raises(RunFormatError, match="prompt ids 'p[12]' and 'p[12]' share a 64-bit"):
-        PromptLines(run / "prompts.jsonl")
-    (run / "prompts.jsonl").write_text("")
-    for repeat_of_p2 in (0, 1):  # met when indexing, or when the pair is read
-        (run / "completions.jsonl").write_text("".join(
-            json.dumps({"prompt_id": i, "repeat": r, "text": "t"}) + "\n"
-            for i, r in (("p1", 0), ("p2", repeat_of_p2))))
-        with pytest.raises(RunFormatError, match="prompt ids 'p1' and 'p2' share a 64-bit"):
-            with sides.load_side(run) as side:
-                side.records("p1")
 
 
 def _edit_record(shard: Path, change: dict[str, Any] | bytes, number: int = 0) -> None:
@@ -620,8 +467,7 @@ def test_merge_reads_shards_as_hostile_input(two_shards: list[Path], tmp_path: P
                                             case: str) -> None:
     lie, says = HOSTILE_SHARDS[case]
     shards = _hostile_copy(two_shards, tmp_path, lie)
-    result = CliRunner().invoke(cli, ["merge", *map(str, shards), "--out",
-                                      str(tmp_path / "merged")])
+    result = invoke("merge", *shards, "--out", tmp_path / "merged")
     assert result.exit_code == 2, result.output
     assert_one_clear_line(result.output, says)
     assert str(shards[0]) in result.output and "cannot write" not in result.output
@@ -652,7 +498,6 @@ def test_compare_reads_no_token_file_outside_a_run(two_shards: list[Path], tmp_p
                                                    reference: dict[str, Any]) -> None:
     one, two = _hostile_copy(two_shards, tmp_path, lambda one, two: _edit_record(one,
                                                                                  reference))
-    result = CliRunner().invoke(cli, ["compare", str(two), str(one), "--out",
-                                      str(tmp_path / "report")])
+    result = invoke("compare", two, one, "--out", tmp_path / "report")
     assert result.exit_code == 2, result.output
     assert_one_clear_line(result.output, "does not point into tokens.bin")

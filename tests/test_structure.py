@@ -1,10 +1,13 @@
 """The package's shape: each layer a folder, imports only running down the floors, no
-import circles, and the offline layers never load the network."""
+import circles, and the offline layers never load the network; and the tests' shape:
+each test file named for the module it tests (or a listed scenario), none importing
+another."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -153,3 +156,81 @@ def test_importing_the_package_loads_neither_pandas_nor_the_network() -> None:
     import quantcheck
 
     assert quantcheck.load_run.__module__ == "quantcheck.store.run_dir"  # loaded on first use
+
+
+# --- the tests mirror the house ----------------------------------------------------------
+
+TESTS = Path(__file__).parent
+# Test files of a scenario across the layers rather than of one module; docs/development.md
+# ("Tests") lists them too and says what each covers.
+SCENARIOS = {"test_action.py", "test_docs.py", "test_engine_models.py", "test_exit_codes.py",
+             "test_fuzz_parsers.py", "test_hostile_servers.py", "test_lint.py",
+             "test_llamacpp.py", "test_newcomer.py", "test_scale.py", "test_structure.py",
+             "test_wire_formats.py"}
+# Tests of a folder as a whole, test_<layer>_<topic>.py (none so far).
+FOLDER_TOPICS: set[str] = set()
+
+
+def module_tested(name: str) -> Path | None:
+    """src/quantcheck/LAYER/MODULE.py for tests/test_LAYER_MODULE.py, if there is one."""
+    layer, _, module = name.removeprefix("test_").removesuffix(".py").partition("_")
+    path = PACKAGE / layer / f"{module}.py"
+    return path if layer in LAYER_FOLDERS and module and path.is_file() else None
+
+
+def test_each_test_file_is_named_for_its_module_or_is_a_listed_scenario() -> None:
+    files = {path.name for path in TESTS.glob("test_*.py")}
+    unplaced = sorted(name for name in files - SCENARIOS - FOLDER_TOPICS
+                      if not module_tested(name))
+    assert not unplaced, (
+        f"{unplaced}: name a test file test_<layer>_<module>.py for the module of "
+        "src/quantcheck/<layer>/ it tests (a private one too: test_cli__group.py); a "
+        "scenario across the layers goes in SCENARIOS here and in docs/development.md")
+    assert SCENARIOS | FOLDER_TOPICS <= files, "listed, but no such test file"
+    docs = (PACKAGE.parents[1] / "docs" / "development.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\s*\| `(test_\w+\.py)` \|", docs.split("\n## Tests", 1)[1],
+                            re.MULTILINE))
+    assert listed == SCENARIOS, "docs/development.md's scenario table names other files"
+
+
+def imports_of_test_files(folder: Path) -> list[str]:
+    """Every import of a test file (tests/test_*.py) by a module of the tests folder."""
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                modules = [node.module] if node.module else [a.name for a in node.names]
+                if not node.level:
+                    modules = [m.removeprefix("tests.") for m in modules if m.startswith("tests.")]
+            elif isinstance(node, ast.Import):
+                modules = [a.name.removeprefix("tests.") for a in node.names
+                           if a.name.startswith("tests.")]
+            else:
+                continue
+            found += [f"{path.name} imports {module}" for module in modules
+                      if module.split(".")[0].startswith("test_")]
+    return found
+
+
+def test_no_test_file_imports_another(tmp_path: Path) -> None:
+    """What two test files share is in tests/helpers.py (re-exported by conftest.py)."""
+    assert imports_of_test_files(TESTS) == []
+    (tmp_path / "test_a.py").write_text("from .test_b import helper\nimport tests.test_c\n")
+    (tmp_path / "conftest.py").write_text("from . import test_d\n")
+    assert imports_of_test_files(tmp_path) == ["conftest.py imports test_d",
+                                           "test_a.py imports test_b", "test_a.py imports test_c"]
+
+
+def test_conftest_shares_every_helper() -> None:
+    """A test file imports what it shares from `.conftest`: the fixtures' module
+    re-exports every public name of tests/helpers.py."""
+    helpers = ast.parse((TESTS / "helpers.py").read_text(encoding="utf-8"))
+    defined = {node.name for node in helpers.body
+               if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    defined |= {target.id for node in helpers.body if isinstance(node, ast.Assign | ast.AnnAssign)
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Name)}
+    conftest = ast.parse((TESTS / "conftest.py").read_text(encoding="utf-8"))
+    (exported,) = [ast.literal_eval(node.value) for node in conftest.body
+                   if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__"]
+    assert set(exported) == {name for name in defined if not name.startswith("_")}

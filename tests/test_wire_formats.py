@@ -3,7 +3,6 @@ and the loopback servers checked against the real openai SDK."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +10,9 @@ import openai
 import pytest
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.lab.scripted import DIALECTS, ScriptedModel, ScriptedServer
+from quantcheck.lab.scripted import DIALECTS, ScriptedModel
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, Serve, WritePrompts
 
 CANBERRA = {"text": ["Can", "berra", "."], "logprob": [-0.0123, -1.2e-05, -0.3]}
 LEGACY_CANBERRA = {"text": [" Can", "berra", "."], "logprob": [-0.0123, -1.2e-05, -0.3]}
@@ -46,7 +45,7 @@ CASES = [
 @pytest.mark.parametrize(("fixture", "dialect", "api", "stream", "text", "finish", "tokens",
                           "first_top"), CASES, ids=[c[0] for c in CASES])
 def test_each_dialect_normalizes_to_one_record(
-    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
     fixture: str, dialect: str, api: str, stream: bool, text: str, finish: str,
     tokens: dict[str, list[object]], first_top: list[tuple[str, float]],
 ) -> None:
@@ -78,7 +77,7 @@ def test_each_dialect_normalizes_to_one_record(
 
 
 def test_reasoning_fields_are_kept_apart_from_content(
-    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
 ) -> None:
     body = (FIXTURES / "wire" / "vllm-chat-reasoning-stream.sse").read_bytes()
     server = serve(replay={"chat-stream": body})
@@ -95,7 +94,7 @@ def test_reasoning_fields_are_kept_apart_from_content(
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_the_openai_sdk_reads_the_lab_servers_and_agrees(
-    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
     dialect: str, stream: bool,
 ) -> None:
     """The loopback servers the tests use speak the wire format the real openai SDK
@@ -128,7 +127,7 @@ def test_the_openai_sdk_reads_the_lab_servers_and_agrees(
 
 
 def test_a_stream_cut_short_at_done_is_retried_not_kept(
-    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
 ) -> None:
     """llama-cpp-python ends a stream it interrupts for a newer request with [DONE] and
     no finish_reason: that record must not pass for a complete answer."""
@@ -153,7 +152,7 @@ TOOL_PROMPT = ("prompts:\n  - id: p\n    messages: [{role: user, content: two ci
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_a_recorded_llama_cpp_python_tool_call_is_recorded_once(
-    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
     stream: bool,
 ) -> None:
     """Recorded from llama-cpp-python's server (chatml-function-calling, the real Gemma 3
@@ -176,7 +175,7 @@ def test_a_recorded_llama_cpp_python_tool_call_is_recorded_once(
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_the_openai_sdk_assembles_the_lab_tool_calls_as_quantcheck_does(
-    serve: Callable[..., ScriptedServer], write_prompts: Callable[[str], Path], tmp_path: Path,
+    serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
     dialect: str, stream: bool,
 ) -> None:
     calls = [("get_weather", '{"city": "Paris"}'), ("get_weather", '{"city": "Rome"}')]

@@ -1,0 +1,250 @@
+"""What the test files share, once: the CLI run in-process, review files, the planted
+A/B's prompts and answers, the candidates', the browser's and the disk's helpers.
+conftest.py re-exports all of it beside the fixtures: a test file imports from
+`.conftest`, never from another test file (tests/test_structure.py checks)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import resource
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from quantcheck.cli import cli
+from quantcheck.lab.scripted import ScriptedServer
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+# The `serve` and `write_prompts` fixtures (conftest.py), as a test annotates them.
+Serve = Callable[..., ScriptedServer]
+WritePrompts = Callable[[str], Path]
+
+
+def skip_module_without_extra(why: str) -> None:
+    """Call from `except ImportError:`; in CI (CI set) a missing extra is a failure."""
+    if os.environ.get("CI"):
+        raise  # the ImportError being handled by the caller
+    pytest.skip(why, allow_module_level=True)
+
+
+# --- the command line --------------------------------------------------------------
+
+def invoke(*args: object) -> Result:
+    """`quantcheck ARGS...` run in-process; arguments may be text, paths or numbers."""
+    return CliRunner().invoke(cli, [str(arg) for arg in args])
+
+
+def gate_writing_a_step_summary(report: Path, summary: Path) -> Result:
+    """`quantcheck gate REPORT` as a GitHub runner starts it, GITHUB_STEP_SUMMARY naming
+    `summary`: a CliRunner of its own, since the environment is the point."""
+    return CliRunner().invoke(cli, ["gate", str(report)],
+                              env={"GITHUB_STEP_SUMMARY": str(summary)})
+
+
+def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command of a group, as the words that name it: ("prompts", "check")."""
+    found = []
+    for name, command in group.commands.items():
+        path = (*prefix, name)
+        if isinstance(command, click.Group):
+            found += all_commands(command, path)
+        else:
+            found.append(path)
+    return found
+
+
+COMMANDS = all_commands(cli)
+
+
+# --- reports: reviews and the gate's verdict ------------------------------------------
+
+def report_identity(report: Path) -> str:
+    """The identity a review of this report must carry."""
+    return str(json.loads((report / "summary.json").read_text())["identity"])
+
+
+def write_review(report: Path, reviewer: str, verdicts: dict[str, Any],
+                 run: str | None = None) -> Path:
+    """REPORT/reviews/REVIEWER.json as the sheet saves it; `run` gives it another
+    report's identity (a stale review)."""
+    (report / "reviews").mkdir(exist_ok=True)
+    path = report / "reviews" / f"{reviewer}.json"
+    path.write_text(json.dumps({"format": "quantcheck-review/1",
+                                "identity": run or report_identity(report),
+                                "reviewer": reviewer, "verdicts": verdicts}))
+    return path
+
+
+def gate_rules(report: Path) -> dict[str, dict[str, Any]]:
+    """The rules of the report's gate.json, by name."""
+    data = json.loads((report / "gate.json").read_text())
+    return {rule["name"]: rule for rule in data["rules"]}
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """A CSV file's rows as text, as a reader of pairs.csv or matrix.csv sees them."""
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+# --- the planted A/B: one difference of each kind triage knows (`ab_runs`) -----------
+
+PROMPTS = """
+prompts:
+  - {id: same, category: factual, prompt: "Q: same", expect: {contains: Paris}}
+  - {id: wording, category: factual, prompt: "Q: wording", expect: {contains: Ottawa}}
+  - {id: near-tie, category: factual, prompt: "Q: near-tie"}
+  - {id: flip, category: factual, prompt: "Q: flip", expect: {contains: Canberra}}
+  - {id: better, category: numeric, prompt: "Q: better", expect: {number: 391}}
+  - {id: numbers, category: numeric, prompt: "Q: numbers"}
+  - {id: loop, category: factual, prompt: "Q: loop", max_tokens: 64}
+  - {id: empty, category: factual, prompt: "Q: empty"}
+  - {id: capped, category: factual, prompt: "Q: capped", max_tokens: 6}
+  - {id: noisy, category: factual, prompt: "Q: noisy"}
+  - {id: changed, category: factual, prompt: "Q: changed"}
+  - {id: only-a, category: factual, prompt: "Q: only-a"}
+"""
+A_ANSWERS: dict[str, str | list[str]] = {
+    "Q: same": " The capital of France is Paris.",
+    "Q: wording": " The capital of Canada is Ottawa.",
+    "Q: near-tie": " The answer is yes.",
+    "Q: flip": " The capital of Australia is Canberra.",
+    "Q: better": " 381 is the product.",
+    "Q: numbers": " It costs 40 dollars today.",
+    "Q: loop": " William Shakespeare wrote Hamlet.",
+    "Q: empty": " Something to say.",
+    "Q: capped": " Short.",
+    "Q: noisy": [" First variant.", " Second variant."],
+    "Q: changed": " Same text.",
+    "Q: only-a": " Only here.",
+}
+B_ANSWERS: dict[str, str | list[str]] = {
+    **A_ANSWERS,
+    "Q: wording": " The capital of Canada is Ottawa!",
+    "Q: near-tie": " Yes, the answer is yes.",
+    "Q: flip": " The capital of Australia is Sydney.",
+    "Q: better": " 391 is the product.",
+    "Q: numbers": " It costs 80 dollars today.",
+    "Q: loop": " need analysis there" * 30,
+    "Q: empty": "",
+    "Q: capped": " A much longer answer that runs on past the cap.",
+    "Q: noisy": " Second variant.",
+}
+RUNNER_UPS = {" The": [" Yes,"], " Yes,": [" The"]}
+
+# Two prompts (chat and completions) for a collection's own tests.
+TWO_PROMPTS = """
+prompts:
+  - id: capital-au
+    category: factual
+    messages: [{role: user, content: "What is the capital of Australia?"}]
+    expect: {contains: Canberra}
+  - id: larger
+    category: numeric
+    prompt: "Q: Which is larger, 9.11 or 9.9?\\nA:"
+    max_tokens: 4
+"""
+
+
+# --- several candidates against one reference (`candidate_endpoints`) -----------------
+
+CANDIDATE_PROMPTS = """
+prompts:
+  - {id: capital, prompt: "Q: capital", expect: {contains: Canberra}}
+  - {id: count, prompt: "Q: count", expect: {number: 4}}
+  - {id: story, prompt: "Q: story"}
+"""
+CANDIDATE_ANSWERS: dict[str, str | list[str]] = {
+    "Q: capital": " The capital of Australia is Canberra.",
+    "Q: count": " A dog has 4 legs.",
+    "Q: story": " Once upon a time there was a river.",
+}
+FLIPPED = {**CANDIDATE_ANSWERS, "Q: capital": " The capital of Australia is Sydney."}
+VERBOSE = {key: f"{text} That is all there is to say about it." for key, text in
+           CANDIDATE_ANSWERS.items()}
+
+
+def run_candidates(endpoints: dict[str, str], prompts: Path, out: Path,
+                   *extra: Any) -> Result:
+    """`quantcheck run` of the reference against the four candidates, throughput too."""
+    args: list[Any] = ["run", "--a", endpoints["bf16"], "--a-label", "bf16"]
+    for label in ("flips", "clean", "slow", "verbose"):
+        args += ["--b", endpoints[label], "--b-label", label]
+    return invoke(*args, "--prompts", prompts, "--out", out, "--no-preflight",
+                  "--throughput", "--throughput-seconds", "1", "--throughput-concurrency",
+                  "2", *extra)
+
+
+# --- the review sheet in the browser (`page`) ------------------------------------------
+
+def open_sheet(page: Any, url: str) -> None:
+    """Load a review sheet and wait until its script has rendered it."""
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]")
+
+
+def card(page: Any, prompt_id: str) -> Any:
+    """A pair's card in the sheet."""
+    return page.locator(f'article.pair[data-prompt="{prompt_id}"]')
+
+
+class AppServer:
+    """An aiohttp application on 127.0.0.1 in a background thread."""
+
+    def __init__(self, app: Any) -> None:
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def start() -> None:
+            self.runner = web.AppRunner(app, access_log=None)
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+        def run() -> None:
+            self.loop.run_until_complete(start())
+            ready.set()
+            self.loop.run_forever()
+            self.loop.run_until_complete(self.runner.cleanup())
+            self.loop.close()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+# --- bad luck on disk, in a quantcheck process of its own -----------------------------
+
+def assert_one_clear_line(stderr: str, cause: str) -> None:
+    """The process said one `error:` line naming the cause, and no traceback."""
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in stderr, stderr
+    assert len(errors) == 1 and cause in errors[0], stderr
+
+
+def run_with_file_limit(command: list[str], limit: int) -> subprocess.CompletedProcess[str]:
+    """Run a quantcheck command that may write no file beyond `limit` bytes: a full disk."""
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          preexec_fn=limit_file_size)

@@ -1,0 +1,211 @@
+"""Teacher-forced drift against loopback servers: exact (token ids + prompt_logprobs)
+and approximate (echo), the noise floor, and compare / sheet / gate on top."""
+
+from __future__ import annotations
+
+import csv
+import gc
+import json
+from pathlib import Path
+from typing import BinaryIO
+
+import pytest
+
+from quantcheck import CollectSettings, collect
+from quantcheck.errors import EndpointError
+from quantcheck.fetch.forced_scoring import ForcedSettings, compare_position
+from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.pipeline.collecting import score_run
+
+from .conftest import Serve, WritePrompts, invoke
+from .hostile import HostileServer, Request, http
+
+PROMPTS = """
+prompts:
+  - {id: capital, category: f, messages: [{role: user, content: "capital of Australia"}]}
+  - {id: typed, category: f, prompt: "Q: capital of Australia?\\nA:"}
+  - {id: other, category: f, prompt: "Q: name a colour\\nA:"}
+"""
+A_ANSWERS = {"Australia": " The capital of Australia is Canberra, not Sydney.",
+             "colour": " Blue is a colour."}
+B_ANSWERS = {**A_ANSWERS, "Australia": " The capital of Australia is Sydney, not Canberra."}
+
+
+def collect_a(serve: Serve, write_prompts: WritePrompts, tmp_path: Path, dialect: str) -> Path:
+    server = serve(ScriptedModel(A_ANSWERS), dialect)
+    collect([write_prompts(PROMPTS)], tmp_path / "a", CollectSettings(
+        endpoint=server.url, label="a", repeats=2, context_tokens=0))
+    return tmp_path / "a"
+
+
+def lines(folder: Path) -> dict[str, dict[str, object]]:
+    found = [json.loads(line) for line in (folder / "forced.jsonl").read_text().splitlines()]
+    return {str(line["prompt_id"]): line for line in found}
+
+
+def test_same_model_scores_zero_and_a_flip_shows_where(serve: Serve, write_prompts: WritePrompts,
+                                                      tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
+    same = score_run(a_run, tmp_path / "same", ForcedSettings(
+        endpoint=serve(ScriptedModel(A_ANSWERS)).url))
+    assert same.mode == "prompt-logprobs" and not same.approximate
+    assert same.scored == 3
+    assert same.overall.top1_agreement == 1.0
+    assert same.overall.kl is not None and same.overall.delta_p is not None
+    assert same.overall.kl.max == 0.0 and same.overall.delta_p.abs_max == 0
+
+    flipped = score_run(a_run, tmp_path / "flip", ForcedSettings(
+        endpoint=serve(ScriptedModel(B_ANSWERS)).url, top_k=5))
+    capital = lines(tmp_path / "flip")["capital"]
+    top1 = capital["per_position"]["top1"]  # type: ignore[index]
+    assert top1.index(False) == 5 and top1.count(False) == 1  # " Canberra," vs " Sydney,"
+    assert capital["per_position"]["delta_p"][5] < -0.5  # type: ignore[index]
+    assert lines(tmp_path / "flip")["other"]["top1_agreement"] == 1.0
+    assert flipped.noise_floor.repeats_compared == 3
+    assert flipped.noise_floor.kl is not None and flipped.noise_floor.kl.max == 0.0
+
+
+def test_token_ids_on_llama_server_is_exact_and_reuses_the_cache(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "llama.cpp")
+    same_server = serve(ScriptedModel(A_ANSWERS), "llama.cpp")
+    same = score_run(a_run, tmp_path / "same", ForcedSettings(endpoint=same_server.url,
+                                                              top_k=5))
+    assert same.mode == "token-ids" and not same.approximate
+    assert same.tokenizer == "A and B give the same token ids"
+    assert same.scored == 3 and not same.skipped  # the chat prompt too (B's template)
+    assert same.overall.top1_agreement == 1.0
+    assert same.overall.kl is not None and same.overall.kl.max == 0.0
+    asked = [body for body in same_server.requests if "n_predict" in body]
+    assert all(body["n_predict"] == 1 and body["cache_prompt"] and body["n_probs"] == 5
+               for body in asked)
+    assert len(asked) == same.overall.positions  # one request per position
+    lengths = [len(body["prompt"]) for body in asked]  # each one token longer
+    assert sum(1 for n, m in zip(lengths, lengths[1:], strict=False) if m == n + 1) >= \
+        len(asked) - 3
+
+    flipped = score_run(a_run, tmp_path / "flip", ForcedSettings(
+        endpoint=serve(ScriptedModel(B_ANSWERS), "llama.cpp").url, top_k=5))
+    for prompt_id in ("capital", "typed"):  # " Canberra," vs " Sydney,"
+        top1 = lines(tmp_path / "flip")[prompt_id]["per_position"]["top1"]  # type: ignore
+        assert top1.index(False) == 5 and all(top1[:5])
+    assert lines(tmp_path / "flip")["other"]["top1_agreement"] == 1.0
+    assert flipped.overall.delta_p is not None and flipped.overall.delta_p.abs_max > 0.5
+
+
+def test_token_ids_refuses_another_tokenizer_and_records_without_ids(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "llama.cpp")
+    other = serve(ScriptedModel(A_ANSWERS), "llama.cpp", faults=Faults(other_tokenizer=True))
+    with pytest.raises(EndpointError, match="tokenizes unlike A .*--forced-mode echo"):
+        score_run(a_run, tmp_path / "f", ForcedSettings(endpoint=other.url))
+    vllm_run = tmp_path / "v"
+    collect([write_prompts(PROMPTS)], vllm_run, CollectSettings(
+        endpoint=serve(ScriptedModel(A_ANSWERS), "vllm").url, label="a", preflight=False))
+    summary = score_run(vllm_run, tmp_path / "g", ForcedSettings(
+        endpoint=serve(ScriptedModel(A_ANSWERS), "llama.cpp").url))
+    assert summary.tokenizer is not None and summary.tokenizer.startswith("not checked")
+    assert summary.scored == 0 and set(summary.skipped) == {"capital", "typed", "other"}
+    assert "no token ids" in summary.skipped["typed"]
+
+
+def test_echo_is_approximate_and_skips_chat_prompts(serve: Serve, write_prompts: WritePrompts,
+                                                    tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "llama-cpp-python")
+    b = serve(ScriptedModel(B_ANSWERS), "llama-cpp-python")
+    summary = score_run(a_run, tmp_path / "f", ForcedSettings(endpoint=b.url, top_k=5))
+    assert summary.mode == "echo" and summary.approximate
+    assert summary.skipped == {"capital": "a chat prompt cannot be echoed without its chat "
+                                             "template"}
+    typed = lines(tmp_path / "f")["typed"]
+    assert typed["aligned"] and typed["per_position"]["top1"].count(False) == 1  # type: ignore
+
+
+def test_a_server_without_scoring_is_a_clear_error(serve: Serve, write_prompts: WritePrompts,
+                                                   tmp_path: Path) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
+    sglang = serve(ScriptedModel(A_ANSWERS), "sglang")
+    with pytest.raises(EndpointError, match="echo is not supported"):
+        score_run(a_run, tmp_path / "f", ForcedSettings(endpoint=sglang.url, mode="echo"))
+
+
+def test_compare_position() -> None:
+    a_top = ([" Paris", " Lyon"], [-0.1, -2.5])
+    assert compare_position(" Paris", -0.1, a_top, -0.1, a_top) == (True, 0.0, 0.0)
+    top1, delta, kl = compare_position(" Paris", -0.1, a_top, -1.0, ([" Lyon", " Paris"],
+                                                                     [-0.5, -1.0]))
+    assert not top1 and delta == pytest.approx(0.3679 - 0.9048, abs=1e-3) and kl > 0.5
+
+
+def test_run_forced_reaches_pairs_summary_sheet_and_gate(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a, b = serve(ScriptedModel(A_ANSWERS)), serve(ScriptedModel(B_ANSWERS))
+    out = tmp_path / "report"
+    result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", write_prompts(PROMPTS), "--out",
+                    out, "--repeats", "2", "--forced", "--context-tokens", "0")
+    assert result.exit_code == 0, result.output
+    assert "Teacher-forced (prompt-logprobs): B's top-1 is A's token at" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["forced"]["scored"] == 3 and sum(summary["forced"]["kl_histogram"]["counts"])
+    with (out / "pairs.csv").open(newline="") as handle:
+        pairs = list(csv.DictReader(handle))
+    scored = [row for row in pairs if row["forced_positions"]]
+    assert len(scored) == 3 and all(row["forced_positions"].isdigit() for row in scored)
+    assert all(float(row["forced_kl_mean"]) >= 0 and row["forced_top1"] for row in scored)
+    sheet = (out / "index.html").read_text()
+    assert 'id="forced-summary"' in sheet and "teacher-forced KL per position" in sheet
+
+    kl_mean = summary["forced"]["overall"]["kl"]["mean"]
+    strict = invoke("gate", out, "--max-forced-kl", f"{kl_mean / 2}")
+    assert strict.exit_code == 1 and "teacher-forced KL mean" in strict.output
+    loose = invoke("gate", out, "--max-forced-kl", "10", "--max-factual-flips", "5")
+    assert loose.exit_code == 0, loose.output
+
+
+def test_gate_on_forced_kl_needs_forced_scores(serve: Serve, write_prompts: WritePrompts,
+                                               tmp_path: Path) -> None:
+    a = serve(ScriptedModel(A_ANSWERS))
+    out = tmp_path / "report"
+    invoke("run", "--a", a.url, "--b", a.url, "--prompts", write_prompts(PROMPTS), "--out", out)
+    gate = invoke("gate", out, "--max-forced-kl", "0.1")
+    assert gate.exit_code == 1 and "no teacher-forced scores" in gate.output
+
+
+@pytest.mark.parametrize("completion", [
+    b"[1, 2", b'{"completion_probabilities": "x"}', b'{"completion_probabilities": []}',
+    b'{"completion_probabilities": [{"top_logprobs": [{"id": 1, "logprob": NaN}]}]}',
+    b"<html>busy</html>"], ids=["cut", "wrong-type", "empty", "nan", "html"])
+def test_a_broken_llama_server_answer_stops_scoring_with_one_line(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, completion: bytes) -> None:
+    a_run = tmp_path / "a"
+    collect([write_prompts(PROMPTS)], a_run, CollectSettings(
+        endpoint=serve(ScriptedModel(A_ANSWERS), "llama.cpp").url, label="a",
+        preflight=False))
+
+    def respond(request: Request, out: BinaryIO) -> None:
+        tokens = b'{"tokens": [2, 818, 3823]}'
+        out.write(http(200, tokens if request.path == "/tokenize" else completion))
+
+    models = json.dumps({"object": "list", "data": [{"id": "m", "owned_by": "llamacpp"}]})
+    with HostileServer(respond, models=models.encode(),
+                       info={"/props": b'{"total_slots": 1}'}) as broken:
+        result = invoke("forced", a_run, "--endpoint", broken.url, "--out", tmp_path / "f")
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "(token-ids) failed" in errors[0], result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "f" / "forced.json").exists()
+    gc.collect()  # a client session left open by a request after the failure warns here
+
+
+def test_scoring_carries_extra_body_and_retries_like_collection(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """`forced --extra-body` reaches every scoring request; a 503 is retried."""
+    a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
+    b = serve(ScriptedModel(A_ANSWERS), faults=Faults(status={0: 503}, retry_after_s=0.0))
+    result = invoke("forced", a_run, "--endpoint", b.url, "--out", tmp_path / "f", "--extra-body",
+                    '{"top_k": 1, "repeat_penalty": null}', "--retries", "2")
+    assert result.exit_code == 0, result.output
+    scoring = [r for r in b.requests if "prompt_logprobs" in r]
+    assert len(scoring) == 3 + 1  # the three prompts, one of them twice (the 503)
+    assert all(r["top_k"] == 1 and "repeat_penalty" not in r for r in scoring)

@@ -1,0 +1,231 @@
+"""Preflight checks against loopback servers that misbehave the way real ones do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from quantcheck import CollectSettings, collect, compare_to_dir, load_run
+from quantcheck.fetch.preflight import PreflightFailed, ProbeShape, check_endpoint
+from quantcheck.judge.tokenizers import tokenizer_agreement
+from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.store.prompt_sets import RequestOptions
+from quantcheck.store.report_dir import read_pairs
+from quantcheck.wire.client import run_blocking
+
+from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke
+
+
+def checks(endpoint: str, **kwargs: object) -> dict[str, tuple[str, str, str | None]]:
+    report = run_blocking(check_endpoint(endpoint, **kwargs))  # type: ignore[arg-type]
+    return {c.name: (c.status, c.message, c.fix) for c in report.checks}
+
+
+def test_a_well_behaved_server_passes_everything(serve: Serve) -> None:
+    found = checks(serve().url)
+    assert {name: status for name, (status, _, _) in found.items()} == {
+        "model": "pass", "logprobs": "pass", "greedy": "pass", "context": "pass",
+        "reasoning": "pass", "template": "pass", "tokenizer": "pass"}
+    assert "6,000-token" in found["context"][1]
+
+
+@pytest.mark.parametrize(("mode", "fix"), [
+    ("sampling", '{"top_k": 1}'), ("penalty", "--repeat-penalty 1.0")])
+def test_not_greedy_is_a_hard_failure_that_names_the_fix(serve: Serve, mode: str,
+                                                          fix: str) -> None:
+    status, message, advice = checks(serve(faults=Faults(not_greedy=mode)).url)["greedy"]
+    assert status == "fail" and "chose ' alt1'" in message
+    assert advice is not None and fix in advice
+
+
+def test_silent_truncation_is_caught(serve: Serve) -> None:
+    status, message, _ = checks(serve(faults=Faults(context_limit=2000)).url)["context"]
+    assert status == "fail" and "truncates" in message
+    assert checks(serve(faults=Faults(context_limit=2000)).url, context_tokens=1500)[
+        "context"][0] == "pass"
+
+
+def test_a_lost_code_with_the_whole_prompt_counted_only_warns(serve: Serve) -> None:
+    status, message, _ = checks(serve(faults=Faults(sliding_window=2000)).url)["context"]
+    assert status == "warn" and "counted the whole" in message
+    status, message, _ = checks(serve(faults=Faults(context_limit=2000, no_usage=True)).url)[
+        "context"]
+    assert status == "fail" and "no prompt token count" in message
+
+
+def test_context_probe_fits_the_advertised_context(serve: Serve) -> None:
+    server = serve(server_info={"max_model_len": 3000}, faults=Faults(context_limit=3000))
+    status, message, _ = checks(server.url)["context"]
+    assert status == "pass" and "2,744-token" in message and "context is 3,000" in message
+
+
+def test_a_capped_top_k_warns_with_the_cap(serve: Serve) -> None:
+    status, message, fix = checks(serve(dialect="sglang").url)["logprobs"]
+    assert status == "warn" and "as few as 5" in message and fix == "--top-logprobs 5"
+    status, message, fix = checks(serve(faults=Faults(max_top_logprobs=8)).url)["logprobs"]
+    assert status == "fail" and "max allowed: 8" in message and fix is not None \
+        and fix.startswith("--top-logprobs 8")
+
+
+@pytest.mark.parametrize(("mode", "words"), [("leak", "appears in the content"),
+                                             ("eat", "gave no answer")])
+def test_reasoning_problems_warn_with_the_template_switch(serve: Serve, mode: str,
+                                                          words: str) -> None:
+    status, message, fix = checks(serve(faults=Faults(reasoning=mode)).url)["reasoning"]
+    assert status == "warn" and words in message
+    assert fix is not None and "enable_thinking" in fix
+
+
+def test_tokenizer_fingerprints_agree_or_not(serve: Serve) -> None:
+    for dialect in ("vllm", "llama.cpp", "llama-cpp-python"):
+        same = [run_blocking(check_endpoint(serve(dialect=dialect).url, context_tokens=0))
+                for _ in range(2)]
+        # each runtime's own tokenize (llama-server answers vLLM's shape with no ids)
+        assert same[0].tokenizer.method == f"{dialect} tokenize"
+        assert all(same[0].tokenizer.ids.values())
+        assert tokenizer_agreement(same[0].tokenizer, same[1].tokenizer).status == "pass"
+        other = run_blocking(check_endpoint(serve(dialect=dialect, faults=Faults(
+            other_tokenizer=True)).url, context_tokens=0))
+        assert tokenizer_agreement(same[0].tokenizer, other.tokenizer).status == "warn"
+    sglang = [run_blocking(check_endpoint(serve(dialect="sglang").url, context_tokens=0))
+              for _ in range(2)]  # no tokenize endpoint: prompt token counts
+    assert sglang[0].tokenizer.method == "prompt token counts"
+    assert tokenizer_agreement(sglang[0].tokenizer, sglang[1].tokenizer).status == "pass"
+
+
+def test_collect_records_preflight_and_stops_on_a_hard_failure(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    prompts = write_prompts(TWO_PROMPTS)
+    good = serve(ScriptedModel())
+    collect([prompts], tmp_path / "ok", CollectSettings(endpoint=good.url, label="a"))
+    manifest = orjson.loads((tmp_path / "ok" / "manifest.json").read_bytes())
+    assert manifest["preflight"]["status"] == "pass"
+    assert {c["name"] for c in manifest["preflight"]["checks"]} >= {"greedy", "context"}
+
+    bad = serve(ScriptedModel(), faults=Faults(not_greedy="penalty"))
+    with pytest.raises(PreflightFailed, match="greedy: the server does not decode greedily"):
+        collect([prompts], tmp_path / "bad", CollectSettings(endpoint=bad.url, label="b"))
+    assert not (tmp_path / "bad" / "completions.jsonl").exists()
+    probes = len(bad.requests)
+    result = collect([prompts], tmp_path / "bad",
+                     CollectSettings(endpoint=bad.url, label="b", preflight=False))
+    assert result.collected == 2 and len(bad.requests) == probes + 2
+
+
+def test_cli_exit_codes_and_json(serve: Serve, tmp_path: Path) -> None:
+    good, bad = serve(), serve(faults=Faults(context_limit=1000))
+    ok = invoke("preflight", good.url, "--json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["endpoints"][0]["status"] == "pass"
+    failed = invoke("preflight", good.url, bad.url)
+    assert failed.exit_code == 2
+    assert "FAIL context" in failed.output and "A and B: tokenizer" in failed.output
+    unreachable = invoke("preflight", "http://127.0.0.1:9")
+    assert unreachable.exit_code == 2 and "cannot reach" in unreachable.output
+
+
+def test_different_tokenizers_withhold_token_metrics(serve: Serve, write_prompts: WritePrompts,
+                                                     tmp_path: Path) -> None:
+    prompts = write_prompts(TWO_PROMPTS)
+    for side, faults in (("a", Faults()), ("b", Faults(other_tokenizer=True))):
+        server = serve(ScriptedModel(responses={"Australia": " Canberra."}), faults=faults)
+        collect([prompts], tmp_path / side, CollectSettings(endpoint=server.url, label=side,
+                                                            context_tokens=0))
+    summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    pairs = read_pairs(tmp_path / "report")
+    assert "tokenize differently" in str(summary.preflight.token_metrics_withheld)
+    assert pairs["first_divergence"].isna().all() and pairs["kl_topk_mean"].isna().all()
+    sheet = (tmp_path / "report" / "index.html").read_text()
+    assert 'id="tokens-withheld"' in sheet and "Token-level metrics withheld" in sheet
+
+
+def test_greedy_is_checked_over_enough_positions(serve: Serve) -> None:
+    """A model that stops after a token or two is probed again with other texts; one
+    that never says more is a warning, not a pass on a single position."""
+    terse = ScriptedModel({"echo twelve": " Echo.", "printing press": " Yes.",
+                           "days of the week": " No."})
+    status, message, _ = checks(serve(terse).url, context_tokens=0)["greedy"]
+    assert status == "warn" and "only 3 generated positions to check in 3 probes" in message
+    talkative = ScriptedModel({"echo twelve": " Echo.", "printing press": " it spread " * 8})
+    status, message, _ = checks(serve(talkative).url, context_tokens=0)["greedy"]
+    assert status == "pass" and message.endswith("positions of 2 probes")
+
+
+def test_probes_leave_out_the_runs_stop_and_nothing_generated_is_not_no_logprobs(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A prompt set that stops at a newline, on a model whose answers begin with one:
+    the probes ask their own questions without the stop; a model that generates nothing
+    at all is said to, not to lack logprobs."""
+    prompts = write_prompts("""
+        defaults: {max_tokens: 8, stop: ["\\n"]}
+        prompts:
+          - {id: q, prompt: "Q: two and two?\\nA:"}
+    """)
+    newline_first = serve(ScriptedModel({"": "\nThe answer is four, as you see."}))
+    collect([prompts], tmp_path / "a", CollectSettings(
+        endpoint=newline_first.url, label="a", context_tokens=0,
+        request=RequestOptions(api="completions")))
+    found = {c.name: c for c in load_run(tmp_path / "a").manifest.preflight.checks}
+    assert (found["logprobs"].status, found["greedy"].status) == ("pass", "pass")
+    run_own = [r for r in newline_first.requests if "two and two" in str(r.get("prompt"))]
+    probes = [r for r in newline_first.requests if r not in run_own]
+    assert run_own and all(r["stop"] == ["\n"] for r in run_own)
+    assert probes and all("stop" not in r for r in probes)
+
+    silent = serve(ScriptedModel({"": ""}))
+    found = {c.name: c for c in run_blocking(check_endpoint(silent.url)).checks}
+    assert found["logprobs"].status == "warn"
+    assert "generated nothing" in found["logprobs"].message
+    assert "no logprobs" not in found["logprobs"].message
+
+
+CHAT = """
+prompts:
+  - {id: q, messages: [{role: user, content: "Q: capital of France?"}], max_tokens: 8}
+"""
+
+
+def test_a_template_the_model_does_not_know_is_named_with_its_fix(serve: Serve) -> None:
+    """llama.cpp's way (/apply-template) and vLLM's (/tokenize with messages, then
+    /detokenize): ChatML markers the lab model splits into pieces warn; its own pass."""
+    for dialect in ("llama.cpp", "vllm"):
+        foreign = checks(serve(dialect=dialect, faults=Faults(chat_template="chatml")).url)
+        status, message, fix = foreign["template"]
+        assert status == "warn" and "<|im_start|> (6 tokens)" in message, message
+        assert fix and "--chat-template" in fix
+        own = checks(serve(dialect=dialect, faults=Faults(chat_template="gemma")).url)
+        assert own["template"][0] == "pass" and "<start_of_turn>user" in own["template"][1]
+    completions = checks(serve().url, shape=ProbeShape(api="completions"))
+    assert completions["template"][0] == "skip"
+
+
+def test_two_templates_are_a_confound_in_the_preflight_and_the_cell(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a = serve(faults=Faults(chat_template="gemma"))
+    b = serve(faults=Faults(chat_template="chatml"))
+    result = invoke("preflight", a.url, b.url, "--context-tokens", "0")
+    assert "A and B: template warn: A and B render the same conversation differently" in \
+        result.output
+    prompts = write_prompts(CHAT)
+    for side, server, quantization in (("a", a, "bf16"), ("b", b, "fp8")):
+        collect([prompts], tmp_path / side, CollectSettings(
+            endpoint=server.url, label=side, context_tokens=0,
+            cell={"quantization": quantization}))
+    summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    assert summary.cells.differs == ["quantization", "chat_template"]
+    assert summary.cells.warning and "2 axes (quantization, chat_template)" in \
+        summary.cells.warning
+
+
+def test_preflight_results_go_to_stdout(serve: Serve) -> None:
+    result = subprocess.run([sys.executable, "-m", "quantcheck", "preflight",
+                             serve(ScriptedModel()).url, "--context-tokens", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "preflight pass" in result.stdout and "greedy" in result.stdout
+    assert result.stderr == ""

@@ -1,0 +1,421 @@
+"""gate/verdict.py, the CI gate: every rule and exit code, the policy file, reviews (stale
+ones too), JUnit XML and the step summary; and a verdict that cannot be fooled: the
+gate never passes what it did not check, every malformed input is one line and exit 2,
+and every count is the same in the terminal, summary.json, the sheet and the gate."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import pytest
+from click.testing import Result
+from junitparser import JUnitXml
+
+from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck.errors import RunFormatError
+from quantcheck.lab.scripted import Faults, ScriptedModel
+
+from .conftest import (
+    A_ANSWERS,
+    PROMPTS,
+    RUNNER_UPS,
+    Serve,
+    WritePrompts,
+    gate_rules,
+    gate_writing_a_step_summary,
+    invoke,
+    report_identity,
+    write_review,
+)
+
+
+def gate(report: Path, *args: str) -> Result:
+    return invoke("gate", report, *args)
+
+
+def one_error_line(result: Any) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.exception is None or \
+        isinstance(result.exception, SystemExit), result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    return errors[0]
+
+
+def run_side(serve: Serve, prompts: Path, out: Path, answers: dict[str, Any] | None = None,
+             **settings: Any) -> Path:
+    server = serve(ScriptedModel(answers or A_ANSWERS, RUNNER_UPS), faults=settings.pop(
+        "faults", None))
+    collect([prompts], out, CollectSettings(endpoint=server.url, label=out.name,
+                                            preflight=False, concurrency=1, top_logprobs=3,
+                                            **settings))
+    return out
+
+
+# --- every rule and exit code, the policy, reviews, JUnit XML, the step summary ------------
+
+def test_default_policy_fails_on_flip_and_new_degenerate(planted_report: Path) -> None:
+    result = gate(planted_report)
+    assert result.exit_code == 1
+    found = gate_rules(planted_report)
+    assert found["factual_flips"]["prompts"] == ["flip"]
+    assert found["factual_flips"]["count"] == 1 and found["factual_flips"]["limit"] == 0
+    assert found["new_degenerate_on_b"]["prompts"] == ["loop", "empty"]  # not "capped"
+    assert "FAIL: 1 factual flip (flip), 2 degenerate outputs new on B (loop, empty)" in \
+        result.output
+    assert json.loads((planted_report / "gate.json").read_text())["verdict"] == "fail"
+
+
+def test_limits_on_the_command_line_pass_the_gate(planted_report: Path) -> None:
+    result = gate(planted_report, "--max-factual-flips", "1", "--max-new-degenerate", "2",
+                  "--max-not-compared", "3")
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.output
+    assert json.loads((planted_report / "gate.json").read_text())["verdict"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("args", "rule", "count"),
+    [
+        (["--max-nondeterministic", "0"], "nondeterministic_b", 11),
+        (["--max-nondeterministic", "0"], "nondeterministic_a", 1),
+        (["--require-review"], "unreviewed", 9),
+        (["--min-identical-share", "0.5"], "identical_share", 0.1),
+        (["--max-not-compared", "0"], "not_compared", 3),
+    ],
+    ids=["nondeterministic-b", "nondeterministic-a", "require-review", "identical-share",
+         "not-compared"],
+)
+def test_optional_rules(planted_report: Path, args: list[str], rule: str,
+                        count: float) -> None:
+    result = gate(planted_report, "--max-factual-flips", "9", "--max-new-degenerate", "9",
+                  *args)
+    assert result.exit_code == 1
+    assert gate_rules(planted_report)[rule]["count"] == pytest.approx(count)
+    assert not gate_rules(planted_report)[rule]["passed"]
+
+
+def test_policy_file_and_command_line_override(planted_report: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("max_factual_flips: 5\nmax_new_degenerate: 5\nrequire_review: false\n"
+                      "max_not_compared: 3\n")
+    assert gate(planted_report, "--policy", str(policy)).exit_code == 0
+    assert gate(planted_report, "--policy", str(policy), "--max-factual-flips", "0"
+                ).exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("max_flips: 1\n", "field 'max_flips': unknown"),
+     ("max_factual_flips: -1\n", "field 'max_factual_flips': a whole number >= 0"),
+     ("min_identical_share: 2\n", "field 'min_identical_share': a share from 0 to 1"),
+     ("require_review: maybe\n", "field 'require_review': must be true or false"),
+     ("- a list\n", "a policy is a mapping")],
+)
+def test_malformed_policy_is_exit_2(planted_report: Path, tmp_path: Path, text: str,
+                                    message: str) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text)
+    result = gate(planted_report, "--policy", str(policy))
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_missing_report_files_are_exit_2(tmp_path: Path) -> None:
+    result = gate(tmp_path)
+    assert result.exit_code == 2 and "summary.json: missing" in result.output
+
+
+def test_reviewer_blocking_labels_count_as_flips(planted_report: Path) -> None:
+    write_review(planted_report, "dana", {
+        "numbers": {"label": "factual_flip", "right_side": "a"},
+        "better": {"label": "factual_flip", "right_side": "b"},  # B right: an improvement
+        "wording": {"label": "wording"}})
+    result = gate(planted_report, "--max-new-degenerate", "9")
+    assert result.exit_code == 1
+    assert gate_rules(planted_report)["factual_flips"]["prompts"] == ["flip", "numbers"]
+    assert json.loads((planted_report / "gate.json").read_text())["reviewers"] == ["dana"]
+
+
+def test_require_review_passes_once_everything_is_reviewed(planted_report: Path) -> None:
+    pending = ["wording", "near-tie", "flip", "better", "numbers", "loop", "empty", "capped",
+               "noisy"]
+    write_review(planted_report, "dana", {p: {"label": "minor"} for p in pending[:5]})
+    write_review(planted_report, "li", {p: {"label": "minor"} for p in pending[5:]})
+    result = gate(planted_report, "--require-review", "--max-factual-flips", "1",
+                  "--max-new-degenerate", "2", "--max-not-compared", "3")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_review_for_another_run_is_exit_2(planted_report: Path, tmp_path: Path) -> None:
+    write_review(planted_report, "dana", {"wording": {"label": "wording"}}, run="other-run")
+    result = gate(planted_report)
+    assert result.exit_code == 2
+    assert "made for another run" in result.output
+
+
+def test_an_exported_review_file_can_be_given(planted_report: Path, tmp_path: Path) -> None:
+    exported = tmp_path / "review.json"
+    exported.write_text(json.dumps({"format": "quantcheck-review/1",
+                                    "identity": report_identity(planted_report), "reviewer": "kim",
+                                    "verdicts": {"numbers": {"label": "factual_flip"}}}))
+    gate(planted_report, "--review", str(exported))
+    assert "numbers" in gate_rules(planted_report)["factual_flips"]["prompts"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "quantcheck-review/1",
+                               "identity": report_identity(planted_report),
+                               "verdicts": {"numbers": {"label": "great"}}}))
+    result = gate(planted_report, "--review", str(bad))
+    assert result.exit_code == 2 and "label 'great' is not in rubric" in result.output
+
+
+def test_junit_xml_is_accepted_by_a_junit_parser(planted_report: Path) -> None:
+    gate(planted_report, "--max-not-compared", "0")
+    suite = next(iter(JUnitXml.fromfile(str(planted_report / "junit.xml"))))
+    cases = {case.name: case for case in suite}
+    assert len(cases) == 13
+    assert cases["same"].is_passed
+    flip_results = cases["flip"].result
+    assert [r.type for r in flip_results] == ["factual_flips"]
+    assert "flip: breaks rule factual_flips" in flip_results[0].text
+    assert {r.type for r in cases["only-a"].result} == {"not_compared"}
+    assert suite.failures == 6  # flip, loop, empty; changed, only-a, only-b not compared
+
+
+def test_step_summary_is_appended(planted_report: Path, tmp_path: Path) -> None:
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    result = gate_writing_a_step_summary(planted_report, summary)
+    text = summary.read_text()
+    assert text.startswith("earlier step\n## quantcheck: FAIL")
+    assert "| factual_flips | 1 | 0 | **fail** | `flip` |" in text
+    assert "## quantcheck: FAIL" in result.output
+
+
+def test_pass_rate_drop_rule(planted_report: Path) -> None:
+    base = ["--max-factual-flips", "9", "--max-new-degenerate", "9", "--max-not-compared", "3"]
+    assert gate(planted_report, *base).exit_code == 0
+    result = gate(planted_report, *base, "--max-pass-rate-drop", "5")
+    assert result.exit_code == 1
+    rule = gate_rules(planted_report)["pass_rate_drop"]
+    assert rule["limit"] == 5 and rule["count"] > 5 and not rule["passed"]
+    assert gate(planted_report, *base, "--max-pass-rate-drop", "100").exit_code == 0
+    summary = json.loads((planted_report / "summary.json").read_text())
+    assert summary["stats"]["pass_rate"]["sentence"].startswith(
+        "Expect pass rate A 3/4, B 3/4: no change")
+
+
+def test_rules_that_do_not_apply_show_na(planted_report: Path) -> None:
+    result = invoke("gate", planted_report, "--max-factual-flips", "9",
+                    "--max-new-degenerate", "9", "--max-not-compared", "9")
+    assert "| pass_rate_drop | n/a | off |" in result.output
+    assert "| forced_kl | n/a | off |" in result.output
+    rules = gate_rules(planted_report)
+    assert rules["pass_rate_drop"]["count"] is None and rules["forced_kl"]["count"] is None
+
+
+def test_the_shipped_example_policy_is_a_valid_policy(planted_report: Path) -> None:
+    shipped = Path(__file__).parents[1] / "prompts" / "policy.yaml"
+    result = invoke("gate", planted_report, "--policy", shipped)
+    assert result.exit_code == 1, result.output  # the planted flip fails it: not exit 2
+    assert "factual flip" in result.output
+
+
+# --- the gate passes only what it checked --------------------------------------------------
+
+def test_disjoint_prompt_sets_compare_nothing_and_the_gate_refuses(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a = run_side(serve, write_prompts(PROMPTS), tmp_path / "a")
+    other = "prompts:\n" + "".join(f'  - {{id: x{n}, prompt: "Q: same"}}\n' for n in range(3))
+    b = run_side(serve, write_prompts(other), tmp_path / "b")
+    compared = invoke("compare", a, b, "--out", tmp_path / "report")
+    assert compared.exit_code == 2  # as the gate would: nothing to pass
+    assert "nothing was compared: 12 prompts only in A, 3 prompts only in B (the two runs " \
+           "share no prompt id)" in compared.output
+    assert "0 of 0 identical" not in compared.output
+    gated = invoke("gate", tmp_path / "report")
+    assert "no pair was compared, so there is nothing to pass" in one_error_line(gated)
+
+
+def test_other_max_tokens_on_b_is_named_and_the_gate_refuses(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    prompts = write_prompts(PROMPTS)
+    a = run_side(serve, prompts, tmp_path / "a")
+    b = run_side(serve, prompts, tmp_path / "b")
+    from quantcheck import RequestOptions
+    b64 = tmp_path / "b64"
+    server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
+    collect([prompts], b64, CollectSettings(endpoint=server.url, label="b64", preflight=False,
+                                            request=RequestOptions(max_tokens=32)))
+    compared = invoke("compare", a, b64, "--out", tmp_path / "report")
+    assert "B was collected with max_tokens 32, A with 256" in compared.output
+    assert "nothing was compared" in compared.output
+    assert "no pair was compared" in one_error_line(invoke("gate", tmp_path / "report"))
+    assert invoke("compare", a, b, "--out", tmp_path / "same").exit_code == 0
+
+
+def test_failed_requests_fail_the_gate_unless_the_policy_allows_them(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    prompts = write_prompts(PROMPTS)
+    a = run_side(serve, prompts, tmp_path / "a")
+    every = {n: 500 for n in range(100)}
+    b = run_side(serve, prompts, tmp_path / "b", faults=Faults(status=every), retries=0)
+    compared = invoke("compare", a, b, "--out", tmp_path / "all-failed")
+    assert "12 prompts without an answer on B (b): HTTP 500" in compared.output
+    assert "no pair was compared" in one_error_line(invoke("gate", tmp_path / "all-failed"))
+
+    # two of B's twelve requests fail: the rest is compared, and the gate fails by default
+    some = run_side(serve, prompts, tmp_path / "b-some",
+                    faults=Faults(status={0: 500, 5: 500}), retries=0)
+    report = tmp_path / "some-failed"
+    compare_to_dir(a, some, report)
+    lenient = ["--max-factual-flips", "9", "--max-new-degenerate", "9"]
+    result = invoke("gate", report, *lenient)
+    assert result.exit_code == 1
+    gate = json.loads((report / "gate.json").read_text())
+    failed = next(r for r in gate["rules"] if r["name"] == "failed_requests")
+    assert failed["count"] == 2 and not failed["passed"]
+    assert "2 requests without an answer (A 0, B 2" in result.output
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("max_failed_requests: 2\nmax_not_compared: 2\n")
+    assert invoke("gate", report, *lenient, "--policy", policy).exit_code == 0
+    assert invoke("gate", report, *lenient, "--max-failed-requests", "2",
+                  "--max-not-compared", "2").exit_code == 0
+
+
+def test_prompts_not_compared_fail_the_default_gate(planted_report: Path) -> None:
+    result = invoke("gate", planted_report, "--max-factual-flips", "9",
+                    "--max-new-degenerate", "9")
+    assert result.exit_code == 1
+    assert "3 prompts not compared (changed, only-a, only-b)" in result.output
+
+
+# --- malformed inputs: exit 2 and one line -------------------------------------------------
+
+def test_a_summary_without_a_side_is_one_line(planted_report: Path) -> None:
+    path = planted_report / "summary.json"
+    summary = json.loads(path.read_text())
+    del summary["b"]
+    path.write_text(json.dumps(summary))
+    for command in (["gate"], ["report"], ["approve"]):
+        line = one_error_line(invoke(*command, planted_report))
+        assert "summary.json" in line and "`b`" in line
+
+
+def test_a_binary_pairs_table_is_one_line(planted_report: Path) -> None:
+    (planted_report / "pairs.csv").write_bytes(bytes(range(256)) * 40)
+    line = one_error_line(invoke("gate", planted_report))
+    assert "pairs.csv" in line
+
+
+def test_a_pairs_table_without_a_column_is_refused_by_every_reader(planted_report: Path
+                                                                   ) -> None:
+    """The sheet and the review server read a few columns of pairs.csv; every column
+    is still checked, before anything is written or served."""
+    from quantcheck.present.review_server import review_app
+
+    path = planted_report / "pairs.csv"
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, [c for c in rows[0] if c != "noise"],
+                                extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    sheet = (planted_report / "index.html").read_bytes()
+    for command in (["gate"], ["report"]):
+        assert "missing columns noise" in one_error_line(invoke(*command, planted_report))
+    assert (planted_report / "index.html").read_bytes() == sheet
+    with pytest.raises(RunFormatError, match="missing columns noise"):
+        review_app(planted_report, "dana", None)
+
+
+def test_a_review_path_that_is_a_folder_is_one_line(planted_report: Path) -> None:
+    (planted_report / "reviews" / "dana.json").mkdir(parents=True)
+    assert "dana.json: cannot read" in one_error_line(invoke("gate", planted_report))
+
+
+@pytest.mark.parametrize(("verdict", "message"), [
+    ({"label": ["wording"]}, "label must be a label id"),
+    ({"label": "wording", "right_side": 5}, "right_side must be"),
+    ({"label": "wording", "notes": {"a": 1}}, "notes must be text"),
+], ids=["label-a-list", "side-a-number", "notes-a-mapping"])
+def test_a_review_of_the_wrong_type_is_one_line(planted_report: Path, verdict: dict[str, Any],
+                                                message: str) -> None:
+    write_review(planted_report, "dana", {"wording": verdict})
+    assert message in one_error_line(invoke("gate", planted_report))
+
+
+@pytest.mark.parametrize("option", ["--policy", "--rubric"])
+def test_a_policy_or_rubric_that_is_not_utf8_is_one_line(planted_report: Path,
+                                                         tmp_path: Path, option: str) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    assert "not UTF-8 text" in one_error_line(invoke("gate", planted_report, option, path))
+
+
+def test_signatures_that_are_not_utf8_are_one_line(ab_runs: tuple[Path, Path],
+                                                   tmp_path: Path) -> None:
+    path = tmp_path / "signatures.yaml"
+    path.write_bytes(b"signatures:\n  - id: caf\xe9\n")
+    result = invoke("compare", *ab_runs, "--out", tmp_path / "r", "--signatures", path)
+    assert "not UTF-8 text" in one_error_line(result)
+
+
+def test_gate_on_a_run_directory_says_what_to_do(ab_runs: tuple[Path, Path]) -> None:
+    line = one_error_line(invoke("gate", ab_runs[0]))
+    assert "is a run directory" in line and "quantcheck compare" in line
+
+
+def test_junit_stays_well_formed_with_control_characters(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    prompts = write_prompts('prompts:\n  - {id: "bell\\x07id", category: "esc\\x1bcat", '
+                            'prompt: "Q: flip", expect: {contains: Canberra}}\n')
+    a = run_side(serve, prompts, tmp_path / "a")
+    b = run_side(serve, prompts, tmp_path / "b", answers={"Q: flip": " Sydney."})
+    compare_to_dir(a, b, tmp_path / "report")
+    assert invoke("gate", tmp_path / "report").exit_code == 1
+    suite = ElementTree.parse(tmp_path / "report" / "junit.xml").getroot()  # expat: strict
+    case = suite.find("testcase")
+    assert case is not None and case.get("name") == "bell\\x07id"
+    assert case.get("classname") == "quantcheck.esc\\x1bcat"
+
+
+# --- one number for one thing --------------------------------------------------------------
+
+def test_every_count_is_the_same_in_terminal_summary_sheet_and_gate(
+        ab_runs: tuple[Path, Path], tmp_path: Path, browser: Any) -> None:
+    report = tmp_path / "report"
+    terminal = invoke("compare", *ab_runs, "--out", report).output
+    summary = json.loads((report / "summary.json").read_text())
+    gate_output = invoke("gate", report).output
+    rules = gate_rules(report)
+    page = browser.new_page()
+    page.goto((report / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=true]")
+    tiles = {t.locator("span").inner_text(): t.locator("b").inner_text()
+             for t in page.locator(".count").all()}
+    sheet_headline = page.locator("#headline").inner_text()
+    page.close()
+
+    counts = summary["counts"]
+    degenerate = counts["degenerate_new_on_b"]
+    assert degenerate == 2 and counts["degenerate_new_on_b_kinds"] == {"repetition": 1,
+                                                                        "empty": 1}
+    assert counts["length_capped_new_on_b"] == 1
+    phrase = "2 degenerate outputs new on B (1 loop, 1 empty)"
+    assert phrase in terminal and phrase in sheet_headline
+    assert rules["new_degenerate_on_b"]["count"] == degenerate
+    assert "2 degenerate outputs new on B (loop, empty)" in gate_output
+    assert tiles["degenerate new on B"] == str(degenerate)
+    flips = counts["flips"]["regression"]
+    assert rules["factual_flips"]["count"] == flips == int(tiles["expect regressions"])
+    assert f"{flips} factual flip by expect" in terminal
+    not_compared = counts["prompts"] - counts["pairs"]
+    assert rules["not_compared"]["count"] == not_compared == int(tiles["not compared"])
+    assert tiles["pairs compared"] == str(counts["pairs"])
+    assert rules["failed_requests"]["count"] == sum(counts["unanswered"].values())

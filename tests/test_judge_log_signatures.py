@@ -1,0 +1,80 @@
+"""judge/log_signatures.py: known failure signatures in a server's log (the shipped ones
+against the field reports, a user's own), `quantcheck logscan`, and a blocking one in
+compare and the gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quantcheck.errors import ConfigFileError
+from quantcheck.judge.log_signatures import load_signatures, scan_log
+
+from .conftest import FIXTURES, invoke
+
+LOGS = FIXTURES / "logs"
+
+
+@pytest.mark.parametrize(
+    ("log", "signature", "blocking"),
+    [
+        ("sglang-lmhead-prefix.log", "fp8-lm-head-scale-not-loaded", True),
+        ("vllm-mla-fp8-kv.log", "triton-shared-memory-over-limit", True),
+        ("flashinfer-jit.log", "jit-build-without-ninja", True),
+        ("vllm-spark-nightly.log", "trtllm-attention-fallback", False),
+    ],
+)
+def test_shipped_signatures_match_the_field_reports(log: str, signature: str,
+                                                    blocking: bool) -> None:
+    (match,) = scan_log(LOGS / log, load_signatures())
+    assert (match.signature, match.blocking) == (signature, blocking)
+    assert match.line > 1 and match.meaning and match.action and match.reference
+    assert not scan_log(LOGS / "clean.log", load_signatures())
+
+
+def test_logscan_command(tmp_path: Path) -> None:
+    result = invoke("logscan", LOGS / "sglang-lmhead-prefix.log")
+    assert result.exit_code == 1
+    assert "BLOCKING" in result.output and "fp8-lm-head-scale-not-loaded" in result.output
+    assert "sgl-project/sglang#35228" in result.output
+    assert invoke("logscan", LOGS / "vllm-spark-nightly.log").exit_code == 0
+    result = invoke("logscan", LOGS / "clean.log")
+    assert result.exit_code == 0 and "no known failure signature" in result.output
+
+
+def test_user_signatures(tmp_path: Path) -> None:
+    own = tmp_path / "mine.yaml"
+    own.write_text("signatures:\n  - id: oom\n    pattern: 'CUDA out of memory'\n"
+                   "    meaning: OOM\n    action: lower --gpu-memory-utilization\n"
+                   "    blocking: true\n")
+    log = tmp_path / "server.log"
+    log.write_text("ok\ntorch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB\n"
+                   "CUDA out of memory again\n")
+    result = invoke("logscan", log, "--signatures", own)
+    assert result.exit_code == 1 and "(2x) oom" in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("signatures:\n  - {id: x, pattern: '(', regex: true, meaning: m, "
+                   "action: a}\n")
+    with pytest.raises(ConfigFileError, match=r"signatures\[1\]: field 'pattern': invalid"):
+        load_signatures([bad])
+
+
+def test_blocking_signature_in_a_side_log_fails_the_gate(ab_runs: tuple[Path, Path],
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = invoke("compare", ab_runs[0], ab_runs[1], "--out", out, "--b-log",
+                    LOGS / "sglang-lmhead-prefix.log", "--a-log", LOGS / "clean.log")
+    assert result.exit_code == 1, result.output
+    assert "BLOCKING: B log" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["log_matches"]["a"] == []
+    assert summary["log_matches"]["b"][0]["signature"] == "fp8-lm-head-scale-not-loaded"
+    assert "fp8-lm-head-scale-not-loaded" in (out / "index.html").read_text()
+    lenient = ["--max-factual-flips", "9", "--max-new-degenerate", "9", "--max-not-compared", "9"]
+    gate = invoke("gate", out, *lenient)
+    assert gate.exit_code == 1
+    assert "1 blocking log signature (B: fp8-lm-head-scale-not-loaded)" in gate.output
+    allowed = invoke("gate", out, *lenient, "--max-blocking-log-signatures", "1")
+    assert allowed.exit_code == 0

@@ -1,0 +1,50 @@
+"""present/matrix.py: the serving matrix a candidates' run writes (matrix.csv) and appends
+to a user's own (`--matrix`), without duplicates; a file of other columns refused."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from quantcheck.present.matrix import COLUMNS
+
+from .conftest import CANDIDATE_PROMPTS, WritePrompts, read_csv, run_candidates
+
+
+def test_the_matrix_has_the_seeds_columns_and_appends_without_duplicates(
+        candidate_endpoints: dict[str, str], write_prompts: WritePrompts,
+        tmp_path: Path) -> None:
+    mine = tmp_path / "matrix.csv"
+    earlier = dict.fromkeys(COLUMNS, "")
+    earlier.update(model_id="other-model", runtime="vllm", tested_at="2026-01-01",
+                   note="an earlier test")
+    with mine.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerow(earlier)
+    prompts = write_prompts(CANDIDATE_PROMPTS)
+    for attempt in range(2):  # the same cells on the same day: replaced, not added
+        result = run_candidates(candidate_endpoints, prompts, tmp_path / f"quants-{attempt}",
+                                "--matrix", mine)
+        assert result.exit_code == 1, result.output  # written; "flips" fails the gate
+    report_rows = read_csv(tmp_path / "quants-0" / "matrix.csv")
+    assert list(report_rows[0]) == COLUMNS and len(report_rows) == 5
+    assert report_rows[0]["correctness_status"] == "reference"
+    by_note = {row["note"].split(";")[0]: row for row in report_rows[1:]}
+    assert by_note["flips"]["correctness_status"] == "fail"
+    assert by_note["clean"]["correctness_status"] == "pass"
+    assert float(by_note["clean"]["agg_tokens_per_second"]) > 0
+    assert by_note["clean"]["runtime"] == "vllm" and by_note["clean"]["concurrency"] == "2"
+    kept = read_csv(mine)
+    assert kept[0] == earlier and len(kept) == 1 + 5
+
+
+def test_a_matrix_with_other_columns_is_refused(candidate_endpoints: dict[str, str],
+                                                write_prompts: WritePrompts,
+                                                tmp_path: Path) -> None:
+    mine = tmp_path / "matrix.csv"
+    mine.write_text("model,speed\nx,1\n")
+    result = run_candidates(candidate_endpoints, write_prompts(CANDIDATE_PROMPTS),
+                            tmp_path / "q", "--matrix", mine)
+    assert result.exit_code == 2 and "not a serving matrix" in result.output
+    assert mine.read_text() == "model,speed\nx,1\n"
