@@ -9,6 +9,7 @@ YAML text), `ab_runs` and `planted_report` (the planted A/B collected, and compa
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,27 +23,34 @@ from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 from .helpers import (
     A_ANSWERS,
     B_ANSWERS,
+    BASH,
     CANDIDATE_ANSWERS,
     CANDIDATE_PROMPTS,
     COMMANDS,
+    EXPRESSION,
     FIXTURES,
     FLIPPED,
     PROMPTS,
+    REPO,
     RUNNER_UPS,
     TWO_PROMPTS,
     VERBOSE,
     AppServer,
+    Ran,
     Serve,
     WritePrompts,
     all_commands,
     assert_one_clear_line,
     card,
+    evaluate,
     gate_rules,
     gate_writing_a_step_summary,
     invoke,
     open_sheet,
     read_csv,
+    read_outputs,
     report_identity,
+    run_action,
     run_candidates,
     run_with_file_limit,
     skip_module_without_extra,
@@ -55,6 +63,7 @@ __all__ = [
     "WritePrompts", "all_commands", "assert_one_clear_line", "card", "gate_rules",
     "gate_writing_a_step_summary", "invoke", "open_sheet", "read_csv", "report_identity",
     "run_candidates", "run_with_file_limit", "skip_module_without_extra", "write_review",
+    "BASH", "EXPRESSION", "REPO", "Ran", "evaluate", "read_outputs", "run_action",
 ]
 
 
@@ -165,3 +174,16 @@ def page(browser: Any) -> Iterator[Any]:
     page.on("pageerror", lambda error: page.errors.append(str(error)))
     yield page
     context.close()
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path) -> Path:
+    """`quantcheck` on PATH, as `pip install` leaves it (install: none in the tests: no
+    network), running this checkout."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    shim = folder / "quantcheck"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m quantcheck "$@"\n')
+    shim.chmod(0o755)
+    (folder / "python3").symlink_to(sys.executable)
+    return folder

@@ -7,11 +7,6 @@ rot."""
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -21,115 +16,23 @@ from junitparser import JUnitXml
 from quantcheck import CollectSettings, collect
 from quantcheck.lab.scripted import ScriptedModel
 
-from .conftest import A_ANSWERS, B_ANSWERS, RUNNER_UPS, Serve, WritePrompts
+from .conftest import (
+    A_ANSWERS,
+    B_ANSWERS,
+    REPO,
+    RUNNER_UPS,
+    Serve,
+    WritePrompts,
+    run_action,
+)
 
-REPO = Path(__file__).parent.parent
 ACTION = yaml.safe_load((REPO / "action.yml").read_text())
-EXPRESSION = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
-BASH = ["bash", "--noprofile", "--norc", "-eo", "pipefail"]  # the runner's `shell: bash`
 PROMPTS = """
 prompts:
   - {id: same, category: factual, prompt: "Q: same", expect: {contains: Paris}}
   - {id: flip, category: factual, prompt: "Q: flip", expect: {contains: Canberra}}
   - {id: wording, category: factual, prompt: "Q: wording"}
 """
-
-
-@dataclass
-class Ran:
-    """What the runner saw: each step's outcome, outputs, and the job's files."""
-
-    outcomes: dict[str, str] = field(default_factory=dict)  # step name -> exit status
-    outputs: dict[str, dict[str, str]] = field(default_factory=dict)  # step id -> outputs
-    uploads: list[dict[str, str]] = field(default_factory=list)  # `with:` of upload steps
-    action_outputs: dict[str, str] = field(default_factory=dict)
-    summary: str = ""
-    logs: str = ""
-
-
-def evaluate(text: str, contexts: Mapping[str, Mapping[str, object]]) -> str:
-    """GitHub's `${{ context.name }}` expressions, the ones action.yml may use; the
-    outputs of a step that did not run are empty, as on GitHub."""
-    def value(match: re.Match[str]) -> str:
-        words = match.group(1).split(".")
-        assert words[0] in contexts, f"unknown context: {match.group(1)}"
-        found: object = contexts
-        for word in words:
-            if words[0] == "steps" and not (isinstance(found, Mapping) and word in found):
-                return ""
-            assert isinstance(found, Mapping) and word in found, f"unknown: {match.group(1)}"
-            found = found[word]
-        return str(found)
-    return EXPRESSION.sub(value, text)
-
-
-def read_outputs(path: Path) -> dict[str, str]:
-    """GITHUB_OUTPUT: `name=value` lines, and `name<<DELIMITER` blocks."""
-    outputs: dict[str, str] = {}
-    lines = iter(path.read_text().splitlines())
-    for line in lines:
-        if "<<" in line and "=" not in line.split("<<")[0]:
-            name, delimiter = line.split("<<", 1)
-            outputs[name] = "\n".join(iter(lambda: next(lines), delimiter))
-        elif "=" in line:
-            name, value = line.split("=", 1)
-            outputs[name] = value
-    return outputs
-
-
-def run_action(inputs: dict[str, str], workspace: Path, bin_dir: Path) -> Ran:
-    """Every step of the composite action in order, as the runner would."""
-    declared = ACTION["inputs"]
-    assert set(inputs) <= set(declared), set(inputs) - set(declared)
-    missing = [n for n, spec in declared.items() if spec.get("required") and n not in inputs]
-    assert not missing, missing
-    given = {name: inputs.get(name, spec.get("default", "")) for name, spec in
-             declared.items()}
-    temp = workspace.parent / "runner-temp"
-    temp.mkdir(exist_ok=True)
-    summary = workspace.parent / "step-summary.md"
-    contexts: dict[str, Mapping[str, object]] = {
-        "inputs": given, "github": {"action_path": str(REPO)},
-        "runner": {"temp": str(temp)}, "steps": {}}
-    ran = Ran()
-    failed = False
-    assert ACTION["runs"]["using"] == "composite"
-    for number, step in enumerate(ACTION["runs"]["steps"]):
-        name = step.get("name", f"step {number}")
-        condition = step.get("if")
-        assert condition in (None, "always()"), f"{name}: if: {condition} is not emulated"
-        if failed and condition != "always()":
-            ran.outcomes[name] = "skipped"
-            continue
-        if "uses" in step:
-            assert step["uses"].startswith("actions/upload-artifact@"), step["uses"]
-            ran.uploads.append({k: evaluate(str(v), contexts) for k, v in step["with"].items()})
-            ran.outcomes[name] = "0"
-            continue
-        assert step["shell"] == "bash"
-        output = workspace.parent / f"output-{number}"
-        output.write_text("")
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(workspace.parent),
-               "PYTHONPATH": str(REPO / "src"), "LC_ALL": "C.UTF-8",
-               "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary),
-               "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(temp),
-               "CI": "true", "GITHUB_ACTIONS": "true",
-               **{key: evaluate(str(value), contexts) for key, value in
-                  step.get("env", {}).items()}}
-        script = workspace.parent / f"step-{number}.sh"
-        script.write_text(step["run"])
-        done = subprocess.run([*BASH, str(script)], cwd=workspace, env=env,
-                              capture_output=True, text=True, timeout=600)
-        ran.logs += f"--- {name} ({done.returncode})\n{done.stdout}{done.stderr}"
-        ran.outcomes[name] = str(done.returncode)
-        if "id" in step:
-            ran.outputs[step["id"]] = read_outputs(output)
-            contexts["steps"] = {key: {"outputs": value} for key, value in ran.outputs.items()}
-        failed = failed or done.returncode != 0
-    ran.action_outputs = {name: evaluate(spec["value"], contexts)
-                          for name, spec in ACTION["outputs"].items()}
-    ran.summary = summary.read_text() if summary.exists() else ""
-    return ran
 
 
 @pytest.fixture
@@ -139,19 +42,6 @@ def workspace(tmp_path: Path, write_prompts: WritePrompts) -> Path:
     (folder / "prompts").mkdir(parents=True)
     (folder / "prompts" / "ab.yaml").write_text(PROMPTS)
     (folder / "prompts" / "policy.yaml").write_text("max_factual_flips: 0\n")
-    return folder
-
-
-@pytest.fixture
-def bin_dir(tmp_path: Path) -> Path:
-    """`quantcheck` on PATH, as `pip install` leaves it (install: none in the tests: no
-    network), running this checkout."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    shim = folder / "quantcheck"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m quantcheck "$@"\n')
-    shim.chmod(0o755)
-    (folder / "python3").symlink_to(sys.executable)
     return folder
 
 
