@@ -57,10 +57,11 @@ def lab() -> Iterator[Any]:
 
 
 def run(server: LabServer, prompts: Path, out: Path, **settings: Any) -> Any:
-    # No context probe: its 6,000-token prompt cost seconds a side and these tests
-    # are about the endpoints' numerics (the demo leaves it out for the same reason).
+    # No preflight: its probes cost about 3 s a side (its 6,000-token context probe far
+    # more), and these tests are about the endpoints' numerics; the demo's tests run
+    # the preflight against the same model.
     collect([prompts], out, CollectSettings(endpoint=server.url, label=out.name,
-                                            top_logprobs=5, context_tokens=0, **settings))
+                                            top_logprobs=5, preflight=False, **settings))
     return load_run(out)
 
 
