@@ -161,10 +161,8 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], 
         parameters, a_url or "", a_label, a_model, api_key_env, a_cell)
     bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell))
           for url, label in zip(b_urls, labels, strict=True)]
-    forced = ForcedSettings(endpoint=b_urls[0], model=b_model,
-                            top_k=parameters.top_logprobs or 20, mode=forced_mode,
-                            concurrency=forced_concurrency, timeout=parameters.timeout,
-                            api_key_env=api_key_env)
+    forced = ForcedSettings(endpoint=b_urls[0], mode=forced_mode,
+                            concurrency=forced_concurrency)
     throughput = ThroughputSettings(concurrency=throughput_concurrency,
                                     min_seconds=throughput_seconds)
     ab = ABRun(a, bs, prompt_files, out, one_side_at_a_time, force, compare,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -23,6 +24,8 @@ from .printing import echo_log_matches, echo_preflights, echo_probe
 
 if TYPE_CHECKING:
     from ..lab.endpoint import LabServer
+
+Command = TypeVar("Command", bound=Callable[..., None])
 
 
 @cli.command("probe")
@@ -119,13 +122,23 @@ ROUTING_FAULTS: dict[str, tuple[str, ...]] = {  # lab.scripted.Faults flags set
     "gating": ("routing", "gating_nondeterministic")}
 
 
+def _served_options(command: Command) -> Command:
+    """--dialect, --host and --port, as every lab server takes them."""
+    options = [
+        click.option("--dialect", type=click.Choice(RUNTIMES), default="vllm",
+                     show_default=True, help="Whose wire format to speak."),
+        click.option("--host", default="127.0.0.1", show_default=True,
+                     help="Address to bind (the lab is for this machine: keep 127.0.0.1)."),
+        click.option("--port", default=8000, show_default=True,
+                     type=click.IntRange(0, 65535), help="Port to serve on."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @lab_group.command("scripted")
-@click.option("--dialect", type=click.Choice(RUNTIMES),
-              default="vllm", show_default=True, help="Whose wire format to speak.")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind (the lab is for this machine: keep 127.0.0.1).")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
-              help="Port to serve on.")
+@_served_options
 @click.option("--routing", type=click.Choice(list(ROUTING_FAULTS)), default="none",
               show_default=True,
               help="Return MoE routing (vllm and sglang dialects; collect with "
@@ -158,12 +171,7 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str) -> None:
               default="none", show_default=True,
               help="nondeterministic: the head's reduction order changes per token; "
                    "lmhead-noscale: an FP8 head whose scales are never applied.")
-@click.option("--dialect", type=click.Choice(RUNTIMES),
-              default="vllm", show_default=True, help="Whose wire format to speak.")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind (the lab is for this machine: keep 127.0.0.1).")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
-              help="Port to serve on.")
+@_served_options
 @click.option("--threads", type=click.IntRange(1), help="CPU threads for the model.")
 def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
               threads: int | None) -> None:

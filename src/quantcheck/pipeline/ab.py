@@ -154,9 +154,7 @@ async def _fetch(ab: ABRun, reporters: Sequence[Reporter] | None,
         for b in ab.candidates:
             notify(f"scoring A's tokens on {b.endpoint} (teacher forcing) ...")
             await score_run_async(ab.a_dir, _forced_dir(ab, b),
-                                  replace(ab.forced, endpoint=b.endpoint, model=b.model,
-                                          retries=b.retries,
-                                          extra_body=b.request.extra_body))
+                                  _scored_on(ab.forced, b))
 
 
 async def _collect_all(ab: ABRun, runs: list[tuple[CollectSettings, Path]],
@@ -211,6 +209,14 @@ def check_reference(reference: Path, candidates: Sequence[CollectSettings],
             f"the stored reference {reference} was not asked what B would be, so they "
             f"cannot be compared (nothing was sent): {'; '.join(problems)}. Collect B "
             "with the reference's settings and prompt set, or collect the reference again")
+
+
+def _scored_on(forced: ForcedSettings, b: CollectSettings) -> ForcedSettings:
+    """Teacher forcing on a candidate as it was collected: its endpoint, model, key,
+    timeout, retries and extra body; its top-k (20 for a text-only collection)."""
+    return replace(forced, endpoint=b.endpoint, model=b.model, api_key_env=b.api_key_env,
+                   timeout=b.timeout, retries=b.retries, extra_body=b.request.extra_body,
+                   top_k=b.top_logprobs or forced.top_k)
 
 
 def _silent(stage: str) -> None:
