@@ -481,6 +481,8 @@ def test_check_counts_and_shows_the_first_requests(tmp_path: Path) -> None:
     assert "sample: 2 of 3 rows, seed 4" in sampled.output
     assert "mapping: prompt=question choices=choices expect.choice=answer category=subject" \
         in sampled.output and 'expect: {"choice": ' in sampled.output
+    unsampled = invoke("prompts", "check", mmlu_csv(tmp_path / "m.csv"), "--seed", 4)
+    assert unsampled.exit_code == 2 and "give --sample N as well" in unsampled.output
 
 
 def test_convert_writes_yaml_that_loads_back_to_the_same_prompts(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from quantcheck import Expect, RequestOptions, load_prompts
 from quantcheck.errors import PromptFileError
 from quantcheck.store.prompt_sets import GREEDY_FIELDS
 
-from .conftest import WritePrompts
+from .conftest import WritePrompts, invoke
 
 REPO = Path(__file__).parent.parent
 
@@ -64,6 +64,16 @@ def test_options_override_and_null_drops_a_field(write_prompts: WritePrompts) ->
     assert prompt.request["max_tokens"] == 5
     assert "repeat_penalty" not in prompt.request and prompt.request["min_p"] == 0
     assert prompt.request["repetition_penalty"] == 1.0
+
+
+@pytest.mark.parametrize("extra_body", ['{"seed": 1e999}', '{"seed": 18446744073709551616}'])
+def test_an_unsendable_extra_body_is_refused_at_the_option(write_prompts: WritePrompts,
+                                                             extra_body: str) -> None:
+    path = write_prompts("prompts:\n  - {id: a, prompt: hello}\n")
+    result = invoke("prompts", "check", path, "--extra-body", extra_body)
+    assert result.exit_code == 2
+    assert "Invalid value for '--extra-body'" in result.output
+    assert "JSON can carry" in result.output or "does not fit in 64 bits" in result.output
 
 
 def test_hash_is_stable_and_tracks_the_request(write_prompts: WritePrompts) -> None:
@@ -125,12 +135,16 @@ def test_hash_is_stable_and_tracks_the_request(write_prompts: WritePrompts) -> N
         ("prompts:\n  - id: a\n    prompt: '{haystack}'\n"
          "    haystack: {tokens: 9, needle: N., depth: 2}\n",
          "field 'haystack': depth must be from 0 (start) to 1 (end)"),
+        ("prompts:\n  - id: a\n    prompt: x\n    max_tokens: 99999999999999999999999\n",
+         ":4: prompt a: field 'max_tokens': the integer 99999999999999999999999 does not fit"),
+        ("prompts:\n  - id: a\n    prompt: x\n    extra: {logit_bias: {'7': .inf}}\n",
+         "field 'logit_bias': inf is not a number JSON can carry"),
     ],
     ids=["duplicate", "unknown-field", "no-text", "no-id", "bad-max-tokens", "bad-number",
          "bad-regex", "unknown-check", "bad-message", "bad-api", "empty", "yaml", "not-mapping",
          "bad-schema", "call-without-name", "no-call-with-others", "bad-tests", "bad-choice",
          "tools-on-completions", "bad-tools", "bad-tool-choice", "no-placeholder",
-         "bad-depth"],
+         "bad-depth", "integer-beyond-64-bits", "infinity"],
 )
 def test_bad_prompt_files_name_file_line_and_field(
     write_prompts: WritePrompts, text: str, message: str

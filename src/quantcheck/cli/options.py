@@ -23,6 +23,7 @@ from ..judge.cells import parse_cell_options
 from ..judge.sandbox import Limits
 from ..pipeline.comparing import CompareOptions, code_limits
 from ..store.column_maps import PRESETS, ColumnMapError, parse_map
+from ..store.prompt_entries import unsendable
 from ..store.prompt_sets import APIS, RequestOptions, SourceOptions
 from ..store.run_dir import Parameters
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB
@@ -74,6 +75,8 @@ def json_object_option(ctx: click.Context, param: click.Parameter, value: str | 
         raise click.BadParameter(f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise click.BadParameter('must be a JSON object, e.g. {"repeat_penalty": null}')
+    if problem := unsendable(data):
+        raise click.BadParameter(problem)
     return data
 
 
@@ -111,6 +114,9 @@ def _parameters(repeats: int, top_logprobs: int, stream: bool, concurrency: int,
 def source_settings(column_map: tuple[str, ...], map_preset: str | None, sample: int | None,
                     seed: int | None) -> SourceOptions:
     """The data-file options (--map, --map-preset, --sample, --seed) as one record."""
+    if seed is not None and sample is None:
+        raise click.UsageError("--seed picks --sample's draw: give --sample N as well "
+                               "(generation is always greedy)")
     return SourceOptions(map=list(column_map), preset=map_preset, sample=sample, seed=seed)
 
 

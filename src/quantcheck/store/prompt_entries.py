@@ -8,6 +8,7 @@ narrows one field and names the file, line (or row), prompt and field it refuses
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -220,7 +221,25 @@ def _request_body(where: Where, entry: Fields, defaults: Mapping[str, object],
     if api == "completions":
         body.pop("chat_template_kwargs", None)
     _check_tools(where, body, str(api))
+    for key, value in body.items():
+        if problem := unsendable(value):
+            raise where.error(key, problem)
     return str(api), {k: v for k, v in body.items() if v is not None}
+
+
+def unsendable(value: object) -> str:
+    """Why a request value cannot go out as JSON ("" when it can): servers and the
+    request hash read integers of 64 bits, and JSON has no NaN or infinity."""
+    if isinstance(value, dict):
+        return next((p for v in value.values() if (p := unsendable(v))), "")
+    if isinstance(value, list):
+        return next((p for v in value if (p := unsendable(v))), "")
+    if isinstance(value, int) and not isinstance(value, bool) and not (
+            -(2 ** 63) <= value < 2 ** 64):
+        return f"the integer {value} does not fit in 64 bits"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a number JSON can carry"
+    return ""
 
 
 def _haystack(where: Where, spec: object) -> Callable[[str], str]:
