@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from quantcheck import __version__
 from quantcheck.lab.scripted import ScriptedModel
 
 from .conftest import BASH, REPO, Serve, evaluate, invoke, run_action
@@ -40,7 +41,6 @@ def test_init_writes_the_kit_and_never_over_a_file_that_is_there(tmp_path: Path)
 
 
 def test_the_kits_action_is_this_repositorys_pinned_to_this_version(tmp_path: Path) -> None:
-    from quantcheck import __version__
 
     invoke("init", tmp_path)
     shipped = yaml.safe_load((REPO / "action.yml").read_text())
@@ -93,6 +93,7 @@ def test_the_written_workflow_runs_as_written_against_lab_servers(
     workspace = tmp_path / "repository"
     invoke("init", workspace)
     workflow = yaml.safe_load((workspace / ".github/workflows/quantcheck.yml").read_text())
+    assert workflow["env"]["QUANTCHECK"] == f"quantcheck=={__version__}"
     a, b = serve(ScriptedModel({})), serve(ScriptedModel({}))
     env = {**workflow["env"], "A_URL": f"{a.url}/v1", "B_URL": f"{b.url}/v1"}
     serving = {"Serve the reference", "Serve the candidate", "Install quantcheck"}

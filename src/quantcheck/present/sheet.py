@@ -18,7 +18,7 @@ from ..judge.agreement import agreement, review_verdicts
 from ..judge.cells import CELL_AXES
 from ..store.files import AtomicFile, write_atomic
 from ..store.grade_records import Agreement
-from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
+from ..store.pair_records import PAIR_COLUMNS
 from ..store.report_dir import (
     PAIRS_READ_AT_ONCE,
     DetailsReader,
@@ -49,7 +49,6 @@ ELIDED_FIELDS = ("a_text", "b_text", "a_tool_calls", "b_tool_calls")
 # A pair in the page is a row of these values: at 20,000 pairs, naming every value
 # took a third of the page's 40 MB
 SHEET_COLUMNS = [*PAIR_COLUMNS, "detail", "elided"]
-INTEGER_COLUMNS = [column for column, kind in PAIR_DTYPES.items() if kind == "Int64"]
 
 
 SHEET_PAIRS_CHUNK = PAIRS_READ_AT_ONCE
@@ -122,11 +121,8 @@ def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, object]]:
     no human without texts or empty cells."""
     details = DetailsReader(report_dir)
     for rows in iter_pair_rows(report_dir, SHEET_PAIRS_CHUNK):
-        floated = _floated_integers(rows)
         for row in rows:
             record = dict(zip(PAIR_COLUMNS, msgspec.structs.astuple(row), strict=True))
-            for column in floated:
-                record[column] = _as_float(record[column])
             detail = details.get(row.prompt_id)
             if elide and not (row.needs_review and not row.approved_label):
                 record = {key: value for key, value in record.items()
@@ -135,18 +131,6 @@ def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, object]]:
             else:
                 record["detail"] = detail
             yield record
-
-
-def _floated_integers(rows: list[PairRow]) -> list[str]:
-    """The integer columns with an empty cell among these rows. The page has always shown
-    such a column's numbers as floats (12.0: how pandas read it), chunk by chunk; kept so
-    a sheet stays byte for byte what it was."""
-    return [column for column in INTEGER_COLUMNS
-            if any(getattr(row, column) is None for row in rows)]
-
-
-def _as_float(value: object) -> object:
-    return float(value) if isinstance(value, int) else value
 
 
 def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
