@@ -42,6 +42,10 @@ def test_logscan_command(tmp_path: Path) -> None:
     assert invoke("logscan", LOGS / "vllm-spark-nightly.log").exit_code == 0
     result = invoke("logscan", LOGS / "clean.log")
     assert result.exit_code == 0 and "no known failure signature" in result.output
+    as_json = invoke("logscan", LOGS / "sglang-lmhead-prefix.log", "--json")
+    assert as_json.exit_code == 1
+    (match,) = json.loads(as_json.output)
+    assert match["signature"] == "fp8-lm-head-scale-not-loaded" and match["blocking"] is True
 
 
 def test_user_signatures(tmp_path: Path) -> None:

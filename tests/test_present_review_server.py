@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -146,3 +150,23 @@ def test_the_sheet_is_streamed_whole_and_a_broken_table_is_a_500_naming_it(
     pairs.write_bytes(whole)
     status, again = request(server, "GET", "/")
     assert status == 200 and again.rstrip().endswith("</html>") and len(again) == len(page)
+
+
+def test_review_on_port_0_names_the_port_it_took(planted_report: Path) -> None:
+    """`quantcheck review --port 0` serves on any free port and prints that one."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    with subprocess.Popen([sys.executable, "-m", "quantcheck", "review", str(planted_report),
+                           "--port", "0"], env=env, stderr=subprocess.PIPE,
+                          stdout=subprocess.DEVNULL, text=True) as process:
+        assert process.stderr is not None
+        try:
+            line = process.stderr.readline()
+            port = int(re.search(r"http://127\.0\.0\.1:(\d+)/ ", line)[1])  # type: ignore[index]
+            assert port != 0
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("GET", "/", headers={"Host": f"127.0.0.1:{port}"})
+            assert connection.getresponse().status == 200
+            connection.close()
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(60) == 0  # stopping is how a review ends

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from ._group import cli
 from .guard import run_guarded
 from .options import EXISTING_FILE, PROMPT_SOURCE, json_object_option
 from .printing import echo_log_matches, echo_preflights, echo_probe
+from .serving import serve_until_stopped
 
 if TYPE_CHECKING:
     from ..lab.endpoint import LabServer
@@ -161,7 +161,7 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str) -> None:
         setattr(faults, flag, True)
     server = ScriptedServer(dialect=dialect, host=host, port=port, faults=faults)
 
-    serve_until_stopped(server, f"scripted {dialect} server", host, port)
+    _serve(server, f"scripted {dialect} server", host, port)
 
 
 @lab_group.command("serve")
@@ -196,20 +196,12 @@ def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
     server = LabServer(engine, dialect=dialect, host=host, port=port,
                        server_info={"version": f"quantcheck-lab-{__version__}"})
 
-    serve_until_stopped(server, f"{engine.name} ({dialect} wire format)", host, port)
+    _serve(server, f"{engine.name} ({dialect} wire format)", host, port)
 
 
-def serve_until_stopped(server: LabServer, what: str, host: str, port: int) -> None:
-    """Serve until Ctrl-C; a port that cannot be listened on is one line and exit 2."""
-    async def serve() -> None:
+def _serve(server: LabServer, what: str, host: str, port: int) -> None:
+    async def start() -> str:
         await server.start_async()
-        click.echo(f"{what} on {server.url}/v1 (Ctrl-C stops)", err=True)
-        await asyncio.Event().wait()
+        return server.url
 
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
-    except OSError as exc:
-        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        sys.exit(ExitCode.INPUT)
+    serve_until_stopped(start, lambda url: f"{what} on {url}/v1 (Ctrl-C stops)", host, port)

@@ -17,7 +17,7 @@ from ..pipeline.comparing import CompareOptions, compare_all
 from ..present.sentences import agreement_sentence
 from ..store.report_dir import OVERVIEW, require_report
 from ..store.report_records import Overview, Summary
-from ..store.reviews import load_verdicts
+from ..store.reviews import load_verdicts, review_path
 from ._group import cli
 from .config import config_options
 from .guard import exit_like_the_gate, run_guarded
@@ -30,6 +30,7 @@ from .options import (
     gathered,
 )
 from .printing import candidates_markdown, print_result
+from .serving import serve_until_stopped, url_of
 
 
 @cli.command("compare")
@@ -122,29 +123,23 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
       quantcheck review reports/fp8 --reviewer dana
       # then open http://127.0.0.1:8765/ in a browser
     """
-    import asyncio
-
     from aiohttp import web
 
     from ..present.review_server import review_app
 
     app = run_guarded(lambda: review_app(report_dir, reviewer, rubric), "Nothing was written.")
+    saved_to = review_path(report_dir, reviewer)
 
-    async def serve() -> None:
+    async def start() -> str:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, host, port).start()
-        click.echo(f"review sheet for {report_dir} on http://{host}:{port}/ ; saving to "
-                   f"{report_dir / 'reviews' / (reviewer + '.json')} (Ctrl-C stops)", err=True)
-        await asyncio.Event().wait()
+        return url_of(host, runner.addresses[0][1]) + "/"
 
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        click.echo("stopped; the review file is saved after every change.", err=True)
-    except OSError as exc:
-        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        sys.exit(ExitCode.INPUT)
+    serve_until_stopped(
+        start, lambda url: f"review sheet for {report_dir} on {url} ; saving to {saved_to} "
+                           "(Ctrl-C stops)",
+        host, port, stopped="stopped; the review file is saved after every change.")
 
 
 @cli.command("gate")

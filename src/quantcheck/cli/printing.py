@@ -8,7 +8,6 @@ import shlex
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -213,7 +212,7 @@ def echo_probe(found: Probe, as_json: bool) -> None:
 
 def echo_log_matches(matches: list[LogMatch], logs: int, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps([asdict(m) for m in matches], indent=2))
+        click.echo(json.dumps(msgspec.to_builtins(matches), indent=2))
         return
     for match in matches:
         kind = "BLOCKING" if match.blocking else "warning"
