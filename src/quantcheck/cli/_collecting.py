@@ -33,10 +33,10 @@ from .options import (
     forced_options,
     prompt_options,
     request_options,
+    request_settings,
     side_settings,
     sig_digits_option,
     source_options,
-    source_settings,
 )
 from .printing import echo_determinism, echo_forced, echo_suites, echo_throughput, print_result
 from .progress import (
@@ -247,7 +247,6 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
           --out runs/bf16
     """
     from ..pipeline.collecting import measure_throughput
-    from ..store.prompt_sets import RequestOptions
     from ..store.run_dir import write_throughput
 
     bar = PlainProgress(max(int(seconds), 1), label or "throughput")
@@ -257,9 +256,8 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
 
     result = run_guarded(lambda: measure_throughput(
         endpoint, prompt_files, label=label or "", model=model, concurrency=concurrency,
-        min_seconds=seconds, request=RequestOptions(
-            max_tokens=max_tokens, api=api, extra_body=extra_body,
-            source=source_settings(column_map, map_preset, sample, seed)),
+        min_seconds=seconds, request=request_settings(
+            max_tokens, api, extra_body, column_map, map_preset, sample, seed),
         api_key_env=api_key_env, timeout=timeout, retries=retries, progress=heard),
         "Nothing was written.")
     echo_throughput(result, concurrency)

@@ -13,6 +13,7 @@ from .._version import __version__
 from ..errors import ExitCode
 from ..judge.cells import parse_cell_options
 from ..pipeline.checking import PreflightOptions, preflight, probe
+from ..store.prompt_sets import APIS
 from ..store.report_records import LogMatch
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS
 from ..store.runtimes import RUNTIMES
@@ -53,7 +54,7 @@ def probe_command(endpoint: str, model: str | None, cell: tuple[str, ...],
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--prompts", "prompt_file", type=PROMPT_SOURCE,
               help="Shape probes like this prompt set's requests (API, fields).")
-@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat",
+@click.option("--api", type=click.Choice(APIS), default="chat",
               show_default=True, help="API of the probes (without --prompts).")
 @click.option("--extra-body", callback=json_object_option,
               help="JSON merged into every probe, as in collect.")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ..store.prompt_sets import APIS, LoadedSource, RequestOptions, load_sources
+from ..store.prompt_sets import APIS, LoadedSource, load_sources
 from ..store.prompt_writer import convert_prompt_files
 from ..store.run_records import CHECKS, Prompt
 from ._group import cli
@@ -18,18 +18,11 @@ from .options import (
     PROMPT_SOURCE,
     apply_options,
     json_object_option,
+    request_settings,
     source_options,
-    source_settings,
 )
 
 SHOWN_TEXT = 300  # characters of a long text shown by `check`
-
-
-def _request_settings(column_map: tuple[str, ...], map_preset: str | None, sample: int | None,
-                      seed: int | None, max_tokens: int | None, api: str | None,
-                      extra_body: dict[str, object]) -> RequestOptions:
-    return RequestOptions(max_tokens=max_tokens, api=api, extra_body=extra_body,
-                          source=source_settings(column_map, map_preset, sample, seed))
 
 
 _OPTIONS = [
@@ -69,8 +62,8 @@ def check_command(files: tuple[Path, ...], show: int, column_map: tuple[str, ...
       quantcheck prompts check mmlu.csv --map prompt=question --map choices=A,B,C,D \\
           --map expect.choice=answer:letter
     """
-    options = _request_settings(column_map, map_preset, sample, seed, max_tokens, api,
-                                extra_body)
+    options = request_settings(max_tokens, api, extra_body, column_map, map_preset, sample,
+                               seed)
     sources = run_guarded(lambda: load_sources(files, options), "")
     for source in sources:
         _echo_source(source)
@@ -98,8 +91,8 @@ def convert_command(files: tuple[Path, ...], out: Path, force: bool,
       quantcheck prompts convert mmlu/test.csv --map-preset mmlu --sample 100 \\
           --out prompts/mmlu-100.yaml
     """
-    options = _request_settings(column_map, map_preset, sample, seed, max_tokens, api,
-                                extra_body)
+    options = request_settings(max_tokens, api, extra_body, column_map, map_preset, sample,
+                               seed)
     sources = run_guarded(lambda: convert_prompt_files(list(files), out, options, force),
                           "Nothing was written.")
     for source in sources:

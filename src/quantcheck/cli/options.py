@@ -107,17 +107,21 @@ def _parameters(repeats: int, top_logprobs: int, stream: bool, concurrency: int,
         repeat_mode=repeat_mode, preflight=preflight, context_tokens=context_tokens,
         shard=shard, routed_experts=routed_experts,
         routed_experts_shape=routed_experts_shape,
-        request=RequestOptions(max_tokens=max_tokens, api=api, extra_body=extra_body,
-                               source=source_settings(column_map, map_preset, sample, seed)))
+        request=request_settings(max_tokens, api, extra_body, column_map, map_preset, sample,
+                                 seed))
 
 
-def source_settings(column_map: tuple[str, ...], map_preset: str | None, sample: int | None,
-                    seed: int | None) -> SourceOptions:
-    """The data-file options (--map, --map-preset, --sample, --seed) as one record."""
+def request_settings(max_tokens: int | None, api: str | None, extra_body: dict[str, object],
+                     column_map: tuple[str, ...], map_preset: str | None, sample: int | None,
+                     seed: int | None) -> RequestOptions:
+    """What every prompt is asked (--max-tokens, --api, --extra-body) and how data files
+    become prompts (--map, --map-preset, --sample, --seed), as one record."""
     if seed is not None and sample is None:
         raise click.UsageError("--seed picks --sample's draw: give --sample N as well "
                                "(generation is always greedy)")
-    return SourceOptions(map=list(column_map), preset=map_preset, sample=sample, seed=seed)
+    return RequestOptions(max_tokens=max_tokens, api=api, extra_body=extra_body,
+                          source=SourceOptions(map=list(column_map), preset=map_preset,
+                                               sample=sample, seed=seed))
 
 
 def _map_option(context: click.Context, parameter: click.Parameter, value: tuple[str, ...]

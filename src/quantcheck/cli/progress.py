@@ -67,6 +67,8 @@ class PlainProgress:
         pass
 
     def update(self, count: int) -> None:
+        if not count:  # throughput's clock, past its window, waiting for the last answers
+            return
         self.done += count
         share = self.done / self.length if self.length else 1.0
         if share + 1e-9 < self.next_report and self.done != self.length:
@@ -165,8 +167,11 @@ class SharedBar:
         return self.bar
 
     def close(self) -> None:
+        """The bar, then each side's failures counted by cause."""
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
+        for reporter in self.reporters:
+            reporter.close()
 
 
 class SideReporter(ProgressReporter):
@@ -177,6 +182,10 @@ class SideReporter(ProgressReporter):
     def started(self, total: int, already_done: int) -> None:
         self.announce_resume(total, already_done)
         self.bar = self.shared.grow(total - already_done)
+
+    def close(self) -> None:
+        self.bar = None  # the shared bar is closed once, by SharedBar
+        super().close()
 
 
 class ModeReporters:
