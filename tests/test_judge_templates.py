@@ -80,6 +80,8 @@ def test_the_gate_reports_template_problems_and_fails_only_when_asked(
     assert rules["template_problems"]["prompts"] == [
         "B: preflight template check", "A and B render the conversation differently",
         "capital", "legs"]
+    assert rules["template_problems"]["description"] == \
+        "4 signs of a chat template the model does not know"
     failed = invoke("gate", template_report, "--max-factual-flips", "9", "--max-new-degenerate",
                     "9", "--max-template-problems", "0")
     assert failed.exit_code == 1

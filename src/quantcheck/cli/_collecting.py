@@ -32,6 +32,7 @@ from .options import (
     determinism_request_options,
     forced_options,
     prompt_options,
+    refuse_without,
     request_options,
     request_settings,
     side_settings,
@@ -156,6 +157,10 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], 
       quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
           --prompts prompts/default.yaml --judge http://gpu:8009/v1 --out reports/fp8
     """
+    refuse_without("--throughput", measure_throughput, "throughput_concurrency",
+                   "throughput_seconds")
+    refuse_without("--forced", score_forced, "forced_mode", "forced_concurrency")
+    refuse_without("two or more --b", len(b_urls) > 1, "matrix")
     labels = _candidate_labels(b_urls, b_labels)
     a = _reference(a_url, a_run, a_model, a_cell) or side_settings(
         parameters, a_url or "", a_label, a_model, api_key_env, a_cell)

@@ -16,6 +16,7 @@ from ..store.report_records import Overview, Summary
 from ..store.run_dir import Cell
 from ._group import cli
 from .guard import run_guarded
+from .options import refuse_without
 from .printing import invocation, print_result
 from .progress import run_with_progress
 
@@ -51,6 +52,7 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path | None,
       quantcheck demo --b-precision fp8,int4
       quantcheck demo --fault lmhead-noscale
     """
+    refuse_without("--engine gemma", engine == "gemma", "b_precision", "fault")
     precisions = [p.strip() for p in b_precision.split(",") if p.strip()]
     unknown = [p for p in precisions if p not in ("bf16", "fp8", "int4")]
     if unknown or not precisions or len(set(precisions)) != len(precisions):

@@ -28,6 +28,7 @@ from .options import (
     PolicyOverrides,
     compare_options,
     gathered,
+    refuse_without,
 )
 from .printing import candidates_markdown, print_result
 from .serving import serve_until_stopped, url_of
@@ -69,6 +70,7 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
       quantcheck compare bf16.texts.json fp8.texts.json --prompts prompts/default.yaml \\
           --out reports/texts
     """
+    refuse_without("two or more B runs", len(b_runs) > 1, "matrix")
     if len(b_runs) > 1 and forced:
         raise click.BadParameter("with several B runs, score each with `quantcheck "
                                  "forced` and compare them one at a time",
@@ -222,6 +224,10 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
                                      "reviews", param_hint="--review")
         _gate_candidates(report_dir, settings, rubric, candidate)
         return
+    if candidate is not None:
+        raise click.BadParameter(f"{report_dir} is one candidate's report; --candidate picks "
+                                 "one in a report of several (with an overview.json)",
+                                 param_hint="--candidate")
 
     def work() -> tuple[gate.GateResult, Summary, list[Failure]]:
         result, summary = gate.gate_report(report_dir, settings(), load_rubric(rubric),

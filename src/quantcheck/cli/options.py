@@ -14,6 +14,7 @@ from typing import TypeVar, cast
 
 import click
 import msgspec
+from click.core import ParameterSource
 
 from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import MODES
@@ -57,6 +58,19 @@ def _apply(options: Sequence[Callable[[F], F]], function: F) -> F:
     for option in reversed(options):
         function = option(function)
     return function
+
+
+def refuse_without(switch: str, on: bool, *names: str) -> None:
+    """A usage error for an option, given on the command line, that only tunes `switch`
+    while `switch` is off: it would be ignored. (A --config file may set such options
+    for the runs that turn the switch on.)"""
+    if on:
+        return
+    context = click.get_current_context()
+    for name in names:
+        if context.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                                  ParameterSource.ENVIRONMENT):
+            raise click.UsageError(f"--{name.replace('_', '-')} needs {switch}")
 
 
 def apply_options(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:
@@ -286,6 +300,7 @@ def _compare_options(sig_digits: int, a_log: Path | None, b_log: Path | None,
                      allow_code_exec: bool, code_timeout: float, code_memory_mb: int,
                      jobs: int | None, rubric: Path | None, judge: JudgeSettings | None
                      ) -> CompareOptions:
+    refuse_without("--allow-code-exec", allow_code_exec, "code_timeout", "code_memory_mb")
     return CompareOptions(sig_digits=sig_digits, approvals=approvals, jobs=jobs,
                           a_log=a_log, b_log=b_log, signature_files=signature_files,
                           code_exec=code_limits(code_timeout, code_memory_mb)
@@ -296,12 +311,9 @@ def _judge_settings(judge: str | None, judge_model: str | None,
                     judge_api_key_env: str | None, judge_concurrency: int,
                     judge_timeout: float, judge_max_tokens: int, judge_cache: Path | None
                     ) -> JudgeSettings | None:
+    refuse_without("--judge URL", judge is not None, "judge_model", "judge_api_key_env",
+                   "judge_concurrency", "judge_timeout", "judge_max_tokens", "judge_cache")
     if judge is None:
-        given = [name for name, value in (("--judge-model", judge_model),
-                                          ("--judge-api-key-env", judge_api_key_env),
-                                          ("--judge-cache", judge_cache)) if value]
-        if given:
-            raise click.UsageError(f"{given[0]} needs --judge URL")
         return None
     return JudgeSettings(endpoint=judge, model=judge_model, api_key_env=judge_api_key_env,
                          concurrency=judge_concurrency, timeout=judge_timeout,

@@ -144,36 +144,41 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
                   if not verdicts.get(r.prompt_id) and not r.approved_label]
     identical_share = (len(compared) - len(to_review)) / len(compared) if compared else 1.0
     rules = [
-        _rule("factual_flips", "factual flip", flips, policy.max_factual_flips),
+        _rule("factual_flips", "factual flip", "factual flips", flips, policy.max_factual_flips),
         _rule("new_degenerate_on_b", "degenerate output new on B",
-              new_degenerate_on_b(compared), policy.max_new_degenerate),
+              "degenerate outputs new on B", new_degenerate_on_b(compared),
+              policy.max_new_degenerate),
     ]
     for side in ("a", "b"):
         unstable = [r.prompt_id for r in rows if nondeterministic(r, side)]
-        rules.append(_rule(f"nondeterministic_{side}", f"nondeterministic prompt on "
-                           f"{side.upper()}", unstable, policy.max_nondeterministic))
-    rules.append(_rule("unreviewed", "unreviewed non-identical pair", unreviewed,
+        rules.append(_rule(f"nondeterministic_{side}", f"nondeterministic prompt on {side.upper()}",
+                           f"nondeterministic prompts on {side.upper()}", unstable,
+                           policy.max_nondeterministic))
+    rules.append(_rule("unreviewed", "unreviewed non-identical pair",
+                       "unreviewed non-identical pairs", unreviewed,
                        0 if policy.require_review else None))
     rules.append(Rule("identical_share", f"identical share {identical_share:.0%} below "
                       f"{policy.min_identical_share}", identical_share,
                       policy.min_identical_share,
                       policy.min_identical_share is None
                       or identical_share >= policy.min_identical_share))
-    rules.append(_rule("not_compared", "prompt not compared",
+    rules.append(_rule("not_compared", "prompt not compared", "prompts not compared",
                        [r.prompt_id for r in rows if not r.compared], policy.max_not_compared))
     rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
-    rules.append(_rule("skipped_checks", "prompt with a skipped expect check (code: compare "
-                       "with --allow-code-exec to run it)",
-                       [r.prompt_id for r in compared if SKIPPED in (r.a_expect, r.b_expect)],
-                       policy.max_skipped_checks))
+    skipped = [r.prompt_id for r in compared if SKIPPED in (r.a_expect, r.b_expect)]
+    rules.append(_rule("skipped_checks", *_with(
+        "with a skipped expect check (code: compare with --allow-code-exec to run it)"),
+        skipped, policy.max_skipped_checks))
     signatures = [f"{side.upper()}: {m.signature}" for side, found in
                   sorted(summary.log_matches.items()) for m in found if m.blocking]
-    rules.append(_rule("blocking_log_signatures", "blocking log signature", signatures,
+    rules.append(_rule("blocking_log_signatures", "blocking log signature",
+                       "blocking log signatures", signatures,
                        policy.max_blocking_log_signatures))
     rules.append(_pass_rate_rule(rows, policy.max_pass_rate_drop))
     rules.append(_forced_kl_rule(rows, policy.max_forced_kl))
     rules.append(_routing_rule(rows, policy.require_routing_determinism))
     rules.append(_rule("template_problems", "sign of a chat template the model does not know",
+                       "signs of a chat template the model does not know",
                        template_problems(summary, compared), policy.max_template_problems))
     rules.append(_judge_rule(compared, verdicts, blocking, summary, policy.max_judge_flips))
     return rules
@@ -189,7 +194,8 @@ def _judge_rule(compared: list[PairRow], verdicts: dict[str, list[ReviewVerdict]
                     if limit is not None else "no judge labels", None, limit, limit is None)
     flips = [r.prompt_id for r in compared if r.judge_label in blocking
              and not verdicts.get(r.prompt_id) and not r.approved_label]
-    return _rule("judge_flips", "unreviewed pair the judge calls a factual flip", flips, limit)
+    return _rule("judge_flips", "unreviewed pair the judge calls a factual flip",
+                 "unreviewed pairs the judge calls a factual flip", flips, limit)
 
 
 def template_problems(summary: Summary, compared: list[PairRow]) -> list[str]:
@@ -214,8 +220,9 @@ def _routing_rule(rows: Sequence[PairRow], required: bool) -> Rule:
         return Rule("routing_determinism", "no MoE routing recorded on B (collect with "
                     "--routed-experts)" if required else "no MoE routing recorded", None,
                     0 if required else None, not required)
-    return _rule("routing_determinism", "prompt whose B repeats are routed to other experts "
-                 "(gating is not deterministic)", gating, 0 if required else None)
+    return _rule("routing_determinism", *_with(
+        "whose B repeats are routed to other experts (gating is not deterministic)"),
+        gating, 0 if required else None)
 
 
 def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:
@@ -263,13 +270,16 @@ def _blocks(verdict: ReviewVerdict, blocking: set[str]) -> bool:
     return verdict.label in blocking and verdict.right_side != "b"
 
 
-def _rule(name: str, what: str, prompts: list[str], limit: int | None) -> Rule:
+def _rule(name: str, one: str, many: str, prompts: list[str], limit: int | None) -> Rule:
+    """A rule counting `prompts`: "1 factual flip" (`one`), "2 factual flips" (`many`)."""
     count = len(prompts)
-    plural = what if count == 1 else what.replace("flip", "flips").replace(
-        "output", "outputs").replace("prompt", "prompts").replace("pair", "pairs").replace(
-        "signature", "signatures")
-    return Rule(name, f"{count} {plural}", count, limit,
+    return Rule(name, f"{count} {one if count == 1 else many}", count, limit,
                 limit is None or count <= limit, [str(p) for p in prompts])
+
+
+def _with(what: str) -> tuple[str, str]:
+    """"prompt WHAT" and "prompts WHAT"."""
+    return f"prompt {what}", f"prompts {what}"
 
 
 def write_gate_json(result: GateResult, path: Path) -> None:

@@ -1,0 +1,48 @@
+"""cli/options.py: an option that only tunes a switch left off is refused, not ignored
+(before anything is read or sent); a --config file may still set it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import invoke
+
+NOWHERE = "http://127.0.0.1:9/v1"
+RUN = ["run", "--a", NOWHERE, "--b", NOWHERE, "--suite", "facts", "--out", "unused"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([*RUN, "--throughput-seconds", "5"], "--throughput-seconds needs --throughput"),
+    ([*RUN, "--forced-mode", "echo"], "--forced-mode needs --forced"),
+    ([*RUN, "--matrix", "m.csv"], "--matrix needs two or more --b"),
+    ([*RUN, "--code-timeout", "3"], "--code-timeout needs --allow-code-exec"),
+    ([*RUN, "--judge-timeout", "3"], "--judge-timeout needs --judge URL"),
+    (["compare", "a", "b", "--out", "r", "--matrix", "m.csv"],
+     "--matrix needs two or more B runs"),
+    (["demo", "--engine", "scripted", "--fault", "lmhead-noscale"],
+     "--fault needs --engine gemma"),
+    (["prompts", "check", "p.yaml", "--seed", "3"], "give --sample N as well"),
+    (["gate", "a", "--candidate", "fp8"], "--candidate picks one in a report of several"),
+], ids=["throughput", "forced", "matrix", "code", "judge", "compare-matrix", "demo",
+        "seed", "gate-candidate"])
+def test_an_option_without_its_switch_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 args: list[str], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "p.yaml").write_text("prompts:\n  - {id: a, prompt: x}\n")
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "p.yaml"]  # nothing written
+
+
+def test_a_config_file_may_set_a_tuning_option_for_runs_that_use_it(tmp_path: Path) -> None:
+    config = tmp_path / "quantcheck.yaml"
+    config.write_text("throughput-seconds: 5\nforced-mode: echo\n")
+    result = invoke("run", "--config", config, "--a", NOWHERE, "--b", NOWHERE, "--suite",
+                    "facts", "--out", tmp_path / "r")
+    assert result.exit_code == 2  # the endpoint is unreachable: the options were taken
+    assert "needs" not in result.output and "127.0.0.1:9" in result.output
