@@ -101,12 +101,12 @@ def test_two_prompt_ids_that_share_a_key_are_refused_not_merged(
     """compare holds prompt ids as 64-bit keys. Two ids of one run that shared a key
     (about 1 in 10^9 at 100,000 prompts) would be judged as one prompt: they are refused,
     by name, where they meet. A key of 1 bit stands in for the coincidence here."""
-    from quantcheck.store import run_dir as runstore
+    from quantcheck.store import run_dir
 
     def coarse(prompt_id: str) -> int:
         return len(prompt_id) % 2
 
-    monkeypatch.setattr(runstore, "prompt_key", coarse)
+    monkeypatch.setattr(run_dir, "prompt_key", coarse)
     monkeypatch.setattr(sides, "prompt_key", coarse)
     run = tmp_path / "run"
     run.mkdir()

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
 from quantcheck.judge import pairs as compare_module
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.present import sheet as report
+from quantcheck.present import sheet as sheet_module
 from quantcheck.store.merging import merge_runs
 from quantcheck.store.pair_records import PAIR_DTYPES, TEXT_COLUMNS
 from quantcheck.store.report_dir import DetailsReader, pairs_csv, read_pair_rows, read_pairs
@@ -169,7 +169,7 @@ def test_compare_on_several_processes_writes_the_same_report(
 def test_a_large_sheet_embeds_only_the_pairs_that_need_a_human(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path, browser: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(report, "EMBED_ALL_UP_TO", 10)  # 23 pairs count as "large" here
+    monkeypatch.setattr(sheet_module, "EMBED_ALL_UP_TO", 10)  # 23 pairs count as "large" here
     prompts = write_prompts(PROMPTS)
     a = serve(ScriptedModel(A))
     b = serve(ScriptedModel({"question 1": B["Australia"], **A}))  # q1, q10..q19 differ
@@ -236,7 +236,7 @@ def test_a_report_written_a_few_pairs_at_a_time_is_the_report_written_whole(
     a, b = two_runs(serve, write_prompts, tmp_path, a_count=23, b_count=20)
     compare_to_dir(a, b, tmp_path / "whole")
     monkeypatch.setattr(compare_module, "CHUNK_PAIRS", 3)
-    monkeypatch.setattr(report, "SHEET_PAIRS_CHUNK", 4)
+    monkeypatch.setattr(sheet_module, "SHEET_PAIRS_CHUNK", 4)
     compare_to_dir(a, b, tmp_path / "chunked")
     for name in ("pairs.csv", "details.jsonl"):
         assert (tmp_path / "whole" / name).read_bytes() == \
@@ -291,7 +291,7 @@ def test_a_broken_pairs_table_found_while_the_sheet_streams_leaves_the_old_sheet
     sheet = (tmp_path / "r" / "index.html").read_bytes()
     with (tmp_path / "r" / "pairs.csv").open("a") as handle:
         handle.write('q99,"a cell that never ends\n')
-    monkeypatch.setattr(report, "SHEET_PAIRS_CHUNK", 5)  # the break is in a later chunk
+    monkeypatch.setattr(sheet_module, "SHEET_PAIRS_CHUNK", 5)  # the break is in a later chunk
     result = invoke("report", tmp_path / "r")
     assert result.exit_code == 2
     assert_one_clear_line(result.output, "pairs.csv: not a pairs table written by compare")

@@ -272,7 +272,8 @@ def _gate_candidates(folder: Path, policy: Callable[[], Policy], rubric: Path | 
 @click.option("--review", "review_files", multiple=True,
               type=EXISTING_FILE,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
-@click.option("--rubric", type=EXISTING_FILE)
+@click.option("--rubric", type=EXISTING_FILE,
+              help="Rubric YAML naming the approvable labels (default: rubrics/default.yaml).")
 def approve_command(report_dir: Path, approvals: Path | None, review_files: tuple[Path, ...],
                     rubric: Path | None) -> None:
     """Store reviewed pairs whose labels the rubric marks approvable (wording only,

@@ -20,7 +20,8 @@ def init_command(folder: Path, force: bool) -> None:
     """Write a starter kit into a repository: a prompt set with one example of each
     expect kind (quantcheck/prompts.yaml), the gate's policy (quantcheck/policy.yaml),
     a CI workflow (.github/workflows/quantcheck.yml) and a short README section
-    (quantcheck/README.md). A file already there is left alone unless --force.
+    (quantcheck/README.md). If a file of the kit is there, nothing is written
+    unless --force (which overwrites them).
 
     \b
     Example:

@@ -212,7 +212,8 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
         SUITE_OPTION,
         click.option("--repeats", default=repeats, show_default=True,
                      type=click.IntRange(least_repeats),
-                     help="Identical requests per prompt (feeds the determinism signature)."),
+                     help="Identical requests per prompt, compared to tell whether the server "
+                          "answers them alike (the determinism signature)."),
         *([click.option("--repeat-mode", type=click.Choice(REPEAT_MODES), default="pool",
                         show_default=True,
                         help="pool: everything at --concurrency; sequential: one request at "
@@ -324,7 +325,7 @@ JUDGE_OPTIONS: list[Callable[[F], F]] = [
     click.option("--judge", metavar="URL",
                  help="An OpenAI-compatible endpoint that gives a second opinion on every "
                       "pair that differs and no expect decided: a suggested label beside "
-                      "triage's, never a reviewer's (docs/review.md#the-judge)."),
+                      "quantcheck's own, never a reviewer's (docs/review.md#the-judge)."),
     click.option("--judge-model", help="Model name on the judge (default: the one it lists)."),
     click.option("--judge-api-key-env", metavar="VAR",
                  help="Environment variable holding the judge's API key."),
@@ -374,7 +375,8 @@ def compare_options(function: F) -> F:
 
 def sig_digits_option(function: F) -> F:
     return click.option("--sig-digits", default=12, show_default=True, type=click.IntRange(1, 17),
-                        help="Significant digits of logprobs in determinism signatures.")(function)
+                        help="Logprobs are rounded to this many significant digits "
+                        "before repeats are compared.")(function)
 
 
 def forced_options(function: F) -> F:

@@ -1,4 +1,5 @@
 """Offline judging, files in and numbers out: sides, pairs (one_pair: one prompt), triage,
-expects, sandbox, summary, statistics, drift, routing, determinism, cells, tokenizer
-agreement, log signatures, approvals.
+expects, the code sandbox, the summary's totals, statistics, teacher-forced figures,
+routing, determinism, serving cells, chat templates, tokenizer agreement, log
+signatures, approvals, the judge's grades and its agreement with reviewers.
 Imports store and errors; never the network, never rendering."""

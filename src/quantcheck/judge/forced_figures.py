@@ -1,6 +1,6 @@
 """Teacher-forced drift figures, offline: per position, per prompt, the noise floor of
 A's own repeats, and the columns pairs.csv takes from forced.jsonl (no network here; the HTTP
-scoring is forced.py).
+scoring is fetch/forced_scoring.py).
 
 Per position: `top1` (B's top-1 is A's token), `delta_p` (B's probability of A's token
 minus A's) and `kl` (a KL(A || B) lower bound over the shared top-k).

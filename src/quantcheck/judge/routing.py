@@ -1,7 +1,7 @@
 """MoE expert routing, compared (pure: no I/O).
 
 A routing is an int array (tokens, layers, k): row i is the experts each layer sent
-the forward pass that chose generated token i to (records.Tokens.routing). The order
+the forward pass that chose generated token i to (store.run_records.Tokens.routing). The order
 of a slot's k experts is not compared, only which experts they are.
 
 Across repeats of one side, routing and logprob signatures together say where

@@ -1,6 +1,6 @@
 """One side of a comparison: a run directory or a plain `*.texts.json` list, indexed.
 
-A run is read once, line by line. Held per request: its prompt's key (runstore.
+A run is read once, line by line. Held per request: its prompt's key (store.run_dir.
 prompt_key, the id as a 64-bit digest), the byte offset of its line and the digest of
 its token signature, 24 bytes in numpy columns sorted by prompt; at 100,000 prompts x 2
 repeats, 4.8 MB a side. Everything else of a record (text, hashes, finish reason,
