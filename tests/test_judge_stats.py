@@ -18,8 +18,9 @@ from quantcheck.judge.stats import (
     paired_difference_interval,
     paired_statistics,
     pass_counts,
-    pass_rate_change,
+    pass_rate_of,
 )
+from quantcheck.store.report_records import PassRate
 
 
 @pytest.mark.parametrize(
@@ -62,6 +63,11 @@ def test_interval_covers_the_truth_about_95_percent_of_the_time() -> None:
     assert 0.925 <= covered / trials <= 0.975
 
 
+def pass_rate_change(pairs: pd.DataFrame) -> PassRate | None:
+    return pass_rate_of(*pass_counts(zip(pairs["status"], pairs["a_expect"], pairs["b_expect"],
+                                         strict=True)).tolist())
+
+
 def test_pass_rate_change_from_pairs_and_the_sentence() -> None:
     pairs = pd.DataFrame({
         "status": ["compared"] * 6 + ["only_a"],
@@ -94,7 +100,8 @@ def test_paired_statistics_shape() -> None:
                           "kl_topk_mean": [0.0, 0.5, None],
                           "logprob_mean_abs_diff": [0.1, 0.2, 0.3],
                           "top1_agreement": [1.0, 0.5, 1.0]})
-    stats = paired_statistics(pass_counts(pairs).tolist(), {
+    stats = paired_statistics(pass_counts(zip(pairs["status"], pairs["a_expect"],
+                                              pairs["b_expect"], strict=True)).tolist(), {
         column: pd.to_numeric(pairs[column]).dropna().to_numpy() for column in BOOTSTRAPPED})
     assert stats.pass_rate is not None and stats.pass_rate.regressions == 1
     assert set(stats.drift) == {"kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement"}

@@ -16,14 +16,15 @@ def test_the_summary_gathered_chunk_by_chunk_is_the_summary_of_all_pairs(
     give the summary of the whole frame, every status, flip and percentile included."""
     from quantcheck.judge.sides import load_side
     from quantcheck.judge.summary import PairTotals
+    from quantcheck.store.report_dir import pair_rows
 
-    whole = compare(*ab_runs)
+    whole = pair_rows(compare(*ab_runs))
     with load_side(ab_runs[0]) as a, load_side(ab_runs[1]) as b:
         at_once = msgspec.json.encode(PairTotals().add(whole).summary(a, b))
         for size in (1, 3, 5):
             totals = PairTotals()
             for start in range(0, len(whole), size):
-                totals.add(whole.iloc[start:start + size])
+                totals.add(whole[start:start + size])
             assert msgspec.json.encode(totals.summary(a, b)) == at_once
     summary = msgspec.json.decode(at_once)
     assert summary["counts"]["flips"]["regression"] and summary["counts"]["nondeterministic"]["b"]

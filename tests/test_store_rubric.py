@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from quantcheck.errors import ConfigFileError
-from quantcheck.present.sheet import sheet_data
 from quantcheck.store.rubric import load_rubric
 
 from .conftest import WritePrompts, invoke
@@ -58,7 +58,7 @@ def test_custom_rubric_drives_the_sheet(planted_report: Path, tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     html = (planted_report / "index.html").read_text()
     assert "Is B as good as A?" in html
-    data = sheet_data(planted_report, load_rubric(custom))
+    data = json.loads(html.split('id="sheet-data">', 1)[1].split("</script>", 1)[0])
     assert [label["id"] for label in data["rubric"]["labels"]] == ["same", "worse"]
 
 

@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from ..store.pair_records import PairRow
 from ..store.report_records import Bootstrap, PassRate, Stats
@@ -97,18 +96,15 @@ def paired_difference_interval(both_pass: int, regressions: int, improvements: i
     return max(-1.0, low), min(1.0, high)
 
 
-def pass_counts(pairs: pd.DataFrame) -> np.ndarray:
-    """Compared prompts with an expect result on both sides (pairs.csv's a_expect /
-    b_expect), as [both pass, regressions (A pass, B fail), improvements, both fail]."""
-    return _tally(zip(pairs["status"], pairs["a_expect"], pairs["b_expect"], strict=True))
-
-
 def row_pass_counts(rows: Iterable[PairRow]) -> np.ndarray:
-    """pass_counts of typed rows."""
-    return _tally((row.status, row.a_expect, row.b_expect) for row in rows)
+    """pass_counts of pairs."""
+    return pass_counts((row.status, row.a_expect, row.b_expect) for row in rows)
 
 
-def _tally(results: Iterable[tuple[object, object, object]]) -> np.ndarray:
+def pass_counts(results: Iterable[tuple[str, str | None, str | None]]) -> np.ndarray:
+    """Compared prompts with an expect result on both sides, from (status, a_expect,
+    b_expect) as pairs.csv has them, as [both pass, regressions (A pass, B fail),
+    improvements, both fail]."""
     counts = np.zeros(4, np.int64)
     for status, a_expect, b_expect in results:
         if status == "compared" and a_expect in _DECIDED and b_expect in _DECIDED:
@@ -117,11 +113,6 @@ def _tally(results: Iterable[tuple[object, object, object]]) -> np.ndarray:
 
 
 _DECIDED = ("pass", "fail")  # a skipped check decides neither way
-
-
-def pass_rate_change(pairs: pd.DataFrame) -> PassRate | None:
-    """From pairs.csv's a_expect / b_expect over compared prompts; None without checks."""
-    return pass_rate_of(*pass_counts(pairs).tolist())
 
 
 def pass_rate_of(both_pass: int, regressions: int, improvements: int, both_fail: int

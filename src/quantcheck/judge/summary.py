@@ -9,11 +9,9 @@ from collections.abc import Sequence
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from .._version import __version__
 from ..store.pair_records import PairRow, nondeterministic
-from ..store.report_dir import pair_rows
 from ..store.report_records import (
     Cells,
     CheckCounts,
@@ -76,10 +74,8 @@ class PairTotals:
         self.numbers: dict[str, list[np.ndarray]] = defaultdict(list)
         self.routing: Counter[str] | None = None
 
-    def add(self, pairs: Sequence[PairRow] | pd.DataFrame) -> PairTotals:
-        """Count the next pairs in prompt order (a frame, as `compare` returns, is read
-        as its rows)."""
-        rows = pair_rows(pairs) if isinstance(pairs, pd.DataFrame) else pairs
+    def add(self, rows: Sequence[PairRow]) -> PairTotals:
+        """Count the next pairs in prompt order."""
         self.prompts += len(rows)
         self.values["status"].update(row.status for row in rows)
         for row in rows:

@@ -86,15 +86,6 @@ class PairsOverview:
                    PromptIds(keys))
 
 
-def sheet_data(report_dir: Path, rubric: Rubric, live: dict[str, str] | None = None,
-               summary: Summary | None = None) -> dict[str, object]:
-    """Everything the sheet's script needs, as one JSON-able object."""
-    summary = summary or read_summary(report_dir)
-    overview = PairsOverview.read(report_dir)
-    return {**_sheet_head(report_dir, rubric, live, summary, overview.prompt_ids),
-            "pairs": list(_sheet_pairs(report_dir, overview.pairs > EMBED_ALL_UP_TO))}
-
-
 def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, str] | None,
                 summary: Summary, prompt_ids: Container[str]) -> dict[str, object]:
     """The sheet's data without its pairs."""
