@@ -11,6 +11,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -86,6 +87,20 @@ def write_review(report: Path, reviewer: str, verdicts: dict[str, Any],
                                 "identity": run or report_identity(report),
                                 "reviewer": reviewer, "verdicts": verdicts}))
     return path
+
+
+def copy_run(run: Path, folder: Path, label: str) -> Path:
+    """A copy of a collected run under another label (a candidate's folder name)."""
+    shutil.copytree(run, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["label"] = label
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def report_files(report: Path) -> dict[str, bytes]:
+    """Every file of a report folder (not its subfolders), by name: what it holds now."""
+    return {path.name: path.read_bytes() for path in report.iterdir() if path.is_file()}
 
 
 def gate_rules(report: Path) -> dict[str, dict[str, Any]]:

@@ -21,10 +21,14 @@ from quantcheck.lab.scripted import Faults, ScriptedModel
 
 from .conftest import (
     A_ANSWERS,
+    CANDIDATE_ANSWERS,
+    CANDIDATE_PROMPTS,
     PROMPTS,
+    REPO,
     RUNNER_UPS,
     Serve,
     WritePrompts,
+    copy_run,
     gate_rules,
     gate_writing_a_step_summary,
     invoke,
@@ -223,6 +227,55 @@ def test_the_shipped_example_policy_is_a_valid_policy(planted_report: Path) -> N
     result = invoke("gate", planted_report, "--policy", shipped)
     assert result.exit_code == 1, result.output  # the planted flip fails it: not exit 2
     assert "factual flip" in result.output
+
+
+# --- run and compare end as the gate would, under their own --rubric ----------------------
+
+def rubric_with_wrong_unit(tmp_path: Path) -> Path:
+    """The default rubric with one more blocking label, `wrong_unit`, named `units`."""
+    text = (REPO / "rubrics" / "default.yaml").read_text()
+    path = tmp_path / "units.yaml"
+    path.write_text(text.replace("name: default", "name: units").replace(
+        "labels:\n", "labels:\n  - {id: wrong_unit, name: Wrong unit, key: u, blocking: true}\n",
+        1))
+    return path
+
+
+def test_compare_gates_with_its_rubric_one_candidate_or_several(ab_runs: tuple[Path, Path],
+                                                               tmp_path: Path) -> None:
+    a, rubric = ab_runs[0], rubric_with_wrong_unit(tmp_path)
+    one, several = tmp_path / "one", tmp_path / "several"
+    copies = [copy_run(a, tmp_path / name, name) for name in ("same", "again")]
+    assert invoke("compare", a, copies[0], "--out", one, "--rubric", rubric).exit_code == 0
+    assert invoke("compare", a, *copies, "--out", several, "--rubric", rubric).exit_code == 0
+    for report in (one, several / "candidates" / "again"):
+        write_review(report, "dana", {"numbers": {"label": "wrong_unit"}})
+
+    result = invoke("compare", a, copies[0], "--out", one, "--rubric", rubric)
+    assert result.exit_code == 1, result.output  # the rubric's blocking label fails it
+    assert "error" not in result.output
+    result = invoke("compare", a, *copies, "--out", several, "--rubric", rubric)
+    assert result.exit_code == 1, result.output
+    overview = json.loads((several / "overview.json").read_text())
+    assert {row["label"]: row["gate"] for row in overview["candidates"]} == {
+        "same": "pass", "again": "fail"}
+    assert gate_rules(several / "candidates" / "again")["factual_flips"]["prompts"] == [
+        "numbers"]
+
+
+def test_run_with_several_candidates_gates_with_its_rubric(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a, b = (serve(ScriptedModel(CANDIDATE_ANSWERS, RUNNER_UPS)).url for _ in range(2))
+    command = ["run", "--a", a, "--b", b, "--b-label", "c1", "--b", b, "--b-label", "c2",
+               "--prompts", write_prompts(CANDIDATE_PROMPTS), "--no-preflight",
+               "--rubric", rubric_with_wrong_unit(tmp_path), "--out", tmp_path / "ab"]
+    assert invoke(*command).exit_code == 0
+    write_review(tmp_path / "ab" / "candidates" / "c2", "dana", {"count": {"label": "wrong_unit"}})
+    result = invoke(*command)
+    assert result.exit_code == 1, result.output
+    overview = json.loads((tmp_path / "ab" / "overview.json").read_text())
+    assert {row["label"]: row["gate"] for row in overview["candidates"]} == {
+        "c1": "pass", "c2": "fail"}
 
 
 # --- the gate passes only what it checked --------------------------------------------------

@@ -7,10 +7,19 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from quantcheck.store.pair_records import PAIR_COLUMNS
 
-from .conftest import WritePrompts, invoke
+from .conftest import (
+    WritePrompts,
+    assert_one_clear_line,
+    copy_run,
+    invoke,
+    read_csv,
+    report_files,
+    report_identity,
+)
 
 
 def test_compare_command_writes_report_files(ab_runs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -77,3 +86,68 @@ def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
     result = invoke("compare", tmp_path / "empty", tmp_path / "empty", "--out", tmp_path / "r")
     assert result.exit_code == 2
     assert "manifest.json: missing" in result.output
+
+
+# --- what is written, and when: each report whole, bad input refused first ------------
+
+def test_each_candidate_is_written_whole_before_the_next_is_begun(
+        ab_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    a, b = ab_runs
+    out = tmp_path / "report"
+    first = invoke("compare", a, b, copy_run(b, tmp_path / "two", "two"), "--out", out)
+    assert first.exit_code == 1, first.output
+    kept = {folder: report_files(out / folder) for folder in (".", "candidates/two")}
+    # again: candidate b is now A against a copy of itself; candidate two cannot be read
+    broken = copy_run(b, tmp_path / "broken", "two")
+    with (broken / "completions.jsonl").open("a") as completions:
+        completions.write("not a record\n")
+    again = invoke("compare", a, copy_run(a, tmp_path / "same", "b"), broken, "--out", out)
+    assert again.exit_code == 2, again.output
+    assert_one_clear_line(again.output, "completions.jsonl")
+    written = out / "candidates" / "b"
+    fresh = tmp_path / "fresh"
+    assert invoke("compare", a, tmp_path / "same", "--out", fresh).exit_code == 0
+    assert read_csv(written / "pairs.csv") == read_csv(fresh / "pairs.csv")
+    assert report_identity(written) == report_identity(fresh)  # its summary, and its sheet
+    assert report_identity(fresh) in (written / "index.html").read_text()
+    assert {folder: report_files(out / folder) for folder in kept} == kept
+    assert f"Written whole: {written}. Everything else is as it was" in again.output
+
+
+@pytest.mark.parametrize(("option", "text", "cause"), [
+    ("--signatures", "signatures: none\n", "field 'signatures': required, a list"),
+    ("--rubric", "question: Same?\nlabels: []\n", "field 'labels': required"),
+])
+def test_bad_input_is_refused_before_the_report_is_touched(
+        planted_report: Path, ab_runs: tuple[Path, Path], tmp_path: Path, option: str,
+        text: str, cause: str) -> None:
+    before = report_files(planted_report)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    result = invoke("compare", ab_runs[1], ab_runs[0], "--out", planted_report, option, bad)
+    assert result.exit_code == 2, result.output
+    assert_one_clear_line(result.output, cause)
+    assert "Written" not in result.output
+    assert report_files(planted_report) == before
+
+
+def test_a_texts_reference_against_several_runs_is_named_by_the_prompts(
+        ab_runs: tuple[Path, Path], write_prompts: WritePrompts, tmp_path: Path) -> None:
+    b = ab_runs[1]
+    texts = tmp_path / "bf16.texts.json"
+    texts.write_text(json.dumps([" The capital of France is Paris.",
+                                 " The capital of Australia is Canberra."]))
+    prompts = write_prompts("""
+        prompts:
+          - {id: same, prompt: "Q: same", expect: {contains: Paris}}
+          - {id: flip, prompt: "Q: flip", expect: {contains: Canberra}}
+    """)
+    out = tmp_path / "report"
+    result = invoke("compare", texts, b, copy_run(b, tmp_path / "two", "two"), "--prompts",
+                    prompts, "--out", out)
+    assert result.exit_code == 1, result.output  # the flip fails the gate of both
+    for label in ("b", "two"):
+        pairs = {row["prompt_id"]: row for row in read_csv(out / "candidates" / label /
+                                                           "pairs.csv")}
+        assert pairs["same"]["status"] == pairs["flip"]["status"] == "compared"
+        assert pairs["flip"]["flip"] == "regression"

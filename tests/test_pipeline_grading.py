@@ -33,6 +33,7 @@ from .conftest import (
     PROMPTS,
     RUNNER_UPS,
     card,
+    copy_run,
     gate_rules,
     invoke,
     open_sheet,
@@ -232,6 +233,39 @@ def test_ctrl_c_loses_no_reply_and_leaves_no_half_report(planted_runs: tuple[Pat
     finally:
         slow.stop()
     assert json.loads((out / "summary.json").read_text())["judge"]["cached"] == kept
+
+
+def test_ctrl_c_on_the_second_candidate_leaves_the_first_whole_and_says_so(
+        planted_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    slow = ScriptedServer(ScriptedModel(dict(JUDGE_ANSWERS), name="judge-7b"),
+                          faults=Faults(latency_s=0.2)).start()
+    out = tmp_path / "report"
+    two = copy_run(planted_runs[1], tmp_path / "two", "two")
+    command = [sys.executable, "-m", "quantcheck", "compare", str(planted_runs[0]),
+               str(planted_runs[1]), str(two), "--out", str(out), "--judge", slow.url,
+               "--judge-concurrency", "1", "--jobs", "1"]
+    try:
+        running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        cache = out / "candidates" / "two" / "judge-cache.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not cache.exists() or not cache.read_text()):
+            time.sleep(0.05)
+        running.send_signal(signal.SIGINT)
+        _, stderr = running.communicate(timeout=60)
+    finally:
+        slow.stop()
+    assert running.returncode == 130, stderr
+    first = out / "candidates" / "b"
+    summary = json.loads((first / "summary.json").read_text())
+    assert summary["judge"]["pairs"] == 6 and summary["judge"]["requests"] == 12
+    assert summary["identity"] in (first / "index.html").read_text()
+    assert len(pd.read_csv(first / "pairs.csv", keep_default_na=False).query(
+        "judge_class != ''")) == 6
+    assert not (out / "candidates" / "two" / "pairs.csv").exists()
+    assert not (out / "overview.json").exists()
+    assert f"Written whole: {first}. Everything else is as it was; the judge's replies so " \
+           "far are in each report's cache" in stderr
 
 
 def test_a_judge_that_is_not_there_costs_only_its_figures(planted_runs: tuple[Path, Path],

@@ -175,7 +175,7 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], 
                throughput if measure_throughput else None, matrix=matrix)
     result = run_with_progress(ab)
     print_result(result, out)
-    exit_like_the_gate(result, out)
+    exit_like_the_gate(result, out, compare.rubric)
 
 
 def _reference(url: str | None, stored: Path | None, model: str | None,

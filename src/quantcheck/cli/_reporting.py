@@ -13,7 +13,7 @@ import click
 from ..errors import ExitCode
 from ..gate.explain import Failure, report_failures
 from ..gate.verdict import Policy
-from ..pipeline.comparing import CompareOptions, compare_all
+from ..pipeline.comparing import CompareOptions, Written, compare_all
 from ..present.sentences import agreement_sentence
 from ..store.report_dir import OVERVIEW, require_report
 from ..store.report_records import Overview, Summary
@@ -75,13 +75,37 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
         raise click.BadParameter("with several B runs, score each with `quantcheck "
                                  "forced` and compare them one at a time",
                                  param_hint="--forced")
-    kept = ("The report is as it was; the judge's replies so far are in its cache: rerun "
-            "to ask only the rest." if compare.judge else "Nothing was written.")
+    written = Written()
     result = run_guarded(lambda: compare_all(a_run, list(b_runs), out,
                                              replace(compare, forced=forced), prompt_files,
-                                             matrix), kept)
+                                             matrix, written),
+                         lambda: _left(written, compare.judge is not None, len(b_runs) > 1),
+                         lambda: _written(written, compare.judge is not None))
     print_result(result, out)
-    exit_like_the_gate(result, out)
+    exit_like_the_gate(result, out, compare.rubric)
+
+
+def _left(written: Written, judged: bool, several: bool) -> str:
+    """What Ctrl-C left of the reports of a compare."""
+    said = _written(written, judged)
+    if said or not judged:
+        return said or "Nothing was written."
+    return (("The reports are as they were; the judge's replies so far are in their caches"
+             if several else "The report is as it was; the judge's replies so far are in "
+             "its cache") + ": rerun to ask only the rest.")
+
+
+def _written(written: Written, judged: bool) -> str:
+    """Which reports were replaced before the compare stopped ("" when none was)."""
+    if not written.whole and written.writing is None:
+        return ""
+    said = [f"Written whole: {', '.join(map(str, written.whole))}."] if written.whole else []
+    if written.writing is not None:
+        said.append(f"{written.writing} was being written: some of its files may be new, "
+                    "others as they were.")
+    cache = ("; the judge's replies so far are in each report's cache" if judged else "")
+    return " ".join([*said, f"Everything else is as it was{cache}. Rerun the same command "
+                             "to write every report whole."])
 
 
 @cli.command("report")

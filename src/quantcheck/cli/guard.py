@@ -23,13 +23,18 @@ T = TypeVar("T")
 CRASH_PREFIX = "quantcheck-crash-"
 
 
-def run_guarded(function: Callable[[], T], interrupted_hint: str | Callable[[], str]) -> T:
+def run_guarded(function: Callable[[], T], interrupted_hint: str | Callable[[], str],
+                failed_hint: Callable[[], str] | None = None) -> T:
     """Turn library errors into one clear line and Ctrl-C into a resume hint (a callable
-    hint says where the flow was when it was stopped)."""
+    hint says where the flow was when it was stopped); `failed_hint`, when it has
+    something to say, says on a line of its own what a failure left."""
     try:
         return function()
     except QuantcheckError as exc:
         click.echo(f"error: {exc}", err=True)
+        left = failed_hint() if failed_hint else ""
+        if left:
+            click.echo(left, err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         hint = interrupted_hint if isinstance(interrupted_hint, str) else interrupted_hint()
@@ -67,18 +72,20 @@ def report_crash(error: BaseException) -> None:
     click.echo(crash_line(error, saved), err=True)
 
 
-def exit_like_the_gate(result: Summary | Overview, report_dir: Path) -> None:
-    """`run` and `compare` end as `quantcheck gate REPORT_DIR` would under the default
-    policy: 1 when a candidate fails it (a factual flip, a new degenerate output, a
-    request without an answer, ...), 2 when nothing could be compared, else 0 (after
-    the report was written and printed)."""
+def exit_like_the_gate(result: Summary | Overview, report_dir: Path,
+                       rubric: Path | None = None) -> None:
+    """`run` and `compare` end as `quantcheck gate REPORT_DIR --rubric RUBRIC` would
+    under the default policy: 1 when a candidate fails it (a factual flip, a new
+    degenerate output, a request without an answer, a review's blocking label, ...), 2
+    when nothing could be compared, else 0 (after the report was written and printed)."""
     if isinstance(result, Overview):
         failing = any(row.gate != "pass" for row in result.candidates)
     else:
         from ..gate.verdict import judge_report
+        from ..store.rubric import load_rubric
 
         unanswered = result.counts.unanswered
         failing = bool(unanswered.a or unanswered.b) or not run_guarded(
-            lambda: judge_report(report_dir)[0].passed, "")
+            lambda: judge_report(report_dir, rubric=load_rubric(rubric))[0].passed, "")
     if failing:
         sys.exit(ExitCode.FAIL)

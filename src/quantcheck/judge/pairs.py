@@ -145,9 +145,10 @@ def _add_forced(rows: Sequence[PairRow], by_prompt: Mapping[str, ForcedColumns])
 def write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, Approval],
                  forced: str | Path | None, code_exec: Limits | None, jobs: int
                  ) -> tuple[Summary, PairTotals]:
-    """pairs.csv and details.jsonl written chunk by chunk, in place once the summary
-    of what they hold is made (a failure leaves the report as it was); that summary
-    but its statistics, and the totals gathered as the chunks passed."""
+    """pairs.csv and details.jsonl written chunk by chunk to temporaries that replace
+    both once the summary of what they hold is made (a failure before then leaves both
+    as they were; summary.json and the sheet are the caller's to write after); that
+    summary but its statistics, and the totals gathered as the chunks passed."""
     forced_summary, forced_columns = _forced(forced) if forced is not None else (None, {})
     identity = hashlib.sha256()
     totals = PairTotals()

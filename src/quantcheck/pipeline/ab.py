@@ -20,6 +20,7 @@ from ..store.prompt_sets import load_prompts
 from ..store.reference import ReferenceMismatch, open_reference, reference_differences
 from ..store.report_dir import CANDIDATES
 from ..store.report_records import Overview, Summary
+from ..store.rubric import load_rubric
 from ..store.run_dir import Throughput, write_throughput
 from ..store.shards import shard_prompts
 from ..wire.client import all_or_none, public_url, run_blocking
@@ -104,7 +105,8 @@ def run_candidates(ab: ABRun, reporters: Sequence[Reporter] | None = None,
     """Several candidates against one reference collected once: a report per
     candidate, and the overview with the recommendation."""
     summaries = _run(ab, reporters, notify)
-    return write_candidates_overview(ab.out, ab.a_dir, summaries, ab.policy, ab.matrix)
+    return write_candidates_overview(ab.out, ab.a_dir, summaries, ab.policy, ab.matrix,
+                                     load_rubric(ab.compare.rubric))
 
 
 def run_all(ab: ABRun, reporters: Sequence[Reporter] | None = None,

@@ -1,6 +1,7 @@
 """Compare collected runs into report directories: one candidate's report (pairs,
-details, summary, the review sheet), or several candidates' reports and the overview
-that recommends one; `quantcheck compare` is this plus printing."""
+details, summary, the review sheet), or several candidates' reports, each written whole
+before the next is begun, and the overview that recommends one; `quantcheck compare`
+is this plus printing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from ..fetch.grading import JudgeSettings
 from ..gate.overview import build_overview, candidate_row
 from ..gate.verdict import Policy, gate_report
-from ..judge.approvals import default_approvals_path, load_approvals
+from ..judge.approvals import Approval, default_approvals_path, load_approvals
 from ..judge.grades import label_map
 from ..judge.log_signatures import scan_logs
 from ..judge.pairs import resolve_sides, write_pairs
@@ -26,9 +27,9 @@ from ..store.grade_records import JudgeFigures
 from ..store.labels import LABEL_CHARACTERS, check_label, label_from_name
 from ..store.prompt_sets import load_prompts
 from ..store.report_dir import CANDIDATES, MATRIX, write_overview, write_summary
-from ..store.report_records import Overview, Summary
+from ..store.report_records import LogMatch, Overview, Summary
 from ..store.reviews import set_aside_stale_reviews
-from ..store.rubric import load_rubric
+from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import MANIFEST, load_run, read_throughput
 from ..store.run_records import Prompt
 from .grading import check_settings, grade_reports, report_agreement, staging
@@ -69,6 +70,24 @@ class ReportJob:
     options: CompareOptions = field(default_factory=CompareOptions)
 
 
+@dataclass
+class Written:
+    """The reports a comparison has replaced so far: those written whole, and the folder
+    being written (a report whose pairs are in place and whose summary or sheet may not
+    be yet, or the overview's); everything else is as it was."""
+
+    whole: list[Path] = field(default_factory=list)
+    writing: Path | None = None
+
+    def begin(self, folder: Path) -> None:
+        self.writing = folder
+
+    def end(self) -> None:
+        if self.writing is not None:
+            self.whole.append(self.writing)
+        self.writing = None
+
+
 def compare_runs(a: str | Path, b: str | Path, out: str | Path,
                  options: CompareOptions | None = None,
                  prompts: Mapping[str, Prompt] | None = None) -> Summary:
@@ -78,19 +97,49 @@ def compare_runs(a: str | Path, b: str | Path, out: str | Path,
                            prompts)[0]
 
 
-def compare_reports(jobs: Sequence[ReportJob], prompts: Mapping[str, Prompt] | None = None
-                    ) -> list[Summary]:
-    """Write each job's report. With a judge (the first job's options name it) every
-    report is triaged first, then the judge is asked about all of them in one event
-    loop, then each report is finished."""
+def compare_reports(jobs: Sequence[ReportJob], prompts: Mapping[str, Prompt] | None = None,
+                    written: Written | None = None) -> list[Summary]:
+    """Write each job's report whole (pairs, details, summary, sheet) before the next is
+    begun; what every job reads besides its sides is read first, so bad input is
+    refused before any report is touched. With a judge (the first job's options name
+    it) every report is triaged into its staging folder, then the judge is asked about
+    each in one event loop, each report finished right after its grading. `written`
+    follows which reports were replaced (what an interruption or a failure leaves)."""
+    written = written if written is not None else Written()
     judge = jobs[0].options.judge if jobs else None
     mapping = judge_mapping(jobs[0].options) if jobs else None
-    triaged = [_triage(job, prompts, staged=judge is not None) for job in jobs]
-    figures: list[JudgeFigures | None] = [None] * len(jobs)
-    if judge is not None and mapping is not None:
-        figures = list(grade_reports([job.out for job in jobs], judge, mapping))
-    return [_finish(job, summary, totals, judged)
-            for job, (summary, totals), judged in zip(jobs, triaged, figures, strict=True)]
+    inputs = [_read_inputs(job) for job in jobs]
+    if judge is None or mapping is None:
+        return [_compare_one(job, read, prompts, written)
+                for job, read in zip(jobs, inputs, strict=True)]
+    triaged = [_triage(job, prompts, read, staged=True) for job, read in zip(
+        jobs, inputs, strict=True)]
+
+    def finish(n: int, judged: JudgeFigures) -> Summary:
+        written.begin(jobs[n].out)
+        summary = _finish(jobs[n], *triaged[n], inputs[n], judged)
+        written.end()
+        return summary
+
+    return grade_reports([job.out for job in jobs], judge, mapping, finish)
+
+
+@dataclass
+class _Inputs:
+    """What a report reads besides its two sides, read before anything is written."""
+
+    approvals_path: Path
+    approvals: dict[str, Approval]
+    log_matches: dict[str, list[LogMatch]]
+    rubric: Rubric
+
+
+def _read_inputs(job: ReportJob) -> _Inputs:
+    options = job.options
+    approvals_path = options.approvals or default_approvals_path(job.out)
+    return _Inputs(approvals_path, load_approvals(approvals_path),
+                   scan_logs({"a": options.a_log, "b": options.b_log}, options.signature_files),
+                   load_rubric(options.rubric))
 
 
 def judge_mapping(options: CompareOptions) -> dict[str, str] | None:
@@ -102,36 +151,43 @@ def judge_mapping(options: CompareOptions) -> dict[str, str] | None:
     return label_map(load_rubric(options.rubric), str(options.rubric or "the default rubric"))
 
 
-def _triage(job: ReportJob, prompts: Mapping[str, Prompt] | None, staged: bool
-            ) -> tuple[Summary, PairTotals]:
+def _compare_one(job: ReportJob, read: _Inputs, prompts: Mapping[str, Prompt] | None,
+                 written: Written) -> Summary:
+    """One report without a judge: its pairs in place, then its summary and sheet."""
+    summary, totals = _triage(job, prompts, read, staged=False)
+    written.begin(job.out)
+    summary = _finish(job, summary, totals, read, None)
+    written.end()
+    return summary
+
+
+def _triage(job: ReportJob, prompts: Mapping[str, Prompt] | None, read: _Inputs,
+            staged: bool) -> tuple[Summary, PairTotals]:
     """The pairs judged offline and written: into the report, or (for the judge to add
     its columns) into its staging folder."""
     options = job.options
-    approvals_path = options.approvals or default_approvals_path(job.out)
     jobs = options.processes()
     side_a, side_b = resolve_sides(job.a, job.b, options.sig_digits, prompts, jobs)
     summary, totals = write_pairs(side_a, side_b, staging(job.out) if staged else job.out,
-                                  load_approvals(approvals_path), options.forced,
-                                  options.code_exec, jobs)
-    summary.approvals_file = str(approvals_path)
+                                  read.approvals, options.forced, options.code_exec, jobs)
+    summary.approvals_file = str(read.approvals_path)
     return summary, totals
 
 
-def _finish(job: ReportJob, summary: Summary, totals: PairTotals,
+def _finish(job: ReportJob, summary: Summary, totals: PairTotals, read: _Inputs,
             judged: JudgeFigures | None) -> Summary:
     """The statistics, logs and sources; summary.json and the review sheet."""
     options, out = job.options, job.out
     summary.stats = totals.statistics()
-    summary.log_matches = scan_logs({"a": options.a_log, "b": options.b_log},
-                                    options.signature_files)
+    summary.log_matches = read.log_matches
     summary.sources = {"a": str(job.a), "b": str(job.b)}
     summary.sig_digits = options.sig_digits
     summary.reviews_set_aside = [str(p) for p in set_aside_stale_reviews(out, summary.identity)]
     if judged is not None:
-        judged.agreement = report_agreement(out, summary.identity, load_rubric(options.rubric))
+        judged.agreement = report_agreement(out, summary.identity, read.rubric)
         summary.judge = judged
     write_summary(out, summary)
-    write_sheet(out, options.rubric)
+    write_sheet(out, read.rubric)
     return summary
 
 
@@ -152,35 +208,48 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
 
 
 def compare_all(a: Path, bs: Sequence[Path], out: Path, options: CompareOptions,
-                prompt_files: Sequence[Path] = (), matrix: Path | None = None
-                ) -> Summary | Overview:
-    """A with every B (`quantcheck compare`): one B's summary, with the prompts of
-    `prompt_files` naming a text side's prompts; or the overview of several B."""
-    if len(bs) > 1:
-        return compare_candidates(a, bs, out, options, matrix=matrix)
+                prompt_files: Sequence[Path] = (), matrix: Path | None = None,
+                written: Written | None = None) -> Summary | Overview:
+    """A with every B (`quantcheck compare`): one B's summary, or the overview of
+    several B; the prompts of `prompt_files` name a text side's prompts. `written`
+    follows which reports were replaced."""
     prompts = {p.id: p for p in load_prompts(prompt_files)} if prompt_files else None
-    return compare_runs(a, bs[0], out, options, prompts)
+    if len(bs) > 1:
+        return compare_candidates(a, bs, out, options, matrix=matrix, prompts=prompts,
+                                  written=written)
+    return compare_reports([ReportJob(a, bs[0], out, options)], prompts, written)[0]
 
 
 def compare_candidates(a: Path, bs: Sequence[Path], out: Path,
                        options: CompareOptions | None = None,
-                       policy: Policy | None = None, matrix: Path | None = None) -> Overview:
+                       policy: Policy | None = None, matrix: Path | None = None,
+                       prompts: Mapping[str, Prompt] | None = None,
+                       written: Written | None = None) -> Overview:
     """Compare one reference run with several candidate runs (collected one at a time):
-    a report per candidate in OUT/candidates/LABEL/, and the overview."""
+    a report per candidate in OUT/candidates/LABEL/, each written whole before the
+    next, then the overview (gated under the options' rubric)."""
+    options = options or CompareOptions()
+    written = written if written is not None else Written()
     labels = _candidate_labels(bs)
-    jobs = [ReportJob(a, b, out / CANDIDATES / label, options or CompareOptions())
+    rubric = load_rubric(options.rubric)
+    jobs = [ReportJob(a, b, out / CANDIDATES / label, options)
             for label, b in zip(labels, bs, strict=True)]
-    summaries = dict(zip(labels, compare_reports(jobs), strict=True))
-    return write_candidates_overview(out, a, summaries, policy or Policy(), matrix)
+    summaries = dict(zip(labels, compare_reports(jobs, prompts, written), strict=True))
+    written.begin(out)
+    overview = write_candidates_overview(out, a, summaries, policy or Policy(), matrix,
+                                         rubric)
+    written.end()
+    return overview
 
 
 def write_candidates_overview(out: Path, a: Path, summaries: dict[str, Summary],
-                              policy: Policy, matrix: Path | None) -> Overview:
-    """Gate each candidate's report, decide, and write overview.json, the overview
-    page and matrix.csv (and append to `matrix`)."""
+                              policy: Policy, matrix: Path | None,
+                              rubric: Rubric | None = None) -> Overview:
+    """Gate each candidate's report (with the rubric its reviews were made with), decide,
+    and write overview.json, the overview page and matrix.csv (and append to `matrix`)."""
     rows = []
     for label in summaries:
-        result, summary = gate_report(out / CANDIDATES / label, policy)
+        result, summary = gate_report(out / CANDIDATES / label, policy, rubric)
         rows.append(candidate_row(label, f"{CANDIDATES}/{label}", summary, result))
     first = next(iter(summaries.values()))
     overview = build_overview(first.a, first.cells.a, read_throughput(a), rows)

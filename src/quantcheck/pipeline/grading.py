@@ -3,17 +3,21 @@ with reviewers.
 
 Triage writes the pairs into REPORT_DIR/.judging/; `grade_reports` asks the judge about
 every pair that needs it (judge/grades.needs_grade), in both orders, in one event loop
-for every report, and writes pairs.csv and details.jsonl with the judge's columns and
-raw replies in their place: until then the report is the one from before, so Ctrl-C
-leaves it whole, and every reply already answered is in the cache for the rerun."""
+for every report, one report after the other: it writes that report's pairs.csv and
+details.jsonl with the judge's columns and raw replies in their place, and the caller
+finishes it (summary.json, the sheet) before the next report is judged. Until its
+turn a report is the one from before, so Ctrl-C leaves each report as it was or
+written whole (but the one being finished at that moment), and every reply already
+answered is in the cache for the rerun."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -52,6 +56,7 @@ from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
 from ..wire.client import EndpointClient, public_url, run_blocking
 
+T = TypeVar("T")
 JUDGING = ".judging"  # REPORT_DIR/.judging/: the triaged pairs, before the judge's columns
 CHUNK_PAIRS = 2000  # pairs read, judged and written at a time
 
@@ -68,14 +73,18 @@ def check_settings(settings: JudgeSettings) -> None:
 
 
 def grade_reports(reports: Sequence[Path], settings: JudgeSettings,
-                  mapping: Mapping[str, str]) -> list[JudgeFigures]:
-    """Judge the staged pairs of each report, write its pairs.csv and details.jsonl, and
-    return what the judge said and cost; one event loop for them all."""
-    return run_blocking(_grade_all(reports, settings, mapping))
+                  mapping: Mapping[str, str], finish: Callable[[int, JudgeFigures], T]
+                  ) -> list[T]:
+    """Judge the staged pairs of each report in turn, write its pairs.csv and
+    details.jsonl, and `finish` it (given its position and what the judge said and
+    cost) before the next is judged; what each `finish` returned. One event loop for
+    them all."""
+    return run_blocking(_grade_all(reports, settings, mapping, finish))
 
 
 async def _grade_all(reports: Sequence[Path], settings: JudgeSettings,
-                     mapping: Mapping[str, str]) -> list[JudgeFigures]:
+                     mapping: Mapping[str, str], finish: Callable[[int, JudgeFigures], T]
+                     ) -> list[T]:
     key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
     async with EndpointClient(settings.endpoint, key, settings.timeout,
                               max(2 * settings.concurrency, 8), JUDGE_RESPONSE_MB) as client:
@@ -84,8 +93,8 @@ async def _grade_all(reports: Sequence[Path], settings: JudgeSettings,
             error = None
         except QuantcheckError as exc:  # costs the judge's figures, never the report
             model, error = None, str(exc)
-        return [await _grade_report(client, model, error, out, settings, mapping)
-                for out in reports]
+        return [finish(n, await _grade_report(client, model, error, out, settings, mapping))
+                for n, out in enumerate(reports)]
 
 
 async def _grade_report(client: EndpointClient, model: str | None, error: str | None,

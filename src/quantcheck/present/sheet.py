@@ -124,12 +124,13 @@ def _sheet_pairs(report_dir: Path, elide: bool) -> Iterator[dict[str, object]]:
             yield record
 
 
-def sheet_pieces(report_dir: str | Path, rubric_path: str | Path | None = None,
+def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = None,
                  live: dict[str, str] | None = None) -> Iterator[str]:
     """The review sheet's HTML in pieces: the page, its data streamed pair by pair (a
-    100,000-pair report is never one string), the rest of the page."""
+    100,000-pair report is never one string), the rest of the page. `rubric`: loaded
+    already, or its file (None: the default rubric)."""
     report_dir = Path(report_dir)
-    rubric = load_rubric(rubric_path)
+    rubric = rubric if isinstance(rubric, Rubric) else load_rubric(rubric)
     summary = read_summary(report_dir)
     overview = PairsOverview.read(report_dir)
     # where the data goes: unguessable, so no text the page shows (a label, a log line)
@@ -187,11 +188,11 @@ def shared_start(a_text: object, b_text: object) -> object:
     return [len(start.encode("utf-16-le", "surrogatepass")) // 2, b_text[len(start):]]
 
 
-def write_sheet(report_dir: str | Path, rubric_path: str | Path | None = None) -> Path:
+def write_sheet(report_dir: str | Path, rubric: Rubric | str | Path | None = None) -> Path:
     report_dir = Path(report_dir)
     path = report_dir / SHEET
     with AtomicFile(path) as page:
-        for piece in sheet_pieces(report_dir, rubric_path):
+        for piece in sheet_pieces(report_dir, rubric):
             page.write(piece.encode("utf-8"))
     return path
 
