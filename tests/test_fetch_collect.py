@@ -186,6 +186,67 @@ def test_rejected_parameter_names_the_extra_body_fix(serve: Serve, write_prompts
     assert len(records(out)) == 2
 
 
+FIVE_PROMPTS = "prompts:\n" + "".join(
+    f'  - {{id: p{n}, messages: [{{role: user, content: "Question {n}?"}}]}}\n'
+    for n in range(5))
+OVER_LONG = {  # each runtime's 400 for a prompt (with max_tokens) beyond its context
+    "vllm": "This model's maximum context length is 4096 tokens. However, you requested "
+            "4352 tokens (4096 in the messages, 256 in the completion). Please reduce the "
+            "length of the messages or completion.",
+    "vllm-max-tokens": "'max_tokens' or 'max_completion_tokens' is too large: 256. This "
+                       "model's maximum context length is 4096 tokens and your request has "
+                       "4000 input tokens (256 > 4096 - 4000).",
+    "sglang": "The input (5000 tokens) is longer than the model's context length (4096 "
+              "tokens).",
+    "llama.cpp": "the request exceeds the available context size, try increasing it",
+    "llama-cpp-python": "Requested tokens (5000) exceed context window of 4096",
+}
+
+
+@pytest.mark.parametrize("runtime", list(OVER_LONG), ids=list(OVER_LONG))
+def test_a_prompt_beyond_the_context_is_a_failed_record_and_the_run_goes_on(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, runtime: str) -> None:
+    """Even as the very first answer: one over-long prompt must not keep a data set from
+    ever finishing."""
+    server = serve(MODEL, faults=Faults(status={0: 400}, status_message=OVER_LONG[runtime]))
+    result = collect([write_prompts(FIVE_PROMPTS)], tmp_path / "run", CollectSettings(
+        endpoint=server.url, label="a", concurrency=1, preflight=False))
+    assert (result.collected, result.failed) == (4, 1)
+    assert len(server.requests) == 5  # not retried: asking again gets the same
+    (failed,) = [r for r in records(tmp_path / "run") if r["error"]]
+    assert failed["prompt_id"] == "p0" and OVER_LONG[runtime] in str(failed["error"])
+    assert load_run(tmp_path / "run").manifest.status == "incomplete"
+
+
+def test_a_rejection_once_others_were_answered_is_that_prompts_failed_record(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A server that answers the run's requests and refuses one prompt's (a field of its
+    own): that prompt fails with the server's reason; the rest are collected."""
+    server = serve(MODEL, faults=Faults(status={2: 400},
+                                        status_message="invalid tool schema in this request"))
+    result = collect([write_prompts(FIVE_PROMPTS)], tmp_path / "run", CollectSettings(
+        endpoint=server.url, label="a", concurrency=1, preflight=False))
+    assert (result.collected, result.failed) == (4, 1)
+    (failed,) = [r for r in records(tmp_path / "run") if r["error"]]
+    assert failed["prompt_id"] == "p2"
+    assert "invalid tool schema in this request" in str(failed["error"])
+
+
+def test_the_same_rejection_for_prompts_in_a_row_stops_the_run(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A parameter the server starts refusing for every prompt (here after the first
+    answer): three prompts in a row refused alike stop the run with the fix."""
+    server = serve(MODEL, faults=Faults(
+        status={n: 400 for n in range(1, 5)},
+        status_message="Unrecognized request argument supplied: repeat_penalty"))
+    with pytest.raises(ParameterRejected) as caught:
+        collect([write_prompts(FIVE_PROMPTS)], tmp_path / "run", CollectSettings(
+            endpoint=server.url, label="a", concurrency=1, preflight=False))
+    assert """--extra-body '{"repeat_penalty": null}'""" in str(caught.value)
+    assert len(server.requests) == 4  # p0 answered, p1 and p2 recorded, p3 stops it
+    assert [r["error"] is None for r in records(tmp_path / "run")] == [True, False, False]
+
+
 def test_missing_logprobs_warn_once_and_text_is_kept(serve: Serve, write_prompts: WritePrompts,
                                                      tmp_path: Path) -> None:
     server = serve(MODEL, faults=Faults(no_logprobs=True))

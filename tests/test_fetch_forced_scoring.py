@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import pytest
 
-from quantcheck import CollectSettings, collect
+from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import EndpointError
 from quantcheck.fetch.forced_scoring import ForcedSettings, compare_position
 from quantcheck.lab.scripted import Faults, ScriptedModel
@@ -48,7 +48,7 @@ def test_same_model_scores_zero_and_a_flip_shows_where(serve: Serve, write_promp
     a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
     same = score_run(a_run, tmp_path / "same", ForcedSettings(
         endpoint=serve(ScriptedModel(A_ANSWERS)).url))
-    assert same.mode == "prompt-logprobs" and not same.approximate
+    assert same.mode == "prompt-logprobs"
     assert same.scored == 3
     assert same.overall.top1_agreement == 1.0
     assert same.overall.kl is not None and same.overall.delta_p is not None
@@ -63,6 +63,53 @@ def test_same_model_scores_zero_and_a_flip_shows_where(serve: Serve, write_promp
     assert lines(tmp_path / "flip")["other"]["top1_agreement"] == 1.0
     assert flipped.noise_floor.repeats_compared == 3
     assert flipped.noise_floor.kl is not None and flipped.noise_floor.kl.max == 0.0
+
+
+def test_prompt_logprobs_is_exact_on_as_ids_and_approximate_on_as_text(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A's token ids (llama-server records them) are sent as they are: exact. A run
+    without ids (vLLM's logprobs carry none) has B re-tokenize A's text, which may cut
+    it otherwise than A generated: each such line, and the summary, say approximate."""
+    with_ids = collect_a(serve, write_prompts, tmp_path, "llama.cpp")
+    b = serve(ScriptedModel(A_ANSWERS))
+    exact = score_run(with_ids, tmp_path / "exact", ForcedSettings(
+        endpoint=b.url, mode="prompt-logprobs"))
+    assert exact.scored == 3 and not exact.approximate
+    assert not any(line.get("approximate") for line in lines(tmp_path / "exact").values())
+    recorded = {r.prompt_id: r.tokens.ids for r in load_run(with_ids).completions()
+                if r.repeat == 0 and r.tokens}
+    sent = [body["prompt"] for body in b.requests if "prompt_logprobs" in body]
+    assert all(any(prompt[-len(ids):] == ids for prompt in sent)  # type: ignore[index]
+               for ids in recorded.values())
+
+    text_only = tmp_path / "text-only"
+    collect([write_prompts(PROMPTS)], text_only, CollectSettings(
+        endpoint=serve(ScriptedModel(A_ANSWERS)).url, label="a", preflight=False))
+    retokenized = score_run(text_only, tmp_path / "approximate", ForcedSettings(
+        endpoint=b.url, mode="prompt-logprobs"))
+    assert retokenized.scored == 3 and retokenized.approximate
+    assert all(line["approximate"] for line in lines(tmp_path / "approximate").values())
+    printed = invoke("forced", text_only, "--endpoint", b.url, "--out", tmp_path / "printed")
+    assert printed.exit_code == 0 and "(prompt-logprobs, approximate)" in printed.output
+
+
+def test_a_prompt_b_cannot_score_is_skipped_with_its_reason(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A 400 for one prompt (prompt and answer beyond B's context) costs that prompt
+    only: it is listed as skipped with B's reason, the others are scored."""
+    a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
+    too_long = "This model's maximum context length is 16 tokens. However, you requested 40"
+    b = serve(ScriptedModel(A_ANSWERS), faults=Faults(status={1: 400},
+                                                      status_message=too_long))
+    result = invoke("forced", a_run, "--endpoint", b.url, "--out", tmp_path / "f",
+                    "--forced-concurrency", "1")
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "f" / "forced.json").read_text())
+    assert summary["scored"] == 2 and len(summary["skipped"]) == 1
+    (prompt_id, reason), = summary["skipped"].items()
+    assert too_long in reason and "B could not score it" in reason
+    assert lines(tmp_path / "f")[prompt_id]["skipped"] == reason
+    assert sum(1 for line in lines(tmp_path / "f").values() if line.get("per_position")) == 2
 
 
 def test_token_ids_on_llama_server_is_exact_and_reuses_the_cache(
@@ -144,7 +191,9 @@ def test_run_forced_reaches_pairs_summary_sheet_and_gate(
     result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", write_prompts(PROMPTS), "--out",
                     out, "--repeats", "2", "--forced", "--context-tokens", "0")
     assert result.exit_code == 0, result.output
-    assert "Teacher-forced (prompt-logprobs): B's top-1 is A's token at" in result.output
+    # A on vLLM records no token ids: B re-tokenizes A's text (approximate)
+    assert "Teacher-forced (prompt-logprobs, approximate): B's top-1 is A's token at" in \
+        result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["forced"]["scored"] == 3 and sum(summary["forced"]["kl_histogram"]["counts"])
     with (out / "pairs.csv").open(newline="") as handle:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 import pytest
@@ -19,6 +20,7 @@ from quantcheck.store.report_dir import read_pairs
 from quantcheck.wire.client import run_blocking
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke
+from .hostile import HostileServer, Request, good, http
 
 
 def checks(endpoint: str, **kwargs: object) -> dict[str, tuple[str, str, str | None]]:
@@ -202,6 +204,24 @@ def test_a_template_the_model_does_not_know_is_named_with_its_fix(serve: Serve) 
         assert own["template"][0] == "pass" and "<start_of_turn>user" in own["template"][1]
     completions = checks(serve().url, shape=ProbeShape(api="completions"))
     assert completions["template"][0] == "skip"
+
+
+@pytest.mark.parametrize("detokenized", [b"[1, 2]", b'"<bos>text"', b"null", b"7"],
+                         ids=["a-list", "a-string", "null", "a-number"])
+def test_a_detokenize_answer_that_is_no_object_renders_by_ids(detokenized: bytes) -> None:
+    """vLLM's way when /detokenize answers JSON that is not an object: the rendering is
+    known by its token ids alone, never a crash of the preflight."""
+    def respond(request: Request, out: BinaryIO) -> None:
+        if request.path == "/tokenize":
+            out.write(http(200, b'{"count": 3, "max_model_len": 4096, "tokens": [2, 9, 7]}'))
+        elif request.path == "/detokenize":
+            out.write(http(200, detokenized))
+        else:
+            good(request, out)
+
+    with HostileServer(respond) as server:
+        status, message, _ = checks(server.url, context_tokens=0)["template"]
+    assert status == "pass" and "of 3 token ids" in message, message
 
 
 def test_two_templates_are_a_confound_in_the_preflight_and_the_cell(

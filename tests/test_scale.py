@@ -121,6 +121,72 @@ def test_shards_that_do_not_belong_together_are_refused(
                  "--shard", "3/2")
     assert bad.exit_code == 2 and "expected I/N with 1 <= I <= N" in bad.output
 
+def write_data_set(folder: Path, kind: str, count: int) -> Path:
+    """The prompt set `prompt_set(count)` as a data file: ids q0.. whose own order (q10
+    sorts before q2) is not the rows'."""
+    rows = [{"id": f"q{n}", "category": f"c{n % 3}", "prompt": f"question {n} about Australia"}
+            for n in range(count)]
+    folder.mkdir()
+    if kind in ("csv", "source-file"):
+        data = folder / "data" / "set.csv" if kind == "source-file" else folder / "set.csv"
+        data.parent.mkdir(exist_ok=True)
+        with data.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, ["id", "category", "prompt"])
+            writer.writeheader()
+            writer.writerows(rows)
+        if kind == "csv":
+            return data
+        (folder / "set.yaml").write_text("source: data/set.csv\n")
+        return folder / "set.yaml"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (folder / "set").mkdir()
+    half = count // 2  # two files: each numbers its own rows from 1
+    for name, part in (("a.parquet", rows[:half]), ("b.parquet", rows[half:])):
+        pq.write_table(pa.Table.from_pylist(part), folder / "set" / name)
+    return folder / "set"
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet-folder", "source-file"])
+def test_shards_of_a_data_file_merge_in_the_unsharded_order(
+        serve: Serve, tmp_path: Path, kind: str) -> None:
+    prompts = write_data_set(tmp_path / "prompts", kind, 12)
+    b = serve(ScriptedModel(B))
+    collect([prompts], tmp_path / "whole", CollectSettings(endpoint=b.url, label="b",
+                                                           preflight=False))
+    shards = [tmp_path / f"shard{index}" for index in (1, 2, 3)]
+    for index, shard in enumerate(shards, 1):
+        collect([prompts], shard, CollectSettings(endpoint=b.url, label="b", preflight=False,
+                                                  shard=f"{index}/3"))
+    merge_runs(shards, tmp_path / "merged")
+    whole = list(load_run(tmp_path / "whole").prompts)
+    assert whole == [f"q{n}" for n in range(12)]
+    assert list(load_run(tmp_path / "merged").prompts) == whole
+    assert (tmp_path / "merged" / "prompts.jsonl").read_bytes() == (
+        tmp_path / "whole" / "prompts.jsonl").read_bytes()
+
+
+def test_a_shard_that_holds_no_prompt_makes_a_run_merge_takes(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    ids = [f"q{n}" for n in range(40) if in_shard(f"q{n}", 1, 2)][:3]  # shard 2/2: none
+    prompts = write_prompts("prompts:\n" + "".join(
+        f"  - {{id: {i}, prompt: 'question {i} about Australia'}}\n" for i in ids))
+    b = serve(ScriptedModel(B))
+    collect([prompts], tmp_path / "whole", CollectSettings(endpoint=b.url, label="b",
+                                                           context_tokens=0))
+    shards = collect_shards(b.url, prompts, tmp_path, 2)  # with the preflight
+    empty = load_run(shards[1])
+    assert not empty.prompts and empty.status == "complete"
+    assert empty.manifest.preflight is not None  # probed like the set's requests
+    assert empty.manifest.preflight.api == "completions"
+    result = invoke("merge", *shards, "--out", tmp_path / "merged")
+    assert result.exit_code == 0, result.output
+    merged = load_run(tmp_path / "merged")
+    assert list(merged.prompts) == list(load_run(tmp_path / "whole").prompts) == ids
+    assert len(list(merged.completions())) == 6 and merged.status == "complete"
+
+
 def test_merge_refuses_links_and_a_second_merge_and_keeps_what_they_point_at(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     shards = collect_shards(serve(ScriptedModel(B)).url, write_prompts(PROMPTS), tmp_path, 2)

@@ -1,9 +1,13 @@
 """store/run_dir.py: a run's prompts held as ids and line offsets (PromptLines), each
-parsed when asked: the same prompts, order and errors as reading them whole."""
+parsed when asked: the same prompts, order and errors as reading them whole; token
+arrays read from tokens.bin as untrusted (a missing file, a reference beyond it, bytes
+that are no blob: one RunFormatError naming it); what a resume must match."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -11,9 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantcheck import load_run
-from quantcheck.errors import RunFormatError
-from quantcheck.store.run_dir import PromptLines
+from quantcheck import CollectSettings, collect, load_run
+from quantcheck.errors import RunFormatError, RunMismatch
+from quantcheck.lab.scripted import Faults
+from quantcheck.store.run_dir import Manifest, Parameters, PromptLines
+
+from .conftest import TWO_PROMPTS, Serve, WritePrompts, assert_one_clear_line, invoke
 
 prompt_lines = st.lists(st.tuples(
     st.sampled_from(["q1", "q2", "q3", "\u00e9", ""]), st.text(max_size=12),
@@ -50,3 +57,82 @@ def test_a_runs_prompts_read_on_demand_are_the_prompts_read_whole(
         assert list(lazy) == list(whole) and len(lazy) == len(whole)
         assert all(lazy[prompt_id] == prompt for prompt_id, prompt in whole.items())
         assert "never" not in lazy and lazy.get("never") is None
+
+
+def collected(serve: Serve, write_prompts: WritePrompts, folder: Path, **extra: object) -> Path:
+    """A run of TWO_PROMPTS on a scripted server, with its token arrays in tokens.bin."""
+    server = serve(faults=Faults(routing=True))
+    collect([write_prompts(TWO_PROMPTS)], folder, CollectSettings(
+        endpoint=server.url, label=folder.name, preflight=False, top_logprobs=3,
+        stream=False, **extra))  # type: ignore[arg-type]
+    return folder
+
+
+def rewrite_references(run: Path, **changes: object) -> None:
+    """Every line's token reference changed as given (a hand-edited or foreign run)."""
+    lines = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    for line in lines:
+        line["tokens"] = {**line["tokens"], **changes}
+        line["tokens"] = {k: v for k, v in line["tokens"].items() if v is not None}
+    (run / "completions.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_a_run_copied_without_tokens_bin_is_one_clear_line_in_compare(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a = collected(serve, write_prompts, tmp_path / "a")
+    b = collected(serve, write_prompts, tmp_path / "b")
+    (b / "tokens.bin").unlink()
+    with pytest.raises(RunFormatError, match="tokens.bin: missing"):
+        list(load_run(b).completions())
+    result = invoke("compare", a, b, "--out", tmp_path / "report")
+    assert result.exit_code == 2
+    assert_one_clear_line(result.output, "tokens.bin: missing")
+
+
+@pytest.mark.parametrize(("changes", "cause"), [
+    ({"length": 2**40}, "truncated"),  # never allocated: bounded by the file's size
+    ({"offset": 2**40}, "truncated"),
+    ({"offset": 1}, "not token arrays quantcheck wrote"),  # inside a blob, not at its start
+], ids=["huge-length", "huge-offset", "not-a-blob"])
+def test_a_token_reference_that_does_not_fit_tokens_bin_is_refused(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
+        changes: dict[str, object], cause: str) -> None:
+    run = collected(serve, write_prompts, tmp_path / "run")
+    rewrite_references(run, **changes)
+    with pytest.raises(RunFormatError, match=cause) as raised:
+        list(load_run(run).completions())
+    assert "tokens.bin" in str(raised.value)
+
+
+def test_a_token_reference_without_a_count_reads_as_unknown(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    run = collected(serve, write_prompts, tmp_path / "run")
+    rewrite_references(run, n_tokens=None)
+    frame = load_run(run).frame()
+    assert len(frame) == 2 and frame["n_tokens"].isna().all()
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["then-routing", "routing-then-none"])
+def test_a_resume_that_toggles_moe_routing_is_refused(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, first: bool) -> None:
+    """Routing is part of a run's identity, as merge and a stored reference hold it: a
+    run is never half with routing and half without."""
+    run = collected(serve, write_prompts, tmp_path / "run", routed_experts=first)
+    with pytest.raises(RunMismatch, match="routed_experts"):
+        collected(serve, write_prompts, run, routed_experts=not first)
+    assert set(load_run(run).manifest.identity()) >= {"endpoint", "prompt_hashes"}
+
+
+def test_a_run_without_routing_keeps_the_identity_it_always_had() -> None:
+    assert set(Manifest().identity()) == {"endpoint", "model", "top_logprobs", "stream",
+                                          "repeat_mode", "prompt_hashes"}
+    routed = Manifest(parameters=Parameters(routed_experts=True, routed_experts_shape=[4, 2]))
+    assert routed.identity()["routed_experts_shape"] == [4, 2]
+
+
+def test_reading_a_runs_records_does_not_load_pandas() -> None:
+    code = ("import sys, quantcheck.store.run_dir as r; "
+            "assert 'pandas' not in sys.modules, 'pandas loaded'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr

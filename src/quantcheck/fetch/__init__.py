@@ -1,2 +1,3 @@
-"""Everything that sends requests: collect, preflight, teacher-forced scoring,
-throughput, server info. Imports wire, judge, store and errors."""
+"""Everything that sends requests: collect, preflight and its template check,
+teacher-forced scoring, throughput, server info, grading (asking the judge). Imports
+wire, judge, store and errors."""

@@ -45,6 +45,7 @@ from ..wire.client import (
     RequestFailed,
     RetryableError,
     api_key_from_env,
+    context_overflow,
     public_url,
     rejection_advice,
     sleep_backoff,
@@ -60,6 +61,9 @@ REPEAT_MODES = ("pool", "sequential", "burst", "loaded")
 # since anything answered, stop the run (a restart blip of a few seconds does not).
 GIVE_UP_AFTER_FAILURES = 10
 GIVE_UP_AFTER_SECONDS = 5.0
+# A rejection (HTTP 400) given for this many prompts in a row, the same each time, is
+# taken for a parameter the server refuses whatever the prompt: the run stops.
+SAME_REJECTION_STOPS_AFTER = 3
 
 
 class EndpointDown(RequestsFailed):
@@ -144,9 +148,11 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
     event loop of its own."""
     check_label(settings.label, "--label")
     reporter = reporter or SilentReporter()
-    prompts = load_prompts(prompt_files, settings.request)
-    if settings.shard:
-        prompts = shard_prompts(prompts, settings.shard)
+    everything = load_prompts(prompt_files, settings.request)
+    # the preflight's probes are shaped like the set's requests, also for a shard that
+    # holds none of them (it still makes a run, which merge takes)
+    shape = ProbeShape.like(everything[0]) if everything else ProbeShape()
+    prompts = shard_prompts(everything, settings.shard) if settings.shard else everything
     run_dir = Path(out)
     async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
                               settings.timeout, max(settings.concurrency * 2, 16),
@@ -159,7 +165,7 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
         manifest.server = server
         with lock_run(run_dir):
             return await _collect_locked(client, run_dir, manifest, settings, model, models,
-                                         prompts, reporter, force)
+                                         prompts, reporter, force, shape)
 
 
 def _streaming_for_routing(settings: CollectSettings, runtime: str, reporter: Reporter
@@ -177,16 +183,16 @@ def _streaming_for_routing(settings: CollectSettings, runtime: str, reporter: Re
 async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: Manifest,
                           settings: CollectSettings, model: str,
                           models: list[dict[str, object]],
-                          prompts: list[Prompt], reporter: Reporter, force: bool
-                          ) -> CollectResult:
+                          prompts: list[Prompt], reporter: Reporter, force: bool,
+                          shape: ProbeShape) -> CollectResult:
     """The collection, holding the run directory's lock."""
     done = await _start_run(client, run_dir, manifest, settings, model, models, prompts,
-                            reporter, force)
+                            reporter, force, shape)
     total = len(prompts) * settings.repeats
     jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
     reporter.started(total, total - len(jobs))
     session = _Session(client, settings, model, reporter, RunWriter(run_dir),
-                       manifest.server.runtime)
+                       manifest.server.runtime, answered_before=bool(done))
     try:
         with rare_full_collections():
             await session.run(jobs, prompts)
@@ -207,10 +213,10 @@ async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: Manif
 
 async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
                      settings: CollectSettings, model: str, models: list[dict[str, object]],
-                     prompts: list[Prompt], reporter: Reporter, force: bool
-                     ) -> set[tuple[str, int]]:
-    """Prepare the run directory, describe the server, run the preflight, write the
-    manifest; the keys already collected."""
+                     prompts: list[Prompt], reporter: Reporter, force: bool,
+                     shape: ProbeShape) -> set[tuple[str, int]]:
+    """Prepare the run directory, run the preflight (probes shaped like `shape`), set
+    the serving cell, write the prompts and the manifest; the keys already collected."""
     _prepare_run_dir(run_dir, manifest, force)
     done = completed_keys(run_dir)
     manifest.cell = {**cell_from_server(manifest.server, model, settings.concurrency),
@@ -218,7 +224,7 @@ async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
     manifest.cell_key = cell_key(manifest.cell)
     if not done:  # a resumed run keeps the preflight it started with
         manifest.preflight = await _preflight(client, settings, model, models,
-                                              manifest, prompts, reporter)
+                                              manifest, shape, reporter)
     rendered = rendering_cell_value(manifest.preflight.template if manifest.preflight
                                     else None)
     if rendered and "chat_template" not in settings.cell:
@@ -258,11 +264,13 @@ class _Session:
     """One collection pass: a bounded pool of workers over the pending jobs."""
 
     def __init__(self, client: EndpointClient, settings: CollectSettings, model: str,
-                 reporter: Reporter, writer: RunWriter, runtime: str = "unknown") -> None:
+                 reporter: Reporter, writer: RunWriter, runtime: str = "unknown",
+                 answered_before: bool = False) -> None:
         self.client, self.settings, self.model = client, settings, model
         self.reporter, self.writer, self.runtime = reporter, writer, runtime
         self.collected = self.failed = 0
         self.finished = False
+        self._rejections = _Rejections(answered_before)
         self._warned_no_logprobs = False
         self._warned_routing: set[str] = set()
         self._unreachable = 0
@@ -364,7 +372,9 @@ class _Session:
                     await sleep_backoff(attempt, exc.retry_after)
                 continue
             except ParameterRejected as exc:
-                raise rejection_advice(exc.reason, body) from None
+                self._answered()
+                record.error = self._rejections.of(prompt.id, exc.reason, body)
+                break
             except RequestFailed as exc:
                 self._answered()
                 record.error = str(exc)
@@ -376,6 +386,7 @@ class _Session:
                 record.error = f"unreadable answer ({type(exc).__name__}: {exc})"
                 break
             self._answered()
+            self._rejections.answered()
             self._check_logprobs(generation.has_logprobs, generation.text)
             record.error = None
             record.text, record.reasoning = generation.text, generation.reasoning
@@ -447,16 +458,43 @@ class _Session:
                 "(token-level triage will be empty for this side)")
 
 
+class _Rejections:
+    """Which rejections (HTTP 400) stop the run. A prompt that does not fit the server's
+    context, or one refused once other prompts were answered, is a failed record with
+    the server's reason (a rerun asks again); a rejection before anything was answered,
+    or the same one for SAME_REJECTION_STOPS_AFTER prompts in a row, is a parameter the
+    server refuses whatever the prompt: the run stops with the fix."""
+
+    def __init__(self, answered_before: bool) -> None:
+        self.answered_once = answered_before
+        self._last: str | None = None
+        self._prompts: set[str] = set()  # refused with `_last` since the last answer
+
+    def answered(self) -> None:
+        self.answered_once = True
+        self._last, self._prompts = None, set()
+
+    def of(self, prompt_id: str, reason: str, body: dict[str, object]) -> str:
+        """The failed record's error, or ParameterRejected naming the fix."""
+        if context_overflow(reason):
+            return f"the server refused this prompt: {reason}"
+        if reason != self._last:
+            self._last, self._prompts = reason, set()
+        self._prompts.add(prompt_id)
+        if not self.answered_once or len(self._prompts) >= SAME_REJECTION_STOPS_AFTER:
+            raise rejection_advice(reason, body) from None
+        return f"the server refused this prompt (HTTP 400): {reason}"
+
+
 async def _preflight(client: EndpointClient, settings: CollectSettings, model: str,
                      models: list[dict[str, object]], manifest: Manifest,
-                     prompts: list[Prompt], reporter: Reporter) -> Preflight | None:
+                     shape: ProbeShape, reporter: Reporter) -> Preflight | None:
     """The preflight report for the manifest. A hard failure stops here, before any
     prompt is sent."""
     if not settings.preflight:
         return None
     reporter.checking(public_url(settings.endpoint))
-    report = await run_preflight(client, model, models, manifest.server,
-                                 ProbeShape.like(prompts[0]),
+    report = await run_preflight(client, model, models, manifest.server, shape,
                                  settings.top_logprobs, settings.context_tokens)
     reporter.checked(report)
     if report.failures():
@@ -495,8 +533,8 @@ def _prepare_run_dir(run_dir: Path, manifest: Manifest, force: bool) -> None:
             f"others in the comparison but not in the manifest. Rerun with --repeats {held} "
             "(or more, to extend it), use another --out, or --force to set the old run "
             "aside and start over.")
-    differences = [_describe_difference(key, old.get(key), new[key])
-                   for key in new if old.get(key) != new[key]]
+    differences = [_describe_difference(key, old.get(key), new.get(key))
+                   for key in {**old, **new} if old.get(key) != new.get(key)]
     raise RunMismatch(
         f"{run_dir} holds a run made with other {'; '.join(differences)}. "
         "Use another --out, or --force to set the old run aside and start over.")

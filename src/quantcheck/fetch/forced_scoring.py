@@ -7,7 +7,9 @@ change in the probability of A's token (delta p, B minus A, as llama.cpp's
 perplexity tool reports it), and a KL(A || B) lower bound over the shared top-k.
 
 Modes: `prompt-logprobs` sends token ids (the prompt through the server's /tokenize,
-A's tokens by their ids) to vLLM's completions with `prompt_logprobs`: exact.
+A's tokens by their ids) to vLLM's completions with `prompt_logprobs`: exact when A's
+run holds its token ids; when it does not, B re-tokenizes A's text, and that prompt's
+line (and the summary) is labelled approximate.
 `token-ids` asks llama.cpp's llama-server on its native `/completion`, one position
 per request: the prompt is A's prompt ids (the prompt, or the chat template applied by
 B's `/apply-template`, through B's `/tokenize` with the special tokens the server adds
@@ -21,6 +23,11 @@ chat prompts cannot be echoed and are skipped with the reason.
 
 The noise floor is the same figures for A against A's own repeats (over their common
 prefix and the first position where they part).
+
+A prompt B cannot score (a 400 because prompt and answer exceed B's context, an answer
+that cannot be read) is listed as skipped with the reason, and the rest are scored; a
+B that scores none of the first GIVE_UP_AFTER prompts it is asked, or that cannot be
+reached, stops the scoring with one error.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from ..store.runtimes import TOKENIZE, choose_model, mapping, whole_number
 from ..wire.client import (
     RETRYABLE_STATUS,
     TRANSPORT_ERRORS,
+    UNREACHABLE,
     EndpointClient,
     HTTPStatusError,
     all_or_none,
@@ -65,6 +73,10 @@ from .server_info import describe_server
 
 MODES = ("auto", "prompt-logprobs", "token-ids", "echo")
 AUTO_MODE = {"vllm": "prompt-logprobs", "llama.cpp": "token-ids"}  # else echo
+GIVE_UP_AFTER = 5  # prompts that failed, none scored: B cannot score
+# What one prompt's scoring can fail with (an answer of the wrong shape included)
+SCORING_ERRORS = (HTTPStatusError, MalformedResponse, KeyError, IndexError, AttributeError,
+                  TypeError, ValueError, *TRANSPORT_ERRORS)
 
 
 @dataclass
@@ -98,6 +110,8 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         mode = settings.mode if settings.mode != "auto" else AUTO_MODE.get(server.runtime,
                                                                            "echo")
         scorer = _Scorer(client, model, mode, settings)
+        scorer.give_up_after = min(GIVE_UP_AFTER, sum(
+            1 for r in records if scorer.skip_reason(run.prompts[r.prompt_id], r) is None))
         tokenizer = await scorer.same_tokenizer(run, a_run) if mode == "token-ids" else None
         semaphore = asyncio.Semaphore(_concurrency(mode, settings.concurrency, server))
 
@@ -113,7 +127,8 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
             overall.extend(Positions(each.top1, each.kl, each.delta_p))
     summary = ForcedSummary(
         endpoint=public_url(settings.endpoint), model=model, mode=mode,
-        approximate=mode == "echo", a_run=str(a_run), top_k=settings.top_k,
+        approximate=mode == "echo" or any(line.approximate for line in lines),
+        a_run=str(a_run), top_k=settings.top_k,
         tokenizer=tokenizer, seconds=round(time.monotonic() - started, 3),
         scored=sum(1 for line in lines if line.positions),
         skipped={line.prompt_id: line.skipped for line in lines if line.skipped},
@@ -136,6 +151,8 @@ class _Scorer:
         self.client, self.model, self.mode, self.top_k = client, model, mode, settings.top_k
         self.retries, self.extra_body = settings.retries, settings.extra_body
         self.root = server_root(client.endpoint)
+        self.scored = self.failed = 0
+        self.give_up_after = GIVE_UP_AFTER
 
     async def _post(self, path: str, body: dict[str, object], scoring: bool = True) -> object:
         """POST with the run's retries (a dropped connection, 429, 5xx, with backoff); a
@@ -177,18 +194,38 @@ class _Scorer:
         return check.message
 
     async def score(self, prompt: Prompt, record: Completion) -> ForcedLine:
-        skipped = self._skip_reason(prompt, record)
+        skipped = self.skip_reason(prompt, record)
         if skipped:
             return ForcedLine(prompt_id=prompt.id, mode=self.mode, positions=0,
                               skipped=skipped)
         scoring = {"prompt-logprobs": self._by_ids, "token-ids": self._by_native_ids,
                    "echo": self._by_echo}[self.mode]
         try:
-            forced = await scoring(prompt, record)
-        except (HTTPStatusError, MalformedResponse, KeyError, IndexError, AttributeError,
-                TypeError, ValueError, *TRANSPORT_ERRORS) as exc:
-            raise EndpointError(f"scoring {prompt.id} on {public_url(self.client.endpoint)} "
-                                f"({self.mode}) failed: {exc}") from None
+            forced, approximate = await scoring(prompt, record)
+        except SCORING_ERRORS as exc:
+            return self._failed(prompt, exc)
+        self.scored += 1
+        line = self._line(prompt, record, forced)
+        line.approximate = approximate
+        return line
+
+    def _failed(self, prompt: Prompt, exc: Exception) -> ForcedLine:
+        """A prompt B could not score: skipped with the reason. Raises EndpointError
+        when B cannot be reached, or has scored none of the first prompts it was asked."""
+        why = str(exc) or type(exc).__name__
+        reason = f"scoring {prompt.id} on {public_url(self.client.endpoint)} ({self.mode}) " \
+                 f"failed: {why}"
+        self.failed += 1
+        if isinstance(exc, UNREACHABLE):
+            raise EndpointError(reason) from None
+        if not self.scored and self.failed >= self.give_up_after:
+            raise EndpointError(f"{reason} (and no prompt before it was scored)") from None
+        return ForcedLine(prompt_id=prompt.id, mode=self.mode, positions=0,
+                          skipped=f"B could not score it: {why}")
+
+    def _line(self, prompt: Prompt, record: Completion, forced: list[ScoredPosition]
+              ) -> ForcedLine:
+        """One scored prompt's figures, position by position."""
         tokens = record.tokens
         assert tokens is not None
         each = Positions()
@@ -206,18 +243,22 @@ class _Scorer:
                                         [logprob for logprob, _ in forced[:len(tokens)]])
         return line
 
-    async def _by_ids(self, prompt: Prompt, record: Completion) -> list[ScoredPosition]:
+    async def _by_ids(self, prompt: Prompt, record: Completion
+                      ) -> tuple[list[ScoredPosition], bool]:
+        """Exact on A's own token ids; approximate (True) when A's run has none and B
+        re-tokenizes A's text, which may cut it into other tokens than A generated."""
         request = ({"messages": prompt.request["messages"], "add_generation_prompt": True}
                    if prompt.api == "chat" else {"prompt": prompt.request["prompt"]})
         prompt_ids = (await self._tokenize(request))
         tokens = record.tokens
         assert tokens is not None
-        ids = tokens.ids if tokens.ids and min(tokens.ids) >= 0 else await self._tokenize(
+        own = bool(tokens.ids) and min(tokens.ids or [-1]) >= 0
+        ids = tokens.ids if own and tokens.ids else await self._tokenize(
             {"prompt": record.text or "", "add_special_tokens": False})
         answer = await self._post("/v1/completions", {
             "model": self.model, "prompt": prompt_ids + ids, "max_tokens": 1,
             "temperature": 0, "prompt_logprobs": self.top_k})
-        return parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k)
+        return parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k), not own
 
     async def _tokenize(self, request: Mapping[str, object]) -> list[int]:
         path, _, _ = TOKENIZE["vllm"]  # prompt-logprobs mode is vLLM's
@@ -227,7 +268,8 @@ class _Scorer:
             raise MalformedResponse(f"{path} answered without token ids")
         return [int(t) for t in tokens]
 
-    def _skip_reason(self, prompt: Prompt, record: Completion) -> str | None:
+    def skip_reason(self, prompt: Prompt, record: Completion) -> str | None:
+        """Why a prompt is not scored in this mode at all (None: it is)."""
         if self.mode == "echo" and prompt.api == "chat":
             return "a chat prompt cannot be echoed without its chat template"
         ids = record.tokens.ids if record.tokens else None
@@ -237,7 +279,7 @@ class _Scorer:
         return None
 
     async def _by_native_ids(self, prompt: Prompt, record: Completion
-                             ) -> list[ScoredPosition]:
+                             ) -> tuple[list[ScoredPosition], bool]:
         if prompt.api == "chat":
             template = await self._post("/apply-template", dict(prompt.request),
                                         scoring=False)
@@ -257,7 +299,7 @@ class _Scorer:
                 "prompt": prompt_ids + ids[:n], "n_predict": 1, "n_probs": self.top_k,
                 "cache_prompt": True, "temperature": 0})
             scored.append(parse_native_next(answer, token_id, token_text, self.top_k))
-        return scored
+        return scored, False
 
     async def _native_tokenize(self, text: str, special: bool) -> list[int]:
         answer = await self._post("/tokenize", {"content": text, "add_special": special},
@@ -267,9 +309,10 @@ class _Scorer:
             raise MalformedResponse("/tokenize answered without token ids")
         return tokens
 
-    async def _by_echo(self, prompt: Prompt, record: Completion) -> list[ScoredPosition]:
+    async def _by_echo(self, prompt: Prompt, record: Completion
+                       ) -> tuple[list[ScoredPosition], bool]:
         text = str(prompt.request["prompt"])
         answer = await self._post("/v1/completions", {
             "model": self.model, "prompt": text + (record.text or ""), "echo": True,
             "logprobs": self.top_k, "max_tokens": 1, "temperature": 0})
-        return parse_echo(answer, len(text), self.top_k)
+        return parse_echo(answer, len(text), self.top_k), True

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import EndpointError, ParameterRejected, QuantcheckError
+from ..errors import EndpointError, QuantcheckError
 from ..judge.grades import PROMPT_VERSION, REPLY_CHARS, Grading
 from ..store.grade_cache import GradeCache
 from ..store.grade_records import GradeReply
@@ -19,6 +19,7 @@ from ..wire.client import (
     EndpointClient,
     RequestFailed,
     RetryableError,
+    all_or_none,
     public_url,
     sleep_backoff,
 )
@@ -94,7 +95,9 @@ class Grader:
             async with gate:
                 return await self._request(grading, key)
 
-        return list(await asyncio.gather(*(one(grading) for grading in gradings)))
+        # all_or_none: a failure here (the cache cannot be written) stops the other
+        # gradings too, before the client closes under them
+        return await all_or_none(one(grading) for grading in gradings)
 
     async def _request(self, grading: Grading, key: str) -> GradeReply | str:
         if self.down is not None:
@@ -119,7 +122,7 @@ class Grader:
                 return self._keep(GradeReply(
                     key=key, model=self.model, prompt_version=PROMPT_VERSION, at=_now(),
                     error=f"the reply is larger than {JUDGE_RESPONSE_MB} MB: not read"))
-            except (ParameterRejected, QuantcheckError) as exc:
+            except QuantcheckError as exc:
                 self._answered()
                 why = str(exc)
                 break

@@ -274,7 +274,7 @@ async def _context_check(probes: _Probes, context_tokens: int, length: int | Non
     expected = probes.prompt_tokens.get(control_text, 0) + (words - 60) * per_word
     try:
         answer = await probes.ask(long_text, 16)
-    except (ParameterRejected, EndpointError) as exc:
+    except EndpointError as exc:  # ParameterRejected among them
         return Check("context", "warn", f"a prompt of about {wanted:,} tokens was refused "
                      f"({exc}); the server refuses rather than truncates, but its context "
                      "is shorter than advertised", "--context-tokens N with a smaller N")

@@ -1,4 +1,5 @@
-"""Ask a server what it reveals about itself (read by runtimes.py)."""
+"""Ask a server what it reveals about itself: each runtime's info endpoint, answered
+as sent (store/runtimes.py reads them)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from ..wire.client import EndpointClient, api_key_from_env, public_url
 
 async def describe_server(client: EndpointClient, models: list[dict[str, object]]
                           ) -> ServerInfo:
-    """GET /v1/models plus each runtime's own info endpoint (those that answer)."""
+    """The server's `/v1/models` entries (already listed: `models`) and the answers of
+    the runtimes' info endpoints that answer (`/get_server_info` or `/server_info`,
+    `/version`, `/props`); its runtime and version read from them."""
     sglang = await client.get_json("/get_server_info")
     if sglang is None:
         sglang = await client.get_json("/server_info")

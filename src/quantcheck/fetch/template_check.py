@@ -103,7 +103,8 @@ async def _vllm_or_sglang(client: EndpointClient, model: str, server: ServerInfo
     try:
         decoded = await client.post_json(root + "/detokenize", {
             "model": model, "tokens": ids, "skip_special_tokens": False})
-        found = decoded.get("prompt", decoded.get("text"))  # vLLM's field, SGLang's
+        shown = mapping(decoded)  # a list, a string or null holds no text
+        found = shown.get("prompt", shown.get("text"))  # vLLM's field, SGLang's
         text = found if isinstance(found, str) else None
     except _UNANSWERED:
         pass

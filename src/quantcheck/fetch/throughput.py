@@ -16,13 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import RequestsFailed
+from ..errors import QuantcheckError, RequestsFailed
 from ..store.prompt_sets import RequestOptions, load_prompts
 from ..store.run_dir import Throughput
-from ..store.run_records import Prompt
+from ..store.run_records import DEFAULT_MAX_RESPONSE_MB, Prompt
 from ..store.runtimes import choose_model
 from ..wire.client import (
     EndpointClient,
+    RequestFailed,
     RetryableError,
     all_or_none,
     api_key_from_env,
@@ -40,13 +41,15 @@ async def measure(endpoint: str, prompt_files: Sequence[Path], *, label: str = "
                   min_seconds: float = DEFAULT_MIN_SECONDS, warmup: int = 4,
                   request: RequestOptions | None = None, api_key_env: str | None = None,
                   timeout: float = 600.0, retries: int = 4,
-                  progress: Callable[[int, float], None] | None = None) -> Throughput:
+                  progress: Callable[[int, float], None] | None = None,
+                  max_response_mb: int = DEFAULT_MAX_RESPONSE_MB) -> Throughput:
     """Measure one endpoint. A request is retried as collection retries it (a server
-    closing a kept-alive connection, a 503); `progress(requests, seconds)` hears each
+    closing a kept-alive connection, a 503); one that still fails, or whose answer
+    cannot be used, raises RequestsFailed; `progress(requests, seconds)` hears each
     answer."""
     prompts = load_prompts(prompt_files, request or RequestOptions())
     async with EndpointClient(endpoint, api_key_from_env(api_key_env), timeout,
-                              max(concurrency * 2, 16)) as client:
+                              max(concurrency * 2, 16), max_response_mb) as client:
         chosen = choose_model(await client.list_models(), model, public_url(endpoint))
         sender = _Sender(client, retries)
         bodies = [(p, request_body(p, chosen, 0)) for p in prompts]
@@ -69,7 +72,9 @@ class _Sender:
 
     async def one(self, api: str, body: dict[str, object]
                   ) -> tuple[int | None, float | None, float]:
-        """(completion tokens, TTFT, end to end) of one request."""
+        """(completion tokens, TTFT, end to end) of one request. Any failure of the
+        request is RequestsFailed (a QuantcheckError): what collection records as a
+        failed request costs the throughput phase its figures, never a traceback."""
         for attempt in range(self.retries + 1):
             try:
                 generation, timing = await self.client.generate(api, dict(body), True, 0)
@@ -80,6 +85,13 @@ class _Sender:
                 self.retried += 1
                 await sleep_backoff(attempt, exc.retry_after)
                 continue
+            except QuantcheckError:
+                raise
+            except RequestFailed as exc:  # another attempt would get the same
+                raise RequestsFailed(f"throughput request failed: {exc}") from None
+            except Exception as exc:  # an answer no parser foresaw, as collect records it
+                raise RequestsFailed(f"throughput request failed: unreadable answer "
+                                     f"({type(exc).__name__}: {exc})") from None
             tokens = (generation.usage or {}).get("completion_tokens")
             return (tokens if isinstance(tokens, int) else None), timing.ttft_s, timing.e2e_s
         raise AssertionError("unreachable: the last attempt returns or raises")

@@ -224,19 +224,35 @@ class LabServer:
             await self._runner.cleanup()
 
     def start(self) -> LabServer:
+        """Serve from a background thread; what stops the server from starting (a port
+        in use) is raised here."""
         ready = threading.Event()
+        failed: list[BaseException] = []
 
         def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(self.start_async())
-            ready.set()
-            self._loop.run_forever()
-            self._loop.run_until_complete(self.stop_async())
-            self._loop.close()
+            self._loop = loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(self.start_async())
+            except BaseException as exc:  # handed to start(), raised there
+                failed.append(exc)
+                self._loop = None
+                loop.run_until_complete(self.stop_async())
+                loop.close()
+                return
+            finally:
+                ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self.stop_async())
+            loop.close()
 
         self._thread = threading.Thread(target=run, daemon=True, name="lab-server")
         self._thread.start()
-        ready.wait(10)
+        if not ready.wait(10):
+            raise TimeoutError(f"the lab server on {self.host}:{self.port} did not start "
+                               "within 10 s")
+        if failed:
+            self._thread.join()
+            raise failed[0]
         return self
 
     def stop(self) -> None:
@@ -381,7 +397,10 @@ class LabServer:
                        ) -> web.StreamResponse:
         chat = request.path.endswith("/chat/completions")
         if not chat and (body.get("prompt_logprobs") is not None or body.get("echo")):
-            return self._injected_status(number) or await self._scored(body)
+            # `is not None`: a response with nothing in its mapping is falsy on aiohttp
+            # before 3.12 (aio-libs/aiohttp#10119)
+            injected = self._injected_status(number)
+            return injected if injected is not None else await self._scored(body)
         stream = bool(body.get("stream"))
         if self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)

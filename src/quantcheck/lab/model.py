@@ -108,21 +108,34 @@ class ModelEngine:
 
     async def run(self, body: Mapping[str, object], chat: bool, top_k: int, jitter: float,
                   emit: Emit) -> str:
+        """Generate on the model's thread, emitting each step here. A request whose
+        client is gone (emit raises, or the handler is cancelled) stops its generation
+        at the next token, so the model is free for the next one."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Step | None] = asyncio.Queue()
+        abandoned = threading.Event()
 
         def put(step: Step | None) -> None:
+            if abandoned.is_set() and step is not None:
+                raise _Abandoned
             loop.call_soon_threadsafe(queue.put_nowait, step)
 
         def generate() -> str:
             try:
                 return self.generate(body, chat, top_k, put)
+            except _Abandoned:
+                return "abandoned"
             finally:  # also when a body it cannot read raises: the request ends, a 500
                 put(None)
 
         future = loop.run_in_executor(self._executor, generate)
-        while (step := await queue.get()) is not None:
-            await emit(step)
+        try:
+            while (step := await queue.get()) is not None:
+                await emit(step)
+        except BaseException:
+            abandoned.set()
+            future.add_done_callback(_retrieved)  # nobody awaits it now: no warning
+            raise
         return await future
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
@@ -150,10 +163,12 @@ class ModelEngine:
         if chat:
             messages = body.get("messages") or []
             if self.tokenizer.chat_template:
+                # the ids themselves: transformers 5 returns a BatchEncoding unless told
+                # not to, whose list() is its keys (the lab's model has no chat template:
+                # only another checkpoint gets here)
                 ids = self.tokenizer.apply_chat_template(_conversation(messages),
-                                                         add_generation_prompt=True)
-                # transformers 4 returns the ids, 5 a BatchEncoding (the lab's model has no
-                # chat template: only another checkpoint gets here)
+                                                         add_generation_prompt=True,
+                                                         tokenize=True, return_dict=False)
                 return list(cast("list[int]", ids))
             # A base model has no chat template: the messages' contents, one per line.
             text = message_contents(messages)
@@ -239,6 +254,16 @@ class ModelEngine:
         if match:
             return bytes([int(match.group(1), 16)])
         return self._text(token).encode("utf-8", "surrogatepass")
+
+
+class _Abandoned(Exception):
+    """The request's client is gone: its generation stops at this token."""
+
+
+def _retrieved(future: asyncio.Future[str]) -> None:
+    """Mark an abandoned generation's outcome as seen (an error in it is moot)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _stop_cut(text: str, stops: list[object]) -> int | None:

@@ -48,7 +48,6 @@ RULES_FOR = {
     "expect.not_contains": ("after-hashes",),
     "expect.regex": (),
 }
-TEXT_CHECKS = ("contains", "any_of", "not_contains")
 CHOICES_TEMPLATE = "{prompt}\n\n{choices}\n\nAnswer with the letter of the correct option."
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]+)\}")
 _QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')  # a text's repr
@@ -106,9 +105,6 @@ class ColumnMap:
     @property
     def given(self) -> bool:
         return bool(self.columns)
-
-    def column_names(self) -> set[str]:
-        return {name for column in self.columns.values() for name in column.names}
 
     def fitted(self, available: Iterable[str], where: str) -> ColumnMap:
         """This mapping for a file with these columns: a preset's optional targets

@@ -9,6 +9,7 @@ comparing it gives the same pairs.csv as an unsharded run.
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections import Counter
 from dataclasses import dataclass
@@ -146,16 +147,57 @@ def _differences(a: Run, b: Run) -> list[str]:
     return found
 
 
+# A prompt's `source` (prompt_entries.Where.place): FILE:LINE (YAML, JSONL), FILE:LINE
+# (row N) (CSV), FILE: row N (Parquet, Arrow), or FILE.
+SOURCE = re.compile(r"(?P<path>.*?)(?::(?P<line>\d+))?(?: \(row (?P<row>\d+)\)|: row "
+                    r"(?P<only_row>\d+))?", re.DOTALL)
+
+
 def _in_set_order(runs: list[Run]) -> list[Prompt]:
-    """Every shard's prompts in the set's order: by prompt file, then line."""
-    files = [f.path for f in runs[0].manifest.prompt_files]
+    """Every shard's prompts in the set's order: by prompt file (a data file inside a
+    folder, or the one a YAML source file names, counts as that prompt file), then by
+    file inside it, line and row."""
+    files = [str(Path(f.path)) for f in runs[0].manifest.prompt_files]
+    prompts = [p for run in runs for p in run.prompts.values()]
+    places = {p.id: _place(p.source) for p in prompts}
+    found = {path: _file_of(path, files) for path, _, _ in places.values()}
+    named = set(found.values())
+    for path, where in found.items():  # a data file no prompt file holds: a source file's
+        if where == len(files):
+            found[path] = _source_file_of(path, files, named)
 
-    def position(prompt: Prompt) -> tuple[int, int, str]:
-        path, _, line = prompt.source.rpartition(":")
-        where = files.index(path) if path in files else len(files)
-        return where, int(line) if line.isdigit() else 0, prompt.id
+    def position(prompt: Prompt) -> tuple[int, str, int, int, str]:
+        path, line, row = places[prompt.id]
+        return found[path], path, line, row, prompt.id
 
-    return sorted((p for run in runs for p in run.prompts.values()), key=position)
+    return sorted(prompts, key=position)
+
+
+def _place(source: str) -> tuple[str, int, int]:
+    """(file, line, row) of a prompt's source; 0 where it has none."""
+    match = SOURCE.fullmatch(source)
+    assert match is not None  # every part but the path is optional
+    row = match.group("row") or match.group("only_row")
+    return (str(Path(match.group("path"))) if match.group("path") else "",
+            int(match.group("line") or 0), int(row or 0))
+
+
+def _file_of(path: str, files: list[str]) -> int:
+    """Which prompt file holds `path`: it, or the folder it is in (len(files): none)."""
+    for number, file in enumerate(files):
+        if path == file or path.startswith(file.rstrip("/") + "/"):
+            return number
+    return len(files)
+
+
+def _source_file_of(path: str, files: list[str], named: set[int]) -> int:
+    """The YAML source file that names data file `path`: a prompt file no source names
+    itself, in whose folder the data file is (len(files): none)."""
+    for number, file in enumerate(files):
+        folder = str(Path(file).parent)
+        if number not in named and (folder == "." or path.startswith(folder + "/")):
+            return number
+    return len(files)
 
 
 def _copy_records(shards: list[Shard], out: Path) -> int:

@@ -106,7 +106,6 @@ def _dtype(annotation: str) -> str:
 
 
 PAIR_DTYPES = {name: _dtype(PairRow.__annotations__[name]) for name in PAIR_COLUMNS}
-PAIR_FORCED_COLUMNS = [c for c in PAIR_COLUMNS if c.startswith("forced_")]
 TEXT_COLUMNS = [c for c in PAIR_COLUMNS if PAIR_DTYPES[c] == "object"]  # "" for empty
 
 

@@ -6,7 +6,7 @@
       summary.json     the totals (Summary)
       index.html       the review sheet
       reviews/NAME.json  reviewers' files (reviews.py), approvals.json (approvals.py),
-      gate.json, junit.xml (gate.py), forced/ with `run --forced` (ForcedSummary)
+      gate.json, junit.xml (gate/verdict.py), forced/ with `run --forced` (ForcedSummary)
 
 A report is read by the gate, the sheet and the review server; whatever is malformed
 in it (a binary pairs.csv, a summary without a side, a folder where a file belongs) is
@@ -32,7 +32,6 @@ from .run_dir import (
     MANIFEST,
     iter_jsonl,
     prompt_key,
-    read_json,
     read_record,
     write_json_atomic,
     write_jsonl_atomic,
@@ -54,14 +53,18 @@ FORCED_JSONL = "forced.jsonl"
 
 
 def read_forced(folder: Path) -> tuple[ForcedSummary, dict[str, ForcedLine]]:
-    """forced.json, and forced.jsonl's lines by prompt id."""
-    try:
-        summary = msgspec.convert(read_json(folder / FORCED_JSON), ForcedSummary)
-        lines = [msgspec.convert(line, ForcedLine) for _, line in
-                 iter_jsonl(folder / FORCED_JSONL)]
-    except msgspec.ValidationError as exc:
-        raise RunFormatError(f"{folder}: not written by `quantcheck forced` ({exc})") from None
-    return summary, {line.prompt_id: line for line in lines}
+    """forced.json, and forced.jsonl's lines by prompt id; a file that is missing or
+    malformed is a RunFormatError naming it."""
+    hint = " (not written by `quantcheck forced`? score again)"
+    summary = read_record(folder / FORCED_JSON, ForcedSummary, hint)
+    lines: dict[str, ForcedLine] = {}
+    for number, data in iter_jsonl(folder / FORCED_JSONL):
+        try:
+            line = msgspec.convert(data, ForcedLine)
+        except msgspec.ValidationError as exc:
+            raise RunFormatError(f"{folder / FORCED_JSONL}:{number}: {exc}{hint}") from None
+        lines[line.prompt_id] = line
+    return summary, lines
 
 
 def write_forced(folder: Path, summary: ForcedSummary, lines: list[ForcedLine]) -> None:
@@ -141,7 +144,7 @@ def read_judge_labels(report_dir: Path) -> dict[str, str]:
 
 
 class PromptIds(Container[str]):
-    """The prompt ids of pairs.csv, held as sorted 64-bit keys (runstore.prompt_key):
+    """The prompt ids of pairs.csv, held as sorted 64-bit keys (run_dir.prompt_key):
     8 bytes a prompt where a set of the ids took about 90."""
 
     def __init__(self, keys: list[np.ndarray]) -> None:

@@ -55,9 +55,10 @@ class CheckCounts(msgspec.Struct, kw_only=True):
 
 
 class CodeExecution(msgspec.Struct, kw_only=True):
-    """Whether `code` checks ran (--allow-code-exec), within which limits, and what the
-    sandbox isolated (judge/sandbox.py): no socket or no network, its own PID
-    namespace, and in words what it does not isolate."""
+    """Whether `code` checks ran (--allow-code-exec), within which limits (wall time,
+    CPU seconds, memory), and what the sandbox they ran in isolated: the network (no
+    socket, or no network), the processes (their own PID namespace), and in words what
+    it does not isolate."""
 
     allowed: bool
     network_isolated: bool | None = None
@@ -154,7 +155,8 @@ class FirstDivergence(msgspec.Struct):
 
 class DriftSpreads(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Mean, median, p99 and max of each drift column over the compared pairs
-    (summary.json's `drift`; one pair's values: triage.PairDrift)."""
+    (summary.json's `drift`; each pair's own values are its pairs.csv columns of the
+    same names)."""
 
     top1_agreement: Spread | None = None
     logprob_mean_abs_diff: Spread | None = None
@@ -283,6 +285,7 @@ class ForcedLine(ForcedStats, kw_only=True, omit_defaults=True):
     mode: str
     skipped: str | None = None
     aligned: bool | None = None
+    approximate: bool | None = None  # B re-tokenized A's text (echo, or no token ids)
     per_position: PerPosition | None = None
 
 

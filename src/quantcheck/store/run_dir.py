@@ -4,7 +4,7 @@ throughput.json after a throughput phase.
 completions.jsonl is appended one flushed line per finished request, so a killed
 process loses at most the requests in flight; a resume drops failed and half-written
 lines and collects those requests again, so no (prompt_id, repeat) ever appears twice.
-A line's token arrays live in tokens.bin (see tokenstore.py), written before the line:
+A line's token arrays live in tokens.bin (see token_columns.py), written before the line:
 a line never points at a blob that is not there; a blob without a line is ignored.
 """
 
@@ -13,17 +13,18 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import struct
 import time
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypedDict, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 import msgspec
 import numpy as np
 import orjson
-import pandas as pd
+import zstandard
 
 from ..errors import QuantcheckError, RunFormatError
 from .files import (
@@ -47,6 +48,9 @@ from .run_records import (
     TokensJson,
 )
 from .token_columns import TOKENS_FILE, PackedTokens, pack, packed_from_tokens, unpack
+
+if TYPE_CHECKING:  # pandas is imported by Run.frame alone: reading records never loads it
+    import pandas as pd
 
 RecordT = TypeVar("RecordT", bound=msgspec.Struct)
 MANIFEST = "manifest.json"
@@ -81,9 +85,10 @@ class Parameters(msgspec.Struct, kw_only=True):
 
 
 class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """What a server told about itself: `/v1/models` entries, and the raw answers of the
-    runtimes' info endpoints (read through runtimes.py, where odd shapes are "not
-    revealed")."""
+    """What a server told about itself: its `/v1/models` entries, and the answers of the
+    runtimes' info endpoints (vLLM's `/version`, SGLang's `/get_server_info`, llama.cpp's
+    `/props`) as they were sent, whatever their shape; `runtime` and `runtime_version`
+    are what quantcheck read from them ("unknown" and null when they do not say)."""
 
     models: list[dict[str, object]] = []
     version: object = None
@@ -132,11 +137,18 @@ class Manifest(msgspec.Struct, kw_only=True):
 
     def identity(self) -> dict[str, object]:
         """What must match for a resume: not concurrency, timeouts, retries, repeats or
-        label."""
-        return {"endpoint": self.endpoint, "model": self.model,
-                "top_logprobs": self.parameters.top_logprobs,
-                "stream": self.parameters.stream, "repeat_mode": self.parameters.repeat_mode,
-                "prompt_hashes": self.prompt_hashes}
+        label. MoE routing is in it when asked for (a run without routing has the
+        identity it always had)."""
+        parameters = self.parameters
+        identity: dict[str, object] = {
+            "endpoint": self.endpoint, "model": self.model,
+            "top_logprobs": parameters.top_logprobs, "stream": parameters.stream,
+            "repeat_mode": parameters.repeat_mode, "prompt_hashes": self.prompt_hashes}
+        if parameters.routed_experts:
+            identity["routed_experts"] = True
+        if parameters.routed_experts_shape is not None:
+            identity["routed_experts_shape"] = parameters.routed_experts_shape
+        return identity
 
 
 class CompletionLine(msgspec.Struct, kw_only=True):
@@ -179,7 +191,8 @@ def decode_line(line: bytes) -> CompletionLine | None:
 
 
 class Throughput(msgspec.Struct, kw_only=True):
-    """RUN_DIR/throughput.json: one endpoint's throughput phase (throughput.py)."""
+    """RUN_DIR/throughput.json: one endpoint's throughput, measured without logprobs
+    after collection (a warm-up, then the prompt set cycled at a fixed concurrency)."""
 
     format: ThroughputFormat = THROUGHPUT_FORMAT
     label: str
@@ -249,15 +262,21 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    """(line number, the line's length in bytes, object), as iter_jsonl reads them."""
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.endswith(b"\n"):
-                return  # written while the process was killed
-            try:
-                yield number, len(line), orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
+    """(line number, the line's length in bytes, object), as iter_jsonl reads them; a
+    file that is missing or cannot be read is a RunFormatError naming it."""
+    try:
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.endswith(b"\n"):
+                    return  # written while the process was killed
+                try:
+                    yield number, len(line), orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
+    except FileNotFoundError:
+        raise RunFormatError(f"{path}: missing") from None
+    except OSError as exc:  # a folder where the file belongs, no permission
+        raise RunFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 class RecordNotStorable(QuantcheckError):
@@ -330,9 +349,11 @@ class TokenBlob(TypedDict):
 
 
 def token_count(reference: Mapping[str, object] | None) -> int | None:
+    """How many tokens a record's `tokens` holds; None when it does not say (a malformed
+    reference is refused when its blob is read)."""
     if not reference:
         return None
-    counted = reference["n_tokens"] if "file" in reference else reference["text"]
+    counted = reference.get("n_tokens") if "file" in reference else reference.get("text")
     if isinstance(counted, list):
         return len(counted)
     return int(counted) if isinstance(counted, int | float) else None
@@ -365,12 +386,26 @@ class Blobs:
             return None
         if "file" not in reference:
             return Tokens.from_json(cast("TokensJson", reference))
-        return unpack(self._read(cast("TokenBlob", reference))).to_tokens()
+        packed = self.packed(reference)
+        try:
+            return packed.to_tokens()
+        except (ValueError, IndexError, TypeError, KeyError) as exc:
+            raise self._not_a_blob(cast("TokenBlob", reference), exc) from None
 
     def packed(self, reference: Mapping[str, object]) -> PackedTokens:
         if "file" not in reference:
             return packed_from_tokens(Tokens.from_json(cast("TokensJson", reference)))
-        return unpack(self._read(cast("TokenBlob", reference)))
+        blob = self._read(cast("TokenBlob", reference))
+        try:
+            return unpack(blob)
+        except (zstandard.ZstdError, struct.error, ValueError, IndexError, TypeError,
+                KeyError) as exc:  # orjson's error is a ValueError
+            raise self._not_a_blob(cast("TokenBlob", reference), exc) from None
+
+    def _not_a_blob(self, reference: TokenBlob, exc: Exception) -> RunFormatError:
+        return RunFormatError(f"{self.run_dir / TOKENS_FILE}: the blob at offset "
+                              f"{reference.get('offset')} is not token arrays quantcheck "
+                              f"wrote ({type(exc).__name__}: {exc})")
 
     def blob(self, reference: Mapping[str, object] | None) -> bytes | None:
         """A record's compressed token blob as stored, or None (no tokens, or inline)."""
@@ -385,14 +420,25 @@ class Blobs:
             # a run's tokens are in its own tokens.bin: never a file outside the run
             raise RunFormatError(f"{self.run_dir / COMPLETIONS}: a token reference "
                                  f"{reference!r} that does not point into {TOKENS_FILE}")
-        if name not in self._handles:
-            self._handles[name] = (self.run_dir / name).open("rb")
-        handle = self._handles[name]
-        handle.seek(reference["offset"])
-        blob: bytes = handle.read(reference["length"])
+        path = self.run_dir / name
+        try:
+            if name not in self._handles:
+                self._handles[name] = path.open("rb")
+            handle = self._handles[name]
+            size = os.fstat(handle.fileno()).st_size
+            if reference["offset"] + reference["length"] > size:  # never read past its end
+                raise RunFormatError(f"{path}: truncated: a record's tokens lie at offset "
+                                     f"{reference['offset']:,}, length "
+                                     f"{reference['length']:,}, beyond its {size:,} bytes")
+            handle.seek(reference["offset"])
+            blob: bytes = handle.read(reference["length"])
+        except FileNotFoundError:
+            raise RunFormatError(f"{path}: missing (the run's token arrays; copy it with "
+                                 f"{COMPLETIONS})") from None
+        except OSError as exc:
+            raise RunFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
         if len(blob) != reference["length"]:
-            raise RunFormatError(f"{self.run_dir / name}: truncated at "
-                                 f"offset {reference['offset']}")
+            raise RunFormatError(f"{path}: truncated at offset {reference['offset']}")
         return blob
 
 
@@ -473,6 +519,8 @@ class Run:
 
     def frame(self) -> pd.DataFrame:
         """One row per request, without the token arrays (see FRAME_COLUMNS)."""
+        import pandas as pd
+
         rows = []
         for line in self.lines():
             usage = line.usage or {}

@@ -14,7 +14,7 @@ TopK = list[tuple[str, float]]
 # arguments) or what a tool call sent.
 JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
 
-# Defaults of a run's settings (runstore.Parameters), shared by the client and preflight.
+# Defaults of a run's settings (run_dir.Parameters), shared by the client and preflight.
 DEFAULT_CONTEXT_TOKENS = 6000  # the preflight's context probe
 # A top-20 chat answer costs about 2 KB per token on the wire: 256 MiB holds more than
 # 100,000 tokens, far beyond any max_tokens a run uses.

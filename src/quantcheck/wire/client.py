@@ -74,10 +74,20 @@ class RequestFailed(Exception):
 
 
 def api_base(endpoint: str) -> str:
-    """`http://host:8000`, `.../v1` and `.../v1/` all mean the same OpenAI base URL."""
+    """`http://host:8000`, `.../v1` and `.../v1/` all mean the same OpenAI base URL.
+    A URL without a host, or whose port cannot be read, is refused here, in one line."""
     endpoint = endpoint.rstrip("/")
     if not re.match(r"^https?://", endpoint):
         raise EndpointError(f"endpoint must be an http:// or https:// URL, not {endpoint!r}")
+    try:
+        parts = urlsplit(endpoint)
+        parts.port  # noqa: B018 - reading it checks it: a port that is no number raises
+    except ValueError as exc:
+        raise EndpointError(f"endpoint {endpoint!r} is not a URL that can be used: "
+                            f"{exc}") from None
+    if not parts.hostname:
+        raise EndpointError(f"endpoint {endpoint!r} names no host, e.g. "
+                            "http://localhost:8000/v1")
     return endpoint if endpoint.endswith("/v1") else endpoint + "/v1"
 
 
@@ -86,11 +96,19 @@ def server_root(endpoint: str) -> str:
 
 
 def public_url(endpoint: str) -> str:
-    """The endpoint without credentials or query string, safe to write to a manifest."""
-    parts = urlsplit(endpoint)
+    """The endpoint without credentials or query string, safe to write to a manifest
+    (an IPv6 address keeps its brackets). A URL that cannot be split (api_base refuses
+    it) is shown as its scheme only, `http://?`: nothing else of it is known to be safe."""
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port
+    except ValueError:
+        return endpoint.split("://", 1)[0] + "://?"
     host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    if ":" in host:
+        host = f"[{host}]"
+    if port:
+        host = f"{host}:{port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
@@ -403,6 +421,17 @@ def backoff_seconds(attempt: int, retry_after: float | None) -> float:
 
 async def sleep_backoff(attempt: int, retry_after: float | None) -> None:
     await asyncio.sleep(backoff_seconds(attempt, retry_after))
+
+
+# What vLLM, SGLang, llama.cpp, llama-cpp-python and OpenAI say when a prompt (with
+# max_tokens) does not fit the context: a rejection of that prompt, not of a parameter.
+CONTEXT_OVERFLOW = re.compile(r"context (?:length|window|size)|maximum model length|"
+                              r"max_model_len|(?:prompt|input) is too long", re.IGNORECASE)
+
+
+def context_overflow(message: str) -> bool:
+    """Whether a server's 400 says the prompt does not fit its context."""
+    return CONTEXT_OVERFLOW.search(message) is not None
 
 
 def rejection_advice(message: str, body: Mapping[str, object]) -> ParameterRejected:

@@ -159,7 +159,7 @@ def parse_response(raw: bytes, top_k: int) -> Generation:
 
 
 _SSE_DATA = re.compile(rb"^data:[ \t]*(.*)$", re.MULTILINE)  # JSON ignores a trailing \r
-TOKEN_ID_LIMIT = 2**63  # ids are stored as int64 at most (tokenstore.py)
+TOKEN_ID_LIMIT = 2**63  # ids are stored as int64 at most (store/token_columns.py)
 
 
 class EventStream:
