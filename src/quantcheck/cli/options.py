@@ -384,7 +384,8 @@ def forced_options(function: F) -> F:
     options: list[Callable[[F], F]] = [
         click.option("--forced-mode", type=click.Choice(MODES), default="auto",
                      show_default=True,
-                     help="prompt-logprobs: token ids with vLLM's prompt_logprobs (exact); "
+                     help="prompt-logprobs: token ids with vLLM's prompt_logprobs (exact when "
+                          "A's run holds its token ids, else A's text tokenized by B); "
                           "token-ids: token ids on llama-server's /completion, one "
                           "position per request (exact); echo: text with echo + logprobs "
                           "(approximate); auto: prompt-logprobs on vLLM, token-ids on "

@@ -185,7 +185,8 @@ async def _measure(settings: CollectSettings, prompt_files: Sequence[Path],
                              model=settings.model, concurrency=phase.concurrency,
                              min_seconds=phase.min_seconds, warmup=phase.warmup,
                              request=settings.request, api_key_env=settings.api_key_env,
-                             timeout=settings.timeout, retries=settings.retries)
+                             timeout=settings.timeout, retries=settings.retries,
+                             max_response_mb=settings.max_response_mb)
     except QuantcheckError as exc:
         return Throughput(label=settings.label, endpoint=public_url(settings.endpoint),
                           model=settings.model or "", concurrency=phase.concurrency,
