@@ -44,8 +44,10 @@ def skip_module_without_extra(why: str) -> None:
 # --- the command line --------------------------------------------------------------
 
 def invoke(*args: object) -> Result:
-    """`quantcheck ARGS...` run in-process; arguments may be text, paths or numbers."""
-    return CliRunner().invoke(cli, [str(arg) for arg in args])
+    """`quantcheck ARGS...` run in-process; arguments may be text, paths or numbers. Help
+    is wrapped at 78 columns (an 80-column terminal less click's margin) whatever the
+    terminal running the tests, so that a test sees the same lines everywhere."""
+    return CliRunner().invoke(cli, [str(arg) for arg in args], terminal_width=78)
 
 
 def gate_writing_a_step_summary(report: Path, summary: Path) -> Result:

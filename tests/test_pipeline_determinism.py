@@ -85,7 +85,7 @@ def test_help_defaults_and_behaviour_agree(serve: Serve,
     """Six repeats by default, as --help says; --repeat-mode is not an option here (the
     modes are --modes); the endpoint is preflighted once, not once per mode; the page
     names the model the server serves."""
-    help_text = invoke("determinism", "--help").output
+    help_text = " ".join(invoke("determinism", "--help").output.split())
     assert "[default: 6; x>=2]" in help_text and "--repeat-mode" not in help_text
     refused = invoke("determinism", "--endpoint", "http://127.0.0.1:9", "--prompts",
                      write_prompts(PROMPTS), "--out", tmp_path / "x", "--repeats", "1")
