@@ -35,6 +35,7 @@ def test_modes_show_load_dependent_nondeterminism(
     burst = frame.loc[("burst", "p0")]
     assert burst["distinct_signatures"] > 1 and burst["texts"] == "1 distinct of 4"
     assert burst["first_logprob_divergence"] == 0 and 0 < burst["max_logprob_spread"] < 1e-5
+    assert not frame["only_first_differs"].any()  # load noise is not a prompt cache's mark
     summary = json.loads((out / "determinism.json").read_text())
     assert summary["modes"]["sequential"] == {"prompts": 3, "text_varies": 0,
                                               "logprobs_vary": 0, "deterministic": 3}
@@ -53,6 +54,40 @@ def test_deterministic_endpoint_passes(serve: Serve,
                     "--fail-on-nondeterminism")
     assert result.exit_code == 0, result.output
     assert "burst: 3 prompts: 3 deterministic" in result.output
+
+
+def test_a_prompt_cache_shows_as_only_the_first_request_differing(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """llama.cpp's prompt cache: the first request evaluates the whole prompt, the
+    repeats find it cached; the two paths' numbers differ, the repeats agree."""
+    server = serve(ScriptedModel(), faults=Faults(prompt_cache=True))
+    prompts = write_prompts(PROMPTS)
+    cached = invoke("determinism", "--endpoint", server.url, "--prompts", prompts,
+                    "--out", tmp_path / "cached", "--modes", "sequential", "--repeats", "3")
+    assert "sequential: 3 prompts: 0 deterministic, 3 with varying logprobs" in cached.output
+    assert "3 prompts: only the first request differs" in cached.output
+    assert "cache_prompt" in cached.output
+    frame = pd.read_csv(tmp_path / "cached" / "determinism.csv")
+    assert frame["only_first_differs"].all()
+    assert (frame["signatures"] == "2 distinct of 3").all()
+    report = json.loads((tmp_path / "cached" / "determinism.json").read_text())
+    assert report["modes"]["sequential"]["only_first_differs"] == 3
+    assert "only the first request differs" in (tmp_path / "cached" / "index.html").read_text()
+    off = invoke("determinism", "--endpoint", server.url, "--prompts", prompts,
+                 "--out", tmp_path / "off", "--modes", "sequential", "--repeats", "3",
+                 "--extra-body", '{"cache_prompt": false}')
+    assert "sequential: 3 prompts: 3 deterministic" in off.output
+    assert "only the first" not in off.output
+
+
+def test_two_repeats_cannot_show_a_prompt_cache(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), faults=Faults(prompt_cache=True))
+    result = invoke("determinism", "--endpoint", server.url, "--prompts",
+                    write_prompts(PROMPTS), "--out", tmp_path / "det", "--modes",
+                    "sequential", "--repeats", "2")
+    assert "3 with varying logprobs" in result.output and "only the first" not in result.output
+    assert not pd.read_csv(tmp_path / "det" / "determinism.csv")["only_first_differs"].any()
 
 
 def test_unknown_mode_is_a_usage_error(write_prompts: WritePrompts,

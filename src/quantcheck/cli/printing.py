@@ -21,6 +21,7 @@ from ..present.sentences import (
     agreement_sentence,
     headline,
     judge_sentence,
+    plural,
     template_warning,
 )
 from ..store.preflight_records import Preflight
@@ -175,6 +176,11 @@ def echo_determinism(report: DeterminismReport, out: Path, page: Path) -> None:
         click.echo(f"{mode}: {counts.prompts} prompts: {counts.deterministic} "
                    f"deterministic, {counts.logprobs_vary} with varying logprobs, "
                    f"{counts.text_varies} with varying text")
+        if counts.only_first_differs:
+            click.echo(f"  {plural(counts.only_first_differs, 'prompt')}: only the first request "
+                       "differs, the repeats after it agree: the mark of a prompt cache "
+                       "(a repeat finds the prompt cached and evaluates it differently); "
+                       "on llama-server, check with --extra-body '{\"cache_prompt\": false}'")
         echo_routing_verdicts(report, mode)
     click.echo(f"report: {out / 'determinism.csv'}, {page}")
 
@@ -183,7 +189,7 @@ def echo_routing_verdicts(report: DeterminismReport, mode: str) -> None:
     """One line per routing diagnosis of a mode, with an example prompt's sentence."""
     for kind, prompts in report.modes[mode].routing.items():
         example = next(row for row in report.prompts if row.mode == mode and row.routing == kind)
-        click.echo(f"  routing: {prompts} prompt{'s' if prompts != 1 else ''}: "
+        click.echo(f"  routing: {plural(prompts, 'prompt')}: "
                    f"{example.routing_sentence} (e.g. {example.prompt_id})")
 
 

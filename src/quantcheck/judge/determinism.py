@@ -18,7 +18,8 @@ def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[Determinis
     rows = []
     for key in side.index.order:
         prompt_id = side.record_id(side.index.rows(key)[0])
-        ok = [r for r in side.records(prompt_id, key) or () if r.error is None]
+        ok = sorted((r for r in side.records(prompt_id, key) or () if r.error is None),
+                    key=lambda r: r.repeat)
         if not ok:
             continue
         prompt = side.prompts.get(prompt_id)
@@ -39,6 +40,8 @@ def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[Determinis
             first_text_divergence=text_first, first_logprob_divergence=logprob_first,
             max_logprob_spread=spread,
             verdict=_verdict(texts, signatures),
+            only_first_differs=_only_first_differs(
+                [r.signature if signatures else r.text_hash for r in ok]),
             routing=routed.kind if routed else "",
             routing_sentence=routed.sentence if routed else ""))
     return rows
@@ -50,6 +53,14 @@ def _verdict(texts: int, signatures: int | None) -> str:
     if signatures and signatures > 1:
         return "logprobs vary"
     return "deterministic"
+
+
+def _only_first_differs(outcomes: list[object]) -> bool:
+    """The first request alone differs and every repeat after it agrees: what a prompt
+    cache does (the first request evaluates the whole prompt, the repeats find it
+    cached). Two repeats cannot show it: three at least."""
+    return len(outcomes) >= 3 and outcomes[0] != outcomes[1] \
+        and len(set(outcomes[1:])) == 1
 
 
 def _positions(repeats: list[Tokens], sig_digits: int

@@ -57,6 +57,9 @@ class Faults:
     reject_fields: set[str] = field(default_factory=set)
     nondeterministic: bool = False
     load_sensitive: bool = False  # nondeterministic only while other requests are in flight
+    # Like llama.cpp's prompt cache: a prompt asked before comes back with its logprobs
+    # moved (1e-7 relative, the same every time), unless the body says cache_prompt: false.
+    prompt_cache: bool = False
     context_limit: int | None = None  # keep only the prompt's last N tokens, silently
     sliding_window: int | None = None  # the model sees the last N; usage counts them all
     no_usage: bool = False  # responses without a usage object
@@ -182,6 +185,7 @@ class LabServer:
         self.in_flight = 0
         self._rng = random.Random(1234)
         self._routed: dict[str, int] = {}  # requests per prompt text (gating fault)
+        self._cached: set[str] = set()  # prompt texts seen (prompt_cache fault)
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -502,7 +506,25 @@ class LabServer:
         loaded = self.faults.load_sensitive and self.in_flight > 1
         # relative, like float rounding under another reduction order
         jitter = 1e-7 if self.faults.nondeterministic or loaded else 0.0
+        emit = self._from_cache(emit) if self._cache_hit(body) else emit
         return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
+
+    def _cache_hit(self, body: Mapping[str, object]) -> bool:
+        """Whether the prompt_cache fault finds this prompt cached (and caches it)."""
+        if not self.faults.prompt_cache or body.get("cache_prompt") is False:
+            return False
+        text = prompt_text_of(body)
+        seen = text in self._cached
+        self._cached.add(text)
+        return seen
+
+    @staticmethod
+    def _from_cache(emit: Emit) -> Emit:
+        """Every logprob moved by the same small amount: a cached prompt's numbers."""
+        async def moved(step: Step) -> None:
+            await emit(replace(step, logprob=step.logprob * (1 + 1e-7),
+                               top=[(token, value * (1 + 1e-7)) for token, value in step.top]))
+        return moved
 
     def _misbehaving(self, body: Mapping[str, object], emit: Emit) -> Emit:
         """Wrap `emit` with the sampling and reasoning faults."""

@@ -84,14 +84,16 @@ def determinism_report(run_dirs: dict[str, Path], out: Path, endpoint: str, mode
             rows += analyze_side(side, mode, sig_digits)
     modes: dict[str, ModeCounts] = {}
     for mode in dict.fromkeys(row.mode for row in rows):
-        verdicts = [row.verdict for row in rows if row.mode == mode]
-        routings = [row.routing for row in rows if row.mode == mode]
+        in_mode = [row for row in rows if row.mode == mode]
+        verdicts = [row.verdict for row in in_mode]
+        routings = [row.routing for row in in_mode]
         modes[mode] = ModeCounts(prompts=len(verdicts),
                                  text_varies=verdicts.count("text varies"),
                                  logprobs_vary=verdicts.count("logprobs vary"),
                                  deterministic=verdicts.count("deterministic"),
                                  routing={kind: routings.count(kind) for kind in
-                                          dict.fromkeys(routings) if kind})
+                                          dict.fromkeys(routings) if kind},
+                                 only_first_differs=sum(r.only_first_differs for r in in_mode))
     report = DeterminismReport(sig_digits=sig_digits, modes=modes, prompts=rows)
     make_directory(out)
     frame = pd.DataFrame([msgspec.structs.asdict(row) for row in rows],

@@ -332,6 +332,8 @@ class DeterminismRow(msgspec.Struct, kw_only=True):
     verdict: str  # deterministic | logprobs vary | text varies
     routing: str = ""  # with --routed-experts: identical | after_routing | gating
     routing_sentence: str = ""
+    # the first request alone differs, the repeats after it agree (a prompt cache's mark)
+    only_first_differs: bool = False
 
 
 class ModeCounts(msgspec.Struct, omit_defaults=True):
@@ -340,6 +342,7 @@ class ModeCounts(msgspec.Struct, omit_defaults=True):
     logprobs_vary: int
     deterministic: int
     routing: dict[str, int] = {}  # routing diagnosis -> prompts (with --routed-experts)
+    only_first_differs: int = 0  # prompts whose first request alone differs
 
 
 class DeterminismReport(msgspec.Struct, kw_only=True):
