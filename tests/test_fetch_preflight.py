@@ -52,6 +52,18 @@ def test_silent_truncation_is_caught(serve: Serve) -> None:
         "context"][0] == "pass"
 
 
+def test_tokens_the_server_adds_to_every_prompt_are_not_taken_for_truncation(
+        serve: Serve) -> None:
+    """A chat template or default system prompt adds a fixed number of tokens to every
+    prompt (llama-server's ChatML fallback: 23 on Gemma 3); the long prompt's expected
+    length is predicted from two short ones, so that overhead is not read as filler."""
+    status, message, _ = checks(serve(faults=Faults(template_tokens=150)).url)["context"]
+    assert status == "pass", message
+    status, message, _ = checks(serve(faults=Faults(template_tokens=150,
+                                                    context_limit=2000)).url)["context"]
+    assert status == "fail" and "truncates" in message
+
+
 def test_a_lost_code_with_the_whole_prompt_counted_only_warns(serve: Serve) -> None:
     status, message, _ = checks(serve(faults=Faults(sliding_window=2000)).url)["context"]
     assert status == "warn" and "counted the whole" in message

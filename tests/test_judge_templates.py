@@ -87,6 +87,22 @@ def test_the_gate_reports_template_problems_and_fails_only_when_asked(
     assert failed.exit_code == 1
 
 
+def test_echoes_behind_a_template_the_model_knows_point_at_the_model(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """Both servers render the model's own template (preflight passes), yet answers
+    echo the question: what a base model does; the advice says so."""
+    prompts = write_prompts(CHAT)
+    echoing = {**A_ANSWERS, "capital of France": " What is the capital of France? Paris."}
+    for side, answers in (("a", A_ANSWERS), ("b", echoing)):
+        server = serve(ScriptedModel(answers), faults=Faults(chat_template="gemma"))
+        collect([prompts], tmp_path / side, CollectSettings(
+            endpoint=server.url, label=side, context_tokens=0))
+    result = invoke("compare", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "report")
+    assert "answers that echo the question: A 0, B 1" in result.output, result.output
+    assert "may not be trained for chat" in result.output
+    assert "serve the model with its own chat template" not in result.output
+
+
 @pytest.mark.parametrize(("question", "answer", "signs"), [
     ("What is the capital of France?", " Paris.", ""),
     ("What is the capital of France?", "what is the capital of  France? Paris", "echo"),

@@ -18,12 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from quantcheck import CollectSettings, RequestOptions, collect, compare, load_run
 from quantcheck.fetch.forced_scoring import ForcedSettings
+from quantcheck.fetch.preflight import check_endpoint
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.pipeline.collecting import score_run
+from quantcheck.wire.client import run_blocking
 
 from .conftest import invoke, skip_module_without_extra
 
@@ -74,12 +77,13 @@ def python_server(model: Path, log: Path, *extra: str) -> tuple[subprocess.Popen
     return process, f"http://127.0.0.1:{port}"
 
 
-def cpp_server(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def cpp_server(model: Path, log: Path, context: int = 512
+               ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     # --swa-full: Gemma 3's sliding-window cache otherwise re-evaluates several tokens
     # per teacher-forced position instead of one
     command = ["llama-server", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-               "-c", "512", "-t", "1", "-np", "1", "--swa-full"]
+               "-c", str(context), "-t", "1", "-np", "1", "--swa-full"]
     with log.open("wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
     return process, f"http://127.0.0.1:{port}"
@@ -91,10 +95,8 @@ ENGINES = ["llama-cpp-python", "llama-server"]
 @pytest.fixture(scope="module", params=ENGINES)
 def servers(request: pytest.FixtureRequest, gguf_files: dict[str, Path],
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if request.param == "llama-server" and not shutil.which("llama-server"):
-        if os.environ.get("CI"):
-            pytest.fail("CI must have llama-server on PATH (.ci/build-llama-server)")
-        pytest.skip("no llama-server on PATH (.ci/build-llama-server builds it)")
+    if request.param == "llama-server":
+        require_llama_server()
     start = python_server if request.param == "llama-cpp-python" else cpp_server
     logs = tmp_path_factory.mktemp("logs")
     started = {name: start(path, logs / f"{name}.log") for name, path in gguf_files.items()}
@@ -106,6 +108,26 @@ def servers(request: pytest.FixtureRequest, gguf_files: dict[str, Path],
         for process, _ in started.values():
             process.terminate()
             process.wait(30)
+
+
+def require_llama_server() -> None:
+    if not shutil.which("llama-server"):
+        if os.environ.get("CI"):
+            pytest.fail("CI must have llama-server on PATH (.ci/build-llama-server)")
+        pytest.skip("no llama-server on PATH (.ci/build-llama-server builds it)")
+
+
+@pytest.fixture
+def roomy_server(gguf_files: dict[str, Path], tmp_path: Path) -> Iterator[str]:
+    """llama-server on the shipped Q4_K_M with room for the default context probe."""
+    require_llama_server()
+    process, url = cpp_server(gguf_files["Q4_K_M"], tmp_path / "server.log", context=2048)
+    try:
+        wait_until_healthy(url, process, tmp_path / "server.log", timeout=300)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 def post(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -322,3 +344,34 @@ def test_a_fallback_chat_template_the_model_does_not_know_is_named(
     template = load_run(tmp_path / "a").manifest.preflight.template
     assert template is not None and template.method == "llama.cpp /apply-template"
     assert load_run(tmp_path / "a").manifest.cell["chat_template"]
+
+
+def test_the_context_probe_is_not_fooled_by_the_chat_template(roomy_server: str) -> None:
+    """llama-server's ChatML fallback adds 23 tokens to every Gemma 3 prompt, and the
+    probe's question takes 39: the long prompt's length is predicted from two short
+    prompts, so they are not read as filler (they were: 1,257 tokens counted against
+    1,729 expected, reported as silent truncation on a server that truncates nothing)."""
+    report = run_blocking(check_endpoint(roomy_server, top_k=5))
+    context = next(check for check in report.checks if check.name == "context")
+    assert context.status != "fail", context.message
+    assert "truncates" not in context.message
+
+
+@pytest.mark.parametrize("servers", ["llama-server"], indirect=True)
+def test_determinism_tells_the_prompt_cache_from_the_kernels(
+        servers: dict[str, Any], write_prompts: Any, tmp_path: Path) -> None:
+    """With the prompt cache on, a repeat evaluates only its last prompt token: on some
+    CPUs (an AVX-512 build) that moves its logprobs, so only the first request differs
+    (2 of these 3 prompts there, none on an AVX2 machine). Every prompt that varies must
+    be marked so; with the cache off every prompt is deterministic."""
+    common = ("--endpoint", servers["Q2_K"], "--prompts", write_prompts(PROMPTS),
+              "--modes", "sequential", "--repeats", "3", "--top-logprobs", "5",
+              "--no-preflight")
+    cached = invoke("determinism", *common, "--out", tmp_path / "cached")
+    assert cached.exit_code == 0, cached.output
+    rows = pd.read_csv(tmp_path / "cached" / "determinism.csv")
+    assert rows.loc[rows["verdict"] != "deterministic", "only_first_differs"].all(), \
+        rows.to_string()
+    off = invoke("determinism", *common, "--out", tmp_path / "off",
+                 "--extra-body", '{"cache_prompt": false}')
+    assert "sequential: 3 prompts: 3 deterministic" in off.output, off.output

@@ -6,7 +6,8 @@ meaningless) or `skip`:
 - logprobs: logprobs come back, with the requested number of alternatives;
 - greedy: at every position of a probe the chosen token is the top-1 alternative;
 - context: a code placed at the start of a long prompt is recalled (a short control
-  prompt must recall it too), and the server counts the whole prompt;
+  prompt must recall it too), and the server counts the whole prompt (against the
+  length two short prompts' token counts predict);
 - reasoning: a reasoning model neither leaks its reasoning into the content nor
   spends max_tokens reasoning;
 - template (chat): how the server renders a conversation, and whether its markers are
@@ -55,6 +56,9 @@ TOKENIZER_PROBES = ("The quick brown fox jumps over 13 lazy dogs.",
                     "Ünïcödé, emoji 🙂 and CJK 漢字 mixed with code: x = f(y) + 3.14;",
                     "    indented\n\tlines\n\nand  double  spaces")
 THINKING_OFF = '--extra-body \'{"chat_template_kwargs": {"enable_thinking": false}}\''
+# The context probe's filler, and how many more words of it a second control prompt
+# carries to measure its tokens per word.
+CALIBRATION_WORDS = 120
 _FILLER = ("river", "stone", "quiet", "morning", "garden", "paper", "window", "seven",
            "light", "table", "north", "silver", "market", "winter", "bridge", "yellow")
 
@@ -268,7 +272,7 @@ async def _context_check(probes: _Probes, context_tokens: int, length: int | Non
         control = await probes.ask(control_text, 16)
     except ParameterRejected as exc:
         return Check("context", "warn", f"the control prompt was refused: {exc}")
-    per_word = _tokens_per_word(probes.prompt_tokens.get(control_text), 60)
+    per_word = await _tokens_per_word(probes, code, control_text)
     words = max(int(wanted / per_word) - 60, 60)
     long_text = needle_prompt(code, words, seed=1)
     expected = probes.prompt_tokens.get(control_text, 0) + (words - 60) * per_word
@@ -304,11 +308,21 @@ async def _context_check(probes: _Probes, context_tokens: int, length: int | Non
                  f"recalled{note}")
 
 
-def _tokens_per_word(counted: int | None, words: int) -> float:
-    if not counted:
+async def _tokens_per_word(probes: _Probes, code: str, control_text: str) -> float:
+    """The filler's tokens per word, from two prompts that differ only in its length, so
+    what the server adds around every prompt cancels out. Measured on llama-server: its
+    ChatML fallback adds 23 tokens to Gemma 3's prompts and the question takes 39; one
+    prompt's ratio counted them as filler (1.53 tokens a word against a true 1.08) and
+    took a whole prompt for a truncated one."""
+    longer = needle_prompt(code, 60 + CALIBRATION_WORDS, seed=2)
+    try:
+        await probes.ask(longer, 1)
+    except EndpointError:  # ParameterRejected among them
+        pass
+    short, long = probes.prompt_tokens.get(control_text), probes.prompt_tokens.get(longer)
+    if short is None or long is None or long <= short:
         return 1.3  # a typical English BPE ratio
-    question_tokens = 30  # the code sentence and the question around the filler
-    return max((counted - question_tokens) / words, 1.0)
+    return (long - short) / CALIBRATION_WORDS
 
 
 async def _reasoning_check(probes: _Probes) -> Check:

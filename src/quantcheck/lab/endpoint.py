@@ -62,6 +62,9 @@ class Faults:
     prompt_cache: bool = False
     context_limit: int | None = None  # keep only the prompt's last N tokens, silently
     sliding_window: int | None = None  # the model sees the last N; usage counts them all
+    # tokens the server adds to every chat prompt (a default system prompt, a template's
+    # markers), counted in usage as real servers count them
+    template_tokens: int = 0
     no_usage: bool = False  # responses without a usage object
     not_greedy: str | None = None  # "sampling" (unless top_k is 1) or "penalty" (always)
     reasoning: str | None = None  # "leak" into content, or "eat" every token (chat only)
@@ -624,7 +627,8 @@ class _Renderer:
         self.logprobs = server.wants_logprobs(body)
         self.extra_alt = server.dialect == "llama-cpp-python"
         self.legacy = not chat and server.dialect != "llama.cpp"
-        self.prompt_tokens = len(server.tokenize(prompt_text_of(body)))
+        self.prompt_tokens = len(server.tokenize(prompt_text_of(body))) \
+            + (server.faults.template_tokens if chat else 0)
         self.no_usage = server.faults.no_usage
         self.completion_tokens = 0
         self.envelope: dict[str, object] = {"id": "cmpl-scripted", "created": int(time.time()),

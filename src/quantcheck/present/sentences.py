@@ -82,8 +82,24 @@ def template_warning(summary: Summary) -> str | None:
                      f"B {signs.b_markers}")
     if not found:
         return None
-    return ("Chat template: " + "; ".join(found) + ". Differences this causes measure the "
-            "template, not the change: serve the model with its own chat template.")
+    return "Chat template: " + "; ".join(found) + ". " + _template_advice(summary)
+
+
+def _template_advice(summary: Summary) -> str:
+    """Only the answers show it while both servers' templates passed preflight: the
+    model is likely not trained for chat (measured: a base Gemma 3 270M behind its own
+    template echoed 8 of 8 questions)."""
+    reports = (summary.preflight.a, summary.preflight.b)
+    passed = all(report is not None and any(c.name == "template" and c.status == "pass"
+                                            for c in report.checks) for report in reports)
+    rendered = summary.preflight.template
+    if passed and (rendered is None or rendered.status != "warn"):
+        return ("Both servers' templates passed preflight, so the model itself may not be "
+                "trained for chat (a base model echoes the question whatever the template): "
+                "differences in these answers measure that, not the change; give it raw "
+                "prompts (prompt: instead of messages:) or use an instruction-tuned model.")
+    return ("Differences this causes measure the template, not the change: serve the model "
+            "with its own chat template.")
 
 
 def _whose(sides: list[str]) -> str:
