@@ -64,6 +64,14 @@ def test_tokens_the_server_adds_to_every_prompt_are_not_taken_for_truncation(
     assert status == "fail" and "truncates" in message
 
 
+def test_a_prompt_that_never_reaches_the_model_is_named_so(serve: Serve) -> None:
+    """A server that counts a handful of tokens for any prompt (a template that drops the
+    message does this) is not told to raise its context: the prompt does not reach it."""
+    status, message, fix = checks(serve(faults=Faults(context_limit=5)).url)["context"]
+    assert status == "fail" and "prompts do not reach the model whole" in message
+    assert fix is not None and "chat template" in fix
+
+
 def test_a_lost_code_with_the_whole_prompt_counted_only_warns(serve: Serve) -> None:
     status, message, _ = checks(serve(faults=Faults(sliding_window=2000)).url)["context"]
     assert status == "warn" and "counted the whole" in message

@@ -272,6 +272,8 @@ async def _context_check(probes: _Probes, context_tokens: int, length: int | Non
         control = await probes.ask(control_text, 16)
     except ParameterRejected as exc:
         return Check("context", "warn", f"the control prompt was refused: {exc}")
+    if (unseen := _prompt_unseen(probes.prompt_tokens.get(control_text))) is not None:
+        return unseen
     per_word = await _tokens_per_word(probes, code, control_text)
     words = max(int(wanted / per_word) - 60, 60)
     long_text = needle_prompt(code, words, seed=1)
@@ -306,6 +308,20 @@ async def _context_check(probes: _Probes, context_tokens: int, length: int | Non
                      "num_ctx), --context-tokens N with a smaller N, or --context-tokens 0")
     return Check("context", "pass", f"a code at the start of a {wanted:,}-token prompt was "
                  f"recalled{note}")
+
+
+def _prompt_unseen(counted: int | None) -> Check | None:
+    """A fail when the server counts fewer tokens for the 60-word control prompt than
+    any tokenizer makes of it: the prompt does not reach the model (seen: llama-server
+    with --chat-template given a name it does not know renders every conversation as
+    that name, 3 tokens)."""
+    if counted is None or counted >= 30:
+        return None
+    return Check("context", "fail", f"the server counted {counted} prompt tokens for a "
+                 "60-word prompt: prompts do not reach the model whole (a chat template "
+                 "that drops the message, or a context of a few tokens)",
+                 "see the template check; serve the model with its own chat template and "
+                 "enough context (llama.cpp -c, vLLM --max-model-len)")
 
 
 async def _tokens_per_word(probes: _Probes, code: str, control_text: str) -> float:
