@@ -12,6 +12,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,17 @@ def skip_module_without_extra(why: str) -> None:
 
 
 # --- the command line --------------------------------------------------------------
+
+def interruptible(command: list[str], **popen: Any) -> subprocess.Popen[Any]:
+    """A process that Ctrl-C (SIGINT) stops as in a terminal. A test run started in the
+    background (`pytest &`, some CI jobs) inherits SIGINT ignored; Python then never
+    raises KeyboardInterrupt, and a serving child would never stop."""
+    return subprocess.Popen(command, preexec_fn=_default_sigint, **popen)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 def invoke(*args: object) -> Result:
     """`quantcheck ARGS...` run in-process; arguments may be text, paths or numbers. Help

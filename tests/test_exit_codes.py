@@ -23,6 +23,7 @@ from quantcheck import CollectSettings, collect, compare_to_dir
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 
 from .conftest import COMMANDS, FIXTURES, RUNNER_UPS, invoke
+from .helpers import interruptible
 
 DOCS = Path(__file__).parent.parent / "docs" / "ci.md"
 PROMPTS = """
@@ -98,9 +99,9 @@ def a_port_in_use() -> tuple[socket.socket, int]:
 def stopped_with_ctrl_c(*args: str, ready: str) -> int:
     """A serving command in its own process, stopped with Ctrl-C once it says `ready`."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    with subprocess.Popen([sys.executable, "-m", "quantcheck", *args], env=env,
-                          stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                          text=True) as process:
+    with interruptible([sys.executable, "-m", "quantcheck", *args], env=env,
+                       stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                       text=True) as process:
         assert process.stderr is not None
         for line in process.stderr:
             if ready in line:

@@ -21,6 +21,7 @@ from quantcheck.store.prompt_sets import GREEDY_FIELDS
 from quantcheck.store.runtimes import choose_model
 
 from .conftest import A_ANSWERS, PROMPTS, TWO_PROMPTS, Serve, WritePrompts, invoke
+from .helpers import interruptible
 
 MODEL = ScriptedModel(responses={"Australia": " Canberra is the capital of Australia.",
                                  "larger": " 9.9 is larger than 9.11 because"})
@@ -378,13 +379,10 @@ def test_ctrl_c_keeps_records_and_says_how_to_resume(serve: Serve, write_prompts
     # slow enough that a loaded machine still interrupts it mid-run (about 16 s)
     server = serve(MODEL, faults=Faults(token_delay_s=0.2))
     out = tmp_path / "run"
-    # Ctrl-C as in a terminal: a test run started in the background (`pytest &`, a CI
-    # job) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
-    process = subprocess.Popen(
+    process = interruptible(
         [sys.executable, "-m", "quantcheck", "collect", "--endpoint", server.url, "--prompts",
          str(write_prompts(many)), "--out", str(out), "--concurrency", "2", "--no-preflight"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_records(out, 3)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)

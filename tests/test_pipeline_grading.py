@@ -39,6 +39,7 @@ from .conftest import (
     open_sheet,
     write_review,
 )
+from .helpers import interruptible
 
 ROOT = Path(__file__).parent.parent
 
@@ -214,7 +215,7 @@ def test_ctrl_c_loses_no_reply_and_leaves_no_half_report(planted_runs: tuple[Pat
                str(planted_runs[1]), "--out", str(out), "--judge", slow.url,
                "--judge-concurrency", "1", "--jobs", "1"]
     try:
-        running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        running = interruptible(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         cache = out / "judge-cache.jsonl"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (
@@ -245,8 +246,8 @@ def test_ctrl_c_on_the_second_candidate_leaves_the_first_whole_and_says_so(
                str(planted_runs[1]), str(two), "--out", str(out), "--judge", slow.url,
                "--judge-concurrency", "1", "--jobs", "1"]
     try:
-        running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
+        running = interruptible(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
         cache = out / "candidates" / "two" / "judge-cache.jsonl"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not cache.exists() or not cache.read_text()):

@@ -19,6 +19,7 @@ import pytest
 from quantcheck.present.review_server import review_app
 
 from .conftest import AppServer, report_identity
+from .helpers import interruptible
 
 
 @pytest.fixture
@@ -155,9 +156,9 @@ def test_the_sheet_is_streamed_whole_and_a_broken_table_is_a_500_naming_it(
 def test_review_on_port_0_names_the_port_it_took(planted_report: Path) -> None:
     """`quantcheck review --port 0` serves on any free port and prints that one."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    with subprocess.Popen([sys.executable, "-m", "quantcheck", "review", str(planted_report),
-                           "--port", "0"], env=env, stderr=subprocess.PIPE,
-                          stdout=subprocess.DEVNULL, text=True) as process:
+    with interruptible([sys.executable, "-m", "quantcheck", "review", str(planted_report),
+                        "--port", "0"], env=env, stderr=subprocess.PIPE,
+                       stdout=subprocess.DEVNULL, text=True) as process:
         assert process.stderr is not None
         try:
             line = process.stderr.readline()
@@ -169,4 +170,7 @@ def test_review_on_port_0_names_the_port_it_took(planted_report: Path) -> None:
             connection.close()
         finally:
             process.send_signal(signal.SIGINT)
-            assert process.wait(60) == 0  # stopping is how a review ends
+            try:
+                assert process.wait(60) == 0  # stopping is how a review ends
+            finally:
+                process.kill()
