@@ -46,6 +46,7 @@ from .helpers import (
     evaluate,
     gate_rules,
     gate_writing_a_step_summary,
+    interruptible,
     invoke,
     open_sheet,
     read_csv,
@@ -63,8 +64,8 @@ __all__ = [
     "A_ANSWERS", "B_ANSWERS", "CANDIDATE_ANSWERS", "CANDIDATE_PROMPTS", "COMMANDS", "FIXTURES",
     "FLIPPED", "PROMPTS", "RUNNER_UPS", "TWO_PROMPTS", "VERBOSE", "AppServer", "Serve",
     "WritePrompts", "all_commands", "assert_one_clear_line", "card", "copy_run", "gate_rules",
-    "gate_writing_a_step_summary", "invoke", "open_sheet", "read_csv", "report_files",
-    "report_identity",
+    "gate_writing_a_step_summary", "interruptible", "invoke", "open_sheet", "read_csv",
+    "report_files", "report_identity",
     "run_candidates", "run_with_file_limit", "skip_module_without_extra", "write_review",
     "BASH", "EXPRESSION", "REPO", "Ran", "evaluate", "read_outputs", "run_action",
 ]

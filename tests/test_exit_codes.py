@@ -22,8 +22,7 @@ from click.testing import Result
 from quantcheck import CollectSettings, collect, compare_to_dir
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 
-from .conftest import COMMANDS, FIXTURES, RUNNER_UPS, invoke
-from .helpers import interruptible
+from .conftest import COMMANDS, FIXTURES, RUNNER_UPS, interruptible, invoke
 
 DOCS = Path(__file__).parent.parent / "docs" / "ci.md"
 PROMPTS = """

@@ -20,8 +20,7 @@ from quantcheck.lab.scripted import DIALECTS, Faults, ScriptedModel, ScriptedSer
 from quantcheck.store.prompt_sets import GREEDY_FIELDS
 from quantcheck.store.runtimes import choose_model
 
-from .conftest import A_ANSWERS, PROMPTS, TWO_PROMPTS, Serve, WritePrompts, invoke
-from .helpers import interruptible
+from .conftest import A_ANSWERS, PROMPTS, TWO_PROMPTS, Serve, WritePrompts, interruptible, invoke
 
 MODEL = ScriptedModel(responses={"Australia": " Canberra is the capital of Australia.",
                                  "larger": " 9.9 is larger than 9.11 because"})

@@ -35,11 +35,11 @@ from .conftest import (
     card,
     copy_run,
     gate_rules,
+    interruptible,
     invoke,
     open_sheet,
     write_review,
 )
-from .helpers import interruptible
 
 ROOT = Path(__file__).parent.parent
 

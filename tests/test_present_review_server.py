@@ -18,8 +18,7 @@ import pytest
 
 from quantcheck.present.review_server import review_app
 
-from .conftest import AppServer, report_identity
-from .helpers import interruptible
+from .conftest import AppServer, interruptible, report_identity
 
 
 @pytest.fixture
