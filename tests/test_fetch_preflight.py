@@ -20,7 +20,7 @@ from quantcheck.store.report_dir import read_pairs
 from quantcheck.wire.client import run_blocking
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke
-from .hostile import HostileServer, Request, good, http
+from .hostile import HostileServer, Request, chat_body, good, http
 
 
 def checks(endpoint: str, **kwargs: object) -> dict[str, tuple[str, str, str | None]]:
@@ -62,6 +62,23 @@ def test_tokens_the_server_adds_to_every_prompt_are_not_taken_for_truncation(
     status, message, _ = checks(serve(faults=Faults(template_tokens=150,
                                                     context_limit=2000)).url)["context"]
     assert status == "fail" and "truncates" in message
+
+
+def test_a_server_that_under_counts_cannot_make_the_probe_huge() -> None:
+    """Token counts are the server's word: one that counts a single token more for 120
+    more words must not make the long prompt 120 times longer than asked."""
+    sent: list[int] = []
+
+    def respond(request: Request, out: BinaryIO) -> None:
+        text = json.dumps(request.body)
+        sent.append(len(text))
+        body = chat_body()
+        body["usage"]["prompt_tokens"] = 100 + (len(text) > 1200)
+        out.write(http(200, json.dumps(body).encode()))
+
+    with HostileServer(respond) as server:
+        checks(server.url, context_tokens=6000)
+    assert max(sent) < 200_000  # 6,000 words at most, about 43 KB
 
 
 def test_a_prompt_that_never_reaches_the_model_is_named_so(serve: Serve) -> None:

@@ -18,6 +18,7 @@ from ..gate.overview import CandidatesGate
 from ..judge.cells import CELL_AXES
 from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
+    PROMPT_CACHE_HINT,
     agreement_sentence,
     headline,
     judge_sentence,
@@ -177,10 +178,7 @@ def echo_determinism(report: DeterminismReport, out: Path, page: Path) -> None:
                    f"deterministic, {counts.logprobs_vary} with varying logprobs, "
                    f"{counts.text_varies} with varying text")
         if counts.only_first_differs:
-            click.echo(f"  {plural(counts.only_first_differs, 'prompt')}: only the first request "
-                       "differs, the repeats after it agree: the mark of a prompt cache "
-                       "(a repeat finds the prompt cached and evaluates it differently); "
-                       "on llama-server, check with --extra-body '{\"cache_prompt\": false}'")
+            click.echo(f"  {plural(counts.only_first_differs, 'prompt')}: {PROMPT_CACHE_HINT}")
         echo_routing_verdicts(report, mode)
     click.echo(f"report: {out / 'determinism.csv'}, {page}")
 

@@ -338,7 +338,9 @@ async def _tokens_per_word(probes: _Probes, code: str, control_text: str) -> flo
     short, long = probes.prompt_tokens.get(control_text), probes.prompt_tokens.get(longer)
     if short is None or long is None or long <= short:
         return 1.3  # a typical English BPE ratio
-    return (long - short) / CALIBRATION_WORDS
+    # at least a token a word: a server that under-counts must not make the long
+    # prompt thousands of times longer than asked
+    return max((long - short) / CALIBRATION_WORDS, 1.0)
 
 
 async def _reasoning_check(probes: _Probes) -> Check:

@@ -9,7 +9,7 @@ from ..store.report_records import Counts, Summary
 from ..store.run_records import DEGENERATE_KINDS
 
 __all__ = ["agreement_sentence", "degenerate_phrase", "headline", "judge_sentence", "plural",
-           "template_warning"]
+           "template_warning", "PROMPT_CACHE_HINT"]
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
 
@@ -61,6 +61,12 @@ def headline(summary: Summary) -> str:
         parts.append("not compared: " + ", ".join(f"{v} {k.replace('_', ' ')}"
                                                   for k, v in others.items()))
     return ", ".join(parts) + "."
+
+
+PROMPT_CACHE_HINT = (
+    "only the first request differs, the repeats after it agree: the mark of a prompt "
+    "cache (a repeat finds the prompt cached and evaluates it differently); on "
+    "llama-server, check with --extra-body '{\"cache_prompt\": false}'")
 
 
 def template_warning(summary: Summary) -> str | None:
