@@ -8,9 +8,11 @@ from pathlib import Path
 import click
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from quantcheck.cli import cli
-from quantcheck.cli.config import option_name
+from quantcheck.cli.config import config_keys, option_name
 
 from .conftest import invoke
 
@@ -88,5 +90,93 @@ def test_flags_override_the_file_and_mistakes_are_named(tmp_path: Path) -> None:
 
     config.write_text("- repeats\n")
     assert "is a mapping of option names" in invoke("collect", "--config", config).output
-    config.write_text("prompts: one.yaml\n")
-    assert "'prompts' is given as a list" in invoke("collect", "--config", config).output
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ("repeats: 2.7", "'repeats' is 2.7 (a number with a fraction); wanted a whole number"),
+    ("top-logprobs: 3.9", "'top-logprobs' is 3.9 (a number with a fraction); wanted a whole"),
+    ("repeats: true", "'repeats' is true (true or false); wanted a whole number"),
+    ("repeats: '3'", "'repeats' is \"3\" (text); wanted a whole number"),
+    ("repeats: 0", "'repeats': 0 is not in the range x>=1"),
+    ("stream: 2", "'stream' is 2 (a whole number); wanted true or false"),
+    ("stream: 'no'", "'stream' is \"no\" (text); wanted true or false"),
+    ("timeout: .nan", "'timeout' is NaN (not a finite number); wanted a number"),
+    ("timeout: '5'", "'timeout' is \"5\" (text); wanted a number"),
+    ("label: 2024", "'label' is 2024 (a whole number); wanted text, quoted where YAML reads "
+                    "another type: label: '2024'"),
+    ("out: true", "'out' is true (true or false); wanted a path"),
+    ("seed: 2024-01-01", "'seed' is \"2024-01-01\" (a date); wanted a whole number"),
+    ("repeat-mode: 3", "'repeat-mode' is 3 (a whole number); wanted one of pool, sequential"),
+    ("repeat-mode: fast", "'repeat-mode': 'fast' is not one of 'pool'"),
+    ("extra-body: [1, 2]", "'extra-body' is [1, 2] (a list); wanted a mapping"),
+    ("extra-body: {when: 2024-01-01}", "'extra-body' is {\"when\": \"2024-01-01\"} (a mapping); "
+                                       "wanted a mapping of JSON values"),
+    ("routed-experts-shape: [48, 8.5]", "'routed-experts-shape' is [48, 8.5] (a list); "
+                                        "wanted [LAYERS, K]"),
+    ("cell: [{gpu: H100}]", "'cell' item 1 is {\"gpu\": \"H100\"} (a mapping); wanted text"),
+    ("prompts: [nowhere.yaml]", "'prompts' item 1: Path 'nowhere.yaml' does not exist"),
+])
+def test_a_value_of_the_wrong_type_is_refused_naming_key_value_and_type(
+        line: str, said: str, tmp_path: Path) -> None:
+    config = tmp_path / "collect.yaml"
+    config.write_text(f"endpoint: http://127.0.0.1:9/v1\nout: {tmp_path / 'run'}\n{line}\n")
+    result = invoke("collect", "--config", config, "--print-config")
+    assert result.exit_code == 2, result.output
+    assert f"{config}: {said}" in result.output
+
+
+def test_one_value_for_a_repeatable_option_is_a_list_of_one(tmp_path: Path) -> None:
+    prompts = tmp_path / "one.yaml"
+    prompts.write_text("prompts: [{id: x, prompt: x}]\n")
+    config = tmp_path / "ab.yaml"
+    config.write_text(f"a: http://127.0.0.1:9/v1\nb: http://127.0.0.1:10/v1\nb-label: fp8\n"
+                      f"prompts: {prompts}\nout: {tmp_path / 'r'}\n")
+    result = invoke("run", "--config", config, "--print-config")
+    assert result.exit_code == 0, result.output
+    printed = yaml.safe_load(result.output)
+    assert (printed["b"], printed["b-label"], printed["prompts"]) == (
+        ["http://127.0.0.1:10/v1"], ["fp8"], [str(prompts)])
+
+
+# --- any YAML value for any key: applied, or an error naming the key -------------------
+
+PRINTABLE = sorted(name for name, command in cli.commands.items()
+                   if any(p.name == "print_config" for p in command.params))
+YAML_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(-2**80, 2**80)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12)
+    | st.dates() | st.sampled_from(["http://127.0.0.1:9/v1", "1/2", "48,8", "pool", "x=1",
+                                     '{"top_k": 1}', "", "\0", "prompts"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                max_size=3),
+    max_leaves=6)
+REQUIRED = {"collect": {"endpoint": "http://127.0.0.1:9/v1", "out": "run"},
+            "run": {"a": "http://127.0.0.1:9/v1", "b": ["http://127.0.0.1:10/v1"],
+                    "out": "report", "suite": ["facts"]},
+            "compare": {"out": "report"}, "gate": {}}
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_yaml_value_for_any_key_is_applied_or_refused_by_name(
+        data: st.DataObject, tmp_path: Path) -> None:
+    command = data.draw(st.sampled_from(PRINTABLE))
+    key = data.draw(st.sampled_from(sorted(config_keys(cli.commands[command]))))
+    value = data.draw(YAML_VALUES)
+    config = tmp_path / f"{command}.yaml"
+    config.write_text(yaml.safe_dump({**REQUIRED[command], key: value}))
+    arguments = {"compare": [tmp_path, tmp_path], "gate": [tmp_path]}.get(command, [])
+    result = invoke(command, *arguments, "--config", config, "--print-config")
+    assert result.exit_code in (0, 2), result.output
+    if result.exit_code == 0:  # applied: printed back as it was given, or its default
+        printed = yaml.safe_load(result.output)
+        assert key in printed
+        again = tmp_path / "again.yaml"
+        again.write_text(result.output)
+        assert invoke(command, *arguments, "--config", again,
+                      "--print-config").output == result.output
+    else:
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert f"'{key}'" in result.output or f"--{key}" in result.output, result.output

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 import msgspec
-from click.core import ParameterSource
 
 from ..errors import ExitCode
 from ..fetch.collect import REPEAT_MODES
@@ -96,7 +95,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
                    "A is not collected again; B must be asked as it was (instead of --a).")
 @click.option("--b", "b_urls", required=True, multiple=True,
               help="Candidate endpoint (e.g. FP8); repeat for several candidates.")
-@click.option("--a-label", default="a", show_default=True)
+@click.option("--a-label", help="Label of A (default: a; a stored reference keeps its own).")
 @click.option("--b-label", "b_labels", multiple=True,
               help="Label of each --b, in order (default: b; with several, b1, b2, ...).")
 @click.option("--a-model", help="Model name on A (default: the one it lists).")
@@ -124,7 +123,8 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 @forced_options
 @compare_options
 @request_options
-def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], a_label: str,
+def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
+                a_label: str | None,
                 b_labels: tuple[str, ...], a_model: str | None, b_model: str | None,
                 out: Path, one_side_at_a_time: bool, api_key_env: str | None,
                 a_cell: tuple[str, ...], b_cell: tuple[str, ...], score_forced: bool,
@@ -162,8 +162,9 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], 
     refuse_without("--forced", score_forced, "forced_mode", "forced_concurrency")
     refuse_without("two or more --b", len(b_urls) > 1, "matrix")
     labels = _candidate_labels(b_urls, b_labels)
-    a = _reference(a_url, a_run, a_model, a_cell) or side_settings(
-        parameters, a_url or "", a_label, a_model, api_key_env, a_cell)
+    a = _reference(a_url, a_run, a_label, a_model, a_cell) or side_settings(
+        parameters, a_url or "", "a" if a_label is None else a_label, a_model, api_key_env,
+        a_cell)
     bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell))
           for url, label in zip(b_urls, labels, strict=True)]
     forced = ForcedSettings(endpoint=b_urls[0], mode=forced_mode,
@@ -178,15 +179,13 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], 
     exit_like_the_gate(result, out, compare.rubric)
 
 
-def _reference(url: str | None, stored: Path | None, model: str | None,
-               cell: tuple[str, ...]) -> Path | None:
+def _reference(url: str | None, stored: Path | None, label: str | None,
+               model: str | None, cell: tuple[str, ...]) -> Path | None:
     """The stored reference run (--a-run), or None when A is collected (--a)."""
     if (url is None) == (stored is None):
         raise click.UsageError("give the reference as an endpoint to collect (--a URL) or "
                                "as a run collected earlier (--a-run DIR), one of them")
-    labelled = click.get_current_context().get_parameter_source("a_label") not in (
-        ParameterSource.DEFAULT, None)
-    if stored is not None and (model or cell or labelled):
+    if stored is not None and (model or cell or label is not None):
         raise click.BadParameter("describes an A to collect; a stored reference keeps its "
                                  "own", param_hint="--a-label/--a-model/--a-cell")
     return stored
