@@ -3,6 +3,8 @@ name, flags over the file, and --print-config's output read back as the same fil
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import click
@@ -14,7 +16,9 @@ from hypothesis import strategies as st
 from quantcheck.cli import cli
 from quantcheck.cli.config import config_keys, option_name
 
-from .conftest import invoke
+from quantcheck.lab.scripted import ScriptedModel
+
+from .conftest import A_ANSWERS, B_ANSWERS, RUNNER_UPS, Serve, WritePrompts, invoke
 
 COMMANDS = ["run", "collect", "compare", "gate"]
 # Options whose text has a form of its own (their callbacks read it).
@@ -180,3 +184,83 @@ def test_any_yaml_value_for_any_key_is_applied_or_refused_by_name(
     else:
         assert result.exception is None or isinstance(result.exception, SystemExit)
         assert f"'{key}'" in result.output or f"--{key}" in result.output, result.output
+
+
+# --- --print-config's output given back as --config: the same settings ---------------
+
+ROUND_TRIP_PROMPTS = """
+prompts:
+  - {id: same, category: factual, prompt: "Q: same", expect: {contains: Paris}}
+  - {id: flip, category: factual, prompt: "Q: flip", expect: {contains: Canberra}}
+"""
+ASKED = ["--repeats", "2", "--top-logprobs", "3", "--concurrency", "2"]
+
+
+def settings_of(out: Path) -> list[object]:
+    """What a command's output folder says of the settings that made it: each run's
+    request settings, label and cell facts; the pairs; the gate's rules."""
+    found: list[object] = []
+    for manifest in sorted(out.rglob("manifest.json")):
+        data = json.loads(manifest.read_text())
+        found.append([str(manifest.relative_to(out)), data["parameters"], data["label"],
+                      data["cell"]])
+    found += [(path.name, path.read_text()) for path in sorted(out.rglob("pairs.csv"))]
+    for gate in sorted(out.rglob("gate.json")):
+        found.append(json.loads(gate.read_text())["rules"])
+    return found
+
+
+def test_print_config_is_read_back_as_the_same_settings_by_every_command(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS)).url
+    b = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS)).url
+    prompts = write_prompts(ROUND_TRIP_PROMPTS)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(f'{{"question": "Q: {n}"}}\n' for n in range(4)))
+    reference = tmp_path / "reference"
+    assert invoke("collect", "--endpoint", a, "--label", "bf16", "--prompts", prompts,
+                  "--out", reference, *ASKED).exit_code == 0
+    candidate = tmp_path / "candidate"
+    assert invoke("collect", "--endpoint", b, "--prompts", prompts, "--out", candidate,
+                  *ASKED).exit_code == 0
+    report = tmp_path / "report"
+    assert invoke("compare", reference, candidate, "--out", report).exit_code == 1
+    out = tmp_path / "out"
+    combinations: list[tuple[str, list[object], list[object]]] = [
+        ("collect", [], ["--endpoint", b, "--prompts", prompts, "--out", out]),
+        ("collect", [], ["--endpoint", b, "--prompts", rows, "--map", "prompt=question",
+                         "--out", out, "--label", "fp8",
+                         "--no-stream", "--extra-body", '{"top_k": 1}', "--cell", "gpu=H100",
+                         "--no-preflight", "--sample", "2", "--seed", "3", *ASKED]),
+        ("run", [], ["--a", a, "--a-label", "bf16", "--b", b, "--b-label", "fp8",
+                     "--prompts", prompts, "--out", out, "--a-cell", "gpu=H100"]),
+        ("run", [], ["--a-run", reference, "--b", b, "--prompts", prompts, "--out", out,
+                     *ASKED]),
+        ("run", [], ["--a-run", reference, "--b", b, "--b-label", "one", "--b", a,
+                     "--b-label", "two", "--prompts", prompts, "--out", out,
+                     "--matrix", tmp_path / "matrix.csv", "--no-preflight", *ASKED]),
+        ("compare", [reference, candidate], ["--out", out]),
+        ("compare", [reference, candidate], ["--out", out, "--sig-digits", "6",
+                                             "--allow-code-exec", "--code-timeout", "5"]),
+        ("gate", [report], []),
+        ("gate", [report], ["--max-factual-flips", "1", "--no-require-review",
+                            "--min-identical-share", "0.1"]),
+    ]
+    assert {command for command, _, _ in combinations} == set(PRINTABLE)
+    for n, (command, positional, flags) in enumerate(combinations):
+        printed = invoke(command, *positional, *flags, "--print-config")
+        assert printed.exit_code == 0, (n, printed.output)
+        config = tmp_path / f"{n}-{command}.yaml"
+        config.write_text(printed.output)
+        assert invoke(command, *positional, "--config", config, "--print-config"
+                      ).output == printed.output, n
+        written = out if command != "gate" else report
+        by_flags = invoke(command, *positional, *flags)
+        flags_settings = settings_of(written)
+        shutil.rmtree(out, ignore_errors=True)
+        by_file = invoke(command, *positional, "--config", config)
+        assert (n, by_file.exit_code) == (n, by_flags.exit_code), (by_flags.output,
+                                                                   by_file.output)
+        assert by_flags.exit_code in (0, 1), by_flags.output
+        assert settings_of(written) == flags_settings and flags_settings, n
+        shutil.rmtree(out, ignore_errors=True)
