@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from quantcheck.cli import cli
 from quantcheck.cli.config import config_keys, option_name
-
 from quantcheck.lab.scripted import ScriptedModel
 
 from .conftest import A_ANSWERS, B_ANSWERS, RUNNER_UPS, Serve, WritePrompts, invoke

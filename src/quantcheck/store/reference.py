@@ -155,7 +155,8 @@ def _check_records(run: Run) -> None:
                if (p, r) not in seen]
     if dropped:
         raise _damaged(run.path, f"{path} lacks {len(dropped)} of its "
-                                 f"{len(hashes) * repeats} requests: {_some(dropped, quoted=False)}")
+                                 f"{len(hashes) * repeats} requests: "
+                                 f"{_some(dropped, quoted=False)}")
 
 
 def _some(items: list[str], quoted: bool = True) -> str:
