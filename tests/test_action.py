@@ -81,8 +81,8 @@ def test_a_flip_fails_the_gate_step_says_why_and_the_report_is_still_uploaded(
                       "prompts": "prompts/ab.yaml", "policy": "prompts/policy.yaml",
                       "args": "--no-preflight", "out": "reports/pr", "artifact-name": "ab",
                       "install": "none"}, workspace, bin_dir)
-    assert ran.outcomes == {"Check the inputs": "0", "Install quantcheck": "0", "A/B": "0", "Gate": "1",
-                            "Upload the report": "0"}, ran.logs
+    assert ran.outcomes == {"Check the inputs": "0", "Install quantcheck": "0", "A/B": "0",
+                            "Gate": "1", "Upload the report": "0"}, ran.logs
     assert ran.outputs["ab"]["exit-code"] == "1"  # the default gate fails; yours decides
     assert ran.action_outputs["verdict"] == "fail"
     (flip,) = [case for case in next(iter(JUnitXml.fromfile(
@@ -104,8 +104,8 @@ def test_a_candidate_that_does_not_match_the_reference_stops_the_job(
     b = serve(ScriptedModel(A_ANSWERS))
     ran = run_action({"a-run": "runs/bf16", "b": b.url, "prompts": "prompts/ab.yaml",
                       "install": "none"}, workspace, bin_dir)
-    assert ran.outcomes == {"Check the inputs": "0", "Install quantcheck": "0", "A/B": "2", "Gate": "skipped",
-                            "Upload the report": "0"}, ran.logs
+    assert ran.outcomes == {"Check the inputs": "0", "Install quantcheck": "0", "A/B": "2",
+                            "Gate": "skipped", "Upload the report": "0"}, ran.logs
     assert "repeats: the reference 2, B 1" in ran.logs
     assert "::error title=quantcheck run::exit 2" in ran.logs
     assert b.hits == 0
