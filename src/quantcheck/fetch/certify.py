@@ -122,7 +122,7 @@ class PlanSender:
             request.update({"messages": [{"role": "user", "content": text}]}
                            if api == "chat" else {"prompt": text})
             body = with_logprobs(request, api, self.settings.top_logprobs)
-        if self.facts.runtime == "llama.cpp":
+        if self.facts.runtime == "llama.cpp" and body.get("cache_prompt") is not False:
             body["cache_prompt"] = probe.cache
         return body, api
 

@@ -55,7 +55,10 @@ def filler_text(rng: random.Random, long_words: int) -> str:
 
 
 def make_plan(prompt_ids: Sequence[str], trials: int, max_batch: int, seed: int,
-              context_tokens: int | None = None, max_tokens: int = 64) -> Plan:
+              context_tokens: int | None = None, max_tokens: int = 64,
+              cache_factor: bool = True) -> Plan:
+    """`cache_factor=False` (the requests themselves turn the prefix cache off): the
+    ladder is asked with the cache off only."""
     rng = random.Random(seed)
     sizes = batch_sizes(max_batch)
     lengths = prefix_lengths(context_tokens, max_tokens)
@@ -86,6 +89,8 @@ def make_plan(prompt_ids: Sequence[str], trials: int, max_batch: int, seed: int,
                 rounds.append(Round(action="flush", probes=[Probe(
                     factor="prefix", level=level, trial=trial, prompt_id=prompt_id,
                     prefix=shared, baseline=trial == 0)]))
+            if not cache_factor:
+                continue
             rounds.append(Round(probes=[Probe(
                 factor="cache", level=level, cache=True,
                 filler=f"{shared}\n\nName a colour.")]))

@@ -94,7 +94,8 @@ async def _certify(job: CertifyRun, settings: CertifySettings, prompts: list[Pro
         facts: ServerFacts = await server_facts(client, settings.model)
         if plan is None:
             plan = make_plan([p.id for p in prompts], job.trials, job.max_batch, job.seed,
-                             facts.context_tokens, _max_tokens(prompts))
+                             facts.context_tokens, _max_tokens(prompts),
+                             cache_factor=job.request.extra_body.get("cache_prompt") is not False)
         if plan.requests > job.max_requests:
             raise PlanTooLarge(
                 f"the plan has {plan.requests} requests, more than --max-requests "

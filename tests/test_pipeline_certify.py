@@ -1,0 +1,202 @@
+"""determinism --certify against scripted lab servers: each planted fault is found and
+attributed to its factor; the same model without it is certified with its bound."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quantcheck.judge.certificate import compare_answers, rule_of_three
+from quantcheck.judge.certify_plan import make_plan, prefix_lengths
+from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.store.certificate_records import Answer, Certificate
+
+from .conftest import Serve, WritePrompts, invoke
+
+PROMPTS = "prompts:\n" + "".join(f"  - {{id: p{n}, category: c, prompt: 'question {n}'}}\n"
+                                 for n in range(2))
+
+
+def certify(server_url: str, prompts: Path, out: Path, *extra: str) -> tuple[Any, Any]:
+    result = invoke("determinism", "--certify", "--endpoint", server_url, "--prompts", prompts,
+                    "--out", out, "--max-batch", "8", "--trials", "2", *extra)
+    certificate = msgspec.json.decode((out / "certificate.json").read_bytes(),
+                                      type=Certificate) if (out / "certificate.json").exists() \
+        else None
+    return result, certificate
+
+
+def factors(certificate: Certificate) -> dict[str, str]:
+    return {f.factor: f.explanation for f in certificate.factors}
+
+
+def test_the_lab_model_is_certified_and_its_nondeterministic_twin_detected_as_control(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    clean = serve(ScriptedModel(), dialect="llama.cpp")
+    varying = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(nondeterministic=True))
+    result, certificate = certify(clean.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--control", varying.url, "--fail-on-nondeterminism")
+    assert result.exit_code == 0, result.output
+    n = certificate.comparisons
+    assert certificate.certified and certificate.mismatches == 0 and n == 36
+    assert certificate.rate_bound == pytest.approx(3 / n)
+    assert certificate.rate_bound_exact == pytest.approx(1 - 0.05 ** (1 / n))
+    assert f"0 mismatches in {n} comparisons over 3 batch sizes" in certificate.statement
+    assert "below 3/36" in result.output and "rule of three" in result.output
+    assert certificate.control is not None and certificate.control.detected
+    assert "was detected as varying" in certificate.control_note
+    assert certificate.cache_control.startswith("llama.cpp: cache_prompt false")
+    # the control varied with no batch factor: the lab computes one request at a time
+    control = msgspec.json.decode((tmp_path / "c" / "control" / "certificate.json").read_bytes(),
+                                  type=Certificate)
+    assert control.explanation.startswith("varies with no batch factor")
+    assert not control.certified and control.prompts_varying == 2
+    # the plan was printed before it was sent, and every request was the plan's
+    assert "plan for " + clean.url in result.output
+    assert len(clean.requests) == certificate.requests + 1  # and the warm-up
+    page = (tmp_path / "c" / "index.html").read_text()
+    assert "<svg" in page and "certified" in page
+    junit = (tmp_path / "c" / "junit.xml").read_text()
+    assert junit.count("<testcase") == 5 and "<failure" not in junit
+
+
+def test_without_a_control_the_certificate_says_so(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp")
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    assert certificate.control is None
+    assert certificate.control_note.startswith("no control was run")
+
+
+def test_the_nondeterministic_fault_varies_with_no_batch_factor(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(nondeterministic=True))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--max-nondeterministic-prompts", "1")
+    assert result.exit_code == 1, result.output
+    assert "FAIL: 2 prompts vary, more than max_nondeterministic_prompts 1" in result.output
+    assert not certificate.certified
+    assert certificate.explanation == ("varies with no batch factor: identical requests "
+                                       "sent one at a time differ")
+    repeat = next(f for f in certificate.factors if f.factor == "repeat")
+    assert repeat.share_varying == 1.0 and repeat.levels[0].most_unique_outputs == 2
+    assert "<failure" in (tmp_path / "c" / "junit.xml").read_text()
+
+
+def test_a_batch_variant_server_is_attributed_to_batch_size(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp",
+                   faults=Faults(batch_variant_at=4, latency_s=0.1))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
+    assert result.exit_code == 0, result.output  # no limit given: reported, not failed
+    assert certificate.explanation == "varies only when batch size >= 4"
+    explained = factors(certificate)
+    assert [explained[f] for f in ("repeat", "stream", "prefix", "cache")] == \
+        ["no variation"] * 4
+    batch = next(f for f in certificate.factors if f.factor == "batch")
+    by_level = {level.level: level for level in batch.levels}
+    assert by_level["batch=2"].mismatches == 0 and by_level["batch=8"].prompts_varying == 2
+    assert by_level["batch=4"].first_divergence is None  # tokens agree: logprobs moved
+    assert 0 < (by_level["batch=8"].max_logprob_delta or 0) < 1e-5
+    assert any(e.factor == "batch" for e in certificate.examples)
+
+
+def test_a_shifting_prefix_cache_is_attributed_to_the_cache(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    assert certificate.explanation == "varies only when a shared prefix is cached (prefix >= " \
+        "511 words)"
+    explained = factors(certificate)
+    assert [explained[f] for f in ("repeat", "stream", "batch", "prefix")] == \
+        ["no variation"] * 4
+
+
+def test_requests_that_turn_the_cache_off_leave_the_cache_factor_untested(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--extra-body", '{"cache_prompt": false}')
+    assert result.exit_code == 0, result.output
+    assert certificate.certified and factors(certificate)["cache"] == "not tested"
+    assert all(body.get("cache_prompt") is False for body in server.requests)
+
+
+def test_a_runtime_whose_cache_cannot_be_emptied_is_named(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="vllm")
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    assert certificate.cache_control.startswith(
+        "none could be: POST /reset_prefix_cache answered HTTP 404"), certificate.cache_control
+    assert all("cache_prompt" not in body for body in server.requests)
+
+
+def test_failed_requests_are_no_certificate(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(status={5: 500}))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--retries", "0")
+    assert result.exit_code == 1, result.output
+    assert not certificate.certified and certificate.failed_requests == 1
+    assert certificate.statement.startswith("not certified: 1 requests failed")
+
+
+def test_a_plan_over_the_request_limit_is_refused_before_sending(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp")
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--max-requests", "50")
+    assert result.exit_code == 2, result.output
+    assert "more than --max-requests 50" in result.output and certificate is None
+    assert server.requests == []
+
+
+def test_the_plan_is_reproducible_from_its_seed_and_bounded() -> None:
+    one = make_plan(["a", "b"], trials=3, max_batch=32, seed=7, context_tokens=8192)
+    assert one == make_plan(["a", "b"], trials=3, max_batch=32, seed=7, context_tokens=8192)
+    other = make_plan(["a", "b"], trials=3, max_batch=32, seed=8, context_tokens=8192)
+    assert one != other and one.requests == other.requests
+    assert one.batch_sizes == [2, 4, 8, 16, 32]
+    # alone and streamed per trial, the batches' members, 5 per prompt and prefix length
+    assert one.requests == 2 * 3 * 2 + 2 * 3 * sum(one.batch_sizes) + 2 * 5 * 3
+    batch_rounds = [r for r in one.rounds if r.probes[0].factor == "batch"]
+    positions = {next(n for n, p in enumerate(r.probes) if p.prompt_id)
+                 for r in batch_rounds if len(r.probes) == 32}
+    assert len(positions) > 1  # the target moves about the batch
+    assert prefix_lengths(8192, 64) == [1, 511, 2048]
+    assert prefix_lengths(2048, 64) == [1, 511]
+    assert prefix_lengths(None, 64) == [1, 256, 1024]
+
+
+def test_rule_of_three() -> None:
+    assert rule_of_three(300) == pytest.approx((0.01, 1 - 0.05 ** (1 / 300)))
+    assert rule_of_three(1)[0] == 1.0
+
+
+tokens = st.lists(st.sampled_from([" a", " b", " c"]), max_size=6)
+
+
+@given(tokens, tokens, st.lists(st.floats(-5, 0), min_size=6, max_size=6))
+def test_comparing_answers_finds_the_first_difference(
+        first: list[str], second: list[str], logprobs: list[float]) -> None:
+    a = Answer(prompt_id="p", factor="repeat", level="alone", trial=0, text="".join(first),
+               tokens=first, logprobs=list(logprobs[:len(first)]))
+    b = Answer(prompt_id="p", factor="batch", level="batch=2", trial=0, text="".join(second),
+               tokens=second, logprobs=list(logprobs[:len(second)]))
+    same, divergence, delta = compare_answers(a, b)
+    assert same == (first == second)
+    if first == second:
+        assert divergence is None and delta in (None, 0.0)
+    elif divergence is not None:
+        assert first[:divergence] == second[:divergence]
+    decoded = msgspec.json.decode(msgspec.json.encode(b), type=Answer)
+    assert decoded == b and json.loads(msgspec.json.encode(b))["factor"] == "batch"
