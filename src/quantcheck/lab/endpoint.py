@@ -4,7 +4,8 @@ The engine decides what is generated (scripted answers, or a real model); the se
 speaks the wire format of vllm, sglang, llama.cpp or llama-cpp-python, streams, and
 injects the faults a real deployment shows (latency, 429, 5xx, dropped connections,
 a top_logprobs limit, missing logprobs, rejected parameters, nondeterministic or
-load-dependent logprobs). It can also replay a recorded response body verbatim.
+load-dependent logprobs, logprobs that move with the batch size or a cached prefix).
+It can also replay a recorded response body verbatim.
 
 MoE routing (`Faults.routing`, as a server started to return it): a pretend mixture
 of ROUTING_EXPERTS experts, ROUTING_LAYERS layers, ROUTING_K per token, each forward

@@ -42,7 +42,9 @@ def sweep(factors: list[FactorResult]) -> Sweep:
     """The bars, factor by factor, scaled so the largest mean fills the plot."""
     shown = [f for f in factors if any(level.comparisons for level in f.levels)]
     top = max([2] + [level.most_unique_outputs for f in shown for level in f.levels])
-    bars, groups, x = [], [], 40
+    bars: list[Bar] = []
+    groups: list[tuple[str, int, int]] = []
+    x = 40
     for factor in shown:
         start = x
         for level in factor.levels:
