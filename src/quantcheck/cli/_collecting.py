@@ -316,22 +316,61 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--fail-on-nondeterminism", is_flag=True,
               help="Exit 1 when any prompt gives more than one signature (or text).")
+@click.option("--certify", is_flag=True,
+              help="Instead of --modes: a certificate (batch-size sweep, prefix ladder with "
+                   "the prefix cache off and on, streamed vs whole) in OUT/certificate.json.")
+@click.option("--max-batch", default=32, show_default=True, type=click.IntRange(2),
+              help="--certify: the largest concurrent batch (sizes 2, 4, 8, ... up to it).")
+@click.option("--trials", default=3, show_default=True, type=click.IntRange(2),
+              help="--certify: trials per prompt and level, fresh fillers and positions each.")
+@click.option("--plan-seed", default=0, show_default=True, type=int,
+              help="--certify: the seed of the plan's fillers and positions.")
+@click.option("--max-requests", default=20000, show_default=True, type=click.IntRange(1),
+              help="--certify: refuse a plan with more requests than this.")
+@click.option("--control", metavar="URL",
+              help="--certify: run the same plan against a configuration expected to vary "
+                   "and report whether the test detected it.")
+@click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
+              help="--certify: exit 1 when more prompts than this vary (default off).")
 @sig_digits_option
 @determinism_request_options
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                         api_key_env: str | None, fail_on_nondeterminism: bool,
                         sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
-                        parameters: Parameters) -> None:
+                        parameters: Parameters, certify: bool = False, max_batch: int = 32,
+                        trials: int = 3, plan_seed: int = 0, max_requests: int = 20000,
+                        control: str | None = None,
+                        max_nondeterministic_prompts: int | None = None) -> None:
     """Is this endpoint deterministic? Repeated identical greedy requests, per mode.
 
     Reports per prompt and mode "k distinct of n" for texts and logprob signatures,
     the first position where repeats differ and the largest logprob spread.
 
     \b
+    With --certify: a determinism certificate (docs/collecting.md): each prompt alone,
+    inside concurrent batches, after shared prefixes with the prefix cache off and on,
+    streamed; the statement with its bound, the factor that explains any variation.
+
+    \b
     Example:
       quantcheck determinism --endpoint http://127.0.0.1:8000/v1 \\
           --prompts prompts/spot-check.yaml --repeats 6 --out reports/determinism
+      quantcheck determinism --certify --endpoint http://127.0.0.1:8000/v1 \\
+          --prompts prompts/spot-check.yaml --max-batch 16 --out reports/certificate
     """
+    if certify:
+        from ..fetch.certify import CertifySettings
+        from ..pipeline.certify import CertifyRun
+        from .certifying import certify_command
+
+        settings = CertifySettings(
+            endpoint=endpoint, model=model, api_key_env=api_key_env,
+            top_logprobs=parameters.top_logprobs, timeout=parameters.timeout,
+            retries=parameters.retries, max_response_mb=parameters.max_response_mb)
+        certify_command(CertifyRun(settings, prompt_files, out, parameters.request, trials,
+                                   max_batch, plan_seed, max_requests, control,
+                                   max_nondeterministic_prompts), fail_on_nondeterminism)
+        return
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]
     if unknown or not chosen:
