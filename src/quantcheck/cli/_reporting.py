@@ -20,7 +20,7 @@ from ..store.report_records import Overview, Summary
 from ..store.reviews import load_verdicts, review_path
 from ._group import cli
 from .config import config_options
-from .guard import exit_like_the_gate, run_guarded
+from .guard import run_guarded
 from .options import (
     EXISTING_DIR,
     EXISTING_FILE,
@@ -30,7 +30,7 @@ from .options import (
     gathered,
     refuse_without,
 )
-from .printing import candidates_markdown, print_result
+from .printing import candidates_markdown, exit_like_the_gate, print_result
 from .serving import serve_until_stopped, url_of
 
 
