@@ -21,7 +21,6 @@ def test_the_scripted_demo_is_a_single_variable_ab_that_says_why_it_fails(
     assert summary["cells"]["warning"] is None
     assert ("gate (default policy): FAIL: 2 factual flips (capital-au, author-hamlet), "
             "1 degenerate output new on B (author-hamlet)") in result.output
-    assert not (tmp_path / "demo" / "gate.json").exists()  # `gate` writes it, as after run
     # the context probe is off on purpose (a small model cannot recall a code): said so
     assert "a context probe of 0 tokens" not in result.output
     assert "context    not checked: turned off (--context-tokens 0)" in result.output

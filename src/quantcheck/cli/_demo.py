@@ -65,7 +65,7 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path | None,
         result = _scripted_demo(out, repeats)
     else:
         result = _model_demo(out, repeats, precisions, fault)
-    echo_gate_verdict(result, out)
+    echo_gate_verdict(result, out, write=True)
     sheet = out
     if isinstance(result, Overview):
         sheet = out / "candidates" / result.candidates[0].label

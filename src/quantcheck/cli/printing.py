@@ -155,10 +155,10 @@ def print_overview(overview: Overview, out: Path) -> None:
 
 
 def echo_gate_verdict(result: Summary | Overview, report_dir: Path,
-                      rubric: Path | None = None) -> bool:
+                      rubric: Path | None = None, write: bool = False) -> bool:
     """The gate's verdict on what was just compared, under the default policy, in one
-    line (`quantcheck gate REPORT_DIR --rubric RUBRIC` would say the same, writing its
-    files); whether a candidate fails it."""
+    line, as `quantcheck gate REPORT_DIR --rubric RUBRIC` would say it (`write`: with its
+    gate.json and junit.xml, as the demo leaves them); whether a candidate fails it."""
     if isinstance(result, Overview):
         failing = [row for row in result.candidates if row.gate != "pass"]
         passed = not failing
@@ -166,11 +166,11 @@ def echo_gate_verdict(result: Summary | Overview, report_dir: Path,
                                      for row in failing)
                 if failing else "PASS: every candidate passes")
     else:
-        from ..gate.verdict import judge_report, one_line
+        from ..gate.verdict import gate_report, judge_report, one_line
         from ..store.rubric import load_rubric
 
-        verdict = run_guarded(lambda: judge_report(report_dir, rubric=load_rubric(rubric))[0],
-                              "")
+        judge = gate_report if write else judge_report
+        verdict = run_guarded(lambda: judge(report_dir, rubric=load_rubric(rubric))[0], "")
         passed, said = verdict.passed, one_line(verdict)
     click.echo(f"gate (default policy): {said}")
     return not passed
