@@ -20,7 +20,7 @@ from ..store.labels import label_from_name
 from ..store.run_dir import Parameters
 from ._group import cli
 from .config import config_options
-from .guard import exit_like_the_gate, run_guarded
+from .guard import run_guarded
 from .options import (
     API_OPTION,
     EXISTING_DIR,
@@ -38,7 +38,14 @@ from .options import (
     sig_digits_option,
     source_options,
 )
-from .printing import echo_determinism, echo_forced, echo_suites, echo_throughput, print_result
+from .printing import (
+    echo_determinism,
+    echo_forced,
+    echo_suites,
+    echo_throughput,
+    exit_like_the_gate,
+    print_result,
+)
 from .progress import (
     PlainProgress,
     collect_with_progress,
