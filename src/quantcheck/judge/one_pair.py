@@ -119,10 +119,13 @@ def _flip_cause(row: PairRow, details: PairDetails, prompt: Prompt | None,
     if not row.flip or prompt is None or prompt.expect is None or details.checks is UNSET:
         return ""
     a_first, b_first = disputed_checks(*details.checks)
-    unstable = [repeats_disagree([check_answer(prompt.expect, r.text, parse_calls(_calls(r)),
-                                               run_code) for r in _other_answers(ok)], first)
-                for ok, first in ((a_ok, a_first), (b_ok, b_first))]
-    return flip_cause(*unstable, row.divergence_kind)
+    expect = prompt.expect
+
+    def unstable(ok: list[SideRecord], first: dict[str, str]) -> bool:
+        return repeats_disagree([check_answer(expect, r.text, parse_calls(_calls(r)), run_code)
+                                 for r in _other_answers(ok)], first)
+
+    return flip_cause(unstable(a_ok, a_first), unstable(b_ok, b_first), row.divergence_kind)
 
 
 def _other_answers(ok: list[SideRecord]) -> list[SideRecord]:

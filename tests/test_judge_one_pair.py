@@ -1,6 +1,6 @@
-"""Flips against their noise: every factual flip of a planted A/B says what can explain it
-(A's repeats disagree on the check, B's do, a near tie at the fork, or nothing: confident),
-in pairs.csv, summary.json, the terminal, the sheet and the gate's confident-only policy."""
+"""judge/one_pair.py: flips against their noise. Every factual flip of a planted A/B says
+what can explain it (A's repeats disagree on the check, B's do, a near tie at the fork, or
+nothing: confident), in pairs.csv, summary.json, the terminal, the sheet and the gate."""
 
 from __future__ import annotations
 
