@@ -101,6 +101,10 @@ def test_the_terminal_and_the_sheet_say_the_causes(flip_report: Path, page: Any)
         assert badges[flip + 1] == words, badges  # beside the flip
     assert "unstable" not in " ".join(card(page, "same").locator(".badge").all_inner_texts())
     assert "what can explain the flips: 1 unstable on A" in page.inner_text("#headline")
+    resolution = page.text_content("#resolution") or ""  # under "More", beside the checks
+    assert resolution.startswith("Exact McNemar test on the 5 of 6 prompts whose checks "
+                                 "disagree: p = 0.375")
+    assert "recovery 40.0% (B's pass rate over A's)" in resolution
     assert not page.errors
 
 
