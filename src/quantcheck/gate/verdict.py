@@ -193,13 +193,13 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     return rules
 
 
+NOISY_CAUSES = ("unstable_a", "unstable_b", "near_tie")
+
+
 def _counted(row: PairRow, confident_only: bool) -> bool:
     """Whether an expect regression counts: always by default; with confident_flips_only
     unless its repeats or a near tie explain it (a report without flip_cause counts)."""
     return not confident_only or row.flip_cause not in NOISY_CAUSES
-
-
-NOISY_CAUSES = ("unstable_a", "unstable_b", "near_tie")
 
 
 def _flips_rule(flips: list[str], compared: list[PairRow], policy: Policy) -> Rule:
