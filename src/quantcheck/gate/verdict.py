@@ -198,7 +198,7 @@ NOISY_CAUSES = ("unstable_a", "unstable_b", "near_tie")
 
 def _counted(row: PairRow, confident_only: bool) -> bool:
     """Whether an expect regression counts: always by default; with confident_flips_only
-    unless its repeats or a near tie explain it (a report without flip_cause counts)."""
+    unless its repeats or a near tie explain it (an empty flip_cause counts)."""
     return not confident_only or row.flip_cause not in NOISY_CAUSES
 
 
