@@ -185,6 +185,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="Policy YAML; the options below override it.")
 @click.option("--max-factual-flips", type=click.IntRange(0),
               help="Expect regressions plus reviewer-labelled blocking pairs (default 0).")
+@click.option("--confident-flips-only/--all-flips", default=None,
+              help="Count only the expect regressions nothing measured explains (flip "
+                   "cause `confident`), not those where A's or B's own repeats disagree "
+                   "on the check or the answers fork at a near tie (default: all flips).")
 @click.option("--max-new-degenerate", type=click.IntRange(0),
               help="Repetition loops or empty answers on B that A did not have (default 0).")
 @click.option("--max-nondeterministic", type=click.IntRange(0),

@@ -418,6 +418,7 @@ class PolicyOverrides:
     max_blocking_log_signatures: int | None = None
     max_template_problems: int | None = None
     max_judge_flips: int | None = None
+    confident_flips_only: bool | None = None
 
     def applied(self, policy: Policy) -> Policy:
         chosen = replace(policy)

@@ -104,6 +104,8 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(comparison.sentence[0].upper() + comparison.sentence[1:] + ".")
     if summary.stats.pass_rate:
         click.echo(summary.stats.pass_rate.sentence + ".")
+        if summary.stats.pass_rate.resolution_sentence:
+            click.echo(summary.stats.pass_rate.resolution_sentence + ".")
     if summary.forced is not None and summary.forced.scored:
         echo_forced(summary.forced)
     for line in collecting_speed(summary):

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from ..judge.agreement import agreement_sentence
 from ..store.grade_records import JudgeFigures
+from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES
 from ..store.report_records import Counts, Summary
 from ..store.run_records import DEGENERATE_KINDS
 
-__all__ = ["agreement_sentence", "collecting_speed", "degenerate_phrase", "headline",
+__all__ = ["agreement_sentence", "collecting_speed", "degenerate_phrase",
+           "flip_causes_phrase", "headline",
            "judge_sentence", "plural", "template_warning", "PROMPT_CACHE_HINT"]
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
@@ -34,6 +36,8 @@ def headline(summary: Summary) -> str:
              f"{counts.wording_similar} wording only (suggested)",
              f"{counts.divergent} to review",
              f"{plural(counts.flips.regression, 'factual flip')} by expect (A pass, B fail)"]
+    if causes := flip_causes_phrase(counts.flip_causes):
+        parts.append(causes)
     if counts.flips.improvement:
         parts.append(plural(counts.flips.improvement, "improvement"))
     by_check = [f"{check} {c.regressions}" for check, c in counts.checks.items()
@@ -85,6 +89,17 @@ def collecting_speed(summary: Summary) -> list[str]:
         lines.append("throughput phase (without logprobs, one endpoint at a time): "
                      f"{summary.throughput.note}")
     return lines
+
+
+def flip_causes_phrase(causes: dict[str, int]) -> str:
+    """'what can explain the flips: 1 unstable on A, 1 confident' (the classes with
+    flips, in FLIP_CAUSES order), or "" without flips."""
+    found = [f"{causes[cause]} {FLIP_CAUSE_WORDS[cause]}" for cause in FLIP_CAUSES
+             if causes.get(cause)]
+    if not found:
+        return ""
+    return (f"what can explain the flip{'' if sum(causes.values()) == 1 else 's'}: "
+            + ", ".join(found))
 
 
 PROMPT_CACHE_HINT = (
