@@ -1,15 +1,21 @@
 """wire/client.py: the endpoint URL read once, refused in one line when it cannot be
-used, and written to a manifest without credentials (an IPv6 host keeps its brackets)."""
+used, and written to a manifest without credentials (an IPv6 host keeps its brackets);
+the credentials sent, chosen once for every path that sends (a key as Bearer, else the
+URL's user and password as Basic), checked on a loopback server that keeps them."""
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import EndpointError
-from quantcheck.wire.client import api_base, public_url
+from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+from quantcheck.wire.client import api_base, authorization, public_url, split_credentials
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, assert_one_clear_line, invoke
 
@@ -52,3 +58,101 @@ def test_a_run_on_an_ipv6_loopback_endpoint_records_a_url_that_reads_back(
     recorded = load_run(tmp_path / "run").manifest.endpoint
     assert recorded == endpoint
     assert api_base(recorded) == endpoint  # the manifest's URL is one the client takes
+
+
+class RecordingServer(ScriptedServer):
+    """A scripted server that keeps the Authorization header of every request it gets,
+    whatever its path (models, tokenize, generation, ...)."""
+
+    def __init__(self) -> None:
+        super().__init__(ScriptedModel({"capital": "Canberra", "larger": "9.9",
+                                        "grade": '{"verdict": "same"}'}))
+        self.headers: list[tuple[str, str | None]] = []
+
+    def app(self) -> web.Application:
+        app = super().app()
+
+        async def keep(request: web.Request, response: web.StreamResponse) -> None:
+            self.headers.append((request.path, request.headers.get("Authorization")))
+
+        app.on_response_prepare.append(keep)
+        return app
+
+
+@pytest.fixture
+def recording() -> Iterator[RecordingServer]:
+    server = RecordingServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_a_urls_user_and_password_go_as_basic_auth_on_every_request(
+        recording: RecordingServer, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    port = recording.port
+    endpoint = f"http://alice:p%40ss%20w@127.0.0.1:{port}/v1"
+    result = invoke("run", "--a", endpoint, "--b", endpoint, "--prompts",
+                    write_prompts(TWO_PROMPTS), "--out", tmp_path / "r", "--forced",
+                    "--throughput", "--throughput-seconds", "0", "--judge", endpoint)
+    assert result.exit_code in (0, 1), result.output
+    assert "Traceback" not in result.output and "p%40ss" not in result.output
+    paths = {path for path, _ in recording.headers}
+    # server info, preflight's tokenizer checks, collection, forced scoring, the judge
+    assert {"/v1/models", "/version", "/props", "/tokenize", "/v1/chat/completions",
+            "/v1/completions"} <= paths
+    assert {sent for _, sent in recording.headers} == {basic("alice", "p@ss w")}
+    assert "alice" not in (tmp_path / "r" / "a" / "manifest.json").read_text()
+
+
+def test_an_api_key_wins_over_a_urls_user_and_password_with_one_warning(
+        recording: RecordingServer, write_prompts: WritePrompts, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QC_TEST_KEY", "sk-the-key")
+    endpoint = f"http://user:pass@127.0.0.1:{recording.port}/v1"
+    result = invoke("collect", "--endpoint", endpoint, "--api-key-env", "QC_TEST_KEY",
+                    "--prompts", write_prompts(TWO_PROMPTS), "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warned == [f"warning: http://127.0.0.1:{recording.port}/v1: the user and "
+                      "password in the endpoint's URL are not sent; the API key is, as a "
+                      "Bearer token"]
+    assert recording.headers and {sent for _, sent in recording.headers} == \
+        {"Bearer sk-the-key"}
+
+    recording.headers.clear()  # every other path that sends: the same choice, no crash
+    result = invoke("run", "--a", endpoint, "--b", endpoint, "--api-key-env", "QC_TEST_KEY",
+                    "--prompts", write_prompts(TWO_PROMPTS), "--out", tmp_path / "r",
+                    "--forced", "--throughput", "--throughput-seconds", "0",
+                    "--judge", endpoint, "--judge-api-key-env", "QC_TEST_KEY")
+    assert result.exit_code in (0, 1), result.output
+    assert "Traceback" not in result.output and "unexpected error" not in result.output
+    assert {sent for _, sent in recording.headers} == {"Bearer sk-the-key"}
+    for command in (["preflight", endpoint], ["probe", endpoint],
+                    ["throughput", endpoint, "--prompts", write_prompts(TWO_PROMPTS),
+                     "--seconds", "0"]):
+        result = invoke(*command, "--api-key-env", "QC_TEST_KEY")
+        assert "unexpected error" not in result.output, (command, result.output)
+    assert {sent for _, sent in recording.headers} == {"Bearer sk-the-key"}
+
+
+def test_the_authorization_header_is_chosen_once_for_every_path() -> None:
+    assert authorization("http://h:1/v1", None) is None
+    assert authorization("http://h:1/v1", "k") == "Bearer k"
+    assert authorization("http://u:p@h:1/v1", "k") == "Bearer k"
+    assert authorization("http://u:p@h:1/v1", None) == basic("u", "p")
+    assert authorization("http://u@h:1/v1", None) == basic("u", "")
+    assert split_credentials("http://u:p@ss@[::1]:8/v1") == ("http://[::1]:8/v1", "u:p@ss")
+    assert split_credentials("http://h/v1/a@b") == ("http://h/v1/a@b", None)
+
+
+@pytest.mark.parametrize("endpoint", ["http://h:1/v1?token=sekrit", "http://h:1/v1#sekrit",
+                                      "http://h:1/v1?"])
+def test_an_endpoint_with_a_query_or_fragment_is_refused_without_quoting_it(
+        endpoint: str) -> None:
+    with pytest.raises(EndpointError, match="query string or fragment") as caught:
+        api_base(endpoint)
+    assert "sekrit" not in str(caught.value)

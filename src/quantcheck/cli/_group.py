@@ -7,23 +7,25 @@ import click
 
 from .._version import __version__
 from ..errors import ExitCode, QuantcheckError
-from .guard import report_crash
+from .guard import report_crash, say, warnings_as_lines
 from .heap import return_freed_memory
 
 
 class Commands(click.Group):
     """Whatever escapes a command ends the same way in every command: a library error
     as its line and code, Ctrl-C as 130 (click would say "Aborted!" and exit 1, the
-    code of a failed gate), anything else as a bug: one line, the traceback saved, 3."""
+    code of a failed gate), anything else as a bug: one line, the traceback saved, 3.
+    What it says has credentials cut out; the library's warnings are said as lines."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            with warnings_as_lines():
+                return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort,
                 SystemExit):
             raise
         except QuantcheckError as exc:
-            click.echo(f"error: {exc}", err=True)
+            say(f"error: {exc}")
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("\ninterrupted.", err=True)

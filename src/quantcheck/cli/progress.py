@@ -21,7 +21,7 @@ from ..pipeline.determinism import DeterminismRun, run_determinism
 from ..store.preflight_records import Preflight
 from ..store.report_records import DeterminismReport, Overview, Summary
 from ..store.run_records import Completion
-from .guard import run_guarded
+from .guard import redacted, run_guarded, say
 from .printing import echo_preflight
 
 
@@ -99,7 +99,7 @@ class ProgressReporter:
         self.causes: dict[str, int] = {}  # error -> requests that failed with it
 
     def checking(self, endpoint: str) -> None:
-        click.echo(f"{self.label}: preflight checks on {endpoint} ...", err=True)
+        say(f"{self.label}: preflight checks on {endpoint} ...")
 
     def checked(self, report: Preflight) -> None:
         echo_preflight(report, self.label)
@@ -133,7 +133,7 @@ class ProgressReporter:
 
     def _line(self, text: str) -> None:
         """A line of its own, also when a live bar holds the terminal's last line."""
-        click.echo(("\n" if sys.stderr.isatty() else "") + text, err=True)
+        click.echo(("\n" if sys.stderr.isatty() else "") + redacted(text), err=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -141,8 +141,7 @@ class ProgressReporter:
             self.bar = None
         if any(count > 1 for count in self.causes.values()):
             for cause, count in sorted(self.causes.items(), key=lambda item: -item[1]):
-                click.echo(f"{self.label}: {count} request{'s' * (count != 1)} failed: {cause}",
-                           err=True)
+                say(f"{self.label}: {count} request{'s' * (count != 1)} failed: {cause}")
         self.causes = {}
 
 
@@ -231,7 +230,7 @@ def run_with_progress(ab: ABRun) -> Summary | Overview:
     reporters = [bar.side(settings.label) for settings, _ in ab.sides()]
     try:
         result = run_guarded(
-            lambda: run_all(ab, reporters, notify=lambda stage: click.echo(stage, err=True)),
+            lambda: run_all(ab, reporters, notify=say),
             f"Records so far are kept in {ab.out}; rerun the same command to resume.")
     finally:
         bar.close()

@@ -318,7 +318,10 @@ class _Session:
 
     def _stored(self, record: Completion) -> Completion:
         """`record` appended to the run; an answer holding a value the run's lines cannot
-        keep is stored as a failed record with the reason (a rerun asks again)."""
+        keep is stored as a failed record with the reason (a rerun asks again). A
+        reason is stored without credentials (a server may quote what it was sent)."""
+        if record.error:
+            record.error = self.client.redact(record.error)
         try:
             self.writer.append(record)
         except RecordNotStorable as exc:

@@ -5,25 +5,35 @@ Requests go out through one aiohttp session, the transport the openai SDK's own
 about 15% of streamed throughput with top-20 logprobs (bench/collect_throughput.py),
 and quantcheck needs none of them: it sends final JSON bodies and reads raw bytes.
 Responses are decoded with msgspec (dialects.py).
+
+Credentials: an API key (--api-key-env) is sent as `Authorization: Bearer KEY`; without
+one, a user and password in the endpoint's URL (`http://alice:pw@host/v1`) are sent as
+`Authorization: Basic` (percent-decoded, UTF-8), as curl sends them. With both, the key
+is sent and the URL's user and password are not (a `CredentialsIgnored` warning says so
+once). The URL a request goes to never holds them, and every message this module makes
+has credentials cut out (store.redaction).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import random
 import re
 import time
+import warnings
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 import orjson
 
 from ..errors import EndpointError, ParameterRejected
+from ..store.redaction import CredentialsIgnored, redact
 from ..store.run_records import DEFAULT_MAX_RESPONSE_MB
 from .dialects import (
     EventStream,
@@ -77,17 +87,23 @@ def api_base(endpoint: str) -> str:
     """`http://host:8000`, `.../v1` and `.../v1/` all mean the same OpenAI base URL.
     A URL without a host, or whose port cannot be read, is refused here, in one line."""
     endpoint = endpoint.rstrip("/")
+    shown = redact(endpoint, [split_credentials(endpoint)[1] or ""])
     if not re.match(r"^https?://", endpoint):
-        raise EndpointError(f"endpoint must be an http:// or https:// URL, not {endpoint!r}")
+        raise EndpointError(f"endpoint must be an http:// or https:// URL, not {shown!r}")
     try:
         parts = urlsplit(endpoint)
         parts.port  # noqa: B018 - reading it checks it: a port that is no number raises
     except ValueError as exc:
-        raise EndpointError(f"endpoint {endpoint!r} is not a URL that can be used: "
-                            f"{exc}") from None
+        raise EndpointError(f"endpoint {shown!r} is not a URL that can be used: "
+                            f"{redact(str(exc))}") from None
     if not parts.hostname:
-        raise EndpointError(f"endpoint {endpoint!r} names no host, e.g. "
+        raise EndpointError(f"endpoint {shown!r} names no host, e.g. "
                             "http://localhost:8000/v1")
+    if "?" in endpoint or "#" in endpoint:
+        raise EndpointError(
+            f"endpoint {public_url(endpoint)!r} carries a query string or fragment "
+            "(?... or #...): the API's paths (/models, /chat/completions) are added to "
+            "the endpoint, so it takes none; give an API key with --api-key-env VAR")
     return endpoint if endpoint.endswith("/v1") else endpoint + "/v1"
 
 
@@ -112,6 +128,34 @@ def public_url(endpoint: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def split_credentials(endpoint: str) -> tuple[str, str | None]:
+    """The endpoint without the user and password its URL holds, and them as written
+    (`user:password`), or None. Split as urllib splits a URL: the authority ends at the
+    first /, ? or #, and the credentials at its last @."""
+    scheme = re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", endpoint)
+    if not scheme:
+        return endpoint, None
+    rest = endpoint[scheme.end():]
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    userinfo, at, host = authority.rpartition("@")
+    if not at:
+        return endpoint, None
+    return scheme.group(0) + host + rest[len(authority):], userinfo
+
+
+def authorization(endpoint: str, api_key: str | None) -> str | None:
+    """The Authorization header every request to `endpoint` carries: the API key as a
+    Bearer token, else the URL's user and password as Basic credentials, else none."""
+    if api_key:
+        return f"Bearer {api_key}"
+    userinfo = split_credentials(endpoint)[1]
+    if userinfo is None:
+        return None
+    user, _, password = userinfo.partition(":")
+    pair = f"{unquote(user)}:{unquote(password)}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
 class HTTPStatusError(Exception):
     """A response with status >= 400: its status, message and Retry-After."""
 
@@ -126,17 +170,31 @@ class EndpointClient:
     def __init__(self, endpoint: str, api_key: str | None = None, timeout: float = 600.0,
                  max_connections: int = 256,
                  max_response_mb: int = DEFAULT_MAX_RESPONSE_MB) -> None:
-        self.endpoint = endpoint
-        self.base_url = api_base(endpoint)
+        api_base(endpoint)  # refused here, in one line, before its parts are read
+        self.endpoint, userinfo = split_credentials(endpoint)
+        self.base_url = api_base(self.endpoint)
         self.timeout = timeout
         self.max_response_mb = max_response_mb
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+        sent = authorization(endpoint, api_key)
+        if sent:
+            self._headers["Authorization"] = sent
+        if api_key and userinfo is not None:
+            warnings.warn(CredentialsIgnored(
+                f"{public_url(endpoint)}: the user and password in the endpoint's URL are "
+                "not sent; the API key is, as a Bearer token"), stacklevel=2)
+        # cut from every message made here: a server may quote what it was sent
+        self._secrets = [secret for secret in (api_key, userinfo, *(userinfo or "").split(
+            ":", 1)) if secret]
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         # one endpoint, one host: its proxy (HTTP(S)_PROXY, NO_PROXY; never loopback)
         self._proxy = proxy_for(self.base_url)
+
+    def redact(self, text: str) -> str:
+        """`text` without credentials: this client's key and password, and any other
+        (store.redaction)."""
+        return redact(text, self._secrets)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -180,7 +238,7 @@ class EndpointClient:
                                             proxy=self._proxy) as response:
                 if response.status >= 400:
                     raise _status_error(response.status, await _read_some(response),
-                                        response.headers)
+                                        response.headers, self._secrets)
                 try:
                     raw = await self._read_capped(response)
                 except RequestFailed as exc:
@@ -247,7 +305,7 @@ class EndpointClient:
                 answered = True
                 if response.status >= 400:
                     raise _status_error(response.status, await _read_some(response),
-                                        response.headers)
+                                        response.headers, self._secrets)
                 if stream:
                     return await self._read_stream(response, top_k, started)
                 raw = await self._read_capped(response)
@@ -369,8 +427,12 @@ def _not_json_note(response: aiohttp.ClientResponse, raw: bytes) -> str | None:
     return f"the server answered with {kind}, not JSON: {raw[:160]!r}"
 
 
-def _status_error(status: int, raw: bytes, headers: Mapping[str, str]) -> HTTPStatusError:
-    return HTTPStatusError(status, _error_message(raw), retry_after_seconds(headers))
+def _status_error(status: int, raw: bytes, headers: Mapping[str, str],
+                  secrets: list[str]) -> HTTPStatusError:
+    """The error a status >= 400 is, its message with credentials cut out (a proxy's
+    401 page may quote the header it refused)."""
+    return HTTPStatusError(status, redact(_error_message(raw), secrets),
+                           retry_after_seconds(headers))
 
 
 def _classify_status(exc: HTTPStatusError) -> Exception:
@@ -407,7 +469,7 @@ def _root_cause(exc: BaseException) -> str:
         if inner is None:
             break
         exc = inner
-    text = str(exc) or type(exc).__name__
+    text = redact(str(exc)) or type(exc).__name__
     return text.splitlines()[0][:300]
 
 
