@@ -16,6 +16,9 @@ The rules a reviewer needs to predict a result:
   case-sensitive).
 - `code`: see `code_of` for which part of the answer is run, sandbox.py for how.
 - `choice`: see `choice_of`.
+- `regex`: Python's regular expression syntax, searched for within REGEX_SECONDS per
+  answer (see `regex_failure`): a pattern that backtracks without end fails its check,
+  saying so, and never stalls the comparison.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
+import regex
 from jsonschema import FormatChecker
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
@@ -42,6 +46,10 @@ from ..store.run_records import (
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 _REASON_CHARS = 240
+# An expect.regex search on one answer may take this long. A search takes microseconds
+# unless the pattern backtracks catastrophically ("^(a|aa)+$" on 60 a's then a b),
+# when it would run for years.
+REGEX_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -99,9 +107,8 @@ def _text_checks(expect: Expect, text: str) -> list[CheckResult]:
                                                 for s in expect.not_contains
                                                 if fold(s) in haystack]))
     if expect.regex is not None:
-        flags = 0 if expect.case_sensitive else re.IGNORECASE
-        matched = re.search(expect.regex, text, flags)
-        results.append(_result("regex", [] if matched else [f"no match for /{expect.regex}/"]))
+        failure = regex_failure(expect.regex, text, expect.case_sensitive)
+        results.append(_result("regex", [failure] if failure else []))
     if expect.number is not None:
         number = first_number(text)
         near = number is not None and abs(number - expect.number) <= expect.tolerance
@@ -109,6 +116,21 @@ def _text_checks(expect: Expect, text: str) -> list[CheckResult]:
             f"no number, expected {expect.number:g}" if number is None else
             f"first number is {number:g}, expected {expect.number:g}"]))
     return results
+
+
+def regex_failure(pattern: str, text: str, case_sensitive: bool = False) -> str:
+    """Why `pattern` is not found in `text` ("" when it is). Searched with the `regex`
+    module (the syntax of Python's `re`), which unlike `re` can be stopped: a search
+    still running after REGEX_SECONDS ends, and the check fails saying so."""
+    flags = 0 if case_sensitive else regex.IGNORECASE
+    try:
+        found: object = regex.search(pattern, text, flags, timeout=REGEX_SECONDS)
+    except TimeoutError:
+        return (f"/{pattern}/ was stopped after {REGEX_SECONDS:g} s on this answer (the "
+                "pattern backtracks without end: rewrite it, e.g. (a+)+ as a+)")
+    except (regex.error, ValueError, OverflowError) as exc:
+        return f"/{pattern}/ cannot be searched: {_short(str(exc))}"
+    return "" if found is not None else f"no match for /{pattern}/"
 
 
 # --- JSON ---------------------------------------------------------------------------
