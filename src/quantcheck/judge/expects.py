@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import NoReturn
+from functools import cache
+from typing import Any, NoReturn
 
 import regex
 from jsonschema import FormatChecker
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
+from jsonschema.exceptions import ValidationError, best_match
+from jsonschema.protocols import Validator
+from jsonschema.validators import extend, validator_for
 
 from ..store.run_records import (
     CHOICE_LETTERS,
@@ -161,15 +163,89 @@ def parse_json(text: str) -> tuple[JsonValue, str]:
 
 def schema_failure(schema: Mapping[str, JsonValue], value: JsonValue) -> str:
     """Where and why `value` breaks `schema` ("" when it does not): the JSON path, the
-    message and the violated keyword."""
-    validator = validator_for(schema)(schema, format_checker=FormatChecker())
+    message and the violated keyword. The schema's patterns (`pattern`,
+    `patternProperties`, `additionalProperties` beside them) are searched as an
+    expect.regex is, within REGEX_SECONDS each."""
+    validator = _bounded(validator_for(schema))(schema, format_checker=FormatChecker())
     try:
         error = best_match(validator.iter_errors(value))
     except RecursionError:
         return "nested too deeply to validate"
+    except _PatternStopped as stopped:
+        return (f"the schema's pattern /{stopped.pattern}/ was stopped after "
+                f"{REGEX_SECONDS:g} s on this answer (it backtracks without end: rewrite it)")
     if error is None:
         return ""
     return f"{error.json_path}: {_short(error.message)} ({error.validator})"
+
+
+class _PatternStopped(Exception):
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self.pattern = pattern
+
+
+def _found(pattern: str, text: str) -> bool:
+    """jsonschema's `re.search(pattern, text)`, stopped after REGEX_SECONDS."""
+    try:
+        return regex.search(pattern, text, timeout=REGEX_SECONDS) is not None
+    except TimeoutError:
+        raise _PatternStopped(pattern) from None
+    except regex.error:  # a pattern only `re` reads: searched as jsonschema would
+        return re.search(pattern, text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any
+             ) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _found(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
+                        schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _found(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any
+                           ) -> Iterator[ValidationError]:
+    """jsonschema's keyword (the same messages), its patterns searched by `_found`."""
+    if not validator.is_type(instance, "object"):
+        return
+    properties, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    extras = {key for key in instance if key not in properties
+              and not any(_found(pattern, key) for pattern in patterns)}
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        if "patternProperties" in schema:
+            verb = "does" if len(extras) == 1 else "do"
+            joined = ", ".join(repr(each) for each in sorted(extras))
+            shown = ", ".join(repr(each) for each in sorted(patterns))
+            yield ValidationError(f"{joined} {verb} not match any of the regexes: {shown}")
+        else:
+            names = sorted(extras, key=str)
+            yield ValidationError("Additional properties are not allowed ("
+                                  f"{', '.join(map(repr, names))} "
+                                  f"{'was' if len(names) == 1 else 'were'} unexpected)")
+
+
+_BOUNDED_KEYWORDS = {"pattern": _pattern, "patternProperties": _pattern_properties,
+                     "additionalProperties": _additional_properties}
+
+
+@cache
+def _bounded(validator: type[Validator]) -> type[Validator]:
+    """The schema's draft with its pattern keywords searched within REGEX_SECONDS."""
+    known = validator.VALIDATORS
+    extended: type[Validator] = extend(  # type: ignore[no-untyped-call]
+        validator, {k: v for k, v in _BOUNDED_KEYWORDS.items() if k in known})
+    return extended
 
 
 def _json_checks(expect: Expect, text: str) -> list[CheckResult]:
