@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from quantcheck.errors import QuantcheckError
 from quantcheck.judge.agreement import agreement, review_verdicts
+from quantcheck.judge.approvals import Approval, load_approvals
 from quantcheck.judge.cells import (
     ftype_quantization,
     gguf_model_name,
@@ -409,3 +410,48 @@ def test_compare_judges_any_answers_into_a_pairs_table_that_reads_back(
     for row in rows:
         for column, allowed in ENUMERATED.items():
             assert (getattr(row, column) or "") in allowed
+
+
+# --- the user's files judge/ reads: signatures, approvals --------------------------------
+
+SIGNATURE_FILES = st.builds(
+    lambda entries: json.dumps({"signatures": entries}),
+    st.lists(st.dictionaries(st.sampled_from(["id", "pattern", "regex", "meaning", "action",
+                                              "blocking", "other"]),
+                             ANY_JSON | PATTERNS, max_size=6), max_size=3)) | TEXTS
+
+
+@FEW
+@seed(46)
+@given(SIGNATURE_FILES.map(storable), st.lists(ANSWERS.map(storable), max_size=3))
+def test_any_signature_file_loads_and_scans_or_names_the_file(
+        tmp_path_factory: pytest.TempPathFactory, text: str, lines: list[str]) -> None:
+    folder = tmp_path_factory.mktemp("signatures")
+    (folder / "mine.yaml").write_text(text, encoding="utf-8")
+    (folder / "server.log").write_text("\n".join(lines), encoding="utf-8")
+    try:
+        signatures = load_signatures([folder / "mine.yaml"])
+        scan_log(folder / "server.log", signatures)
+    except QuantcheckError as exc:
+        assert "mine.yaml" in str(exc) or "signature" in str(exc)
+
+
+@FEW
+@seed(47)
+@given(ANY_JSON | st.fixed_dictionaries({
+    "format": st.sampled_from(["quantcheck-approvals/1"]) | TEXTS,
+    "approvals": st.dictionaries(TEXTS, ANY_JSON | st.fixed_dictionaries(
+        {"prompt_id": TEXTS, "label": TEXTS, "approved_at": TEXTS}), max_size=2)}))
+def test_any_approvals_file_loads_or_names_the_file(tmp_path_factory: pytest.TempPathFactory,
+                                                    data: Any) -> None:
+    path = tmp_path_factory.mktemp("approvals") / "approvals.json"
+    try:
+        path.write_text(json.dumps(data), encoding="utf-8")
+    except UnicodeEncodeError:
+        return  # a lone surrogate: no file holds one
+    try:
+        approvals = load_approvals(path)
+    except QuantcheckError as exc:
+        assert str(path) in str(exc)
+    else:
+        assert all(isinstance(a, Approval) for a in approvals.values())
