@@ -81,8 +81,8 @@ def test_a_flip_fails_the_gate_step_says_why_and_the_report_is_still_uploaded(
                       "prompts": "prompts/ab.yaml", "policy": "prompts/policy.yaml",
                       "args": "--no-preflight", "out": "reports/pr", "artifact-name": "ab",
                       "install": "none"}, workspace, bin_dir)
-    assert ran.outcomes == {"Install quantcheck": "0", "A/B": "0", "Gate": "1",
-                            "Upload the report": "0"}, ran.logs
+    assert ran.outcomes == {"Check the inputs": "0", "Install quantcheck": "0", "A/B": "0",
+                            "Gate": "1", "Upload the report": "0"}, ran.logs
     assert ran.outputs["ab"]["exit-code"] == "1"  # the default gate fails; yours decides
     assert ran.action_outputs["verdict"] == "fail"
     (flip,) = [case for case in next(iter(JUnitXml.fromfile(
@@ -104,8 +104,8 @@ def test_a_candidate_that_does_not_match_the_reference_stops_the_job(
     b = serve(ScriptedModel(A_ANSWERS))
     ran = run_action({"a-run": "runs/bf16", "b": b.url, "prompts": "prompts/ab.yaml",
                       "install": "none"}, workspace, bin_dir)
-    assert ran.outcomes == {"Install quantcheck": "0", "A/B": "2", "Gate": "skipped",
-                            "Upload the report": "0"}, ran.logs
+    assert ran.outcomes == {"Check the inputs": "0", "Install quantcheck": "0", "A/B": "2",
+                            "Gate": "skipped", "Upload the report": "0"}, ran.logs
     assert "repeats: the reference 2, B 1" in ran.logs
     assert "::error title=quantcheck run::exit 2" in ran.logs
     assert b.hits == 0
@@ -126,3 +126,73 @@ def test_docs_name_every_input_and_output_of_the_action() -> None:
     section = section.split("\n## ", 1)[0]
     for name in [*ACTION["inputs"], *ACTION["outputs"]]:
         assert f"`{name}`" in section, name
+
+
+def test_quoted_args_and_paths_with_spaces_reach_quantcheck_as_a_shell_splits_them(
+        serve: Serve, workspace: Path, bin_dir: Path) -> None:
+    """`args` and `gate-args` are split by the shell's rules (docs/engines.md writes
+    `--extra-body '{"cache_prompt": false}'`); a prompt set's path may hold a space."""
+    (workspace / "my prompts").mkdir()
+    (workspace / "my prompts" / "a b.yaml").write_text(PROMPTS)
+    (workspace / "gate settings").mkdir()
+    (workspace / "gate settings" / "one flip.yaml").write_text("max-factual-flips: 1\n")
+    a, b = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS)), serve(ScriptedModel(B_ANSWERS))
+    ran = run_action({"a": a.url, "b": b.url, "prompts": "my prompts/a b.yaml\n",
+                      "args": "--no-preflight --extra-body '{\"cache_prompt\": false}'\n"
+                              "--max-tokens \"64\"",
+                      "gate-args": "--config 'gate settings/one flip.yaml'",
+                      "install": "none"}, workspace, bin_dir)
+    assert set(ran.outcomes.values()) == {"0"}, ran.logs
+    assert b.requests and all(r["cache_prompt"] is False and r["max_tokens"] == 64
+                              for r in b.requests)
+    assert ran.action_outputs["verdict"] == "pass"  # the config's one flip allowed
+
+
+FORGED = "reports/pr\nverdict=pass\nexit-code=0\njunit=x"
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("out", FORGED), ("out", "reports/pr\n/etc"), ("out", "!reports"), ("out", "reports/*"),
+    ("out", "#reports"), ("out", " reports"), ("artifact-name", "ab\nx"),
+    ("artifact-name", "a/b"), ("a-label", "bf16\x1b[2J"), ("b-label", "fp8\r"),
+    ("b", "http://127.0.0.1:9/v1\x00"), ("prompts", "prompts/ab.yaml\x07"),
+    ("policy", "prompts/policy.yaml\nverdict=pass"), ("a-run", "runs/a\tb"),
+    ("install", "none\nx"), ("args", "--extra-body '{\"cache_prompt\": false}"),
+    ("gate-args", "--config \"a")])
+def test_an_input_that_could_forge_outputs_or_paths_stops_the_action_before_it_runs(
+        serve: Serve, workspace: Path, bin_dir: Path, name: str, value: str) -> None:
+    """A line break in `out` once forged `verdict=pass` and added upload paths: every
+    input that becomes a path, an argument or an output line is checked first."""
+    value = value.replace("\x00", "\x01")  # an environment variable cannot hold NUL
+    a, b = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS)), serve(ScriptedModel(B_ANSWERS))
+    inputs = {"a": a.url, "b": b.url, "prompts": "prompts/ab.yaml",
+              "policy": "prompts/policy.yaml", "args": "--no-preflight", "install": "none"}
+    ran = run_action({**inputs, name: value}, workspace, bin_dir)
+    assert ran.outcomes == {"Check the inputs": "2", "Install quantcheck": "skipped",
+                            "A/B": "skipped", "Gate": "skipped",
+                            "Upload the report": "0"}, ran.logs
+    (error,) = [line for line in ran.logs.splitlines() if line.startswith("::error")]
+    assert error.startswith(f"::error title=quantcheck input::{name}: "), error
+    assert a.hits == b.hits == 0
+    assert ran.action_outputs["verdict"] == "" and ran.action_outputs["report"] == ""
+    (upload,) = ran.uploads
+    assert upload["path"].split() == [str(workspace.parent / "runner-temp"
+                                          / "quantcheck-crash-*.txt")]
+
+
+def test_outputs_are_written_in_the_delimiter_form(
+        serve: Serve, workspace: Path, bin_dir: Path) -> None:
+    """No value, whatever it holds, can add an output line: each is a NAME<<DELIMITER
+    block with a delimiter drawn at random."""
+    a, b = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS)), serve(ScriptedModel(B_ANSWERS))
+    ran = run_action({"a": a.url, "b": b.url, "prompts": "prompts/ab.yaml",
+                      "args": "--no-preflight", "out": "verdict=pass",
+                      "install": "none"}, workspace, bin_dir)
+    assert ran.outputs["gate"] == {"exit-code": "1", "verdict": "fail",
+                                   "junit": "verdict=pass/junit.xml"}, ran.logs
+    assert ran.action_outputs["report"] == "verdict=pass"
+    written = [path.read_text() for path in workspace.parent.glob("output-*")]
+    blocks = [line for text in written for line in text.splitlines() if "<<" in line]
+    assert len(blocks) == 6  # report, artifact-name; exit-code; exit-code, verdict, junit
+    delimiters = [line.split("<<", 1)[1] for line in blocks]
+    assert len(set(delimiters)) == 6 and all(len(d) >= 32 for d in delimiters)

@@ -218,6 +218,8 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("init", 2): lambda w, t: [invoke("init", t / "repository") for _ in range(2)][-1],
     ("schema", 0): lambda w, t: invoke("schema", "gate"),
     ("schema", 2): lambda w, t: invoke("schema", "gates"),
+    ("plan", 0): lambda w, t: invoke("plan", "--detect", "2", "--disagreement", "10"),
+    ("plan", 2): lambda w, t: invoke("plan", "--detect", "20", "--disagreement", "10"),
 }
 
 # Where a bug is planted in each command: a function on its path made to raise.
@@ -242,6 +244,7 @@ CRASH_SITES = {
     "lab serve": "quantcheck.lab.model.ModelEngine",
     "schema": "quantcheck.store.formats.shipped_schema",
     "init": "quantcheck.cli._starter.write_starter_kit",
+    "plan": "quantcheck.cli._planning.paired_prompts_needed",
     "prompts check": "quantcheck.cli._prompts.load_sources",
     "prompts convert": "quantcheck.cli._prompts.convert_prompt_files",
 }
@@ -291,6 +294,7 @@ def planted_arguments(w: World, command: str, tmp: Path) -> list[object]:
         "prompts check": ["prompts", "check", w.prompts],
         "prompts convert": ["prompts", "convert", w.prompts, "--out", tmp / "p.yaml"],
         "init": ["init", tmp / "repository"],
+        "plan": ["plan", "--detect", "2", "--disagreement", "10"],
     }[command]
 
 

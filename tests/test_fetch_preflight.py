@@ -105,10 +105,39 @@ def test_context_probe_fits_the_advertised_context(serve: Serve) -> None:
 
 def test_a_capped_top_k_warns_with_the_cap(serve: Serve) -> None:
     status, message, fix = checks(serve(dialect="sglang").url)["logprobs"]
-    assert status == "warn" and "as few as 5" in message and fix == "--top-logprobs 5"
+    assert status == "warn" and "as few as 5" in message and fix is not None \
+        and fix.startswith("--top-logprobs 5, or a server that gives 20.")
     status, message, fix = checks(serve(faults=Faults(max_top_logprobs=8)).url)["logprobs"]
     assert status == "fail" and "max allowed: 8" in message and fix is not None \
         and fix.startswith("--top-logprobs 8")
+    assert "collect it again with the new value" in fix
+
+
+def test_the_top_logprobs_fix_fits_a_stored_reference(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """Against a reference collected earlier with 20, the fix says the reference must be
+    collected again with the candidate's value; followed, the run is accepted."""
+    prompts = write_prompts(TWO_PROMPTS)
+    reference, capped = serve().url, serve(dialect="sglang").url  # SGLang gives 5 at most
+    common = ["--prompts", prompts, "--context-tokens", 0]
+    assert invoke("collect", "--endpoint", reference, *common,
+                  "--out", tmp_path / "ref20").exit_code == 0
+    warned = invoke("run", "--a-run", tmp_path / "ref20", "--b", capped, *common,
+                    "--out", tmp_path / "warned")
+    assert "fix: --top-logprobs 5, or a server that gives 20. Both sides need the same " \
+        "--top-logprobs: against a reference collected earlier (--a-run), collect it " \
+        "again with the new value too." in " ".join(warned.output.split()), warned.output
+    assert invoke("collect", "--endpoint", reference, *common, "--top-logprobs", 5,
+                  "--out", tmp_path / "ref5").exit_code == 0
+    followed = invoke("run", "--a-run", tmp_path / "ref5", "--b", capped, *common,
+                      "--top-logprobs", 5, "--out", tmp_path / "followed")
+    assert followed.exit_code == 0, followed.output
+    assert "WARN logprobs" not in followed.output
+
+
+def test_a_context_probe_turned_off_says_so(serve: Serve) -> None:
+    assert checks(serve().url, context_tokens=0)["context"] == (
+        "skip", "not checked: turned off (--context-tokens 0)", None)
 
 
 @pytest.mark.parametrize(("mode", "words"), [("leak", "appears in the content"),

@@ -36,7 +36,7 @@ from .conftest import (
 BY_NAME = {"summary.json": "summary", "overview.json": "overview",
            "approvals.json": "approvals", "manifest.json": "manifest",
            "determinism.json": "determinism", "forced.json": "forced",
-           "throughput.json": "throughput"}
+           "throughput.json": "throughput", "certificate.json": "certificate"}
 
 
 def schema_of(path: Path) -> str:
@@ -96,7 +96,8 @@ def outputs(serve: Serve, write_prompts: WritePrompts, tmp_path: Path
             ) -> Iterator[Path]:
     """Every kind of JSON file: the scripted demo (runs, report, gate), a two-candidate
     run with throughput and the overview's gate, teacher forcing, determinism, a
-    review saved by the review server, and approvals made from it."""
+    review saved by the review server, approvals made from it, and a determinism
+    certificate."""
     demo = tmp_path / "demo"
     made("demo", "--engine", "scripted", "--out", demo)
     a, b = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS)), serve(ScriptedModel(B_ANSWERS))
@@ -110,6 +111,8 @@ def outputs(serve: Serve, write_prompts: WritePrompts, tmp_path: Path
     made("forced", two / "a", "--endpoint", clean.url, "--out", tmp_path / "forced")
     made("determinism", "--endpoint", a.url, "--prompts", prompts, "--modes", "sequential",
          "--repeats", "2", "--out", tmp_path / "determinism", "--no-preflight")
+    made("determinism", "--certify", "--endpoint", a.url, "--prompts", prompts,
+         "--max-batch", "2", "--trials", "2", "--out", tmp_path / "certificate")
     flips = two / "candidates" / "flips"
     save_a_review(flips)
     made("approve", flips)

@@ -5,9 +5,17 @@ reference was is refused before any request, every difference named."""
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 from pathlib import Path
+from typing import Any
 
-from quantcheck.lab.scripted import Faults, ScriptedModel
+import pytest
+
+from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.store.reference import open_reference
+from quantcheck.store.run_dir import COMPLETIONS
+from quantcheck.store.token_columns import TOKENS_FILE
 
 from .conftest import A_ANSWERS, B_ANSWERS, RUNNER_UPS, Serve, WritePrompts, invoke
 
@@ -142,3 +150,119 @@ def test_the_reference_is_an_endpoint_or_a_stored_run(tmp_path: Path) -> None:
     labelled = invoke("run", "--a-run", tmp_path / "ref", "--a-label", "bf16", "--b",
                       "http://127.0.0.1:9/v1", "--suite", "facts", "--out", tmp_path / "r")
     assert labelled.exit_code == 2 and "a stored reference keeps its own" in labelled.output
+
+
+# --- a damaged reference: refused, what is wrong named, before any request to B --------
+
+def _lines(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / COMPLETIONS).read_text().splitlines()]
+
+
+def _write_lines(run: Path, lines: list[dict[str, Any]]) -> None:
+    (run / COMPLETIONS).write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _drop_a_record(run: Path) -> None:
+    _write_lines(run, _lines(run)[1:])
+
+
+def _fail_a_record(run: Path) -> None:
+    lines = _lines(run)
+    lines[2] = {**lines[2], "text": None, "tokens": None, "error": "HTTP 500 (after 5 attempts)"}
+    _write_lines(run, lines)
+
+
+def _tear_the_last_line(run: Path) -> None:
+    data = (run / COMPLETIONS).read_bytes()
+    (run / COMPLETIONS).write_bytes(data[:-20])
+
+
+def _empty_completions(run: Path) -> None:
+    (run / COMPLETIONS).write_bytes(b"")
+
+
+def _no_completions(run: Path) -> None:
+    (run / COMPLETIONS).unlink()
+
+
+def _another_prompts_record(run: Path) -> None:
+    lines = _lines(run)
+    _write_lines(run, [*lines, {**lines[0], "prompt_id": "elsewhere"}])
+
+
+def _truncate_tokens(run: Path) -> None:
+    data = (run / TOKENS_FILE).read_bytes()
+    (run / TOKENS_FILE).write_bytes(data[:len(data) // 2])
+
+
+def _no_tokens(run: Path) -> None:
+    (run / TOKENS_FILE).unlink()
+
+
+def _token_reference_outside(run: Path) -> None:
+    lines = _lines(run)
+    lines[1]["tokens"] = {**lines[1]["tokens"], "file": "../elsewhere.bin"}
+    _write_lines(run, lines)
+
+
+def _completions_from_dev_zero(run: Path) -> None:
+    (run / COMPLETIONS).unlink()
+    (run / COMPLETIONS).symlink_to("/dev/zero")
+
+
+DAMAGES = {
+    "dropped record": (_drop_a_record, "completions.jsonl lacks 1 of its 10 requests: "
+                                       "'same' repeat 0"),
+    "failed record": (_fail_a_record, "completions.jsonl:3: a failed request"),
+    "torn last line": (_tear_the_last_line, "completions.jsonl:10: the last line is cut short"),
+    "empty completions": (_empty_completions, "completions.jsonl is empty"),
+    "missing completions": (_no_completions, "completions.jsonl is missing"),
+    "another prompt's record": (_another_prompts_record, "completions.jsonl:11: a record of "
+                                                         "'elsewhere', a prompt not in its "
+                                                         "prompt set"),
+    "truncated tokens.bin": (_truncate_tokens, "tokens.bin: truncated"),
+    "missing tokens.bin": (_no_tokens, "tokens.bin: missing"),
+    "token reference outside tokens.bin": (_token_reference_outside,
+                                           "that does not point into tokens.bin"),
+    "completions a link to /dev/zero": (_completions_from_dev_zero,
+                                        "completions.jsonl is not a regular file"),
+}
+
+
+@pytest.fixture(scope="module")
+def stored_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A reference collected once for every damage: its run and its prompt set."""
+    folder = tmp_path_factory.mktemp("stored")
+    prompts = folder / "prompts.yaml"
+    prompts.write_text(textwrap.dedent(PROMPTS))
+    with ScriptedServer(ScriptedModel(A_ANSWERS, RUNNER_UPS)) as a:
+        assert invoke("collect", "--endpoint", a.url, "--prompts", prompts, "--out",
+                      folder / "bf16", *ASKED).exit_code == 0
+    return folder / "bf16", prompts
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_reference_is_refused_before_any_request_to_b(
+        damage: str, stored_reference: tuple[Path, Path], serve: Serve,
+        tmp_path: Path) -> None:
+    reference, prompts = stored_reference
+    damaged = tmp_path / "bf16"
+    shutil.copytree(reference, damaged)
+    make_damage, said = DAMAGES[damage]
+    make_damage(damaged)
+    b = serve(ScriptedModel(B_ANSWERS, RUNNER_UPS))
+    result = invoke("run", "--a-run", damaged, "--b", b.url, "--prompts", prompts, "--out",
+                    tmp_path / "report", *ASKED)
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert line.startswith(f"error: the stored reference {damaged} is damaged (nothing was "
+                           "sent): "), line
+    assert said in line and line.count("\n") == 0, line
+    assert b.hits == 0  # refused before any request to B
+    assert not (tmp_path / "report").exists()
+
+
+def test_an_intact_reference_is_read_whole_and_accepted(
+        stored_reference: tuple[Path, Path]) -> None:
+    reference, _ = stored_reference
+    assert open_reference(reference).manifest.label == "bf16"

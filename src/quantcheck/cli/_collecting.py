@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 import msgspec
-from click.core import ParameterSource
 
 from ..errors import ExitCode
 from ..fetch.collect import REPEAT_MODES
@@ -21,7 +20,7 @@ from ..store.labels import label_from_name
 from ..store.run_dir import Parameters
 from ._group import cli
 from .config import config_options
-from .guard import exit_like_the_gate, run_guarded
+from .guard import run_guarded
 from .options import (
     API_OPTION,
     EXISTING_DIR,
@@ -39,7 +38,14 @@ from .options import (
     sig_digits_option,
     source_options,
 )
-from .printing import echo_determinism, echo_forced, echo_suites, echo_throughput, print_result
+from .printing import (
+    echo_determinism,
+    echo_forced,
+    echo_suites,
+    echo_throughput,
+    exit_like_the_gate,
+    print_result,
+)
 from .progress import (
     PlainProgress,
     collect_with_progress,
@@ -96,7 +102,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
                    "A is not collected again; B must be asked as it was (instead of --a).")
 @click.option("--b", "b_urls", required=True, multiple=True,
               help="Candidate endpoint (e.g. FP8); repeat for several candidates.")
-@click.option("--a-label", default="a", show_default=True)
+@click.option("--a-label", help="Label of A (default: a; a stored reference keeps its own).")
 @click.option("--b-label", "b_labels", multiple=True,
               help="Label of each --b, in order (default: b; with several, b1, b2, ...).")
 @click.option("--a-model", help="Model name on A (default: the one it lists).")
@@ -124,7 +130,8 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 @forced_options
 @compare_options
 @request_options
-def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], a_label: str,
+def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
+                a_label: str | None,
                 b_labels: tuple[str, ...], a_model: str | None, b_model: str | None,
                 out: Path, one_side_at_a_time: bool, api_key_env: str | None,
                 a_cell: tuple[str, ...], b_cell: tuple[str, ...], score_forced: bool,
@@ -162,8 +169,9 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], 
     refuse_without("--forced", score_forced, "forced_mode", "forced_concurrency")
     refuse_without("two or more --b", len(b_urls) > 1, "matrix")
     labels = _candidate_labels(b_urls, b_labels)
-    a = _reference(a_url, a_run, a_model, a_cell) or side_settings(
-        parameters, a_url or "", a_label, a_model, api_key_env, a_cell)
+    a = _reference(a_url, a_run, a_label, a_model, a_cell) or side_settings(
+        parameters, a_url or "", "a" if a_label is None else a_label, a_model, api_key_env,
+        a_cell)
     bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell))
           for url, label in zip(b_urls, labels, strict=True)]
     forced = ForcedSettings(endpoint=b_urls[0], mode=forced_mode,
@@ -178,15 +186,13 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...], 
     exit_like_the_gate(result, out, compare.rubric)
 
 
-def _reference(url: str | None, stored: Path | None, model: str | None,
-               cell: tuple[str, ...]) -> Path | None:
+def _reference(url: str | None, stored: Path | None, label: str | None,
+               model: str | None, cell: tuple[str, ...]) -> Path | None:
     """The stored reference run (--a-run), or None when A is collected (--a)."""
     if (url is None) == (stored is None):
         raise click.UsageError("give the reference as an endpoint to collect (--a URL) or "
                                "as a run collected earlier (--a-run DIR), one of them")
-    labelled = click.get_current_context().get_parameter_source("a_label") not in (
-        ParameterSource.DEFAULT, None)
-    if stored is not None and (model or cell or labelled):
+    if stored is not None and (model or cell or label is not None):
         raise click.BadParameter("describes an A to collect; a stored reference keeps its "
                                  "own", param_hint="--a-label/--a-model/--a-cell")
     return stored
@@ -317,22 +323,61 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--fail-on-nondeterminism", is_flag=True,
               help="Exit 1 when any prompt gives more than one signature (or text).")
+@click.option("--certify", is_flag=True,
+              help="Instead of --modes: a certificate (batch-size sweep, prefix ladder with "
+                   "the prefix cache off and on, streamed vs whole) in OUT/certificate.json.")
+@click.option("--max-batch", default=32, show_default=True, type=click.IntRange(2),
+              help="--certify: the largest concurrent batch (sizes 2, 4, 8, ... up to it).")
+@click.option("--trials", default=3, show_default=True, type=click.IntRange(2),
+              help="--certify: trials per prompt and level, fresh fillers and positions each.")
+@click.option("--plan-seed", default=0, show_default=True, type=int,
+              help="--certify: the seed of the plan's fillers and positions.")
+@click.option("--max-requests", default=20000, show_default=True, type=click.IntRange(1),
+              help="--certify: refuse a plan with more requests than this.")
+@click.option("--control", metavar="URL",
+              help="--certify: run the same plan against a configuration expected to vary "
+                   "and report whether the test detected it.")
+@click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
+              help="--certify: exit 1 when more prompts than this vary (default off).")
 @sig_digits_option
 @determinism_request_options
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                         api_key_env: str | None, fail_on_nondeterminism: bool,
                         sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
-                        parameters: Parameters) -> None:
+                        parameters: Parameters, certify: bool = False, max_batch: int = 32,
+                        trials: int = 3, plan_seed: int = 0, max_requests: int = 20000,
+                        control: str | None = None,
+                        max_nondeterministic_prompts: int | None = None) -> None:
     """Is this endpoint deterministic? Repeated identical greedy requests, per mode.
 
     Reports per prompt and mode "k distinct of n" for texts and logprob signatures,
     the first position where repeats differ and the largest logprob spread.
 
     \b
+    With --certify: a determinism certificate (docs/collecting.md): each prompt alone,
+    inside concurrent batches, after shared prefixes with the prefix cache off and on,
+    streamed; the statement with its bound, the factor that explains any variation.
+
+    \b
     Example:
       quantcheck determinism --endpoint http://127.0.0.1:8000/v1 \\
           --prompts prompts/spot-check.yaml --repeats 6 --out reports/determinism
+      quantcheck determinism --certify --endpoint http://127.0.0.1:8000/v1 \\
+          --prompts prompts/spot-check.yaml --max-batch 16 --out reports/certificate
     """
+    if certify:
+        from ..fetch.certify import CertifySettings
+        from ..pipeline.certify import CertifyRun
+        from .certifying import certify_command
+
+        settings = CertifySettings(
+            endpoint=endpoint, model=model, api_key_env=api_key_env,
+            top_logprobs=parameters.top_logprobs, timeout=parameters.timeout,
+            retries=parameters.retries, max_response_mb=parameters.max_response_mb)
+        certify_command(CertifyRun(settings, prompt_files, out, parameters.request, trials,
+                                   max_batch, plan_seed, max_requests, control,
+                                   max_nondeterministic_prompts), fail_on_nondeterminism)
+        return
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]
     if unknown or not chosen:

@@ -17,7 +17,7 @@ from ..store.run_dir import Cell
 from ._group import cli
 from .guard import run_guarded
 from .options import refuse_without
-from .printing import invocation, print_result
+from .printing import echo_gate_verdict, invocation, print_result
 from .progress import run_with_progress
 
 
@@ -65,13 +65,9 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path | None,
         result = _scripted_demo(out, repeats)
     else:
         result = _model_demo(out, repeats, precisions, fault)
+    echo_gate_verdict(result, out, write=True)
     sheet = out
-    if isinstance(result, Summary):
-        from ..gate import verdict as gate
-
-        verdict, _ = gate.gate_report(out)
-        click.echo(f"gate (default policy): {gate.one_line(verdict)}")
-    else:
+    if isinstance(result, Overview):
         sheet = out / "candidates" / result.candidates[0].label
         click.echo(f"\nOpen the overview: {(out / 'index.html').resolve().as_uri()}")
     me = invocation()
@@ -101,16 +97,18 @@ def _demo_side(url: str, label: str, repeats: int, cell: Cell | None = None
 
 
 def _scripted_demo(out: Path, repeats: int) -> Summary | Overview:
-    from ..lab.demo import demo_servers
+    from ..lab.demo import PRECISIONS, demo_servers
 
     prompt_file = run_guarded(lambda: shipped_prompt_file("spot-check.yaml"), "")
     reference, candidate = demo_servers()
+    a, b = PRECISIONS
     with reference, candidate:
         click.echo(f"A (reference) on {reference.url}/v1, B (candidate) on {candidate.url}/v1 "
                    "[scripted: planted changes, no model]", err=True)
-        return _run_and_print(ABRun(_demo_side(reference.url, "bf16-demo", repeats),
-                                    _demo_side(candidate.url, "fp8-demo", repeats),
-                                    [prompt_file], out))
+        return _run_and_print(ABRun(
+            _demo_side(reference.url, f"{a}-demo", repeats, {"quantization": a}),
+            _demo_side(candidate.url, f"{b}-demo", repeats, {"quantization": b}),
+            [prompt_file], out))
 
 
 def _model_demo(out: Path, repeats: int, precisions: list[str], fault: str

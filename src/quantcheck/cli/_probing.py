@@ -145,22 +145,45 @@ def _served_options(command: Command) -> Command:
               help="Return MoE routing (vllm and sglang dialects; collect with "
                    "--routed-experts, and for sglang --routed-experts-shape 4,2): stable, "
                    "stable with moving logprobs (finalize), or moving (gating).")
-def lab_scripted(dialect: str, host: str, port: int, routing: str) -> None:
+@click.option("--answers", "answers_file", type=EXISTING_FILE,
+              help="YAML or JSON mapping each prompt (its id, or text found in it) to its "
+                   "answer (docs/engines.md, Scripted answers); other prompts get the "
+                   "default answer.")
+@click.option("--prompts", "prompt_files", multiple=True, type=PROMPT_SOURCE,
+              help="The prompt set whose ids --answers may name.")
+def lab_scripted(dialect: str, host: str, port: int, routing: str, answers_file: Path | None,
+                 prompt_files: tuple[Path, ...]) -> None:
     """Serve scripted answers in a runtime's OpenAI-compatible dialect (no model).
 
-    It is the loopback server the tests use: handy to try collect and compare.
+    It is the loopback server the tests use: handy to try collect and compare, and,
+    with --answers, a fixture for your own CI (one server per side, each with its
+    answers file).
 
     \b
     Example:
       quantcheck lab scripted --dialect sglang --port 8001
       quantcheck lab scripted --routing gating --port 8002
+      quantcheck lab scripted --answers answers-a.yaml --prompts prompts/default.yaml \\
+          --port 8000
     """
-    from ..lab.scripted import Faults, ScriptedServer
+    from ..lab.answers import load_answers, split_by_prompt
+    from ..lab.scripted import Faults, ScriptedModel, ScriptedServer
 
+    if prompt_files and answers_file is None:
+        raise click.BadParameter("names the ids an answers file may use: give --answers "
+                                 "FILE too", param_hint="--prompts")
+    model = ScriptedModel()
+    if answers_file is not None:
+        def read() -> ScriptedModel:
+            answers = load_answers(answers_file)
+            exact, found_in = split_by_prompt(answers_file, answers, list(prompt_files))
+            return ScriptedModel(responses=found_in, exact=exact)
+
+        model = run_guarded(read, "")
     faults = Faults()
     for flag in ROUTING_FAULTS[routing]:
         setattr(faults, flag, True)
-    server = ScriptedServer(dialect=dialect, host=host, port=port, faults=faults)
+    server = ScriptedServer(model, dialect=dialect, host=host, port=port, faults=faults)
 
     _serve(server, f"scripted {dialect} server", host, port)
 

@@ -20,17 +20,20 @@ from ..store.report_records import Overview, Summary
 from ..store.reviews import load_verdicts, review_path
 from ._group import cli
 from .config import config_options
-from .guard import exit_like_the_gate, run_guarded
+from .guard import run_guarded
 from .options import (
     EXISTING_DIR,
     EXISTING_FILE,
     PROMPT_SOURCE,
     PolicyOverrides,
+    apply_options,
     compare_options,
     gathered,
     refuse_without,
+    request_settings,
+    source_options,
 )
-from .printing import candidates_markdown, print_result
+from .printing import candidates_markdown, exit_like_the_gate, print_result
 from .serving import serve_until_stopped, url_of
 
 
@@ -43,15 +46,19 @@ from .serving import serve_until_stopped, url_of
                    "overview and OUT/candidates/LABEL/ for each.")
 @click.option("--prompts", "prompt_files", multiple=True,
               type=PROMPT_SOURCE,
-              help="Prompt set naming the texts of a *.texts.json side (and its expects).")
+              help="Prompt set naming the texts of a *.texts.json side (and its expects); "
+                   "a data file or folder is read as --map, --map-preset, --sample and "
+                   "--seed say, as it was when collected.")
+@apply_options(source_options())
 @click.option("--forced", type=EXISTING_DIR,
               help="Teacher-forced scores of A on B, from `quantcheck forced` (one B).")
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several B runs).")
 @compare_options
 def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
-                    prompt_files: tuple[Path, ...], forced: Path | None, matrix: Path | None,
-                    compare: CompareOptions) -> None:
+                    prompt_files: tuple[Path, ...], column_map: tuple[str, ...],
+                    map_preset: str | None, sample: int | None, seed: int | None,
+                    forced: Path | None, matrix: Path | None, compare: CompareOptions) -> None:
     """Triage every pair of A (the reference) and B (a candidate); with several B runs,
     one report each and an overview that recommends one.
 
@@ -69,7 +76,10 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
       quantcheck compare runs/bf16 runs/fp8 runs/int4 runs/nvfp4 --out reports/quants
       quantcheck compare bf16.texts.json fp8.texts.json --prompts prompts/default.yaml \\
           --out reports/texts
+      quantcheck compare bf16.texts.json fp8.texts.json --prompts qa.csv \\
+          --map prompt=question --map expect.contains=answer --out reports/texts
     """
+    source = request_settings(None, None, {}, column_map, map_preset, sample, seed).source
     refuse_without("two or more B runs", len(b_runs) > 1, "matrix")
     if len(b_runs) > 1 and forced:
         raise click.BadParameter("with several B runs, score each with `quantcheck "
@@ -78,7 +88,7 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     written = Written()
     result = run_guarded(lambda: compare_all(a_run, list(b_runs), out,
                                              replace(compare, forced=forced), prompt_files,
-                                             matrix, written),
+                                             matrix, written, source),
                          lambda: _left(written, compare.judge is not None, len(b_runs) > 1),
                          lambda: _written(written, compare.judge is not None))
     print_result(result, out)
@@ -175,6 +185,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="Policy YAML; the options below override it.")
 @click.option("--max-factual-flips", type=click.IntRange(0),
               help="Expect regressions plus reviewer-labelled blocking pairs (default 0).")
+@click.option("--confident-flips-only/--all-flips", default=None,
+              help="Count only the expect regressions nothing measured explains (flip "
+                   "cause `confident`), not those where A's or B's own repeats disagree "
+                   "on the check or the answers fork at a near tie (default: all flips).")
 @click.option("--max-new-degenerate", type=click.IntRange(0),
               help="Repetition loops or empty answers on B that A did not have (default 0).")
 @click.option("--max-nondeterministic", type=click.IntRange(0),

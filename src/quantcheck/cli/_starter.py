@@ -20,8 +20,11 @@ def init_command(folder: Path, force: bool) -> None:
     """Write a starter kit into a repository: a prompt set with one example of each
     expect kind (quantcheck/prompts.yaml), the gate's policy (quantcheck/policy.yaml),
     a CI workflow (.github/workflows/quantcheck.yml) and a short README section
-    (quantcheck/README.md). If a file of the kit is there, nothing is written
-    unless --force (which overwrites them).
+    (quantcheck/README.md). The workflow installs the quantcheck this command
+    runs from (a release, a git commit, or a path; the last lines say which).
+    The kit is written whole or not at all: if a file of it is there, nothing is
+    written unless --force (which overwrites them); a path that leads outside the
+    repository through a symbolic link is refused.
 
     \b
     Example:
@@ -38,4 +41,9 @@ def init_command(folder: Path, force: bool) -> None:
                f"  {me} run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
                f"--prompts {prompts} --allow-code-exec --out reports/first\n"
                f"  {me} gate reports/first --policy {policy}\n"
-               f"(no endpoints yet? `{me} demo` runs an A/B on built-in ones)")
+               f"(no endpoints yet? `{me} demo` runs an A/B on built-in ones)\n"
+               f"\nThe CI workflow installs QUANTCHECK={kit.install.requirement}: "
+               f"{kit.install.origin}.\n"
+               "If your runners cannot install that, set QUANTCHECK in "
+               f"{folder / kit.workflow} to a release (quantcheck==VERSION), a "
+               "wheel's path or git+https://github.com/OWNER/quantcheck@COMMIT.")

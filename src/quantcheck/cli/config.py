@@ -13,8 +13,14 @@ as YAML writes them; flags given on the command line override it:
     extra-body: {repeat_penalty: null}
     out: reports/fp8
 
-An option given several times takes a list; a flag `true` or `false` (`stream: false`
-for --no-stream); null leaves the option at its default. `--print-config` prints the
+Each value has its option's type, never converted: a whole number for a count
+(`repeats: 2.7`, `repeats: true` and `repeats: '3'` are refused), a number for a
+duration, `true` or `false` for a flag (`stream: false` for --no-stream), text for a
+name, URL or path (a name YAML reads as a number is quoted: `label: '2024'`), a
+mapping for --extra-body, [LAYERS, K] for --routed-experts-shape. An option given
+several times takes a list, or one value for a list of one (`b: http://...`). null
+leaves the option at its default. A value that does not fit is an error naming the
+file, the key, the value given and what is wanted. `--print-config` prints the
 effective options (file, flags and defaults together) in this form and stops: its
 output given back as --config gives the same settings.
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar, cast
@@ -32,9 +39,11 @@ import yaml
 
 from ..errors import ConfigFileError
 from ..store.yamlfile import read_yaml
+from .options import json_object_option, layers_and_k
 
 F = TypeVar("F", bound=Callable[..., object])
 OWN = ("config", "print_config")
+SHOWN_CHARACTERS = 60  # of a value quoted in an error
 
 
 def config_options(function: F) -> F:
@@ -63,7 +72,8 @@ def option_name(parameter: click.Parameter) -> str:
     return max(parameter.opts, key=len).lstrip("-")
 
 
-def _options(command: click.Command) -> dict[str, click.Option]:
+def config_keys(command: click.Command) -> dict[str, click.Option]:
+    """The options a --config file of this command may set, by their names in it."""
     return {option_name(p): p for p in command.params
             if isinstance(p, click.Option) and p.name not in OWN and p.name != "help"}
 
@@ -87,8 +97,8 @@ def _defaults(context: click.Context, value: Path) -> dict[str, object]:
         return {}
     if not isinstance(data, dict):
         raise ConfigFileError(f"{value}: a config file is a mapping of option names to "
-                              "values, e.g. `repeats: 3`")
-    options = _options(context.command)
+                              f"values, e.g. `repeats: 3`; it holds {_kind(data)}")
+    options = config_keys(context.command)
     defaults: dict[str, object] = {}
     for key, given in data.items():
         option = options.get(str(key).replace("_", "-"))
@@ -97,33 +107,138 @@ def _defaults(context: click.Context, value: Path) -> dict[str, object]:
                 f"{value}: '{key}' is not an option of `quantcheck {context.info_name}` "
                 f"(its options: {', '.join(sorted(options))})")
         if given is not None:
-            defaults[option.name] = _as_given(value, key, option, given)
+            defaults[option.name] = _as_given(
+                ConfigKey(value, option_name(option), option, context), given)
     return defaults
 
 
-def _as_given(path: Path, key: object, option: click.Option, value: object) -> object:
-    """A YAML value in the form the option takes on the command line."""
-    if option.multiple:
-        if not isinstance(value, list):
-            raise ConfigFileError(f"{path}: '{key}' is given as a list (it can be repeated)")
-        return [_scalar(path, key, item) for item in value]
-    if isinstance(value, dict):
-        return json.dumps(value)  # --extra-body and the like: a JSON object
-    if isinstance(value, list):
-        return ",".join(str(_scalar(path, key, item)) for item in value)  # LAYERS,K
-    return _scalar(path, key, value)
+class ConfigKey:
+    """One key of a config file: where it is, its option, and the errors about it."""
+
+    def __init__(self, path: Path, name: str, option: click.Option,
+                 context: click.Context) -> None:
+        self.path, self.name, self.option, self.context = path, name, option, context
+
+    def error(self, given: object, wanted: str, item: int | None = None) -> ConfigFileError:
+        which = f"'{self.name}'" if item is None else f"'{self.name}' item {item + 1}"
+        return ConfigFileError(f"{self.path}: {which} is {_shown(given)} ({_kind(given)}); "
+                               f"wanted {wanted}")
 
 
-def _scalar(path: Path, key: object, value: object) -> object:
-    if isinstance(value, dict | list):
-        raise ConfigFileError(f"{path}: '{key}': a list of plain values is expected here")
+def _as_given(key: ConfigKey, value: object) -> object:
+    """A YAML value in the form the option takes on the command line, or an error."""
+    if key.option.multiple:
+        items = value if isinstance(value, list) else [value]  # one value: a list of one
+        return [_one(key, item, n if isinstance(value, list) else None)
+                for n, item in enumerate(items)]
+    return _one(key, value, None)
+
+
+def _one(key: ConfigKey, value: object, item: int | None) -> object:
+    option, kind = key.option, key.option.type
+    if option.callback is json_object_option:  # --extra-body: a mapping (or its JSON)
+        if isinstance(value, dict):
+            try:
+                return json.dumps(value, allow_nan=False)
+            except (ValueError, TypeError, RecursionError):  # a date, NaN, a loop
+                raise key.error(value, "a mapping of JSON values (text, numbers, true, "
+                                       "false, null, lists, mappings)", item) from None
+        if not isinstance(value, str):
+            raise key.error(value, 'a mapping, e.g. {"repeat_penalty": null}', item)
+        return value
+    if option.callback is layers_and_k:  # LAYERS,K
+        if isinstance(value, list) and len(value) == 2 and all(_whole(v) for v in value):
+            return ",".join(str(v) for v in value)
+        if not isinstance(value, str):
+            raise key.error(value, "[LAYERS, K], two whole numbers, e.g. [48, 8]", item)
+        return value
+    if option.is_flag and isinstance(kind, click.types.BoolParamType):
+        if not isinstance(value, bool):
+            raise key.error(value, f"true or false, e.g. {key.name}: true", item)
+        return value
+    if isinstance(kind, click.types.IntParamType):
+        if not _whole(value):
+            raise key.error(value, f"a whole number, e.g. {key.name}: "
+                                   f"{_example(option, 3)}", item)
+    elif isinstance(kind, click.types.FloatParamType):
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not _finite(value):
+            raise key.error(value, f"a number, e.g. {key.name}: {_example(option, 30)}", item)
+    elif not isinstance(value, str):
+        raise key.error(value, _text_wanted(key, value), item)
+    elif "\0" in value:
+        raise key.error(value, "text without a NUL character", item)
+    _convert(key, value, item)
     return value
+
+
+def _convert(key: ConfigKey, value: object, item: int | None) -> None:
+    """The option type's own check (a range, a choice, a file that must exist), said
+    as an error about the key."""
+    try:
+        key.option.type.convert(value, key.option, key.context)
+    except click.BadParameter as exc:
+        which = f"'{key.name}'" if item is None else f"'{key.name}' item {item + 1}"
+        raise ConfigFileError(f"{key.path}: {which}: {exc.message}") from None
+
+
+def _text_wanted(key: ConfigKey, given: object) -> str:
+    kind = key.option.type
+    if isinstance(kind, click.Choice):
+        return f"one of {', '.join(map(str, kind.choices))}"
+    what = "a path" if isinstance(kind, click.Path) else "text"
+    if isinstance(given, list | dict) or given is None:
+        return what
+    shown = json.dumps(given) if isinstance(given, bool) else str(given)
+    return f"{what}, quoted where YAML reads another type: {key.name}: '{shown}'"
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer beyond a float
+        return False
+
+
+def _example(option: click.Option, fallback: object) -> object:
+    default = option.default
+    return default if isinstance(default, int | float) and not isinstance(default, bool) \
+        else fallback
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int):
+        return "a whole number"
+    if isinstance(value, float):
+        return "a number with a fraction" if math.isfinite(value) else "not a finite number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__}"
+
+
+def _shown(value: object) -> str:
+    """The value as YAML would write it, shortened."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except ValueError:  # a mapping or list that holds itself (a YAML alias loop)
+        text = repr(value)
+    return text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS - 3] + "..."
 
 
 def effective_config(context: click.Context) -> str:
     """The command's options as they stand, as a --config file."""
     values: dict[str, object] = {}
-    for name, option in _options(context.command).items():
+    for name, option in config_keys(context.command).items():
         value = context.params.get(option.name or "")
         values[name] = _plain(value)
     header = f"# quantcheck {context.info_name} --config FILE: the effective options\n"

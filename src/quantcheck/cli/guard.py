@@ -1,7 +1,6 @@
 """How a command ends other than well, the same for every command (errors.ExitCode): a
 library error as one clear line and its exit code, Ctrl-C as a resume hint and 130, a
-bug as one line naming the error and the file its traceback was saved to (exit 3);
-and `run` and `compare` ending as the gate would on what they wrote."""
+bug as one line naming the error and the file its traceback was saved to (exit 3)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ import click
 
 from .._version import __version__
 from ..errors import ExitCode, QuantcheckError
-from ..store.report_records import Overview, Summary
 
 T = TypeVar("T")
 CRASH_PREFIX = "quantcheck-crash-"
@@ -70,22 +68,3 @@ def report_crash(error: BaseException) -> None:
     except OSError:
         saved = None
     click.echo(crash_line(error, saved), err=True)
-
-
-def exit_like_the_gate(result: Summary | Overview, report_dir: Path,
-                       rubric: Path | None = None) -> None:
-    """`run` and `compare` end as `quantcheck gate REPORT_DIR --rubric RUBRIC` would
-    under the default policy: 1 when a candidate fails it (a factual flip, a new
-    degenerate output, a request without an answer, a review's blocking label, ...), 2
-    when nothing could be compared, else 0 (after the report was written and printed)."""
-    if isinstance(result, Overview):
-        failing = any(row.gate != "pass" for row in result.candidates)
-    else:
-        from ..gate.verdict import judge_report
-        from ..store.rubric import load_rubric
-
-        unanswered = result.counts.unanswered
-        failing = bool(unanswered.a or unanswered.b) or not run_guarded(
-            lambda: judge_report(report_dir, rubric=load_rubric(rubric))[0].passed, "")
-    if failing:
-        sys.exit(ExitCode.FAIL)

@@ -252,7 +252,7 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
                      help="Record MoE expert routing per token and layer (vLLM or SGLang "
                           "started with --enable-return-routed-experts); vLLM sends it in "
                           "whole answers only, so there it collects without streaming."),
-        click.option("--routed-experts-shape", callback=_layers_and_k, metavar="LAYERS,K",
+        click.option("--routed-experts-shape", callback=layers_and_k, metavar="LAYERS,K",
                      help="The model's num_hidden_layers and num_experts_per_tok: SGLang "
                           "sends routing without its shape."),
     ]
@@ -273,7 +273,7 @@ def _shard_option(context: click.Context, parameter: click.Parameter, value: str
     return f"{index}/{count}"
 
 
-def _layers_and_k(context: click.Context, parameter: click.Parameter, value: str | None
+def layers_and_k(context: click.Context, parameter: click.Parameter, value: str | None
                   ) -> list[int] | None:
     if value is None:
         return None
@@ -418,6 +418,7 @@ class PolicyOverrides:
     max_blocking_log_signatures: int | None = None
     max_template_problems: int | None = None
     max_judge_flips: int | None = None
+    confident_flips_only: bool | None = None
 
     def applied(self, policy: Policy) -> Policy:
         chosen = replace(policy)

@@ -1,5 +1,6 @@
 """What the commands print of the library's results: the summary, the overview, the
-preflight, the forced figures, throughput, determinism, probes, log matches."""
+gate's verdict, the preflight, the forced figures, throughput, determinism, probes, log
+matches; and `run`, `compare` and `demo` ending on the gate's verdict."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import click
 import msgspec
 
+from ..errors import ExitCode
 from ..gate.explain import Failure, markdown_table
 from ..gate.overview import CandidatesGate
 from ..judge.cells import CELL_AXES
@@ -20,6 +22,7 @@ from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
     agreement_sentence,
+    collecting_speed,
     headline,
     judge_sentence,
     plural,
@@ -29,6 +32,7 @@ from ..store.preflight_records import Preflight
 from ..store.report_records import DeterminismReport, ForcedSummary, LogMatch, Overview, Summary
 from ..store.run_dir import Throughput
 from ..store.suites import Suite
+from .guard import run_guarded
 
 STATUS_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
@@ -100,9 +104,12 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(comparison.sentence[0].upper() + comparison.sentence[1:] + ".")
     if summary.stats.pass_rate:
         click.echo(summary.stats.pass_rate.sentence + ".")
+        if summary.stats.pass_rate.resolution_sentence:
+            click.echo(summary.stats.pass_rate.resolution_sentence + ".")
     if summary.forced is not None and summary.forced.scored:
         echo_forced(summary.forced)
-    click.echo(summary.performance.throughput_note)
+    for line in collecting_speed(summary):
+        click.echo(line)
     if summary.judge is not None:
         line = judge_sentence(summary.judge)
         said = agreement_sentence(summary.judge.agreement, sum(summary.judge.labels.values()))
@@ -147,6 +154,39 @@ def print_overview(overview: Overview, out: Path) -> None:
         click.echo(f"  not {label}: {why}")
     click.echo(f"overview: {out / 'index.html'} (overview.json, matrix.csv; each "
                f"candidate's report in {out / 'candidates'})")
+
+
+def echo_gate_verdict(result: Summary | Overview, report_dir: Path,
+                      rubric: Path | None = None, write: bool = False) -> bool:
+    """The gate's verdict on what was just compared, under the default policy, in one
+    line, as `quantcheck gate REPORT_DIR --rubric RUBRIC` would say it (`write`: with its
+    gate.json and junit.xml, as the demo leaves them); whether a candidate fails it."""
+    if isinstance(result, Overview):
+        failing = [row for row in result.candidates if row.gate != "pass"]
+        passed = not failing
+        said = ("FAIL: " + "; ".join(f"{row.label}: {', '.join(row.gate_reasons) or 'fails'}"
+                                     for row in failing)
+                if failing else "PASS: every candidate passes")
+    else:
+        from ..gate.verdict import gate_report, judge_report, one_line
+        from ..store.rubric import load_rubric
+
+        judge = gate_report if write else judge_report
+        verdict = run_guarded(lambda: judge(report_dir, rubric=load_rubric(rubric))[0], "")
+        passed, said = verdict.passed, one_line(verdict)
+    click.echo(f"gate (default policy): {said}")
+    return not passed
+
+
+def exit_like_the_gate(result: Summary | Overview, report_dir: Path,
+                       rubric: Path | None = None) -> None:
+    """`run` and `compare` end as `quantcheck gate REPORT_DIR --rubric RUBRIC` would
+    under the default policy, saying why: 1 when a candidate fails it (a factual flip, a
+    new degenerate output, a request without an answer, a review's blocking label,
+    ...), 2 when nothing could be compared, else 0 (after the report was written and
+    printed)."""
+    if echo_gate_verdict(result, report_dir, rubric):
+        sys.exit(ExitCode.FAIL)
 
 
 def invocation() -> str:

@@ -161,6 +161,13 @@ def _model_check(model: str, models: list[dict[str, object]], length: int | None
                  f"--model {listed[0]}" if listed else None)
 
 
+# A candidate is asked what its reference was: a fix that changes --top-logprobs on B
+# alone is refused against a reference collected earlier (run --a-run).
+SAME_ON_THE_REFERENCE = ("Both sides need the same --top-logprobs: against a reference "
+                         "collected earlier (--a-run), collect it again with the new value "
+                         "too.")
+
+
 async def _logprob_checks(probes: _Probes, top_k: int) -> list[Check]:
     if top_k == 0:
         return [Check("logprobs", "skip", "--top-logprobs 0: text only"),
@@ -170,7 +177,8 @@ async def _logprob_checks(probes: _Probes, top_k: int) -> list[Check]:
     except ParameterRejected as exc:
         if "logprob" not in exc.reason.lower():
             raise  # another field: stop, as collect would, with its fix
-        return [Check("logprobs", "fail", exc.reason, exc.fix),
+        fix = f"{exc.fix} {SAME_ON_THE_REFERENCE}" if exc.fix else None
+        return [Check("logprobs", "fail", exc.reason, fix),
                 Check("greedy", "skip", "needs logprobs")]
     if generation is None:
         return [Check("logprobs", "warn", f"the {len(GREEDY_PROBES)} probes generated "
@@ -203,7 +211,9 @@ def _k_check(generation: Generation, top_k: int) -> Check:
     if fewest >= top_k:
         return Check("logprobs", "pass", f"top-{top_k} alternatives at every position")
     return Check("logprobs", "warn", f"asked for {top_k} alternatives per position, the "
-                 f"server gave as few as {fewest}", f"--top-logprobs {fewest}")
+                 f"server gave as few as {fewest}",
+                 f"--top-logprobs {fewest}, or a server that gives {top_k}. "
+                 f"{SAME_ON_THE_REFERENCE}")
 
 
 def first_non_greedy(generation: Generation) -> str | None:
@@ -262,7 +272,7 @@ def needle_prompt(code: str, words: int, seed: int = 0) -> str:
 
 async def _context_check(probes: _Probes, context_tokens: int, length: int | None) -> Check:
     if context_tokens <= 0:
-        return Check("context", "skip", "not checked (a context probe of 0 tokens)")
+        return Check("context", "skip", "not checked: turned off (--context-tokens 0)")
     code = f"{random.Random(context_tokens).randrange(10**6):06d}"
     wanted = min(context_tokens, length - 256) if length else context_tokens
     note = f" (the server's context is {length:,})" if length and wanted < context_tokens \

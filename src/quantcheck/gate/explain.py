@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import quote
 
-from ..store.pair_records import PairRow
+from ..store.pair_records import FLIP_CAUSE_WORDS, PairRow
 from ..store.report_dir import read_pair_rows
 
 JUNIT_ANSWER_CHARS = 400  # of each answer, in junit.xml
@@ -95,7 +95,9 @@ def what_broke(rule: str, row: PairRow) -> str:
             because = f": {'; '.join(reasons)}" if reasons else ""
             said = (f"check {checks[0]} passes on A, fails on B" if len(checks) == 1
                     else f"checks {', '.join(checks)} pass on A, fail on B")
-            return said + because
+            cause = (f"; flip cause: {FLIP_CAUSE_WORDS[row.flip_cause]}"
+                     if row.flip_cause in FLIP_CAUSE_WORDS else "")
+            return said + because + cause
         return "a reviewer labelled it a factual flip"
     if rule == "new_degenerate_on_b":
         return f"B's answer is degenerate ({row.b_degenerate}), A's is not"

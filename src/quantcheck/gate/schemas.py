@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 
 from ..judge.approvals import ApprovalsFile
+from ..store.certificate_records import Certificate
 from ..store.formats import PAIRS_FORMAT, SCHEMAS, schema_file
 from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
 from ..store.report_records import DeterminismReport, ForcedSummary, Overview, Summary
@@ -26,7 +27,7 @@ RECORDS: dict[str, type[msgspec.Struct]] = {
     "summary": Summary, "gate": GateResult, "candidates-gate": CandidatesGate,
     "overview": Overview, "review": Review, "approvals": ApprovalsFile,
     "manifest": Manifest, "determinism": DeterminismReport, "forced": ForcedSummary,
-    "throughput": Throughput,
+    "throughput": Throughput, "certificate": Certificate,
 }
 COLUMN_TYPES = {"Int64": "integer", "float64": "number", "boolean": "boolean",
                 "object": "string"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -18,7 +19,12 @@ from ..judge.stats import pass_rate_of, row_pass_counts
 from ..store.files import write_atomic
 from ..store.formats import GATE_FORMAT, GateFormat
 from ..store.grade_records import Agreement
-from ..store.pair_records import PairRow, new_degenerate_on_b, nondeterministic
+from ..store.pair_records import (
+    FLIP_CAUSE_WORDS,
+    PairRow,
+    new_degenerate_on_b,
+    nondeterministic,
+)
 from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
 from ..store.report_records import Summary
 from ..store.reviews import ReviewVerdict, load_verdicts
@@ -50,6 +56,8 @@ class Policy:
     require_routing_determinism: bool = False  # no prompt whose B repeats route differently
     max_template_problems: int | None = None  # chat template signs (off: reported only)
     max_judge_flips: int | None = None  # unreviewed pairs the judge calls blocking (off)
+    # count only the expect regressions nothing measured explains (flip_cause confident)
+    confident_flips_only: bool = False
 
 
 class Rule(msgspec.Struct):
@@ -102,7 +110,7 @@ def load_policy(path: Path | None) -> Policy:
 
 
 def _check_policy_value(path: Path, key: str, value: object) -> None:
-    if key in ("require_review", "require_routing_determinism"):
+    if key in ("require_review", "require_routing_determinism", "confident_flips_only"):
         if not isinstance(value, bool):
             raise ConfigFileError(f"{path}: field '{key}': must be true or false")
     elif key == "min_identical_share":
@@ -138,13 +146,14 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     """Apply the policy's rules to the triaged pairs and the reviewers' verdicts."""
     compared = [r for r in rows if r.compared]
     to_review = [r for r in compared if r.needs_review]
-    flips = [r.prompt_id for r in compared if r.flip == "regression"
+    flips = [r.prompt_id for r in compared
+             if (r.flip == "regression" and _counted(r, policy.confident_flips_only))
              or any(_blocks(v, blocking) for v in verdicts.get(r.prompt_id, []))]
     unreviewed = [r.prompt_id for r in to_review
                   if not verdicts.get(r.prompt_id) and not r.approved_label]
     identical_share = (len(compared) - len(to_review)) / len(compared) if compared else 1.0
     rules = [
-        _rule("factual_flips", "factual flip", "factual flips", flips, policy.max_factual_flips),
+        _flips_rule(flips, compared, policy),
         _rule("new_degenerate_on_b", "degenerate output new on B",
               "degenerate outputs new on B", new_degenerate_on_b(compared),
               policy.max_new_degenerate),
@@ -182,6 +191,30 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
                        template_problems(summary, compared), policy.max_template_problems))
     rules.append(_judge_rule(compared, verdicts, blocking, summary, policy.max_judge_flips))
     return rules
+
+
+NOISY_CAUSES = ("unstable_a", "unstable_b", "near_tie")
+
+
+def _counted(row: PairRow, confident_only: bool) -> bool:
+    """Whether an expect regression counts: always by default; with confident_flips_only
+    unless its repeats or a near tie explain it (an empty flip_cause counts)."""
+    return not confident_only or row.flip_cause not in NOISY_CAUSES
+
+
+def _flips_rule(flips: list[str], compared: list[PairRow], policy: Policy) -> Rule:
+    """Factual flips; with confident_flips_only the description also says which expect
+    regressions were not counted and what explains them."""
+    rule = _rule("factual_flips", "factual flip", "factual flips", flips,
+                 policy.max_factual_flips)
+    if policy.confident_flips_only:
+        set_aside = Counter(r.flip_cause for r in compared if r.flip == "regression"
+                            and r.prompt_id not in flips and r.flip_cause in NOISY_CAUSES)
+        explained = ", ".join(f"{n} {FLIP_CAUSE_WORDS[cause]}" for cause, n in
+                              sorted(set_aside.items()))
+        rule.description += (f" (confident only; not counted: {explained})" if explained
+                             else " (confident only)")
+    return rule
 
 
 def _judge_rule(compared: list[PairRow], verdicts: dict[str, list[ReviewVerdict]],

@@ -18,9 +18,12 @@ from .templates import last_user_message, template_signs
 from .triage import (
     classify_divergence,
     degenerate_reason,
+    disputed_checks,
     drift,
     expectation_columns,
+    flip_cause,
     numbers_changed,
+    repeats_disagree,
     similarity,
     suggested_label,
     tool_call_change,
@@ -56,6 +59,8 @@ def judge_pair(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
         if a.routed or b.routed:
             _compare_routing(a.routing_of(a_ok), b.routing_of(b_ok), row, details, token_level,
                              _unusable(a_first, b_first) if a.routed and b.routed else [])
+        if row.flip is not None:
+            row.flip_cause = _flip_cause(row, details, prompt, a_ok, b_ok, run_code)
         # Nondeterminism, not regression: a side's own repeats also show the other's text.
         row.noise = not row.identical and bool(
             {r.text_hash for r in a_ok} & {r.text_hash for r in b_ok})
@@ -104,6 +109,34 @@ def _set_expectations(row: PairRow, a_results: list[CheckResult],
     row.a_expect_failures, row.b_expect_failures = found.a_expect_failures, \
         found.b_expect_failures
     row.flip, row.flipped_checks = found.flip, found.flipped_checks
+
+
+def _flip_cause(row: PairRow, details: PairDetails, prompt: Prompt | None,
+                a_ok: list[SideRecord], b_ok: list[SideRecord], run_code: CodeRunner | None
+                ) -> str:
+    """What can explain the pair's flip (triage.flip_cause); "" without one. Each side's
+    other repeats are checked as repeat 0 was, one per distinct answer."""
+    if not row.flip or prompt is None or prompt.expect is None or details.checks is UNSET:
+        return ""
+    a_first, b_first = disputed_checks(*details.checks)
+    expect = prompt.expect
+
+    def unstable(ok: list[SideRecord], first: dict[str, str]) -> bool:
+        return repeats_disagree([check_answer(expect, r.text, parse_calls(_calls(r)), run_code)
+                                 for r in _other_answers(ok)], first)
+
+    return flip_cause(unstable(a_ok, a_first), unstable(b_ok, b_first), row.divergence_kind)
+
+
+def _other_answers(ok: list[SideRecord]) -> list[SideRecord]:
+    """A side's repeats whose answer differs from repeat 0's, one per distinct answer."""
+    seen = {r.text_hash for r in ok if r.repeat == 0}
+    others = []
+    for record in ok:
+        if record.text_hash not in seen:
+            seen.add(record.text_hash)
+            others.append(record)
+    return others
 
 
 def _check_cells(results: list[CheckResult]) -> CheckCells:

@@ -1,16 +1,27 @@
-"""Paired statistics over prompts: an interval for the change in expect pass rate, and
-bootstrap intervals for the mean drift.
+"""Paired statistics over prompts: an interval for the change in expect pass rate, the
+exact McNemar test beside it, the smallest change the A/B could detect, the recovery,
+and bootstrap intervals for the mean drift.
 
 The pass-rate verdict ("significant" or not) is read off one interval, Newcombe's score
 interval for paired proportions, the same one the gate's pass_rate_drop rule uses. The
-exact McNemar p-value is kept in summary.json for reference only: being exact it is
-conservative, and with few discordant pairs it can exceed 0.05 while the interval
-already excludes 0, so the two are never quoted side by side."""
+exact McNemar p-value is said on a line of its own (`resolution_sentence`), as what it
+is: being exact it is conservative, and with few discordant pairs it can exceed 0.05
+while the interval already excludes 0.
+
+How many prompts a decision needs is Connor's (1987) sample size for McNemar's test,
+from the discordant share psi (prompts whose check passes on one side only) and the
+change delta in pass rate, at power 1 - beta and two-sided level alpha:
+
+    n = (z_{alpha/2} sqrt(psi) + z_beta sqrt(psi - delta^2))^2 / delta^2
+
+`quantcheck plan` rounds it up (2 points at 10% disagreement: 1,960 prompts); the
+summary solves it for delta at its own n and psi (`detectable_change`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from statistics import NormalDist
 
 import msgspec
 import numpy as np
@@ -19,6 +30,9 @@ from ..store.pair_records import PairRow
 from ..store.report_records import Bootstrap, PassRate, Stats
 
 Z95 = 1.959963984540054
+POWER = 0.8  # the detectable change's power and level
+ALPHA = 0.05
+EXACT_UP_TO = 1000  # discordant pairs summed in exact integers; beyond, in log space
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_BATCH_VALUES = 2_000_000  # resampled values held at once
 BOOTSTRAPPED = ("kl_topk_mean", "logprob_mean_abs_diff", "top1_agreement")
@@ -58,12 +72,89 @@ def interval_points(low: float, high: float) -> tuple[str, str]:
 
 
 def mcnemar_exact(regressions: int, improvements: int) -> float:
-    """Two-sided exact McNemar p-value: a binomial test on the discordant pairs."""
+    """Two-sided exact McNemar p-value: a binomial test (p = 1/2) on the discordant
+    pairs, twice the smaller tail. Exact in integers up to EXACT_UP_TO discordant pairs;
+    beyond, the tail is summed in log space (2**n no longer fits a float)."""
     discordant = regressions + improvements
     if discordant == 0:
         return 1.0
-    tail = sum(math.comb(discordant, k) for k in range(min(regressions, improvements) + 1))
-    return min(1.0, 2 * tail / float(2**discordant))
+    smaller = min(regressions, improvements)
+    if discordant <= EXACT_UP_TO:
+        tail = sum(math.comb(discordant, k) for k in range(smaller + 1))
+        return min(1.0, 2 * tail / float(2**discordant))
+    logs = [_log_comb(discordant, k) for k in range(smaller + 1)]
+    top = max(logs)
+    log_tail = top + math.log(math.fsum(math.exp(v - top) for v in logs))
+    return min(1.0, math.exp(math.log(2) + log_tail - discordant * math.log(2)))
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def _z(alpha: float, power: float) -> tuple[float, float]:
+    """z_{alpha/2} (two-sided) and z_beta for the power."""
+    normal = NormalDist()
+    return normal.inv_cdf(1 - alpha / 2), normal.inv_cdf(power)
+
+
+def paired_prompts_needed(change: float, discordant: float, power: float = POWER,
+                          alpha: float = ALPHA) -> float:
+    """Connor's paired sample size (see the module docstring), unrounded: the prompts
+    needed to detect a change of `change` in pass rate (a share, 0 < change <=
+    discordant) when a share `discordant` of prompts pass on one side only."""
+    if not 0 < change <= discordant <= 1:
+        raise ValueError("the change must be above 0 and at most the discordant share "
+                         "(a pass rate moves only on prompts whose result differs)")
+    z_alpha, z_beta = _z(alpha, power)
+    root = z_alpha * math.sqrt(discordant) + z_beta * math.sqrt(discordant - change**2)
+    return root**2 / change**2
+
+
+def detectable_change(prompts: int, discordant: float, power: float = POWER,
+                      alpha: float = ALPHA) -> float | None:
+    """The smallest change in pass rate (a share) `prompts` paired prompts detect at
+    this discordant share: Connor's formula solved for delta (by bisection: the prompts
+    needed fall as the change grows). None when no prompt disagrees, or when even a
+    change as large as the discordant share needs more prompts."""
+    if prompts <= 0 or not 0 < discordant <= 1 or \
+            paired_prompts_needed(discordant, discordant, power, alpha) > prompts:
+        return None
+    low, high = 0.0, discordant
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        if paired_prompts_needed(middle, discordant, power, alpha) > prompts:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def resolution_sentence(change: PassRate) -> str:
+    """McNemar's p, the smallest change this A/B could detect, and the recovery."""
+    discordant = change.regressions + change.improvements
+    test = (f"Exact McNemar test on the {discordant} of {change.checked} prompts whose "
+            f"checks disagree: p = {change.mcnemar_p:.3g} (exact, so more cautious than "
+            "the interval)")
+    if discordant == 0:
+        test = (f"A and B agree on every check of {change.checked} prompts (McNemar "
+                "p = 1): no disagreement to size a change from")
+    elif change.detectable_change is None:
+        share = (change.discordant_share or 0)
+        needed = math.ceil(paired_prompts_needed(share, share))
+        test += (f"; too few prompts to detect any change at 80% power: at this "
+                 f"disagreement ({100 * share:.3g}% of prompts) even a change of "
+                 f"{100 * share:.2g} points (every disagreement one way) needs {needed:,} "
+                 "prompts (`quantcheck plan` sizes a suite)")
+    else:
+        test += (f"; at this disagreement ({100 * (change.discordant_share or 0):.3g}% of "
+                 f"prompts) the smallest change this A/B can detect is "
+                 f"{100 * change.detectable_change:.2g} points (80% power, 5% two-sided)")
+    if change.recovery_percent is not None:
+        test += f"; recovery {change.recovery_percent:.1f}% (B's pass rate over A's)"
+    return test
 
 
 def _wilson(successes: int, n: int) -> tuple[float, float]:
@@ -127,8 +218,13 @@ def pass_rate_of(both_pass: int, regressions: int, improvements: int, both_fail:
                       a_pass_rate=(both_pass + regressions) / n,
                       b_pass_rate=(both_pass + improvements) / n,
                       difference=(improvements - regressions) / n, low=low, high=high,
-                      mcnemar_p=mcnemar_exact(regressions, improvements))
+                      mcnemar_p=mcnemar_exact(regressions, improvements),
+                      discordant_share=(regressions + improvements) / n)
+    change.detectable_change = detectable_change(n, (regressions + improvements) / n)
+    if change.a_pass_rate > 0:
+        change.recovery_percent = 100 * change.b_pass_rate / change.a_pass_rate
     change.sentence = pass_rate_sentence(change)
+    change.resolution_sentence = resolution_sentence(change)
     return change
 
 

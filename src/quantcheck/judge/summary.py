@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 
 from .._version import __version__
-from ..store.pair_records import PairRow, nondeterministic
+from ..store.pair_records import FLIP_CAUSES, PairRow, nondeterministic
 from ..store.report_records import (
     Cells,
     CheckCounts,
@@ -104,6 +104,9 @@ class PairTotals:
         counts["approved"] += sum(bool(row.approved_label) for row in compared)
         counts["noise"] += sum(bool(row.noise) for row in compared)
         for row in compared:
+            if row.flip and row.flip_cause:
+                self.values[f"{row.flip}_causes"][row.flip_cause] += 1
+        for row in compared:
             a_reason, b_reason = row.a_degenerate or "", row.b_degenerate or ""
             if new_on_b(a_reason, b_reason, DEGENERATE_KINDS):
                 self.values["new_on_b"][b_reason] += 1
@@ -180,7 +183,11 @@ class PairTotals:
             tool_calls=_ranked(self.values["tool_call_change"]),
             routing=RoutingCounts(**self.routing) if self.routing is not None else None,
             template=TemplateSigns(**self.values["template"]) if self.values["template"]
-            else None)
+            else None,
+            flip_causes={cause: self.values["regression_causes"][cause]
+                         for cause in FLIP_CAUSES},
+            improvement_causes={cause: self.values["improvement_causes"][cause]
+                                for cause in FLIP_CAUSES})
 
     def _drift(self) -> DriftSpreads:
         drift = DriftSpreads()

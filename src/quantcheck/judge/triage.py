@@ -401,3 +401,37 @@ def suggested_label(identical: bool, similar: float, numbers_differ: bool, flip_
             and calls_change in ("", "identical")):
         return "wording"
     return ""
+
+
+def flip_cause(unstable_a: bool, unstable_b: bool, divergence_kind: str | None) -> str:
+    """What can explain a flip (pair_records.FLIP_CAUSES), the first that holds: A's own
+    repeats disagree on a flipped check, B's do, the streams part at a near tie, or
+    `confident` (nothing measured explains it: no repeat disagrees, and the fork is not
+    a near tie or was not recorded)."""
+    if unstable_a:
+        return "unstable_a"
+    if unstable_b:
+        return "unstable_b"
+    return "near_tie" if divergence_kind == "near_tie" else "confident"
+
+
+def disputed_checks(a_cells: Sequence[tuple[str, str, str]],
+                    b_cells: Sequence[tuple[str, str, str]]
+                    ) -> tuple[dict[str, str], dict[str, str]]:
+    """The checks that passed on one side and failed on the other (a flip's checks),
+    with A's statuses, then B's, on repeat 0."""
+    a_status = {check: status for check, status, _ in a_cells}
+    b_status = {check: status for check, status, _ in b_cells}
+    disputed = [check for check in a_status if {a_status[check], b_status.get(check)}
+                == {PASS, FAIL}]
+    return ({check: a_status[check] for check in disputed},
+            {check: b_status[check] for check in disputed})
+
+
+def repeats_disagree(statuses: Sequence[Sequence[CheckResult]],
+                     first: dict[str, str]) -> bool:
+    """Whether any repeat's result on a disputed check (`first`: check -> the status on
+    repeat 0) passes where repeat 0 failed or fails where it passed."""
+    return any(result.check in first and result.status in (PASS, FAIL)
+               and result.status != first[result.check]
+               for results in statuses for result in results)

@@ -1,9 +1,10 @@
 """The scripted A/B behind `quantcheck demo --engine scripted`: no model, planted changes.
 
-A answers the spot-check prompts correctly in vLLM's dialect. B speaks SGLang's
-dialect and carries one of each kind of change quantcheck triages: identical
-answers, a near-tie wording fork, a flipped fact, the repetition loop of a broken
-FP8 lm_head, and a nondeterministic reduction (logprobs jitter between repeats).
+Both sides are one serving stack (vLLM's dialect, one model name) that differs only in
+the weights' format, as an A/B of a quantization should: A answers the spot-check
+prompts correctly; B carries one of each kind of change quantcheck triages: identical
+answers, a near-tie wording fork, a flipped fact, the repetition loop of a broken FP8
+lm_head, and a nondeterministic reduction (logprobs jitter between repeats).
 """
 
 from __future__ import annotations
@@ -35,9 +36,13 @@ RUNNER_UPS = {
 }
 
 
+MODEL = "demo-model"
+PRECISIONS = ("bf16", "fp8")  # the reference's and the candidate's (their cells say it)
+
+
 def demo_servers() -> tuple[ScriptedServer, ScriptedServer]:
     """Two scripted servers (not started): the reference and the candidate."""
-    reference = ScriptedServer(ScriptedModel(REFERENCE, RUNNER_UPS, name="demo-bf16"), "vllm")
-    candidate = ScriptedServer(ScriptedModel(CANDIDATE, RUNNER_UPS, name="demo-fp8"), "sglang",
+    reference = ScriptedServer(ScriptedModel(REFERENCE, RUNNER_UPS, name=MODEL), "vllm")
+    candidate = ScriptedServer(ScriptedModel(CANDIDATE, RUNNER_UPS, name=MODEL), "vllm",
                                faults=Faults(nondeterministic=True))
     return reference, candidate

@@ -4,7 +4,8 @@ The engine decides what is generated (scripted answers, or a real model); the se
 speaks the wire format of vllm, sglang, llama.cpp or llama-cpp-python, streams, and
 injects the faults a real deployment shows (latency, 429, 5xx, dropped connections,
 a top_logprobs limit, missing logprobs, rejected parameters, nondeterministic or
-load-dependent logprobs). It can also replay a recorded response body verbatim.
+load-dependent logprobs, logprobs that move with the batch size or a cached prefix).
+It can also replay a recorded response body verbatim.
 
 MoE routing (`Faults.routing`, as a server started to return it): a pretend mixture
 of ROUTING_EXPERTS experts, ROUTING_LAYERS layers, ROUTING_K per token, each forward
@@ -60,6 +61,13 @@ class Faults:
     # Like llama.cpp's prompt cache: a prompt asked before comes back with its logprobs
     # moved (1e-7 relative, the same every time), unless the body says cache_prompt: false.
     prompt_cache: bool = False
+    # Batch-variant kernels: with this many generation requests in flight or more, the
+    # logprobs move by 1e-7 relative times the count (give latency_s so a batch overlaps).
+    batch_variant_at: int | None = None
+    # A prefix cache whose reuse changes the numbers: a prompt sharing its first 8 words
+    # or more with the previous prompt comes back with its logprobs moved (3e-7
+    # relative), unless either body says cache_prompt: false.
+    prefix_cache_shift: bool = False
     context_limit: int | None = None  # keep only the prompt's last N tokens, silently
     sliding_window: int | None = None  # the model sees the last N; usage counts them all
     # tokens the server adds to every chat prompt (a default system prompt, a template's
@@ -189,6 +197,7 @@ class LabServer:
         self._rng = random.Random(1234)
         self._routed: dict[str, int] = {}  # requests per prompt text (gating fault)
         self._cached: set[str] = set()  # prompt texts seen (prompt_cache fault)
+        self._last_cached_prompt = ""  # prefix_cache_shift fault
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -510,6 +519,10 @@ class LabServer:
         # relative, like float rounding under another reduction order
         jitter = 1e-7 if self.faults.nondeterministic or loaded else 0.0
         emit = self._from_cache(emit) if self._cache_hit(body) else emit
+        batched = self.faults.batch_variant_at is not None \
+            and self.in_flight >= self.faults.batch_variant_at
+        emit = self._shifted(emit, 1e-7 * self.in_flight) if batched else emit
+        emit = self._shifted(emit, 3e-7) if self._prefix_hit(body) else emit
         return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
 
     def _cache_hit(self, body: Mapping[str, object]) -> bool:
@@ -520,6 +533,25 @@ class LabServer:
         seen = text in self._cached
         self._cached.add(text)
         return seen
+
+    def _prefix_hit(self, body: Mapping[str, object]) -> bool:
+        """Whether the prefix_cache_shift fault reuses a cached prefix for this prompt."""
+        if not self.faults.prefix_cache_shift or body.get("cache_prompt") is False:
+            return False
+        words = prompt_text_of(body).split(" ")
+        previous = self._last_cached_prompt.split(" ")
+        self._last_cached_prompt = " ".join(words)
+        shared = next((n for n, (a, b) in enumerate(zip(words, previous, strict=False))
+                       if a != b), min(len(words), len(previous)))
+        return shared >= 8
+
+    @staticmethod
+    def _shifted(emit: Emit, relative: float) -> Emit:
+        """Every logprob moved by `relative`."""
+        async def moved(step: Step) -> None:
+            await emit(replace(step, logprob=step.logprob * (1 + relative),
+                               top=[(token, value * (1 + relative)) for token, value in step.top]))
+        return moved
 
     @staticmethod
     def _from_cache(emit: Emit) -> Emit:

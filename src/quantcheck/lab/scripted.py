@@ -16,7 +16,8 @@ __all__ = ["DIALECTS", "Faults", "ScriptedEngine", "ScriptedModel", "ScriptedSer
 
 @dataclass
 class ScriptedModel:
-    """Answers by rule: the first `responses` key found in the prompt picks the answer.
+    """Answers by rule: a prompt whose whole text is an `exact` key gets its answer;
+    otherwise the first `responses` key found in the prompt picks the answer.
 
     An answer given as a list is cycled through, one item per request for that key
     (a server whose output changes between identical requests). `runner_ups` names
@@ -31,6 +32,7 @@ class ScriptedModel:
     # When the request offers tools: the first key found in the prompt picks these
     # calls, each (tool name, arguments as the model writes them).
     calls: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    exact: dict[str, str | list[str]] = field(default_factory=dict)
 
     def calls_for(self, prompt_text: str) -> list[tuple[str, str]] | None:
         return next((calls for key, calls in self.calls.items() if key in prompt_text), None)
@@ -40,16 +42,22 @@ class ScriptedModel:
         if "What is the secret code" in prompt_text:  # the preflight's context check
             code = re.search(r"The secret code is (\w+)", prompt_text)
             return f" {code.group(1)}" if code else " I do not know."
+        if prompt_text in self.exact:
+            return self._pick(prompt_text, self.exact[prompt_text], advance)
         for key, text in self.responses.items():
             if key in prompt_text:
-                if isinstance(text, str):
-                    return text
-                served = self.served.get(key, 0) + (1 if advance else 0)
-                if advance:
-                    self.served[key] = served
-                return text[(max(served, 1) - 1) % len(text)]
+                return self._pick(key, text, advance)
         digest = int(hashlib.sha256(prompt_text.encode()).hexdigest()[:8], 16)
         return f" The answer is {digest % 997}. It follows from the question."
+
+    def _pick(self, key: str, text: str | list[str], advance: bool) -> str:
+        """The answer, or a cycled list's next item (its current one, without advance)."""
+        if isinstance(text, str):
+            return text
+        served = self.served.get(key, 0) + (1 if advance else 0)
+        if advance:
+            self.served[key] = served
+        return text[(max(served, 1) - 1) % len(text)]
 
 
 def tokenize(text: str, split_utf8: bool) -> list[tuple[str, bytes, str]]:

@@ -25,7 +25,7 @@ from ..present.matrix import append_matrix, matrix_rows, write_matrix
 from ..present.sheet import write_overview_page, write_sheet
 from ..store.grade_records import JudgeFigures
 from ..store.labels import LABEL_CHARACTERS, check_label, label_from_name
-from ..store.prompt_sets import load_prompts
+from ..store.prompt_sets import RequestOptions, SourceOptions, load_prompts
 from ..store.report_dir import CANDIDATES, MATRIX, write_overview, write_summary
 from ..store.report_records import LogMatch, Overview, Summary
 from ..store.reviews import set_aside_stale_reviews
@@ -209,11 +209,13 @@ def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: in
 
 def compare_all(a: Path, bs: Sequence[Path], out: Path, options: CompareOptions,
                 prompt_files: Sequence[Path] = (), matrix: Path | None = None,
-                written: Written | None = None) -> Summary | Overview:
+                written: Written | None = None, source: SourceOptions | None = None
+                ) -> Summary | Overview:
     """A with every B (`quantcheck compare`): one B's summary, or the overview of
-    several B; the prompts of `prompt_files` name a text side's prompts. `written`
-    follows which reports were replaced."""
-    prompts = {p.id: p for p in load_prompts(prompt_files)} if prompt_files else None
+    several B; the prompts of `prompt_files` (data files read as `source` says) name a
+    text side's prompts. `written` follows which reports were replaced."""
+    prompts = {p.id: p for p in load_prompts(prompt_files, RequestOptions(
+        source=source or SourceOptions()))} if prompt_files else None
     if len(bs) > 1:
         return compare_candidates(a, bs, out, options, matrix=matrix, prompts=prompts,
                                   written=written)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from ..judge.agreement import agreement_sentence
 from ..store.grade_records import JudgeFigures
+from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES
 from ..store.report_records import Counts, Summary
 from ..store.run_records import DEGENERATE_KINDS
 
-__all__ = ["agreement_sentence", "degenerate_phrase", "headline", "judge_sentence", "plural",
-           "template_warning", "PROMPT_CACHE_HINT"]
+__all__ = ["agreement_sentence", "collecting_speed", "degenerate_phrase",
+           "flip_causes_phrase", "headline",
+           "judge_sentence", "plural", "template_warning", "PROMPT_CACHE_HINT"]
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
 
@@ -34,6 +36,8 @@ def headline(summary: Summary) -> str:
              f"{counts.wording_similar} wording only (suggested)",
              f"{counts.divergent} to review",
              f"{plural(counts.flips.regression, 'factual flip')} by expect (A pass, B fail)"]
+    if causes := flip_causes_phrase(counts.flip_causes):
+        parts.append(causes)
     if counts.flips.improvement:
         parts.append(plural(counts.flips.improvement, "improvement"))
     by_check = [f"{check} {c.regressions}" for check, c in counts.checks.items()
@@ -61,6 +65,41 @@ def headline(summary: Summary) -> str:
         parts.append("not compared: " + ", ".join(f"{v} {k.replace('_', ' ')}"
                                                   for k, v in others.items()))
     return ", ".join(parts) + "."
+
+
+def collecting_speed(summary: Summary) -> list[str]:
+    """What was measured of speed, each in a line that says what it compares: output
+    tokens per second while collecting (logprobs asked), B against A when the compared
+    answers generated as many tokens; then the throughput phase's figures, when it ran."""
+    performance = summary.performance
+    a, b = performance.a, performance.b
+    what = "output tokens per second while collecting (logprobs on)"
+    ratio = performance.throughput_ratio_b_over_a
+    if performance.throughput_comparable and ratio is not None:
+        lines = [f"{what}, B/A = {ratio:.2f}x (B {b.output_tokens_per_s or 0:,.1f}, A "
+                 f"{a.output_tokens_per_s or 0:,.1f}; both generated "
+                 f"{a.compared_output_tokens} tokens)"]
+    elif a.compared_output_tokens is not None and b.compared_output_tokens is not None \
+            and a.compared_output_tokens != b.compared_output_tokens:
+        lines = [f"{what}: not compared, the answers generated other token counts "
+                 f"(A {a.compared_output_tokens}, B {b.compared_output_tokens})"]
+    else:
+        lines = [f"{what}: not compared (no timings or token counts on one side)"]
+    if summary.throughput is not None:
+        lines.append("throughput phase (without logprobs, one endpoint at a time): "
+                     f"{summary.throughput.note}")
+    return lines
+
+
+def flip_causes_phrase(causes: dict[str, int]) -> str:
+    """'what can explain the flips: 1 unstable on A, 1 confident' (the classes with
+    flips, in FLIP_CAUSES order), or "" without flips."""
+    found = [f"{causes[cause]} {FLIP_CAUSE_WORDS[cause]}" for cause in FLIP_CAUSES
+             if causes.get(cause)]
+    if not found:
+        return ""
+    return (f"what can explain the flip{'' if sum(causes.values()) == 1 else 's'}: "
+            + ", ".join(found))
 
 
 PROMPT_CACHE_HINT = (

@@ -31,7 +31,13 @@ from ..store.report_dir import (
 from ..store.report_records import Counts, ForcedSummary, Overview, Summary
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
-from .sentences import agreement_sentence, headline, judge_sentence, template_warning
+from .sentences import (
+    agreement_sentence,
+    collecting_speed,
+    headline,
+    judge_sentence,
+    template_warning,
+)
 from .templating import embed_json, environment
 
 SHEET = "index.html"
@@ -144,7 +150,7 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
         template_warning=template_warning(summary),
         count_tiles=_count_tiles(summary.counts),
-        throughput_note=summary.performance.throughput_note,
+        throughput_note="; ".join(collecting_speed(summary)),
         log_matches=summary.log_matches, summary_counts=summary.counts,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
         preflight=summary.preflight, plots=_plots(overview.plotted, forced),

@@ -35,6 +35,8 @@ ForcedFormat = Literal["quantcheck-forced/1"]
 FORCED_FORMAT: Final[ForcedFormat] = "quantcheck-forced/1"
 ThroughputFormat = Literal["quantcheck-throughput/1"]
 THROUGHPUT_FORMAT: Final[ThroughputFormat] = "quantcheck-throughput/1"
+CertificateFormat = Literal["quantcheck-certificate/1"]
+CERTIFICATE_FORMAT: Final[CertificateFormat] = "quantcheck-certificate/1"
 PAIRS_FORMAT: Final = "quantcheck-pairs/1"
 
 # Each shipped schema: its name, and the file it describes.
@@ -49,6 +51,7 @@ SCHEMAS: Final = {
     "determinism": "determinism.json",
     "forced": "forced.json",
     "throughput": "RUN_DIR/throughput.json",
+    "certificate": "certificate.json (determinism --certify)",
     "pairs": "REPORT_DIR/pairs.csv: its columns and their types",
 }
 

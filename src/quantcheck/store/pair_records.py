@@ -84,6 +84,7 @@ class PairRow(msgspec.Struct, kw_only=True):
     b_text: str | None = None
     a_tool_calls: str | None = None
     b_tool_calls: str | None = None
+    flip_cause: str | None = None  # a flip's class (FLIP_CAUSES); "" without a flip
 
     @property
     def compared(self) -> bool:
@@ -96,6 +97,11 @@ class PairRow(msgspec.Struct, kw_only=True):
 
 
 PAIR_COLUMNS = list(PairRow.__struct_fields__)
+# What can explain a flip, in the order it is decided: A's own repeats disagree on the
+# flipped check, B's do, the streams part at a near tie, or nothing measured does.
+FLIP_CAUSES = ("unstable_a", "unstable_b", "near_tie", "confident")
+FLIP_CAUSE_WORDS = {"unstable_a": "unstable on A", "unstable_b": "unstable on B",
+                    "near_tie": "near tie", "confident": "confident"}
 
 STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
 _EXPECT_RESULTS = ("", "pass", "fail", "skipped")

@@ -91,6 +91,10 @@ class Counts(msgspec.Struct, kw_only=True):
     tool_calls: dict[str, int] = {}  # tool_call_change -> compared prompts
     routing: RoutingCounts | None = None  # when either side recorded MoE routing
     template: TemplateSigns | None = None  # when an answer showed a template gone wrong
+    # factual flips (expect regressions) by what can explain them (pairs.csv's
+    # flip_cause: unstable_a, unstable_b, near_tie, confident); improvements alike
+    flip_causes: dict[str, int] = {}
+    improvement_causes: dict[str, int] = {}
 
 
 class TemplateSigns(msgspec.Struct, kw_only=True):
@@ -180,8 +184,15 @@ class PassRate(msgspec.Struct, kw_only=True):
     difference: float  # B - A, a share (not points)
     low: float
     high: float
-    mcnemar_p: float  # for reference; the verdict is read off the interval
+    mcnemar_p: float  # exact, so more cautious than the interval the verdict is read off
     sentence: str = ""
+    discordant_share: float | None = None  # (regressions + improvements) / checked
+    # the smallest change in pass rate (a share) this many prompts detect at this
+    # discordant share, 80% power, 5% two-sided (stats.detectable_change); None when no
+    # prompt disagrees or there are too few to detect any
+    detectable_change: float | None = None
+    recovery_percent: float | None = None  # B's pass rate over A's, x 100 (A passes some)
+    resolution_sentence: str = ""  # McNemar's p, the detectable change, the recovery
 
     def rates(self) -> str:
         """The absolute pass rates: 'A 16/17, B 14/17'."""

@@ -1,0 +1,65 @@
+"""`quantcheck plan`: how many paired prompts a decision needs, before anything is sent."""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from ..judge.stats import detectable_change, paired_prompts_needed
+from ._group import cli
+
+PERCENT = click.FloatRange(0, 100, min_open=True)
+
+
+@cli.command("plan")
+@click.option("--disagreement", required=True, type=PERCENT, metavar="PERCENT",
+              help="Share of prompts expected to pass on one side only (A or B), in %: "
+                   "an earlier A/B's summary says it (stats.pass_rate.discordant_share).")
+@click.option("--detect", type=PERCENT, metavar="POINTS",
+              help="The change in pass rate to detect, in points (at most --disagreement).")
+@click.option("--prompts", type=click.IntRange(1), metavar="N",
+              help="Instead of --detect: the smallest change N paired prompts detect.")
+@click.option("--power", default=80.0, show_default=True, type=click.FloatRange(
+    50, 100, max_open=True), metavar="PERCENT", help="Chance of detecting the change.")
+@click.option("--alpha", default=5.0, show_default=True, type=click.FloatRange(
+    0, 50, min_open=True), metavar="PERCENT", help="Two-sided significance level.")
+def plan_command(disagreement: float, detect: float | None, prompts: int | None,
+                 power: float, alpha: float) -> None:
+    """Size a suite: the paired prompts an A/B needs to detect a change in expect pass
+    rate (--detect), or the smallest change a suite of --prompts N detects, when a share
+    of prompts (--disagreement) pass on one side only. Connor's paired formula for
+    McNemar's test, the one the summary's detectable change uses (docs/gate.md).
+
+    \b
+    Example:
+      quantcheck plan --detect 2 --disagreement 10
+      quantcheck plan --prompts 500 --disagreement 6
+    """
+    if (detect is None) == (prompts is None):
+        raise click.UsageError("give --detect POINTS (prompts needed) or --prompts N (the "
+                               "smallest change they detect)")
+    share, level = disagreement / 100, f"{power:g}% power, {alpha:g}% two-sided"
+    if detect is not None:
+        if detect > disagreement:
+            raise click.BadParameter(
+                f"{detect:g} points is more than the {disagreement:g}% of prompts that "
+                "disagree: a pass rate moves only on prompts that pass on one side only",
+                param_hint="--detect")
+        needed = math.ceil(paired_prompts_needed(detect / 100, share, power / 100,
+                                                 alpha / 100))
+        click.echo(f"To detect a change of {detect:g} points in expect pass rate when "
+                   f"{disagreement:g}% of prompts pass on one side only ({level}): about "
+                   f"{needed:,} paired prompts.")
+        return
+    assert prompts is not None
+    change = detectable_change(prompts, share, power / 100, alpha / 100)
+    if change is None:
+        least = math.ceil(paired_prompts_needed(share, share, power / 100, alpha / 100))
+        click.echo(f"{prompts:,} paired prompts detect no change when {disagreement:g}% of "
+                   f"prompts pass on one side only ({level}): even a change of "
+                   f"{disagreement:g} points (every disagreement one way) needs {least:,}.")
+        return
+    click.echo(f"{prompts:,} paired prompts detect a change of {100 * change:.2g} points in "
+               f"expect pass rate when {disagreement:g}% of prompts pass on one side only "
+               f"({level}).")

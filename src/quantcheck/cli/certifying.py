@@ -1,0 +1,60 @@
+"""`determinism --certify`: the plan printed before it is sent, progress, the
+certificate's lines, and its exit status."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import ExitCode
+from ..gate.certificate_gate import nondeterministic_prompts_problem
+from ..pipeline.certify import CertifyRun, run_certify
+from ..store.certificate_records import Certificate
+from .guard import run_guarded
+from .progress import PlainProgress
+
+
+class CertifyLines:
+    """The plan, then a progress line at every tenth of it (stderr)."""
+
+    def __init__(self) -> None:
+        self.bar: PlainProgress | None = None
+
+    def planned(self, endpoint: str, requests: int, rounds: int, seconds: float) -> None:
+        click.echo(f"plan for {endpoint}: {requests} requests in {rounds} rounds, about "
+                   f"{seconds:.0f} s if a batch takes as long as one request", err=True)
+        self.bar = PlainProgress(requests, f"certify {endpoint}")
+
+    def sent(self, requests: int) -> None:
+        if self.bar is not None:
+            self.bar.update(requests)
+
+
+def certify_command(job: CertifyRun, fail_on_nondeterminism: bool) -> None:
+    certificate, page = run_guarded(lambda: run_certify(job, CertifyLines()),
+                                    "Nothing was written.")
+    echo_certificate(certificate, job.out, page)
+    if certificate.failed_requests:
+        click.echo(f"{certificate.failed_requests} requests failed after retries; the plan "
+                   "is not complete.", err=True)
+        sys.exit(ExitCode.FAIL)
+    problem = nondeterministic_prompts_problem(
+        certificate, 0 if fail_on_nondeterminism else job.max_nondeterministic_prompts)
+    if problem is not None:
+        click.echo(f"FAIL: {problem}", err=True)
+        sys.exit(ExitCode.FAIL)
+
+
+def echo_certificate(certificate: Certificate, out: Path, page: Path) -> None:
+    click.echo(("CERTIFIED: " if certificate.certified else "NOT CERTIFIED: ")
+               + certificate.statement)
+    for factor in certificate.factors:
+        if factor.comparisons:
+            click.echo(f"  {factor.factor}: {factor.mismatches} mismatches in "
+                       f"{factor.comparisons} comparisons, {factor.prompts_varying} of "
+                       f"{factor.prompts} prompts vary: {factor.explanation}")
+    click.echo(f"prefix cache: {certificate.cache_control}")
+    click.echo(f"control: {certificate.control_note}")
+    click.echo(f"certificate: {out / 'certificate.json'}, {out / 'junit.xml'}, {page}")

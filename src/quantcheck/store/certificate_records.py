@@ -1,0 +1,174 @@
+"""The determinism certificate's records (`quantcheck determinism --certify`).
+
+The plan (`Plan`): rounds sent one after another; the probes of a round are sent at
+once (a batch), after the round's `action` ("flush": the runtime's prefix cache is
+emptied first, where it can be). A probe is a target prompt (`prompt_id`, with
+`prefix` words put before its text) or a filler (`filler` words, no prompt id).
+
+Each answered target probe is an `Answer` (OUT/answers.jsonl, one per line): the
+factor and level it tests, its tokens and their logprobs, or its error.
+
+certificate.json (`Certificate`, format "quantcheck-certificate/1"): the statement and
+its statistics, each factor's levels and prompts, examples of what differed, the
+cache control used and the control run's result.
+
+Factors: `repeat` (each prompt alone, asked again), `stream` (streamed against whole),
+`batch` (inside a concurrent batch of `batch=B`), `prefix` (after a shared prefix of
+`prefix=L` words, the prefix cache off or emptied), `cache` (the same with the
+prefix cache on and the prefix already computed).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from .formats import CERTIFICATE_FORMAT, CertificateFormat
+
+Factor = Literal["repeat", "stream", "batch", "prefix", "cache"]
+FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache")
+
+
+class Probe(msgspec.Struct, kw_only=True, frozen=True):
+    """One request of the plan."""
+
+    factor: Factor
+    level: str  # "alone", "streamed", "batch=8", "prefix=511"
+    trial: int = 0
+    prompt_id: str = ""  # empty: a filler
+    prefix: str = ""  # words before the prompt's text (prefix ladder)
+    filler: str = ""  # a filler's whole text
+    stream: bool = False
+    cache: bool = False  # the prefix cache left on (llama.cpp: cache_prompt true)
+    baseline: bool = False  # the answer the others of its prompt (and prefix) are held to
+
+
+class Round(msgspec.Struct, kw_only=True, frozen=True):
+    """Probes sent at once, after `action` ("flush" or "")."""
+
+    probes: list[Probe]
+    action: str = ""
+
+
+class Plan(msgspec.Struct, kw_only=True):
+    """Every request, in order; reproducible from its seed."""
+
+    seed: int
+    trials: int
+    batch_sizes: list[int]
+    prefix_lengths: list[int]
+    prompts: int
+    rounds: list[Round]
+
+    @property
+    def requests(self) -> int:
+        return sum(len(r.probes) for r in self.rounds)
+
+
+class Answer(msgspec.Struct, kw_only=True):
+    """One target probe's answer (answers.jsonl)."""
+
+    prompt_id: str
+    factor: Factor
+    level: str
+    trial: int
+    prefix_words: int = 0
+    baseline: bool = False
+    text: str = ""
+    tokens: list[str] = msgspec.field(default_factory=list)
+    logprobs: list[float | None] = msgspec.field(default_factory=list)
+    top: list[list[tuple[str, float]]] = msgspec.field(default_factory=list)
+    error: str | None = None
+
+
+class LevelResult(msgspec.Struct, kw_only=True):
+    """One level of a factor over all prompts."""
+
+    level: str
+    prompts: int
+    prompts_varying: int
+    comparisons: int
+    mismatches: int
+    most_unique_outputs: int  # the largest count of distinct answers of one prompt
+    mean_unique_outputs: float
+    first_divergence: int | None = None  # the earliest token index that differed
+    max_logprob_delta: float | None = None  # largest |delta logprob| at equal tokens
+
+
+class PromptResult(msgspec.Struct, kw_only=True):
+    """One prompt under one factor: its answers against its baseline."""
+
+    prompt_id: str
+    factor: Factor
+    unique_outputs: int
+    comparisons: int
+    mismatches: int
+    varying_levels: list[str]
+    first_divergence: int | None = None
+    max_logprob_delta: float | None = None
+
+
+class FactorResult(msgspec.Struct, kw_only=True):
+    factor: Factor
+    comparisons: int
+    mismatches: int
+    prompts: int
+    prompts_varying: int
+    share_varying: float
+    levels: list[LevelResult]
+    explanation: str  # "varies only when batch size >= 8", "no variation"
+
+
+class Example(msgspec.Struct, kw_only=True):
+    """One comparison that differed."""
+
+    prompt_id: str
+    factor: Factor
+    level: str
+    first_divergence: int | None
+    baseline: str  # the baseline's text
+    other: str  # the differing answer's text
+    max_logprob_delta: float | None = None
+
+
+class ControlResult(msgspec.Struct, kw_only=True):
+    """The same plan against a configuration expected to vary."""
+
+    endpoint: str
+    detected: bool
+    statement: str
+    mismatches: int
+    comparisons: int
+
+
+class Certificate(msgspec.Struct, kw_only=True):
+    """certificate.json."""
+
+    format: CertificateFormat = CERTIFICATE_FORMAT
+    endpoint: str
+    model: str
+    runtime: str | None = None
+    certified: bool
+    statement: str
+    comparisons: int
+    mismatches: int
+    failed_requests: int
+    prompts: int
+    prompts_varying: int
+    max_nondeterministic_prompts: int | None = None
+    # the mismatch rate's 95% upper bound when none differed: 3/N (rule of three)
+    rate_bound: float | None = None
+    rate_bound_exact: float | None = None  # 1 - 0.05^(1/N), the exact binomial bound
+    explanation: str
+    batch_sizes: list[int]
+    prefix_lengths: list[int]
+    trials: int
+    seed: int
+    requests: int
+    cache_control: str  # how the prefix cache was turned off, or that it could not be
+    factors: list[FactorResult]
+    prompt_results: list[PromptResult]
+    examples: list[Example]
+    control: ControlResult | None = None
+    control_note: str = ""

@@ -1,0 +1,46 @@
+"""`quantcheck plan`: the paired prompts a decision needs, sized before anything is sent
+(Connor's paired formula; its reference values are in test_judge_stats.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import invoke
+
+
+def test_two_points_at_ten_percent_disagreement() -> None:
+    result = invoke("plan", "--detect", "2", "--disagreement", "10")
+    assert result.exit_code == 0, result.output
+    assert result.output == (
+        "To detect a change of 2 points in expect pass rate when 10% of prompts pass on one "
+        "side only (80% power, 5% two-sided): about 1,960 paired prompts.\n")
+
+
+def test_the_change_a_suite_detects() -> None:
+    result = invoke("plan", "--prompts", "500", "--disagreement", "6")
+    assert result.exit_code == 0, result.output
+    assert "500 paired prompts detect a change of 3.1 points" in result.output
+    small = invoke("plan", "--prompts", "30", "--disagreement", "10")
+    assert small.exit_code == 0
+    assert "detect no change" in small.output and "needs 77" in small.output
+
+
+def test_power_and_level_change_the_size() -> None:
+    result = invoke("plan", "--detect", "2", "--disagreement", "10", "--power", "90",
+                    "--alpha", "1")
+    assert result.exit_code == 0
+    assert "(90% power, 1% two-sided): about 3,7" in result.output  # more than 1,960
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--disagreement", "10"], "give --detect POINTS"),
+    (["--detect", "2", "--prompts", "9", "--disagreement", "10"], "give --detect POINTS"),
+    (["--detect", "20", "--disagreement", "10"], "a pass rate moves only on prompts"),
+    (["--detect", "0", "--disagreement", "10"], "--detect"),
+    (["--detect", "2"], "--disagreement"),
+    (["--detect", "2", "--disagreement", "10", "--power", "100"], "--power"),
+])
+def test_impossible_requests_are_one_usage_error(args: list[str], says: str) -> None:
+    result = invoke("plan", *args)
+    assert result.exit_code == 2 and says in result.output, result.output
+    assert "Traceback" not in result.output
