@@ -122,6 +122,7 @@ ENUMERATED: dict[str, tuple[str, ...]] = {
     "judge_class": ("", "same", "immaterial", "subset", "superset", "contradiction",
                     "unclear", "no_verdict"),
     "a_routing": _ROUTING, "b_routing": _ROUTING,
+    "flip_cause": ("", *FLIP_CAUSES),
 }
 
 
