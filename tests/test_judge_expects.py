@@ -5,6 +5,9 @@ summary.json, the sheet and the gate."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 
 from quantcheck import CollectSettings, Expect, collect, load_run
 from quantcheck.judge.expects import (
+    REGEX_SECONDS,
     check_answer,
     choice_of,
     code_of,
@@ -284,3 +288,60 @@ def test_calls_are_compared_as_values_not_bytes() -> None:
 )
 def test_expect_checks(expect: Expect, text: str, passes: bool) -> None:
     assert (overall(check_answer(expect, text)) == "pass") is passes
+
+
+# --- answers that once stopped compare ----------------------------------------------
+
+UUID = "123e4567-e89b-12d3-a456-426614174000"
+STALLING = r"^(a|aa)+$"  # backtracks without end on a run of a's that ends otherwise
+HOSTILE_PROMPTS = f"""
+prompts:
+  - {{id: uuid, prompt: "Q: uuid", expect: {{number: 12}}}}
+  - {{id: nested, prompt: "Q: nested", expect: {{regex: '^(a+)+$'}}}}
+  - {{id: stalling, prompt: "Q: stalling", expect: {{regex: '{STALLING}'}}}}
+  - {{id: schema, prompt: "Q: schema", expect: {{json_schema: {{type: object, properties:
+      {{name: {{type: string, pattern: '{STALLING}'}}}}}}}}}}
+"""
+
+
+def test_a_uuid_and_a_pattern_that_backtracks_cost_one_check_never_the_comparison(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    a = serve(ScriptedModel({"Q: uuid": " 12, id 0", "Q: nested": " aaaa", "Q: stalling": "aaa",
+                             "Q: schema": '{"name": "aaa"}'}))
+    b = serve(ScriptedModel({"Q: uuid": f" id {UUID} -e5 +e3 1e999",
+                             "Q: nested": "a" * 40 + "b",
+                             "Q: stalling": "a" * 60 + "b",
+                             "Q: schema": '{"name": "' + "a" * 60 + 'b"}'}))
+    prompts = write_prompts(HOSTILE_PROMPTS)
+    for side, server in (("a", a), ("b", b)):
+        collect([prompts], tmp_path / side, CollectSettings(
+            endpoint=server.url, label=side, top_logprobs=0, preflight=False))
+    # a subprocess with a deadline: a search that never ends must fail this test, not hang it
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "quantcheck", "compare", tmp_path / "a",
+                             tmp_path / "b", "--out", tmp_path / "report", "--jobs", "1"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr  # the flips fail the gate; no crash (3)
+    assert time.monotonic() - started < 30
+    pairs = pd.read_csv(tmp_path / "report" / "pairs.csv",
+                        keep_default_na=False).set_index("prompt_id")
+    assert pairs.loc["uuid", "b_expect_failures"] == "number: first number is 89, expected 12"
+    assert pairs.loc["uuid", "numbers_changed"]
+    assert pairs.loc["nested", "b_expect_failures"] == "regex: no match for /^(a+)+$/"
+    assert (pairs.loc["stalling", "a_expect"], pairs.loc["stalling", "b_expect"]) == (
+        "pass", "fail")
+    assert pairs.loc["stalling", "b_expect_failures"].startswith(
+        f"regex: /{STALLING}/ was stopped after 1 s on this answer")
+    assert (pairs.loc["schema", "a_expect"], pairs.loc["schema", "b_expect"]) == ("pass", "fail")
+    assert pairs.loc["schema", "b_expect_failures"] == (
+        f"json_schema: the schema's pattern /{STALLING}/ was stopped after 1 s on this answer "
+        "(it backtracks without end: rewrite it)")
+
+
+def test_a_regex_search_is_bounded_in_time() -> None:
+    started = time.monotonic()
+    results = check_answer(Expect(regex=STALLING), "a" * 60 + "b")
+    assert time.monotonic() - started < REGEX_SECONDS + 4  # the bound is checked now and then
+    assert [(r.status, r.reason.split(" (")[0]) for r in results] == [
+        ("fail", f"/{STALLING}/ was stopped after 1 s on this answer")]
+    assert overall(check_answer(Expect(regex=STALLING), "aaaa")) == "pass"

@@ -5,6 +5,7 @@ compare and the gate."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from quantcheck.errors import ConfigFileError
 from quantcheck.judge.log_signatures import load_signatures, scan_log
 
-from .conftest import FIXTURES, invoke
+from .conftest import FIXTURES, assert_one_clear_line, invoke
 
 LOGS = FIXTURES / "logs"
 
@@ -82,3 +83,17 @@ def test_blocking_signature_in_a_side_log_fails_the_gate(ab_runs: tuple[Path, Pa
     assert "1 blocking log signature (B: fp8-lm-head-scale-not-loaded)" in gate.output
     allowed = invoke("gate", out, *lenient, "--max-blocking-log-signatures", "1")
     assert allowed.exit_code == 0
+
+
+def test_a_pattern_that_backtracks_on_a_log_line_is_refused_not_a_hang(tmp_path: Path) -> None:
+    own = tmp_path / "mine.yaml"
+    own.write_text("signatures:\n  - {id: loop, pattern: '^(a|aa)+$', regex: true, "
+                   "meaning: m, action: a}\n")
+    log = tmp_path / "server.log"
+    log.write_text("ok\n" + "a" * 60 + "b\n")
+    started = time.monotonic()
+    result = invoke("logscan", log, "--signatures", own)
+    assert time.monotonic() - started < 10
+    assert result.exit_code == 2
+    assert_one_clear_line(result.output, f"signature 'loop': its pattern /^(a|aa)+$/ was "
+                                         f"stopped after 1 s on {log}:2")

@@ -289,6 +289,11 @@ def test_repeated_token_strings_stay_distinct_outcomes() -> None:
         ("well-known -5 and +2.5e3", [-5.0, 2500.0]),
         ("9.11 vs 9.9.", [9.11, 9.9]),
         ("no digits - here", []),
+        # a sign only before a digit, a comma only between digits; never inf
+        ("id 123e4567-e89b-12d3-a456-426614174000", [89.0, -12.0, 3.0, 456.0, -426614174000.0]),
+        ("hash a-e5 b+e3, /v1/x-E7", [5.0, 3.0, 1.0, 7.0]),
+        ("1e999 is no float, 2e3 is", [2000.0]),
+        ("-.5 and 1,,2 and 3,e4", [-0.5, 1.0, 2.0, 3.0, 4.0]),
     ],
 )
 def test_numbers_in(text: str, numbers: list[float]) -> None:

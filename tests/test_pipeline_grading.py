@@ -301,6 +301,30 @@ def test_a_judge_failing_every_request_costs_only_its_figures(
     assert not (tmp_path / "report" / "judge-cache.jsonl").exists()  # nothing to keep
 
 
+@pytest.mark.parametrize("judge_is", ["not-listening", "answering-500"])
+def test_a_named_judge_model_that_never_answers_says_why_in_the_summary(
+        planted_runs: tuple[Path, Path], tmp_path: Path, judge_is: str) -> None:
+    """With --judge-model nothing is asked before the gradings: their failures alone
+    must fill judge.error (docs/review.md says it says why)."""
+    broken = None
+    if judge_is == "answering-500":
+        broken = ScriptedServer(ScriptedModel(name="judge-7b"),
+                                faults=Faults(status={n: 500 for n in range(100)})).start()
+    url = broken.url if broken else f"http://127.0.0.1:{free_port()}"
+    try:
+        result = compare_with_judge(planted_runs, tmp_path / "report", url, "--judge-model",
+                                    "judge-7b")
+    finally:
+        if broken:
+            broken.stop()
+    figures = json.loads((tmp_path / "report" / "summary.json").read_text())["judge"]
+    assert figures["failed"] == 12 and figures["classes"] == {NO_VERDICT: 6}
+    cause = "HTTP 500" if broken else "connection failed"
+    assert figures["error"].startswith("12 gradings got no answer from the judge; the last: ")
+    assert cause in figures["error"]
+    assert figures["error"] in result.output  # the terminal's judge line says it too
+
+
 def test_the_rubric_holds_the_mapping_and_a_bad_one_is_refused_first(
         planted_runs: tuple[Path, Path], judge: ScriptedServer, tmp_path: Path) -> None:
     text = (ROOT / "rubrics" / "default.yaml").read_text()

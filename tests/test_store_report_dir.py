@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from quantcheck import CollectSettings, collect
 from quantcheck.errors import RunFormatError
 from quantcheck.fetch.forced_scoring import ForcedSettings
+from quantcheck.judge.grades import CLASSES, NO_VERDICT, UNCLEAR
+from quantcheck.judge.triage import TOOL_CALL_CHANGES
 from quantcheck.pipeline.collecting import score_run
-from quantcheck.store.report_dir import FORCED_JSON, FORCED_JSONL, read_forced
+from quantcheck.store.pair_records import ENUMERATED
+from quantcheck.store.report_dir import (
+    FORCED_JSON,
+    FORCED_JSONL,
+    PAIRS,
+    read_forced,
+    read_pair_rows,
+)
+from quantcheck.store.run_records import DEGENERATE_KINDS, LENGTH_CAPPED
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, assert_one_clear_line, invoke
 
@@ -47,3 +58,32 @@ def test_forced_scores_that_cannot_be_read_are_one_clear_line(
     result = invoke("compare", run, run, "--forced", folder, "--out", tmp_path / "report")
     assert result.exit_code == 2
     assert_one_clear_line(result.output, named)
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("flip", "no"), ("suggested_label", "fine"), ("status", "Compared"),
+    ("b_degenerate", "loop"), ("judge_class", "maybe"), ("b_expect", "PASS"),
+    ("flip_cause", "noise")])
+def test_a_value_outside_an_enumerated_column_is_refused_naming_row_column_and_values(
+        planted_report: Path, column: str, value: str) -> None:
+    pairs = pd.read_csv(planted_report / PAIRS, keep_default_na=False, dtype=str)
+    row = int((pairs["prompt_id"] == "numbers").to_numpy().argmax())
+    pairs.loc[row, column] = value
+    pairs.to_csv(planted_report / PAIRS, index=False)
+    with pytest.raises(RunFormatError) as caught:
+        read_pair_rows(planted_report)
+    allowed = ", ".join(repr(v) if v else "empty" for v in ENUMERATED[column])
+    assert str(caught.value) == (
+        f"{planted_report / PAIRS}: row {row + 1} (prompt 'numbers'), column {column}: "
+        f"{value!r} is not one of its values ({allowed}); edited by hand? re-run compare")
+    for command in (("gate", planted_report), ("report", planted_report)):
+        result = invoke(*command)
+        assert result.exit_code == 2, result.output
+        assert_one_clear_line(result.output, f"column {column}: {value!r} is not one of")
+
+
+def test_every_value_triage_writes_is_one_its_column_allows(planted_report: Path) -> None:
+    read_pair_rows(planted_report)  # the planted report, as written, reads
+    assert set(TOOL_CALL_CHANGES) < set(ENUMERATED["tool_call_change"])
+    assert {*CLASSES, UNCLEAR, NO_VERDICT} < set(ENUMERATED["judge_class"])
+    assert {*DEGENERATE_KINDS, LENGTH_CAPPED} < set(ENUMERATED["a_degenerate"])

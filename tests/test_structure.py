@@ -164,9 +164,9 @@ TESTS = Path(__file__).parent
 # Test files of a scenario across the layers rather than of one module; docs/development.md
 # ("Tests") lists them too and says what each covers.
 SCENARIOS = {"test_action.py", "test_docs.py", "test_engine_models.py", "test_exit_codes.py",
-             "test_fuzz_parsers.py", "test_hostile_servers.py", "test_lint.py",
-             "test_llamacpp.py", "test_newcomer.py", "test_scale.py", "test_structure.py",
-             "test_wire_formats.py"}
+             "test_fuzz_judge.py", "test_fuzz_parsers.py", "test_hostile_servers.py",
+             "test_lint.py", "test_llamacpp.py", "test_newcomer.py", "test_scale.py",
+             "test_structure.py", "test_wire_formats.py"}
 # Tests of a folder as a whole, test_<layer>_<topic>.py (none so far).
 FOLDER_TOPICS: set[str] = set()
 

@@ -80,6 +80,7 @@ class Grader:
     cache: GradeCache
     tally: Tally = field(default_factory=Tally)
     down: str | None = None  # why the judge was given up on
+    last_failure: str | None = None  # why the last grading without an answer got none
     _unreachable: int = 0
     _last_answer: float = field(default_factory=time.monotonic)
 
@@ -139,7 +140,19 @@ class Grader:
                 completion_tokens=_count(usage.get("completion_tokens")),
                 seconds=round(time.perf_counter() - started, 3), at=_now()))
         self.tally.failed += 1
+        self.last_failure = why
         return why
+
+    def trouble(self) -> str | None:
+        """Why gradings went without an answer (summary.json's `judge.error`): the judge
+        given up on, or how many got none and the last reason; None when none failed."""
+        if self.down is not None:
+            return self.down
+        if not self.tally.failed:
+            return None
+        failed = self.tally.failed
+        return (f"{failed} grading{'s' * (failed != 1)} got no answer from the judge; the "
+                f"last: {self.last_failure}")
 
     def _keep(self, reply: GradeReply) -> GradeReply:
         self.cache.add(reply)

@@ -15,6 +15,7 @@ model: when both sides report it, it decides whether the model differs, not the 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 
@@ -47,12 +48,17 @@ def parse_cell_options(values: tuple[str, ...] | list[str]) -> Cell:
 
 
 def _number_or_text(raw: str) -> CellValue:
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            pass
-    return raw
+    """A number when it reads as one (a finite one: "nan" and "1e999" stay text, as
+    JSON has no such number to store)."""
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:
+        number = float(raw)
+    except ValueError:
+        return raw
+    return number if math.isfinite(number) else raw
 
 
 def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> Cell:

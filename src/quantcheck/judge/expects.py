@@ -16,19 +16,25 @@ The rules a reviewer needs to predict a result:
   case-sensitive).
 - `code`: see `code_of` for which part of the answer is run, sandbox.py for how.
 - `choice`: see `choice_of`.
+- `regex`: Python's regular expression syntax, searched for within REGEX_SECONDS per
+  answer (see `regex_failure`): a pattern that backtracks without end fails its check,
+  saying so, and never stalls the comparison.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import NoReturn
+from functools import cache
+from typing import Any, NoReturn
 
+import regex
 from jsonschema import FormatChecker
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
+from jsonschema.exceptions import ValidationError, best_match
+from jsonschema.protocols import Validator
+from jsonschema.validators import extend, validator_for
 
 from ..store.run_records import (
     CHOICE_LETTERS,
@@ -42,6 +48,10 @@ from ..store.run_records import (
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 _REASON_CHARS = 240
+# An expect.regex search on one answer may take this long. A search takes microseconds
+# unless the pattern backtracks catastrophically ("^(a|aa)+$" on 60 a's then a b),
+# when it would run for years.
+REGEX_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -99,9 +109,8 @@ def _text_checks(expect: Expect, text: str) -> list[CheckResult]:
                                                 for s in expect.not_contains
                                                 if fold(s) in haystack]))
     if expect.regex is not None:
-        flags = 0 if expect.case_sensitive else re.IGNORECASE
-        matched = re.search(expect.regex, text, flags)
-        results.append(_result("regex", [] if matched else [f"no match for /{expect.regex}/"]))
+        failure = regex_failure(expect.regex, text, expect.case_sensitive)
+        results.append(_result("regex", [failure] if failure else []))
     if expect.number is not None:
         number = first_number(text)
         near = number is not None and abs(number - expect.number) <= expect.tolerance
@@ -109,6 +118,21 @@ def _text_checks(expect: Expect, text: str) -> list[CheckResult]:
             f"no number, expected {expect.number:g}" if number is None else
             f"first number is {number:g}, expected {expect.number:g}"]))
     return results
+
+
+def regex_failure(pattern: str, text: str, case_sensitive: bool = False) -> str:
+    """Why `pattern` is not found in `text` ("" when it is). Searched with the `regex`
+    module (the syntax of Python's `re`), which unlike `re` can be stopped: a search
+    still running after REGEX_SECONDS ends, and the check fails saying so."""
+    flags = 0 if case_sensitive else regex.IGNORECASE
+    try:
+        found: object = regex.search(pattern, text, flags, timeout=REGEX_SECONDS)
+    except TimeoutError:
+        return (f"/{pattern}/ was stopped after {REGEX_SECONDS:g} s on this answer (the "
+                "pattern backtracks without end: rewrite it, e.g. (a+)+ as a+)")
+    except (regex.error, ValueError, OverflowError) as exc:
+        return f"/{pattern}/ cannot be searched: {_short(str(exc))}"
+    return "" if found is not None else f"no match for /{pattern}/"
 
 
 # --- JSON ---------------------------------------------------------------------------
@@ -139,15 +163,89 @@ def parse_json(text: str) -> tuple[JsonValue, str]:
 
 def schema_failure(schema: Mapping[str, JsonValue], value: JsonValue) -> str:
     """Where and why `value` breaks `schema` ("" when it does not): the JSON path, the
-    message and the violated keyword."""
-    validator = validator_for(schema)(schema, format_checker=FormatChecker())
+    message and the violated keyword. The schema's patterns (`pattern`,
+    `patternProperties`, `additionalProperties` beside them) are searched as an
+    expect.regex is, within REGEX_SECONDS each."""
+    validator = _bounded(validator_for(schema))(schema, format_checker=FormatChecker())
     try:
         error = best_match(validator.iter_errors(value))
     except RecursionError:
         return "nested too deeply to validate"
+    except _PatternStopped as stopped:
+        return (f"the schema's pattern /{stopped.pattern}/ was stopped after "
+                f"{REGEX_SECONDS:g} s on this answer (it backtracks without end: rewrite it)")
     if error is None:
         return ""
     return f"{error.json_path}: {_short(error.message)} ({error.validator})"
+
+
+class _PatternStopped(Exception):
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self.pattern = pattern
+
+
+def _found(pattern: str, text: str) -> bool:
+    """jsonschema's `re.search(pattern, text)`, stopped after REGEX_SECONDS."""
+    try:
+        return regex.search(pattern, text, timeout=REGEX_SECONDS) is not None
+    except TimeoutError:
+        raise _PatternStopped(pattern) from None
+    except regex.error:  # a pattern only `re` reads: searched as jsonschema would
+        return re.search(pattern, text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any
+             ) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _found(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
+                        schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _found(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any
+                           ) -> Iterator[ValidationError]:
+    """jsonschema's keyword (the same messages), its patterns searched by `_found`."""
+    if not validator.is_type(instance, "object"):
+        return
+    properties, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    extras = {key for key in instance if key not in properties
+              and not any(_found(pattern, key) for pattern in patterns)}
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        if "patternProperties" in schema:
+            verb = "does" if len(extras) == 1 else "do"
+            joined = ", ".join(repr(each) for each in sorted(extras))
+            shown = ", ".join(repr(each) for each in sorted(patterns))
+            yield ValidationError(f"{joined} {verb} not match any of the regexes: {shown}")
+        else:
+            names = sorted(extras, key=str)
+            yield ValidationError("Additional properties are not allowed ("
+                                  f"{', '.join(map(repr, names))} "
+                                  f"{'was' if len(names) == 1 else 'were'} unexpected)")
+
+
+_BOUNDED_KEYWORDS = {"pattern": _pattern, "patternProperties": _pattern_properties,
+                     "additionalProperties": _additional_properties}
+
+
+@cache
+def _bounded(validator: type[Validator]) -> type[Validator]:
+    """The schema's draft with its pattern keywords searched within REGEX_SECONDS."""
+    known = validator.VALIDATORS
+    extended: type[Validator] = extend(  # type: ignore[no-untyped-call]
+        validator, {k: v for k, v in _BOUNDED_KEYWORDS.items() if k in known})
+    return extended
 
 
 def _json_checks(expect: Expect, text: str) -> list[CheckResult]:

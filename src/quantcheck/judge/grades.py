@@ -7,6 +7,7 @@ why the prompt and the mapping are what they are: docs/review.md."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -95,7 +96,11 @@ class Grading:
         """Where its reply is cached: the model, the prompt's version and the texts in
         their roles (the swapped order is another key)."""
         parts = [model, PROMPT_VERSION, self.question, self.reference, self.submission]
-        return hashlib.sha256(orjson.dumps(parts)).hexdigest()
+        try:
+            data = orjson.dumps(parts)
+        except TypeError:  # a lone surrogate, which no stored run holds, still has a key
+            data = json.dumps(parts).encode()
+        return hashlib.sha256(data).hexdigest()
 
 
 def gradings(row: PairRow, request: Mapping[str, object] | None) -> tuple[Grading, Grading]:
@@ -115,13 +120,21 @@ def question_text(request: Mapping[str, object] | None) -> str:
     if isinstance(messages, list):
         turns = [(str(m.get("role", "")), m.get("content")) for m in messages
                  if isinstance(m, dict)]
-        texts = [(role, c if isinstance(c, str) else orjson.dumps(c).decode())
-                 for role, c in turns]
+        texts = [(role, c if isinstance(c, str) else _as_json(c)) for role, c in turns]
         if len(texts) == 1 and texts[0][0] == "user":
             return texts[0][1]
         return "\n".join(f"{role}: {text}" for role, text in texts)
     prompt = request.get("prompt")
-    return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
+    return prompt if isinstance(prompt, str) else _as_json(prompt)
+
+
+def _as_json(value: object) -> str:
+    """A value of a request as JSON text; one orjson cannot write (an integer beyond
+    64 bits from a YAML prompt set) as Python's json writes it."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def answer_text(text: str | None, tool_calls: str | None) -> str:

@@ -1,12 +1,19 @@
-"""Scan server logs for known failure signatures (a shipped file, plus the user's own)."""
+"""Scan server logs for known failure signatures (a shipped file, plus the user's own).
+
+A `regex: true` pattern is Python's `re` syntax, searched with the `regex` module within
+LINE_SECONDS per log line: a pattern that backtracks without end on a line the engine
+wrote is refused (ConfigFileError naming the signature, the log and the line), never a
+hang."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import regex
 
 from ..errors import ConfigFileError, RunFormatError
 from ..store.report_records import LogMatch
@@ -14,6 +21,7 @@ from ..store.yamlfile import read_yaml, reject_unknown, require_bools, require_t
 
 SHIPPED = Path(__file__).parent / "signatures.yaml"
 SIGNATURE_KEYS = {"id", "pattern", "regex", "meaning", "action", "reference", "blocking"}
+LINE_SECONDS = 1.0  # a pattern's search on one log line (microseconds, unless it backtracks)
 
 
 @dataclass
@@ -26,8 +34,13 @@ class Signature:
     blocking: bool = False
     regex: bool = False
 
-    def compiled(self) -> re.Pattern[str]:
-        return re.compile(self.pattern if self.regex else re.escape(self.pattern))
+    def compiled(self) -> Any:
+        """A regular expression as the `regex` module's (its `search` takes a `timeout`);
+        a substring as `re`'s, faster, which cannot backtrack."""
+        if not self.regex:
+            return re.compile(re.escape(self.pattern))
+        re.compile(self.pattern)  # what a signature file may hold: Python's re syntax
+        return regex.compile(self.pattern)
 
 
 def load_signatures(extra: list[Path] | tuple[Path, ...] = ()) -> list[Signature]:
@@ -58,7 +71,7 @@ def _signature(path: Path, position: int, entry: object) -> Signature:
         signature.compiled()
     except msgspec.ValidationError as exc:
         raise ConfigFileError(f"{where}: {exc}") from None
-    except re.error as exc:
+    except (re.error, regex.error) as exc:
         raise ConfigFileError(f"{where}: field 'pattern': invalid regular expression: "
                               f"{exc}") from None
     return signature
@@ -75,7 +88,15 @@ def scan_log(path: Path, signatures: list[Signature]) -> list[LogMatch]:
     with handle:
         for number, line in enumerate(handle, 1):
             for signature, pattern in compiled:
-                if not pattern.search(line):
+                try:
+                    hit = (pattern.search(line, timeout=LINE_SECONDS) if signature.regex
+                           else pattern.search(line))
+                except TimeoutError:
+                    raise ConfigFileError(
+                        f"signature {signature.id!r}: its pattern /{signature.pattern}/ was "
+                        f"stopped after {LINE_SECONDS:g} s on {path}:{number} (it backtracks "
+                        "without end: rewrite it, e.g. (a+)+ as a+)") from None
+                if hit is None:
                     continue
                 if signature.id in found:
                     found[signature.id].count += 1

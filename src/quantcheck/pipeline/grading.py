@@ -128,7 +128,7 @@ async def _grade_report(client: EndpointClient, model: str | None, error: str | 
         requests=tally.requests, cached=tally.cached,
         failed=tally.failed, seconds=round(time.perf_counter() - started, 3),
         prompt_tokens=tally.prompt_tokens, completion_tokens=tally.completion_tokens,
-        error=error or (grader.down if grader else None))
+        error=error or (grader.trouble() if grader else None))
 
 
 async def _judge_chunk(grader: Grader | None, error: str | None, rows: list[PairRow],

@@ -8,7 +8,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from .grade_records import GradeDetails
-from .run_records import DEGENERATE_KINDS, TopK, new_on_b
+from .run_records import DEGENERATE_KINDS, LENGTH_CAPPED, TopK, new_on_b
 
 
 class PairRow(msgspec.Struct, kw_only=True):
@@ -102,6 +102,28 @@ PAIR_COLUMNS = list(PairRow.__struct_fields__)
 FLIP_CAUSES = ("unstable_a", "unstable_b", "near_tie", "confident")
 FLIP_CAUSE_WORDS = {"unstable_a": "unstable on A", "unstable_b": "unstable on B",
                     "near_tie": "near tie", "confident": "confident"}
+
+STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
+_EXPECT_RESULTS = ("", "pass", "fail", "skipped")
+_DEGENERATE = ("", *DEGENERATE_KINDS, LENGTH_CAPPED)
+_ROUTING = ("", "identical", "after_routing", "gating")
+# The columns that hold one of a few values (docs/formats.md; "" is an empty cell): the
+# gate and the sheet act on them, so a value outside the set (pairs.csv edited by hand)
+# is refused on reading, never taken for another.
+ENUMERATED: dict[str, tuple[str, ...]] = {
+    "status": STATUSES,
+    "divergence_kind": ("", "none", "near_tie", "confident", "ended"),
+    "a_expect": _EXPECT_RESULTS, "b_expect": _EXPECT_RESULTS,
+    "flip": ("", "regression", "improvement"),
+    "tool_call_change": ("", "identical", "arguments_changed", "different_tool",
+                         "call_vs_no_call"),
+    "a_degenerate": _DEGENERATE, "b_degenerate": _DEGENERATE,
+    "suggested_label": ("", "identical", "factual_flip", "wording"),
+    "judge_class": ("", "same", "immaterial", "subset", "superset", "contradiction",
+                    "unclear", "no_verdict"),
+    "a_routing": _ROUTING, "b_routing": _ROUTING,
+    "flip_cause": ("", *FLIP_CAUSES),
+}
 
 
 def _dtype(annotation: str) -> str:

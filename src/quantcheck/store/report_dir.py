@@ -26,7 +26,14 @@ import pandas as pd
 
 from ..errors import RunFormatError
 from .files import make_directory
-from .pair_records import PAIR_COLUMNS, PAIR_DTYPES, TEXT_COLUMNS, PairDetails, PairRow
+from .pair_records import (
+    ENUMERATED,
+    PAIR_COLUMNS,
+    PAIR_DTYPES,
+    TEXT_COLUMNS,
+    PairDetails,
+    PairRow,
+)
 from .report_records import ForcedLine, ForcedSummary, Overview, Summary
 from .run_dir import (
     MANIFEST,
@@ -174,7 +181,9 @@ class PromptIds(Container[str]):
 def iter_pairs(report_dir: Path, chunk: int | None = None,
                usecols: list[str] | None = None) -> Iterator[pd.DataFrame]:
     """pairs.csv, `chunk` rows at a time (whole without one); a malformed file is one
-    RunFormatError naming it, wherever it breaks."""
+    RunFormatError naming it, wherever it breaks: a column of a few values
+    (pair_records.ENUMERATED) holding another names the row, the column, the value and
+    the values allowed."""
     path = report_dir / PAIRS
     if not path.exists():
         raise RunFormatError(f"{path}: missing; run `quantcheck compare` first")
@@ -187,16 +196,37 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
         if missing:
             raise RunFormatError(f"{path}: missing columns {', '.join(missing)}")
         if chunk is None:
-            yield pd.read_csv(path, dtype=dtypes, usecols=usecols, keep_default_na=False,
-                              na_values=empty)
+            frames: Iterable[pd.DataFrame] = [pd.read_csv(
+                path, dtype=dtypes, usecols=usecols, keep_default_na=False, na_values=empty)]
+            yield from _checked(path, frames)
         else:
             with pd.read_csv(path, dtype=dtypes, usecols=usecols, keep_default_na=False,
-                             na_values=empty, chunksize=chunk) as frames:
-                yield from frames
+                             na_values=empty, chunksize=chunk) as reader:
+                yield from _checked(path, reader)
     except (OSError, UnicodeDecodeError, ValueError, TypeError, pd.errors.ParserError,
             pd.errors.EmptyDataError) as exc:
         raise RunFormatError(f"{path}: not a pairs table written by compare "
                              f"({str(exc).splitlines()[0][:200]})") from None
+
+
+def _checked(path: Path, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """The frames, each once its enumerated columns hold only their values."""
+    rows = 0
+    for frame in frames:
+        for column in frame.columns.intersection(list(ENUMERATED)):
+            allowed = ENUMERATED[column]
+            wrong = ~frame[column].isin(allowed)
+            if wrong.any():
+                at = int(np.argmax(wrong.to_numpy()))
+                which = (f" (prompt {frame['prompt_id'].iloc[at]!r})"
+                         if "prompt_id" in frame.columns else "")
+                raise RunFormatError(
+                    f"{path}: row {rows + at + 1}{which}, column {column}: "
+                    f"{frame[column].iloc[at]!r} is not one of its values ("
+                    f"{', '.join(repr(v) if v else 'empty' for v in allowed)}); edited by "
+                    "hand? re-run compare")
+        rows += len(frame)
+        yield frame
 
 
 def _header(path: Path) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -102,22 +103,21 @@ class Expect:
         return cls(**fields)
 
 
-# A loose scan (starting with a character class keeps the regex engine fast), then
-# each match is checked: "1,200" is one number, "3,4" two, a lone "-" none.
-_NUMBER_SCAN = re.compile(r"[-+\d][\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# A scan that starts with a character class (which keeps the regex engine fast); a sign
+# counts only before a digit or ".digit", a comma only between digits, so that every
+# piece below is a float literal: "-e89" in a UUID is 89, never an error. Then each
+# match is split: "1,200" is one number, "3,4" two.
+_NUMBER_SCAN = re.compile(r"[-+\d](?:(?<=\d)|(?=\.?\d))\d*(?:,\d+)*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def numbers_in(text: str) -> list[float]:
-    """Every number in `text`, in order (thousands separators allowed)."""
+    """Every number in `text`, in order (thousands separators allowed); always finite:
+    a numeral beyond a float's range ("1e999") is left out."""
     found: list[float] = []
     for match in _NUMBER_SCAN.findall(text):
-        match = match.strip(",")
-        if "," not in match or _THOUSANDS.fullmatch(match):
-            parts = [match.replace(",", "")]
-        else:
-            parts = match.split(",")
-        found += [float(part) for part in parts if part.strip("+-")]
+        parts = [match.replace(",", "")] if _THOUSANDS.fullmatch(match) else match.split(",")
+        found += [number for number in map(float, parts) if math.isfinite(number)]
     return found
 
 
