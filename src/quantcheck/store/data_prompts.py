@@ -144,7 +144,7 @@ def _which_prompt(data: DataFile, names: list[str], base: ColumnMap, api: str) -
     them, else the --map line)."""
     suggestion = ""
     first = list(itertools.islice(rows(data), FIRST_ROWS))
-    for name, preset in sorted(PRESETS.items(), key=lambda item: -len(item[1].map)):
+    for name in sorted(PRESETS, key=lambda preset: -len(PRESETS[preset].map)):
         if _reads(parse_map([], name), names, first, base, api):
             suggestion = f"; these columns fit --map-preset {name}"
             break

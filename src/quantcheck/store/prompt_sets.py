@@ -11,9 +11,9 @@ from pathlib import Path
 import yaml
 
 from ..errors import PromptFileError
-from .files import UnreadableFile, open_regular
 from .data_prompts import LoadedSource, is_data_source, load_data_source
 from .data_rows import SUFFIXES as DATA_SUFFIXES
+from .files import UnreadableFile, open_regular
 from .prompt_entries import (
     APIS,
     DEFAULT_MAX_TOKENS,

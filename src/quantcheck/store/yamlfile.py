@@ -65,8 +65,7 @@ def load_yaml(path: Path, data: bytes, what: str,
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or exc
-        raise error(f"{where}: not valid YAML: {problem}") from None
+        raise error(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
     except RecursionError:
         raise error(f"{path}: the {what} nests values too deeply to read") from None
 
