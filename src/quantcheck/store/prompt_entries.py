@@ -406,8 +406,8 @@ def _expect(where: Where, entry: Fields) -> Expect | None:
     if number is not None and (isinstance(number, bool) or not isinstance(number, int | float)):
         raise at.error("number", "must be a number")
     if number is not None and not _finite(number):
-        raise at.error("number", f"must be a finite number, not {number} (an empty or "
-                       "NaN answer cell cannot be checked: fill it in or drop the row)")
+        raise at.error("number", f"must be a finite number, not {number} (nothing can "
+                       "be checked against it: fill the answer in or drop the prompt)")
     tolerance = fields.get("tolerance", 0.0)
     if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0 \
             or not _finite(tolerance):
