@@ -68,7 +68,7 @@ def check_command(files: tuple[Path, ...], show: int, column_map: tuple[str, ...
     for source in sources:
         _echo_source(source)
     prompts = [prompt for source in sources for prompt in source.prompts]
-    click.echo(f"total: {len(prompts):,} prompts, ids unique")
+    click.echo(f"total: {len(prompts):,} {_plural('prompt', len(prompts))}, ids unique")
     for prompt in prompts[:show]:
         _echo_prompt(prompt)
 
@@ -102,7 +102,7 @@ def convert_command(files: tuple[Path, ...], out: Path, force: bool,
 
 
 def _echo_source(source: LoadedSource) -> None:
-    shapes = ", ".join(f"{count:,} {shape}{'s' * (count != 1)}"
+    shapes = ", ".join(f"{count:,} {_plural(shape, count)}"
                        for shape, count in source.shapes.items())
     unit = "prompt" if source.kind == "YAML prompt set" else "row"
     click.echo(f"{source.path}: {source.kind}, {source.rows:,} {unit}{'s' * (source.rows != 1)} "
@@ -112,7 +112,7 @@ def _echo_source(source: LoadedSource) -> None:
     checks = Counter(check for prompt in source.prompts if prompt.expect
                      for check in prompt.expect.to_json() if check in CHECKS)
     with_expect = sum(1 for prompt in source.prompts if prompt.expect)
-    click.echo(f"  {len(source.prompts):,} prompts ("
+    click.echo(f"  {len(source.prompts):,} {_plural('prompt', len(source.prompts))} ("
                + ", ".join(f"{api} {n:,}" for api, n in sorted(apis.items()))
                + f"), {with_expect:,} with an expect"
                + (f" ({', '.join(f'{c} {n:,}' for c, n in sorted(checks.items()))})"
@@ -125,6 +125,12 @@ def _echo_source(source: LoadedSource) -> None:
     if source.total is not None:
         click.echo(f"  sample: {len(source.prompts):,} of {source.total:,} rows, seed "
                    f"{source.seed}")
+
+
+def _plural(noun: str, count: int) -> str:
+    if count == 1:
+        return noun
+    return noun[:-1] + "ies" if noun.endswith("body") else noun + "s"
 
 
 def _echo_prompt(prompt: Prompt) -> None:

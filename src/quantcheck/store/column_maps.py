@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import orjson
 
 from ..errors import PromptFileError
-from .prompt_entries import Fields, Where, mapping, plain
+from .prompt_entries import Fields, Where, loads_exact, mapping, plain
 from .run_records import CHOICE_LETTERS, numbers_in
 
 # Each target a column can be mapped to, and what it becomes.
@@ -33,6 +33,9 @@ TARGETS = {
     "expect.not_contains": "text the answer must not contain",
     "expect.regex": "a regular expression the answer must match",
 }
+# Columns named like these targets map to them by themselves, unless the mapping names
+# the target (prompt and messages: unless it names either).
+NAMED_TARGETS = ("id", "prompt", "messages", "category", "expect")
 RULES = {
     "after-hashes": "the text after the last '####' (GSM8K's answers end '#### 72')",
     "last-number": "the last number in the text",
@@ -105,6 +108,19 @@ class ColumnMap:
     @property
     def given(self) -> bool:
         return bool(self.columns)
+
+    def with_named_columns(self, available: Iterable[str]) -> ColumnMap:
+        """This mapping plus the columns named like a target it leaves unnamed (NAMED_TARGETS):
+        an `id` column stays the id when --map names only the prompt."""
+        have = set(available)
+        columns = dict(self.columns)
+        for target in NAMED_TARGETS:
+            text_named = target in ("prompt", "messages") and (
+                "prompt" in columns or "messages" in columns
+                or (target == "messages" and self.template is not None))
+            if target in have and target not in columns and not text_named:
+                columns[target] = Column((target,))
+        return replace(self, columns=columns)
 
     def fitted(self, available: Iterable[str], where: str) -> ColumnMap:
         """This mapping for a file with these columns: a preset's optional targets
@@ -319,7 +335,7 @@ def _json_value(value: object) -> object:
     if not isinstance(value, str) or value.strip()[:1] not in ("[", "{"):
         return value
     try:
-        return orjson.loads(value)
+        return loads_exact(value)
     except orjson.JSONDecodeError:
         pass
     texts = _numpy_texts(value)  # before Python's reading, which joins 'a' 'b' into 'ab'

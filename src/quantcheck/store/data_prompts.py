@@ -6,6 +6,7 @@ docs/prompts.md ("Bring your own prompts") is the user's description."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -53,6 +54,7 @@ class LoadedSource:
     seed: int | None = None
     mapping: str = ""  # the column mapping used, as TARGET=COLUMN entries
     hashed_ids: int = 0  # prompts whose id is a hash of their content
+    read: list[Path] = field(default_factory=list)  # every file or folder read
 
 
 @dataclass
@@ -83,6 +85,7 @@ def load_data_source(path: Path, options: RequestOptions,
         raise Where.of(path, source_file).error("map", str(exc)) from None
     loaded.kind = f"{loaded.kind} {data_path}, through the source file"
     loaded.path = path
+    loaded.read = [path, data_path]
     return loaded
 
 
@@ -104,10 +107,11 @@ def _recipe(source: SourceOptions, base: ColumnMap, defaults: Fields,
 def _load(data: DataFile, recipe: _Recipe, options: RequestOptions) -> LoadedSource:
     names = columns(data)
     cmap = recipe.columns
-    if names is not None:
-        cmap = (cmap if cmap.given else _by_name(names, data.path, cmap)).fitted(
-            names, str(data.path))
     api = options.api or recipe.defaults.get("api") or "chat"
+    if names is not None:
+        if not cmap.given and "prompt" not in names and "messages" not in names:
+            raise ColumnMapError(_which_prompt(data, names, cmap, str(api)))
+        cmap = cmap.with_named_columns(names).fitted(names, str(data.path))
     prompts: list[Prompt] = []
     shapes: Counter[str] = Counter()
     contents: Counter[str] = Counter()
@@ -124,25 +128,56 @@ def _load(data: DataFile, recipe: _Recipe, options: RequestOptions) -> LoadedSou
     total = count_rows(data) if recipe.sample is not None else None
     return LoadedSource(data.path, data.described, prompts, len(prompts), dict(shapes), total,
                         recipe.seed if recipe.sample is not None else None,
-                        " ".join(f"{t}={c}" for t, c in cmap.columns.items()), hashed)
+                        " ".join(f"{t}={c}" for t, c in cmap.columns.items()), hashed,
+                        [data.path])
 
 
-def _by_name(names: list[str], path: Path, base: ColumnMap) -> ColumnMap:
-    """A table's columns named like the project's prompt fields map to them; a table
-    without a prompt or messages column needs a mapping."""
-    if "prompt" not in names and "messages" not in names:
-        suggestion = next((f"; these columns look like --map-preset {name}"
-                           for name, preset in sorted(PRESETS.items(),
-                                                      key=lambda item: -len(item[1].map))
-                           if {c.split(":")[0] for c in preset.map.values()} - {"subject"}
-                           <= set(names)), "")
-        raise ColumnMapError(
-            f"{path}: which column is the prompt? Give a mapping, e.g. --map prompt=COLUMN "
-            f"--map expect.contains=COLUMN (the columns are {', '.join(names)}){suggestion}")
-    entries = [f"{name}={name}" for name in ("id", "prompt", "messages", "category", "expect")
-               if name in names]
-    return replace(parse_map(entries), template=base.template, system=base.system,
-                   category=base.category, expect=base.expect)
+FIRST_ROWS = 3  # rows a suggested mapping must read before it is suggested
+PROMPT_COLUMNS = ("question", "input", "instruction", "query", "problem", "text")
+ANSWER_COLUMNS = ("answer", "output", "target", "label", "solution", "expected",
+                  "response", "completion")
+
+
+def _which_prompt(data: DataFile, names: list[str], base: ColumnMap, api: str) -> str:
+    """The error for a table without a prompt or messages column: its columns, and a
+    mapping that reads its first rows when one can be found (a preset whose rules read
+    them, else the --map line)."""
+    suggestion = ""
+    first = list(itertools.islice(rows(data), FIRST_ROWS))
+    for name in sorted(PRESETS, key=lambda preset: -len(PRESETS[preset].map)):
+        if _reads(parse_map([], name), names, first, base, api):
+            suggestion = f"; these columns fit --map-preset {name}"
+            break
+    else:
+        prompt = next((c for c in PROMPT_COLUMNS if c in names), None)
+        answer = next((c for c in ANSWER_COLUMNS if c in names), None)
+        for entries in ([f"prompt={prompt}", f"expect.number={answer}"],
+                        [f"prompt={prompt}", f"expect.number={answer}:after-hashes"],
+                        [f"prompt={prompt}", f"expect.contains={answer}"],
+                        [f"prompt={prompt}"]):
+            if prompt is None or (answer is None and len(entries) > 1):
+                continue
+            if _reads(parse_map(entries), names, first, base, api):
+                suggestion = ("; these columns read as " +
+                              " ".join(f"--map {entry}" for entry in entries))
+                break
+    return (f"{data.path}: which column is the prompt? Give a mapping, e.g. --map "
+            f"prompt=COLUMN --map expect.contains=COLUMN (the columns are "
+            f"{', '.join(names)}){suggestion}")
+
+
+def _reads(cmap: ColumnMap, names: list[str], first: list[Row], base: ColumnMap,
+           api: str) -> bool:
+    """Whether `cmap` makes a prompt of each of the `first` rows."""
+    cmap = replace(cmap, system=base.system, category=base.category, expect=base.expect)
+    try:
+        fitted = cmap.with_named_columns(names).fitted(names, "")
+        for row in first:
+            entry, _ = _entry(row, fitted, api, fit=False)
+            build_prompt(row.where, {"id": "-", **entry}, {}, RequestOptions(api=api))
+    except PromptFileError:
+        return False
+    return bool(first)
 
 
 def _entry(row: Row, cmap: ColumnMap, api: str, fit: bool) -> tuple[Fields, str]:
@@ -153,7 +188,7 @@ def _entry(row: Row, cmap: ColumnMap, api: str, fit: bool) -> tuple[Fields, str]
         raise row.where.error(None, "expected a mapping of columns")
     if cmap.given:
         if fit:
-            cmap = cmap.fitted(fields, row.where.place)
+            cmap = cmap.with_named_columns(fields).fitted(fields, row.where.place)
         return cmap.entry(fields, row.where, api), "mapped row"
     if "custom_id" in fields:
         return _batch_entry(fields, row.where), "Batch API line"

@@ -1,15 +1,25 @@
 """Rows of data files, streamed: JSONL lines, CSV rows, Parquet and Arrow record
 batches (a `datasets` save_to_disk folder, a folder of Parquet shards); and a seeded
 sample of them drawn in bounded memory. pyarrow (the `data` extra) reads the columnar
-files."""
+files.
+
+Every file read is a regular file (files.open_regular: a FIFO or a device, even one
+named *.parquet inside a folder, is refused before it is opened for reading); text is
+UTF-8, and a byte that is not is one error naming its line and column, with the command
+that converts the file, wherever in the file it is; a JSON integer beyond 64 bits is
+read exactly (prompt_entries.loads_exact), never as a float."""
 
 from __future__ import annotations
 
 import bisect
 import csv
+import io
 import itertools
 import math
+import mmap
+import os
 import random
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -20,7 +30,9 @@ from typing import Protocol, TypeVar
 import orjson
 
 from ..errors import PromptFileError
-from .prompt_entries import Where, mapping
+from .files import UnreadableFile, open_regular
+from .prompt_entries import Where, loads_exact, mapping
+from .yamlfile import not_utf8_at
 
 T = TypeVar("T")
 LINE_SUFFIXES = (".jsonl", ".ndjson")
@@ -70,8 +82,7 @@ def open_data(path: Path) -> DataFile:
     if path.is_dir():
         return _folder(path)
     suffix = path.suffix.lower()
-    if not path.is_file():
-        raise PromptFileError(f"{path}: no such file")
+    _check_regular(path)
     if suffix in LINE_SUFFIXES:
         return DataFile(path, "jsonl", [path])
     if suffix in TABLE_SUFFIXES:
@@ -93,6 +104,8 @@ def _folder(path: Path) -> DataFile:
         return DataFile(path, "arrow", _state_files(path, state))
     for kind in ("parquet", "arrow"):
         files = sorted(path.glob(f"*.{kind}"))
+        for file in files:
+            _check_regular(file)
         if files:
             return DataFile(path, kind, files)
     raise PromptFileError(f"{path}: no data files: a folder of prompts is a datasets "
@@ -100,11 +113,32 @@ def _folder(path: Path) -> DataFile:
                           ".parquet files")
 
 
+def _check_regular(path: Path) -> None:
+    """A data file must be a regular file (a link to one is one)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise PromptFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise PromptFileError(f"{path}: not a regular file (a FIFO, a device or a socket "
+                              "is never read); give a file")
+
+
+def _opened(path: Path) -> io.BufferedReader:
+    try:
+        stream = open_regular(path, "data file")
+    except UnreadableFile as exc:
+        raise PromptFileError(str(exc)) from None
+    assert isinstance(stream, io.BufferedReader)
+    return stream
+
+
 def _state_files(path: Path, state: Path) -> list[Path]:
     """The Arrow files a save_to_disk folder lists in state.json's `_data_files`."""
     where = Where(state)
     try:
-        document = orjson.loads(state.read_bytes())
+        with _opened(state) as stream:
+            document = orjson.loads(stream.read())
     except (OSError, orjson.JSONDecodeError) as exc:
         raise where.error(None, f"not readable JSON: {exc}") from None
     fields = mapping(document)
@@ -114,8 +148,9 @@ def _state_files(path: Path, state: Path) -> list[Path]:
     files = []
     for entry in entries:
         name = (mapping(entry) or {}).get("filename")
-        if not isinstance(name, str) or "/" in name or not (path / name).is_file():
+        if not isinstance(name, str) or "/" in name or not (path / name).exists():
             raise where.error("_data_files", f"no such data file: {name!r}")
+        _check_regular(path / name)
         files.append(path / name)
     return files
 
@@ -188,7 +223,7 @@ def _uniform(rng: random.Random) -> float:
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of each line that is not blank."""
     try:
-        with path.open("rb") as stream:
+        with _opened(path) as stream:
             for number, line in enumerate(stream, 1):
                 if not line.isspace():  # a blank line is no row
                     yield number, line
@@ -201,8 +236,14 @@ def _json_row(path: Path, number: int, line: bytes) -> Row:
     if number == 1:
         line = line.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors write
     try:
-        value = orjson.loads(line)
+        value = loads_exact(line)
     except orjson.JSONDecodeError as exc:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise PromptFileError(not_utf8_at(path, number, bad.start + 1,
+                                              line[bad.start:bad.start + 1],
+                                              "data file")) from None
         raise where.error(None, f"not valid JSON: {exc}") from None
     if mapping(value) is None:
         raise where.error(None, f"expected a JSON object, not {type(value).__name__}")
@@ -214,20 +255,38 @@ def _text(path: Path) -> _TextFile:
 
 
 class _TextFile:
-    """A UTF-8 text file (a byte-order mark skipped) whose read errors are one line."""
+    """A UTF-8 text file (a byte-order mark skipped) whose read errors are one line: a
+    byte that is not UTF-8, wherever it is, names its line and column."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def __enter__(self) -> Iterator[str]:
-        try:
-            self.stream = self.path.open(encoding="utf-8-sig", newline="")
-        except OSError as exc:
-            raise PromptFileError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        self.stream = io.TextIOWrapper(_opened(self.path), encoding="utf-8-sig", newline="")
         return self.stream
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 *rest: object) -> None:
         self.stream.close()
+        if isinstance(error, UnicodeDecodeError):
+            raise PromptFileError(_first_bad_byte(self.path)) from None
+        if isinstance(error, OSError):
+            raise PromptFileError(f"{self.path}: cannot read: "
+                                  f"{error.strerror or error}") from None
+
+
+def _first_bad_byte(path: Path) -> str:
+    """Where the first byte that is not UTF-8 is (the text decoder reads ahead in
+    chunks, so its own error says little), as the error to show."""
+    with _opened(path) as stream:
+        utf16 = stream.peek(2)[:2] in (b"\xff\xfe", b"\xfe\xff")
+        for number, line in enumerate(stream, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                return not_utf8_at(path, number, bad.start + 1,
+                                   line[bad.start:bad.start + 1], "data file", utf16=utf16)
+    return f"{path}: not UTF-8 text"
 
 
 def _table_rows(data: DataFile) -> Iterator[Row]:
@@ -256,8 +315,6 @@ def _table_rows(data: DataFile) -> Iterator[Row]:
         except csv.Error as exc:
             raise PromptFileError(f"{data.path}:{reader.line_num}: not valid "
                                   f"{data.kind.upper()}: {exc}") from None
-        except UnicodeDecodeError as exc:
-            raise PromptFileError(f"{data.path}: not UTF-8 text ({exc.reason})") from None
 
 
 # --- Parquet and Arrow (pyarrow) ---------------------------------------------------
@@ -309,7 +366,7 @@ def _parquet(data: DataFile, file: Path) -> _ParquetFile:
     import pyarrow.parquet as pq
 
     try:
-        opened: _ParquetFile = pq.ParquetFile(file)
+        opened: _ParquetFile = pq.ParquetFile(_mapped(pa, file))
     except (OSError, pa.ArrowException) as exc:
         raise PromptFileError(f"{file}: not a readable Parquet file: {exc}") from None
     return opened
@@ -320,12 +377,22 @@ def _arrow(data: DataFile, file: Path) -> _ArrowReader:
     pa = pyarrow_module(data.path)
     try:
         try:
-            opened: _ArrowReader = pa.ipc.open_stream(pa.memory_map(str(file), "r"))
+            opened: _ArrowReader = pa.ipc.open_stream(_mapped(pa, file))
         except pa.ArrowInvalid:
-            opened = pa.ipc.open_file(pa.memory_map(str(file), "r"))
+            opened = pa.ipc.open_file(_mapped(pa, file))
     except (OSError, pa.ArrowException) as exc:
         raise PromptFileError(f"{file}: not a readable Arrow file: {exc}") from None
     return opened
+
+
+def _mapped(pa: ModuleType, file: Path) -> object:
+    """The file memory-mapped through a descriptor checked to be a regular file (pyarrow
+    opening the path itself would wait on a FIFO)."""
+    with _opened(file) as stream:
+        if os.fstat(stream.fileno()).st_size == 0:
+            raise PromptFileError(f"{file}: empty, not a {file.suffix[1:]} file")
+        mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+    return pa.BufferReader(pa.py_buffer(mapped))
 
 
 def _schema_names(data: DataFile) -> list[str]:

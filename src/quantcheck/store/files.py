@@ -12,6 +12,14 @@
   `StorageError` naming the path and the cause; no temporary file is left behind.
 - `DirectoryLock`: an advisory lock (flock) on `DIR/.lock` holding the holder's pid,
   released by the kernel when the process dies, even by kill -9.
+- `refuse_overwriting_inputs`: a file written from inputs is never one of them (the same
+  file, a link to it, a hard link, a file inside an input folder), `--force` or not.
+
+And every read of a user's file: `open_regular` opens regular files only (a FIFO, a
+device such as /dev/zero, a socket is refused before a byte is read, so nothing blocks
+or reads without end), checked again on the opened descriptor, so a file swapped for a
+FIFO between the check and the open is refused too; `read_regular` reads one whole,
+within a size cap.
 """
 
 from __future__ import annotations
@@ -19,7 +27,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
+from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import QuantcheckError
 
@@ -32,6 +43,81 @@ class StorageError(QuantcheckError):
 
 class DirectoryBusy(QuantcheckError):
     """Another quantcheck process holds the directory's lock."""
+
+
+class UnreadableFile(QuantcheckError):
+    """A user's file that is not a regular file, is too large, or cannot be opened."""
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def open_regular(path: Path, what: str = "file") -> BinaryIO:
+    """`path` opened for binary reading when it is a regular file (links followed); an
+    UnreadableFile naming it otherwise (see the module docstring)."""
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnreadableFile(f"{path}: the {what} is {_kind_of(mode)}, not a regular file; "
+                                 "give a file")
+        # O_NONBLOCK: a FIFO swapped in after the check opens at once instead of waiting
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnreadableFile(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnreadableFile(f"{path}: the {what} is {_kind_of(mode)}, not a regular "
+                                 "file; give a file")
+        flags = fcntl.fcntl(descriptor, fcntl.F_GETFL)
+        fcntl.fcntl(descriptor, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
+    """The whole of a regular file of at most `limit` bytes (a file growing past the cap
+    while read is refused too)."""
+    with open_regular(path, what) as stream:
+        try:
+            data = stream.read(limit + 1)
+        except OSError as exc:
+            raise UnreadableFile(f"{path}: cannot read {what}: "
+                                 f"{exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise UnreadableFile(f"{path}: the {what} is larger than the {limit // (1 << 20)} MiB "
+                             "quantcheck reads for it")
+    return data
+
+
+def refuse_overwriting_inputs(out: Path, inputs: Iterable[Path]) -> None:
+    """Refuse to write `out` when it is one of `inputs` (the same file by any name: a
+    link, a hard link) or lies inside an input folder; `--force` cannot override it."""
+    target = out.resolve()
+    for given in inputs:
+        source = given.resolve()
+        same = target == source or (source.is_dir() and source in target.parents)
+        if not same and out.exists() and given.exists():
+            try:
+                same = os.path.samefile(out, given)
+            except OSError:
+                same = False
+        if same:
+            place = "is" if not source.is_dir() or target == source else "lies inside"
+            raise StorageError(f"refusing to write {out}: it {place} the input {given}, "
+                               "which writing would destroy (--force does not change "
+                               "this); choose another output file")
 
 
 def storage_error(path: Path, exc: OSError) -> StorageError:

@@ -8,6 +8,7 @@ narrows one field and names the file, line (or row), prompt and field it refuses
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -82,6 +83,22 @@ class RequestOptions:
 def request_hash(body: Mapping[str, object]) -> str:
     hashed = {k: v for k, v in body.items() if k not in UNHASHED_FIELDS}
     return hashlib.sha256(orjson.dumps(hashed, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+_LONG_DIGITS = re.compile(rb"\d{19}")  # an integer that may not fit in 64 bits
+
+
+def loads_exact(data: bytes | str) -> object:
+    """JSON as written: orjson (fast) reads an integer beyond 64 bits as a float, which
+    would send another number than the file holds, so a text holding a run of 19 digits
+    or more is read again by Python's reader, which keeps every integer exact (and the
+    request check then refuses one that does not fit). orjson.JSONDecodeError when it
+    is not JSON."""
+    value = orjson.loads(data)
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if _LONG_DIGITS.search(raw):
+        return json.loads(data)  # orjson read it: the same values, integers exact
+    return value
 
 
 def mapping(value: object) -> Fields | None:
@@ -236,7 +253,9 @@ def unsendable(value: object) -> str:
         return next((p for v in value if (p := unsendable(v))), "")
     if isinstance(value, int) and not isinstance(value, bool) and not (
             -(2 ** 63) <= value < 2 ** 64):
-        return f"the integer {value} does not fit in 64 bits"
+        return (f"the integer {value} does not fit in 64 bits, which is what servers and "
+                "JSON readers hold; it is not sent changed: write it as a string or a "
+                "float")
     if isinstance(value, float) and not math.isfinite(value):
         return f"{value} is not a number JSON can carry"
     return ""
@@ -386,9 +405,13 @@ def _expect(where: Where, entry: Fields) -> Expect | None:
     number = fields.get("number")
     if number is not None and (isinstance(number, bool) or not isinstance(number, int | float)):
         raise at.error("number", "must be a number")
+    if number is not None and not _finite(number):
+        raise at.error("number", f"must be a finite number, not {number} (nothing can "
+                       "be checked against it: fill the answer in or drop the prompt)")
     tolerance = fields.get("tolerance", 0.0)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0:
-        raise at.error("tolerance", "must be a number >= 0")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0 \
+            or not _finite(tolerance):
+        raise at.error("tolerance", "must be a finite number >= 0")
     regex = fields.get("regex")
     if regex is not None:
         try:
@@ -413,6 +436,13 @@ def _expect(where: Where, entry: Fields) -> Expect | None:
         code=_code_expect(at, fields.get("code")),
         choice=_choice(at, fields.get("choice")),
     )
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond a float's range
+        return False
 
 
 def _flag(at: Where, spec: Mapping[str, object], key: str) -> bool:

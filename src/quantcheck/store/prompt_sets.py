@@ -13,6 +13,7 @@ import yaml
 from ..errors import PromptFileError
 from .data_prompts import LoadedSource, is_data_source, load_data_source
 from .data_rows import SUFFIXES as DATA_SUFFIXES
+from .files import UnreadableFile, open_regular
 from .prompt_entries import (
     APIS,
     DEFAULT_MAX_TOKENS,
@@ -26,6 +27,7 @@ from .prompt_entries import (
     request_hash,
 )
 from .run_records import Prompt
+from .yamlfile import SafeLoader, read_yaml
 
 __all__ = ["APIS", "DEFAULT_MAX_TOKENS", "GREEDY_FIELDS", "LoadedSource", "RequestOptions",
            "SourceOptions", "file_sha256", "load_prompts", "load_sources", "request_hash",
@@ -46,14 +48,17 @@ def shipped_prompt_file(name: str) -> Path:
 def file_sha256(path: Path) -> str:
     """SHA-256 of a prompt file; of a folder (a datasets folder, Parquet shards): over
     each file's relative path and bytes, in name order."""
-    if not path.is_dir():
-        return hashlib.sha256(path.read_bytes()).hexdigest()
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(str(file.relative_to(path)).encode() + b"\0")
-        with file.open("rb") as stream:
-            while chunk := stream.read(1 << 20):
-                digest.update(chunk)
+    files = [path] if not path.is_dir() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        if file != path:
+            digest.update(str(file.relative_to(path)).encode() + b"\0")
+        try:
+            with open_regular(file, "prompt file") as stream:
+                while chunk := stream.read(1 << 20):
+                    digest.update(chunk)
+        except UnreadableFile as exc:
+            raise PromptFileError(str(exc)) from None
     return digest.hexdigest()
 
 
@@ -64,11 +69,7 @@ class _Located(dict[str, object]):
     key_lines: dict[str, int]
 
 
-# libyaml's parser when PyYAML has it (several times faster on large prompt sets)
-_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _LineLoader(_SafeLoader):  # type: ignore[misc,valid-type]
+class _LineLoader(SafeLoader):  # type: ignore[misc,valid-type]
     pass
 
 
@@ -125,9 +126,9 @@ def _is_source_file(path: Path) -> bool:
     if path.suffix not in (".yaml", ".yml") or not path.is_file():
         return False
     try:
-        with path.open(encoding="utf-8") as stream:
-            return any(line.startswith("source:") for line in stream)
-    except (OSError, UnicodeDecodeError):
+        with open_regular(path) as stream:
+            return any(line.startswith(b"source:") for line in stream)
+    except (OSError, UnreadableFile):
         return False
 
 
@@ -153,21 +154,10 @@ def _load_file(path: Path, options: RequestOptions) -> LoadedSource:
         raise top.error("prompts", "must be a non-empty list of prompts")
     prompts = [build_prompt(Where.of(path, entry, f"#{n}"), entry, default_fields, options)
                for n, entry in enumerate(entries, 1)]
-    return LoadedSource(path, "YAML prompt set", prompts, len(entries))
+    return LoadedSource(path, "YAML prompt set", prompts, len(entries), read=[path])
 
 
 def read_located_yaml(path: Path, what: str) -> object:
-    """A YAML file whose mappings remember their lines, or one clear error."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PromptFileError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise PromptFileError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    try:
-        return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise PromptFileError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-
+    """A YAML file whose mappings remember their lines, or one clear error (the bounds
+    of yamlfile.py: a regular file, its size, its aliases)."""
+    return read_yaml(path, what, _LineLoader, PromptFileError)

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import PromptFileError
-from .files import write_atomic
+from .files import refuse_overwriting_inputs, write_atomic
 from .prompt_entries import GREEDY_FIELDS, REQUEST_KEYS, RequestOptions
 from .prompt_sets import LoadedSource, load_sources
 from .run_records import Prompt
@@ -68,10 +68,13 @@ def prompt_set_yaml(prompts: Sequence[Prompt], heading: str = "") -> str:
 def convert_prompt_files(paths: Sequence[Path], out: Path, options: RequestOptions,
                          force: bool = False) -> list[LoadedSource]:
     """Load prompt files and write them to `out` as one YAML prompt set (refusing to
-    replace a file unless `force`); what was read, for the command to tell."""
+    replace a file unless `force`, and refusing, even with it, to write over one of the
+    files read); what was read, for the command to tell."""
+    refuse_overwriting_inputs(out, paths)
     if out.exists() and not force:
         raise PromptFileError(f"{out}: exists; --force replaces it")
     sources = load_sources(paths, options)
+    refuse_overwriting_inputs(out, [read for source in sources for read in source.read])
     mappings = sorted({source.mapping for source in sources if source.mapping})
     heading = (f"Written by `quantcheck prompts convert` from {', '.join(map(str, paths))}"
                + (f" (mapping: {'; '.join(mappings)})" if mappings else "") + ".\n"
