@@ -26,11 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import EndpointError, ParameterRejected, QuantcheckError
+from ..store.engines import UNKNOWN, tokenizers_first
 from ..store.preflight_records import Check, Fingerprint, Preflight
 from ..store.prompt_sets import GREEDY_FIELDS
 from ..store.run_dir import ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
-from ..store.runtimes import TOKENIZE, context_length
+from ..store.runtimes import context_length
 from ..wire.client import (
     TRANSPORT_ERRORS,
     EndpointClient,
@@ -362,7 +363,7 @@ async def _reasoning_check(probes: _Probes) -> Check:
 
 
 async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Probes,
-                                runtime: str = "unknown") -> Fingerprint:
+                                runtime: str = UNKNOWN) -> Fingerprint:
     """Token ids of fixed texts from the server's tokenize endpoint (vLLM, llama.cpp,
     llama-cpp-python; the runtime's own first), plus the prompt token counts the probes
     reported. No ids for a text is no answer: llama-server answers vLLM's request shape
@@ -370,9 +371,9 @@ async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Pro
     ids: dict[str, list[int]] = {}
     method = None
     root = server_root(client.endpoint)
-    for name in sorted(TOKENIZE, key=lambda name: name != runtime):
-        path, key, wants_model = TOKENIZE[name]
-        extra = {"model": model} if wants_model else {}
+    for name, endpoint in tokenizers_first(runtime):
+        path, key = endpoint.path, endpoint.text_field
+        extra = {"model": model} if endpoint.wants_model else {}
         try:
             for text in TOKENIZER_PROBES:
                 answer = await client.post_json(root + path, {**extra, key: text})
