@@ -238,6 +238,10 @@ async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
                       "--routed-experts will record none")
     if profile is not None and profile.one_at_a_time and settings.concurrency > 1:
         reporter.warn(profile.one_at_a_time)
+    missing = profile.missing_logprobs({p.api for p in prompts}, settings.stream) \
+        if profile is not None and settings.top_logprobs > 0 else None
+    if missing:
+        reporter.warn(missing)
     write_prompts(run_dir, prompts)
     write_manifest(run_dir, manifest)
     return done

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import EndpointError, ParameterRejected, QuantcheckError
-from ..store.engines import UNKNOWN, tokenizers_first
+from ..store.engines import UNKNOWN, EngineProfile, profile_of, tokenizers_first
 from ..store.preflight_records import Check, Fingerprint, Preflight
 from ..store.prompt_sets import GREEDY_FIELDS
 from ..store.run_dir import ServerInfo
@@ -107,7 +107,7 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
                        max_model_len=context_length(server, model))
     probes = _Probes(client, model, shape)
     report.checks.append(_model_check(model, models, report.max_model_len))
-    report.checks += await _logprob_checks(probes, top_k)
+    report.checks += await _logprob_checks(probes, top_k, profile_of(server.runtime))
     report.checks.append(await _context_check(probes, context_tokens, report.max_model_len))
     report.checks.append(await _reasoning_check(probes))
     check, report.template = await template_check(client, model, server, shape.api)
@@ -162,9 +162,16 @@ def _model_check(model: str, models: list[dict[str, object]], length: int | None
                  f"--model {listed[0]}" if listed else None)
 
 
-async def _logprob_checks(probes: _Probes, top_k: int) -> list[Check]:
+async def _logprob_checks(probes: _Probes, top_k: int, profile: EngineProfile | None
+                          ) -> list[Check]:
     if top_k == 0:
         return [Check("logprobs", "skip", "--top-logprobs 0: text only"),
+                Check("greedy", "skip", "needs logprobs")]
+    limit = profile.top_logprobs_limit if profile else None
+    if profile is not None and limit is not None and top_k > limit:
+        return [Check("logprobs", "fail", f"asked for {top_k} alternatives per position; "
+                      f"{profile.label} answers at most {limit} ({profile.top_logprobs_note})",
+                      f"--top-logprobs {limit}"),
                 Check("greedy", "skip", "needs logprobs")]
     try:
         generation = await _first_answer(probes, top_k)

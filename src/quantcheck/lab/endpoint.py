@@ -219,6 +219,7 @@ class LabServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/version", self._version)
+        app.router.add_get("/api/version", self._version)
         app.router.add_get("/get_server_info", self._sglang_info)
         app.router.add_get("/server_info", self._sglang_info)
         app.router.add_get("/props", self._props)
@@ -308,7 +309,7 @@ class LabServer:
     async def _version(self, request: web.Request) -> web.Response:
         if request.path not in self.profile.info_paths:
             raise web.HTTPNotFound()
-        return _json({"version": self.server_info.get("version", "0.11.0")})
+        return _json({"version": self.server_info.get("version", self.profile.lab.version)})
 
     async def _sglang_info(self, request: web.Request) -> web.Response:
         if request.path not in self.profile.info_paths:
@@ -430,7 +431,7 @@ class LabServer:
         stream = bool(body.get("stream"))
         if self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)
-        rejection = self._rejection(body)
+        rejection = self._rejection(body, request)
         if rejection is not None:
             return rejection
         injected = self._injected_status(number)
@@ -645,10 +646,21 @@ class LabServer:
         message = self.faults.status_message or f"injected HTTP {status}"
         return _json(_error_body(message, status), status, headers)
 
-    def _rejection(self, body: Mapping[str, object]) -> web.Response | None:
+    def _rejection(self, body: Mapping[str, object], request: web.Request
+                   ) -> web.Response | None:
         for name in sorted(self.faults.reject_fields & set(body)):
             return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
         k = _requested_k(body)
+        lab, own_limit = self.profile.lab, self.profile.top_logprobs_limit
+        if lab.limit_status is not None and own_limit is not None and k > own_limit:
+            message = lab.limit_message.format(k=k, limit=own_limit)
+            if not lab.limit_status:  # the engine's handler raises: no answer at all
+                request.transport.close()  # type: ignore[union-attr]
+                return web.Response()
+            if lab.flat_errors:
+                return _json({"error": message, "error_type": "validation"}, lab.limit_status)
+            return _json({"error": {"message": message, "type": "invalid_request_error",
+                                    "param": None, "code": None}}, lab.limit_status)
         limit = self.faults.max_top_logprobs
         if limit is not None and k > limit:
             message = (f"Requested sample logprobs of {k}, which is greater than max allowed: "
@@ -656,8 +668,12 @@ class LabServer:
             return _json(_error_body(message, 400), 400)
         return None
 
-    def wants_logprobs(self, body: Mapping[str, object]) -> bool:
-        return not self.faults.no_logprobs and bool(body.get("logprobs"))
+    def wants_logprobs(self, body: Mapping[str, object], chat: bool = True) -> bool:
+        """Whether the answer carries logprobs: asked for, and sent by this engine on
+        this API, streamed or whole."""
+        sends = self.profile.sends_logprobs("chat" if chat else "completions",
+                                            bool(body.get("stream")))
+        return sends and not self.faults.no_logprobs and bool(body.get("logprobs"))
 
 
 class _Renderer:
@@ -669,7 +685,7 @@ class _Renderer:
         self.model = body.get("model") or server.engine.name
         self.chat = chat
         self.kind = ("chat.completion.chunk" if chat else "text_completion")
-        self.logprobs = server.wants_logprobs(body)
+        self.logprobs = server.wants_logprobs(body, chat)
         self.extra_alt = profile.extra_alternative
         self.legacy = not chat and profile.legacy_logprobs == COLUMNS
         self.prompt_tokens = len(server.tokenize(prompt_text_of(body))) \

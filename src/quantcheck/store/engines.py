@@ -62,6 +62,12 @@ class LabDialect:
     tokenize_lenient: bool = False  # a tokenize request without its field: no ids, no 400
     echo: bool = False  # legacy completions with echo and logprobs score the prompt
     system_fingerprint: str | None = None
+    # Above the profile's top-logprobs limit: the status answered (0: the connection is
+    # dropped without an answer) and its message ({k} asked, {limit}); None: not enforced
+    limit_status: int | None = None
+    limit_message: str = ""
+    flat_errors: bool = False  # errors as {"error": MESSAGE, "error_type": ...}
+    version: str = "0.11.0"  # what its version endpoint says
 
 
 @dataclass(frozen=True)
@@ -89,12 +95,29 @@ class EngineProfile:
     reasoning_field: str = "reasoning_content"
     legacy_logprobs: str | None = COLUMNS  # how /v1/completions carries logprobs
     streams_logprobs: bool = True  # False: only whole answers carry logprobs
-    top_logprobs_limit: int | None = None  # the most alternatives it answers
-    top_logprobs_note: str = ""  # where that limit comes from
+    # the most alternatives it can answer, however it is started (None: no fixed limit),
+    # and where a limit comes from (also a limit its operator sets)
+    top_logprobs_limit: int | None = None
+    top_logprobs_note: str = ""
     gguf_names: bool = False  # models are named by their GGUF file
     one_at_a_time: str | None = None  # why concurrency above 1 hurts, if it does
     cannot: tuple[str, ...] = ()  # what quantcheck cannot do with it, in words
     lab: LabDialect = field(default_factory=LabDialect)
+
+    def missing_logprobs(self, apis: set[str], stream: bool) -> str | None:
+        """Where this engine's answers carry no logprobs, said for a warning; None when
+        every answer of these APIs does."""
+        where = [f"on /v1/{api}" if api != "chat" else "on /v1/chat/completions"
+                 for api in sorted(apis) if not self.sends_logprobs(api, False)]
+        streamed = stream and not self.streams_logprobs
+        if streamed:
+            where.append("in a stream")
+        if not where:
+            return None
+        return (f"{self.label} sends no logprobs {' or '.join(where)}: only texts are "
+                "compared there; the figures that need logprobs (drift, top-k agreement, "
+                "the determinism signature, teacher-forced scoring) are missing"
+                + ("; collect with --no-stream for them" if streamed else ""))
 
     def sends_logprobs(self, api: str, stream: bool) -> bool:
         """Whether an answer on this API, streamed or whole, carries logprobs."""
@@ -109,7 +132,7 @@ VLLM = EngineProfile(
     tokenize=TokenizeEndpoint("/tokenize", "prompt", wants_model=True, accepts_messages=True),
     detokenize=("/detokenize", "prompt"), chat_template=TOKENIZE_MESSAGES,
     forced_mode=PROMPT_LOGPROBS, routing=ROUTING_WHOLE, cache_flush_path="/reset_prefix_cache",
-    top_logprobs_limit=20, top_logprobs_note="the default of --max-logprobs",
+    top_logprobs_note="--max-logprobs, 20 unless started otherwise",
     lab=LabDialect(tool_call_id_prefix="chatcmpl-tool-", empty_tool_calls=True,
                    arguments_with_name=False, reasoning_always=True,
                    models_max_model_len=True, tokenize_counts=True, echo=True))
@@ -141,8 +164,19 @@ LLAMA_CPP_PYTHON = EngineProfile(
     cannot=("MoE routing", "rendering a chat template on request"),
     lab=LabDialect(tool_call_id_prefix="call__", function_call_too=True, echo=True))
 
+OLLAMA = EngineProfile(  # openai/openai.go, middleware/openai.go, server/routes.go
+    name="ollama", label="Ollama", owned_by=("library",), info_paths=("/api/version",),
+    version_at=("/api/version", "version"), forced_mode=None, separate_finish_chunk=True,
+    reasoning_field="reasoning", legacy_logprobs=None, top_logprobs_limit=20,
+    top_logprobs_note="fixed: top_logprobs must be between 0 and 20",
+    cannot=("logprobs on /v1/completions (its answers carry none: only texts are compared)",
+            "tokenizing on request", "rendering a chat template on request",
+            "teacher-forced scoring", "MoE routing", "turning its prefix cache off"),
+    lab=LabDialect(system_fingerprint="fp_ollama", limit_status=400, version="0.33.0-rc2",
+                   limit_message="top_logprobs must be between 0 and {limit}"))
+
 ENGINES: dict[str, EngineProfile] = {profile.name: profile for profile in (
-    VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON)}
+    VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON, OLLAMA)}
 ENGINE_NAMES = tuple(ENGINES)
 INFO_PATHS = tuple(dict.fromkeys(path for p in ENGINES.values() for path in p.info_paths))
 TOKENIZERS = tuple((p.name, p.tokenize) for p in ENGINES.values() if p.tokenize)
