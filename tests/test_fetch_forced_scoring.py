@@ -258,3 +258,12 @@ def test_scoring_carries_extra_body_and_retries_like_collection(
     scoring = [r for r in b.requests if "prompt_logprobs" in r]
     assert len(scoring) == 3 + 1  # the three prompts, one of them twice (the 503)
     assert all(r["top_k"] == 1 and "repeat_penalty" not in r for r in scoring)
+
+
+def test_an_engine_that_cannot_score_given_tokens_says_so(
+    serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
+) -> None:
+    a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
+    with pytest.raises(EndpointError, match="Ollama cannot score given tokens"):
+        score_run(a_run, tmp_path / "forced", ForcedSettings(
+            endpoint=serve(ScriptedModel(A_ANSWERS), "ollama").url))

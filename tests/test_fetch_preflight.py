@@ -315,3 +315,12 @@ def test_preflight_results_go_to_stdout(serve: Serve) -> None:
     assert result.returncode == 0, result.stderr
     assert "preflight pass" in result.stdout and "greedy" in result.stdout
     assert result.stderr == ""
+
+
+def test_a_top_logprobs_limit_an_engine_cannot_pass_fails_with_its_fix(serve: Serve) -> None:
+    """Ollama answers at most 20 alternatives however it is started: preflight says so
+    before a probe is refused, and names the flag that fits."""
+    status, message, fix = checks(serve(dialect="ollama").url, top_k=25)["logprobs"]
+    assert (status, fix) == ("fail", "--top-logprobs 20")
+    assert "Ollama answers at most 20" in message
+    assert checks(serve(dialect="ollama").url, top_k=20)["logprobs"][0] == "pass"

@@ -39,6 +39,17 @@ CASES = [
     ("llamacpp-completions.json", "llama.cpp", "completions", False, " Café", "length",
      {"text": [" Caf", "\ufffd", "\ufffd"], "logprob": [-0.25, -0.04, -0.001]},
      [(" Caf", -0.25), (" Coffee", -1.6)]),
+    # Ollama v0.33.0-rc2 (openai/openai.go): a finish chunk of its own, usage when asked
+    ("ollama-chat.json", "ollama", "chat", False, "Canberra.", "stop", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
+    ("ollama-chat-stream.sse", "ollama", "chat", True, "Canberra.", "stop", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
+]
+# Answers that carry no logprobs however they are asked: the text, finish and usage kept
+TEXT_ONLY = [
+    # Ollama's /v1/completions drops the logprobs its engine made (ToCompletion)
+    ("ollama-completions.json", "ollama", "completions", False, " Canberra.", "stop"),
+    ("ollama-completions-stream.sse", "ollama", "completions", True, " Canberra.", "stop"),
 ]
 
 
@@ -74,6 +85,24 @@ def test_each_dialect_normalizes_to_one_record(
         assert record.tokens.ids is None and record.tokens.raw_bytes is None
     if stream:
         assert record.ttft_s is not None and record.ttft_s <= record.e2e_s  # type: ignore
+
+
+@pytest.mark.parametrize(("fixture", "dialect", "api", "stream", "text", "finish"), TEXT_ONLY,
+                         ids=[c[0] for c in TEXT_ONLY])
+def test_an_answer_without_logprobs_keeps_its_text(
+    serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
+    fixture: str, dialect: str, api: str, stream: bool, text: str, finish: str,
+) -> None:
+    kind = api + ("-stream" if stream else "")
+    server = serve(dialect=dialect, replay={kind: (FIXTURES / "wire" / fixture).read_bytes()})
+    field = "messages: [{role: user, content: hi}]" if api == "chat" else "prompt: hi"
+    collect([write_prompts(f"prompts:\n  - id: p\n    {field}\n")], tmp_path / "run",
+            CollectSettings(endpoint=server.url, label=dialect, stream=stream, top_logprobs=2,
+                            preflight=False))
+    (record,) = list(load_run(tmp_path / "run").completions())
+    assert (record.error, record.text, record.finish_reason) == (None, text, finish)
+    assert record.tokens is None
+    assert record.usage == {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
 
 
 def test_reasoning_fields_are_kept_apart_from_content(

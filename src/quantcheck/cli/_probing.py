@@ -13,10 +13,10 @@ from .._version import __version__
 from ..errors import ExitCode
 from ..judge.cells import parse_cell_options
 from ..pipeline.checking import PreflightOptions, preflight, probe
+from ..store.engines import ENGINE_NAMES
 from ..store.prompt_sets import APIS
 from ..store.report_records import LogMatch
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS
-from ..store.runtimes import RUNTIMES
 from ._group import cli
 from .guard import run_guarded
 from .options import EXISTING_FILE, PROMPT_SOURCE, json_object_option
@@ -126,7 +126,7 @@ ROUTING_FAULTS: dict[str, tuple[str, ...]] = {  # lab.scripted.Faults flags set
 def _served_options(command: Command) -> Command:
     """--dialect, --host and --port, as every lab server takes them."""
     options = [
-        click.option("--dialect", type=click.Choice(RUNTIMES), default="vllm",
+        click.option("--dialect", type=click.Choice(ENGINE_NAMES), default="vllm",
                      show_default=True, help="Whose wire format to speak."),
         click.option("--host", default="127.0.0.1", show_default=True,
                      help="Address to bind (the lab is for this machine: keep 127.0.0.1)."),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed
 from ..store.certificate_records import Answer, Plan, Probe, Round
+from ..store.engines import known, profile_of
 from ..store.run_records import Prompt
 from ..store.runtimes import context_length
 from ..wire.client import (
@@ -32,8 +33,6 @@ from ..wire.client import (
 from ..wire.dialects import MalformedResponse, with_logprobs
 from .collect import request_body
 from .server_info import describe_server
-
-FLUSH_PATHS = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}
 
 
 @dataclass
@@ -69,7 +68,7 @@ async def server_facts(client: EndpointClient, requested: str | None) -> ServerF
     models = await client.list_models()
     model = choose_model(models, requested, public_url(client.endpoint))
     info = await describe_server(client, models)
-    runtime = info.runtime if info.runtime and info.runtime != "unknown" else None
+    runtime = info.runtime if known(info.runtime) else None
     return ServerFacts(model, runtime, context_length(info, model))
 
 
@@ -103,7 +102,9 @@ class PlanSender:
         self.prompts = {prompt.id: prompt for prompt in prompts}
         self.first = prompts[0]
         self.failed = 0
-        self.flush_path = FLUSH_PATHS.get(facts.runtime or "")
+        self.profile = profile_of(facts.runtime)
+        self.flush_path = self.profile.cache_flush_path if self.profile else None
+        self.cache_field = self.profile.cache_off_field if self.profile else None
         self.cache_control = ""
 
     def body(self, probe: Probe) -> tuple[dict[str, object], str]:
@@ -122,14 +123,15 @@ class PlanSender:
             request.update({"messages": [{"role": "user", "content": text}]}
                            if api == "chat" else {"prompt": text})
             body = with_logprobs(request, api, self.settings.top_logprobs)
-        if self.facts.runtime == "llama.cpp" and body.get("cache_prompt") is not False:
-            body["cache_prompt"] = probe.cache
+        if self.cache_field and body.get(self.cache_field) is not False:
+            body[self.cache_field] = probe.cache
         return body, api
 
     async def check_cache_control(self) -> str:
         """How the prefix cache will be turned off, tried once now."""
-        if self.facts.runtime == "llama.cpp":
-            return "llama.cpp: cache_prompt false in each request (true for the cache factor)"
+        if self.cache_field:
+            return (f"{self.facts.runtime}: {self.cache_field} false in each request (true "
+                    "for the cache factor)")
         if self.flush_path is None:
             return ("none could be: the runtime is not known to empty its prefix cache, so "
                     "the prefix ladder ran with whatever cache the server keeps")

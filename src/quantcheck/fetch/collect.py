@@ -16,6 +16,7 @@ import msgspec
 from .._version import __version__
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed, RunMismatch
 from ..judge.cells import cell_from_server, cell_key
+from ..store.engines import ROUTING_STREAM_END, UNKNOWN, profile_of
 from ..store.files import StorageError
 from ..store.labels import check_label
 from ..store.preflight_records import Preflight
@@ -173,7 +174,9 @@ def _streaming_for_routing(settings: CollectSettings, runtime: str, reporter: Re
     """--routed-experts on a stream: SGLang sends routing in a stream's last chunk; vLLM
     (and a server that does not say what it is) only in whole answers, so those are
     collected whole."""
-    if not settings.routed_experts or not settings.stream or runtime == "sglang":
+    profile = profile_of(runtime)
+    if not settings.routed_experts or not settings.stream or (
+            profile is not None and profile.routing == ROUTING_STREAM_END):
         return settings
     reporter.warn("--routed-experts collects without streaming (vLLM sends routing only in "
                   "whole answers): time to first token is not measured")
@@ -229,14 +232,16 @@ async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
                                     else None)
     if rendered and "chat_template" not in settings.cell:
         manifest.cell["chat_template"] = rendered
-    if settings.routed_experts and manifest.server.runtime not in ("vllm", "sglang",
-                                                                   "unknown"):
+    profile = profile_of(manifest.server.runtime)
+    if settings.routed_experts and profile is not None and profile.routing is None:
         reporter.warn(f"{manifest.server.runtime} does not return MoE routing: "
                       "--routed-experts will record none")
-    if manifest.server.runtime == "llama-cpp-python" and settings.concurrency > 1:
-        reporter.warn("llama-cpp-python answers one request at a time and, by default, "
-                      "cuts a running stream short when another request arrives: use "
-                      "--concurrency 1 (or start it with --interrupt_requests false)")
+    if profile is not None and profile.one_at_a_time and settings.concurrency > 1:
+        reporter.warn(profile.one_at_a_time)
+    missing = profile.missing_logprobs({p.api for p in prompts}, settings.stream) \
+        if profile is not None and settings.top_logprobs > 0 else None
+    if missing:
+        reporter.warn(missing)
     write_prompts(run_dir, prompts)
     write_manifest(run_dir, manifest)
     return done
@@ -264,7 +269,7 @@ class _Session:
     """One collection pass: a bounded pool of workers over the pending jobs."""
 
     def __init__(self, client: EndpointClient, settings: CollectSettings, model: str,
-                 reporter: Reporter, writer: RunWriter, runtime: str = "unknown",
+                 reporter: Reporter, writer: RunWriter, runtime: str = UNKNOWN,
                  answered_before: bool = False) -> None:
         self.client, self.settings, self.model = client, settings, model
         self.reporter, self.writer, self.runtime = reporter, writer, runtime
@@ -360,8 +365,9 @@ class _Session:
 
     async def _request(self, prompt: Prompt, repeat: int) -> Completion:
         body = request_body(prompt, self.model, self.settings.top_logprobs)
-        if self.settings.routed_experts and self.runtime == "sglang":
-            body["return_routed_experts"] = True  # vLLM sends it when started to
+        profile = profile_of(self.runtime)
+        if self.settings.routed_experts and profile is not None and profile.routing_request:
+            body[profile.routing_request] = True  # vLLM sends it when started to
         record = Completion(prompt_id=prompt.id, prompt_hash=prompt.hash, repeat=repeat,
                             started_at=_now())
         for attempt in range(self.settings.retries + 1):

@@ -43,12 +43,13 @@ import msgspec
 from ..errors import EndpointError, RunFormatError
 from ..judge.forced_figures import Positions, compare_position, noise_floor
 from ..judge.tokenizers import tokenizer_agreement
+from ..store.engines import ENGINES, PROMPT_LOGPROBS, profile_of, with_forced_mode
 from ..store.preflight_records import Fingerprint
 from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedSummary, PerPosition
 from ..store.run_dir import Run, ServerInfo, load_run
 from ..store.run_records import Completion, Prompt
-from ..store.runtimes import TOKENIZE, choose_model, mapping, whole_number
+from ..store.runtimes import choose_model, mapping, whole_number
 from ..wire.client import (
     RETRYABLE_STATUS,
     TRANSPORT_ERRORS,
@@ -72,7 +73,6 @@ from .preflight import TOKENIZER_PROBES
 from .server_info import describe_server
 
 MODES = ("auto", "prompt-logprobs", "token-ids", "echo")
-AUTO_MODE = {"vllm": "prompt-logprobs", "llama.cpp": "token-ids"}  # else echo
 GIVE_UP_AFTER = 5  # prompts that failed, none scored: B cannot score
 # What one prompt's scoring can fail with (an answer of the wrong shape included)
 SCORING_ERRORS = (HTTPStatusError, MalformedResponse, KeyError, IndexError, AttributeError,
@@ -107,8 +107,7 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         models = await client.list_models()
         model = choose_model(models, settings.model, public_url(settings.endpoint))
         server = await describe_server(client, models)
-        mode = settings.mode if settings.mode != "auto" else AUTO_MODE.get(server.runtime,
-                                                                           "echo")
+        mode = settings.mode if settings.mode != "auto" else auto_mode(server)
         scorer = _Scorer(client, model, mode, settings)
         scorer.give_up_after = min(GIVE_UP_AFTER, sum(
             1 for r in records if scorer.skip_reason(run.prompts[r.prompt_id], r) is None))
@@ -135,6 +134,20 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         overall=overall.stats(), noise_floor=noise_floor(with_tokens))
     write_forced(Path(out), summary, list(lines))
     return summary
+
+
+def auto_mode(server: ServerInfo) -> str:
+    """The runtime's own way of scoring given tokens (echo on a server that does not say
+    what it is); an engine that has none is an error naming what it cannot do."""
+    profile = profile_of(server.runtime)
+    if profile is None:
+        return "echo"
+    if profile.forced_mode is None:
+        scorers = ", ".join(p.label for p in ENGINES.values() if p.forced_mode)
+        raise EndpointError(f"{profile.label} cannot score given tokens (it answers neither "
+                            "prompt logprobs nor echoed logprobs): teacher-forced scoring "
+                            f"needs B on one of {scorers}")
+    return profile.forced_mode
 
 
 def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
@@ -261,7 +274,8 @@ class _Scorer:
         return parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k), not own
 
     async def _tokenize(self, request: Mapping[str, object]) -> list[int]:
-        path, _, _ = TOKENIZE["vllm"]  # prompt-logprobs mode is vLLM's
+        endpoint = with_forced_mode(PROMPT_LOGPROBS).tokenize  # the mode is vLLM's
+        path = endpoint.path if endpoint else "/tokenize"
         answer = await self._post(path, {"model": self.model, **request}, scoring=False)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list):

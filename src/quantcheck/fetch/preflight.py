@@ -26,11 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import EndpointError, ParameterRejected, QuantcheckError
+from ..store.engines import UNKNOWN, EngineProfile, profile_of, tokenizers_first
 from ..store.preflight_records import Check, Fingerprint, Preflight
 from ..store.prompt_sets import GREEDY_FIELDS
 from ..store.run_dir import ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
-from ..store.runtimes import TOKENIZE, context_length
+from ..store.runtimes import context_length
 from ..wire.client import (
     TRANSPORT_ERRORS,
     EndpointClient,
@@ -106,7 +107,7 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
                        max_model_len=context_length(server, model))
     probes = _Probes(client, model, shape)
     report.checks.append(_model_check(model, models, report.max_model_len))
-    report.checks += await _logprob_checks(probes, top_k)
+    report.checks += await _logprob_checks(probes, top_k, profile_of(server.runtime))
     report.checks.append(await _context_check(probes, context_tokens, report.max_model_len))
     report.checks.append(await _reasoning_check(probes))
     check, report.template = await template_check(client, model, server, shape.api)
@@ -168,9 +169,16 @@ SAME_ON_THE_REFERENCE = ("Both sides need the same --top-logprobs: against a ref
                          "too.")
 
 
-async def _logprob_checks(probes: _Probes, top_k: int) -> list[Check]:
+async def _logprob_checks(probes: _Probes, top_k: int, profile: EngineProfile | None
+                          ) -> list[Check]:
     if top_k == 0:
         return [Check("logprobs", "skip", "--top-logprobs 0: text only"),
+                Check("greedy", "skip", "needs logprobs")]
+    limit = profile.top_logprobs_limit if profile else None
+    if profile is not None and limit is not None and top_k > limit:
+        return [Check("logprobs", "fail", f"asked for {top_k} alternatives per position; "
+                      f"{profile.label} answers at most {limit} ({profile.top_logprobs_note})",
+                      f"--top-logprobs {limit}"),
                 Check("greedy", "skip", "needs logprobs")]
     try:
         generation = await _first_answer(probes, top_k)
@@ -372,7 +380,7 @@ async def _reasoning_check(probes: _Probes) -> Check:
 
 
 async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Probes,
-                                runtime: str = "unknown") -> Fingerprint:
+                                runtime: str = UNKNOWN) -> Fingerprint:
     """Token ids of fixed texts from the server's tokenize endpoint (vLLM, llama.cpp,
     llama-cpp-python; the runtime's own first), plus the prompt token counts the probes
     reported. No ids for a text is no answer: llama-server answers vLLM's request shape
@@ -380,9 +388,9 @@ async def tokenizer_fingerprint(client: EndpointClient, model: str, probes: _Pro
     ids: dict[str, list[int]] = {}
     method = None
     root = server_root(client.endpoint)
-    for name in sorted(TOKENIZE, key=lambda name: name != runtime):
-        path, key, wants_model = TOKENIZE[name]
-        extra = {"model": model} if wants_model else {}
+    for name, endpoint in tokenizers_first(runtime):
+        path, key = endpoint.path, endpoint.text_field
+        extra = {"model": model} if endpoint.wants_model else {}
         try:
             for text in TOKENIZER_PROBES:
                 answer = await client.post_json(root + path, {**extra, key: text})

@@ -3,21 +3,21 @@ as sent (store/runtimes.py reads them)."""
 
 from __future__ import annotations
 
+from ..store.engines import INFO_PATHS
 from ..store.run_dir import ServerInfo
-from ..store.runtimes import choose_model, identify_runtime, runtime_version
+from ..store.runtimes import choose_model, identify_runtime, runtime_version, with_info_answer
 from ..wire.client import EndpointClient, api_key_from_env, public_url
 
 
 async def describe_server(client: EndpointClient, models: list[dict[str, object]]
                           ) -> ServerInfo:
     """The server's `/v1/models` entries (already listed: `models`) and the answers of
-    the runtimes' info endpoints that answer (`/get_server_info` or `/server_info`,
-    `/version`, `/props`); its runtime and version read from them."""
-    sglang = await client.get_json("/get_server_info")
-    if sglang is None:
-        sglang = await client.get_json("/server_info")
-    info = ServerInfo(models=models, version=await client.get_json("/version"),
-                      server_info=sglang, props=await client.get_json("/props"))
+    the engines' info endpoints that answer (store/engines.py: `/version`,
+    `/get_server_info` or `/server_info`, `/props`, ...); its runtime and version read
+    from them."""
+    info = ServerInfo(models=models)
+    for path in INFO_PATHS:
+        with_info_answer(info, path, await client.get_json(path))
     info.runtime = identify_runtime(info)
     info.runtime_version = runtime_version(info)
     return info

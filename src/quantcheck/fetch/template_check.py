@@ -6,8 +6,9 @@ prompt carries template markers the model does not know.
   `chat_template` (is it the runtime's own fallback?);
 - vLLM and SGLang: `POST /tokenize` with `messages` (the rendered prompt's token ids),
   then `POST /detokenize` with special tokens kept (its text);
-- elsewhere (llama-cpp-python renders in Python, unknown servers): skipped; answers are
-  still scanned for leaked markers when compared.
+- an engine whose profile renders no template on request (llama-cpp-python renders in
+  Python): skipped; answers are still scanned for leaked markers when compared; a
+  server that does not say what it is: each way is tried.
 
 A marker the rendered prompt holds is tokenized alone with the runtime's tokenize
 endpoint: a model that knows the template has each marker as one token; split into
@@ -16,10 +17,13 @@ several ordinary pieces (`<|im_start|>` as 6 tokens on Gemma), it reads as plain
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from ..judge.templates import known_fallback, markers_in, rendering_key
+from ..store.engines import APPLY_TEMPLATE, TOKENIZE_MESSAGES, profile_of, tokenizers_first
 from ..store.preflight_records import Check, TemplateRendering
 from ..store.run_dir import ServerInfo
-from ..store.runtimes import TOKENIZE, mapping
+from ..store.runtimes import mapping
 from ..wire.client import TRANSPORT_ERRORS, EndpointClient, HTTPStatusError, server_root
 from ..wire.dialects import MalformedResponse
 
@@ -63,12 +67,13 @@ def _verdict(rendering: TemplateRendering) -> Check:
 async def _render(client: EndpointClient, model: str, server: ServerInfo
                   ) -> TemplateRendering | None:
     """The conversation as the server renders it, by the runtime's own way first."""
-    ways = [_llama_cpp, _vllm_or_sglang]
-    if server.runtime in ("vllm", "sglang"):
-        ways.reverse()
-    elif server.runtime not in ("llama.cpp", "unknown"):
+    profile = profile_of(server.runtime)
+    if profile is not None and profile.chat_template is None:
         return None
-    for way in ways:
+    own = profile.chat_template if profile else APPLY_TEMPLATE
+    ways = sorted(_WAYS, key=lambda name: name != own)
+    for name in ways:
+        way = _WAYS[name]
         try:
             found = await way(client, model, server)
         except _UNANSWERED:
@@ -108,20 +113,21 @@ async def _vllm_or_sglang(client: EndpointClient, model: str, server: ServerInfo
         text = found if isinstance(found, str) else None
     except _UNANSWERED:
         pass
-    runtime = server.runtime if server.runtime != "unknown" else "vLLM or SGLang"
+    profile = profile_of(server.runtime)
+    runtime = server.runtime if profile else "vLLM or SGLang"
     return TemplateRendering(method=f"{runtime} /tokenize with messages", text=text, ids=ids)
 
 
 async def _split_markers(client: EndpointClient, model: str, runtime: str, text: str
                          ) -> dict[str, int]:
     """Each marker of the rendered text that the tokenizer splits: marker -> pieces."""
-    endpoints = sorted(TOKENIZE, key=lambda name: name != runtime)
+    endpoints = tokenizers_first(runtime)
     split: dict[str, int] = {}
     for marker in markers_in(text):
-        for name in endpoints:
-            path, field, wants_model = TOKENIZE[name]
-            body: dict[str, object] = {field: marker, **({"model": model, "add_special_tokens":
-                                                        False} if wants_model else {})}
+        for _, endpoint in endpoints:
+            path = endpoint.path
+            body: dict[str, object] = {endpoint.text_field: marker, **(
+                {"model": model, "add_special_tokens": False} if endpoint.wants_model else {})}
             try:
                 answer = await client.post_json(server_root(client.endpoint) + path, body)
                 pieces = len(answer["tokens"])
@@ -132,6 +138,10 @@ async def _split_markers(client: EndpointClient, model: str, runtime: str, text:
             if pieces:
                 break
     return split
+
+
+_Way = Callable[[EndpointClient, str, ServerInfo], Awaitable[TemplateRendering | None]]
+_WAYS: dict[str, _Way] = {APPLY_TEMPLATE: _llama_cpp, TOKENIZE_MESSAGES: _vllm_or_sglang}
 
 
 def rendering_cell_value(rendering: TemplateRendering | None) -> str | None:

@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 
 from ..errors import QuantcheckError
+from ..store.engines import profile_of
 from ..store.run_dir import Cell, CellValue, ServerInfo
 from ..store.runtimes import context_length, mapping, whole_number
 
@@ -66,7 +67,8 @@ def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> Cell:
     sglang = mapping(info.server_info)
     props = mapping(info.props)
     model_path = _text(props.get("model_path")) or ""
-    gguf = info.runtime in ("llama.cpp", "llama-cpp-python")
+    profile = profile_of(info.runtime)
+    gguf = profile is not None and profile.gguf_names
     meta = _model_meta(info, model)
     return {
         "model": gguf_model_name(model) if gguf else model,

@@ -34,12 +34,19 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from ..store.runtimes import RUNTIMES
+from ..store.engines import (
+    APPLY_TEMPLATE,
+    COLUMNS,
+    ENGINE_NAMES,
+    ENGINES,
+    PROMPT_LOGPROBS,
+    ROUTING_STREAM_END,
+    ROUTING_WHOLE,
+    TOKEN_IDS,
+)
 from .request_body import json_has, json_int, json_items, json_object, prompt_text_of
 
-DIALECTS = RUNTIMES  # the runtimes whose wire formats the lab speaks
-OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llama.cpp": "llamacpp",
-            "llama-cpp-python": "me"}
+DIALECTS = ENGINE_NAMES  # the runtimes whose wire formats the lab speaks (their profiles)
 
 
 @dataclass
@@ -185,6 +192,7 @@ class LabServer:
             raise ValueError(f"dialect must be one of {DIALECTS}")
         self.engine = engine
         self.dialect = dialect
+        self.profile = ENGINES[dialect]
         self.faults = faults or Faults()
         self.replay = replay or {}
         self.host, self.port = host, port
@@ -211,6 +219,7 @@ class LabServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/version", self._version)
+        app.router.add_get("/api/version", self._version)
         app.router.add_get("/get_server_info", self._sglang_info)
         app.router.add_get("/server_info", self._sglang_info)
         app.router.add_get("/props", self._props)
@@ -285,24 +294,25 @@ class LabServer:
     # --- metadata endpoints -------------------------------------------------------
 
     async def _models(self, request: web.Request) -> web.Response:
-        entry = {"id": self.engine.name, "object": "model", "created": 1700000000,
-                 "owned_by": OWNED_BY[self.dialect]}
-        if self.dialect == "vllm":
+        entry = {"id": self.engine.name, "object": "model", "created": 1700000000}
+        if self.profile.owned_by:
+            entry["owned_by"] = self.profile.owned_by[0]
+        if self.profile.lab.models_max_model_len:
             entry["max_model_len"] = self.server_info.get("max_model_len", 8192)
         return _json({"object": "list", "data": [entry]})
 
     async def _health(self, request: web.Request) -> web.Response:
-        if self.dialect == "llama.cpp":
+        if self.profile.lab.health_json:
             return _json({"status": "ok"})
         return web.Response(status=200)
 
     async def _version(self, request: web.Request) -> web.Response:
-        if self.dialect != "vllm":
+        if request.path not in self.profile.info_paths:
             raise web.HTTPNotFound()
-        return _json({"version": self.server_info.get("version", "0.11.0")})
+        return _json({"version": self.server_info.get("version", self.profile.lab.version)})
 
     async def _sglang_info(self, request: web.Request) -> web.Response:
-        if self.dialect != "sglang":
+        if request.path not in self.profile.info_paths:
             raise web.HTTPNotFound()
         info = {"model_path": self.engine.name, "tp_size": 1, "quantization": None,
                 "kv_cache_dtype": "auto", "attention_backend": "flashinfer",
@@ -310,7 +320,7 @@ class LabServer:
         return _json({**info, **self.server_info})
 
     async def _props(self, request: web.Request) -> web.Response:
-        if self.dialect != "llama.cpp":
+        if request.path not in self.profile.info_paths:
             raise web.HTTPNotFound()
         props = {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1,
                  "model_path": f"/models/{self.engine.name}.gguf", "build_info": "b6000-abc1234"}
@@ -320,18 +330,17 @@ class LabServer:
         """vLLM (`prompt` or `messages`), llama.cpp (`content`) and llama-cpp-python
         (`/extras/tokenize`, `input`) each have their own."""
         sent = orjson.loads(await request.read())  # any JSON value: answered as before
-        field = {"vllm": "prompt", "llama.cpp": "content",
-                 "llama-cpp-python": "input"}.get(self.dialect)
-        wanted = "/extras/tokenize" if self.dialect == "llama-cpp-python" else "/tokenize"
-        if field is None or request.path != wanted:
+        endpoint = self.profile.tokenize
+        if endpoint is None or request.path != endpoint.path:
             raise web.HTTPNotFound()
-        if not json_has(sent, field) and self.dialect == "llama.cpp":
+        field = endpoint.text_field
+        if not json_has(sent, field) and self.profile.lab.tokenize_lenient:
             return _json({"tokens": []})  # as llama-server answers another server's shape
-        if not json_has(sent, field) and not (self.dialect == "vllm"
+        if not json_has(sent, field) and not (endpoint.accepts_messages
                                               and json_has(sent, "messages")):
             return _json(_error_body(f"missing field {field!r}", 400), 400)
         ids = self._tokenized(json_object(sent), field)
-        if self.dialect == "vllm":
+        if self.profile.lab.tokenize_counts:
             return _json({"count": len(ids), "max_model_len": 8192, "tokens": ids})
         return _json({"tokens": ids})
 
@@ -342,12 +351,13 @@ class LabServer:
         if "messages" in body:
             return self.engine.prompt_ids(body, chat=True)
         # llama.cpp's `add_special` defaults to false, vLLM's to true
-        special = body.get("add_special", False) if self.dialect == "llama.cpp" else \
-            body.get("add_special_tokens", True)
+        endpoint = self.profile.tokenize
+        special = body.get(endpoint.special_field, endpoint.special_default) if endpoint \
+            else True
         return self.tokenize(str(body[field]), bool(special))
 
     async def _apply_template(self, request: web.Request) -> web.Response:
-        if self.dialect != "llama.cpp":
+        if self.profile.chat_template != APPLY_TEMPLATE:
             raise web.HTTPNotFound()
         body = await _request_body(request)
         if self.faults.chat_template:
@@ -357,17 +367,18 @@ class LabServer:
 
     async def _detokenize(self, request: web.Request) -> web.Response:
         """vLLM's and SGLang's: token ids back to text (a lab with a template only)."""
-        if self.dialect not in ("vllm", "sglang") or not self.faults.chat_template:
+        detokenize = self.profile.detokenize
+        if detokenize is None or request.path != detokenize[0] or not self.faults.chat_template:
             raise web.HTTPNotFound()
         body = await _request_body(request)
         text = "".join(self.engine.token_text(json_int(i))
                        for i in json_items(body.get("tokens") or []) if json_int(i) >= 0)
-        return _json({"prompt": text} if self.dialect == "vllm" else {"text": text})
+        return _json({detokenize[1]: text})
 
     async def _native_completion(self, request: web.Request) -> web.Response:
         """llama-server's `/completion` as forced scoring uses it: a prompt of token ids,
         one token predicted, the `n_probs` alternatives for it (with their ids)."""
-        if self.dialect != "llama.cpp":
+        if self.profile.forced_mode != TOKEN_IDS:
             raise web.HTTPNotFound()
         body = await _request_body(request)
         self.requests.append(body)
@@ -420,7 +431,7 @@ class LabServer:
         stream = bool(body.get("stream"))
         if self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)
-        rejection = self._rejection(body)
+        rejection = self._rejection(body, request)
         if rejection is not None:
             return rejection
         injected = self._injected_status(number)
@@ -449,7 +460,8 @@ class LabServer:
     def _routing(self, body: Mapping[str, object], steps: list[Step]) -> np.ndarray | None:
         """The routing this answer's forward passes took (prompt + generated - 1 rows),
         planted faults included; None when the server would send none."""
-        if self.dialect == "sglang" and not body.get("return_routed_experts"):
+        if self.profile.routing is None or (self.profile.routing_request
+                                            and not body.get(self.profile.routing_request)):
             return None
         forwarded = [str(i) for i in self.tokenize(prompt_text_of(body))] + [
             step.token for step in steps[:-1]]
@@ -501,7 +513,7 @@ class LabServer:
         finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit)
         closing = render.closing_chunks(pending, finish)
         routing = self._routing(body, steps) if self.faults.routing else None
-        if routing is not None and self.dialect == "sglang":  # SGLang: before the usage
+        if routing is not None and self.profile.routing == ROUTING_STREAM_END:  # before usage
             closing.insert(len(closing) - (not self.faults.no_usage), {
                 **render.envelope, "object": render.kind, "choices": [],
                 "sglext": _sglang_routing(routing)})
@@ -513,8 +525,8 @@ class LabServer:
 
     async def _run_engine(self, body: Mapping[str, object], chat: bool, emit: Emit) -> str:
         top_k = _requested_k(body)
-        if self.dialect == "sglang":
-            top_k = min(top_k, 5)  # SGLang may return fewer alternatives than asked
+        if self.profile.lab.max_alternatives is not None:  # fewer alternatives than asked
+            top_k = min(top_k, self.profile.lab.max_alternatives)
         loaded = self.faults.load_sensitive and self.in_flight > 1
         # relative, like float rounding under another reduction order
         jitter = 1e-7 if self.faults.nondeterministic or loaded else 0.0
@@ -594,7 +606,8 @@ class LabServer:
         """Logprobs of the prompt's own tokens: vLLM's `prompt_logprobs` (the prompt may
         be token ids), or `echo` with legacy logprobs (vLLM, llama-cpp-python)."""
         vllm_style = body.get("prompt_logprobs") is not None
-        if self.dialect not in (("vllm",) if vllm_style else ("vllm", "llama-cpp-python")):
+        if not (self.profile.forced_mode == PROMPT_LOGPROBS if vllm_style
+                else self.profile.lab.echo):
             name = "prompt_logprobs" if vllm_style else "echo"
             return _json(_error_body(f"{name} is not supported", 400), 400)
         prompt = body.get("prompt")
@@ -633,10 +646,21 @@ class LabServer:
         message = self.faults.status_message or f"injected HTTP {status}"
         return _json(_error_body(message, status), status, headers)
 
-    def _rejection(self, body: Mapping[str, object]) -> web.Response | None:
+    def _rejection(self, body: Mapping[str, object], request: web.Request
+                   ) -> web.Response | None:
         for name in sorted(self.faults.reject_fields & set(body)):
             return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
         k = _requested_k(body)
+        lab, own_limit = self.profile.lab, self.profile.top_logprobs_limit
+        if lab.limit_status is not None and own_limit is not None and k > own_limit:
+            message = lab.limit_message.format(k=k, limit=own_limit)
+            if not lab.limit_status:  # the engine's handler raises: no answer at all
+                request.transport.close()  # type: ignore[union-attr]
+                return web.Response()
+            if lab.flat_errors:
+                return _json({"error": message, "error_type": "validation"}, lab.limit_status)
+            return _json({"error": {"message": message, "type": "invalid_request_error",
+                                    "param": None, "code": None}}, lab.limit_status)
         limit = self.faults.max_top_logprobs
         if limit is not None and k > limit:
             message = (f"Requested sample logprobs of {k}, which is greater than max allowed: "
@@ -644,8 +668,12 @@ class LabServer:
             return _json(_error_body(message, 400), 400)
         return None
 
-    def wants_logprobs(self, body: Mapping[str, object]) -> bool:
-        return not self.faults.no_logprobs and bool(body.get("logprobs"))
+    def wants_logprobs(self, body: Mapping[str, object], chat: bool = True) -> bool:
+        """Whether the answer carries logprobs: asked for, and sent by this engine on
+        this API, streamed or whole."""
+        sends = self.profile.sends_logprobs("chat" if chat else "completions",
+                                            bool(body.get("stream")))
+        return sends and not self.faults.no_logprobs and bool(body.get("logprobs"))
 
 
 class _Renderer:
@@ -653,20 +681,21 @@ class _Renderer:
 
     def __init__(self, server: LabServer, body: Mapping[str, object], chat: bool) -> None:
         self.dialect = server.dialect
+        self.profile = profile = server.profile
         self.model = body.get("model") or server.engine.name
         self.chat = chat
         self.kind = ("chat.completion.chunk" if chat else "text_completion")
-        self.logprobs = server.wants_logprobs(body)
-        self.extra_alt = server.dialect == "llama-cpp-python"
-        self.legacy = not chat and server.dialect != "llama.cpp"
+        self.logprobs = server.wants_logprobs(body, chat)
+        self.extra_alt = profile.extra_alternative
+        self.legacy = not chat and profile.legacy_logprobs == COLUMNS
         self.prompt_tokens = len(server.tokenize(prompt_text_of(body))) \
             + (server.faults.template_tokens if chat else 0)
         self.no_usage = server.faults.no_usage
         self.completion_tokens = 0
         self.envelope: dict[str, object] = {"id": "cmpl-scripted", "created": int(time.time()),
                                             "model": self.model}
-        if self.dialect == "llama.cpp":
-            self.envelope["system_fingerprint"] = "b6000-abc1234"
+        if profile.lab.system_fingerprint:
+            self.envelope["system_fingerprint"] = profile.lab.system_fingerprint
 
     def usage(self) -> dict[str, int]:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
@@ -684,21 +713,21 @@ class _Renderer:
         else:
             choice["text"] = text
         choice["logprobs"] = self._logprobs(steps) if self.logprobs else None
-        if routing is not None and self.dialect == "vllm":
+        if routing is not None and self.profile.routing == ROUTING_WHOLE:
             choice["routed_experts"] = _vllm_routing(routing)
         kind = "chat.completion" if self.chat else "text_completion"
         body = {**self.envelope, "object": kind, "choices": [choice], "usage": self.usage()}
         if self.no_usage:
             del body["usage"]
-        if routing is not None and self.dialect == "sglang":
+        if routing is not None and self.profile.routing == ROUTING_STREAM_END:
             body["sglext"] = _sglang_routing(routing)
         return body
 
     def _whole_message(self, steps: list[Step], text: str) -> dict[str, object]:
         reasoning = "".join(step.content for step in steps if step.reasoning) or None
         message: dict[str, object] = {"role": "assistant", "content": text}
-        if self.dialect == "vllm" or reasoning:
-            message["reasoning_content"] = reasoning
+        if self.profile.lab.reasoning_always or reasoning:
+            message[self.profile.reasoning_field] = reasoning
         message.update(self._whole_calls(steps))
         return message
 
@@ -713,7 +742,7 @@ class _Renderer:
         if step.call is not None and self.chat:
             return self._chunk(self.kind, {"tool_calls": [self._call_piece(step)]}, logprobs,
                                finish)
-        field = "reasoning_content" if step.reasoning and self.chat else "content"
+        field = self.profile.reasoning_field if step.reasoning and self.chat else "content"
         return self._chunk(self.kind, {field: step.content}, logprobs, finish,
                            text=step.content)
 
@@ -722,8 +751,7 @@ class _Renderer:
     # chatml-function-calling). The content of a message with calls is null.
 
     def _call_id(self, number: int) -> str:
-        return {"vllm": "chatcmpl-tool-", "sglang": "call_", "llama.cpp": "call_",
-                "llama-cpp-python": "call__"}[self.dialect] + f"{number:04d}scripted"
+        return self.profile.lab.tool_call_id_prefix + f"{number:04d}scripted"
 
     def _whole_calls(self, steps: list[Step]) -> dict[str, object]:
         calls: dict[int, list[str]] = {}
@@ -735,12 +763,12 @@ class _Renderer:
                 else:
                     name_and_arguments[1] += step.content
         if not calls:
-            return {"tool_calls": []} if self.dialect == "vllm" else {}
+            return {"tool_calls": []} if self.profile.lab.empty_tool_calls else {}
         listed = [{"id": self._call_id(n), "type": "function",
                    "function": {"name": name, "arguments": arguments}}
                   for n, (name, arguments) in sorted(calls.items())]
         message: dict[str, object] = {"content": None, "tool_calls": listed}
-        if self.dialect == "llama-cpp-python":
+        if self.profile.lab.function_call_too:
             message["function_call"] = listed[0]["function"]
         return message
 
@@ -748,11 +776,11 @@ class _Renderer:
         number = step.call or 0
         if step.call_name is not None:  # a call's first piece: its id and name
             function: dict[str, object] = {"name": step.call_name}
-            if self.dialect != "vllm":
+            if self.profile.lab.arguments_with_name:
                 function["arguments"] = ""
             return {"index": number, "id": self._call_id(number), "type": "function",
                     "function": function}
-        if self.dialect == "sglang":
+        if self.profile.lab.null_piece_fields:
             return {"id": None, "index": number, "type": "function",
                     "function": {"name": None, "arguments": step.content}}
         return {"index": number, "function": {"arguments": step.content}}
@@ -760,7 +788,7 @@ class _Renderer:
     def closing_chunks(self, pending: list[Step], finish: str) -> list[dict[str, object]]:
         """The last token (with finish_reason, vLLM-style, or before a separate final
         chunk, SGLang- and llama.cpp-style), then the usage chunk."""
-        separate_finish = self.dialect in ("sglang", "llama.cpp")
+        separate_finish = self.profile.separate_finish_chunk
         chunks = [self.step_chunk(step, None if separate_finish else finish)
                   for step in pending]
         if separate_finish or not pending:
@@ -799,8 +827,9 @@ class _Renderer:
     def _entry(self, token: str, logprob: float, raw: bytes,
                extra: dict[str, object] | None = None) -> dict[str, object]:
         entry: dict[str, object] = {"token": token, "logprob": logprob}
-        entry["bytes"] = None if self.dialect == "llama-cpp-python" else list(raw)
-        if self.dialect == "llama.cpp":
+        if self.profile.token_bytes is not False:
+            entry["bytes"] = list(raw) if self.profile.token_bytes else None
+        if self.profile.token_ids_in_entries:
             entry["id"] = token_id(raw)
         return {**entry, **(extra or {})}
 

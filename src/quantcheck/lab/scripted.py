@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ..store.engines import ENGINES
 from .endpoint import DIALECTS, Emit, Faults, LabServer, Scored, Step, token_id
 from .request_body import json_int, prompt_text_of
 
@@ -242,5 +243,6 @@ class ScriptedServer(LabServer):
                  host: str = "127.0.0.1", port: int = 0,
                  server_info: dict[str, object] | None = None) -> None:
         self.model = model or ScriptedModel()
-        super().__init__(ScriptedEngine(self.model, split_utf8=dialect == "llama.cpp"), dialect,
-                         faults, replay, host, port, server_info)
+        profile = ENGINES.get(dialect)  # an unknown dialect is refused by LabServer
+        engine = ScriptedEngine(self.model, split_utf8=bool(profile and profile.split_utf8))
+        super().__init__(engine, dialect, faults, replay, host, port, server_info)

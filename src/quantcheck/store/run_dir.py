@@ -87,13 +87,15 @@ class Parameters(msgspec.Struct, kw_only=True):
 class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What a server told about itself: its `/v1/models` entries, and the answers of the
     runtimes' info endpoints (vLLM's `/version`, SGLang's `/get_server_info`, llama.cpp's
-    `/props`) as they were sent, whatever their shape; `runtime` and `runtime_version`
-    are what quantcheck read from them ("unknown" and null when they do not say)."""
+    `/props`; any other engine's under `answers`, by path) as they were sent, whatever
+    their shape; `runtime` and `runtime_version` are what quantcheck read from them
+    ("unknown" and null when they do not say)."""
 
     models: list[dict[str, object]] = []
     version: object = None
     server_info: object = None
     props: object = None
+    answers: dict[str, object] = {}
     runtime: str = "unknown"
     runtime_version: str | None = None
 

@@ -1,9 +1,9 @@
 """Which runtime a server is, and what its info endpoints reveal (pure: no network).
 
-The info endpoints' answers (`/v1/models`, vLLM `/version`, SGLang `/get_server_info`,
-llama.cpp `/props`) are recorded as sent, and read only through the helpers here: a
-value of an unexpected shape (a string where a list was expected, a non-numeric
-length) is "not revealed", never an error.
+The info endpoints' answers (`/v1/models`, and each engine's own: engines.py lists
+them) are recorded as sent, and read only through the helpers here: a value of an
+unexpected shape (a string where a list was expected, a non-numeric length) is "not
+revealed", never an error.
 """
 
 from __future__ import annotations
@@ -12,16 +12,30 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import EndpointError
+from .engines import ENGINE_NAMES, ENGINES, UNKNOWN
 from .run_dir import ServerInfo
 
-RUNTIME_BY_OWNER = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp",
-                    "me": "llama-cpp-python"}  # /v1/models `owned_by` -> runtime
-RUNTIMES = tuple(RUNTIME_BY_OWNER.values())
-# Each runtime's tokenize endpoint: its path, the field that holds the text, and whether
-# it wants the model's name (SGLang has none).
-TOKENIZE = {"vllm": ("/tokenize", "prompt", True),
-            "llama.cpp": ("/tokenize", "content", False),
-            "llama-cpp-python": ("/extras/tokenize", "input", False)}
+# /v1/models `owned_by` -> runtime
+RUNTIME_BY_OWNER = {owner: p.name for p in ENGINES.values() for owner in p.owned_by}
+RUNTIMES = ENGINE_NAMES
+# The answers ServerInfo keeps in a field of their own (older manifests have only these)
+_INFO_FIELDS = {"/version": "version", "/get_server_info": "server_info",
+                "/server_info": "server_info", "/props": "props"}
+
+
+def info_answer(info: ServerInfo, path: str) -> Any:
+    """What the server answered on an info endpoint (None: it did not)."""
+    slot = _INFO_FIELDS.get(path)
+    return getattr(info, slot) if slot else info.answers.get(path)
+
+
+def with_info_answer(info: ServerInfo, path: str, answer: Any) -> None:
+    """Keep an info endpoint's answer (a path sharing a field keeps the first answer)."""
+    slot = _INFO_FIELDS.get(path)
+    if slot and getattr(info, slot) is None:
+        setattr(info, slot, answer)
+    elif not slot and answer is not None:
+        info.answers[path] = answer
 
 
 def mapping(value: Any) -> dict[str, Any]:
@@ -52,26 +66,28 @@ def context_length(info: ServerInfo, model: str) -> int | None:
 
 
 def identify_runtime(info: ServerInfo) -> str:
+    """By the `owned_by` of its models, else by the info endpoints it answers; the
+    profiles are asked last to first, so that vLLM's plain `/version` counts last."""
     for model in info.models:
         runtime = RUNTIME_BY_OWNER.get(str(model.get("owned_by", "")).lower())
         if runtime:
             return runtime
-    if info.props is not None:
-        return "llama.cpp"
-    if info.server_info is not None:
-        return "sglang"
-    if info.version is not None:
-        return "vllm"
-    return "unknown"
+    for profile in reversed(ENGINES.values()):
+        if any(info_answer(info, path) is not None for path in profile.info_paths):
+            return profile.name
+    return UNKNOWN
 
 
 def runtime_version(info: ServerInfo) -> str | None:
-    for answer in (info.version, info.server_info):
-        version = mapping(answer).get("version")
-        if isinstance(version, str | int | float) and version:
+    """The version its own info endpoint gives (the runtime's first, then any other)."""
+    places = sorted((p for p in ENGINES.values() if p.version_at),
+                    key=lambda p: p.name != info.runtime)
+    for profile in places:
+        path, key = profile.version_at or ("", "")
+        version = mapping(info_answer(info, path)).get(key)
+        if isinstance(version, str | int | float) and not isinstance(version, bool) and version:
             return str(version)
-    build = mapping(info.props).get("build_info")
-    return build if isinstance(build, str) and build else None
+    return None
 
 
 def choose_model(models: Sequence[Mapping[str, object]], requested: str | None,

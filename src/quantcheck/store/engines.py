@@ -1,0 +1,201 @@
+"""One profile per serving engine: what it is and how it speaks, in one place.
+
+A profile says how an engine is recognised (the `owned_by` of its `/v1/models` entries,
+the info endpoints only it answers), where it tokenizes and renders a chat template,
+which forced-scoring mode suits it, whether and where it sends MoE routing, how its
+prefix cache is turned off, the quirks of its answers (a separate finish chunk, split
+UTF-8, one alternative more than asked, logprobs that only whole answers carry), its
+top-logprobs limit and what it cannot do. Everything else reads engines through
+`profile_of(name)`: no engine's name is compared as a string outside this module
+(tests/test_structure.py scans for one). `LabDialect` is how the lab's loopback server
+writes the details of an engine's answers that quantcheck does not read but a real
+client would see (tool-call ids, null fields, the extra info in a tokenize answer).
+
+Adding an engine: a profile in ENGINES, its recorded answers under
+tests/fixtures/wire/, and its row in docs/engines.md (docs/development.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+UNKNOWN = "unknown"  # the runtime of a server that does not say what it is
+
+# Forced-scoring modes (fetch/forced_scoring.py)
+PROMPT_LOGPROBS, TOKEN_IDS, ECHO = "prompt-logprobs", "token-ids", "echo"
+# Ways of rendering a chat template on request (fetch/template_check.py)
+APPLY_TEMPLATE, TOKENIZE_MESSAGES = "apply-template", "tokenize-messages"
+# Where MoE routing comes back (wire/dialects.py reads both)
+ROUTING_WHOLE, ROUTING_STREAM_END = "whole answers", "whole answers and a stream's last chunk"
+# How legacy /v1/completions carry logprobs
+COLUMNS, ENTRIES = "columns", "entries"  # {tokens, token_logprobs, top_logprobs}; chat-style
+
+
+@dataclass(frozen=True)
+class TokenizeEndpoint:
+    """POST `path` with the text in `text_field` (and the model's name when
+    `wants_model`); the ids come back under `tokens`. `special_field` says whether the
+    special tokens (BOS) are added, `special_default` what the engine does unsaid."""
+
+    path: str
+    text_field: str
+    wants_model: bool = False
+    special_field: str = "add_special_tokens"
+    special_default: bool = True
+    accepts_messages: bool = False  # tokenizes a conversation through its chat template
+
+
+@dataclass(frozen=True)
+class LabDialect:
+    """How the lab server writes what only a real client would see."""
+
+    tool_call_id_prefix: str = "call_"
+    empty_tool_calls: bool = False  # `tool_calls: []` on a message with none
+    function_call_too: bool = False  # each call also as the older `function_call`
+    arguments_with_name: bool = True  # a call's first piece carries `arguments: ""`
+    null_piece_fields: bool = False  # later pieces carry `id: null`, `name: null`
+    reasoning_always: bool = False  # `reasoning_content: null` on every message
+    max_alternatives: int | None = None  # sends fewer alternatives than asked
+    health_json: bool = False  # /health answers {"status": "ok"}
+    models_max_model_len: bool = False  # /v1/models entries carry max_model_len
+    tokenize_counts: bool = False  # a tokenize answer also says count and max_model_len
+    tokenize_lenient: bool = False  # a tokenize request without its field: no ids, no 400
+    echo: bool = False  # legacy completions with echo and logprobs score the prompt
+    system_fingerprint: str | None = None
+    # Above the profile's top-logprobs limit: the status answered (0: the connection is
+    # dropped without an answer) and its message ({k} asked, {limit}); None: not enforced
+    limit_status: int | None = None
+    limit_message: str = ""
+    flat_errors: bool = False  # errors as {"error": MESSAGE, "error_type": ...}
+    version: str = "0.11.0"  # what its version endpoint says
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine, as quantcheck reads it."""
+
+    name: str  # the runtime written in manifests and serving cells
+    label: str  # the engine's name in sentences
+    owned_by: tuple[str, ...] = ()  # /v1/models `owned_by` values that name it
+    info_paths: tuple[str, ...] = ()  # GET endpoints that describe the server
+    version_at: tuple[str, str] | None = None  # info endpoint and field of its version
+    tokenize: TokenizeEndpoint | None = None
+    detokenize: tuple[str, str] | None = None  # path, and the field the text comes in
+    chat_template: str | None = None  # APPLY_TEMPLATE, TOKENIZE_MESSAGES or None
+    forced_mode: str | None = ECHO  # what `--forced-mode auto` picks; None: cannot score
+    routing: str | None = None  # ROUTING_WHOLE, ROUTING_STREAM_END or None
+    routing_request: str | None = None  # the request field that asks for routing
+    cache_off_field: str | None = None  # a body field that turns the prefix cache off
+    cache_flush_path: str | None = None  # POST here empties the prefix cache
+    separate_finish_chunk: bool = False  # finish_reason in its own chunk, empty delta
+    split_utf8: bool = False  # holds back split UTF-8: a token may not be valid text
+    extra_alternative: bool = False  # sends k+1 alternatives (the sampled one added)
+    token_ids_in_entries: bool = False  # logprob entries carry the token's `id`
+    token_bytes: bool | None = True  # entries carry `bytes` (None: `bytes: null`)
+    reasoning_field: str = "reasoning_content"
+    legacy_logprobs: str | None = COLUMNS  # how /v1/completions carries logprobs
+    streams_logprobs: bool = True  # False: only whole answers carry logprobs
+    # the most alternatives it can answer, however it is started (None: no fixed limit),
+    # and where a limit comes from (also a limit its operator sets)
+    top_logprobs_limit: int | None = None
+    top_logprobs_note: str = ""
+    gguf_names: bool = False  # models are named by their GGUF file
+    one_at_a_time: str | None = None  # why concurrency above 1 hurts, if it does
+    cannot: tuple[str, ...] = ()  # what quantcheck cannot do with it, in words
+    lab: LabDialect = field(default_factory=LabDialect)
+
+    def missing_logprobs(self, apis: set[str], stream: bool) -> str | None:
+        """Where this engine's answers carry no logprobs, said for a warning; None when
+        every answer of these APIs does."""
+        where = [f"on /v1/{api}" if api != "chat" else "on /v1/chat/completions"
+                 for api in sorted(apis) if not self.sends_logprobs(api, False)]
+        streamed = stream and not self.streams_logprobs
+        if streamed:
+            where.append("in a stream")
+        if not where:
+            return None
+        return (f"{self.label} sends no logprobs {' or '.join(where)}: only texts are "
+                "compared there; the figures that need logprobs (drift, top-k agreement, "
+                "the determinism signature, teacher-forced scoring) are missing"
+                + ("; collect with --no-stream for them" if streamed else ""))
+
+    def sends_logprobs(self, api: str, stream: bool) -> bool:
+        """Whether an answer on this API, streamed or whole, carries logprobs."""
+        if api != "chat" and self.legacy_logprobs is None:
+            return False
+        return self.streams_logprobs or not stream
+
+
+VLLM = EngineProfile(
+    name="vllm", label="vLLM", owned_by=("vllm",), info_paths=("/version",),
+    version_at=("/version", "version"),
+    tokenize=TokenizeEndpoint("/tokenize", "prompt", wants_model=True, accepts_messages=True),
+    detokenize=("/detokenize", "prompt"), chat_template=TOKENIZE_MESSAGES,
+    forced_mode=PROMPT_LOGPROBS, routing=ROUTING_WHOLE, cache_flush_path="/reset_prefix_cache",
+    top_logprobs_note="--max-logprobs, 20 unless started otherwise",
+    lab=LabDialect(tool_call_id_prefix="chatcmpl-tool-", empty_tool_calls=True,
+                   arguments_with_name=False, reasoning_always=True,
+                   models_max_model_len=True, tokenize_counts=True, echo=True))
+SGLANG = EngineProfile(
+    name="sglang", label="SGLang", owned_by=("sglang",),
+    info_paths=("/get_server_info", "/server_info"), version_at=("/get_server_info", "version"),
+    detokenize=("/detokenize", "text"), chat_template=TOKENIZE_MESSAGES,
+    routing=ROUTING_STREAM_END, routing_request="return_routed_experts",
+    cache_flush_path="/flush_cache", separate_finish_chunk=True,
+    lab=LabDialect(null_piece_fields=True, max_alternatives=5))
+LLAMA_CPP = EngineProfile(
+    name="llama.cpp", label="llama.cpp", owned_by=("llamacpp",), info_paths=("/props",),
+    version_at=("/props", "build_info"),
+    tokenize=TokenizeEndpoint("/tokenize", "content", special_field="add_special",
+                              special_default=False),
+    chat_template=APPLY_TEMPLATE, forced_mode=TOKEN_IDS, cache_off_field="cache_prompt",
+    separate_finish_chunk=True, split_utf8=True, token_ids_in_entries=True,
+    legacy_logprobs=ENTRIES, gguf_names=True,
+    cannot=("MoE routing",),
+    lab=LabDialect(health_json=True, tokenize_lenient=True,
+                   system_fingerprint="b6000-abc1234"))
+LLAMA_CPP_PYTHON = EngineProfile(
+    name="llama-cpp-python", label="llama-cpp-python", owned_by=("me",),
+    tokenize=TokenizeEndpoint("/extras/tokenize", "input"),
+    extra_alternative=True, token_bytes=None, gguf_names=True,
+    one_at_a_time=("llama-cpp-python answers one request at a time and, by default, cuts a "
+                   "running stream short when another request arrives: use --concurrency 1 "
+                   "(or start it with --interrupt_requests false)"),
+    cannot=("MoE routing", "rendering a chat template on request"),
+    lab=LabDialect(tool_call_id_prefix="call__", function_call_too=True, echo=True))
+
+OLLAMA = EngineProfile(  # openai/openai.go, middleware/openai.go, server/routes.go
+    name="ollama", label="Ollama", owned_by=("library",), info_paths=("/api/version",),
+    version_at=("/api/version", "version"), forced_mode=None, separate_finish_chunk=True,
+    reasoning_field="reasoning", legacy_logprobs=None, top_logprobs_limit=20,
+    top_logprobs_note="fixed: top_logprobs must be between 0 and 20",
+    cannot=("logprobs on /v1/completions (its answers carry none: only texts are compared)",
+            "tokenizing on request", "rendering a chat template on request",
+            "teacher-forced scoring", "MoE routing", "turning its prefix cache off"),
+    lab=LabDialect(system_fingerprint="fp_ollama", limit_status=400, version="0.33.0-rc2",
+                   limit_message="top_logprobs must be between 0 and {limit}"))
+
+ENGINES: dict[str, EngineProfile] = {profile.name: profile for profile in (
+    VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON, OLLAMA)}
+ENGINE_NAMES = tuple(ENGINES)
+INFO_PATHS = tuple(dict.fromkeys(path for p in ENGINES.values() for path in p.info_paths))
+TOKENIZERS = tuple((p.name, p.tokenize) for p in ENGINES.values() if p.tokenize)
+
+
+def profile_of(runtime: str | None) -> EngineProfile | None:
+    """The profile of a runtime quantcheck knows; None for an unknown one."""
+    return ENGINES.get(runtime or UNKNOWN)
+
+
+def known(runtime: str | None) -> bool:
+    return profile_of(runtime) is not None
+
+
+def with_forced_mode(mode: str) -> EngineProfile:
+    """The engine whose own scoring a forced mode is (prompt-logprobs: vLLM's)."""
+    return next(p for p in ENGINES.values() if p.forced_mode == mode)
+
+
+def tokenizers_first(runtime: str | None) -> list[tuple[str, TokenizeEndpoint]]:
+    """Every engine's tokenize endpoint, the runtime's own first."""
+    return sorted(TOKENIZERS, key=lambda named: named[0] != runtime)
