@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantcheck.judge.certificate import compare_answers, rule_of_three
@@ -84,13 +84,66 @@ def test_the_nondeterministic_fault_varies_with_no_batch_factor(
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--max-nondeterministic-prompts", "1")
     assert result.exit_code == 1, result.output
-    assert "FAIL: 2 prompts vary, more than max_nondeterministic_prompts 1" in result.output
-    assert not certificate.certified
+    assert "FAIL: 2 prompts vary: varies with no batch factor" in result.output
+    assert not certificate.certified and certificate.max_nondeterministic_prompts == 1
     assert certificate.explanation == ("varies with no batch factor: identical requests "
                                        "sent one at a time differ")
     repeat = next(f for f in certificate.factors if f.factor == "repeat")
     assert repeat.share_varying == 1.0 and repeat.levels[0].most_unique_outputs == 2
-    assert "<failure" in (tmp_path / "c" / "junit.xml").read_text()
+    junit = (tmp_path / "c" / "junit.xml").read_text()
+    assert '<testcase name="repeat"' in junit and '<failure type="repeat"' in junit
+    assert '<failure type="nondeterministic_prompts"' in junit
+
+
+def test_the_gate_applies_max_nondeterministic_prompts_to_a_certificate(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """One rule in one place: `quantcheck gate CERT_DIR` reads certificate.json and
+    applies the policy's max_nondeterministic_prompts (off by default)."""
+    server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(nondeterministic=True))
+    out = tmp_path / "c"
+    result, _ = certify(server.url, write_prompts(PROMPTS), out)
+    assert result.exit_code == 0, result.output  # no limit given: reported, not failed
+    off = invoke("gate", out)
+    assert off.exit_code == 0, off.output
+    assert "quantcheck determinism: PASS" in off.output
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("max_nondeterministic_prompts: 1\nmax_factual_flips: 0\n")
+    failed = invoke("gate", out, "--policy", policy)
+    assert failed.exit_code == 1, failed.output
+    assert "FAIL: 2 prompts vary: varies with no batch factor" in failed.output
+    gate = json.loads((out / "gate.json").read_text())
+    rule = next(r for r in gate["rules"] if r["name"] == "nondeterministic_prompts")
+    assert gate["verdict"] == "fail" and rule["count"] == 2 and rule["limit"] == 1
+    assert rule["prompts"] == ["p0", "p1"]
+    junit = (out / "junit.xml").read_text()
+    assert junit.count('classname="quantcheck.determinism"') == 5  # a case per factor stays
+    assert '<failure type="nondeterministic_prompts"' in junit
+    # the option overrides the policy file
+    assert invoke("gate", out, "--policy", policy, "--max-nondeterministic-prompts", "2"
+                  ).exit_code == 0
+    policy.write_text("max_nondeterministic_prompts: -1\n")
+    refused = invoke("gate", out, "--policy", policy)
+    assert refused.exit_code == 2 and "max_nondeterministic_prompts" in refused.output
+    assert invoke("gate", out, "--candidate", "x").exit_code == 2
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300) | st.builds(
+    lambda d: json.dumps(d).encode(),
+    st.dictionaries(st.sampled_from(["format", "endpoint", "certified", "factors", "seed"]),
+                    st.one_of(st.none(), st.integers(), st.text(max_size=5), st.booleans()))))
+def test_any_certificate_file_loads_or_names_itself(content: bytes) -> None:
+    import tempfile
+
+    from quantcheck.errors import RunFormatError
+    from quantcheck.store.certificate_records import read_certificate
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "certificate.json").write_bytes(content)
+        try:
+            read_certificate(Path(folder))
+        except RunFormatError as exc:
+            assert "certificate.json" in str(exc)
 
 
 def test_a_batch_variant_server_is_attributed_to_batch_size(

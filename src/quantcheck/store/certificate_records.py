@@ -20,11 +20,13 @@ prefix cache on and the prefix already computed).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import msgspec
 
 from .formats import CERTIFICATE_FORMAT, CertificateFormat
+from .run_dir import read_record
 
 Factor = Literal["repeat", "stream", "batch", "prefix", "cache"]
 FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache")
@@ -172,3 +174,13 @@ class Certificate(msgspec.Struct, kw_only=True):
     examples: list[Example]
     control: ControlResult | None = None
     control_note: str = ""
+
+
+CERTIFICATE_JSON = "certificate.json"
+
+
+def read_certificate(folder: Path) -> Certificate:
+    """FOLDER/certificate.json, or one RunFormatError naming the file and field."""
+    return read_record(folder / CERTIFICATE_JSON, Certificate,
+                       " (written by another quantcheck version, or edited? run "
+                       "`quantcheck determinism --certify` again)")
