@@ -47,11 +47,11 @@ def test_the_lab_model_is_certified_and_its_nondeterministic_twin_detected_as_co
                                   "--control", varying.url, "--fail-on-nondeterminism")
     assert result.exit_code == 0, result.output
     n = certificate.comparisons
-    assert certificate.certified and certificate.mismatches == 0 and n == 36
+    assert certificate.certified and certificate.mismatches == 0 and n == 38
     assert certificate.rate_bound == pytest.approx(3 / n)
     assert certificate.rate_bound_exact == pytest.approx(1 - 0.05 ** (1 / n))
     assert f"0 mismatches in {n} comparisons over 3 batch sizes" in certificate.statement
-    assert "below 3/36" in result.output and "rule of three" in result.output
+    assert "below 3/38" in result.output and "rule of three" in result.output
     assert certificate.control is not None and certificate.control.detected
     assert "was detected as varying" in certificate.control_note
     assert certificate.cache_control.startswith("llama.cpp: cache_prompt false")
@@ -62,11 +62,11 @@ def test_the_lab_model_is_certified_and_its_nondeterministic_twin_detected_as_co
     assert not control.certified and control.prompts_varying == 2
     # the plan was printed before it was sent, and every request was the plan's
     assert "plan for " + clean.url in result.output
-    assert len(clean.requests) == certificate.requests + 1  # and the warm-up
+    assert len(clean.requests) == certificate.requests + 2  # and the warm-up, the seed try
     page = (tmp_path / "c" / "index.html").read_text()
     assert "<svg" in page and "certified" in page
     junit = (tmp_path / "c" / "junit.xml").read_text()
-    assert junit.count("<testcase") == 5 and "<failure" not in junit
+    assert junit.count("<testcase") == 6 and "<failure" not in junit
 
 
 def test_without_a_control_the_certificate_says_so(
@@ -116,7 +116,7 @@ def test_the_gate_applies_max_nondeterministic_prompts_to_a_certificate(
     assert gate["verdict"] == "fail" and rule["count"] == 2 and rule["limit"] == 1
     assert rule["prompts"] == ["p0", "p1"]
     junit = (out / "junit.xml").read_text()
-    assert junit.count('classname="quantcheck.determinism"') == 5  # a case per factor stays
+    assert junit.count('classname="quantcheck.determinism"') == 6  # a case per factor stays
     assert '<failure type="nondeterministic_prompts"' in junit
     # the option overrides the policy file
     assert invoke("gate", out, "--policy", policy, "--max-nondeterministic-prompts", "2"
@@ -154,8 +154,8 @@ def test_a_batch_variant_server_is_attributed_to_batch_size(
     assert result.exit_code == 0, result.output  # no limit given: reported, not failed
     assert certificate.explanation == "varies only when batch size >= 4"
     explained = factors(certificate)
-    assert [explained[f] for f in ("repeat", "stream", "prefix", "cache")] == \
-        ["no variation"] * 4
+    assert [explained[f] for f in ("repeat", "stream", "prefix", "cache", "seed")] == \
+        ["no variation"] * 5
     batch = next(f for f in certificate.factors if f.factor == "batch")
     by_level = {level.level: level for level in batch.levels}
     assert by_level["batch=2"].mismatches == 0 and by_level["batch=8"].prompts_varying == 2
@@ -174,6 +174,43 @@ def test_a_shifting_prefix_cache_is_attributed_to_the_cache(
     explained = factors(certificate)
     assert [explained[f] for f in ("repeat", "stream", "batch", "prefix")] == \
         ["no variation"] * 4
+
+
+def test_a_server_that_ignores_the_seed_is_named_seed_not_honoured(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="vllm", faults=Faults(ignore_seed=True))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--trials", "4")
+    assert result.exit_code == 0, result.output
+    assert certificate.explanation == \
+        "seed not honoured: sampled answers with the same seed differ"
+    explained = factors(certificate)
+    assert [explained[f] for f in ("repeat", "stream", "batch", "prefix")] == \
+        ["no variation"] * 4
+    assert certificate.seed_control.startswith("seed 0 at temperature 1 in each seeded")
+    assert "seeded sampling: seed 0 at temperature 1" in result.output
+    seeded = [body for body in server.requests if body.get("temperature") == 1.0]
+    assert seeded and all(body["seed"] == 0 for body in seeded)
+    # the same lab server honouring the seed: certified, the seed factor tested
+    honest = serve(ScriptedModel(), dialect="vllm")
+    result, certificate = certify(honest.url, write_prompts(PROMPTS), tmp_path / "d",
+                                  "--trials", "4")
+    assert result.exit_code == 0 and certificate.certified, result.output
+    seed = next(f for f in certificate.factors if f.factor == "seed")
+    assert seed.comparisons == 6 and seed.explanation == "no variation"
+
+
+def test_a_server_that_refuses_a_seed_leaves_the_seed_factor_untested(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(reject_fields={"seed"}))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--extra-body", '{"seed": null}')
+    assert result.exit_code == 0, result.output
+    assert certificate.certified and factors(certificate)["seed"] == "not tested"
+    assert certificate.seed_control.startswith("not tested: the server refused a seeded "
+                                               "request"), certificate.seed_control
+    assert "seed" in certificate.seed_control.split("(", 1)[1]
+    assert certificate.failed_requests == 0
 
 
 def test_requests_that_turn_the_cache_off_leave_the_cache_factor_untested(
@@ -222,8 +259,10 @@ def test_the_plan_is_reproducible_from_its_seed_and_bounded() -> None:
     other = make_plan(["a", "b"], trials=3, max_batch=32, seed=8, context_tokens=8192)
     assert one != other and one.requests == other.requests
     assert one.batch_sizes == [2, 4, 8, 16, 32]
-    # alone and streamed per trial, the batches' members, 5 per prompt and prefix length
-    assert one.requests == 2 * 3 * 2 + 2 * 3 * sum(one.batch_sizes) + 2 * 5 * 3
+    # alone, streamed and seeded per trial, the batches' members, 5 per prompt and prefix
+    assert one.requests == 2 * 3 * 3 + 2 * 3 * sum(one.batch_sizes) + 2 * 5 * 3
+    seeded = [p for r in one.rounds for p in r.probes if p.factor == "seed"]
+    assert {(p.seed, p.temperature) for p in seeded} == {(7, 1.0)} and len(seeded) == 6
     batch_rounds = [r for r in one.rounds if r.probes[0].factor == "batch"]
     positions = {next(n for n, p in enumerate(r.probes) if p.prompt_id)
                  for r in batch_rounds if len(r.probes) == 32}

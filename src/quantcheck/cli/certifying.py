@@ -52,5 +52,6 @@ def echo_certificate(certificate: Certificate, out: Path, page: Path) -> None:
                        f"{factor.comparisons} comparisons, {factor.prompts_varying} of "
                        f"{factor.prompts} prompts vary: {factor.explanation}")
     click.echo(f"prefix cache: {certificate.cache_control}")
+    click.echo(f"seeded sampling: {certificate.seed_control}")
     click.echo(f"control: {certificate.control_note}")
     click.echo(f"certificate: {out / 'certificate.json'}, {out / 'junit.xml'}, {page}")

@@ -5,6 +5,11 @@ turned off where the runtime allows it: llama.cpp by `cache_prompt: false` in ev
 body but the `cache` factor's; vLLM by POST /reset_prefix_cache and SGLang by POST
 /flush_cache before each "flush" round. What was used, or why nothing could be, is
 said in `cache_control`.
+
+Seeded sampling (`seed` probes): the probe's `temperature` and `seed` replace the
+greedy ones in its body. One seeded request is tried first (not counted): a server
+that refuses it (HTTP 400) leaves the `seed` factor untested, and `seed_control` says
+so; otherwise it says the seed and temperature sent.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class Sent:
     answers: list[Answer]
     failed: int
     cache_control: str
+    seed_control: str = ""
 
 
 async def server_facts(client: EndpointClient, requested: str | None) -> ServerFacts:
@@ -105,6 +111,7 @@ class PlanSender:
         self.failed = 0
         self.flush_path = FLUSH_PATHS.get(facts.runtime or "")
         self.cache_control = ""
+        self.seed_refused = False
 
     def body(self, probe: Probe) -> tuple[dict[str, object], str]:
         """A probe's request body and api."""
@@ -124,7 +131,28 @@ class PlanSender:
             body = with_logprobs(request, api, self.settings.top_logprobs)
         if self.facts.runtime == "llama.cpp" and body.get("cache_prompt") is not False:
             body["cache_prompt"] = probe.cache
+        if probe.seed is not None:
+            body.update(temperature=probe.temperature, seed=probe.seed)
         return body, api
+
+    async def check_seed(self, plan: Plan) -> str:
+        """How seeded sampling will be tested, tried once now with the plan's first
+        seeded probe; why it cannot be, or that the plan has none."""
+        probe = next((p for r in plan.rounds for p in r.probes if p.seed is not None), None)
+        if probe is None:
+            return "not tested: the plan has no seeded request"
+        body, api = self.body(probe)
+        try:
+            await self.client.generate(api, body, False, self.settings.top_logprobs)
+        except ParameterRejected as exc:
+            self.seed_refused = True
+            return f"not tested: the server refused a seeded request ({exc.reason})"
+        except QuantcheckError:
+            raise
+        except Exception:  # noqa: S110 - as any request may fail: the plan's own say why
+            pass
+        return (f"seed {probe.seed} at temperature {probe.temperature:g} in each seeded "
+                "request; the same seed must give the same tokens")
 
     async def check_cache_control(self) -> str:
         """How the prefix cache will be turned off, tried once now."""
@@ -159,7 +187,8 @@ class PlanSender:
             problem = await self.flush()
             if problem is not None:
                 raise RequestsFailed(f"the prefix cache could not be emptied: {problem}")
-        answered = await all_or_none(self.one(probe) for probe in round_.probes)
+        probes = [p for p in round_.probes if not (self.seed_refused and p.seed is not None)]
+        answered = await all_or_none(self.one(probe) for probe in probes)
         return [answer for answer in answered if answer is not None]
 
     async def one(self, probe: Probe) -> Answer | None:
@@ -221,9 +250,10 @@ async def send_plan(sender: PlanSender, plan: Plan,
                     sent: Callable[[int], None] | None = None) -> Sent:
     """Every round in order; `sent(n)` after each round of n requests."""
     cache_control = await sender.check_cache_control()
+    seed_control = await sender.check_seed(plan)
     answers: list[Answer] = []
     for round_ in plan.rounds:
         answers += await sender.send_round(round_)
         if sent is not None:
             sent(len(round_.probes))
-    return Sent(answers, sender.failed, cache_control)
+    return Sent(answers, sender.failed, cache_control, seed_control)

@@ -3,10 +3,11 @@ per prompt, factor and level, the factor that explains the variation, and the
 statement with its statistics.
 
 A comparison is one answer against its baseline: a prompt's first answer alone (for
-`repeat`, `stream`, `batch`), or its first answer after a shared prefix with the
-cache off (for `prefix` and `cache` at that length). Two answers match when their
-tokens, chosen logprobs and top-k alternatives are equal bit for bit (the text, when
-the server sent no logprobs). With no mismatch in N comparisons, the mismatch rate is
+`repeat`, `stream`, `batch`), its first answer after a shared prefix with the
+cache off (for `prefix` and `cache` at that length), or its first sampled answer with
+the plan's seed (for `seed`). Two answers match when their tokens, chosen logprobs
+and top-k alternatives are equal bit for bit (the text, when the server sent no
+logprobs). With no mismatch in N comparisons, the mismatch rate is
 below 3/N at 95% confidence (the rule of three); the exact binomial bound
 1 - 0.05^(1/N) is given beside it.
 """
@@ -79,12 +80,14 @@ def comparisons(answers: Iterable[Answer]) -> list[Comparison]:
     listed = [a for a in answers if a.error is None]
     alone = {a.prompt_id: a for a in listed if a.factor == "repeat" and a.baseline}
     ladder = {(a.prompt_id, a.level): a for a in listed if a.factor == "prefix" and a.baseline}
+    seeded = {a.prompt_id: a for a in listed if a.factor == "seed" and a.baseline}
     found = []
     for answer in listed:
         if answer.baseline:
             continue
         baseline = ladder.get((answer.prompt_id, answer.level)) \
-            if answer.factor in ("prefix", "cache") else alone.get(answer.prompt_id)
+            if answer.factor in ("prefix", "cache") else seeded.get(answer.prompt_id) \
+            if answer.factor == "seed" else alone.get(answer.prompt_id)
         if baseline is None:
             continue
         same, first, delta = compare_answers(baseline, answer)
@@ -159,6 +162,8 @@ def explain_factor(factor: Factor, levels: Sequence[LevelResult],
         return "varies with no batch factor: identical requests sent one at a time differ"
     if factor == "stream":
         return "streamed and whole answers differ"
+    if factor == "seed":
+        return "seed not honoured: sampled answers with the same seed differ"
     numbers = [_level_number(level) for level in varying]
     tested = [_level_number(r.level) for r in levels if r.comparisons]
     from_all = all(n in numbers for n in tested if n >= min(numbers))
@@ -231,13 +236,15 @@ def _levels_of(plan: Plan, factor: Factor) -> list[str]:
         return ["alone"]
     if factor == "stream":
         return ["streamed"]
+    if factor == "seed":
+        return ["seeded"]
     if factor == "batch":
         return [f"batch={size}" for size in plan.batch_sizes]
     return [f"prefix={length}" for length in plan.prefix_lengths]
 
 
 def certify(answers: Sequence[Answer], plan: Plan, failed: int, endpoint: str, model: str,
-            runtime: str | None, cache_control: str) -> Certificate:
+            runtime: str | None, cache_control: str, seed_control: str = "") -> Certificate:
     """The certificate of one endpoint's answers to `plan`."""
     found = comparisons(answers)
     factors: list[FactorResult] = []
@@ -269,7 +276,8 @@ def certify(answers: Sequence[Answer], plan: Plan, failed: int, endpoint: str, m
         prompts=prompts, prompts_varying=varying, rate_bound=bound, rate_bound_exact=exact,
         explanation=explanation, batch_sizes=plan.batch_sizes,
         prefix_lengths=plan.prefix_lengths, trials=plan.trials, seed=plan.seed,
-        requests=plan.requests, cache_control=cache_control, factors=factors,
+        requests=plan.requests, cache_control=cache_control, seed_control=seed_control,
+        factors=factors,
         prompt_results=prompt_results(found), examples=_examples(found))
 
 

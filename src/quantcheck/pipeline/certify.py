@@ -112,7 +112,7 @@ async def _certify(job: CertifyRun, settings: CertifySettings, prompts: list[Pro
                              seconds * len(plan.rounds))
         sent = await send_plan(sender, plan, progress.sent if progress is not None else None)
     certificate = certify(sent.answers, plan, sent.failed, settings.endpoint, facts.model,
-                          facts.runtime, sent.cache_control)
+                          facts.runtime, sent.cache_control, sent.seed_control)
     return certificate, plan, sent.answers
 
 

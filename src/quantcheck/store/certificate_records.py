@@ -15,7 +15,8 @@ cache control used and the control run's result.
 Factors: `repeat` (each prompt alone, asked again), `stream` (streamed against whole),
 `batch` (inside a concurrent batch of `batch=B`), `prefix` (after a shared prefix of
 `prefix=L` words, the prefix cache off or emptied), `cache` (the same with the
-prefix cache on and the prefix already computed).
+prefix cache on and the prefix already computed), `seed` (sampled at a temperature
+above 0 with the same `seed`, held to the first such answer).
 """
 
 from __future__ import annotations
@@ -28,15 +29,15 @@ import msgspec
 from .formats import CERTIFICATE_FORMAT, CertificateFormat
 from .run_dir import read_record
 
-Factor = Literal["repeat", "stream", "batch", "prefix", "cache"]
-FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache")
+Factor = Literal["repeat", "stream", "batch", "prefix", "cache", "seed"]
+FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache", "seed")
 
 
 class Probe(msgspec.Struct, kw_only=True, frozen=True):
     """One request of the plan."""
 
     factor: Factor
-    level: str  # "alone", "streamed", "batch=8", "prefix=511"
+    level: str  # "alone", "streamed", "batch=8", "prefix=511", "seeded"
     trial: int = 0
     prompt_id: str = ""  # empty: a filler
     prefix: str = ""  # words before the prompt's text (prefix ladder)
@@ -44,6 +45,8 @@ class Probe(msgspec.Struct, kw_only=True, frozen=True):
     stream: bool = False
     cache: bool = False  # the prefix cache left on (llama.cpp: cache_prompt true)
     baseline: bool = False  # the answer the others of its prompt (and prefix) are held to
+    seed: int | None = None  # sampled: this seed sent at `temperature` (else greedy)
+    temperature: float = 0.0
 
 
 class Round(msgspec.Struct, kw_only=True, frozen=True):
@@ -169,6 +172,8 @@ class Certificate(msgspec.Struct, kw_only=True):
     seed: int
     requests: int
     cache_control: str  # how the prefix cache was turned off, or that it could not be
+    # how seeded sampling was tested ("seed 0 at temperature 1.0 ..."), or why it was not
+    seed_control: str = ""
     factors: list[FactorResult]
     prompt_results: list[PromptResult]
     examples: list[Example]
