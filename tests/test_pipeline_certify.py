@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -211,6 +212,59 @@ def test_a_server_that_refuses_a_seed_leaves_the_seed_factor_untested(
                                                "request"), certificate.seed_control
     assert "seed" in certificate.seed_control.split("(", 1)[1]
     assert certificate.failed_requests == 0
+
+
+def routing_of(certificate: Certificate) -> dict[str, str]:
+    return {f.factor: f.routing for f in certificate.factors}
+
+
+def test_moe_routing_says_variation_begins_after_routing_when_only_batches_vary(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """Batch-variant numbers with routing identical: the variation begins after the
+    gating (the experts' reduction), said for the batch factor."""
+    server = serve(ScriptedModel(), dialect="vllm",
+                   faults=Faults(routing=True, batch_variant_at=4, latency_s=0.1))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--routed-experts")
+    assert result.exit_code == 0, result.output
+    routing = routing_of(certificate)
+    assert re.fullmatch(r"variation begins after routing: routing identical in (\d+) of "
+                        r"\1 varying comparisons \(the experts' reduction or finalize\)",
+                        routing["batch"]), routing["batch"]
+    assert routing["repeat"] == "routing identical in 2 of 2 comparisons"
+    assert routing["stream"] == ""  # vLLM sends routing on whole answers only
+    assert "MoE routing: variation begins after routing" in result.output
+    answers = [json.loads(line) for line in
+               (tmp_path / "c" / "answers.jsonl").read_text().splitlines()]
+    assert all(len(a["routing"]) == len(a["tokens"]) for a in answers if not a["level"]
+               == "streamed")
+    assert "MoE routing: variation begins after routing" in \
+        (tmp_path / "c" / "index.html").read_text()
+
+
+def test_moe_routing_says_variation_begins_in_the_gating(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="vllm",
+                   faults=Faults(routing=True, nondeterministic=True,
+                                 gating_nondeterministic=True))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--routed-experts")
+    assert result.exit_code == 0, result.output
+    assert routing_of(certificate)["repeat"] == ("variation begins in the gating: routing "
+                                                 "differs in 2 of 2 varying comparisons "
+                                                 "(first at token 1)")
+    # gating that moves while every answer matches is said too
+    quiet = serve(ScriptedModel(), dialect="vllm",
+                  faults=Faults(routing=True, gating_nondeterministic=True))
+    result, certificate = certify(quiet.url, write_prompts(PROMPTS), tmp_path / "d",
+                                  "--routed-experts")
+    assert result.exit_code == 0 and certificate.certified, result.output
+    assert routing_of(certificate)["repeat"] == ("routing differs in 2 of 2 comparisons "
+                                                 "although the answers match: the gating "
+                                                 "is not deterministic")
+    # without --routed-experts nothing is said of routing
+    result, certificate = certify(quiet.url, write_prompts(PROMPTS), tmp_path / "e")
+    assert set(routing_of(certificate).values()) == {""}
 
 
 def test_requests_that_turn_the_cache_off_leave_the_cache_factor_untested(

@@ -374,7 +374,11 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
         settings = CertifySettings(
             endpoint=endpoint, model=model, api_key_env=api_key_env,
             top_logprobs=parameters.top_logprobs, timeout=parameters.timeout,
-            retries=parameters.retries, max_response_mb=parameters.max_response_mb)
+            retries=parameters.retries, max_response_mb=parameters.max_response_mb,
+            routed_experts=parameters.routed_experts,
+            routed_experts_shape=(parameters.routed_experts_shape[0],
+                                  parameters.routed_experts_shape[1])
+            if parameters.routed_experts_shape else None)
         certify_command(CertifyRun(settings, prompt_files, out, parameters.request, trials,
                                    max_batch, plan_seed, max_requests, control,
                                    0 if fail_on_nondeterminism

@@ -51,6 +51,8 @@ def echo_certificate(certificate: Certificate, out: Path, page: Path) -> None:
             click.echo(f"  {factor.factor}: {factor.mismatches} mismatches in "
                        f"{factor.comparisons} comparisons, {factor.prompts_varying} of "
                        f"{factor.prompts} prompts vary: {factor.explanation}")
+            if factor.routing:
+                click.echo(f"    MoE routing: {factor.routing}")
     click.echo(f"prefix cache: {certificate.cache_control}")
     click.echo(f"seeded sampling: {certificate.seed_control}")
     click.echo(f"control: {certificate.control_note}")

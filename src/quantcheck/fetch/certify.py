@@ -10,6 +10,10 @@ Seeded sampling (`seed` probes): the probe's `temperature` and `seed` replace th
 greedy ones in its body. One seeded request is tried first (not counted): a server
 that refuses it (HTTP 400) leaves the `seed` factor untested, and `seed_control` says
 so; otherwise it says the seed and temperature sent.
+
+MoE routing (`routed_experts`): asked of SGLang in each body (vLLM sends it when
+started to, on whole answers only); each answer keeps a digest per generated token of
+the experts it was routed to. Routing that cannot be this answer's is not kept.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed
+from ..judge.routing import row_digests
 from ..store.certificate_records import Answer, Plan, Probe, Round
 from ..store.run_records import Prompt
 from ..store.runtimes import context_length
@@ -34,7 +39,8 @@ from ..wire.client import (
     server_root,
     sleep_backoff,
 )
-from ..wire.dialects import MalformedResponse, with_logprobs
+from ..wire.dialects import Generation, MalformedResponse, with_logprobs
+from ..wire.routing import RoutingUnusable, generated_routing
 from .collect import request_body
 from .server_info import describe_server
 
@@ -50,6 +56,8 @@ class CertifySettings:
     timeout: float = 600.0
     retries: int = 4
     max_response_mb: int = 64
+    routed_experts: bool = False
+    routed_experts_shape: tuple[int, int] | None = None  # (layers, k) for SGLang's flat rows
 
 
 @dataclass
@@ -133,7 +141,21 @@ class PlanSender:
             body["cache_prompt"] = probe.cache
         if probe.seed is not None:
             body.update(temperature=probe.temperature, seed=probe.seed)
+        if self.settings.routed_experts and self.facts.runtime == "sglang":
+            body["return_routed_experts"] = True
         return body, api
+
+    def routing(self, generation: Generation, tokens: int) -> list[str]:
+        """A digest per generated token of its routing; empty when none was asked or
+        sent, or what was sent cannot be this answer's."""
+        if not self.settings.routed_experts or generation.routing is None or not tokens:
+            return []
+        try:
+            rows = generated_routing(generation.routing, tokens, generation.usage,
+                                     self.settings.routed_experts_shape)
+        except RoutingUnusable:
+            return []
+        return row_digests(rows)
 
     async def check_seed(self, plan: Plan) -> str:
         """How seeded sampling will be tested, tried once now with the plan's first
@@ -224,7 +246,8 @@ class PlanSender:
                           logprobs=list(tokens.logprob) if tokens else [],
                           top=[list(zip(t, v, strict=True)) for t, v in
                                zip(tokens.top_text, tokens.top_logprob, strict=True)]
-                          if tokens else [])
+                          if tokens else [],
+                          routing=self.routing(generation, len(tokens) if tokens else 0))
         self.failed += 1
         if not probe.prompt_id:
             return None

@@ -85,6 +85,9 @@ class Answer(msgspec.Struct, kw_only=True):
     logprobs: list[float | None] = msgspec.field(default_factory=list)
     top: list[list[tuple[str, float]]] = msgspec.field(default_factory=list)
     error: str | None = None
+    # with --routed-experts: per generated token, a digest of the experts each layer
+    # chose (equal digests, equal routing); empty when the server sent none
+    routing: list[str] = msgspec.field(default_factory=list)
 
 
 class LevelResult(msgspec.Struct, kw_only=True):
@@ -123,6 +126,11 @@ class FactorResult(msgspec.Struct, kw_only=True):
     share_varying: float
     levels: list[LevelResult]
     explanation: str  # "varies only when batch size >= 8", "no variation"
+    # MoE routing (--routed-experts): comparisons with routing on both sides, those
+    # whose routing differs on the tokens both chose alike, and what that says
+    routing_compared: int = 0
+    routing_differing: int = 0
+    routing: str = ""  # "variation begins in the gating: ...", "" without routing
 
 
 class Example(msgspec.Struct, kw_only=True):
