@@ -275,6 +275,9 @@ def test_requests_that_turn_the_cache_off_leave_the_cache_factor_untested(
     assert result.exit_code == 0, result.output
     assert certificate.certified and factors(certificate)["cache"] == "not tested"
     assert all(body.get("cache_prompt") is False for body in server.requests)
+    assert certificate.cache_control == (
+        "llama.cpp: cache_prompt false in each request, as the requests themselves ask "
+        "(--extra-body): the cache factor is not tested")
 
 
 def test_a_runtime_whose_cache_cannot_be_emptied_is_named(

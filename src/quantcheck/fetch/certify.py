@@ -179,6 +179,9 @@ class PlanSender:
     async def check_cache_control(self) -> str:
         """How the prefix cache will be turned off, tried once now."""
         if self.facts.runtime == "llama.cpp":
+            if self.first.request.get("cache_prompt") is False:
+                return ("llama.cpp: cache_prompt false in each request, as the requests "
+                        "themselves ask (--extra-body): the cache factor is not tested")
             return "llama.cpp: cache_prompt false in each request (true for the cache factor)"
         if self.flush_path is None:
             return ("none could be: the runtime is not known to empty its prefix cache, so "
