@@ -33,6 +33,7 @@ async def measure(url: str, count: int, max_batch: int, trials: int) -> dict[str
         plan = make_plan([p.id for p in asked], trials, max_batch, 0, facts.context_tokens, 16)
         sender = PlanSender(client, settings, facts, asked)
         await sender.check_cache_control()
+        await sender.check_seed(plan)
         seconds: Counter[str] = Counter()
         requests: Counter[str] = Counter()
         rounds: Counter[str] = Counter()

@@ -67,3 +67,39 @@ def test_each_dialect_is_recognised_collected_and_compared(
     assert [api for api, prompt_id in (("chat", "capital"), ("completions", "sum"))
             if records[prompt_id].tokens] == with_logprobs
     assert (summary.drift.top1_agreement is not None) == bool(with_logprobs)
+
+
+def _sampled(server: ScriptedServer, prompt: str, **extra: object) -> list[str]:
+    import openai
+
+    sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    answer = sdk.completions.create(model="scripted-model", prompt=prompt, max_tokens=12,
+                                    temperature=1.0, logprobs=2, extra_body=extra)
+    assert answer.choices[0].logprobs is not None
+    tokens = answer.choices[0].logprobs.tokens or []
+    assert [len(top) for top in answer.choices[0].logprobs.top_logprobs or []] == \
+        [2] * len(tokens)  # the alternatives drawn from, cut to the top-k asked
+    return tokens
+
+
+def test_the_scripted_lab_samples_at_a_temperature_and_honours_the_seed() -> None:
+    """At temperature > 0 the lab draws each token: the same seed gives the same tokens,
+    other seeds and unseeded requests other ones; at temperature 0 it stays greedy."""
+    prompts = [f"Question {n}: name a colour." for n in range(4)]
+    with ScriptedServer() as server:
+        for prompt in prompts:
+            assert _sampled(server, prompt, seed=7) == _sampled(server, prompt, seed=7)
+        seeds = {tuple(_sampled(server, prompt, seed=seed)) for prompt in prompts
+                 for seed in range(6)}
+        assert len(seeds) > len(prompts)  # other seeds drew other tokens
+        unseeded = {tuple(_sampled(server, prompts[0])) for _ in range(6)}
+        assert len(unseeded) > 1
+
+
+def test_the_ignore_seed_fault_answers_the_same_seed_differently() -> None:
+    from quantcheck.lab.scripted import Faults
+
+    with ScriptedServer(faults=Faults(ignore_seed=True)) as server:
+        drawn = {tuple(_sampled(server, "Question 1: name a colour.", seed=7))
+                 for _ in range(6)}
+    assert len(drawn) > 1

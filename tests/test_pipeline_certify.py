@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantcheck.judge.certificate import compare_answers, rule_of_three
@@ -47,11 +48,11 @@ def test_the_lab_model_is_certified_and_its_nondeterministic_twin_detected_as_co
                                   "--control", varying.url, "--fail-on-nondeterminism")
     assert result.exit_code == 0, result.output
     n = certificate.comparisons
-    assert certificate.certified and certificate.mismatches == 0 and n == 36
+    assert certificate.certified and certificate.mismatches == 0 and n == 38
     assert certificate.rate_bound == pytest.approx(3 / n)
     assert certificate.rate_bound_exact == pytest.approx(1 - 0.05 ** (1 / n))
     assert f"0 mismatches in {n} comparisons over 3 batch sizes" in certificate.statement
-    assert "below 3/36" in result.output and "rule of three" in result.output
+    assert "below 3/38" in result.output and "rule of three" in result.output
     assert certificate.control is not None and certificate.control.detected
     assert "was detected as varying" in certificate.control_note
     assert certificate.cache_control.startswith("llama.cpp: cache_prompt false")
@@ -62,11 +63,11 @@ def test_the_lab_model_is_certified_and_its_nondeterministic_twin_detected_as_co
     assert not control.certified and control.prompts_varying == 2
     # the plan was printed before it was sent, and every request was the plan's
     assert "plan for " + clean.url in result.output
-    assert len(clean.requests) == certificate.requests + 1  # and the warm-up
+    assert len(clean.requests) == certificate.requests + 2  # and the warm-up, the seed try
     page = (tmp_path / "c" / "index.html").read_text()
     assert "<svg" in page and "certified" in page
     junit = (tmp_path / "c" / "junit.xml").read_text()
-    assert junit.count("<testcase") == 5 and "<failure" not in junit
+    assert junit.count("<testcase") == 6 and "<failure" not in junit
 
 
 def test_without_a_control_the_certificate_says_so(
@@ -84,13 +85,66 @@ def test_the_nondeterministic_fault_varies_with_no_batch_factor(
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--max-nondeterministic-prompts", "1")
     assert result.exit_code == 1, result.output
-    assert "FAIL: 2 prompts vary, more than max_nondeterministic_prompts 1" in result.output
-    assert not certificate.certified
+    assert "FAIL: 2 prompts vary: varies with no batch factor" in result.output
+    assert not certificate.certified and certificate.max_nondeterministic_prompts == 1
     assert certificate.explanation == ("varies with no batch factor: identical requests "
                                        "sent one at a time differ")
     repeat = next(f for f in certificate.factors if f.factor == "repeat")
     assert repeat.share_varying == 1.0 and repeat.levels[0].most_unique_outputs == 2
-    assert "<failure" in (tmp_path / "c" / "junit.xml").read_text()
+    junit = (tmp_path / "c" / "junit.xml").read_text()
+    assert '<testcase name="repeat"' in junit and '<failure type="repeat"' in junit
+    assert '<failure type="nondeterministic_prompts"' in junit
+
+
+def test_the_gate_applies_max_nondeterministic_prompts_to_a_certificate(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """One rule in one place: `quantcheck gate CERT_DIR` reads certificate.json and
+    applies the policy's max_nondeterministic_prompts (off by default)."""
+    server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(nondeterministic=True))
+    out = tmp_path / "c"
+    result, _ = certify(server.url, write_prompts(PROMPTS), out)
+    assert result.exit_code == 0, result.output  # no limit given: reported, not failed
+    off = invoke("gate", out)
+    assert off.exit_code == 0, off.output
+    assert "quantcheck determinism: PASS" in off.output
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("max_nondeterministic_prompts: 1\nmax_factual_flips: 0\n")
+    failed = invoke("gate", out, "--policy", policy)
+    assert failed.exit_code == 1, failed.output
+    assert "FAIL: 2 prompts vary: varies with no batch factor" in failed.output
+    gate = json.loads((out / "gate.json").read_text())
+    rule = next(r for r in gate["rules"] if r["name"] == "nondeterministic_prompts")
+    assert gate["verdict"] == "fail" and rule["count"] == 2 and rule["limit"] == 1
+    assert rule["prompts"] == ["p0", "p1"]
+    junit = (out / "junit.xml").read_text()
+    assert junit.count('classname="quantcheck.determinism"') == 6  # a case per factor stays
+    assert '<failure type="nondeterministic_prompts"' in junit
+    # the option overrides the policy file
+    assert invoke("gate", out, "--policy", policy, "--max-nondeterministic-prompts", "2"
+                  ).exit_code == 0
+    policy.write_text("max_nondeterministic_prompts: -1\n")
+    refused = invoke("gate", out, "--policy", policy)
+    assert refused.exit_code == 2 and "max_nondeterministic_prompts" in refused.output
+    assert invoke("gate", out, "--candidate", "x").exit_code == 2
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300) | st.builds(
+    lambda d: json.dumps(d).encode(),
+    st.dictionaries(st.sampled_from(["format", "endpoint", "certified", "factors", "seed"]),
+                    st.one_of(st.none(), st.integers(), st.text(max_size=5), st.booleans()))))
+def test_any_certificate_file_loads_or_names_itself(content: bytes) -> None:
+    import tempfile
+
+    from quantcheck.errors import RunFormatError
+    from quantcheck.store.certificate_records import read_certificate
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "certificate.json").write_bytes(content)
+        try:
+            read_certificate(Path(folder))
+        except RunFormatError as exc:
+            assert "certificate.json" in str(exc)
 
 
 def test_a_batch_variant_server_is_attributed_to_batch_size(
@@ -101,8 +155,8 @@ def test_a_batch_variant_server_is_attributed_to_batch_size(
     assert result.exit_code == 0, result.output  # no limit given: reported, not failed
     assert certificate.explanation == "varies only when batch size >= 4"
     explained = factors(certificate)
-    assert [explained[f] for f in ("repeat", "stream", "prefix", "cache")] == \
-        ["no variation"] * 4
+    assert [explained[f] for f in ("repeat", "stream", "prefix", "cache", "seed")] == \
+        ["no variation"] * 5
     batch = next(f for f in certificate.factors if f.factor == "batch")
     by_level = {level.level: level for level in batch.levels}
     assert by_level["batch=2"].mismatches == 0 and by_level["batch=8"].prompts_varying == 2
@@ -123,6 +177,96 @@ def test_a_shifting_prefix_cache_is_attributed_to_the_cache(
         ["no variation"] * 4
 
 
+def test_a_server_that_ignores_the_seed_is_named_seed_not_honoured(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="vllm", faults=Faults(ignore_seed=True))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--trials", "4")
+    assert result.exit_code == 0, result.output
+    assert certificate.explanation == \
+        "seed not honoured: sampled answers with the same seed differ"
+    explained = factors(certificate)
+    assert [explained[f] for f in ("repeat", "stream", "batch", "prefix")] == \
+        ["no variation"] * 4
+    assert certificate.seed_control.startswith("seed 0 at temperature 1 in each seeded")
+    assert "seeded sampling: seed 0 at temperature 1" in result.output
+    seeded = [body for body in server.requests if body.get("temperature") == 1.0]
+    assert seeded and all(body["seed"] == 0 for body in seeded)
+    # the same lab server honouring the seed: certified, the seed factor tested
+    honest = serve(ScriptedModel(), dialect="vllm")
+    result, certificate = certify(honest.url, write_prompts(PROMPTS), tmp_path / "d",
+                                  "--trials", "4")
+    assert result.exit_code == 0 and certificate.certified, result.output
+    seed = next(f for f in certificate.factors if f.factor == "seed")
+    assert seed.comparisons == 6 and seed.explanation == "no variation"
+
+
+def test_a_server_that_refuses_a_seed_leaves_the_seed_factor_untested(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(reject_fields={"seed"}))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--extra-body", '{"seed": null}')
+    assert result.exit_code == 0, result.output
+    assert certificate.certified and factors(certificate)["seed"] == "not tested"
+    assert certificate.seed_control.startswith("not tested: the server refused a seeded "
+                                               "request"), certificate.seed_control
+    assert "seed" in certificate.seed_control.split("(", 1)[1]
+    assert certificate.failed_requests == 0
+
+
+def routing_of(certificate: Certificate) -> dict[str, str]:
+    return {f.factor: f.routing for f in certificate.factors}
+
+
+def test_moe_routing_says_variation_begins_after_routing_when_only_batches_vary(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """Batch-variant numbers with routing identical: the variation begins after the
+    gating (the experts' reduction), said for the batch factor."""
+    server = serve(ScriptedModel(), dialect="vllm",
+                   faults=Faults(routing=True, batch_variant_at=4, latency_s=0.1))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--routed-experts")
+    assert result.exit_code == 0, result.output
+    routing = routing_of(certificate)
+    assert re.fullmatch(r"variation begins after routing: routing identical in (\d+) of "
+                        r"\1 varying comparisons \(the experts' reduction or finalize\)",
+                        routing["batch"]), routing["batch"]
+    assert routing["repeat"] == "routing identical in 2 of 2 comparisons"
+    assert routing["stream"] == ""  # vLLM sends routing on whole answers only
+    assert "MoE routing: variation begins after routing" in result.output
+    answers = [json.loads(line) for line in
+               (tmp_path / "c" / "answers.jsonl").read_text().splitlines()]
+    assert all(len(a["routing"]) == len(a["tokens"]) for a in answers if not a["level"]
+               == "streamed")
+    assert "MoE routing: variation begins after routing" in \
+        (tmp_path / "c" / "index.html").read_text()
+
+
+def test_moe_routing_says_variation_begins_in_the_gating(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="vllm",
+                   faults=Faults(routing=True, nondeterministic=True,
+                                 gating_nondeterministic=True))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--routed-experts")
+    assert result.exit_code == 0, result.output
+    assert routing_of(certificate)["repeat"] == ("variation begins in the gating: routing "
+                                                 "differs in 2 of 2 varying comparisons "
+                                                 "(first at token 1)")
+    # gating that moves while every answer matches is said too
+    quiet = serve(ScriptedModel(), dialect="vllm",
+                  faults=Faults(routing=True, gating_nondeterministic=True))
+    result, certificate = certify(quiet.url, write_prompts(PROMPTS), tmp_path / "d",
+                                  "--routed-experts")
+    assert result.exit_code == 0 and certificate.certified, result.output
+    assert routing_of(certificate)["repeat"] == ("routing differs in 2 of 2 comparisons "
+                                                 "although the answers match: the gating "
+                                                 "is not deterministic")
+    # without --routed-experts nothing is said of routing
+    result, certificate = certify(quiet.url, write_prompts(PROMPTS), tmp_path / "e")
+    assert set(routing_of(certificate).values()) == {""}
+
+
 def test_requests_that_turn_the_cache_off_leave_the_cache_factor_untested(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
@@ -131,6 +275,9 @@ def test_requests_that_turn_the_cache_off_leave_the_cache_factor_untested(
     assert result.exit_code == 0, result.output
     assert certificate.certified and factors(certificate)["cache"] == "not tested"
     assert all(body.get("cache_prompt") is False for body in server.requests)
+    assert certificate.cache_control == (
+        "llama.cpp: cache_prompt false in each request, as the requests themselves ask "
+        "(--extra-body): the cache factor is not tested")
 
 
 def test_a_runtime_whose_cache_cannot_be_emptied_is_named(
@@ -169,8 +316,10 @@ def test_the_plan_is_reproducible_from_its_seed_and_bounded() -> None:
     other = make_plan(["a", "b"], trials=3, max_batch=32, seed=8, context_tokens=8192)
     assert one != other and one.requests == other.requests
     assert one.batch_sizes == [2, 4, 8, 16, 32]
-    # alone and streamed per trial, the batches' members, 5 per prompt and prefix length
-    assert one.requests == 2 * 3 * 2 + 2 * 3 * sum(one.batch_sizes) + 2 * 5 * 3
+    # alone, streamed and seeded per trial, the batches' members, 5 per prompt and prefix
+    assert one.requests == 2 * 3 * 3 + 2 * 3 * sum(one.batch_sizes) + 2 * 5 * 3
+    seeded = [p for r in one.rounds for p in r.probes if p.factor == "seed"]
+    assert {(p.seed, p.temperature) for p in seeded} == {(7, 1.0)} and len(seeded) == 6
     batch_rounds = [r for r in one.rounds if r.probes[0].factor == "batch"]
     positions = {next(n for n, p in enumerate(r.probes) if p.prompt_id)
                  for r in batch_rounds if len(r.probes) == 32}

@@ -338,7 +338,8 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
               help="--certify: run the same plan against a configuration expected to vary "
                    "and report whether the test detected it.")
 @click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
-              help="--certify: exit 1 when more prompts than this vary (default off).")
+              help="--certify: exit 1 when more prompts than this vary (default off; the "
+                   "gate's policy key of the same name, also `quantcheck gate OUT`).")
 @sig_digits_option
 @determinism_request_options
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
@@ -373,10 +374,15 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
         settings = CertifySettings(
             endpoint=endpoint, model=model, api_key_env=api_key_env,
             top_logprobs=parameters.top_logprobs, timeout=parameters.timeout,
-            retries=parameters.retries, max_response_mb=parameters.max_response_mb)
+            retries=parameters.retries, max_response_mb=parameters.max_response_mb,
+            routed_experts=parameters.routed_experts,
+            routed_experts_shape=(parameters.routed_experts_shape[0],
+                                  parameters.routed_experts_shape[1])
+            if parameters.routed_experts_shape else None)
         certify_command(CertifyRun(settings, prompt_files, out, parameters.request, trials,
                                    max_batch, plan_seed, max_requests, control,
-                                   max_nondeterministic_prompts), fail_on_nondeterminism)
+                                   0 if fail_on_nondeterminism
+                                   else max_nondeterministic_prompts))
         return
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]

@@ -193,6 +193,9 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="Repetition loops or empty answers on B that A did not have (default 0).")
 @click.option("--max-nondeterministic", type=click.IntRange(0),
               help="Prompts with more than one text or signature, per side (default off).")
+@click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
+              help="A determinism certificate's prompts that vary under any factor "
+                   "(REPORT_DIR holds certificate.json; default off).")
 @click.option("--require-review/--no-require-review", default=None,
               help="Fail while a non-identical pair has no verdict and no approval.")
 @click.option("--min-identical-share", type=click.FloatRange(0, 1),
@@ -237,6 +240,10 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
                  overrides: PolicyOverrides) -> None:
     """Fail the build on any factual flip: exit 0 pass, 1 fail, 2 input error.
 
+    REPORT_DIR may also be a determinism certificate (`determinism --certify`, with
+    certificate.json): then only --max-nondeterministic-prompts and
+    --max-failed-requests apply.
+
     Writes REPORT_DIR/gate.json and junit.xml, prints a Markdown summary (also
     appended to $GITHUB_STEP_SUMMARY) and a one-line verdict on stderr. On an overview
     of several candidates it gates every one (or --candidate LABEL) and fails when any
@@ -248,12 +255,22 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
       quantcheck gate reports/fp8 --policy prompts/policy.yaml
       quantcheck gate reports/quants --candidate fp8
       quantcheck gate reports/fp8 --max-judge-flips 0
+      quantcheck gate reports/certificate --max-nondeterministic-prompts 0
     """
     from ..gate import verdict as gate
+    from ..store.certificate_records import CERTIFICATE_JSON
     from ..store.rubric import load_rubric
 
     def settings() -> Policy:
         return overrides.applied(gate.load_policy(policy))
+
+    if (report_dir / CERTIFICATE_JSON).exists():
+        if review_files or candidate is not None:
+            raise click.BadParameter(f"{report_dir} is a determinism certificate: it has no "
+                                     "pairs to review and no candidates",
+                                     param_hint="--review" if review_files else "--candidate")
+        _gate_certificate(report_dir, settings)
+        return
 
     if (report_dir / OVERVIEW).exists():
         if review_files:
@@ -274,6 +291,19 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
 
     verdict, summary, failures = run_guarded(work, "Nothing was written.")
     text = gate.markdown(verdict, summary, failures)
+    click.echo(text)
+    gate.append_step_summary(text)
+    click.echo(gate.one_line(verdict), err=True)
+    sys.exit(ExitCode.PASS if verdict.passed else ExitCode.FAIL)
+
+
+def _gate_certificate(folder: Path, policy: Callable[[], Policy]) -> None:
+    from ..gate import verdict as gate
+    from ..gate.certificate_gate import certificate_markdown, gate_certificate
+
+    verdict, certificate = run_guarded(lambda: gate_certificate(folder, policy()),
+                                       "Nothing was written.")
+    text = certificate_markdown(verdict, certificate)
     click.echo(text)
     gate.append_step_summary(text)
     click.echo(gate.one_line(verdict), err=True)

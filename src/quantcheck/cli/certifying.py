@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import ExitCode
-from ..gate.certificate_gate import nondeterministic_prompts_problem
+from ..gate.verdict import one_line
 from ..pipeline.certify import CertifyRun, run_certify
 from ..store.certificate_records import Certificate
 from .guard import run_guarded
@@ -32,18 +32,14 @@ class CertifyLines:
             self.bar.update(requests)
 
 
-def certify_command(job: CertifyRun, fail_on_nondeterminism: bool) -> None:
-    certificate, page = run_guarded(lambda: run_certify(job, CertifyLines()),
-                                    "Nothing was written.")
+def certify_command(job: CertifyRun) -> None:
+    """Exit 1 when the gate's certificate rules fail: a request without an answer, or
+    more prompts varying than `max_nondeterministic_prompts` (when given)."""
+    certificate, verdict, page = run_guarded(lambda: run_certify(job, CertifyLines()),
+                                             "Nothing was written.")
     echo_certificate(certificate, job.out, page)
-    if certificate.failed_requests:
-        click.echo(f"{certificate.failed_requests} requests failed after retries; the plan "
-                   "is not complete.", err=True)
-        sys.exit(ExitCode.FAIL)
-    problem = nondeterministic_prompts_problem(
-        certificate, 0 if fail_on_nondeterminism else job.max_nondeterministic_prompts)
-    if problem is not None:
-        click.echo(f"FAIL: {problem}", err=True)
+    if not verdict.passed:
+        click.echo(one_line(verdict), err=True)
         sys.exit(ExitCode.FAIL)
 
 
@@ -55,6 +51,9 @@ def echo_certificate(certificate: Certificate, out: Path, page: Path) -> None:
             click.echo(f"  {factor.factor}: {factor.mismatches} mismatches in "
                        f"{factor.comparisons} comparisons, {factor.prompts_varying} of "
                        f"{factor.prompts} prompts vary: {factor.explanation}")
+            if factor.routing:
+                click.echo(f"    MoE routing: {factor.routing}")
     click.echo(f"prefix cache: {certificate.cache_control}")
+    click.echo(f"seeded sampling: {certificate.seed_control}")
     click.echo(f"control: {certificate.control_note}")
     click.echo(f"certificate: {out / 'certificate.json'}, {out / 'junit.xml'}, {page}")

@@ -407,6 +407,7 @@ class PolicyOverrides:
     max_factual_flips: int | None = None
     max_new_degenerate: int | None = None
     max_nondeterministic: int | None = None
+    max_nondeterministic_prompts: int | None = None
     require_review: bool | None = None
     min_identical_share: float | None = None
     max_not_compared: int | None = None

@@ -5,6 +5,15 @@ turned off where the runtime allows it: llama.cpp by `cache_prompt: false` in ev
 body but the `cache` factor's; vLLM by POST /reset_prefix_cache and SGLang by POST
 /flush_cache before each "flush" round. What was used, or why nothing could be, is
 said in `cache_control`.
+
+Seeded sampling (`seed` probes): the probe's `temperature` and `seed` replace the
+greedy ones in its body. One seeded request is tried first (not counted): a server
+that refuses it (HTTP 400) leaves the `seed` factor untested, and `seed_control` says
+so; otherwise it says the seed and temperature sent.
+
+MoE routing (`routed_experts`): asked of SGLang in each body (vLLM sends it when
+started to, on whole answers only); each answer keeps a digest per generated token of
+the experts it was routed to. Routing that cannot be this answer's is not kept.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed
+from ..judge.routing import row_digests
 from ..store.certificate_records import Answer, Plan, Probe, Round
 from ..store.engines import known, profile_of
 from ..store.run_records import Prompt
@@ -30,7 +40,8 @@ from ..wire.client import (
     server_root,
     sleep_backoff,
 )
-from ..wire.dialects import MalformedResponse, with_logprobs
+from ..wire.dialects import Generation, MalformedResponse, with_logprobs
+from ..wire.routing import RoutingUnusable, generated_routing
 from .collect import request_body
 from .server_info import describe_server
 
@@ -44,6 +55,8 @@ class CertifySettings:
     timeout: float = 600.0
     retries: int = 4
     max_response_mb: int = 64
+    routed_experts: bool = False
+    routed_experts_shape: tuple[int, int] | None = None  # (layers, k) for SGLang's flat rows
 
 
 @dataclass
@@ -60,6 +73,7 @@ class Sent:
     answers: list[Answer]
     failed: int
     cache_control: str
+    seed_control: str = ""
 
 
 async def server_facts(client: EndpointClient, requested: str | None) -> ServerFacts:
@@ -106,6 +120,7 @@ class PlanSender:
         self.flush_path = self.profile.cache_flush_path if self.profile else None
         self.cache_field = self.profile.cache_off_field if self.profile else None
         self.cache_control = ""
+        self.seed_refused = False
 
     def body(self, probe: Probe) -> tuple[dict[str, object], str]:
         """A probe's request body and api."""
@@ -125,11 +140,51 @@ class PlanSender:
             body = with_logprobs(request, api, self.settings.top_logprobs)
         if self.cache_field and body.get(self.cache_field) is not False:
             body[self.cache_field] = probe.cache
+        if probe.seed is not None:
+            body.update(temperature=probe.temperature, seed=probe.seed)
+        routing_field = self.profile.routing_request if self.profile else None
+        if self.settings.routed_experts and routing_field:
+            body[routing_field] = True
         return body, api
+
+    def routing(self, generation: Generation, tokens: int) -> list[str]:
+        """A digest per generated token of its routing; empty when none was asked or
+        sent, or what was sent cannot be this answer's."""
+        if not self.settings.routed_experts or generation.routing is None or not tokens:
+            return []
+        try:
+            rows = generated_routing(generation.routing, tokens, generation.usage,
+                                     self.settings.routed_experts_shape)
+        except RoutingUnusable:
+            return []
+        return row_digests(rows)
+
+    async def check_seed(self, plan: Plan) -> str:
+        """How seeded sampling will be tested, tried once now with the plan's first
+        seeded probe; why it cannot be, or that the plan has none."""
+        probe = next((p for r in plan.rounds for p in r.probes if p.seed is not None), None)
+        if probe is None:
+            return "not tested: the plan has no seeded request"
+        body, api = self.body(probe)
+        try:
+            await self.client.generate(api, body, False, self.settings.top_logprobs)
+        except ParameterRejected as exc:
+            self.seed_refused = True
+            return f"not tested: the server refused a seeded request ({exc.reason})"
+        except QuantcheckError:
+            raise
+        except Exception:  # noqa: S110 - as any request may fail: the plan's own say why
+            pass
+        return (f"seed {probe.seed} at temperature {probe.temperature:g} in each seeded "
+                "request; the same seed must give the same tokens")
 
     async def check_cache_control(self) -> str:
         """How the prefix cache will be turned off, tried once now."""
         if self.cache_field:
+            if self.first.request.get(self.cache_field) is False:
+                return (f"{self.facts.runtime}: {self.cache_field} false in each request, as "
+                        "the requests themselves ask (--extra-body): the cache factor is not "
+                        "tested")
             return (f"{self.facts.runtime}: {self.cache_field} false in each request (true "
                     "for the cache factor)")
         if self.flush_path is None:
@@ -161,7 +216,8 @@ class PlanSender:
             problem = await self.flush()
             if problem is not None:
                 raise RequestsFailed(f"the prefix cache could not be emptied: {problem}")
-        answered = await all_or_none(self.one(probe) for probe in round_.probes)
+        probes = [p for p in round_.probes if not (self.seed_refused and p.seed is not None)]
+        answered = await all_or_none(self.one(probe) for probe in probes)
         return [answer for answer in answered if answer is not None]
 
     async def one(self, probe: Probe) -> Answer | None:
@@ -197,7 +253,8 @@ class PlanSender:
                           logprobs=list(tokens.logprob) if tokens else [],
                           top=[list(zip(t, v, strict=True)) for t, v in
                                zip(tokens.top_text, tokens.top_logprob, strict=True)]
-                          if tokens else [])
+                          if tokens else [],
+                          routing=self.routing(generation, len(tokens) if tokens else 0))
         self.failed += 1
         if not probe.prompt_id:
             return None
@@ -223,9 +280,10 @@ async def send_plan(sender: PlanSender, plan: Plan,
                     sent: Callable[[int], None] | None = None) -> Sent:
     """Every round in order; `sent(n)` after each round of n requests."""
     cache_control = await sender.check_cache_control()
+    seed_control = await sender.check_seed(plan)
     answers: list[Answer] = []
     for round_ in plan.rounds:
         answers += await sender.send_round(round_)
         if sent is not None:
             sent(len(round_.probes))
-    return Sent(answers, sender.failed, cache_control)
+    return Sent(answers, sender.failed, cache_control, seed_control)

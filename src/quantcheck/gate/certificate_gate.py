@@ -1,32 +1,80 @@
-"""The determinism certificate's verdict: the `max_nondeterministic_prompts` rule and
-junit.xml with one test case per factor (a failure where the factor varied, with its
-explanation and examples)."""
+"""The determinism certificate's verdict (`quantcheck gate CERT_DIR`, and `determinism
+--certify` with a limit): the policy's rules that apply to a certificate, gate.json,
+and junit.xml with one test case per factor (a failure where the factor varied, with
+its explanation and examples) and one per broken rule.
+
+Rules: `nondeterministic_prompts` (prompts that vary under any factor, limit
+`max_nondeterministic_prompts`, off by default) and `failed_requests` (requests the
+plan sent that got no answer, limit `max_failed_requests`, 0 by default: what was not
+answered was not tested). The policy's other rules are about A/B reports and are not
+applied to a certificate.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from xml.etree import ElementTree
 
-from ..store.certificate_records import Certificate
-from .verdict import xml_text
+from ..store.certificate_records import Certificate, read_certificate
+from ..store.files import write_atomic
+from ..store.report_dir import GATE_JSON, JUNIT_XML
+from .verdict import GateResult, Policy, Rule, write_gate_json, xml_text
 
 
-def nondeterministic_prompts_problem(certificate: Certificate, limit: int | None
-                                     ) -> str | None:
-    """Why the certificate fails `max_nondeterministic_prompts`, or None (no limit
-    given, or within it). Failed requests fail it too: what was not answered was not
-    tested."""
-    if limit is None:
-        return None
-    if certificate.failed_requests:
-        return f"{certificate.failed_requests} requests failed: the plan was not completed"
-    if certificate.prompts_varying > limit:
-        return (f"{certificate.prompts_varying} prompts vary, more than "
-                f"max_nondeterministic_prompts {limit}: {certificate.explanation}")
-    return None
+def certificate_rules(certificate: Certificate, policy: Policy) -> list[Rule]:
+    varying = sorted({r.prompt_id for r in certificate.prompt_results if r.mismatches})
+    count = certificate.prompts_varying
+    limit = policy.max_nondeterministic_prompts
+    described = (f"{count} prompt{'' if count == 1 else 's'} vary: {certificate.explanation}"
+                 if count else "no prompt varies")
+    failed = certificate.failed_requests
+    return [
+        Rule("nondeterministic_prompts", described, count, limit,
+             limit is None or count <= limit, varying),
+        Rule("failed_requests", f"{failed} request{'' if failed == 1 else 's'} of the plan "
+             "without an answer (failed after retries: rerun the certificate)", failed,
+             policy.max_failed_requests,
+             policy.max_failed_requests is None or failed <= policy.max_failed_requests),
+    ]
 
 
-def certificate_junit(certificate: Certificate) -> bytes:
-    """One test case per factor that was tested."""
+def decide_certificate(certificate: Certificate, policy: Policy) -> GateResult:
+    rules = certificate_rules(certificate, policy)
+    return GateResult(verdict="pass" if all(rule.passed for rule in rules) else "fail",
+                      rules=rules)
+
+
+def gate_certificate(folder: Path, policy: Policy) -> tuple[GateResult, Certificate]:
+    """Gate FOLDER/certificate.json; write FOLDER/gate.json and junit.xml."""
+    certificate = read_certificate(folder)
+    result = decide_certificate(certificate, policy)
+    write_gate_json(result, folder / GATE_JSON)
+    write_atomic(folder / JUNIT_XML, certificate_junit(certificate, result))
+    return result, certificate
+
+
+def certificate_markdown(result: GateResult, certificate: Certificate) -> str:
+    """The verdict as the step summary's Markdown: the statement, each factor, each rule."""
+    lines = [f"## quantcheck determinism: {'PASS' if result.passed else 'FAIL'}", "",
+             f"**{certificate.endpoint}** ({certificate.model}): {certificate.statement}", "",
+             "| factor | comparisons | mismatches | prompts varying | explanation |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {f.factor} | {f.comparisons} | {f.mismatches} | {f.prompts_varying} of "
+              f"{f.prompts} | {f.explanation} |" for f in certificate.factors if f.comparisons]
+    lines += ["", "| rule | count | limit | result | prompts |", "|---|---|---|---|---|"]
+    for rule in result.rules:
+        prompts = ", ".join(f"`{p}`" for p in rule.prompts[:10])
+        if len(rule.prompts) > 10:
+            prompts += f" and {len(rule.prompts) - 10} more"
+        lines.append(f"| {rule.name} | {rule.count} | "
+                     f"{'off' if rule.limit is None else rule.limit} | "
+                     f"{'ok' if rule.passed else '**fail**'} | {prompts} |")
+    lines += ["", f"Control: {certificate.control_note}"]
+    return "\n".join(lines) + "\n"
+
+
+def certificate_junit(certificate: Certificate, result: GateResult) -> bytes:
+    """One test case per factor that was tested, then one per broken rule."""
     suite = ElementTree.Element("testsuite", name="quantcheck.determinism", tests="0",
                                 failures="0")
     tested = [f for f in certificate.factors if f.comparisons]
@@ -41,13 +89,15 @@ def certificate_junit(certificate: Certificate) -> bytes:
             failure.text = xml_text("\n".join(
                 f"{e.prompt_id} at {e.level}: first differing token {e.first_divergence}"
                 for e in certificate.examples if e.factor == factor.factor))
-    failing = sum(1 for f in tested if f.mismatches)
-    if certificate.failed_requests:
-        case = ElementTree.SubElement(suite, "testcase", name="requests",
-                                      classname="quantcheck.determinism")
-        ElementTree.SubElement(case, "failure", type="failed_requests",
-                               message=f"{certificate.failed_requests} requests failed")
-        failing += 1
-    suite.set("tests", str(len(tested) + bool(certificate.failed_requests)))
-    suite.set("failures", str(failing))
+    broken = [rule for rule in result.rules if not rule.passed]
+    for rule in broken:
+        case = ElementTree.SubElement(suite, "testcase", name=rule.name,
+                                      classname="quantcheck.policy")
+        failure = ElementTree.SubElement(case, "failure", type=rule.name,
+                                         message=xml_text(f"{rule.description} (limit "
+                                                          f"{rule.limit})"))
+        if rule.prompts:
+            failure.text = xml_text("\n".join(rule.prompts))
+    suite.set("tests", str(len(tested) + len(broken)))
+    suite.set("failures", str(sum(1 for f in tested if f.mismatches) + len(broken)))
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)

@@ -45,6 +45,8 @@ class Policy:
     max_factual_flips: int | None = 0
     max_new_degenerate: int | None = 0
     max_nondeterministic: int | None = None
+    # a determinism certificate's prompts that vary under any factor (off)
+    max_nondeterministic_prompts: int | None = None
     require_review: bool = False
     min_identical_share: float | None = None
     max_not_compared: int | None = 0

@@ -3,12 +3,20 @@ per prompt, factor and level, the factor that explains the variation, and the
 statement with its statistics.
 
 A comparison is one answer against its baseline: a prompt's first answer alone (for
-`repeat`, `stream`, `batch`), or its first answer after a shared prefix with the
-cache off (for `prefix` and `cache` at that length). Two answers match when their
-tokens, chosen logprobs and top-k alternatives are equal bit for bit (the text, when
-the server sent no logprobs). With no mismatch in N comparisons, the mismatch rate is
+`repeat`, `stream`, `batch`), its first answer after a shared prefix with the
+cache off (for `prefix` and `cache` at that length), or its first sampled answer with
+the plan's seed (for `seed`). Two answers match when their tokens, chosen logprobs
+and top-k alternatives are equal bit for bit (the text, when the server sent no
+logprobs). With no mismatch in N comparisons, the mismatch rate is
 below 3/N at 95% confidence (the rule of three); the exact binomial bound
 1 - 0.05^(1/N) is given beside it.
+
+MoE routing (answers collected with --routed-experts): a comparison's routing differs
+when any token both answers generated alike (up to and including the first that
+differs, chosen from identical context) was routed to other experts. Per factor:
+routing that differs where the answers differ puts the variation's start in the
+gating; routing identical there puts it after routing (the experts' reduction or
+finalize), as `compare` says for A against B.
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ class Comparison:
     baseline_key: object
     baseline_text: str
     text: str
+    routing_differs: bool | None = None  # None: routing not on both answers
+    routing_token: int | None = None  # the first token routed elsewhere
 
 
 def answer_key(answer: Answer) -> object:
@@ -79,19 +89,61 @@ def comparisons(answers: Iterable[Answer]) -> list[Comparison]:
     listed = [a for a in answers if a.error is None]
     alone = {a.prompt_id: a for a in listed if a.factor == "repeat" and a.baseline}
     ladder = {(a.prompt_id, a.level): a for a in listed if a.factor == "prefix" and a.baseline}
+    seeded = {a.prompt_id: a for a in listed if a.factor == "seed" and a.baseline}
     found = []
     for answer in listed:
         if answer.baseline:
             continue
         baseline = ladder.get((answer.prompt_id, answer.level)) \
-            if answer.factor in ("prefix", "cache") else alone.get(answer.prompt_id)
+            if answer.factor in ("prefix", "cache") else seeded.get(answer.prompt_id) \
+            if answer.factor == "seed" else alone.get(answer.prompt_id)
         if baseline is None:
             continue
         same, first, delta = compare_answers(baseline, answer)
         found.append(Comparison(answer.prompt_id, answer.factor, answer.level, same, first,
                                 delta, answer_key(answer), answer_key(baseline),
-                                baseline.text, answer.text))
+                                baseline.text, answer.text,
+                                *routing_difference(baseline, answer, first)))
     return found
+
+
+def routing_difference(baseline: Answer, other: Answer, first_divergence: int | None
+                       ) -> tuple[bool | None, int | None]:
+    """(whether the routing differs on the tokens both chose alike, the first token that
+    was routed elsewhere); (None, None) unless both answers carry routing."""
+    if not baseline.routing or not other.routing:
+        return None, None
+    shared = min(len(baseline.routing), len(other.routing))
+    if first_divergence is not None:
+        shared = min(shared, first_divergence + 1)
+    token = next((n for n in range(shared) if baseline.routing[n] != other.routing[n]), None)
+    return token is not None, token
+
+
+def routing_sentence(found: Sequence[Comparison]) -> str:
+    """Where a factor's variation begins, from its comparisons' routing ("" when none
+    carried routing on both sides)."""
+    routed = [c for c in found if c.routing_differs is not None]
+    if not routed:
+        return ""
+    varying = [c for c in routed if not c.same]
+    gating = [c for c in varying if c.routing_differs]
+    first = _min(c.routing_token for c in gating)
+    if varying and len(gating) == len(varying):
+        return (f"variation begins in the gating: routing differs in {len(gating)} of "
+                f"{len(varying)} varying comparisons (first at token {first})")
+    if varying and not gating:
+        return (f"variation begins after routing: routing identical in {len(varying)} of "
+                f"{len(varying)} varying comparisons (the experts' reduction or finalize)")
+    if varying:
+        return (f"routing differs in {len(gating)} of {len(varying)} varying comparisons "
+                f"(first at token {first}): variation begins in the gating there, after "
+                "routing in the others")
+    moved = [c for c in routed if c.routing_differs]
+    if moved:
+        return (f"routing differs in {len(moved)} of {len(routed)} comparisons although "
+                "the answers match: the gating is not deterministic")
+    return f"routing identical in {len(routed)} of {len(routed)} comparisons"
 
 
 def _min(values: Iterable[int | None]) -> int | None:
@@ -159,6 +211,8 @@ def explain_factor(factor: Factor, levels: Sequence[LevelResult],
         return "varies with no batch factor: identical requests sent one at a time differ"
     if factor == "stream":
         return "streamed and whole answers differ"
+    if factor == "seed":
+        return "seed not honoured: sampled answers with the same seed differ"
     numbers = [_level_number(level) for level in varying]
     tested = [_level_number(r.level) for r in levels if r.comparisons]
     from_all = all(n in numbers for n in tested if n >= min(numbers))
@@ -231,13 +285,15 @@ def _levels_of(plan: Plan, factor: Factor) -> list[str]:
         return ["alone"]
     if factor == "stream":
         return ["streamed"]
+    if factor == "seed":
+        return ["seeded"]
     if factor == "batch":
         return [f"batch={size}" for size in plan.batch_sizes]
     return [f"prefix={length}" for length in plan.prefix_lengths]
 
 
 def certify(answers: Sequence[Answer], plan: Plan, failed: int, endpoint: str, model: str,
-            runtime: str | None, cache_control: str) -> Certificate:
+            runtime: str | None, cache_control: str, seed_control: str = "") -> Certificate:
     """The certificate of one endpoint's answers to `plan`."""
     found = comparisons(answers)
     factors: list[FactorResult] = []
@@ -253,7 +309,10 @@ def certify(answers: Sequence[Answer], plan: Plan, failed: int, endpoint: str, m
             prompts=len(grouped), prompts_varying=varying,
             share_varying=round(varying / len(grouped), 4) if grouped else 0.0,
             levels=levels, explanation=explain_factor(factor, levels,
-                                                      by_factor.get("prefix", []))))
+                                                      by_factor.get("prefix", [])),
+            routing_compared=sum(c.routing_differs is not None for c in of),
+            routing_differing=sum(bool(c.routing_differs) for c in of),
+            routing=routing_sentence(of)))
     mismatches = sum(not c.same for c in found)
     prompts = len({a.prompt_id for a in answers})
     varying = len({c.prompt_id for c in found if not c.same})
@@ -269,7 +328,8 @@ def certify(answers: Sequence[Answer], plan: Plan, failed: int, endpoint: str, m
         prompts=prompts, prompts_varying=varying, rate_bound=bound, rate_bound_exact=exact,
         explanation=explanation, batch_sizes=plan.batch_sizes,
         prefix_lengths=plan.prefix_lengths, trials=plan.trials, seed=plan.seed,
-        requests=plan.requests, cache_control=cache_control, factors=factors,
+        requests=plan.requests, cache_control=cache_control, seed_control=seed_control,
+        factors=factors,
         prompt_results=prompt_results(found), examples=_examples(found))
 
 

@@ -2,7 +2,9 @@
 options and a seed, so the same command sends the same requests.
 
 In order: each prompt alone (`repeat`, `trials` times; the first is its baseline),
-streamed (`stream`), inside concurrent batches of 2, 4, 8, ... up to `max_batch`
+streamed (`stream`), sampled at SEED_TEMPERATURE with the plan's seed sent as `seed`
+(`seed`, `trials` times; the first is that prompt's sampled baseline), inside
+concurrent batches of 2, 4, 8, ... up to `max_batch`
 whose other members are filler prompts of random lengths at random positions, fresh
 each trial (`batch`), then the prefix ladder: each prompt after a shared prefix of
 each length, twice with the prefix cache off or emptied (`prefix`; the first is that
@@ -22,6 +24,7 @@ BATCH_SIZES = (2, 4, 8, 16, 32, 64, 128, 256)
 PREFIX_LENGTHS = (1, 511, 2048, 4097)
 UNKNOWN_CONTEXT_PREFIXES = (1, 256, 1024)
 SHORT_FILLER = (8, 64)  # words
+SEED_TEMPERATURE = 1.0
 LONG_FILLER_WORDS = 1500  # near a chunked-prefill size (llama.cpp's batch is 2048)
 WORDS = ("river stone lamp orange window garden paper silver music winter bridge "
          "market candle forest number yellow engine castle letter mountain pocket "
@@ -72,6 +75,10 @@ def make_plan(prompt_ids: Sequence[str], trials: int, max_batch: int, seed: int,
     for trial in range(trials):
         rounds += [Round(probes=[Probe(factor="stream", level="streamed", trial=trial,
                                        prompt_id=p, stream=True)]) for p in prompt_ids]
+    for trial in range(trials):
+        rounds += [Round(probes=[Probe(factor="seed", level="seeded", trial=trial,
+                                       prompt_id=p, seed=seed, temperature=SEED_TEMPERATURE,
+                                       baseline=trial == 0)]) for p in prompt_ids]
     for trial in range(trials):
         for size in sizes:
             for prompt_id in prompt_ids:

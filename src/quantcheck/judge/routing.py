@@ -54,6 +54,13 @@ def signature(routing: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+def row_digests(routing: np.ndarray) -> list[str]:
+    """One short digest per token (row) of a routing: equal for rows that send every
+    layer to the same experts (the determinism certificate keeps these, not the rows)."""
+    ordered = np.sort(routing, axis=2).astype(np.int32)
+    return [hashlib.blake2b(row.tobytes(), digest_size=6).hexdigest() for row in ordered]
+
+
 def differing(a: np.ndarray, b: np.ndarray, tokens: int | None = None) -> np.ndarray:
     """(tokens, layers) bool: where a and b route to other experts, over their common
     tokens (the first `tokens` at most) and layers."""

@@ -4,7 +4,8 @@ The engine decides what is generated (scripted answers, or a real model); the se
 speaks the wire format of vllm, sglang, llama.cpp or llama-cpp-python, streams, and
 injects the faults a real deployment shows (latency, 429, 5xx, dropped connections,
 a top_logprobs limit, missing logprobs, rejected parameters, nondeterministic or
-load-dependent logprobs, logprobs that move with the batch size or a cached prefix).
+load-dependent logprobs, logprobs that move with the batch size or a cached prefix, a
+`seed` accepted and ignored).
 It can also replay a recorded response body verbatim.
 
 MoE routing (`Faults.routing`, as a server started to return it): a pretend mixture
@@ -90,6 +91,9 @@ class Faults:
     # Render conversations with this template ("chatml", "gemma") on /apply-template
     # and vLLM's /tokenize and /detokenize; the lab model knows only Gemma's markers.
     chat_template: str | None = None
+    # A server that accepts `seed` and ignores it: sampled answers (temperature > 0)
+    # differ between requests with the same seed.
+    ignore_seed: bool = False
 
 
 CHAT_TEMPLATES = {
@@ -535,6 +539,8 @@ class LabServer:
             and self.in_flight >= self.faults.batch_variant_at
         emit = self._shifted(emit, 1e-7 * self.in_flight) if batched else emit
         emit = self._shifted(emit, 3e-7) if self._prefix_hit(body) else emit
+        if self.faults.ignore_seed:
+            body = {key: value for key, value in body.items() if key != "seed"}
         return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
 
     def _cache_hit(self, body: Mapping[str, object]) -> bool:

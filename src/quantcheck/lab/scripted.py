@@ -1,12 +1,20 @@
-"""Scripted answers: the engine the tests and the scripted demo talk to (no model)."""
+"""Scripted answers: the engine the tests and the scripted demo talk to (no model).
+
+At temperature 0 it answers greedily (the planned answer). At a temperature above 0 it
+samples: each token is drawn from its top alternatives (at least SAMPLED_ALTERNATIVES,
+weighted by exp(logprob / temperature)) by a generator seeded from the request's
+`seed` and prompt, so the same seed gives the same tokens; without a seed, a fresh
+draw per request.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..store.engines import ENGINES
 from .endpoint import DIALECTS, Emit, Faults, LabServer, Scored, Step, token_id
@@ -147,6 +155,43 @@ def forced_top(prompt_text: str, position: int, token: str, top_k: int,
     return top[:max(top_k, 1)]
 
 
+SAMPLED_ALTERNATIVES = 4
+
+
+def sampling_temperature(body: Mapping[str, object]) -> float | None:
+    """The request's temperature when it asks to sample (above 0), else None."""
+    value = body.get("temperature")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        return None
+    return float(value)
+
+
+def sampling_generator(body: Mapping[str, object], prompt_text: str,
+                       unseeded: random.Random) -> random.Random:
+    """The draw for a sampled answer: from the request's integer `seed` and its prompt
+    (the same seed, the same tokens), else `unseeded`."""
+    seed = body.get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        digest = hashlib.sha256(f"{seed}|{prompt_text}".encode()).digest()
+        return random.Random(int.from_bytes(digest[:8], "big"))
+    return unseeded
+
+
+def sampled(steps: list[Step], temperature: float, top_k: int, draw: random.Random
+            ) -> list[Step]:
+    """Each step's token drawn from its alternatives; the top-k cut to `top_k` after."""
+    chosen = []
+    for step in steps:
+        best = max(value for _, value in step.top)
+        weights = [math.exp((value - best) / temperature) for _, value in step.top]
+        token, logprob = draw.choices(step.top, weights)[0]
+        if token != step.token:
+            step = replace(step, token=token, raw=token.encode(), content=token,
+                           logprob=logprob)
+        chosen.append(replace(step, top=step.top[:max(top_k, 1)]))
+    return chosen
+
+
 class ScriptedEngine:
     """Plans the whole answer at once, then emits it token by token."""
 
@@ -227,8 +272,13 @@ class ScriptedEngine:
         rng = random.Random(self._rng.random())
         tools = bool(body.get("tools")) and body.get("tool_choice") != "none"
         max_tokens = json_int(body.get("max_tokens") or 16)
-        steps, finish = plan(self.model, prompt_text_of(body), max_tokens, top_k, self.split_utf8,
-                             lambda: rng.uniform(-jitter, jitter), tools)
+        temperature = None if tools else sampling_temperature(body)
+        planned_k = top_k if temperature is None else max(top_k, SAMPLED_ALTERNATIVES)
+        steps, finish = plan(self.model, prompt_text_of(body), max_tokens, planned_k,
+                             self.split_utf8, lambda: rng.uniform(-jitter, jitter), tools)
+        if temperature is not None:
+            steps = sampled(steps, temperature, top_k,
+                            sampling_generator(body, prompt_text_of(body), rng))
         steps, finish = until_stop(steps, finish, body.get("stop"))
         for step in steps:
             await emit(step)

@@ -1,6 +1,7 @@
 """`quantcheck determinism --certify`: plan, send and judge one endpoint (and a
 control), then write OUT/certificate.json, answers.jsonl, junit.xml and index.html
-(the control's own certificate and answers in OUT/control/)."""
+(the control's own certificate and answers in OUT/control/). The verdict is the
+gate's (gate/certificate_gate.py), with `max_nondeterministic_prompts` as given."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from ..fetch.certify import (
     server_facts,
     warm_up,
 )
-from ..gate.certificate_gate import certificate_junit
+from ..gate.certificate_gate import certificate_junit, decide_certificate
+from ..gate.verdict import GateResult, Policy
 from ..judge.certificate import certify, control_note, control_result
 from ..judge.certify_plan import make_plan
 from ..present.certificate_page import render_certificate
@@ -62,8 +64,8 @@ class CertifyProgress(Protocol):
 
 
 def run_certify(job: CertifyRun, progress: CertifyProgress | None = None
-                ) -> tuple[Certificate, Path]:
-    """The certificate (with the control's result, if asked) and its page."""
+                ) -> tuple[Certificate, GateResult, Path]:
+    """The certificate (with the control's result, if asked), its verdict and its page."""
     prompts = load_prompts(job.prompt_files, job.request)
     if not prompts:
         raise QuantcheckError("the prompt files hold no prompt")
@@ -78,8 +80,10 @@ def run_certify(job: CertifyRun, progress: CertifyProgress | None = None
     certificate.control = control_result(control) if control is not None else None
     certificate.control_note = control_note(certificate.control)
     _write(job.out, certificate, answers)
-    write_atomic(job.out / "junit.xml", certificate_junit(certificate))
-    return certificate, render_certificate(job.out, certificate)
+    verdict = decide_certificate(certificate, Policy(
+        max_nondeterministic_prompts=job.max_nondeterministic_prompts))
+    write_atomic(job.out / "junit.xml", certificate_junit(certificate, verdict))
+    return certificate, verdict, render_certificate(job.out, certificate)
 
 
 def _max_tokens(prompts: list[Prompt]) -> int:
@@ -108,7 +112,7 @@ async def _certify(job: CertifyRun, settings: CertifySettings, prompts: list[Pro
                              seconds * len(plan.rounds))
         sent = await send_plan(sender, plan, progress.sent if progress is not None else None)
     certificate = certify(sent.answers, plan, sent.failed, settings.endpoint, facts.model,
-                          facts.runtime, sent.cache_control)
+                          facts.runtime, sent.cache_control, sent.seed_control)
     return certificate, plan, sent.answers
 
 

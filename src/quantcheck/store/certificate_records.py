@@ -15,26 +15,29 @@ cache control used and the control run's result.
 Factors: `repeat` (each prompt alone, asked again), `stream` (streamed against whole),
 `batch` (inside a concurrent batch of `batch=B`), `prefix` (after a shared prefix of
 `prefix=L` words, the prefix cache off or emptied), `cache` (the same with the
-prefix cache on and the prefix already computed).
+prefix cache on and the prefix already computed), `seed` (sampled at a temperature
+above 0 with the same `seed`, held to the first such answer).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import msgspec
 
 from .formats import CERTIFICATE_FORMAT, CertificateFormat
+from .run_dir import read_record
 
-Factor = Literal["repeat", "stream", "batch", "prefix", "cache"]
-FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache")
+Factor = Literal["repeat", "stream", "batch", "prefix", "cache", "seed"]
+FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache", "seed")
 
 
 class Probe(msgspec.Struct, kw_only=True, frozen=True):
     """One request of the plan."""
 
     factor: Factor
-    level: str  # "alone", "streamed", "batch=8", "prefix=511"
+    level: str  # "alone", "streamed", "batch=8", "prefix=511", "seeded"
     trial: int = 0
     prompt_id: str = ""  # empty: a filler
     prefix: str = ""  # words before the prompt's text (prefix ladder)
@@ -42,6 +45,8 @@ class Probe(msgspec.Struct, kw_only=True, frozen=True):
     stream: bool = False
     cache: bool = False  # the prefix cache left on (llama.cpp: cache_prompt true)
     baseline: bool = False  # the answer the others of its prompt (and prefix) are held to
+    seed: int | None = None  # sampled: this seed sent at `temperature` (else greedy)
+    temperature: float = 0.0
 
 
 class Round(msgspec.Struct, kw_only=True, frozen=True):
@@ -80,6 +85,9 @@ class Answer(msgspec.Struct, kw_only=True):
     logprobs: list[float | None] = msgspec.field(default_factory=list)
     top: list[list[tuple[str, float]]] = msgspec.field(default_factory=list)
     error: str | None = None
+    # with --routed-experts: per generated token, a digest of the experts each layer
+    # chose (equal digests, equal routing); empty when the server sent none
+    routing: list[str] = msgspec.field(default_factory=list)
 
 
 class LevelResult(msgspec.Struct, kw_only=True):
@@ -118,6 +126,11 @@ class FactorResult(msgspec.Struct, kw_only=True):
     share_varying: float
     levels: list[LevelResult]
     explanation: str  # "varies only when batch size >= 8", "no variation"
+    # MoE routing (--routed-experts): comparisons with routing on both sides, those
+    # whose routing differs on the tokens both chose alike, and what that says
+    routing_compared: int = 0
+    routing_differing: int = 0
+    routing: str = ""  # "variation begins in the gating: ...", "" without routing
 
 
 class Example(msgspec.Struct, kw_only=True):
@@ -167,8 +180,20 @@ class Certificate(msgspec.Struct, kw_only=True):
     seed: int
     requests: int
     cache_control: str  # how the prefix cache was turned off, or that it could not be
+    # how seeded sampling was tested ("seed 0 at temperature 1.0 ..."), or why it was not
+    seed_control: str = ""
     factors: list[FactorResult]
     prompt_results: list[PromptResult]
     examples: list[Example]
     control: ControlResult | None = None
     control_note: str = ""
+
+
+CERTIFICATE_JSON = "certificate.json"
+
+
+def read_certificate(folder: Path) -> Certificate:
+    """FOLDER/certificate.json, or one RunFormatError naming the file and field."""
+    return read_record(folder / CERTIFICATE_JSON, Certificate,
+                       " (written by another quantcheck version, or edited? run "
+                       "`quantcheck determinism --certify` again)")
