@@ -324,3 +324,16 @@ def test_a_top_logprobs_limit_an_engine_cannot_pass_fails_with_its_fix(serve: Se
     assert (status, fix) == ("fail", "--top-logprobs 20")
     assert "Ollama answers at most 20" in message
     assert checks(serve(dialect="ollama").url, top_k=20)["logprobs"][0] == "pass"
+
+
+def test_an_engine_that_hides_the_generated_token_cannot_check_greedy(serve: Serve) -> None:
+    """mlx_lm.server copies one of its unsorted alternatives into each logprob entry: the
+    greedy check would misread that, so it says it cannot check; above its limit of 11
+    the server drops the connection, so preflight fails first with the fix."""
+    found = checks(serve(dialect="mlx").url, top_k=5)
+    assert found["logprobs"][0] == "pass"
+    status, message, _ = found["greedy"]
+    assert status == "skip" and "greedy decoding cannot be checked" in message
+    status, message, fix = checks(serve(dialect="mlx").url, top_k=12)["logprobs"]
+    assert (status, fix) == ("fail", "--top-logprobs 11")
+    assert "answers at most 11" in message

@@ -23,7 +23,7 @@ import random
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import EndpointError, ParameterRejected, QuantcheckError
 from ..store.engines import UNKNOWN, EngineProfile, profile_of, tokenizers_first
@@ -80,6 +80,7 @@ class ProbeShape:
 
     api: str = "chat"
     fields: dict[str, object] = field(default_factory=lambda: dict(GREEDY_FIELDS))
+    legacy_like_chat: bool = False  # completions ask for logprobs as chat does
 
     @classmethod
     def like(cls, prompt: Prompt) -> ProbeShape:
@@ -95,7 +96,7 @@ class ProbeShape:
         else:
             body["prompt"] = text
             body.pop("chat_template_kwargs", None)
-        return with_logprobs(body, self.api, top_k)
+        return with_logprobs(body, self.api, top_k, self.legacy_like_chat)
 
 
 async def run_preflight(client: EndpointClient, model: str, models: list[dict[str, object]],
@@ -105,6 +106,9 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     started = time.perf_counter()
     report = Preflight(endpoint=public_url(client.endpoint), model=model, api=shape.api,
                        max_model_len=context_length(server, model))
+    profile = profile_of(server.runtime)
+    if profile is not None and profile.legacy_asks_like_chat:
+        shape = replace(shape, legacy_like_chat=True)
     probes = _Probes(client, model, shape)
     report.checks.append(_model_check(model, models, report.max_model_len))
     report.checks += await _logprob_checks(probes, top_k, profile_of(server.runtime))
@@ -196,6 +200,12 @@ async def _logprob_checks(probes: _Probes, top_k: int, profile: EngineProfile | 
         return [Check("logprobs", "warn", "no logprobs came back: only texts will be "
                       "compared", "start the server with logprobs enabled"),
                 Check("greedy", "skip", "needs logprobs")]
+    if profile is not None and profile.entry_is_an_alternative:
+        return [_k_check(generation, top_k),
+                Check("greedy", "skip", f"{profile.label} does not say which token it "
+                      "generated (each logprob entry copies one of its alternatives): "
+                      "greedy decoding cannot be checked there, and the top alternative is "
+                      "taken as the generated token")]
     return [_k_check(generation, top_k), await _greedy_check(probes, generation, top_k)]
 
 

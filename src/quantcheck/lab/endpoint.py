@@ -652,6 +652,9 @@ class LabServer:
             return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
         k = _requested_k(body)
         lab, own_limit = self.profile.lab, self.profile.top_logprobs_limit
+        if lab.logprobs_flag_only and not isinstance(body.get("logprobs", False), bool):
+            request.transport.close()  # type: ignore[union-attr]  # its check raises
+            return web.Response()
         if lab.limit_status is not None and own_limit is not None and k > own_limit:
             message = lab.limit_message.format(k=k, limit=own_limit)
             if not lab.limit_status:  # the engine's handler raises: no answer at all
@@ -815,9 +818,18 @@ class _Renderer:
                 "token_logprobs": [s.logprob for s in steps],
                 "top_logprobs": [dict(self._alternatives(s)) for s in steps],
             }
+        if self.profile.entry_is_an_alternative:
+            return {"content": [self._copied_entry(s) for s in steps]}
         return {"content": [self._entry(s.token, s.logprob, s.raw, {
             "top_logprobs": [self._entry(t, v, t.encode()) for t, v in self._alternatives(s)]})
             for s in steps]}
+
+    def _copied_entry(self, step: Step) -> dict[str, object]:
+        """MLX's entry: its alternatives in an order of their own (the best one moved last),
+        the first of them copied as the entry, whatever was generated."""
+        alternatives = [self._entry(t, v, t.encode()) for t, v in self._alternatives(step)]
+        alternatives = alternatives[1:] + alternatives[:1]
+        return {**alternatives[0], "top_logprobs": alternatives} if alternatives else {}
 
     def _alternatives(self, step: Step) -> list[tuple[str, float]]:
         if self.extra_alt:  # llama-cpp-python sends one more than asked
@@ -826,7 +838,8 @@ class _Renderer:
 
     def _entry(self, token: str, logprob: float, raw: bytes,
                extra: dict[str, object] | None = None) -> dict[str, object]:
-        entry: dict[str, object] = {"token": token, "logprob": logprob}
+        piece = token.replace(" ", "\u0120") if self.profile.lab.vocabulary_pieces else token
+        entry: dict[str, object] = {"token": piece, "logprob": logprob}
         if self.profile.token_bytes is not False:
             entry["bytes"] = list(raw) if self.profile.token_bytes else None
         if self.profile.token_ids_in_entries:
