@@ -52,6 +52,11 @@ CASES = [
     ("mlx-completions.json", "mlx", "completions", False, " Canberra.", "length",
      {"text": ["\u0120Can", "berra", "."], "logprob": [-0.0123, -1.2e-05, -0.3]},
      [("\u0120Can", -0.0123), ("\u0120Syd", -4.51)]),
+    # TGI 3.3.6-dev0 (router/src/lib.rs, chat.rs): entries without bytes, streamed too
+    ("tgi-chat.json", "tgi", "chat", False, "Canberra.", "length", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
+    ("tgi-chat-stream.sse", "tgi", "chat", True, "Canberra.", "length", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
 ]
 # Answers that carry no logprobs however they are asked: the text, finish and usage kept
 TEXT_ONLY = [
@@ -61,6 +66,9 @@ TEXT_ONLY = [
     # mlx_lm.server streams no logprobs
     ("mlx-chat-stream.sse", "mlx", "chat", True, "Canberra.", "length"),
     ("mlx-completions-stream.sse", "mlx", "completions", True, " Canberra.", "length"),
+    # TGI's completions carry none; its finish reasons read as the others name them
+    ("tgi-completions.json", "tgi", "completions", False, " Canberra.", "stop"),
+    ("tgi-completions-stream.sse", "tgi", "completions", True, " Canberra.", "stop"),
 ]
 
 

@@ -53,7 +53,7 @@ from ..wire.client import (
 )
 from ..wire.dialects import Generation, chosen_as_top, with_logprobs
 from ..wire.routing import RoutingUnusable, generated_routing
-from .preflight import PreflightFailed, ProbeShape, run_preflight
+from .preflight import PreflightFailed, ProbeShape, run_preflight, without_misread
 from .server_info import describe_server
 from .template_check import rendering_cell_value
 
@@ -122,10 +122,12 @@ class CollectResult:
 def request_body(prompt: Prompt, model: str, top_logprobs: int, runtime: str | None = None
                  ) -> dict[str, object]:
     """The exact JSON body sent for `prompt` (streaming fields are added by the client),
-    logprobs asked for as the runtime takes them."""
+    logprobs asked for as the runtime takes them, without the greedy fields it misreads."""
     profile = profile_of(runtime)
-    return with_logprobs({"model": model, **prompt.request}, prompt.api, top_logprobs,
-                         like_chat=profile is not None and profile.legacy_asks_like_chat)
+    if profile is None:
+        return with_logprobs({"model": model, **prompt.request}, prompt.api, top_logprobs)
+    return with_logprobs({"model": model, **without_misread(prompt.request, profile)},
+                         prompt.api, top_logprobs, like_chat=profile.legacy_asks_like_chat)
 
 
 @contextmanager

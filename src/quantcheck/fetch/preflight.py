@@ -64,6 +64,14 @@ _FILLER = ("river", "stone", "quiet", "morning", "garden", "paper", "window", "s
            "light", "table", "north", "silver", "market", "winter", "bridge", "yellow")
 
 
+def without_misread(fields: Mapping[str, object], profile: EngineProfile
+                    ) -> dict[str, object]:
+    """Request fields without the greedy ones this engine misreads at their greedy value
+    (TGI refuses `top_p: 1.0` and turns `presence_penalty: 0` into a repetition penalty)."""
+    return {key: value for key, value in fields.items()
+            if not (key in profile.left_out and GREEDY_FIELDS.get(key) == value)}
+
+
 class PreflightFailed(QuantcheckError):
     """A hard preflight check failed; the message explains which and how to fix it."""
 
@@ -107,8 +115,9 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     report = Preflight(endpoint=public_url(client.endpoint), model=model, api=shape.api,
                        max_model_len=context_length(server, model))
     profile = profile_of(server.runtime)
-    if profile is not None and profile.legacy_asks_like_chat:
-        shape = replace(shape, legacy_like_chat=True)
+    if profile is not None:
+        shape = replace(shape, legacy_like_chat=profile.legacy_asks_like_chat,
+                        fields=without_misread(shape.fields, profile))
     probes = _Probes(client, model, shape)
     report.checks.append(_model_check(model, models, report.max_model_len))
     report.checks += await _logprob_checks(probes, top_k, profile_of(server.runtime))

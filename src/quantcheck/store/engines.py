@@ -67,6 +67,11 @@ class LabDialect:
     limit_status: int | None = None
     limit_message: str = ""
     flat_errors: bool = False  # errors as {"error": MESSAGE, "error_type": ...}
+    owner_is_model: bool = False  # /v1/models entries owned by the model's own id
+    # the top-logprobs limit its operator can raise, as started by default (None: none)
+    default_top_logprobs: int | None = None
+    refuses_top_p_one: bool = False  # `top_p: 1.0` refused (it wants 0 < top_p < 1)
+    completions_stream_stop: str = "stop"  # the finish of a completions stream ended by EOS
     logprobs_flag_only: bool = False  # a `logprobs` that is no boolean: connection dropped
     vocabulary_pieces: bool = False  # token strings as vocabulary pieces (Ġ for a space)
     version: str = "0.11.0"  # what its version endpoint says
@@ -101,6 +106,9 @@ class EngineProfile:
     streams_logprobs: bool = True  # False: only whole answers carry logprobs
     # /v1/completions asks for logprobs as chat does (`logprobs: true, top_logprobs: K`)
     legacy_asks_like_chat: bool = False
+    # greedy request fields this engine misreads at their greedy value: left out of its
+    # requests (its own default is the greedy one)
+    left_out: tuple[str, ...] = ()
     # a logprob entry is a copy of the first of its unsorted alternatives, not the
     # generated token: the chosen token is read as the top alternative (greedy decoding),
     # so whether decoding is greedy cannot be checked
@@ -203,8 +211,23 @@ MLX = EngineProfile(  # mlx_lm/server.py of mlx-lm 0.32.0
                    vocabulary_pieces=True, version="0.32.0",
                    system_fingerprint="0.32.0-0.30.1-macOS-15.5-arm64-arm-64bit-applegpu_g15s"))
 
+TGI = EngineProfile(  # router/src/{lib,server,chat,validation}.rs of 3.3.6-dev0
+    name="tgi", label="TGI (text-generation-inference)", info_paths=("/info",),
+    version_at=("/info", "version"), forced_mode=None, legacy_logprobs=None,
+    token_bytes=False, left_out=("top_p", "presence_penalty"),
+    top_logprobs_note="--max-top-n-tokens, 5 unless started otherwise",
+    cannot=("logprobs on /v1/completions (its answers carry none: only texts are compared)",
+            "tokenizing on request in the shape quantcheck reads", "rendering a chat "
+            "template on request", "teacher-forced scoring", "MoE routing",
+            "turning its prefix cache off"),
+    lab=LabDialect(owner_is_model=True, default_top_logprobs=5, limit_status=422,
+                   flat_errors=True, refuses_top_p_one=True, version="3.3.6-dev0",
+                   completions_stream_stop="eos_token", system_fingerprint="3.3.6-dev0-native",
+                   limit_message="Input validation error: `top_n_tokens` must be >= 0 and "
+                                 "<= {limit}. Given: {k}"))
+
 ENGINES: dict[str, EngineProfile] = {profile.name: profile for profile in (
-    VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON, OLLAMA, MLX)}
+    VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON, OLLAMA, MLX, TGI)}
 ENGINE_NAMES = tuple(ENGINES)
 INFO_PATHS = tuple(dict.fromkeys(path for p in ENGINES.values() for path in p.info_paths))
 TOKENIZERS = tuple((p.name, p.tokenize) for p in ENGINES.values() if p.tokenize)

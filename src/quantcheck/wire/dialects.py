@@ -17,6 +17,9 @@ Dialects seen in the wild:
   logprob}]} on /v1/completions too, asked for as chat asks; each entry a copy of the
   first of its unsorted alternatives (`chosen_as_top` reads the generated token as the
   top one); token strings are vocabulary pieces; streams carry no logprobs.
+- TGI: chat entries {token, logprob, top_logprobs[{token, logprob}]}, streamed too;
+  completions carry none; finish reasons `eos_token` and `stop_sequence` (read as
+  `stop`), and `""` on a completions stream's chunks before the last.
 Expert routing (MoE): vLLM's `routed_experts` on a whole answer's choice, SGLang's
 `sglext.routed_experts` (whole, or a stream's last chunk); see routing.py. vLLM
 choices may also carry `token_ids`.
@@ -282,7 +285,8 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
     finish_reasons = [choice.finish_reason for choice in choices if choice.finish_reason]
     generation = Generation(
         text="".join(pieces), reasoning="".join(reasoning) or None,
-        finish_reason=finish_reasons[-1] if finish_reasons else None,
+        finish_reason=_FINISH_NAMES.get(finish_reasons[-1], finish_reasons[-1])
+        if finish_reasons else None,
         model=_last([body.model for body in bodies]),
         system_fingerprint=_last([body.system_fingerprint for body in bodies]),
         usage=_storable_usage(_last([body.usage for body in bodies])),
@@ -299,6 +303,11 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
     _take_token_ids(generation.tokens, [i for c in choices for i in c.token_ids or ()])
     generation.routing, generation.routing_problem = _routing(choices, bodies)
     return generation
+
+
+# Finish reasons spelt otherwise (TGI's completions: the end-of-sequence token, a stop
+# string), under the name every other engine uses
+_FINISH_NAMES = {"eos_token": "stop", "stop_sequence": "stop"}
 
 
 def _refuse_non_finite(tokens: Tokens) -> None:
