@@ -324,3 +324,33 @@ def test_a_top_logprobs_limit_an_engine_cannot_pass_fails_with_its_fix(serve: Se
     assert (status, fix) == ("fail", "--top-logprobs 20")
     assert "Ollama answers at most 20" in message
     assert checks(serve(dialect="ollama").url, top_k=20)["logprobs"][0] == "pass"
+
+
+def test_an_engine_that_hides_the_generated_token_cannot_check_greedy(serve: Serve) -> None:
+    """mlx_lm.server copies one of its unsorted alternatives into each logprob entry: the
+    greedy check would misread that, so it says it cannot check; above its limit of 11
+    the server drops the connection, so preflight fails first with the fix."""
+    found = checks(serve(dialect="mlx").url, top_k=5)
+    assert found["logprobs"][0] == "pass"
+    status, message, _ = found["greedy"]
+    assert status == "skip" and "greedy decoding cannot be checked" in message
+    status, message, fix = checks(serve(dialect="mlx").url, top_k=12)["logprobs"]
+    assert (status, fix) == ("fail", "--top-logprobs 11")
+    assert "answers at most 11" in message
+
+
+def test_an_operator_set_top_logprobs_limit_is_read_from_the_refusal(serve: Serve) -> None:
+    """TGI answers at most --max-top-n-tokens (5 by default) alternatives and says so
+    with a 422 naming its own field, `top_n_tokens`: the fix still names the flag."""
+    status, message, fix = checks(serve(dialect="tgi").url, top_k=20)["logprobs"]
+    assert status == "fail" and "top_n_tokens" in message
+    assert fix is not None and fix.startswith("--top-logprobs 5")
+
+
+def test_greedy_fields_an_engine_misreads_are_left_out(serve: Serve) -> None:
+    """TGI refuses `top_p: 1.0` (it wants 0 < top_p < 1) and reads `presence_penalty: 0`
+    as a repetition penalty of 2: neither is sent there, so its defaults (greedy) hold."""
+    server = serve(dialect="tgi")
+    assert checks(server.url, top_k=5)["greedy"][0] == "pass"
+    assert server.requests and not any("top_p" in body or "presence_penalty" in body
+                                       for body in server.requests)

@@ -84,7 +84,13 @@ def test_each_profile_is_named_by_its_key_and_knows_its_owners() -> None:
     (ServerInfo(props={"build_info": "b6000-abc"}), "llama.cpp", "b6000-abc"),
     (ServerInfo(server_info={"version": "0.5.9"}, version={"version": "x"}), "sglang", "0.5.9"),
     (ServerInfo(version={"version": "0.11.0"}), "vllm", "0.11.0"),
-    (ServerInfo(models=[{"id": "m"}]), UNKNOWN, None),
+    (ServerInfo(models=[{"id": "m", "owned_by": "someone"}]), UNKNOWN, None),
+    # no owner and no info endpoint: mlx_lm.server, the one engine that lists none (a guess)
+    (ServerInfo(models=[{"id": "mlx-community/Llama-3.2-1B-Instruct-4bit"}]), "mlx", None),
+    (ServerInfo(models=[{"id": "m"}], version={"version": "0.11.0"}), "vllm", "0.11.0"),
+    # TGI: its models are owned by their own id; its GET /info names its router
+    (ServerInfo(models=[{"id": "m", "owned_by": "m"}], answers={"/info": {
+        "router": "text-generation-router", "version": "3.3.6-dev0"}}), "tgi", "3.3.6-dev0"),
 ])
 def test_a_server_is_recognised_by_the_info_endpoints_it_answers(
     info: ServerInfo, runtime: str, version: str | None,

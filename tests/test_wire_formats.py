@@ -11,6 +11,7 @@ import pytest
 
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.lab.scripted import DIALECTS, ScriptedModel
+from quantcheck.store.engines import ENGINES
 
 from .conftest import FIXTURES, Serve, WritePrompts
 
@@ -44,12 +45,30 @@ CASES = [
      [("Can", -0.0123), ("Syd", -4.51)]),
     ("ollama-chat-stream.sse", "ollama", "chat", True, "Canberra.", "stop", CANBERRA,
      [("Can", -0.0123), ("Syd", -4.51)]),
+    # mlx-lm 0.32.0 (mlx_lm/server.py): each entry a copy of the first of its unsorted
+    # alternatives, read as the top one; token strings are vocabulary pieces
+    ("mlx-chat.json", "mlx", "chat", False, "Canberra.", "length", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
+    ("mlx-completions.json", "mlx", "completions", False, " Canberra.", "length",
+     {"text": ["\u0120Can", "berra", "."], "logprob": [-0.0123, -1.2e-05, -0.3]},
+     [("\u0120Can", -0.0123), ("\u0120Syd", -4.51)]),
+    # TGI 3.3.6-dev0 (router/src/lib.rs, chat.rs): entries without bytes, streamed too
+    ("tgi-chat.json", "tgi", "chat", False, "Canberra.", "length", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
+    ("tgi-chat-stream.sse", "tgi", "chat", True, "Canberra.", "length", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
 ]
 # Answers that carry no logprobs however they are asked: the text, finish and usage kept
 TEXT_ONLY = [
     # Ollama's /v1/completions drops the logprobs its engine made (ToCompletion)
     ("ollama-completions.json", "ollama", "completions", False, " Canberra.", "stop"),
     ("ollama-completions-stream.sse", "ollama", "completions", True, " Canberra.", "stop"),
+    # mlx_lm.server streams no logprobs
+    ("mlx-chat-stream.sse", "mlx", "chat", True, "Canberra.", "length"),
+    ("mlx-completions-stream.sse", "mlx", "completions", True, " Canberra.", "length"),
+    # TGI's completions carry none; its finish reasons read as the others name them
+    ("tgi-completions.json", "tgi", "completions", False, " Canberra.", "stop"),
+    ("tgi-completions-stream.sse", "tgi", "completions", True, " Canberra.", "stop"),
 ]
 
 
@@ -102,7 +121,10 @@ def test_an_answer_without_logprobs_keeps_its_text(
     (record,) = list(load_run(tmp_path / "run").completions())
     assert (record.error, record.text, record.finish_reason) == (None, text, finish)
     assert record.tokens is None
-    assert record.usage == {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
+    assert record.usage is not None
+    assert {key: record.usage[key] for key in ("prompt_tokens", "completion_tokens",
+                                               "total_tokens")} == {
+        "prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
 
 
 def test_reasoning_fields_are_kept_apart_from_content(
@@ -149,10 +171,18 @@ def test_the_openai_sdk_reads_the_lab_servers_and_agrees(
         endpoint=server.url, label=dialect, stream=stream, top_logprobs=2))
     (record,) = list(load_run(tmp_path / "run").completions())
     assert record.text == text == " Canberra is the capital."
+    profile = ENGINES[dialect]
+    if not profile.sends_logprobs("chat", stream):  # MLX streams none
+        assert record.tokens is None and not entries
+        return
     assert record.tokens is not None
+    tops = [sorted(e.top_logprobs, key=lambda t: -t.logprob) for e in entries]
+    if profile.entry_is_an_alternative:  # MLX: the entry copies an unsorted alternative
+        assert [e.token for e in entries] != [top[0].token for top in tops]
+        entries = [top[0] for top in tops]
     assert record.tokens.text == [e.token for e in entries]
     assert record.tokens.logprob == [e.logprob for e in entries]
-    assert record.tokens.top_text == [[t.token for t in e.top_logprobs][:2] for e in entries]
+    assert record.tokens.top_text == [[t.token for t in top][:2] for top in tops]
 
 
 def test_a_stream_cut_short_at_done_is_retried_not_kept(

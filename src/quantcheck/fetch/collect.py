@@ -51,9 +51,9 @@ from ..wire.client import (
     rejection_advice,
     sleep_backoff,
 )
-from ..wire.dialects import Generation, with_logprobs
+from ..wire.dialects import Generation, chosen_as_top, with_logprobs
 from ..wire.routing import RoutingUnusable, generated_routing
-from .preflight import PreflightFailed, ProbeShape, run_preflight
+from .preflight import PreflightFailed, ProbeShape, run_preflight, without_misread
 from .server_info import describe_server
 from .template_check import rendering_cell_value
 
@@ -119,9 +119,15 @@ class CollectResult:
     failed: int
 
 
-def request_body(prompt: Prompt, model: str, top_logprobs: int) -> dict[str, object]:
-    """The exact JSON body sent for `prompt` (streaming fields are added by the client)."""
-    return with_logprobs({"model": model, **prompt.request}, prompt.api, top_logprobs)
+def request_body(prompt: Prompt, model: str, top_logprobs: int, runtime: str | None = None
+                 ) -> dict[str, object]:
+    """The exact JSON body sent for `prompt` (streaming fields are added by the client),
+    logprobs asked for as the runtime takes them, without the greedy fields it misreads."""
+    profile = profile_of(runtime)
+    if profile is None:
+        return with_logprobs({"model": model, **prompt.request}, prompt.api, top_logprobs)
+    return with_logprobs({"model": model, **without_misread(prompt.request, profile)},
+                         prompt.api, top_logprobs, like_chat=profile.legacy_asks_like_chat)
 
 
 @contextmanager
@@ -354,7 +360,8 @@ class _Session:
     async def _filler(self, prompts: list[Prompt], stop: asyncio.Event) -> None:
         while not stop.is_set():
             for prompt in prompts:
-                body = request_body(prompt, self.model, self.settings.top_logprobs)
+                body = request_body(prompt, self.model, self.settings.top_logprobs,
+                                    self.runtime)
                 try:
                     await self.client.generate(prompt.api, body, self.settings.stream,
                                                self.settings.top_logprobs)
@@ -364,7 +371,7 @@ class _Session:
                     return
 
     async def _request(self, prompt: Prompt, repeat: int) -> Completion:
-        body = request_body(prompt, self.model, self.settings.top_logprobs)
+        body = request_body(prompt, self.model, self.settings.top_logprobs, self.runtime)
         profile = profile_of(self.runtime)
         if self.settings.routed_experts and profile is not None and profile.routing_request:
             body[profile.routing_request] = True  # vLLM sends it when started to
@@ -401,6 +408,9 @@ class _Session:
             record.text, record.reasoning = generation.text, generation.reasoning
             record.tool_calls = generation.tool_calls or None
             record.tokens = generation.tokens if generation.has_logprobs else None
+            if record.tokens is not None and profile is not None \
+                    and profile.entry_is_an_alternative:
+                chosen_as_top(record.tokens)
             if self.settings.routed_experts:
                 self._keep_routing(record, generation)
             record.finish_reason, record.usage = generation.finish_reason, generation.usage

@@ -23,7 +23,7 @@ import random
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import EndpointError, ParameterRejected, QuantcheckError
 from ..store.engines import UNKNOWN, EngineProfile, profile_of, tokenizers_first
@@ -64,6 +64,14 @@ _FILLER = ("river", "stone", "quiet", "morning", "garden", "paper", "window", "s
            "light", "table", "north", "silver", "market", "winter", "bridge", "yellow")
 
 
+def without_misread(fields: Mapping[str, object], profile: EngineProfile
+                    ) -> dict[str, object]:
+    """Request fields without the greedy ones this engine misreads at their greedy value
+    (TGI refuses `top_p: 1.0` and turns `presence_penalty: 0` into a repetition penalty)."""
+    return {key: value for key, value in fields.items()
+            if not (key in profile.left_out and GREEDY_FIELDS.get(key) == value)}
+
+
 class PreflightFailed(QuantcheckError):
     """A hard preflight check failed; the message explains which and how to fix it."""
 
@@ -80,6 +88,7 @@ class ProbeShape:
 
     api: str = "chat"
     fields: dict[str, object] = field(default_factory=lambda: dict(GREEDY_FIELDS))
+    legacy_like_chat: bool = False  # completions ask for logprobs as chat does
 
     @classmethod
     def like(cls, prompt: Prompt) -> ProbeShape:
@@ -95,7 +104,7 @@ class ProbeShape:
         else:
             body["prompt"] = text
             body.pop("chat_template_kwargs", None)
-        return with_logprobs(body, self.api, top_k)
+        return with_logprobs(body, self.api, top_k, self.legacy_like_chat)
 
 
 async def run_preflight(client: EndpointClient, model: str, models: list[dict[str, object]],
@@ -105,6 +114,10 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     started = time.perf_counter()
     report = Preflight(endpoint=public_url(client.endpoint), model=model, api=shape.api,
                        max_model_len=context_length(server, model))
+    profile = profile_of(server.runtime)
+    if profile is not None:
+        shape = replace(shape, legacy_like_chat=profile.legacy_asks_like_chat,
+                        fields=without_misread(shape.fields, profile))
     probes = _Probes(client, model, shape)
     report.checks.append(_model_check(model, models, report.max_model_len))
     report.checks += await _logprob_checks(probes, top_k, profile_of(server.runtime))
@@ -196,6 +209,12 @@ async def _logprob_checks(probes: _Probes, top_k: int, profile: EngineProfile | 
         return [Check("logprobs", "warn", "no logprobs came back: only texts will be "
                       "compared", "start the server with logprobs enabled"),
                 Check("greedy", "skip", "needs logprobs")]
+    if profile is not None and profile.entry_is_an_alternative:
+        return [_k_check(generation, top_k),
+                Check("greedy", "skip", f"{profile.label} does not say which token it "
+                      "generated (each logprob entry copies one of its alternatives): "
+                      "greedy decoding cannot be checked there, and the top alternative is "
+                      "taken as the generated token")]
     return [_k_check(generation, top_k), await _greedy_check(probes, generation, top_k)]
 
 

@@ -227,6 +227,7 @@ class LabServer:
         app.router.add_get("/get_server_info", self._sglang_info)
         app.router.add_get("/server_info", self._sglang_info)
         app.router.add_get("/props", self._props)
+        app.router.add_get("/info", self._tgi_info)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/extras/tokenize", self._tokenize)
         app.router.add_post("/v1/chat/completions", self._generate)
@@ -301,6 +302,8 @@ class LabServer:
         entry = {"id": self.engine.name, "object": "model", "created": 1700000000}
         if self.profile.owned_by:
             entry["owned_by"] = self.profile.owned_by[0]
+        if self.profile.lab.owner_is_model:
+            entry["owned_by"] = entry["id"]
         if self.profile.lab.models_max_model_len:
             entry["max_model_len"] = self.server_info.get("max_model_len", 8192)
         return _json({"object": "list", "data": [entry]})
@@ -321,6 +324,17 @@ class LabServer:
         info = {"model_path": self.engine.name, "tp_size": 1, "quantization": None,
                 "kv_cache_dtype": "auto", "attention_backend": "flashinfer",
                 "context_length": 8192, "version": "0.5.9"}
+        return _json({**info, **self.server_info})
+
+    async def _tgi_info(self, request: web.Request) -> web.Response:
+        if request.path not in self.profile.info_paths:
+            raise web.HTTPNotFound()
+        info = {"model_id": self.engine.name, "model_sha": None, "model_pipeline_tag":
+                "text-generation", "max_concurrent_requests": 128, "max_best_of": 2,
+                "max_stop_sequences": 4, "max_input_tokens": 8191, "max_total_tokens": 8192,
+                "validation_workers": 2, "max_client_batch_size": 4,
+                "router": "text-generation-router", "version": self.profile.lab.version,
+                "sha": None, "docker_label": None}
         return _json({**info, **self.server_info})
 
     async def _props(self, request: web.Request) -> web.Response:
@@ -657,7 +671,14 @@ class LabServer:
         for name in sorted(self.faults.reject_fields & set(body)):
             return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
         k = _requested_k(body)
-        lab, own_limit = self.profile.lab, self.profile.top_logprobs_limit
+        lab = self.profile.lab
+        own_limit = lab.default_top_logprobs or self.profile.top_logprobs_limit
+        if lab.refuses_top_p_one and body.get("top_p") == 1.0:
+            return _json({"error": "Input validation error: `top_p` must be > 0.0 and < 1.0",
+                          "error_type": "validation"}, 422)
+        if lab.logprobs_flag_only and not isinstance(body.get("logprobs", False), bool):
+            request.transport.close()  # type: ignore[union-attr]  # its check raises
+            return web.Response()
         if lab.limit_status is not None and own_limit is not None and k > own_limit:
             message = lab.limit_message.format(k=k, limit=own_limit)
             if not lab.limit_status:  # the engine's handler raises: no answer at all
@@ -806,6 +827,8 @@ class _Renderer:
 
     def _chunk(self, kind: str, delta: dict[str, object], logprobs: dict[str, object] | None,
                finish: str | None, text: str = "") -> dict[str, object]:
+        if not self.chat and finish == "stop":
+            finish = self.profile.lab.completions_stream_stop
         choice: dict[str, object] = {"index": 0, "logprobs": logprobs, "finish_reason": finish}
         if self.chat:
             choice["delta"] = delta
@@ -821,9 +844,18 @@ class _Renderer:
                 "token_logprobs": [s.logprob for s in steps],
                 "top_logprobs": [dict(self._alternatives(s)) for s in steps],
             }
+        if self.profile.entry_is_an_alternative:
+            return {"content": [self._copied_entry(s) for s in steps]}
         return {"content": [self._entry(s.token, s.logprob, s.raw, {
             "top_logprobs": [self._entry(t, v, t.encode()) for t, v in self._alternatives(s)]})
             for s in steps]}
+
+    def _copied_entry(self, step: Step) -> dict[str, object]:
+        """MLX's entry: its alternatives in an order of their own (the best one moved last),
+        the first of them copied as the entry, whatever was generated."""
+        alternatives = [self._entry(t, v, t.encode()) for t, v in self._alternatives(step)]
+        alternatives = alternatives[1:] + alternatives[:1]
+        return {**alternatives[0], "top_logprobs": alternatives} if alternatives else {}
 
     def _alternatives(self, step: Step) -> list[tuple[str, float]]:
         if self.extra_alt:  # llama-cpp-python sends one more than asked
@@ -832,7 +864,8 @@ class _Renderer:
 
     def _entry(self, token: str, logprob: float, raw: bytes,
                extra: dict[str, object] | None = None) -> dict[str, object]:
-        entry: dict[str, object] = {"token": token, "logprob": logprob}
+        piece = token.replace(" ", "\u0120") if self.profile.lab.vocabulary_pieces else token
+        entry: dict[str, object] = {"token": piece, "logprob": logprob}
         if self.profile.token_bytes is not False:
             entry["bytes"] = list(raw) if self.profile.token_bytes else None
         if self.profile.token_ids_in_entries:

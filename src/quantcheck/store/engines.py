@@ -67,6 +67,13 @@ class LabDialect:
     limit_status: int | None = None
     limit_message: str = ""
     flat_errors: bool = False  # errors as {"error": MESSAGE, "error_type": ...}
+    owner_is_model: bool = False  # /v1/models entries owned by the model's own id
+    # the top-logprobs limit its operator can raise, as started by default (None: none)
+    default_top_logprobs: int | None = None
+    refuses_top_p_one: bool = False  # `top_p: 1.0` refused (it wants 0 < top_p < 1)
+    completions_stream_stop: str = "stop"  # the finish of a completions stream ended by EOS
+    logprobs_flag_only: bool = False  # a `logprobs` that is no boolean: connection dropped
+    vocabulary_pieces: bool = False  # token strings as vocabulary pieces (Ġ for a space)
     version: str = "0.11.0"  # what its version endpoint says
 
 
@@ -77,6 +84,8 @@ class EngineProfile:
     name: str  # the runtime written in manifests and serving cells
     label: str  # the engine's name in sentences
     owned_by: tuple[str, ...] = ()  # /v1/models `owned_by` values that name it
+    # recognised (a guess: nothing else says so) by /v1/models entries with no owned_by
+    ownerless_models: bool = False
     info_paths: tuple[str, ...] = ()  # GET endpoints that describe the server
     version_at: tuple[str, str] | None = None  # info endpoint and field of its version
     tokenize: TokenizeEndpoint | None = None
@@ -95,6 +104,15 @@ class EngineProfile:
     reasoning_field: str = "reasoning_content"
     legacy_logprobs: str | None = COLUMNS  # how /v1/completions carries logprobs
     streams_logprobs: bool = True  # False: only whole answers carry logprobs
+    # /v1/completions asks for logprobs as chat does (`logprobs: true, top_logprobs: K`)
+    legacy_asks_like_chat: bool = False
+    # greedy request fields this engine misreads at their greedy value: left out of its
+    # requests (its own default is the greedy one)
+    left_out: tuple[str, ...] = ()
+    # a logprob entry is a copy of the first of its unsorted alternatives, not the
+    # generated token: the chosen token is read as the top alternative (greedy decoding),
+    # so whether decoding is greedy cannot be checked
+    entry_is_an_alternative: bool = False
     # the most alternatives it can answer, however it is started (None: no fixed limit),
     # and where a limit comes from (also a limit its operator sets)
     top_logprobs_limit: int | None = None
@@ -175,8 +193,41 @@ OLLAMA = EngineProfile(  # openai/openai.go, middleware/openai.go, server/routes
     lab=LabDialect(system_fingerprint="fp_ollama", limit_status=400, version="0.33.0-rc2",
                    limit_message="top_logprobs must be between 0 and {limit}"))
 
+MLX = EngineProfile(  # mlx_lm/server.py of mlx-lm 0.32.0
+    name="mlx", label="MLX (mlx_lm.server)", ownerless_models=True, forced_mode=None,
+    separate_finish_chunk=True, token_ids_in_entries=True, token_bytes=False,
+    reasoning_field="reasoning", legacy_logprobs=ENTRIES, streams_logprobs=False,
+    legacy_asks_like_chat=True, entry_is_an_alternative=True, top_logprobs_limit=11,
+    top_logprobs_note="fixed: top_logprobs must be at most 11; above it the server drops "
+                      "the connection without an answer",
+    cannot=("being recognised for sure (its models list no owner and it has no info "
+            "endpoint: quantcheck guesses it from the missing owner)",
+            "logprobs in a stream (only texts are compared there)",
+            "checking greedy decoding (its logprob entries do not say which token was "
+            "generated: the top alternative is taken)",
+            "tokenizing on request", "rendering a chat template on request",
+            "teacher-forced scoring", "MoE routing", "turning its prefix cache off"),
+    lab=LabDialect(health_json=True, limit_status=0, logprobs_flag_only=True,
+                   vocabulary_pieces=True, version="0.32.0",
+                   system_fingerprint="0.32.0-0.30.1-macOS-15.5-arm64-arm-64bit-applegpu_g15s"))
+
+TGI = EngineProfile(  # router/src/{lib,server,chat,validation}.rs of 3.3.6-dev0
+    name="tgi", label="TGI (text-generation-inference)", info_paths=("/info",),
+    version_at=("/info", "version"), forced_mode=None, legacy_logprobs=None,
+    token_bytes=False, left_out=("top_p", "presence_penalty"),
+    top_logprobs_note="--max-top-n-tokens, 5 unless started otherwise",
+    cannot=("logprobs on /v1/completions (its answers carry none: only texts are compared)",
+            "tokenizing on request in the shape quantcheck reads", "rendering a chat "
+            "template on request", "teacher-forced scoring", "MoE routing",
+            "turning its prefix cache off"),
+    lab=LabDialect(owner_is_model=True, default_top_logprobs=5, limit_status=422,
+                   flat_errors=True, refuses_top_p_one=True, version="3.3.6-dev0",
+                   completions_stream_stop="eos_token", system_fingerprint="3.3.6-dev0-native",
+                   limit_message="Input validation error: `top_n_tokens` must be >= 0 and "
+                                 "<= {limit}. Given: {k}"))
+
 ENGINES: dict[str, EngineProfile] = {profile.name: profile for profile in (
-    VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON, OLLAMA)}
+    VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON, OLLAMA, MLX, TGI)}
 ENGINE_NAMES = tuple(ENGINES)
 INFO_PATHS = tuple(dict.fromkeys(path for p in ENGINES.values() for path in p.info_paths))
 TOKENIZERS = tuple((p.name, p.tokenize) for p in ENGINES.values() if p.tokenize)

@@ -66,8 +66,9 @@ def context_length(info: ServerInfo, model: str) -> int | None:
 
 
 def identify_runtime(info: ServerInfo) -> str:
-    """By the `owned_by` of its models, else by the info endpoints it answers; the
-    profiles are asked last to first, so that vLLM's plain `/version` counts last."""
+    """By the `owned_by` of its models, else by the info endpoints it answers (the
+    profiles asked last to first, so that vLLM's plain `/version` counts last), else,
+    for models listed with no owner at all, the engine known to list none (a guess)."""
     for model in info.models:
         runtime = RUNTIME_BY_OWNER.get(str(model.get("owned_by", "")).lower())
         if runtime:
@@ -75,6 +76,9 @@ def identify_runtime(info: ServerInfo) -> str:
     for profile in reversed(ENGINES.values()):
         if any(info_answer(info, path) is not None for path in profile.info_paths):
             return profile.name
+    if info.models and not any("owned_by" in model for model in info.models):
+        # a guess: the engine that lists no owner and has no info endpoint of its own
+        return next((p.name for p in ENGINES.values() if p.ownerless_models), UNKNOWN)
     return UNKNOWN
 
 

@@ -499,7 +499,7 @@ def context_overflow(message: str) -> bool:
 def rejection_advice(message: str, body: Mapping[str, object]) -> ParameterRejected:
     """A server's 400 as an error that names the fix."""
     lowered = message.lower()
-    if "logprob" in lowered:
+    if "logprob" in lowered or "top_n_tokens" in lowered:  # TGI names its own field
         limit = re.search(r"max(?:imum)? allowed:?\s*(\d+)|at most (\d+)|<=\s*(\d+)", lowered)
         value = next((g for g in limit.groups() if g), None) if limit else None
         fix = f"--top-logprobs {value}" if value else "a smaller --top-logprobs"

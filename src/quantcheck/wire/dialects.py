@@ -13,6 +13,13 @@ Dialects seen in the wild:
 - llama-cpp-python: legacy completions with k+1 alternatives (the sampled token is
   added), chat entries with `bytes: null`; a tool call also as the older
   `function_call`.
+- MLX (mlx_lm.server): chat-style entries {id, token, logprob, top_logprobs[{id, token,
+  logprob}]} on /v1/completions too, asked for as chat asks; each entry a copy of the
+  first of its unsorted alternatives (`chosen_as_top` reads the generated token as the
+  top one); token strings are vocabulary pieces; streams carry no logprobs.
+- TGI: chat entries {token, logprob, top_logprobs[{token, logprob}]}, streamed too;
+  completions carry none; finish reasons `eos_token` and `stop_sequence` (read as
+  `stop`), and `""` on a completions stream's chunks before the last.
 Expert routing (MoE): vLLM's `routed_experts` on a whole answer's choice, SGLang's
 `sglext.routed_experts` (whole, or a stream's last chunk); see routing.py. vLLM
 choices may also carry `token_ids`.
@@ -143,14 +150,28 @@ _BODY = msgspec.json.Decoder(_Body)
 _BODIES = msgspec.json.Decoder(list[_Body])
 
 
-def with_logprobs(body: dict[str, object], api: str, top_k: int) -> dict[str, object]:
+def with_logprobs(body: dict[str, object], api: str, top_k: int, like_chat: bool = False
+                  ) -> dict[str, object]:
     """`body` asking for the top-k alternatives of every generated token: chat takes
-    `logprobs: true` with `top_logprobs: K`, legacy completions `logprobs: K`."""
+    `logprobs: true` with `top_logprobs: K`, legacy completions `logprobs: K` (or as chat
+    does, `like_chat`, where the engine takes no number there)."""
     if top_k <= 0:
         return body
-    if api == "chat":
+    if api == "chat" or like_chat:
         return {**body, "logprobs": True, "top_logprobs": top_k}
     return {**body, "logprobs": top_k}
+
+
+def chosen_as_top(tokens: Tokens) -> None:
+    """Each position's token read as its top alternative: for an engine whose logprob
+    entries copy one of their unsorted alternatives instead of naming the generated token
+    (right under greedy decoding only). The alternatives' ids are not kept, so no ids."""
+    for position, (texts, values) in enumerate(zip(tokens.top_text, tokens.top_logprob,
+                                                   strict=True)):
+        if texts:
+            tokens.text[position], tokens.logprob[position] = texts[0], values[0]
+    tokens.ids = None
+    tokens.raw_bytes = None
 
 
 def parse_response(raw: bytes, top_k: int) -> Generation:
@@ -264,7 +285,8 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
     finish_reasons = [choice.finish_reason for choice in choices if choice.finish_reason]
     generation = Generation(
         text="".join(pieces), reasoning="".join(reasoning) or None,
-        finish_reason=finish_reasons[-1] if finish_reasons else None,
+        finish_reason=_FINISH_NAMES.get(finish_reasons[-1], finish_reasons[-1])
+        if finish_reasons else None,
         model=_last([body.model for body in bodies]),
         system_fingerprint=_last([body.system_fingerprint for body in bodies]),
         usage=_storable_usage(_last([body.usage for body in bodies])),
@@ -281,6 +303,11 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
     _take_token_ids(generation.tokens, [i for c in choices for i in c.token_ids or ()])
     generation.routing, generation.routing_problem = _routing(choices, bodies)
     return generation
+
+
+# Finish reasons spelt otherwise (TGI's completions: the end-of-sequence token, a stop
+# string), under the name every other engine uses
+_FINISH_NAMES = {"eos_token": "stop", "stop_sequence": "stop"}
 
 
 def _refuse_non_finite(tokens: Tokens) -> None:
