@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
+import time
+import urllib.request
 from importlib import metadata
 from pathlib import Path
 
@@ -476,3 +480,81 @@ def test_the_readmes_ci_example_is_the_workflow_init_writes(tmp_path: Path) -> N
     assert shown["env"].pop("QUANTCHECK").startswith("git+https://")  # a commit, shown
     written["env"].pop("QUANTCHECK")  # what init ran from, tested above
     assert shown == written
+
+
+def path_a_team_follows() -> list[tuple[str, int]]:
+    """docs/ci.md's path a team follows: each command (its continued lines joined), with
+    the exit code its comment gives (`# exit N`; 0 when none)."""
+    section = (REPO / "docs" / "ci.md").read_text().split("## The path a team follows", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands: list[tuple[str, int]] = []
+    for line in block.replace("\\\n", " ").splitlines():
+        command, _, comment = line.partition("  #")
+        if command.strip() and not command.lstrip().startswith("#"):
+            code = re.fullmatch(r"\s*exit (\d+)\s*", comment)
+            commands.append((" ".join(command.split()), int(code.group(1)) if code else 0))
+    return commands
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_the_path_a_team_follows_runs_as_docs_ci_md_writes_it(
+        tmp_path: Path, bin_dir: Path) -> None:
+    """Command by command from a fresh repository, the lab's scripted servers as the
+    endpoints (on free ports, in place of 8000 and 8001): init, a first A/B and its gate,
+    a stored reference, `run --print-config > ab.yaml`, `run --config ab.yaml`, the gate,
+    the commit; each exits as the page says."""
+    workspace = tmp_path / "repository"
+    workspace.mkdir()
+    git(workspace, "init", "-q")
+    ports = {"8000": str(free_port()), "8001": str(free_port())}
+    env = {**runner_env(bin_dir, workspace, REPO / "src"),
+           **{f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
+              for what, value in (("NAME", "t"), ("EMAIL", "t@example.com"))}}
+    servers: list[subprocess.Popen[str]] = []
+    outputs: dict[str, str] = {}
+    try:
+        for command, code in path_a_team_follows():
+            for documented, port in ports.items():
+                command = command.replace(f"127.0.0.1:{documented}/", f"127.0.0.1:{port}/")
+                command = command.replace(f"--port {documented}", f"--port {port}")
+            if command.endswith(" &"):
+                servers.append(subprocess.Popen([*BASH, "-c", command[:-2]], cwd=workspace,
+                                                env=env, text=True))
+                wait_for(f"http://127.0.0.1:{command.split('--port ')[1].split()[0]}/health")
+                continue
+            done = subprocess.run([*BASH, "-c", command], cwd=workspace, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == code, (command, done.stdout, done.stderr)
+            outputs[command] = done.stdout
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=30)
+    ran = {command: text for command, text in outputs.items()
+           if command.startswith("quantcheck run") and "--print-config" not in command}
+    assert len(ran) == 2 and all("gate (default policy): FAIL: 1 factual flip (capital)"
+                                 in text for text in ran.values()), ran
+    assert "a-label: null" in (workspace / "ab.yaml").read_text()
+    assert (workspace / "runs" / "reference" / "manifest.json").is_file()
+    (gated,) = [text for command, text in outputs.items()
+                if command.startswith("quantcheck gate reports/pr")]
+    assert "| `capital` | factual_flips |" in gated
+    assert git(workspace, "ls-files", ".github") == "\n".join(sorted(
+        name for name in KIT if name.startswith(".github")))
+
+
+def wait_for(url: str) -> None:
+    """Until a server answers `url` (a lab server started in the background)."""
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing answered {url} within 30 s")
