@@ -333,11 +333,13 @@ def read_outputs(path: Path) -> dict[str, str]:
 
 
 def run_action(inputs: dict[str, str], workspace: Path, bin_dir: Path,
-               action: Path = REPO / "action.yml") -> Ran:
+               action: Path = REPO / "action.yml",
+               sources: Path | None = REPO / "src") -> Ran:
     """Every step of a composite action (this repository's, unless another is named) in
     order, as the runner would: each `run:` step with bash as the runner starts it, its
     `env:` expressions given the inputs, the runner's files (GITHUB_OUTPUT,
-    GITHUB_STEP_SUMMARY) and step outputs."""
+    GITHUB_STEP_SUMMARY) and step outputs. `sources` go first on PYTHONPATH (this
+    checkout's, unless None: then what is installed on `bin_dir` runs)."""
     ACTION = yaml.safe_load(action.read_text())
     declared = ACTION["inputs"]
     assert set(inputs) <= set(declared), set(inputs) - set(declared)
@@ -370,7 +372,7 @@ def run_action(inputs: dict[str, str], workspace: Path, bin_dir: Path,
         output = workspace.parent / f"output-{number}"
         output.write_text("")
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(workspace.parent),
-               "PYTHONPATH": str(REPO / "src"), "LC_ALL": "C.UTF-8",
+               **({"PYTHONPATH": str(sources)} if sources else {}), "LC_ALL": "C.UTF-8",
                "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary),
                "GITHUB_WORKSPACE": str(workspace), "RUNNER_TEMP": str(temp),
                "CI": "true", "GITHUB_ACTIONS": "true",

@@ -77,6 +77,7 @@ def _commands_in(name: str, text: str) -> list[tuple[str, str]]:
     found = []
     fenced = False
     logical = ""
+    printed: set[str] = set()  # --print-config > FILE: a --config FILE after it is that run's
     for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             fenced, logical = not fenced, ""
@@ -87,8 +88,13 @@ def _commands_in(name: str, text: str) -> list[tuple[str, str]]:
         if line.endswith("\\"):
             continue
         match = re.search(r"(?:^|\s|/|run: )quantcheck ([a-z].*)", logical.split("&&")[-1])
-        if match:
-            found.append((f"{name}:{number}", "quantcheck " + match.group(1).split(" #")[0]))
+        if match:  # the command without its comment, output redirect or trailing `&`
+            command = re.split(r"\s(?:#|>|&$)", match.group(1).rstrip())[0]
+            written = re.search(r"--print-config > (\S+)", match.group(1))
+            printed |= {written.group(1)} if written else set()
+            config = re.search(r"--config (\S+)", command)
+            if not (config and config.group(1) in printed):
+                found.append((f"{name}:{number}", "quantcheck " + command))
         logical = ""
     return found
 

@@ -291,8 +291,14 @@ def test_other_parameters_are_refused_unless_forced(serve: Serve, write_prompts:
     out = tmp_path / "run"
     collect([prompts], out, CollectSettings(endpoint=server.url, label="a"))
     changed = write_prompts(TWO_PROMPTS.replace("9.11", "9.12"))
-    with pytest.raises(RunMismatch, match=r"prompts \(0 added, 0 removed, 1 changed\)"):
+    with pytest.raises(RunMismatch, match=r"prompts \(0 added, 0 removed, 1 asked otherwise: "
+                       r"an edited prompt, or another --max-tokens or --extra-body\)"):
         collect([changed], out, CollectSettings(endpoint=server.url, label="a"))
+    other_body = invoke("collect", "--endpoint", server.url, "--label", "a", "--prompts",
+                        prompts, "--extra-body", '{"cache_prompt": false}', "--out", out)
+    assert other_body.exit_code == 2
+    assert "prompts (0 added, 0 removed, 2 asked otherwise: an edited prompt" in \
+        other_body.output
     with pytest.raises(RunMismatch, match="top_logprobs"):
         collect([prompts], out, CollectSettings(endpoint=server.url, label="a", top_logprobs=4))
 

@@ -1,26 +1,35 @@
 """pipeline/starter.py and `quantcheck init`: the starter kit is written whole or not at
 all, and what it writes works as written: run and gate accept its prompts and policy,
-its workflow's steps run against lab servers (GitHub's runner emulated), and the
+its workflow's steps run against lab servers (GitHub's runner emulated), its install
+steps included (pip installs what init ran from into fresh environments), and the
 README's CI example is that workflow."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import sysconfig
+import time
+import urllib.request
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
 
+from quantcheck._version import __version__
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.pipeline.starter import InstallSource, source_of
 
 from .conftest import (
     BASH,
     REPO,
+    Ran,
     Serve,
     assert_one_clear_line,
     evaluate,
@@ -277,8 +286,20 @@ def test_run_and_gate_take_the_kits_prompts_and_policy_as_they_are(
     assert tools and tools[0]["tools"][0]["function"]["name"] == "get_weather"
 
 
+# what a runner passes on to pip: its configuration and proxies
+PIP_SETTINGS = ("PIP_", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
+                "no_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+
+
+def runner_env(bin_dir: Path, workspace: Path, sources: Path | None) -> dict[str, str]:
+    """A step's environment before the workflow's own: `bin_dir` first on PATH."""
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(workspace.parent),
+            "LC_ALL": "C.UTF-8", **({"PYTHONPATH": str(sources)} if sources else {}),
+            **{key: value for key, value in os.environ.items() if key.startswith(PIP_SETTINGS)}}
+
+
 def run_steps(job: dict[str, object], env: dict[str, str], workspace: Path, bin_dir: Path,
-              skipped: set[str]) -> list[dict[str, object]]:
+              skipped: set[str], sources: Path | None = REPO / "src") -> list[dict[str, object]]:
     """A workflow job's `run:` steps in order, as the runner runs them (bash, the job's
     environment); the `uses:` steps are returned for the caller to play."""
     played: list[dict[str, object]] = []
@@ -290,45 +311,165 @@ def run_steps(job: dict[str, object], env: dict[str, str], workspace: Path, bin_
             continue
         if step["name"] in skipped:
             continue
-        done = subprocess.run([*BASH, "-c", str(step["run"])], cwd=workspace, env={
-            "PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(workspace.parent),
-            "LC_ALL": "C.UTF-8", **env}, capture_output=True, text=True, timeout=600)
+        done = subprocess.run([*BASH, "-c", str(step["run"])], cwd=workspace,
+                              env={**runner_env(bin_dir, workspace, sources), **env},
+                              capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, (step["name"], done.stdout, done.stderr)
     return played
+
+
+def play_reference(workspace: Path, env: dict[str, str], cache: Path, bin_dir: Path,
+                   sources: Path | None, skipped: set[str]) -> None:
+    """The written workflow's reference job on its own runner (`bin_dir` first on PATH,
+    `sources` first on PYTHONPATH): its steps, and the folder it caches copied to
+    `cache`."""
+    workflow = yaml.safe_load((workspace / ".github/workflows/quantcheck.yml").read_text())
+    reference = run_steps(workflow["jobs"]["reference"], {**workflow["env"], **env},
+                          workspace, bin_dir, skipped, sources)
+    (saved,) = [step for step in reference if "cache/save" in str(step["uses"])]
+    shutil.copytree(workspace / str(saved["with"]["path"]), cache)
+    shutil.rmtree(workspace / "runs")  # the next job: a fresh checkout
+
+
+def play_candidate(workspace: Path, env: dict[str, str], cache: Path, bin_dir: Path,
+                   sources: Path | None, skipped: set[str], install: str | None = None) -> Ran:
+    """The written workflow's candidate job on its own runner: its steps, the cache
+    restored, and the kit's own copy of the Action run with the inputs the workflow gives
+    it (`install` in place of the workflow's, when given)."""
+    workflow = yaml.safe_load((workspace / ".github/workflows/quantcheck.yml").read_text())
+    env = {**workflow["env"], **env}
+    candidate = run_steps(workflow["jobs"]["candidate"], env, workspace, bin_dir, skipped,
+                          sources)
+    (restore,) = [step for step in candidate if "cache/restore" in str(step["uses"])]
+    shutil.copytree(cache, workspace / str(restore["with"]["path"]))
+    (action,) = [step for step in candidate if str(step["uses"]).startswith("./")]
+    inputs = {name: evaluate(str(value), {"env": env})
+              for name, value in action["with"].items()}
+    if install is not None:
+        inputs["install"] = install
+    return run_action(inputs, workspace, bin_dir,
+                      workspace / str(action["uses"]) / "action.yml", sources)
 
 
 def test_the_written_workflow_runs_as_written_against_lab_servers(
         serve: Serve, tmp_path: Path, bin_dir: Path) -> None:
     """Both jobs, the servers' start and pip's install left out (the lab's servers and
-    this checkout's quantcheck stand in: no GPU, no network); the cache kept in a
+    this checkout's quantcheck stand in; the next test installs): the cache kept in a
     folder; the A/B step is the kit's own copy of the Action."""
     workspace = tmp_path / "repository"
     invoke("init", workspace)
     workflow = yaml.safe_load((workspace / ".github/workflows/quantcheck.yml").read_text())
     assert workflow["env"]["QUANTCHECK"] == this_checkouts_requirement()
     a, b = serve(ScriptedModel({})), serve(ScriptedModel({}))
-    env = {**workflow["env"], "A_URL": f"{a.url}/v1", "B_URL": f"{b.url}/v1"}
     serving = {"Serve the reference", "Serve the candidate", "Install quantcheck"}
-    cache = tmp_path / "cache"
-
-    reference = run_steps(workflow["jobs"]["reference"], env, workspace, bin_dir, serving)
-    (saved,) = [step for step in reference if "cache/save" in str(step["uses"])]
-    shutil.copytree(workspace / str(saved["with"]["path"]), cache)
-
-    shutil.rmtree(workspace / "runs")  # a new job: a fresh checkout, the cache restored
-    candidate = run_steps(workflow["jobs"]["candidate"], env, workspace, bin_dir, serving)
-    (restore,) = [step for step in candidate if "cache/restore" in str(step["uses"])]
-    shutil.copytree(cache, workspace / str(restore["with"]["path"]))
-    (action,) = [step for step in candidate if str(step["uses"]).startswith("./")]
-    inputs = {name: evaluate(str(value), {"env": env})
-              for name, value in action["with"].items()}
+    urls, cache = {"A_URL": f"{a.url}/v1", "B_URL": f"{b.url}/v1"}, tmp_path / "cache"
+    play_reference(workspace, urls, cache, bin_dir, REPO / "src", serving)
     sent_to_a = a.hits
-    ran = run_action({**inputs, "install": "none"}, workspace, bin_dir,
-                     workspace / str(action["uses"]) / "action.yml")
+    ran = play_candidate(workspace, urls, cache, bin_dir, REPO / "src", serving, "none")
     assert set(ran.outcomes.values()) == {"0"}, ran.logs
     assert ran.action_outputs["verdict"] == "pass"
     assert a.hits == sent_to_a  # the reference came from the cache
     assert ran.summary.startswith("## quantcheck: PASS")
+
+
+def source_tree(folder: Path) -> Path:
+    """A copy of this checkout's sources (what a wheel is built from), outside any git
+    repository: quantcheck run from it installs it by its path."""
+    for name in ("pyproject.toml", "README.md", "action.yml"):
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, folder / name)
+    for name in ("src", "prompts", "rubrics"):
+        shutil.copytree(REPO / name, folder / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return folder
+
+
+def fresh_python(folder: Path) -> Path:
+    """A new virtual environment, as setup-python leaves a runner (its own python3 and
+    pip, no quantcheck); the test interpreter's packages are visible to it, so that
+    quantcheck's dependencies are there and pip downloads at most a build backend. Its
+    bin folder."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)],
+                   check=True, capture_output=True, timeout=300)
+    site = sysconfig.get_paths(vars={"base": str(folder), "platbase": str(folder)})["purelib"]
+    (Path(site) / "_test_interpreter.pth").write_text(
+        "".join(f"{path}\n" for path in sysconfig_site_packages()))
+    return folder / "bin"
+
+
+def sysconfig_site_packages() -> list[str]:
+    """The test interpreter's own site-packages folders (a .pth line adds each as it is:
+    the .pth files in them, such as an editable install's, are not run)."""
+    paths = sysconfig.get_paths()
+    return sorted({paths["purelib"], paths["platlib"]})
+
+
+def assert_runs_from(bin_dir: Path, workspace: Path, installed: str) -> None:
+    """The `quantcheck` a step runs is the one pip put in the environment of `bin_dir`,
+    installed from `installed` (a path, as pip's direct_url.json records it)."""
+    shown = subprocess.run(
+        [*BASH, "-c", 'command -v quantcheck; quantcheck --version; python3 -c "import '
+                      'quantcheck; print(quantcheck.__file__)"'],
+        cwd=workspace, env=runner_env(bin_dir, workspace, None), capture_output=True,
+        text=True, timeout=60, check=True).stdout.splitlines()
+    venv = bin_dir.parent
+    assert shown[0] == str(bin_dir / "quantcheck"), shown
+    assert shown[1] == f"quantcheck, version {__version__}", shown
+    assert Path(shown[2]).is_relative_to(venv), shown
+    assert (bin_dir / "quantcheck").read_text().startswith(f"#!{bin_dir}/python")
+    (info,) = Path(shown[2]).parent.parent.glob("quantcheck-*.dist-info")
+    assert json.loads((info / "direct_url.json").read_text())["url"] == \
+        Path(installed).as_uri()
+
+
+@pytest.mark.slow  # fresh environments and pip builds: about 35 s each
+@pytest.mark.parametrize("ran_from", ["checkout", "wheel"])
+def test_the_written_workflow_installs_what_init_ran_from_and_runs_it(
+        serve: Serve, tmp_path: Path, ran_from: str) -> None:
+    """As written, its install steps included: `init` runs from a source tree (or from a
+    wheel installed in an environment of its own); each job then runs on a fresh
+    Python, where `pip install "$QUANTCHECK"` (the workflow's step, and the Action's
+    install input) installs exactly what init wrote, and that quantcheck collects,
+    compares and gates against lab servers."""
+    workspace, tree = tmp_path / "repository", source_tree(tmp_path / "quantcheck-src")
+    if ran_from == "checkout":
+        ran = subprocess.run([sys.executable, "-m", "quantcheck", "init", str(workspace)],
+                             env={**os.environ, "PYTHONPATH": str(tree / "src")},
+                             capture_output=True, text=True, timeout=120)
+        expected = str(tree)
+    else:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                        "--wheel-dir", str(tmp_path / "wheels"), str(tree)],
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                       check=True, capture_output=True, timeout=600)
+        (wheel,) = (tmp_path / "wheels").glob("quantcheck-*.whl")
+        mine = fresh_python(tmp_path / "mine")
+        subprocess.run([mine / "pip", "install", "--quiet", str(wheel)], check=True,
+                       capture_output=True, timeout=600,
+                       env=runner_env(mine, tmp_path, None))
+        ran = subprocess.run([mine / "quantcheck", "init", str(workspace)],
+                             env=runner_env(mine, tmp_path, None), capture_output=True,
+                             text=True, timeout=120)
+        expected = str(wheel)
+    assert ran.returncode == 0, ran.stderr
+    assert f"The CI workflow installs QUANTCHECK={expected}: " in ran.stdout
+    workflow = yaml.safe_load((workspace / ".github/workflows/quantcheck.yml").read_text())
+    assert workflow["env"]["QUANTCHECK"] == expected
+
+    a, b = serve(ScriptedModel({})), serve(ScriptedModel({}))
+    runners = {job: fresh_python(tmp_path / job) for job in ("reference", "candidate")}
+    urls, cache = {"A_URL": f"{a.url}/v1", "B_URL": f"{b.url}/v1"}, tmp_path / "cache"
+    serving = {"Serve the reference", "Serve the candidate"}
+    play_reference(workspace, urls, cache, runners["reference"], None, serving)
+    sent_to_a = a.hits
+    ran_action = play_candidate(workspace, urls, cache, runners["candidate"], None, serving)
+    assert set(ran_action.outcomes.values()) == {"0"}, ran_action.logs
+    assert f"quantcheck, version {__version__}" in ran_action.logs  # the Action's install
+    assert ran_action.action_outputs["verdict"] == "pass"
+    assert ran_action.summary.startswith("## quantcheck: PASS")
+    assert sent_to_a and a.hits == sent_to_a and b.hits
+    for bin_dir in runners.values():
+        assert_runs_from(bin_dir, workspace, expected)
 
 
 def test_the_readmes_ci_example_is_the_workflow_init_writes(tmp_path: Path) -> None:
@@ -339,3 +480,81 @@ def test_the_readmes_ci_example_is_the_workflow_init_writes(tmp_path: Path) -> N
     assert shown["env"].pop("QUANTCHECK").startswith("git+https://")  # a commit, shown
     written["env"].pop("QUANTCHECK")  # what init ran from, tested above
     assert shown == written
+
+
+def path_a_team_follows() -> list[tuple[str, int]]:
+    """docs/ci.md's path a team follows: each command (its continued lines joined), with
+    the exit code its comment gives (`# exit N`; 0 when none)."""
+    section = (REPO / "docs" / "ci.md").read_text().split("## The path a team follows", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands: list[tuple[str, int]] = []
+    for line in block.replace("\\\n", " ").splitlines():
+        command, _, comment = line.partition("  #")
+        if command.strip() and not command.lstrip().startswith("#"):
+            code = re.fullmatch(r"\s*exit (\d+)\s*", comment)
+            commands.append((" ".join(command.split()), int(code.group(1)) if code else 0))
+    return commands
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_the_path_a_team_follows_runs_as_docs_ci_md_writes_it(
+        tmp_path: Path, bin_dir: Path) -> None:
+    """Command by command from a fresh repository, the lab's scripted servers as the
+    endpoints (on free ports, in place of 8000 and 8001): init, a first A/B and its gate,
+    a stored reference, `run --print-config > ab.yaml`, `run --config ab.yaml`, the gate,
+    the commit; each exits as the page says."""
+    workspace = tmp_path / "repository"
+    workspace.mkdir()
+    git(workspace, "init", "-q")
+    ports = {"8000": str(free_port()), "8001": str(free_port())}
+    env = {**runner_env(bin_dir, workspace, REPO / "src"),
+           **{f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
+              for what, value in (("NAME", "t"), ("EMAIL", "t@example.com"))}}
+    servers: list[subprocess.Popen[str]] = []
+    outputs: dict[str, str] = {}
+    try:
+        for command, code in path_a_team_follows():
+            for documented, port in ports.items():
+                command = command.replace(f"127.0.0.1:{documented}/", f"127.0.0.1:{port}/")
+                command = command.replace(f"--port {documented}", f"--port {port}")
+            if command.endswith(" &"):
+                servers.append(subprocess.Popen([*BASH, "-c", command[:-2]], cwd=workspace,
+                                                env=env, text=True))
+                wait_for(f"http://127.0.0.1:{command.split('--port ')[1].split()[0]}/health")
+                continue
+            done = subprocess.run([*BASH, "-c", command], cwd=workspace, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == code, (command, done.stdout, done.stderr)
+            outputs[command] = done.stdout
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=30)
+    ran = {command: text for command, text in outputs.items()
+           if command.startswith("quantcheck run") and "--print-config" not in command}
+    assert len(ran) == 2 and all("gate (default policy): FAIL: 1 factual flip (capital)"
+                                 in text for text in ran.values()), ran
+    assert "a-label: null" in (workspace / "ab.yaml").read_text()
+    assert (workspace / "runs" / "reference" / "manifest.json").is_file()
+    (gated,) = [text for command, text in outputs.items()
+                if command.startswith("quantcheck gate reports/pr")]
+    assert "| `capital` | factual_flips |" in gated
+    assert git(workspace, "ls-files", ".github") == "\n".join(sorted(
+        name for name in KIT if name.startswith(".github")))
+
+
+def wait_for(url: str) -> None:
+    """Until a server answers `url` (a lab server started in the background)."""
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing answered {url} within 30 s")

@@ -566,7 +566,8 @@ def _describe_difference(key: str, old: object, new: object) -> str:
     added = len(set(new) - set(old))
     removed = len(set(old) - set(new))
     changed = sum(1 for k in set(old) & set(new) if old[k] != new[k])
-    return f"prompts ({added} added, {removed} removed, {changed} changed)"
+    return (f"prompts ({added} added, {removed} removed, {changed} asked otherwise: an "
+            "edited prompt, or another --max-tokens or --extra-body)")
 
 
 def _now() -> str:
