@@ -7,6 +7,8 @@ test_store_yamlfile.py."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import resource
@@ -242,10 +244,15 @@ QA_DISK = "id,question,answer\nq1,Who wrote Emma?,Jane Austen\nq2,Capital of Fra
           "q3,Largest planet?,Jupiter\n"
 
 
+def _as_json_lines(table: str) -> str:
+    return "".join(json.dumps(row) + "\n" for row in csv.DictReader(io.StringIO(table)))
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
 def test_the_hint_names_a_mapping_that_reads_the_rows_not_a_preset_that_does_not(
-        tmp_path: Path) -> None:
-    path = tmp_path / "qa.csv"
-    path.write_text(QA_DISK)
+        tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"qa.{suffix}"
+    path.write_text(QA_DISK if suffix == "csv" else _as_json_lines(QA_DISK))
     result = invoke("prompts", "check", path)
     assert result.exit_code == 2
     assert "--map-preset" not in result.output

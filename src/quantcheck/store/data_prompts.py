@@ -112,6 +112,8 @@ def _load(data: DataFile, recipe: _Recipe, options: RequestOptions) -> LoadedSou
         if not cmap.given and "prompt" not in names and "messages" not in names:
             raise ColumnMapError(_which_prompt(data, names, cmap, str(api)))
         cmap = cmap.with_named_columns(names).fitted(names, str(data.path))
+    elif not cmap.given:
+        _refuse_unmapped_lines(data, cmap, str(api))
     prompts: list[Prompt] = []
     shapes: Counter[str] = Counter()
     contents: Counter[str] = Counter()
@@ -140,8 +142,15 @@ ANSWER_COLUMNS = ("answer", "output", "target", "label", "solution", "expected",
 
 def _which_prompt(data: DataFile, names: list[str], base: ColumnMap, api: str) -> str:
     """The error for a table without a prompt or messages column: its columns, and a
-    mapping that reads its first rows when one can be found (a preset whose rules read
-    them, else the --map line)."""
+    mapping that reads its first rows when one can be found."""
+    return (f"{data.path}: which column is the prompt? Give a mapping, e.g. --map "
+            f"prompt=COLUMN --map expect.contains=COLUMN (the columns are "
+            f"{', '.join(names)}){_suggestion(data, names, base, api)}")
+
+
+def _suggestion(data: DataFile, names: list[str], base: ColumnMap, api: str) -> str:
+    """'; these columns fit --map-preset NAME' when a preset's rules read the first rows,
+    else '; these columns read as --map ...' when such a line does, else ''."""
     suggestion = ""
     first = list(itertools.islice(rows(data), FIRST_ROWS))
     for name in sorted(PRESETS, key=lambda preset: -len(PRESETS[preset].map)):
@@ -161,9 +170,21 @@ def _which_prompt(data: DataFile, names: list[str], base: ColumnMap, api: str) -
                 suggestion = ("; these columns read as " +
                               " ".join(f"--map {entry}" for entry in entries))
                 break
-    return (f"{data.path}: which column is the prompt? Give a mapping, e.g. --map "
-            f"prompt=COLUMN --map expect.contains=COLUMN (the columns are "
-            f"{', '.join(names)}){suggestion}")
+    return suggestion
+
+
+def _refuse_unmapped_lines(data: DataFile, base: ColumnMap, api: str) -> None:
+    """JSON lines whose first is neither a request body nor a Batch API line are rows of
+    columns: the same error as a table's, with a mapping that reads the first lines."""
+    first = next(iter(rows(data)), None)
+    fields = mapping(first.values) if first is not None else None
+    if first is None or fields is None or {"messages", "prompt", "custom_id"} & fields.keys():
+        return
+    raise first.where.error(
+        None, "neither a request body ('messages' or 'prompt') nor a Batch API line "
+        f"('custom_id', 'body'); its fields are {', '.join(map(repr, fields))}: for rows of "
+        "columns give a mapping, e.g. --map prompt=COLUMN"
+        f"{_suggestion(data, list(fields), base, api)}")
 
 
 def _reads(cmap: ColumnMap, names: list[str], first: list[Row], base: ColumnMap,
