@@ -292,7 +292,9 @@ def main() -> None:
     print(f"\nSpearman rank correlation of the KL means: {agreement:.2f}; ratio "
           f"{min(r.ratio for r in found):.2f} to {max(r.ratio for r in found):.2f}; "
           f"{seconds:.0f} s")
-    path = save("kld_ladder", {"settings": asdict(settings), "seconds": round(seconds, 1),
+    name = "kld_ladder" if settings == Settings() and rungs == list(RUNGS) else \
+        f"kld_ladder_{'_'.join(rungs)}_top{settings.top_k}"
+    path = save(name, {"settings": asdict(settings), "seconds": round(seconds, 1),
                                "spearman": agreement,
                                "rungs": [{**asdict(r), "ratio": r.ratio} for r in found]})
     print(f"written: {path}")
