@@ -13,7 +13,8 @@ import pytest
 
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import EndpointError
-from quantcheck.fetch.forced_scoring import ForcedSettings, compare_position
+from quantcheck.fetch.forced_scoring import ForcedSettings
+from quantcheck.judge.forced_figures import compare_position
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.pipeline.collecting import score_run
 
@@ -267,3 +268,100 @@ def test_an_engine_that_cannot_score_given_tokens_says_so(
     with pytest.raises(EndpointError, match="Ollama cannot score given tokens"):
         score_run(a_run, tmp_path / "forced", ForcedSettings(
             endpoint=serve(ScriptedModel(A_ANSWERS), "ollama").url))
+
+
+def test_forced_reports_llama_cpps_figures_at_k_and_at_k_over_4(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """--forced-top-logprobs K reaches B (n_probs on llama-server); the summary has
+    llama-perplexity's figures, names its estimator and gives KL at K and at K/4."""
+    a_server = serve(ScriptedModel(A_ANSWERS), "llama.cpp")
+    collect([write_prompts(PROMPTS)], tmp_path / "a", CollectSettings(
+        endpoint=a_server.url, label="a", context_tokens=0, top_logprobs=8))
+    b = serve(ScriptedModel(B_ANSWERS), "llama.cpp")
+    result = invoke("forced", tmp_path / "a", "--endpoint", b.url, "--out", tmp_path / "f",
+                    "--forced-top-logprobs", "8")
+    assert result.exit_code == 0, result.output
+    assert {body["n_probs"] for body in b.requests if "n_predict" in body} == {8}
+    summary = json.loads((tmp_path / "f" / "forced.json").read_text())
+    assert summary["a_top_k"] == 8 and summary["top_k"] == 8 and summary["quarter_k"] == 2
+    assert summary["estimator"].startswith("KL(A||B) over A's top-8 alternatives that B's "
+                                           "top-8 holds, plus one bucket for the rest: a "
+                                           "lower bound")
+    overall = summary["overall"]
+    assert overall["kl"]["p90"] <= overall["kl"]["p99"] <= overall["kl"]["max"]
+    assert 0 < overall["kl_quarter_k"]["mean"] <= overall["kl"]["mean"]
+    # A is greedy: its top-1 is its token, so B's top-1 is A's top-1 where it is A's token
+    assert overall["same_top_p"] == overall["top1_agreement"] < 1
+    assert overall["rms_delta_p"] > abs(overall["delta_p"]["mean"])
+    # A's " Canberra," is beyond B's top-8 there: B's logprob of it is not known
+    assert overall["ppl_ratio"] > 1 and overall["ppl_ratio_bound"].startswith("lower bound")
+    capital = lines(tmp_path / "f")["capital"]["per_position"]
+    assert capital["same_top"] == capital["top1"]  # type: ignore[index]
+    assert capital["same_top"][5] is False and all(capital["same_top"][:5])  # type: ignore
+    assert "As llama-perplexity reports it: KL mean" in result.output
+    assert "same top p" in result.output and "RMS delta p" in result.output
+    assert f"at top-8, {overall['kl_quarter_k']['mean']:.3g} at top-2" in result.output
+
+
+def test_prompt_logprobs_give_an_exact_ppl_ratio_and_run_asks_the_forced_top_k(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """vLLM's prompt_logprobs carry B's logprob of A's token at every position: the
+    PPL ratio is exact. `run --forced-top-logprobs K` asks K of B, whatever B's
+    collection asked; without --forced it is refused."""
+    a, b = serve(ScriptedModel(A_ANSWERS)), serve(ScriptedModel(B_ANSWERS))
+    out = tmp_path / "report"
+    result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", write_prompts(PROMPTS),
+                    "--out", out, "--forced", "--forced-top-logprobs", "12",
+                    "--context-tokens", "0")
+    assert result.exit_code == 0, result.output
+    assert {r["prompt_logprobs"] for r in b.requests if "prompt_logprobs" in r} == {12}
+    forced = json.loads((out / "summary.json").read_text())["forced"]
+    assert forced["top_k"] == 12 and forced["overall"]["ppl_ratio_bound"] == "exact"
+    assert forced["overall"]["ppl_ratio"] > 1  # B is less sure of A's " Canberra,"
+    sheet = (out / "index.html").read_text()
+    assert 'id="forced-llama-cpp">As llama-perplexity reports it:' in sheet
+    # run --forced scores B's own tokens too: the floor the report measures against
+    assert forced["b_self"]["positions"] > 0 and forced["within_floor"]["floor"] == "b_self"
+    assert "B has one repeat per prompt" in forced["b_noise_floor"]["note"]
+    assert "lies within the larger noise floor (B scoring its own tokens" in result.output
+    assert 'id="forced-within-floor">' in sheet
+    refused = invoke("run", "--a", a.url, "--b", b.url, "--prompts", write_prompts(PROMPTS),
+                     "--out", tmp_path / "other", "--forced-top-logprobs", "12")
+    assert refused.exit_code == 2 and "--forced-top-logprobs needs --forced" in refused.output
+
+
+def test_b_scores_its_own_tokens_and_the_larger_floor_is_named(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """With B's run: B against its own repeats, and B scoring its own greedy tokens as
+    it scores A's. A is deterministic (floor 0), B's generations move (1e-7): the larger
+    floor is B's, and the summary says how much of A-vs-B lies inside it."""
+    a_run = collect_a(serve, write_prompts, tmp_path, "vllm")
+    b = serve(ScriptedModel(B_ANSWERS), faults=Faults(nondeterministic=True))
+    collect([write_prompts(PROMPTS)], tmp_path / "b", CollectSettings(
+        endpoint=b.url, label="b", repeats=2, context_tokens=0))
+    result = invoke("forced", a_run, "--endpoint", b.url, "--out", tmp_path / "f",
+                    "--b-run", tmp_path / "b")
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "f" / "forced.json").read_text())
+    a_floor, b_repeats, b_self = (summary["noise_floor"], summary["b_noise_floor"],
+                                  summary["b_self"])
+    assert a_floor["kl"]["max"] == 0.0 and a_floor["repeats_compared"] == 3
+    assert b_repeats["repeats_compared"] == 3 and b_repeats["kl"]["max"] > 0
+    # B's own tokens scored on B: every position is B's top-1, its numbers moved a little
+    assert b_self["positions"] > 0 and b_self["top1_agreement"] == 1.0
+    assert 0 < b_self["kl"]["mean"] < 1e-6
+    within = summary["within_floor"]
+    floors = {"b_repeats": b_repeats["kl"]["mean"], "b_self": b_self["kl"]["mean"]}
+    assert within["floor"] == max(floors, key=lambda name: floors[name])
+    assert within["kl_mean"] == max(floors.values())
+    assert within["share"] == pytest.approx(within["kl_mean"] / summary["overall"]["kl"]["mean"])
+    assert within["sentence"].startswith("<1% of the A-vs-B KL mean")
+    assert within["sentence"][0].upper() + within["sentence"][1:] in result.output
+
+    text_only = tmp_path / "b-text"
+    collect([write_prompts(PROMPTS)], text_only, CollectSettings(
+        endpoint=b.url, label="b", top_logprobs=0, context_tokens=0))
+    without = score_run(a_run, tmp_path / "g", ForcedSettings(endpoint=b.url, b_run=text_only))
+    assert without.b_self is not None and "no completions with logprobs" in str(
+        without.b_self.note)
+    assert without.within_floor is not None and without.within_floor.floor == "a_repeats"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -375,3 +376,31 @@ def test_determinism_tells_the_prompt_cache_from_the_kernels(
     off = invoke("determinism", *common, "--out", tmp_path / "off",
                  "--extra-body", '{"cache_prompt": false}')
     assert "sequential: 3 prompts: 3 deterministic" in off.output, off.output
+
+
+def test_forced_kl_ranks_quants_as_llama_perplexity_does(tmp_path: Path) -> None:
+    """Two rungs of bench/kld_ladder.py's ladder (F16 as A; Q8_0 and Q2_K from it), each
+    measured by quantcheck's teacher forcing and by llama-perplexity --kl-divergence on
+    the same text: both rank Q2_K below Q8_0 (more KL, less often the same top-1), and
+    quantcheck's KL mean over llama.cpp's stays in the band docs/collecting.md states."""
+    require_llama_server()
+    missing = [tool for tool in ("llama-quantize", "llama-perplexity") if not shutil.which(tool)]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have {', '.join(missing)} beside llama-server "
+                        "(.ci/build-llama-server)")
+        pytest.skip(f"no {', '.join(missing)} on PATH (.ci/build-llama-server builds them)")
+    docs = (Path(__file__).parent.parent / "docs" / "collecting.md").read_text()
+    band = re.search(r"ratio\s+stays\s+between\s+(\d+\.\d+)\s+and\s+(\d+\.\d+)", docs)
+    assert band, "docs/collecting.md states the calibration band"
+    low, high = float(band.group(1)), float(band.group(2))
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    from kld_ladder import Settings, measure
+
+    q8, q2 = measure(tmp_path, ["Q8_0", "Q2_K"], Settings(), progress=False)
+    assert q2.llama_mean > q8.llama_mean and q2.quantcheck_mean > q8.quantcheck_mean
+    assert q2.llama_same_top < q8.llama_same_top
+    assert q2.quantcheck_same_top < q8.quantcheck_same_top
+    for rung in (q8, q2):
+        assert low <= rung.ratio <= high, (rung.quant, rung.ratio, (low, high))
+        assert rung.quantcheck_quarter_mean <= rung.quantcheck_mean  # a lower bound at K/4

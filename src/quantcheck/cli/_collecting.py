@@ -25,6 +25,7 @@ from .options import (
     API_OPTION,
     EXISTING_DIR,
     EXTRA_BODY_OPTION,
+    FORCED_TOP_LOGPROBS_HELP,
     RETRIES_OPTION,
     apply_options,
     compare_options,
@@ -118,6 +119,8 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
               help="Cell facts for B (LABEL: for one candidate only).")
 @click.option("--forced", "score_forced", is_flag=True,
               help="Also score A's tokens on each B (teacher-forced drift).")
+@click.option("--forced-top-logprobs", type=click.IntRange(1), metavar="K",
+              help=FORCED_TOP_LOGPROBS_HELP + " Default: B's --top-logprobs.")
 @click.option("--throughput", "measure_throughput", is_flag=True,
               help="After collecting, measure each endpoint's throughput without logprobs "
                    "(one endpoint at a time).")
@@ -136,7 +139,8 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
                 out: Path, one_side_at_a_time: bool, api_key_env: str | None,
                 a_cell: tuple[str, ...], b_cell: tuple[str, ...], score_forced: bool,
                 measure_throughput: bool, throughput_concurrency: int,
-                throughput_seconds: float, matrix: Path | None, forced_mode: str,
+                throughput_seconds: float, matrix: Path | None,
+                forced_top_logprobs: int | None, forced_mode: str,
                 forced_concurrency: int, compare: CompareOptions,
                 prompt_files: tuple[Path, ...], force: bool, parameters: Parameters) -> None:
     """The whole A/B in one command: collect the reference and each candidate, then
@@ -166,7 +170,8 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
     """
     refuse_without("--throughput", measure_throughput, "throughput_concurrency",
                    "throughput_seconds")
-    refuse_without("--forced", score_forced, "forced_mode", "forced_concurrency")
+    refuse_without("--forced", score_forced, "forced_mode", "forced_concurrency",
+                   "forced_top_logprobs")
     refuse_without("two or more --b", len(b_urls) > 1, "matrix")
     labels = _candidate_labels(b_urls, b_labels)
     a = _reference(a_url, a_run, a_label, a_model, a_cell) or side_settings(
@@ -175,7 +180,9 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
     bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell))
           for url, label in zip(b_urls, labels, strict=True)]
     forced = ForcedSettings(endpoint=b_urls[0], mode=forced_mode,
-                            concurrency=forced_concurrency)
+                            concurrency=forced_concurrency,
+                            top_k=forced_top_logprobs or 20,
+                            top_k_fixed=forced_top_logprobs is not None)
     throughput = ThroughputSettings(concurrency=throughput_concurrency,
                                     min_seconds=throughput_seconds)
     ab = ABRun(a, bs, prompt_files, out, one_side_at_a_time, force, compare,
@@ -283,15 +290,21 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for forced.jsonl and forced.json (give it to compare --forced).")
 @click.option("--model", help="Model name on B (default: the one it lists).")
-@click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(1))
+@click.option("--top-logprobs", "--forced-top-logprobs", "top_logprobs", default=20,
+              show_default=True, type=click.IntRange(1), metavar="K",
+              help=FORCED_TOP_LOGPROBS_HELP)
+@click.option("--b-run", type=EXISTING_DIR,
+              help="B's own collected run: B's noise floors too (its repeats, and B scoring "
+                   "its own tokens as it scores A's).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1))
 @EXTRA_BODY_OPTION
 @RETRIES_OPTION
 @forced_options
 def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top_logprobs: int,
-                   api_key_env: str | None, timeout: float, extra_body: dict[str, object],
-                   retries: int, forced_mode: str, forced_concurrency: int) -> None:
+                   b_run: Path | None, api_key_env: str | None, timeout: float,
+                   extra_body: dict[str, object], retries: int, forced_mode: str,
+                   forced_concurrency: int) -> None:
     """Teacher-forced drift: B scores A's own greedy tokens, position by position.
 
     Per position: whether B's top-1 is A's token, delta p, and a KL lower bound over
@@ -307,7 +320,7 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
     settings = ForcedSettings(endpoint=endpoint, model=model, top_k=top_logprobs,
                               mode=forced_mode, concurrency=forced_concurrency,
                               timeout=timeout, api_key_env=api_key_env, retries=retries,
-                              extra_body=extra_body)
+                              extra_body=extra_body, b_run=b_run)
     summary = run_guarded(lambda: score_run(a_run, out, settings), "Nothing was written.")
     echo_forced(summary)
     click.echo(f"written: {out / 'forced.json'}, {out / 'forced.jsonl'}")

@@ -398,6 +398,12 @@ def forced_options(function: F) -> F:
     return _apply(options, function)
 
 
+FORCED_TOP_LOGPROBS_HELP = (
+    "Alternatives B is asked for at each position (llama-server's n_probs, vLLM's "
+    "prompt_logprobs, at most the server's --max-logprobs): more make the KL estimate "
+    "tighter; the report shows it at K and at K/4.")
+
+
 # --- the gate's limits from the command line -----------------------------------------
 
 @dataclass

@@ -18,6 +18,7 @@ from ..errors import ExitCode
 from ..gate.explain import Failure, markdown_table
 from ..gate.overview import CandidatesGate
 from ..judge.cells import CELL_AXES
+from ..judge.forced_figures import llama_cpp_sentence
 from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
@@ -80,6 +81,10 @@ def echo_forced(forced: ForcedSummary) -> None:
                f"{100 * (overall.top1_agreement or 0):.1f}% of {overall.positions} positions"
                f"{speed}, KL mean {overall.kl.mean:.3g} (p99 {overall.kl.p99:.3g}, max "
                f"{overall.kl.max:.3g}), mean delta p {overall.delta_p.mean:+.4f}{floor}.")
+    click.echo(llama_cpp_sentence(overall, min(forced.a_top_k or forced.top_k, forced.top_k),
+                                  forced.quarter_k) + ".")
+    if forced.within_floor is not None:
+        click.echo(forced.within_floor.sentence[0].upper() + forced.within_floor.sentence[1:] + ".")
     if forced.tokenizer:
         click.echo(f"Tokenizer: {forced.tokenizer}.")
 

@@ -21,8 +21,15 @@ logprob of A's token is known only when it is in B's top-k (else delta p counts 
 llama-cpp-python, others): B re-tokenizes the text, so it is labelled approximate;
 chat prompts cannot be echoed and are skipped with the reason.
 
-The noise floor is the same figures for A against A's own repeats (over their common
-prefix and the first position where they part).
+The figures are llama.cpp's (`llama-perplexity --kl-divergence`: judge/forced_figures.py
+says each one); KL is estimated from the top-k (a lower bound), and again from each
+side's top K/4 so that a reader sees whether the estimate has converged.
+
+Noise floors: the same figures for A against A's own repeats (over their common prefix
+and the first position where they part); with B's run (`b_run`), for B against B's own
+repeats and for B scoring its own greedy tokens as it scores A's (B's forced figures
+against B's collected ones). `within_floor` says how much of the A-vs-B KL lies inside
+the largest of them.
 
 A prompt B cannot score (a 400 because prompt and answer exceed B's context, an answer
 that cannot be read) is listed as skipped with the reason, and the rest are scored; a
@@ -41,12 +48,19 @@ from pathlib import Path
 import msgspec
 
 from ..errors import EndpointError, RunFormatError
-from ..judge.forced_figures import Positions, compare_position, noise_floor
+from ..judge.forced_figures import (
+    Positions,
+    noise_floor,
+    quarter_of,
+    score_position,
+    top_k_of,
+    within_floor,
+)
 from ..judge.tokenizers import tokenizer_agreement
 from ..store.engines import ENGINES, PROMPT_LOGPROBS, profile_of, with_forced_mode
 from ..store.preflight_records import Fingerprint
 from ..store.report_dir import write_forced
-from ..store.report_records import ForcedLine, ForcedSummary, PerPosition
+from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
 from ..store.run_dir import Run, ServerInfo, load_run
 from ..store.run_records import Completion, Prompt
 from ..store.runtimes import choose_model, mapping, whole_number
@@ -90,6 +104,8 @@ class ForcedSettings:
     api_key_env: str | None = None
     retries: int = 4  # a dropped connection, 429 or 5xx is retried, as collection does
     extra_body: dict[str, object] = field(default_factory=dict)  # into each scoring request
+    b_run: str | Path | None = None  # B's own run: B's noise floors too
+    top_k_fixed: bool = False  # run --forced asks top_k, not B's collection top-k
 
 
 async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSettings
@@ -108,22 +124,19 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         model = choose_model(models, settings.model, public_url(settings.endpoint))
         server = await describe_server(client, models)
         mode = settings.mode if settings.mode != "auto" else auto_mode(server)
-        scorer = _Scorer(client, model, mode, settings)
+        a_top_k = top_k_of(records)
+        quarter = quarter_of(min(a_top_k or settings.top_k, settings.top_k))
+        scorer = _Scorer(client, model, mode, settings, quarter)
         scorer.give_up_after = min(GIVE_UP_AFTER, sum(
             1 for r in records if scorer.skip_reason(run.prompts[r.prompt_id], r) is None))
         tokenizer = await scorer.same_tokenizer(run, a_run) if mode == "token-ids" else None
         semaphore = asyncio.Semaphore(_concurrency(mode, settings.concurrency, server))
-
-        async def one(record: Completion) -> ForcedLine:
-            async with semaphore:
-                return await scorer.score(run.prompts[record.prompt_id], record)
-
-        lines = await all_or_none(one(r) for r in records)
-    overall = Positions()
-    for line in lines:
-        if line.per_position is not None:
-            each = line.per_position
-            overall.extend(Positions(each.top1, each.kl, each.delta_p))
+        lines = await _score_all(scorer, run, records, semaphore)
+        b_self, b_repeats = (await _b_floors(client, model, mode, settings, quarter, semaphore)
+                             if settings.b_run is not None else (None, None))
+    overall = scorer.positions
+    a_repeats = noise_floor(with_tokens, "A", quarter)
+    floors = {"a_repeats": a_repeats, "b_repeats": b_repeats, "b_self": b_self}
     summary = ForcedSummary(
         endpoint=public_url(settings.endpoint), model=model, mode=mode,
         approximate=mode == "echo" or any(line.approximate for line in lines),
@@ -131,7 +144,11 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         tokenizer=tokenizer, seconds=round(time.monotonic() - started, 3),
         scored=sum(1 for line in lines if line.positions),
         skipped={line.prompt_id: line.skipped for line in lines if line.skipped},
-        overall=overall.stats(), noise_floor=noise_floor(with_tokens))
+        overall=overall.stats(), noise_floor=a_repeats, a_top_k=a_top_k, quarter_k=quarter,
+        estimator=_estimator(a_top_k, settings.top_k, quarter), b_self=b_self,
+        b_noise_floor=b_repeats,
+        within_floor=within_floor(overall.kl, {name: stats for name, stats in floors.items()
+                                               if stats is not None}))
     write_forced(Path(out), summary, list(lines))
     return summary
 
@@ -150,6 +167,45 @@ def auto_mode(server: ServerInfo) -> str:
     return profile.forced_mode
 
 
+async def _score_all(scorer: _Scorer, run: Run, records: list[Completion],
+                     semaphore: asyncio.Semaphore) -> list[ForcedLine]:
+    async def one(record: Completion) -> ForcedLine:
+        async with semaphore:
+            return await scorer.score(run.prompts[record.prompt_id], record)
+
+    return await all_or_none(one(r) for r in records)
+
+
+async def _b_floors(client: EndpointClient, model: str, mode: str, settings: ForcedSettings,
+                    quarter: int, semaphore: asyncio.Semaphore
+                    ) -> tuple[ForcedStats, ForcedStats]:
+    """B scoring its own greedy tokens (against B's collected figures), and B against its
+    own repeats. B's run without logprobs, or a B that cannot score them, gives a note."""
+    assert settings.b_run is not None
+    run = load_run(settings.b_run)
+    with_tokens = [r for r in run.completions() if r.ok and r.tokens]
+    records = [r for r in with_tokens if r.repeat == 0]
+    if not records:
+        note = (f"B's run {settings.b_run} has no completions with logprobs (collect B with "
+                "--top-logprobs above 0)")
+        return ForcedStats(positions=0, note=note), ForcedStats(positions=0, note=note)
+    scorer = _Scorer(client, model, mode, settings, quarter)
+    try:
+        await _score_all(scorer, run, records, semaphore)
+        b_self = scorer.positions.stats()
+        if not b_self.positions:
+            b_self.note = "B scored none of its own tokens (see why for A's tokens)"
+    except EndpointError as exc:
+        b_self = ForcedStats(positions=0, note=f"B could not score its own tokens: {exc}")
+    return b_self, noise_floor(with_tokens, "B", quarter)
+
+
+def _estimator(a_top_k: int, top_k: int, quarter: int) -> str:
+    return (f"KL(A||B) over A's top-{a_top_k} alternatives that B's top-{top_k} holds, plus "
+            "one bucket for the rest: a lower bound on the full-vocabulary KL that "
+            f"llama-perplexity reports; kl_quarter_k is the same on each side's top-{quarter}")
+
+
 def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
     """token-ids scores a prompt's positions one after another on one llama-server
     slot, reusing its cache: more prompts in flight than slots would evict each other."""
@@ -160,8 +216,10 @@ def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
 
 class _Scorer:
     def __init__(self, client: EndpointClient, model: str, mode: str,
-                 settings: ForcedSettings) -> None:
+                 settings: ForcedSettings, quarter: int) -> None:
         self.client, self.model, self.mode, self.top_k = client, model, mode, settings.top_k
+        self.quarter = quarter
+        self.positions = Positions()  # every scored position, over all prompts
         self.retries, self.extra_body = settings.retries, settings.extra_body
         self.root = server_root(client.endpoint)
         self.scored = self.failed = 0
@@ -243,17 +301,16 @@ class _Scorer:
         assert tokens is not None
         each = Positions()
         for n, (b_logprob, b_top) in enumerate(forced[:len(tokens)]):
-            top1, delta, kl = compare_position(
+            each.add(score_position(
                 tokens.text[n], tokens.logprob[n], (tokens.top_text[n], tokens.top_logprob[n]),
-                b_logprob, b_top)
-            each.top1.append(top1)
-            each.kl.append(kl)
-            each.delta_p.append(delta)
+                b_logprob, b_top, self.quarter))
+        self.positions.extend(each)
         line = ForcedLine(prompt_id=prompt.id, mode=self.mode,
                           **msgspec.structs.asdict(each.stats()))
         line.aligned = len(forced) == len(tokens)
         line.per_position = PerPosition(each.top1, each.kl, each.delta_p,
-                                        [logprob for logprob, _ in forced[:len(tokens)]])
+                                        [logprob for logprob, _ in forced[:len(tokens)]],
+                                        each.same_top)
         return line
 
     async def _by_ids(self, prompt: Prompt, record: Completion

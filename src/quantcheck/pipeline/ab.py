@@ -156,7 +156,7 @@ async def _fetch(ab: ABRun, reporters: Sequence[Reporter] | None,
         for b in ab.candidates:
             notify(f"scoring A's tokens on {b.endpoint} (teacher forcing) ...")
             await score_run_async(ab.a_dir, _forced_dir(ab, b),
-                                  _scored_on(ab.forced, b))
+                                  _scored_on(ab.forced, b, ab.report_dir(b) / "b"))
 
 
 async def _collect_all(ab: ABRun, runs: list[tuple[CollectSettings, Path]],
@@ -214,12 +214,14 @@ def check_reference(reference: Path, candidates: Sequence[CollectSettings],
             "with the reference's settings and prompt set, or collect the reference again")
 
 
-def _scored_on(forced: ForcedSettings, b: CollectSettings) -> ForcedSettings:
+def _scored_on(forced: ForcedSettings, b: CollectSettings, b_run: Path) -> ForcedSettings:
     """Teacher forcing on a candidate as it was collected: its endpoint, model, key,
-    timeout, retries and extra body; its top-k (20 for a text-only collection)."""
+    timeout, retries and extra body; its top-k (20 for a text-only collection) unless
+    one was asked; its run, for B's noise floors."""
+    top_k = forced.top_k if forced.top_k_fixed else b.top_logprobs or forced.top_k
     return replace(forced, endpoint=b.endpoint, model=b.model, api_key_env=b.api_key_env,
                    timeout=b.timeout, retries=b.retries, extra_body=b.request.extra_body,
-                   top_k=b.top_logprobs or forced.top_k)
+                   top_k=top_k, b_run=b_run)
 
 
 def _silent(stage: str) -> None:

@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from ..judge.agreement import agreement, review_verdicts
 from ..judge.cells import CELL_AXES
+from ..judge.forced_figures import llama_cpp_sentence
 from ..store.files import AtomicFile, write_atomic
 from ..store.grade_records import Agreement
 from ..store.pair_records import PAIR_COLUMNS
@@ -155,6 +156,7 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
         preflight=summary.preflight, plots=_plots(overview.plotted, forced),
         forced=forced if forced is not None and forced.scored else None,
+        forced_llama_cpp=_forced_llama_cpp(forced),
         categories=overview.categories,
         refused_reviews=head["refused_reviews"], comparison=summary.comparison,
         near_tie_nats=summary.near_tie_nats, topk_margin_nats=TOPK_MARGIN_NATS, e=math.e,
@@ -258,6 +260,13 @@ def _plots(plotted: dict[str, np.ndarray], forced: ForcedSummary | None
          f"logprob gap at the divergence ({len(gap)} pairs with B's token in A's top-k)"},
         *_forced_plot(forced),
     ]
+
+
+def _forced_llama_cpp(forced: ForcedSummary | None) -> str:
+    if forced is None or not forced.scored:
+        return ""
+    return llama_cpp_sentence(forced.overall, min(forced.a_top_k or forced.top_k, forced.top_k),
+                              forced.quarter_k)
 
 
 def _forced_plot(forced: ForcedSummary | None) -> list[dict[str, object]]:

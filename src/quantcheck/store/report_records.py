@@ -271,15 +271,33 @@ class DeltaP(msgspec.Struct):
     abs_max: float
 
 
+class KLSpread(Spread, kw_only=True, omit_defaults=True):
+    """The per-position KL's spread, with llama-perplexity's 90th percentile too."""
+
+    p90: float | None = None
+
+
 class ForcedStats(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Teacher-forced figures over some positions (none scored: `positions` 0 only)."""
+    """Teacher-forced figures over some positions (none scored: `positions` 0 only).
+
+    As llama-perplexity --kl-divergence names them: `same_top_p` (B's top-1 is A's
+    top-1), `rms_delta_p` (the root mean square of B's minus A's probability of A's
+    token), `ppl_ratio` (exp of the mean of B's minus A's negative log-likelihood of A's
+    tokens; `ppl_ratio_bound` says "exact" or why it is a lower bound). `kl_quarter_k`:
+    the same KL estimate on each side's top K/4 alternatives (converged when close to
+    `kl`)."""
 
     positions: int
     top1_agreement: float | None = None
-    kl: Spread | None = None
+    kl: KLSpread | None = None
     delta_p: DeltaP | None = None
     note: str | None = None  # why a noise floor is missing
     repeats_compared: int | None = None
+    same_top_p: float | None = None
+    rms_delta_p: float | None = None
+    ppl_ratio: float | None = None
+    ppl_ratio_bound: str | None = None
+    kl_quarter_k: Spread | None = None
 
 
 class PerPosition(msgspec.Struct):
@@ -287,6 +305,7 @@ class PerPosition(msgspec.Struct):
     kl: list[float]
     delta_p: list[float]
     b_logprob: list[float | None]
+    same_top: list[bool] | None = None  # B's top-1 is A's top-1
 
 
 class ForcedLine(ForcedStats, kw_only=True, omit_defaults=True):
@@ -303,6 +322,19 @@ class ForcedLine(ForcedStats, kw_only=True, omit_defaults=True):
 class KLHistogram(msgspec.Struct):
     high: float
     counts: list[int]
+
+
+class WithinFloor(msgspec.Struct, kw_only=True):
+    """How much of the A-vs-B KL lies inside the larger noise floor: `floor` names it
+    ("A's repeats", "B's repeats", "B on its own tokens"), `kl_mean` is its mean KL,
+    `share` that over the A-vs-B mean (capped at 1), `positions_within` the share of
+    A-vs-B positions whose KL is at most the floor's 99th percentile."""
+
+    floor: str
+    kl_mean: float
+    share: float
+    positions_within: float
+    sentence: str
 
 
 class ForcedSummary(msgspec.Struct, kw_only=True):
@@ -323,6 +355,12 @@ class ForcedSummary(msgspec.Struct, kw_only=True):
     seconds: float | None = None  # scoring's wall time
     source: str | None = None
     kl_histogram: KLHistogram | None = None
+    a_top_k: int | None = None  # the most alternatives A's run holds at a position
+    quarter_k: int | None = None  # the K/4 of `kl_quarter_k`
+    estimator: str | None = None  # how KL is estimated from the top-k, in words
+    b_self: ForcedStats | None = None  # B scoring its own tokens against B's run
+    b_noise_floor: ForcedStats | None = None  # B against B's own repeats
+    within_floor: WithinFloor | None = None
 
 
 class DeterminismRow(msgspec.Struct, kw_only=True):
