@@ -14,9 +14,9 @@ import pytest
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import EndpointError
 from quantcheck.fetch.forced_scoring import ForcedSettings
-from quantcheck.judge.forced_figures import compare_position
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.pipeline.collecting import score_run
+from quantcheck.triage.forced_figures import compare_position
 
 from .conftest import Serve, WritePrompts, invoke
 from .hostile import HostileServer, Request, http

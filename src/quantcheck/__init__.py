@@ -14,8 +14,8 @@ from ._version import __version__
 _EXPORTS = {
     "errors": ["QuantcheckError"],
     "fetch.collect": ["CollectResult", "CollectSettings", "collect_async"],
-    "fetch.grading": ["JudgeSettings"],
-    "judge.pairs": ["compare"],
+    "fetch.judging": ["JudgeSettings"],
+    "triage.pairs": ["compare"],
     "pipeline.ab": ["ABRun", "run_ab"],
     "pipeline.collecting": ["collect"],
     "pipeline.comparing": ["CompareOptions", "compare_runs", "compare_to_dir"],
@@ -37,8 +37,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .errors import QuantcheckError
     from .fetch.collect import CollectResult, CollectSettings, collect_async
-    from .fetch.grading import JudgeSettings
-    from .judge.pairs import compare
+    from .fetch.judging import JudgeSettings
     from .pipeline.ab import ABRun, run_ab
     from .pipeline.collecting import collect
     from .pipeline.comparing import CompareOptions, compare_runs, compare_to_dir
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
     from .store.report_records import Summary
     from .store.run_dir import Manifest, Run, load_run
     from .store.run_records import Completion, Expect, Prompt, Tokens
+    from .triage.pairs import compare
 
 
 def __getattr__(name: str) -> Any:

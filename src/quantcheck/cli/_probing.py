@@ -11,12 +11,12 @@ import click
 
 from .._version import __version__
 from ..errors import ExitCode
-from ..judge.cells import parse_cell_options
 from ..pipeline.checking import PreflightOptions, preflight, probe
 from ..store.engines import ENGINE_NAMES
 from ..store.prompt_sets import APIS
 from ..store.report_records import LogMatch
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS
+from ..triage.cells import parse_cell_options
 from ._group import cli
 from .guard import run_guarded
 from .options import EXISTING_FILE, PROMPT_SOURCE, json_object_option
@@ -102,7 +102,7 @@ def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
     Example:
       quantcheck logscan sglang-server.log
     """
-    from ..judge.log_signatures import load_signatures, scan_log
+    from ..triage.log_signatures import load_signatures, scan_log
 
     def work() -> list[LogMatch]:
         signatures = load_signatures(signature_files)

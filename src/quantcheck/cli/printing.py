@@ -17,8 +17,6 @@ import msgspec
 from ..errors import ExitCode
 from ..gate.explain import Failure, markdown_table
 from ..gate.overview import CandidatesGate
-from ..judge.cells import CELL_AXES
-from ..judge.forced_figures import llama_cpp_sentence
 from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
@@ -33,6 +31,8 @@ from ..store.preflight_records import Preflight
 from ..store.report_records import DeterminismReport, ForcedSummary, LogMatch, Overview, Summary
 from ..store.run_dir import Throughput
 from ..store.suites import Suite
+from ..triage.cells import CELL_AXES
+from ..triage.forced_figures import llama_cpp_sentence
 from .guard import run_guarded
 
 STATUS_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
@@ -173,11 +173,11 @@ def echo_gate_verdict(result: Summary | Overview, report_dir: Path,
                                      for row in failing)
                 if failing else "PASS: every candidate passes")
     else:
-        from ..gate.verdict import gate_report, judge_report, one_line
+        from ..gate.verdict import gate_report, one_line, report_verdict
         from ..store.rubric import load_rubric
 
-        judge = gate_report if write else judge_report
-        verdict = run_guarded(lambda: judge(report_dir, rubric=load_rubric(rubric))[0], "")
+        decide = gate_report if write else report_verdict
+        verdict = run_guarded(lambda: decide(report_dir, rubric=load_rubric(rubric))[0], "")
         passed, said = verdict.passed, one_line(verdict)
     click.echo(f"gate (default policy): {said}")
     return not passed

@@ -21,7 +21,7 @@ logprob of A's token is known only when it is in B's top-k (else delta p counts 
 llama-cpp-python, others): B re-tokenizes the text, so it is labelled approximate;
 chat prompts cannot be echoed and are skipped with the reason.
 
-The figures are llama.cpp's (`llama-perplexity --kl-divergence`: judge/forced_figures.py
+The figures are llama.cpp's (`llama-perplexity --kl-divergence`: triage/forced_figures.py
 says each one); KL is estimated from the top-k (a lower bound), and again from each
 side's top K/4 so that a reader sees whether the estimate has converged.
 
@@ -48,15 +48,6 @@ from pathlib import Path
 import msgspec
 
 from ..errors import EndpointError, RunFormatError
-from ..judge.forced_figures import (
-    Positions,
-    noise_floor,
-    quarter_of,
-    score_position,
-    top_k_of,
-    within_floor,
-)
-from ..judge.tokenizers import tokenizer_agreement
 from ..store.engines import ENGINES, PROMPT_LOGPROBS, profile_of, with_forced_mode
 from ..store.preflight_records import Fingerprint
 from ..store.report_dir import write_forced
@@ -64,6 +55,15 @@ from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPo
 from ..store.run_dir import Run, ServerInfo, load_run
 from ..store.run_records import Completion, Prompt
 from ..store.runtimes import choose_model, mapping, whole_number
+from ..triage.forced_figures import (
+    Positions,
+    noise_floor,
+    quarter_of,
+    score_position,
+    top_k_of,
+    within_floor,
+)
+from ..triage.tokenizers import tokenizer_agreement
 from ..wire.client import (
     RETRYABLE_STATUS,
     TRANSPORT_ERRORS,

@@ -14,11 +14,8 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from ..judge.agreement import agreement, review_verdicts
-from ..judge.cells import CELL_AXES
-from ..judge.forced_figures import llama_cpp_sentence
 from ..store.files import AtomicFile, write_atomic
-from ..store.grade_records import Agreement
+from ..store.judge_records import Agreement
 from ..store.pair_records import PAIR_COLUMNS
 from ..store.report_dir import (
     PAIRS_READ_AT_ONCE,
@@ -32,6 +29,9 @@ from ..store.report_dir import (
 from ..store.report_records import Counts, ForcedSummary, Overview, Summary
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
+from ..triage.agreement import agreement, review_verdicts
+from ..triage.cells import CELL_AXES
+from ..triage.forced_figures import llama_cpp_sentence
 from .sentences import (
     agreement_sentence,
     collecting_speed,

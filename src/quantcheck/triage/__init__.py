@@ -1,5 +1,6 @@
-"""Offline judging, files in and numbers out: sides, pairs (one_pair: one prompt), triage,
+"""Offline triage, files in and numbers out: sides, pairs (one_pair: one prompt), signals,
 expects, the code sandbox, the summary's totals, statistics, teacher-forced figures,
 routing, determinism, serving cells, chat templates, tokenizer agreement, log
-signatures, approvals, the judge's grades and its agreement with reviewers.
+signatures, approvals, the judge's questions and verdicts (judging) and its agreement with
+reviewers.
 Imports store and errors; never the network, never rendering."""

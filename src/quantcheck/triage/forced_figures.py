@@ -35,7 +35,7 @@ from ..store.report_records import (
     WithinFloor,
 )
 from ..store.run_records import Completion, Tokens
-from .triage import kl_lower_bound
+from .signals import kl_lower_bound
 
 TopList = tuple[list[str], list[float]]
 

@@ -14,8 +14,7 @@ from ..store.run_records import Prompt
 from . import routing
 from .expects import CheckResult, CodeRunner, check_answer, parse_calls
 from .sides import Side, SideRecord
-from .templates import last_user_message, template_signs
-from .triage import (
+from .signals import (
     classify_divergence,
     degenerate_reason,
     disputed_checks,
@@ -29,6 +28,7 @@ from .triage import (
     tool_call_change,
     with_calls,
 )
+from .templates import last_user_message, template_signs
 
 
 def judge_pair(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,

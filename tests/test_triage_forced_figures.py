@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.judge.forced_figures import (
+from quantcheck.store.report_records import ForcedStats, KLSpread
+from quantcheck.triage.forced_figures import (
     Positions,
     llama_cpp_sentence,
     quarter_of,
     score_position,
     within_floor,
 )
-from quantcheck.store.report_records import ForcedStats, KLSpread
 
 
 def top_list(probabilities: dict[str, float], k: int) -> tuple[list[str], list[float]]:
