@@ -36,21 +36,20 @@ from ..judge.grades import (
     read_reply,
 )
 from ..present.sheet import write_sheet
-from ..store.files import AtomicFile
 from ..store.grade_cache import JUDGE_CACHE, GradeCache
 from ..store.grade_records import Agreement, GradeDetails, GradeReply, JudgeFigures
 from ..store.pair_records import PairDetails, PairRow
 from ..store.report_dir import (
+    CHUNK_PAIRS,
     DETAILS,
     PAIRS,
     DetailsReader,
     PromptIds,
-    details_jsonl,
     iter_pair_rows,
-    pairs_csv,
     read_judge_labels,
     read_summary,
     write_summary,
+    writing_pairs,
 )
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
@@ -58,7 +57,6 @@ from ..wire.client import EndpointClient, public_url, run_blocking
 
 T = TypeVar("T")
 JUDGING = ".judging"  # REPORT_DIR/.judging/: the triaged pairs, before the judge's columns
-CHUNK_PAIRS = 2000  # pairs read, judged and written at a time
 
 
 def staging(report_dir: Path) -> Path:
@@ -104,21 +102,14 @@ async def _grade_report(client: EndpointClient, model: str | None, error: str | 
     cache_path = settings.cache or out / JUDGE_CACHE
     classes: Counter[str] = Counter()
     with GradeCache(cache_path, None if settings.cache else out) as cache, \
-            AtomicFile(out / PAIRS) as table, AtomicFile(out / DETAILS) as lines:
+            writing_pairs(out) as writer:
         grader = Grader(client, model, settings, cache) if model else None
         details = DetailsReader(staging(out))
-        written = False
         for rows in iter_pair_rows(staging(out), CHUNK_PAIRS):
             shown = [msgspec.convert(details.get(row.prompt_id) or {"prompt_id": row.prompt_id},
                                      PairDetails) for row in rows]
             await _judge_chunk(grader, error, rows, shown, mapping, classes)
-            table.write(pairs_csv(rows, header=not written))
-            lines.write(details_jsonl(shown))
-            written = True
-        if not written:
-            table.write(pairs_csv([]))
-        table.flush()
-        lines.flush()
+            writer.write(rows, shown)
     _remove(staging(out))
     tally = grader.tally if grader else Tally()
     return JudgeFigures(
