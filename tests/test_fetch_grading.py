@@ -12,9 +12,10 @@ import pytest
 from quantcheck.fetch.grading import Grader, JudgeSettings
 from quantcheck.judge.grades import Grading
 from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.pipeline.event_loop import run_blocking
 from quantcheck.store.files import StorageError
 from quantcheck.store.grade_cache import GradeCache
-from quantcheck.wire.client import EndpointClient, run_blocking
+from quantcheck.wire.client import EndpointClient
 
 from .conftest import Serve
 

@@ -30,7 +30,7 @@ from ..store.files import make_directory, write_atomic
 from ..store.prompt_entries import RequestOptions
 from ..store.prompt_sets import load_prompts
 from ..store.run_records import Prompt
-from ..wire.client import run_blocking
+from .event_loop import run_blocking
 
 DEFAULT_MAX_REQUESTS = 20000
 

@@ -17,7 +17,8 @@ from ..store.preflight_records import Check, Preflight
 from ..store.prompt_sets import GREEDY_FIELDS, RequestOptions, load_prompts
 from ..store.run_dir import Cell, ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS
-from ..wire.client import api_key_from_env, public_url, run_blocking
+from ..wire.client import api_key_from_env, public_url
+from .event_loop import run_blocking
 
 
 @dataclass

@@ -19,7 +19,7 @@ from ..present.determinism_page import render_determinism
 from ..store.files import make_directory, write_atomic
 from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts
 from ..store.run_dir import Parameters, load_run, write_json_atomic
-from ..wire.client import run_blocking
+from .event_loop import run_blocking
 
 
 @dataclass

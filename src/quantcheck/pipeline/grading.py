@@ -53,7 +53,8 @@ from ..store.report_dir import (
 )
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
-from ..wire.client import EndpointClient, public_url, run_blocking
+from ..wire.client import EndpointClient, public_url
+from .event_loop import run_blocking
 
 T = TypeVar("T")
 JUDGING = ".judging"  # REPORT_DIR/.judging/: the triaged pairs, before the judge's columns
