@@ -191,22 +191,6 @@ def _finish(job: ReportJob, summary: Summary, totals: PairTotals, read: _Inputs,
     return summary
 
 
-def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
-                   prompts: Mapping[str, Prompt] | None = None,
-                   approvals: str | Path | None = None,
-                   logs: dict[str, Path | None] | None = None,
-                   signature_files: tuple[Path, ...] = (),
-                   forced: str | Path | None = None, code_exec: Limits | None = None,
-                   jobs: int = 1) -> Summary:
-    """`compare_runs` with its options as keywords. `forced`: a folder written by
-    `quantcheck forced`; `jobs`: processes for the signatures and the pairs."""
-    logs = logs or {}
-    return compare_runs(a, b, out, CompareOptions(
-        sig_digits=sig_digits, approvals=Path(approvals) if approvals else None,
-        a_log=logs.get("a"), b_log=logs.get("b"), signature_files=signature_files,
-        forced=Path(forced) if forced else None, code_exec=code_exec, jobs=jobs), prompts)
-
-
 def compare_all(a: Path, bs: Sequence[Path], out: Path, options: CompareOptions,
                 prompt_files: Sequence[Path] = (), matrix: Path | None = None,
                 written: Written | None = None, source: SourceOptions | None = None
