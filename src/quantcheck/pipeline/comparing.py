@@ -103,7 +103,7 @@ def compare_reports(jobs: Sequence[ReportJob], prompts: Mapping[str, Prompt] | N
     begun; what every job reads besides its sides is read first, so bad input is
     refused before any report is touched. With a judge (the first job's options name
     it) every report is triaged into its staging folder, then the judge is asked about
-    each in one event loop, each report finished right after its grading. `written`
+    each in one event loop, each report finished right after its judge_question. `written`
     follows which reports were replaced (what an interruption or a failure leaves)."""
     written = written if written is not None else Written()
     judge = jobs[0].options.judge if jobs else None

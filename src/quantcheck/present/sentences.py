@@ -160,7 +160,7 @@ def judge_sentence(judge: JudgeFigures) -> str:
         said = "no pair needed it"
     else:
         said = (f"on {plural(judge.pairs, 'pair')} no expect decided: " + ", ".join(
-            f"{n} {grade.replace('_', ' ')}" for grade, n in judge.classes.items()))
+            f"{n} {judge_class.replace('_', ' ')}" for judge_class, n in judge.classes.items()))
     cost = (f"{plural(judge.requests, 'request')} sent, {judge.cached} replies from the "
             f"cache, {judge.failed} without an answer, {judge.seconds:.1f} s, "
             f"{judge.prompt_tokens + judge.completion_tokens:,} tokens")
