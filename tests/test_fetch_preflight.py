@@ -13,11 +13,11 @@ import pytest
 
 from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.fetch.preflight import PreflightFailed, ProbeShape, check_endpoint
-from quantcheck.triage.tokenizers import tokenizer_agreement
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.pipeline.event_loop import run_blocking
 from quantcheck.store.prompt_sets import RequestOptions
 from quantcheck.store.report_dir import read_pairs
+from quantcheck.triage.tokenizers import tokenizer_agreement
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke
 from .hostile import HostileServer, Request, chat_body, good, http

@@ -21,6 +21,19 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import QuantcheckError
+from quantcheck.store.pair_records import ENUMERATED, PairRow
+from quantcheck.store.preflight_records import Fingerprint
+from quantcheck.store.report_dir import pair_rows, pairs_csv, read_pair_rows
+from quantcheck.store.reviews import Review, ReviewVerdict
+from quantcheck.store.run_records import (
+    CodeExpect,
+    Expect,
+    Prompt,
+    ToolCall,
+    ToolCallExpect,
+    first_number,
+    numbers_in,
+)
 from quantcheck.triage.agreement import agreement, review_verdicts
 from quantcheck.triage.approvals import Approval, load_approvals
 from quantcheck.triage.cells import (
@@ -53,14 +66,6 @@ from quantcheck.triage.judging import (
 from quantcheck.triage.log_signatures import load_signatures, scan_log
 from quantcheck.triage.pairs import compare
 from quantcheck.triage.sides import calls_json
-from quantcheck.triage.templates import (
-    known_fallback,
-    last_user_message,
-    markers_in,
-    rendering_key,
-    template_signs,
-)
-from quantcheck.triage.tokenizers import tokenizer_agreement
 from quantcheck.triage.signals import (
     TOOL_CALL_CHANGES,
     degenerate_reason,
@@ -70,19 +75,14 @@ from quantcheck.triage.signals import (
     tool_call_change,
     with_calls,
 )
-from quantcheck.store.pair_records import ENUMERATED, PairRow
-from quantcheck.store.preflight_records import Fingerprint
-from quantcheck.store.report_dir import pair_rows, pairs_csv, read_pair_rows
-from quantcheck.store.reviews import Review, ReviewVerdict
-from quantcheck.store.run_records import (
-    CodeExpect,
-    Expect,
-    Prompt,
-    ToolCall,
-    ToolCallExpect,
-    first_number,
-    numbers_in,
+from quantcheck.triage.templates import (
+    known_fallback,
+    last_user_message,
+    markers_in,
+    rendering_key,
+    template_signs,
 )
+from quantcheck.triage.tokenizers import tokenizer_agreement
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 EXAMPLES = int(os.environ.get("QUANTCHECK_FUZZ_EXAMPLES", "200"))

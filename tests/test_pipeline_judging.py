@@ -22,12 +22,12 @@ import pytest
 
 from quantcheck import CollectSettings, collect
 from quantcheck.errors import ConfigFileError
-from quantcheck.triage import pairs as pairs_module
-from quantcheck.triage.judging import NO_VERDICT, label_map
 from quantcheck.lab.launch import free_port
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 from quantcheck.pipeline import judge_question as grading_module
 from quantcheck.store.rubric import load_rubric
+from quantcheck.triage import pairs as pairs_module
+from quantcheck.triage.judging import NO_VERDICT, label_map
 
 from .conftest import (
     A_ANSWERS,

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from quantcheck.store.pair_records import PairRow
 from quantcheck.triage.judging import (
     CLASSES,
     NO_VERDICT,
@@ -22,7 +23,6 @@ from quantcheck.triage.judging import (
     judge_questions,
     read_reply,
 )
-from quantcheck.store.pair_records import PairRow
 
 # --- the reply parser: strict, bounded, never raising ---------------------------------
 

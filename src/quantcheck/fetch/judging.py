@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EndpointError, QuantcheckError
-from ..triage.judging import PROMPT_VERSION, REPLY_CHARS, JudgeQuestion
 from ..store.judge_cache import JudgeCache
 from ..store.judge_records import JudgeReply
+from ..triage.judging import PROMPT_VERSION, REPLY_CHARS, JudgeQuestion
 from ..wire.client import (
     EndpointClient,
     RequestFailed,

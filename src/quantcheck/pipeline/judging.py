@@ -23,21 +23,9 @@ import msgspec
 
 from ..errors import QuantcheckError
 from ..fetch.judging import JUDGE_RESPONSE_MB, JudgeClient, JudgeSettings, Tally, judge_model
-from ..triage.agreement import agreement, review_verdicts
-from ..triage.judging import (
-    NO_VERDICT,
-    PROMPT_VERSION,
-    Read,
-    combine,
-    fill_row,
-    judge_questions,
-    needs_judge,
-    order_verdict,
-    read_reply,
-)
 from ..present.sheet import write_sheet
 from ..store.judge_cache import JUDGE_CACHE, JudgeCache
-from ..store.judge_records import Agreement, JudgeDetails, JudgeReply, JudgeFigures
+from ..store.judge_records import Agreement, JudgeDetails, JudgeFigures, JudgeReply
 from ..store.pair_records import PairDetails, PairRow
 from ..store.report_dir import (
     CHUNK_PAIRS,
@@ -53,6 +41,18 @@ from ..store.report_dir import (
 )
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
+from ..triage.agreement import agreement, review_verdicts
+from ..triage.judging import (
+    NO_VERDICT,
+    PROMPT_VERSION,
+    Read,
+    combine,
+    fill_row,
+    judge_questions,
+    needs_judge,
+    order_verdict,
+    read_reply,
+)
 from ..wire.client import EndpointClient, public_url
 from .event_loop import run_blocking
 

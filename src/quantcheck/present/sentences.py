@@ -3,11 +3,11 @@ the plurals and phrases it is made of. The judge counts; these say it in words."
 
 from __future__ import annotations
 
-from ..triage.agreement import agreement_sentence
 from ..store.judge_records import JudgeFigures
 from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES
 from ..store.report_records import Counts, Summary
 from ..store.run_records import DEGENERATE_KINDS
+from ..triage.agreement import agreement_sentence
 
 __all__ = ["agreement_sentence", "collecting_speed", "degenerate_phrase",
            "flip_causes_phrase", "headline",
