@@ -22,7 +22,7 @@ from _common import save
 from playwright.sync_api import sync_playwright
 from triage_scale import generate
 
-from quantcheck import compare_to_dir
+from quantcheck import compare_runs
 
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run"]
@@ -48,7 +48,7 @@ def main() -> None:
     try:
         generate(root / "runs", args.pairs, 1, args.tokens, 5)
         started = time.perf_counter()
-        compare_to_dir(root / "runs" / "a", root / "runs" / "b", root / "report")
+        compare_runs(root / "runs" / "a", root / "runs" / "b", root / "report")
         compare_s = time.perf_counter() - started
         sheet = root / "report" / "index.html"
         sheet_bytes = sheet.stat().st_size

@@ -128,9 +128,9 @@ def ab_runs(serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> tuple[
 @pytest.fixture
 def planted_report(ab_runs: tuple[Path, Path], tmp_path: Path) -> Path:
     """A report directory (pairs, details, summary, sheet) of the planted A/B."""
-    from quantcheck import compare_to_dir
+    from quantcheck import compare_runs
 
-    compare_to_dir(*ab_runs, tmp_path / "report")
+    compare_runs(*ab_runs, tmp_path / "report")
     return tmp_path / "report"
 
 

@@ -174,3 +174,20 @@ def test_throughput_takes_a_suite(serve: object, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "output tokens/s" in result.output
     assert all(r.get("top_k") == 1 and "prompt" in r for r in server.requests)
+
+
+def test_every_public_name_is_documented_in_the_python_paragraph() -> None:
+    """docs/development.md's Python paragraph says what each name of `quantcheck.__all__`
+    is for (one name per job); every name there loads, and nothing else is exported."""
+    import re
+
+    import quantcheck
+
+    paragraph = re.split(r"\n- ", DOCS["development.md"].split("\n- Python:", 1)[1], maxsplit=1)[0]
+    undocumented = [name for name in quantcheck.__all__
+                    if not re.search(rf"`[^`]*\b{re.escape(name)}\b", paragraph)]
+    assert undocumented == []
+    for name in quantcheck.__all__:
+        getattr(quantcheck, name)
+    exported = {name for names in quantcheck._EXPORTS.values() for name in names}
+    assert exported | {"__version__"} == set(quantcheck.__all__)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck import CollectSettings, collect, compare_runs
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 
 from .conftest import COMMANDS, FIXTURES, RUNNER_UPS, interruptible, invoke
@@ -80,7 +80,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             endpoint=server.url, label=name, preflight=False, concurrency=1, top_logprobs=3))
     reports = {name: root / "reports" / name for name in ("same", "flipped")}
     for name, report in reports.items():
-        compare_to_dir(runs["a"], runs[name], report)
+        compare_runs(runs["a"], runs[name], report)
     try:
         yield World(root, prompts, *servers, runs=runs, reports=reports)
     finally:

@@ -11,10 +11,11 @@ import pytest
 
 from quantcheck.fetch.judging import JudgeClient, JudgeSettings
 from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.pipeline.event_loop import run_blocking
 from quantcheck.store.files import StorageError
 from quantcheck.store.judge_cache import JudgeCache
 from quantcheck.triage.judging import JudgeQuestion
-from quantcheck.wire.client import EndpointClient, run_blocking
+from quantcheck.wire.client import EndpointClient
 
 from .conftest import Serve
 

@@ -11,13 +11,13 @@ from typing import BinaryIO
 import orjson
 import pytest
 
-from quantcheck import CollectSettings, collect, compare_to_dir, load_run
+from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.fetch.preflight import PreflightFailed, ProbeShape, check_endpoint
 from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.pipeline.event_loop import run_blocking
 from quantcheck.store.prompt_sets import RequestOptions
 from quantcheck.store.report_dir import read_pairs
 from quantcheck.triage.tokenizers import tokenizer_agreement
-from quantcheck.wire.client import run_blocking
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke
 from .hostile import HostileServer, Request, chat_body, good, http
@@ -204,7 +204,7 @@ def test_different_tokenizers_withhold_token_metrics(serve: Serve, write_prompts
         server = serve(ScriptedModel(responses={"Australia": " Canberra."}), faults=faults)
         collect([prompts], tmp_path / side, CollectSettings(endpoint=server.url, label=side,
                                                             context_tokens=0))
-    summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    summary = compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     pairs = read_pairs(tmp_path / "report")
     assert "tokenize differently" in str(summary.preflight.token_metrics_withheld)
     assert pairs["first_divergence"].isna().all() and pairs["kl_topk_mean"].isna().all()
@@ -302,7 +302,7 @@ def test_two_templates_are_a_confound_in_the_preflight_and_the_cell(
         collect([prompts], tmp_path / side, CollectSettings(
             endpoint=server.url, label=side, context_tokens=0,
             cell={"quantization": quantization}))
-    summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    summary = compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     assert summary.cells.differs == ["quantization", "chat_template"]
     assert summary.cells.warning and "2 axes (quantization, chat_template)" in \
         summary.cells.warning

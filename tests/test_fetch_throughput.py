@@ -11,7 +11,7 @@ import pytest
 
 from quantcheck.errors import RequestsFailed
 from quantcheck.fetch.throughput import measure
-from quantcheck.wire.client import run_blocking
+from quantcheck.pipeline.event_loop import run_blocking
 
 from .conftest import TWO_PROMPTS, WritePrompts
 from .hostile import HostileServer, Request, good, stream_head

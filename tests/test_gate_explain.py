@@ -12,7 +12,7 @@ import pytest
 from click.testing import Result
 from junitparser import JUnitXml
 
-from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck import CollectSettings, collect, compare_runs
 from quantcheck.gate.explain import sheet_link
 from quantcheck.lab.scripted import ScriptedModel
 
@@ -75,7 +75,7 @@ def run_pair(serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
         collect([files], tmp_path / side, CollectSettings(
             endpoint=serve(ScriptedModel(answers, RUNNER_UPS)).url, label=side,
             preflight=False, concurrency=4, top_logprobs=2))
-    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     return tmp_path / "report"
 
 

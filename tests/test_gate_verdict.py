@@ -15,7 +15,7 @@ import pytest
 from click.testing import Result
 from junitparser import JUnitXml
 
-from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck import CollectSettings, collect, compare_runs
 from quantcheck.errors import RunFormatError
 from quantcheck.lab.scripted import Faults, ScriptedModel
 
@@ -325,7 +325,7 @@ def test_failed_requests_fail_the_gate_unless_the_policy_allows_them(
     some = run_side(serve, prompts, tmp_path / "b-some",
                     faults=Faults(status={0: 500, 5: 500}), retries=0)
     report = tmp_path / "some-failed"
-    compare_to_dir(a, some, report)
+    compare_runs(a, some, report)
     lenient = ["--max-factual-flips", "9", "--max-new-degenerate", "9"]
     result = invoke("gate", report, *lenient)
     assert result.exit_code == 1
@@ -430,7 +430,7 @@ def test_junit_stays_well_formed_with_control_characters(
                             'prompt: "Q: flip", expect: {contains: Canberra}}\n')
     a = run_side(serve, prompts, tmp_path / "a")
     b = run_side(serve, prompts, tmp_path / "b", answers={"Q: flip": " Sydney."})
-    compare_to_dir(a, b, tmp_path / "report")
+    compare_runs(a, b, tmp_path / "report")
     assert invoke("gate", tmp_path / "report").exit_code == 1
     suite = ElementTree.parse(tmp_path / "report" / "junit.xml").getroot()  # expat: strict
     case = suite.find("testcase")

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import orjson
 import pytest
 
-from quantcheck import CollectSettings, collect, compare_to_dir, load_run
+from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.errors import EndpointError
 from quantcheck.store.report_dir import read_summary
 from quantcheck.store.run_dir import RecordNotStorable, RunWriter
@@ -332,7 +332,7 @@ def test_every_summary_compare_writes_from_a_hostile_run_reads_back(
         collect([prompts], tmp_path / side, settings(hostile(respond), label=side,
                                                      stream=False, top_logprobs=2, retries=0))
     report = tmp_path / "report"
-    compare_to_dir(tmp_path / "a", tmp_path / "b", report)
+    compare_runs(tmp_path / "a", tmp_path / "b", report)
     summary = read_summary(report)
     assert summary.counts.unanswered.b == 2 and summary.counts.pairs == 1
 
@@ -352,7 +352,7 @@ def test_a_hand_made_run_with_infinite_logprobs_still_gives_a_readable_summary(
     (tmp_path / "b" / "tokens.bin").write_bytes(blob)
     line["tokens"] = {**line["tokens"], "offset": 0, "length": len(blob)}
     (tmp_path / "b" / "completions.jsonl").write_bytes(orjson.dumps(line) + b"\n")
-    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     summary = read_summary(tmp_path / "report")
     assert summary.counts.pairs == 1
     # the pair's infinite drift counts as no value; the rest is read as usual
@@ -437,7 +437,7 @@ def test_tool_call_arguments_beyond_64_bits_compare_exactly(
                 settings(hostile(answer(tool_call_answer(arguments))), label=side,
                          stream=False))
     for side, change in (("same", "identical"), ("other", "arguments_changed")):
-        compare_to_dir(tmp_path / "a", tmp_path / side, tmp_path / f"report-{side}")
+        compare_runs(tmp_path / "a", tmp_path / side, tmp_path / f"report-{side}")
         summary = read_summary(tmp_path / f"report-{side}")
         assert summary.counts.tool_calls == {change: 1}
 

@@ -27,7 +27,7 @@ from quantcheck.fetch.forced_scoring import ForcedSettings
 from quantcheck.fetch.preflight import check_endpoint
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.pipeline.collecting import score_run
-from quantcheck.wire.client import run_blocking
+from quantcheck.pipeline.event_loop import run_blocking
 
 from .conftest import invoke, skip_module_without_extra
 

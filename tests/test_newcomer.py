@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantcheck import compare_to_dir
+from quantcheck import compare_runs
 
 from .conftest import invoke
 
@@ -63,6 +63,6 @@ def test_a_replaced_report_sets_its_old_reviews_aside(ab_runs: tuple[Path, Path]
     # a review of this very report stays where it is
     identity = summary["identity"]
     (report / "reviews" / "li.json").write_text(json.dumps({**stale, "identity": identity}))
-    compare_to_dir(*ab_runs, report)
+    compare_runs(*ab_runs, report)
     assert (report / "reviews" / "li.json").exists()
     assert os.listdir(report / "reviews" / "set-aside-0123abcd") == ["dana.json"]

@@ -24,7 +24,9 @@ from quantcheck import CollectSettings, collect
 from quantcheck.errors import ConfigFileError
 from quantcheck.lab.launch import free_port
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
+from quantcheck.pipeline import judge_question as grading_module
 from quantcheck.store.rubric import load_rubric
+from quantcheck.triage import pairs as pairs_module
 from quantcheck.triage.judging import NO_VERDICT, label_map
 
 from .conftest import (
@@ -162,6 +164,49 @@ def test_details_keep_the_raw_replies_bounded(judged: Path) -> None:
     assert "judge" not in details["same"] and "judge" not in details["flip"]
     assert len((judged / "details.jsonl").read_bytes()) < 100_000
     assert not (judged / ".judging").exists()
+
+
+def details_by_prompt(report: Path) -> dict[str, bytes]:
+    return {json.loads(line)["prompt_id"]: line
+            for line in (report / "details.jsonl").read_bytes().splitlines()}
+
+
+def test_the_judge_writes_the_report_as_compare_writes_it(
+        planted_runs: tuple[Path, Path], judge: ScriptedServer, judged: Path,
+        tmp_path: Path) -> None:
+    """pairs.csv and details.jsonl have one writer: a report the judge is asked nothing
+    about (A against itself) is byte for byte the report compare writes without a
+    judge, and in the planted report every pair the judge was not asked about keeps
+    compare's details line."""
+    a = planted_runs[0]
+    for name, judging in (("plain", ()), ("judged", ("--judge", judge.url))):
+        result = invoke("compare", a, a, "--out", tmp_path / name, "--jobs", "1", *judging)
+        assert result.exit_code == 0, result.output
+    for name in ("pairs.csv", "details.jsonl"):
+        assert (tmp_path / "judged" / name).read_bytes() == \
+            (tmp_path / "plain" / name).read_bytes()
+    invoke("compare", *planted_runs, "--out", tmp_path / "unjudged", "--jobs", "1")
+    unjudged, with_judge = details_by_prompt(tmp_path / "unjudged"), details_by_prompt(judged)
+    assert with_judge.keys() == unjudged.keys()
+    for prompt_id, line in with_judge.items():
+        if prompt_id in PAIRS_JUDGED:
+            assert {**json.loads(line), "judge": None} == {**json.loads(unjudged[prompt_id]),
+                                                           "judge": None}
+        else:
+            assert line == unjudged[prompt_id], prompt_id
+
+
+def test_a_judged_report_is_the_same_whatever_the_chunk_size(
+        planted_runs: tuple[Path, Path], judge: ScriptedServer, judged: Path,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triage and the judge's pass both write CHUNK_PAIRS at a time; two pairs at a
+    time (the replies from the report's cache) writes the same files."""
+    monkeypatch.setattr(pairs_module, "CHUNK_PAIRS", 2)
+    monkeypatch.setattr(grading_module, "CHUNK_PAIRS", 2)
+    report = copy_of(judged, tmp_path)
+    compare_with_judge(planted_runs, report, judge.url)
+    for name in ("pairs.csv", "details.jsonl"):
+        assert (report / name).read_bytes() == (judged / name).read_bytes()
 
 
 def test_summary_counts_labels_and_says_what_the_judge_cost(judged: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck import CollectSettings, CompareOptions, collect, compare_runs
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.present.review_server import review_app
 
@@ -174,7 +174,7 @@ def test_hostile_model_output_never_executes(
         manifest = tmp_path / side / "manifest.json"
         manifest.write_text(json.dumps({**json.loads(manifest.read_text()),
                                         "label": f"<b>{side}</b>"}))
-    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     open_sheet(page, (tmp_path / "report" / "index.html").as_uri())
@@ -236,7 +236,7 @@ def test_large_sheet_renders_lazily(page: Any, tmp_path: Path) -> None:
     from triage_scale import generate
 
     generate(tmp_path / "runs", 2000, 1, 24, 3)
-    compare_to_dir(tmp_path / "runs" / "a", tmp_path / "runs" / "b", tmp_path / "report")
+    compare_runs(tmp_path / "runs" / "a", tmp_path / "runs" / "b", tmp_path / "report")
     open_sheet(page, (tmp_path / "report" / "index.html").as_uri())
     assert page.locator("#shown").inner_text() == "2000 of 2000 shown"
     assert page.locator("article.pair").count() == 40
@@ -255,7 +255,7 @@ def test_approved_pairs_show_as_reviewed(page: Any, ab_runs: tuple[Path, Path],
     approvals = tmp_path / "approvals.json"
     approvals.write_text(json.dumps({"format": APPROVALS_FORMAT, "approvals": {
         key: {"prompt_id": "wording", "label": "wording", "approved_at": "2026-11-01"}}}))
-    compare_to_dir(*ab_runs, tmp_path / "report", approvals=approvals)
+    compare_runs(*ab_runs, tmp_path / "report", CompareOptions(approvals=approvals))
     open_sheet(page, (tmp_path / "report" / "index.html").as_uri())
     wording = card(page, "wording")
     assert "approved: Wording only (2026-11-01)" in wording.locator("header").inner_text()
@@ -290,7 +290,7 @@ def test_prompt_ids_named_like_object_properties_keep_their_verdicts(
         collect([prompts], tmp_path / side, CollectSettings(endpoint=server.url, label=side,
                                                             preflight=False))
     report = tmp_path / "report"
-    compare_to_dir(tmp_path / "a", tmp_path / "b", report)
+    compare_runs(tmp_path / "a", tmp_path / "b", report)
     write_review(report, "li", {name: {"label": "wording"} for name in ODD_IDS})
     from quantcheck.present.sheet import write_sheet
 
@@ -388,7 +388,7 @@ def test_a_b_text_sent_as_its_shared_start_with_a_reads_back_whole(
              ("short A", "other B")]
     (tmp_path / "a.texts.json").write_text(json.dumps([a for a, _ in texts]))
     (tmp_path / "b.texts.json").write_text(json.dumps([b for _, b in texts]))
-    compare_to_dir(tmp_path / "a.texts.json", tmp_path / "b.texts.json", tmp_path / "report")
+    compare_runs(tmp_path / "a.texts.json", tmp_path / "b.texts.json", tmp_path / "report")
     html = (tmp_path / "report" / "index.html").read_text()
     assert html.count("then A goes on") == 1  # the shared start is not sent twice
     open_sheet(page, (tmp_path / "report" / "index.html").as_uri())

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantcheck import CollectSettings, collect, compare_to_dir, load_run
+from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.present import sheet as sheet_module
 from quantcheck.store.merging import merge_runs
@@ -75,7 +75,7 @@ def test_four_shards_merge_into_the_unsharded_run(serve: Serve, write_prompts: W
     assert merged.status == "complete" and merged.manifest.parameters.shard is None
     assert list(merged.prompts) == list(load_run(tmp_path / "whole").prompts)
     for name in ("whole", "merged"):
-        compare_to_dir(tmp_path / "a", tmp_path / name, tmp_path / f"report-{name}")
+        compare_runs(tmp_path / "a", tmp_path / name, tmp_path / f"report-{name}")
     assert (tmp_path / "report-merged" / "pairs.csv").read_bytes() == (
         tmp_path / "report-whole" / "pairs.csv").read_bytes()
     summaries = [json.loads((tmp_path / f"report-{name}" / "summary.json").read_text())
@@ -243,7 +243,7 @@ def test_a_large_sheet_embeds_only_the_pairs_that_need_a_human(
                                                        context_tokens=0))
     collect([prompts], tmp_path / "b", CollectSettings(endpoint=b.url, label="b",
                                                        context_tokens=0))
-    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "r")
+    compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "r")
     sheet = (tmp_path / "r" / "index.html").read_text()
     assert sheet.count("Sydney, not Canberra") == 11  # B's text of the 11 differing pairs
     assert sheet.count("Canberra, not Sydney") == 11  # A's: the 12 identical ones elided
@@ -300,10 +300,10 @@ def test_a_report_written_a_few_pairs_at_a_time_is_the_report_written_whole(
     the files, the identity and the totals are those of one chunk, and pairs.csv is the
     library's whole frame written at once."""
     a, b = two_runs(serve, write_prompts, tmp_path, a_count=23, b_count=20)
-    compare_to_dir(a, b, tmp_path / "whole")
+    compare_runs(a, b, tmp_path / "whole")
     monkeypatch.setattr(compare_module, "CHUNK_PAIRS", 3)
     monkeypatch.setattr(sheet_module, "SHEET_PAIRS_CHUNK", 4)
-    compare_to_dir(a, b, tmp_path / "chunked")
+    compare_runs(a, b, tmp_path / "chunked")
     for name in ("pairs.csv", "details.jsonl"):
         assert (tmp_path / "whole" / name).read_bytes() == \
             (tmp_path / "chunked" / name).read_bytes()
@@ -322,7 +322,7 @@ def test_integer_columns_stay_integers_beside_empty_cells(
     """pandas wrote an integer column with an empty cell as floats ("12.0"); each column
     now keeps PairRow's type, so a chunk writes the same whatever its neighbours."""
     a, b = two_runs(serve, write_prompts, tmp_path, a_count=5, b_count=3)
-    compare_to_dir(a, b, tmp_path / "r")
+    compare_runs(a, b, tmp_path / "r")
     with (tmp_path / "r" / "pairs.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     integers = [c for c, kind in PAIR_DTYPES.items() if kind == "Int64"]
@@ -339,7 +339,7 @@ def test_pairs_read_back_as_the_typed_rows_compare_wrote(
     """read_pairs keeps each column's type beside empty cells (Int64, boolean, float);
     read_pair_rows gives typed rows that write pairs.csv again byte for byte."""
     a, b = two_runs(serve, write_prompts, tmp_path, a_count=5, b_count=3)
-    compare_to_dir(a, b, tmp_path / "r")
+    compare_runs(a, b, tmp_path / "r")
     frame = read_pairs(tmp_path / "r")
     typed = {c: kind for c, kind in PAIR_DTYPES.items() if c not in TEXT_COLUMNS}
     assert {c: str(frame[c].dtype) for c in typed} == typed
@@ -353,7 +353,7 @@ def test_a_broken_pairs_table_found_while_the_sheet_streams_leaves_the_old_sheet
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two_runs(serve, write_prompts, tmp_path)
-    compare_to_dir(a, b, tmp_path / "r")
+    compare_runs(a, b, tmp_path / "r")
     sheet = (tmp_path / "r" / "index.html").read_bytes()
     with (tmp_path / "r" / "pairs.csv").open("a") as handle:
         handle.write('q99,"a cell that never ends\n')
@@ -390,7 +390,7 @@ def test_a_compare_that_cannot_write_keeps_the_old_report_and_a_rerun_finishes(
     limit here) is one line, and the report already there stays whole."""
     a, b = two_runs(serve, write_prompts, tmp_path)
     report = tmp_path / "r"
-    compare_to_dir(a, a, report)
+    compare_runs(a, a, report)
     before = {p.name: p.read_bytes() for p in report.iterdir() if p.is_file()}
     command = [sys.executable, "-m", "quantcheck", "compare", str(a), str(b), "--out",
                str(report)]

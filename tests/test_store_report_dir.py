@@ -3,22 +3,28 @@ missing or malformed is one RunFormatError naming it, never a traceback."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import msgspec
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect
 from quantcheck.errors import RunFormatError
 from quantcheck.fetch.forced_scoring import ForcedSettings
 from quantcheck.pipeline.collecting import score_run
-from quantcheck.store.pair_records import ENUMERATED
+from quantcheck.store.pair_records import ENUMERATED, PairDetails
 from quantcheck.store.report_dir import (
+    DETAILS,
     FORCED_JSON,
     FORCED_JSONL,
     PAIRS,
     read_forced,
     read_pair_rows,
+    writing_pairs,
 )
 from quantcheck.store.run_records import DEGENERATE_KINDS, LENGTH_CAPPED
 from quantcheck.triage.judging import CLASSES, NO_VERDICT, UNCLEAR
@@ -87,3 +93,50 @@ def test_every_value_triage_writes_is_one_its_column_allows(planted_report: Path
     assert set(TOOL_CALL_CHANGES) < set(ENUMERATED["tool_call_change"])
     assert {*CLASSES, UNCLEAR, NO_VERDICT} < set(ENUMERATED["judge_class"])
     assert {*DEGENERATE_KINDS, LENGTH_CAPPED} < set(ENUMERATED["a_degenerate"])
+
+
+# --- the one writer of pairs.csv and details.jsonl -----------------------------------------
+
+def test_pairs_written_in_any_chunks_are_the_report_compare_wrote(planted_report: Path,
+                                                                  tmp_path: Path) -> None:
+    """A report's pairs and details, read back and written again cut into any chunks
+    (empty ones too), are its pairs.csv and details.jsonl byte for byte."""
+    rows = read_pair_rows(planted_report)
+    details = [msgspec.json.decode(line, type=PairDetails)
+               for line in (planted_report / DETAILS).read_bytes().splitlines()]
+    files = {name: (planted_report / name).read_bytes() for name in (PAIRS, DETAILS)}
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.integers(0, len(rows)), max_size=5))
+    def chunked(cuts: list[int]) -> None:
+        bounds = [0, *sorted(cuts), len(rows)]
+        with writing_pairs(tmp_path) as writer:
+            for start, end in zip(bounds, bounds[1:], strict=False):
+                writer.write(rows[start:end], details[start:end])
+        assert {name: (tmp_path / name).read_bytes() for name in files} == files
+
+    chunked()
+
+
+def test_no_pairs_write_the_header_alone_and_a_failure_leaves_the_report(
+        planted_report: Path) -> None:
+    before = {name: (planted_report / name).read_bytes() for name in (PAIRS, DETAILS)}
+    with pytest.raises(RuntimeError), writing_pairs(planted_report) as writer:
+        writer.write(read_pair_rows(planted_report)[:1], [PairDetails(prompt_id="x")])
+        raise RuntimeError("stopped while the pairs were written")
+    assert {name: (planted_report / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in planted_report.iterdir() if p.name.endswith(".tmp")) == []
+    with writing_pairs(planted_report):
+        pass
+    assert (planted_report / PAIRS).read_bytes() == before[PAIRS].split(b"\n", 1)[0] + b"\n"
+    assert (planted_report / DETAILS).read_bytes() == b""
+
+
+def test_no_other_module_writes_pairs_csv_or_details_jsonl() -> None:
+    """Compare and the judge's pass write a report's pairs through `writing_pairs`, so
+    its chunking, column types and replacement live in one place."""
+    package = Path(__file__).parents[1] / "src" / "quantcheck"
+    writing = re.compile(r"\b(pairs_csv|details_jsonl)\(|AtomicFile\([^)]*\b(PAIRS|DETAILS)\)")
+    writers = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                     if writing.search(path.read_text(encoding="utf-8")))
+    assert writers == ["store/report_dir.py"]

@@ -77,7 +77,7 @@ def test_suites_join_prompts_on_the_command_line(tmp_path: Path) -> None:
 
 def test_a_long_context_prompt_is_shown_by_its_start_and_end(
         serve: Any, write_prompts: Any, tmp_path: Path) -> None:
-    from quantcheck import CollectSettings, collect, compare_to_dir
+    from quantcheck import CollectSettings, collect, compare_runs
 
     server = serve()
     prompts = write_prompts("""
@@ -89,7 +89,7 @@ def test_a_long_context_prompt_is_shown_by_its_start_and_end(
     for side in ("a", "b"):
         collect([prompts], tmp_path / side, CollectSettings(
             endpoint=server.url, label=side, top_logprobs=0, preflight=False))
-    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     detail = json.loads((tmp_path / "report" / "details.jsonl").read_text().splitlines()[0])
     shown = detail["request"]["prompt"]
     assert len(shown) < 4200 and "characters not shown" in shown

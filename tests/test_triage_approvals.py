@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quantcheck import compare_to_dir
+from quantcheck import CompareOptions, compare_runs
 from quantcheck.store.report_dir import read_pairs
 
 from .conftest import gate_rules, invoke, write_review
@@ -29,7 +29,7 @@ def test_approved_differences_need_no_second_review(
     assert sorted(e["prompt_id"] for e in stored.values()) == ["near-tie", "wording"]
 
     again = tmp_path / "again"
-    compare_to_dir(*ab_runs, again, approvals=approvals)
+    compare_runs(*ab_runs, again, CompareOptions(approvals=approvals))
     approved = read_pairs(again).set_index("prompt_id")["approved_label"]
     assert approved["wording"] == "wording" and approved["near-tie"] == "ambiguous"
     assert approved["numbers"] == ""
@@ -54,6 +54,6 @@ def test_approve_keeps_approvals_with_the_report_and_never_a_regression(
     stored = json.loads((planted_report / "approvals.json").read_text())["approvals"]
     assert sorted(e["prompt_id"] for e in stored.values()) == ["near-tie", "wording"]
     assert not (tmp_path / "approvals.json").exists()  # not beside the prompt files
-    compare_to_dir(*ab_runs, planted_report)  # the same report, compared again
+    compare_runs(*ab_runs, planted_report)  # the same report, compared again
     approved = read_pairs(planted_report).set_index("prompt_id")["approved_label"]
     assert approved["wording"] == "wording" and approved["numbers"] == ""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from quantcheck import CollectSettings, collect, compare_to_dir, load_run
+from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.store.run_dir import ServerInfo
 from quantcheck.triage.cells import (
@@ -132,7 +132,7 @@ def test_collect_records_the_cell_and_compare_warns_on_confounds(
     manifest = load_run(tmp_path / "a").manifest
     assert manifest.cell["gpu"] == "H100" and manifest.cell["runtime"] == "vllm"
     assert manifest.cell_key == "scripted-model__vllm-0.11.0"
-    summary = compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    summary = compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     assert summary.cells.differs == ["runtime", "runtime_version"]
     assert "differ in 2 axes (runtime, runtime_version)" in str(summary.cells.warning)
     html = (tmp_path / "report" / "index.html").read_text()

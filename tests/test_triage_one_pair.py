@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck import CollectSettings, collect, compare_runs
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.triage.signals import flip_cause
 
@@ -136,7 +136,7 @@ def test_the_confident_only_policy_passes_flips_noise_explains(
     answers = {**B_ANSWERS, "Q: confident": A_ANSWERS["Q: confident"]}
     a = collect_side(serve, prompts, tmp_path / "a", A_ANSWERS)
     b = collect_side(serve, prompts, tmp_path / "b", answers)
-    compare_to_dir(a, b, tmp_path / "report")
+    compare_runs(a, b, tmp_path / "report")
     assert invoke("gate", tmp_path / "report").exit_code == 1
     assert invoke("gate", tmp_path / "report", "--confident-flips-only").exit_code == 0
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from quantcheck import CollectSettings, collect, compare_to_dir
+from quantcheck import CollectSettings, collect, compare_runs
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.triage.templates import known_fallback, markers_in, template_signs
 
@@ -41,7 +41,7 @@ def template_report(serve: Serve, write_prompts: WritePrompts,
     for side, server in (("a", a), ("b", b)):
         collect([prompts], tmp_path / side, CollectSettings(
             endpoint=server.url, label=side, context_tokens=0))
-    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     return tmp_path / "report"
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantcheck import CollectSettings, collect, compare_to_dir, load_run
+from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.store.token_columns import pack
 from quantcheck.triage.routing import between
 from quantcheck.wire.routing import (
@@ -127,7 +127,7 @@ def test_routing_that_cannot_be_right_is_unusable_and_the_answer_is_kept(
     assert record.tokens.routing is None
     assert record.routing_unusable is not None and reason in record.routing_unusable
 
-    compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
     (pair,) = read_csv(tmp_path / "report" / "pairs.csv")
     assert pair["routing_diff_share"] == "" and pair["routing_first_token"] == ""
     (detail,) = [json.loads(line) for line in (tmp_path / "report" / "details.jsonl")
@@ -231,7 +231,7 @@ def test_a_stored_routing_that_cannot_be_right_is_not_compared(
         (tmp_path / "b" / "tokens.bin").write_bytes(blob)
         line["tokens"] = {**line["tokens"], "offset": 0, "length": len(blob)}
         (tmp_path / "b" / "completions.jsonl").write_text(json.dumps(line) + "\n")
-        compare_to_dir(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+        compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
         (pair,) = read_csv(tmp_path / "report" / "pairs.csv")
         assert pair["routing_diff_share"] == "" and pair["b_routing"] == ""
         assert "alike" not in (tmp_path / "report" / "details.jsonl").read_text()

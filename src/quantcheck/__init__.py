@@ -18,7 +18,7 @@ _EXPORTS = {
     "triage.pairs": ["compare"],
     "pipeline.ab": ["ABRun", "run_ab"],
     "pipeline.collecting": ["collect"],
-    "pipeline.comparing": ["CompareOptions", "compare_runs", "compare_to_dir"],
+    "pipeline.comparing": ["CompareOptions", "compare_runs"],
     "store.prompt_sets": ["RequestOptions", "SourceOptions", "load_prompts"],
     "store.report_dir": ["read_pairs", "read_summary"],
     "store.report_records": ["Summary"],
@@ -30,8 +30,8 @@ __all__ = [
     "ABRun", "CollectResult", "CollectSettings", "CompareOptions", "Completion", "Expect",
     "JudgeSettings", "Manifest", "Prompt", "QuantcheckError", "RequestOptions", "Run",
     "SourceOptions", "Summary", "Tokens",
-    "__version__", "collect", "collect_async", "compare", "compare_runs", "compare_to_dir",
-    "load_prompts", "load_run", "read_pairs", "read_summary", "run_ab",
+    "__version__", "collect", "collect_async", "compare", "compare_runs", "load_prompts",
+    "load_run", "read_pairs", "read_summary", "run_ab",
 ]
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .fetch.judging import JudgeSettings
     from .pipeline.ab import ABRun, run_ab
     from .pipeline.collecting import collect
-    from .pipeline.comparing import CompareOptions, compare_runs, compare_to_dir
+    from .pipeline.comparing import CompareOptions, compare_runs
     from .store.prompt_sets import RequestOptions, SourceOptions, load_prompts
     from .store.report_dir import read_pairs, read_summary
     from .store.report_records import Summary

@@ -23,7 +23,7 @@ from ..store.report_records import Overview, Summary
 from ..store.rubric import load_rubric
 from ..store.run_dir import Throughput, write_throughput
 from ..store.shards import shard_prompts
-from ..wire.client import all_or_none, public_url, run_blocking
+from ..wire.client import all_or_none, public_url
 from .comparing import (
     CompareOptions,
     ReportJob,
@@ -31,6 +31,7 @@ from .comparing import (
     judge_mapping,
     write_candidates_overview,
 )
+from .event_loop import run_blocking
 
 
 @dataclass

@@ -32,7 +32,7 @@ from ..store.prompt_sets import load_prompts
 from ..store.run_records import Prompt
 from ..triage.certificate import certify, control_note, control_result
 from ..triage.certify_plan import make_plan
-from ..wire.client import run_blocking
+from .event_loop import run_blocking
 
 DEFAULT_MAX_REQUESTS = 20000
 

@@ -17,7 +17,8 @@ from ..store.run_records import DEFAULT_CONTEXT_TOKENS
 from ..triage.cells import cell_from_server, cell_key
 from ..triage.templates import template_agreement
 from ..triage.tokenizers import tokenizer_agreement
-from ..wire.client import api_key_from_env, public_url, run_blocking
+from ..wire.client import api_key_from_env, public_url
+from .event_loop import run_blocking
 
 
 @dataclass

@@ -14,7 +14,7 @@ from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
 from ..store.prompt_sets import RequestOptions
 from ..store.report_records import ForcedSummary
 from ..store.run_dir import Throughput
-from ..wire.client import run_blocking
+from .event_loop import run_blocking
 
 
 def collect(prompt_files: Sequence[str | Path], out: str | Path, settings: CollectSettings,

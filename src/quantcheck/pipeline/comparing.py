@@ -103,7 +103,7 @@ def compare_reports(jobs: Sequence[ReportJob], prompts: Mapping[str, Prompt] | N
     begun; what every job reads besides its sides is read first, so bad input is
     refused before any report is touched. With a judge (the first job's options name
     it) every report is triaged into its staging folder, then the judge is asked about
-    each in one event loop, each report finished right after its question to the judge. `written`
+    each in one event loop, each report finished right after the judge answered it. `written`
     follows which reports were replaced (what an interruption or a failure leaves)."""
     written = written if written is not None else Written()
     judge = jobs[0].options.judge if jobs else None
@@ -189,22 +189,6 @@ def _finish(job: ReportJob, summary: Summary, totals: PairTotals, read: _Inputs,
     write_summary(out, summary)
     write_sheet(out, read.rubric)
     return summary
-
-
-def compare_to_dir(a: str | Path, b: str | Path, out: str | Path, sig_digits: int = 12,
-                   prompts: Mapping[str, Prompt] | None = None,
-                   approvals: str | Path | None = None,
-                   logs: dict[str, Path | None] | None = None,
-                   signature_files: tuple[Path, ...] = (),
-                   forced: str | Path | None = None, code_exec: Limits | None = None,
-                   jobs: int = 1) -> Summary:
-    """`compare_runs` with its options as keywords. `forced`: a folder written by
-    `quantcheck forced`; `jobs`: processes for the signatures and the pairs."""
-    logs = logs or {}
-    return compare_runs(a, b, out, CompareOptions(
-        sig_digits=sig_digits, approvals=Path(approvals) if approvals else None,
-        a_log=logs.get("a"), b_log=logs.get("b"), signature_files=signature_files,
-        forced=Path(forced) if forced else None, code_exec=code_exec, jobs=jobs), prompts)
 
 
 def compare_all(a: Path, bs: Sequence[Path], out: Path, options: CompareOptions,

@@ -19,7 +19,7 @@ from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts
 from ..store.run_dir import Parameters, load_run, write_json_atomic
 from ..triage.determinism import analyze_side
 from ..triage.sides import load_side
-from ..wire.client import run_blocking
+from .event_loop import run_blocking
 
 
 @dataclass

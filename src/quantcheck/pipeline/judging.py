@@ -24,21 +24,20 @@ import msgspec
 from ..errors import QuantcheckError
 from ..fetch.judging import JUDGE_RESPONSE_MB, JudgeClient, JudgeSettings, Tally, judge_model
 from ..present.sheet import write_sheet
-from ..store.files import AtomicFile
 from ..store.judge_cache import JUDGE_CACHE, JudgeCache
 from ..store.judge_records import Agreement, JudgeDetails, JudgeFigures, JudgeReply
 from ..store.pair_records import PairDetails, PairRow
 from ..store.report_dir import (
+    CHUNK_PAIRS,
     DETAILS,
     PAIRS,
     DetailsReader,
     PromptIds,
-    details_jsonl,
     iter_pair_rows,
-    pairs_csv,
     read_judge_labels,
     read_summary,
     write_summary,
+    writing_pairs,
 )
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
@@ -54,11 +53,11 @@ from ..triage.judging import (
     order_verdict,
     read_reply,
 )
-from ..wire.client import EndpointClient, public_url, run_blocking
+from ..wire.client import EndpointClient, public_url
+from .event_loop import run_blocking
 
 T = TypeVar("T")
 JUDGING = ".judging"  # REPORT_DIR/.judging/: the triaged pairs, before the judge's columns
-CHUNK_PAIRS = 2000  # pairs read, judged and written at a time
 
 
 def staging(report_dir: Path) -> Path:
@@ -104,21 +103,14 @@ async def _judge_report(client: EndpointClient, model: str | None, error: str | 
     cache_path = settings.cache or out / JUDGE_CACHE
     classes: Counter[str] = Counter()
     with JudgeCache(cache_path, None if settings.cache else out) as cache, \
-            AtomicFile(out / PAIRS) as table, AtomicFile(out / DETAILS) as lines:
+            writing_pairs(out) as writer:
         judge_client = JudgeClient(client, model, settings, cache) if model else None
         details = DetailsReader(staging(out))
-        written = False
         for rows in iter_pair_rows(staging(out), CHUNK_PAIRS):
             shown = [msgspec.convert(details.get(row.prompt_id) or {"prompt_id": row.prompt_id},
                                      PairDetails) for row in rows]
             await _judge_chunk(judge_client, error, rows, shown, mapping, classes)
-            table.write(pairs_csv(rows, header=not written))
-            lines.write(details_jsonl(shown))
-            written = True
-        if not written:
-            table.write(pairs_csv([]))
-        table.flush()
-        lines.flush()
+            writer.write(rows, shown)
     _remove(staging(out))
     tally = judge_client.tally if judge_client else Tally()
     return JudgeFigures(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Container, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -25,7 +26,7 @@ import orjson
 import pandas as pd
 
 from ..errors import RunFormatError
-from .files import make_directory
+from .files import AtomicFile, make_directory
 from .pair_records import (
     ENUMERATED,
     PAIR_COLUMNS,
@@ -54,6 +55,11 @@ OVERVIEW = "overview.json"  # several candidates: DIR/overview.json,
 CANDIDATES = "candidates"  # and each one's report in DIR/candidates/LABEL/
 MATRIX = "matrix.csv"
 PAIRS_READ_AT_ONCE = 2000  # rows of pairs.csv read at a time where it is streamed
+# Pairs held, written and forgotten at a time while pairs.csv and details.jsonl are
+# written (by compare, and again by the judge's pass): memory does not grow with the
+# prompt count (a chunk is about 1 MB of rows and details at 128-token answers). The
+# files are the same whatever the chunk size.
+CHUNK_PAIRS = 256
 
 FORCED_JSON = "forced.json"
 FORCED_JSONL = "forced.jsonl"
@@ -119,6 +125,39 @@ def pairs_csv(rows: Sequence[PairRow], header: bool = True) -> bytes:
 def details_jsonl(details: Iterable[PairDetails]) -> bytes:
     """Lines of details.jsonl (a field left UNSET is not written)."""
     return b"".join(orjson.dumps(msgspec.to_builtins(detail)) + b"\n" for detail in details)
+
+
+class PairsWriter:
+    """Appends pairs, chunk by chunk, to the temporaries of pairs.csv and details.jsonl
+    (`writing_pairs`)."""
+
+    def __init__(self, table: AtomicFile, lines: AtomicFile) -> None:
+        self._table = table
+        self._lines = lines
+        self._header = True
+
+    def write(self, rows: Sequence[PairRow], details: Sequence[PairDetails]) -> None:
+        """The next pairs in order: their rows and, line for line, their details."""
+        self._table.write(pairs_csv(rows, header=self._header))
+        self._lines.write(details_jsonl(details))
+        self._header = False
+
+    def finish(self) -> None:
+        if self._header:
+            self._table.write(pairs_csv([]))  # no pairs: the header alone
+        self._table.flush()  # both written before either replaces the old report's
+        self._lines.flush()
+
+
+@contextmanager
+def writing_pairs(report_dir: Path) -> Iterator[PairsWriter]:
+    """The one writer of REPORT_DIR/pairs.csv and details.jsonl: what the block writes
+    goes to temporaries that replace both when it ends without an exception (with one,
+    or a full disk, both stay as they were)."""
+    with AtomicFile(report_dir / PAIRS) as table, AtomicFile(report_dir / DETAILS) as lines:
+        writer = PairsWriter(table, lines)
+        yield writer
+        writer.finish()
 
 
 def read_pairs(report_dir: str | Path) -> pd.DataFrame:

@@ -1,5 +1,6 @@
-"""Judge two sides pair by pair, CHUNK_PAIRS at a time: the pairs (pairs.csv's rows,
-typed `PairRow`s), their details, and the totals the summary is made of."""
+"""Judge two sides pair by pair, CHUNK_PAIRS (store/report_dir.py) at a time: the pairs
+(pairs.csv's rows, typed `PairRow`s), their details, and the totals the summary is made
+of."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from ..store.files import AtomicFile, make_directory
+from ..store.files import make_directory
 from ..store.pair_records import PairDetails, PairRow
-from ..store.report_dir import DETAILS, PAIRS, details_jsonl, pair_frame, pairs_csv, read_forced
+from ..store.report_dir import CHUNK_PAIRS, pair_frame, read_forced, writing_pairs
 from ..store.report_records import ForcedSummary, KLHistogram, Summary
 from ..store.run_dir import first_seen
 from ..store.run_records import Prompt
@@ -62,11 +63,6 @@ def _side(source: str | Path | Side, sig_digits: int, prompts: Mapping[str, Prom
 
 def _is_texts(source: str | Path | Side) -> bool:
     return not isinstance(source, Side) and Path(source).suffix == ".json"
-
-
-# Pairs judged, written and forgotten at a time: compare's memory does not grow with
-# the prompt count (a chunk is about 1 MB of rows and details at 128-token answers).
-CHUNK_PAIRS = 256
 
 
 def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: int = 1
@@ -153,19 +149,14 @@ def write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, Appr
     identity = hashlib.sha256()
     totals = PairTotals()
     make_directory(out)
-    with side_a, side_b, AtomicFile(out / PAIRS) as table, AtomicFile(out / DETAILS) as lines:
+    with side_a, side_b, writing_pairs(out) as writer:
         for rows, details in judged_chunks(side_a, side_b, code_runner(code_exec), jobs):
             apply_approvals(rows, approvals)
             if forced_summary is not None:
                 _add_forced(rows, forced_columns)
-            table.write(pairs_csv(rows, header=not totals.prompts))
-            lines.write(details_jsonl(details))
+            writer.write(rows, details)
             update_identity(identity, rows)
             totals.add(rows)
-        if not totals.prompts:
-            table.write(pairs_csv([]))
-        table.flush()  # both written before either replaces the old report's
-        lines.flush()
         summary = totals.summary(side_a, side_b, statistics=False)
         summary.forced = forced_summary
         summary.near_tie_nats = NEAR_TIE_NATS

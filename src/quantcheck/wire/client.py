@@ -23,8 +23,7 @@ import random
 import re
 import time
 import warnings
-from collections.abc import Awaitable, Coroutine, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -528,20 +527,6 @@ async def all_or_none(coroutines: Iterable[Awaitable[T]]) -> list[T]:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def run_blocking(coroutine: Coroutine[object, None, T]) -> T:
-    """asyncio.run, also from code that already runs an event loop (Jupyter, Playwright):
-    there the coroutine gets its own loop in a worker thread."""
-    try:
-        asyncio.get_running_loop()
-        running = True
-    except RuntimeError:
-        running = False
-    if not running:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 def api_key_from_env(variable: str | None) -> str | None:
