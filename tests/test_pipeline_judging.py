@@ -24,7 +24,7 @@ from quantcheck import CollectSettings, collect
 from quantcheck.errors import ConfigFileError
 from quantcheck.lab.launch import free_port
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
-from quantcheck.pipeline import judge_question as grading_module
+from quantcheck.pipeline import judging as judging_module
 from quantcheck.store.rubric import load_rubric
 from quantcheck.triage import pairs as pairs_module
 from quantcheck.triage.judging import NO_VERDICT, label_map
@@ -202,7 +202,7 @@ def test_a_judged_report_is_the_same_whatever_the_chunk_size(
     """Triage and the judge's pass both write CHUNK_PAIRS at a time; two pairs at a
     time (the replies from the report's cache) writes the same files."""
     monkeypatch.setattr(pairs_module, "CHUNK_PAIRS", 2)
-    monkeypatch.setattr(grading_module, "CHUNK_PAIRS", 2)
+    monkeypatch.setattr(judging_module, "CHUNK_PAIRS", 2)
     report = copy_of(judged, tmp_path)
     compare_with_judge(planted_runs, report, judge.url)
     for name in ("pairs.csv", "details.jsonl"):
