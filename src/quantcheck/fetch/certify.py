@@ -1,4 +1,4 @@
-"""Send a determinism certificate's plan (judge/certify_plan.py) to one endpoint.
+"""Send a determinism certificate's plan (triage/certify_plan.py) to one endpoint.
 
 Rounds go one after another; a round's probes are sent at once. The prefix cache is
 turned off where the runtime allows it: llama.cpp by `cache_prompt: false` in every
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed
-from ..judge.routing import row_digests
+from ..triage.routing import row_digests
 from ..store.certificate_records import Answer, Plan, Probe, Round
 from ..store.engines import known, profile_of
 from ..store.run_records import Prompt

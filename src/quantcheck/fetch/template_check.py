@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from ..judge.templates import known_fallback, markers_in, rendering_key
+from ..triage.templates import known_fallback, markers_in, rendering_key
 from ..store.engines import APPLY_TEMPLATE, TOKENIZE_MESSAGES, profile_of, tokenizers_first
 from ..store.preflight_records import Check, TemplateRendering
 from ..store.run_dir import ServerInfo
