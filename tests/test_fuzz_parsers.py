@@ -19,8 +19,6 @@ from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import EndpointError, PromptFileError
-from quantcheck.triage.cells import cell_from_server, cell_key
-from quantcheck.triage.expects import check_answer, choice_of
 from quantcheck.store.prompt_sets import load_prompts
 from quantcheck.store.run_dir import ServerInfo
 from quantcheck.store.run_records import Completion, Expect, ToolCall, ToolCallExpect
@@ -31,6 +29,8 @@ from quantcheck.store.runtimes import (
     runtime_version,
 )
 from quantcheck.store.token_columns import pack, unpack
+from quantcheck.triage.cells import cell_from_server, cell_key
+from quantcheck.triage.expects import check_answer, choice_of
 from quantcheck.wire.dialects import (
     EventStream,
     Generation,

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import RunFormatError
-from quantcheck.triage import sides
 from quantcheck.store.run_dir import PromptLines, prompt_key
+from quantcheck.triage import sides
 
 completion_lines = st.lists(st.fixed_dictionaries({
     "prompt_id": st.sampled_from(["p1", "p2", "p3", "p\u00e9", "stray"]),

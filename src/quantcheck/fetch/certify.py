@@ -23,11 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed
-from ..triage.routing import row_digests
 from ..store.certificate_records import Answer, Plan, Probe, Round
 from ..store.engines import known, profile_of
 from ..store.run_records import Prompt
 from ..store.runtimes import context_length
+from ..triage.routing import row_digests
 from ..wire.client import (
     TRANSPORT_ERRORS,
     EndpointClient,

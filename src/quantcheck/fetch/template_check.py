@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from ..triage.templates import known_fallback, markers_in, rendering_key
 from ..store.engines import APPLY_TEMPLATE, TOKENIZE_MESSAGES, profile_of, tokenizers_first
 from ..store.preflight_records import Check, TemplateRendering
 from ..store.run_dir import ServerInfo
 from ..store.runtimes import mapping
+from ..triage.templates import known_fallback, markers_in, rendering_key
 from ..wire.client import TRANSPORT_ERRORS, EndpointClient, HTTPStatusError, server_root
 from ..wire.dialects import MalformedResponse
 
