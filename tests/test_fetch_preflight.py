@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from quantcheck import CollectSettings, collect, compare_runs, load_run
+from quantcheck.errors import ParameterRejected
 from quantcheck.fetch.preflight import PreflightFailed, ProbeShape, check_endpoint
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.pipeline.event_loop import run_blocking
@@ -354,3 +355,48 @@ def test_greedy_fields_an_engine_misreads_are_left_out(serve: Serve) -> None:
     assert checks(server.url, top_k=5)["greedy"][0] == "pass"
     assert server.requests and not any("top_p" in body or "presence_penalty" in body
                                        for body in server.requests)
+
+
+def test_an_engine_that_refuses_unknown_fields_is_not_sent_them(serve: Serve) -> None:
+    """trtllm-serve refuses any field its request models do not name (HTTP 400), among
+    them llama.cpp's `repeat_penalty`: it is left out there, the other greedy fields kept."""
+    server = serve(dialect="tensorrt-llm")
+    found = checks(server.url)
+    assert found["greedy"][0] == "pass" and found["tokenizer"][0] == "pass"
+    assert "tensorrt-llm tokenize" in found["tokenizer"][1]
+    assert server.requests and not any("repeat_penalty" in body for body in server.requests)
+    assert all(body.get("repetition_penalty") == 1.0 for body in server.requests
+               if "max_tokens" in body)
+
+
+def test_tensorrt_llm_limit_and_backend_refusals_name_the_fix(serve: Serve) -> None:
+    """Above its limit of 100 preflight fails without asking; a server on its TensorRT
+    backend started without gather_generation_logits refuses top logprobs, and the fix
+    says how it must be started instead of asking for fewer."""
+    status, message, fix = checks(serve(dialect="tensorrt-llm").url, top_k=120)["logprobs"]
+    assert (status, fix) == ("fail", "--top-logprobs 100")
+    assert "gather_generation_logits" in message
+    refused = serve(dialect="tensorrt-llm", faults=Faults(
+        status=dict.fromkeys(range(50), 400),
+        status_message="`gather_generation_logits` must be `True` to use `top_logprobs`"))
+    with pytest.raises(ParameterRejected) as refusal:
+        checks(refused.url)
+    assert "gather_generation_logits" in refusal.value.reason
+    assert refusal.value.fix is not None and "pytorch backend" in refusal.value.fix
+
+
+@pytest.mark.parametrize("entry", [
+    '{id: one, messages: [{role: user, content: "Say hi"}], max_tokens: 4}',
+    '{id: one, prompt: "Say hi", max_tokens: 4}'], ids=["chat", "completions"])
+def test_tensorrt_llm_refusing_more_than_its_limit_names_it(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, entry: str) -> None:
+    """Unchecked by preflight, a request above 100 alternatives is refused as its
+    validation error says it (`... must be less than or equal to 100`): the fix is read
+    from it."""
+    prompts = write_prompts(f"prompts:\n  - {entry}\n")
+    server = serve(ScriptedModel(), dialect="tensorrt-llm")
+    with pytest.raises(ParameterRejected) as refusal:
+        collect([prompts], tmp_path / "run", CollectSettings(
+            endpoint=server.url, label="a", preflight=False, top_logprobs=120))
+    assert "less than or equal to 100" in refusal.value.reason
+    assert refusal.value.fix is not None and refusal.value.fix.startswith("--top-logprobs 100")

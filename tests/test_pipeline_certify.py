@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.certificate_records import Answer, Certificate
+from quantcheck.store.engines import ENGINES
 from quantcheck.triage.certificate import compare_answers, rule_of_three
 from quantcheck.triage.certify_plan import make_plan, prefix_lengths
 
@@ -425,3 +426,21 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
                                   type=Certificate)
     batch = next(f for f in control.factors if f.factor == "batch")
     assert batch.mismatches and "batch size" in batch.explanation, control.statement
+
+
+@pytest.mark.parametrize("dialect", ["tgi", "mlx", "tensorrt-llm"])
+def test_a_certificate_asks_each_engine_as_collect_does(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, dialect: str) -> None:
+    """The certificate's requests go through collect's own body: MLX's completions asked
+    for logprobs as its chat is (a number there drops the connection) and its streams,
+    which carry none, held to the whole answers by their text; TGI's without the
+    `top_p: 1.0` it refuses, TensorRT-LLM's without the `repeat_penalty` it refuses."""
+    server = serve(ScriptedModel(), dialect=dialect)
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--top-logprobs", "3", "--retries", "0")
+    assert result.exit_code == 0, result.output
+    assert certificate.certified and certificate.failed_requests == 0
+    sent = [body for body in server.requests if "prompt" in body or "messages" in body]
+    assert sent and not any(field in body for body in sent
+                            for field in ("top_p", "presence_penalty", "repeat_penalty")
+                            if field in ENGINES[dialect].left_out)

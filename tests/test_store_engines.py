@@ -91,6 +91,9 @@ def test_each_profile_is_named_by_its_key_and_knows_its_owners() -> None:
     # TGI: its models are owned by their own id; its GET /info names its router
     (ServerInfo(models=[{"id": "m", "owned_by": "m"}], answers={"/info": {
         "router": "text-generation-router", "version": "3.3.6-dev0"}}), "tgi", "3.3.6-dev0"),
+    # trtllm-serve: by its owner alone (its GET /version is vLLM's too)
+    (ServerInfo(models=[{"id": "m", "owned_by": "tensorrt_llm"}], version={
+        "version": "main-0076e93"}), "tensorrt-llm", "main-0076e93"),
 ])
 def test_a_server_is_recognised_by_the_info_endpoints_it_answers(
     info: ServerInfo, runtime: str, version: str | None,

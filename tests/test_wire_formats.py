@@ -57,6 +57,17 @@ CASES = [
      [("Can", -0.0123), ("Syd", -4.51)]),
     ("tgi-chat-stream.sse", "tgi", "chat", True, "Canberra.", "length", CANBERRA,
      [("Can", -0.0123), ("Syd", -4.51)]),
+    # TensorRT-LLM at 0076e93 (serve/openai_protocol.py, postprocess_handlers.py): every
+    # model field written, null or not; alternatives with `top_logprobs: null`; streams
+    # open with a role chunk and end with a usage chunk without choices
+    ("tensorrt-llm-chat.json", "tensorrt-llm", "chat", False, "Canberra.", "stop", CANBERRA,
+     [("Can", -0.0123), ("Syd", -4.51)]),
+    ("tensorrt-llm-chat-stream.sse", "tensorrt-llm", "chat", True, "Canberra.", "stop",
+     CANBERRA, [("Can", -0.0123), ("Syd", -4.51)]),
+    ("tensorrt-llm-completions.json", "tensorrt-llm", "completions", False, " Canberra.",
+     "stop", LEGACY_CANBERRA, [(" Can", -0.0123), (" Syd", -4.51)]),
+    ("tensorrt-llm-completions-stream.sse", "tensorrt-llm", "completions", True,
+     " Canberra.", "length", LEGACY_CANBERRA, [(" Can", -0.0123), (" Syd", -4.51)]),
 ]
 # Answers that carry no logprobs however they are asked: the text, finish and usage kept
 TEXT_ONLY = [

@@ -40,9 +40,9 @@ from ..wire.client import (
     server_root,
     sleep_backoff,
 )
-from ..wire.dialects import Generation, MalformedResponse, with_logprobs
+from ..wire.dialects import Generation, MalformedResponse
 from ..wire.routing import RoutingUnusable, generated_routing
-from .collect import request_body
+from .collect import fields_body, request_body
 from .server_info import describe_server
 
 
@@ -127,17 +127,18 @@ class PlanSender:
         if probe.prompt_id:
             prompt = self.prompts[probe.prompt_id]
             body = with_prefix(request_body(prompt, self.facts.model,
-                                            self.settings.top_logprobs), probe.prefix)
+                                            self.settings.top_logprobs, self.facts.runtime),
+                               probe.prefix)
             api = prompt.api
         else:
             api = self.first.api
             text = probe.filler
-            request: dict[str, object] = {"model": self.facts.model,
-                                          "max_tokens": self.first.request.get("max_tokens", 64),
+            request: dict[str, object] = {"max_tokens": self.first.request.get("max_tokens", 64),
                                           "temperature": 0}
             request.update({"messages": [{"role": "user", "content": text}]}
                            if api == "chat" else {"prompt": text})
-            body = with_logprobs(request, api, self.settings.top_logprobs)
+            body = fields_body(request, api, self.facts.model, self.settings.top_logprobs,
+                               self.facts.runtime)
         if self.cache_field and body.get(self.cache_field) is not False:
             body[self.cache_field] = probe.cache
         if probe.seed is not None:

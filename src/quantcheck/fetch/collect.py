@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,11 +123,18 @@ def request_body(prompt: Prompt, model: str, top_logprobs: int, runtime: str | N
                  ) -> dict[str, object]:
     """The exact JSON body sent for `prompt` (streaming fields are added by the client),
     logprobs asked for as the runtime takes them, without the greedy fields it misreads."""
+    return fields_body(prompt.request, prompt.api, model, top_logprobs, runtime)
+
+
+def fields_body(fields: Mapping[str, object], api: str, model: str, top_logprobs: int,
+                runtime: str | None = None) -> dict[str, object]:
+    """`request_body` of request fields that are not a prompt of the set (the
+    certificate's filler probes)."""
     profile = profile_of(runtime)
     if profile is None:
-        return with_logprobs({"model": model, **prompt.request}, prompt.api, top_logprobs)
-    return with_logprobs({"model": model, **without_misread(prompt.request, profile)},
-                         prompt.api, top_logprobs, like_chat=profile.legacy_asks_like_chat)
+        return with_logprobs({"model": model, **fields}, api, top_logprobs)
+    return with_logprobs({"model": model, **without_misread(fields, profile)}, api,
+                         top_logprobs, like_chat=profile.legacy_asks_like_chat)
 
 
 @contextmanager

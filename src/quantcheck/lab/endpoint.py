@@ -44,6 +44,7 @@ from ..store.engines import (
     ROUTING_STREAM_END,
     ROUTING_WHOLE,
     TOKEN_IDS,
+    LabDialect,
 )
 from .request_body import json_has, json_int, json_items, json_object, prompt_text_of
 
@@ -230,6 +231,7 @@ class LabServer:
         app.router.add_get("/info", self._tgi_info)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/extras/tokenize", self._tokenize)
+        app.router.add_post("/_internal/tokenize", self._tokenize)
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_post("/v1/completions", self._generate)
         app.router.add_post("/completion", self._native_completion)
@@ -314,7 +316,8 @@ class LabServer:
         return web.Response(status=200)
 
     async def _version(self, request: web.Request) -> web.Response:
-        if request.path not in self.profile.info_paths:
+        own = self.profile.version_at[0] if self.profile.version_at else None
+        if request.path not in self.profile.info_paths and request.path != own:
             raise web.HTTPNotFound()
         return _json({"version": self.server_info.get("version", self.profile.lab.version)})
 
@@ -672,6 +675,10 @@ class LabServer:
             return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
         k = _requested_k(body)
         lab = self.profile.lab
+        for name in sorted(set(lab.unknown_fields) & set(body)):
+            return _flat_error(lab, f"1 validation error:\n  {{'type': 'extra_forbidden', 'loc': "
+                               f"('body', '{name}'), 'msg': 'Extra inputs are not permitted'}}",
+                               400)
         own_limit = lab.default_top_logprobs or self.profile.top_logprobs_limit
         if lab.refuses_top_p_one and body.get("top_p") == 1.0:
             return _json({"error": "Input validation error: `top_p` must be > 0.0 and < 1.0",
@@ -680,12 +687,13 @@ class LabServer:
             request.transport.close()  # type: ignore[union-attr]  # its check raises
             return web.Response()
         if lab.limit_status is not None and own_limit is not None and k > own_limit:
-            message = lab.limit_message.format(k=k, limit=own_limit)
+            message = lab.limit_message.format(
+                k=k, limit=own_limit, field="top_logprobs" if "messages" in body else "logprobs")
             if not lab.limit_status:  # the engine's handler raises: no answer at all
                 request.transport.close()  # type: ignore[union-attr]
                 return web.Response()
             if lab.flat_errors:
-                return _json({"error": message, "error_type": "validation"}, lab.limit_status)
+                return _flat_error(lab, message, lab.limit_status)
             return _json({"error": {"message": message, "type": "invalid_request_error",
                                     "param": None, "code": None}}, lab.limit_status)
         limit = self.faults.max_top_logprobs
@@ -896,6 +904,12 @@ def _requested_k(body: Mapping[str, object]) -> int:
     if isinstance(legacy, int) and not isinstance(legacy, bool):
         return legacy
     return json_int(body.get("top_logprobs") or 0)
+
+
+def _flat_error(lab: LabDialect, message: str, status: int) -> web.Response:
+    """An error as {"error": MESSAGE}, with the dialect's `error_type` if it has one."""
+    return _json({"error": message, **({"error_type": lab.flat_error_type}
+                                       if lab.flat_error_type else {})}, status)
 
 
 def _error_body(message: str, status: int) -> dict[str, object]:

@@ -67,6 +67,9 @@ class LabDialect:
     limit_status: int | None = None
     limit_message: str = ""
     flat_errors: bool = False  # errors as {"error": MESSAGE, "error_type": ...}
+    flat_error_type: str = "validation"  # that `error_type` ("": the key is left out)
+    # request fields it refuses as unknown (HTTP 400, as its validation errors are sent)
+    unknown_fields: tuple[str, ...] = ()
     owner_is_model: bool = False  # /v1/models entries owned by the model's own id
     # the top-logprobs limit its operator can raise, as started by default (None: none)
     default_top_logprobs: int | None = None
@@ -226,8 +229,27 @@ TGI = EngineProfile(  # router/src/{lib,server,chat,validation}.rs of 3.3.6-dev0
                    limit_message="Input validation error: `top_n_tokens` must be >= 0 and "
                                  "<= {limit}. Given: {k}"))
 
+TENSORRT_LLM = EngineProfile(  # tensorrt_llm/serve/openai_{protocol,server}.py at 0076e93
+    # its GET /version is vLLM's too: recognised by the owner alone, the version read there
+    name="tensorrt-llm", label="TensorRT-LLM (trtllm-serve)", owned_by=("tensorrt_llm",),
+    version_at=("/version", "version"),
+    tokenize=TokenizeEndpoint("/_internal/tokenize", "prompt"), forced_mode=None,
+    left_out=("repeat_penalty",), top_logprobs_limit=100,
+    top_logprobs_note="fixed: top_logprobs and logprobs must be less than or equal to 100; "
+                      "more than 1 needs its pytorch backend (the default) or "
+                      "gather_generation_logits",
+    cannot=("rendering a chat template on request", "teacher-forced scoring (its "
+            "completions score no prompt tokens)", "MoE routing",
+            "turning its prefix cache off"),
+    lab=LabDialect(tool_call_id_prefix="chatcmpl-tool-", limit_status=400, flat_errors=True,
+                   flat_error_type="", unknown_fields=("repeat_penalty",),
+                   limit_message="1 validation error:\n  {{'type': 'value_error', 'loc': "
+                                 "('body',), 'msg': 'Value error, {field} must be less than "
+                                 "or equal to {limit}'}}",
+                   version="main-0076e93"))
+
 ENGINES: dict[str, EngineProfile] = {profile.name: profile for profile in (
-    VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON, OLLAMA, MLX, TGI)}
+    VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON, OLLAMA, MLX, TGI, TENSORRT_LLM)}
 ENGINE_NAMES = tuple(ENGINES)
 INFO_PATHS = tuple(dict.fromkeys(path for p in ENGINES.values() for path in p.info_paths))
 TOKENIZERS = tuple((p.name, p.tokenize) for p in ENGINES.values() if p.tokenize)

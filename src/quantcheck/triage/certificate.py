@@ -70,10 +70,10 @@ def compare_answers(baseline: Answer, other: Answer
                     ) -> tuple[bool, int | None, float | None]:
     """(equal, first token index that differs, largest |delta logprob| where the
     tokens are the same so far)."""
+    if not baseline.tokens or not other.tokens:  # texts, where one carries no logprobs
+        same = baseline.text == other.text  # (the stream of an engine that streams none)
+        return same, None if same else 0, None
     same = answer_key(baseline) == answer_key(other)
-    if not baseline.tokens or not other.tokens:
-        first = None if baseline.text == other.text else 0
-        return same, first, None
     first = next((n for n, (a, b) in enumerate(zip(baseline.tokens, other.tokens,
                                                    strict=False)) if a != b), None)
     if first is None and len(baseline.tokens) != len(other.tokens):
@@ -100,8 +100,10 @@ def comparisons(answers: Iterable[Answer]) -> list[Comparison]:
         if baseline is None:
             continue
         same, first, delta = compare_answers(baseline, answer)
+        keys = (answer_key(answer), answer_key(baseline)) if answer.tokens and \
+            baseline.tokens else (answer.text, baseline.text)
         found.append(Comparison(answer.prompt_id, answer.factor, answer.level, same, first,
-                                delta, answer_key(answer), answer_key(baseline),
+                                delta, *keys,
                                 baseline.text, answer.text,
                                 *routing_difference(baseline, answer, first)))
     return found

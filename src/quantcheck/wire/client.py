@@ -499,9 +499,12 @@ def rejection_advice(message: str, body: Mapping[str, object]) -> ParameterRejec
     """A server's 400 as an error that names the fix."""
     lowered = message.lower()
     if "logprob" in lowered or "top_n_tokens" in lowered:  # TGI names its own field
-        limit = re.search(r"max(?:imum)? allowed:?\s*(\d+)|at most (\d+)|<=\s*(\d+)", lowered)
+        limit = re.search(r"max(?:imum)? allowed:?\s*(\d+)|at most (\d+)|<=\s*(\d+)|"
+                          r"less than or equal to (\d+)", lowered)
         value = next((g for g in limit.groups() if g), None) if limit else None
         fix = f"--top-logprobs {value}" if value else "a smaller --top-logprobs"
+        if "gather_generation_logits" in lowered:  # TensorRT-LLM's TensorRT backend
+            fix = "a server on its pytorch backend or started with gather_generation_logits"
         return ParameterRejected(f"the server rejected the logprobs request: {message}",
                                  f"{fix} (or --top-logprobs 0 to collect text only).")
     named = [key for key in body if key not in ("model", "messages", "prompt")

@@ -20,6 +20,8 @@ Dialects seen in the wild:
 - TGI: chat entries {token, logprob, top_logprobs[{token, logprob}]}, streamed too;
   completions carry none; finish reasons `eos_token` and `stop_sequence` (read as
   `stop`), and `""` on a completions stream's chunks before the last.
+- TensorRT-LLM: vLLM's shapes (chat entries with bytes, completions columns), streamed
+  too; every model field written, null or not; alternatives carry `top_logprobs: null`.
 Expert routing (MoE): vLLM's `routed_experts` on a whole answer's choice, SGLang's
 `sglext.routed_experts` (whole, or a stream's last chunk); see routing.py. vLLM
 choices may also carry `token_ids`.
