@@ -97,3 +97,20 @@ def test_a_pattern_that_backtracks_on_a_log_line_is_refused_not_a_hang(tmp_path:
     assert result.exit_code == 2
     assert_one_clear_line(result.output, f"signature 'loop': its pattern /^(a|aa)+$/ was "
                                          f"stopped after 1 s on {log}:2")
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
+def test_a_log_that_is_not_a_regular_file_is_refused_naming_it(tmp_path: Path,
+                                                                kind: str) -> None:
+    import os
+
+    from .test_store_data_rows import quantcheck
+
+    if kind == "dev-zero":
+        (tmp_path / "server.log").symlink_to("/dev/zero")
+    else:
+        os.mkfifo(tmp_path / "server.log")
+    result = quantcheck("logscan", "server.log", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "server.log: the log is" in result.stderr
+    assert "not a regular file" in result.stderr

@@ -87,3 +87,53 @@ def test_every_value_triage_writes_is_one_its_column_allows(planted_report: Path
     assert set(TOOL_CALL_CHANGES) < set(ENUMERATED["tool_call_change"])
     assert {*CLASSES, UNCLEAR, NO_VERDICT} < set(ENUMERATED["judge_class"])
     assert {*DEGENERATE_KINDS, LENGTH_CAPPED} < set(ENUMERATED["a_degenerate"])
+
+
+# --- a report's file that is not a regular file ---------------------------------------
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A report of a run compared with itself, made once."""
+    from quantcheck import compare_to_dir
+    from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+
+    from .conftest import A_ANSWERS, RUNNER_UPS
+
+    folder = tmp_path_factory.mktemp("compared")
+    (folder / "prompts.yaml").write_text('prompts:\n  - {id: same, prompt: "Q: same"}\n')
+    with ScriptedServer(ScriptedModel(A_ANSWERS, RUNNER_UPS)) as server:
+        collect([folder / "prompts.yaml"], folder / "a", CollectSettings(
+            endpoint=server.url, label="a", concurrency=1, top_logprobs=3))
+    compare_to_dir(folder / "a", folder / "a", folder / "report")
+    return folder / "report"
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "folder"])
+@pytest.mark.parametrize(("name", "command"), [
+    ("summary.json", "gate"), ("pairs.csv", "gate"), ("reviews/someone.json", "gate"),
+    ("approvals.json", "approve"), ("details.jsonl", "report")])
+def test_a_report_file_that_is_not_a_regular_file_is_refused_naming_it(
+        compared: Path, tmp_path: Path, name: str, command: str, kind: str) -> None:
+    """The gate, the sheet and the review server read a report's files as regular files
+    only: never read without end, never wait on a FIFO, never a traceback."""
+    import os
+    import shutil
+
+    from .test_store_data_rows import quantcheck
+
+    report = tmp_path / "report"
+    shutil.copytree(compared, report)
+    path = report / name
+    path.parent.mkdir(exist_ok=True)
+    path.unlink(missing_ok=True)
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    result = quantcheck(command, "report", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip()
+    assert f"report/{name}" in line and "not a regular file" in line, line
+    assert line.count("\n") == 0, line

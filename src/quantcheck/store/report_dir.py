@@ -38,6 +38,7 @@ from .report_records import ForcedLine, ForcedSummary, Overview, Summary
 from .run_dir import (
     MANIFEST,
     iter_jsonl,
+    open_run_file,
     prompt_key,
     read_record,
     write_json_atomic,
@@ -230,7 +231,7 @@ def _checked(path: Path, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFram
 
 
 def _header(path: Path) -> list[str]:
-    with path.open("rb") as handle:
+    with open_run_file(path) as handle:  # a regular file: pandas then reads it by name
         first = handle.readline().decode("utf-8")
     return next(csv.reader([first]), []) if first.strip() else []
 
