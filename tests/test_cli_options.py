@@ -46,3 +46,45 @@ def test_a_config_file_may_set_a_tuning_option_for_runs_that_use_it(tmp_path: Pa
                     "facts", "--out", tmp_path / "r")
     assert result.exit_code == 2  # the endpoint is unreachable: the options were taken
     assert "needs" not in result.output and "127.0.0.1:9" in result.output
+
+
+def _float_options() -> list[tuple[tuple[str, ...], str]]:
+    """Every option of every command that takes a number with a fraction."""
+    import click
+
+    from quantcheck.cli import cli
+
+    from .conftest import COMMANDS
+
+    found = []
+    for words in COMMANDS:
+        command: click.Command = cli
+        for word in words:
+            assert isinstance(command, click.Group)
+            command = command.commands[word]
+        found += [(words, param.opts[0]) for param in command.params
+                  if isinstance(param, click.Option)
+                  and isinstance(param.type, click.types.FloatParamType)]
+    return found
+
+
+FLOAT_OPTIONS = _float_options()
+
+
+def test_the_float_options_are_all_found() -> None:
+    names = {option for _, option in FLOAT_OPTIONS}
+    assert {"--timeout", "--judge-timeout", "--code-timeout", "--throughput-seconds",
+            "--min-identical-share", "--max-forced-kl", "--disagreement", "--power"} <= names
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e999"])
+@pytest.mark.parametrize(("command", "option"), FLOAT_OPTIONS,
+                         ids=[f"{' '.join(c)} {o}" for c, o in FLOAT_OPTIONS])
+def test_nan_and_infinity_are_refused_by_every_number_option(
+        command: tuple[str, ...], option: str, value: str) -> None:
+    """click's FloatRange lets NaN through any bound: every number option refuses it,
+    and infinity, naming the option, before anything is read or sent."""
+    result = invoke(*command, option, value)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output, result.output
+    assert "is not a finite number" in result.output, result.output

@@ -26,6 +26,7 @@ from .options import (
     EXISTING_DIR,
     EXTRA_BODY_OPTION,
     RETRIES_OPTION,
+    FiniteFloat,
     apply_options,
     compare_options,
     determinism_request_options,
@@ -124,7 +125,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 @click.option("--throughput-concurrency", default=DEFAULT_CONCURRENCY, show_default=True,
               type=click.IntRange(1), help="Requests in flight in the throughput phase.")
 @click.option("--throughput-seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
-              type=click.FloatRange(0), help="Least duration of the throughput phase.")
+              type=FiniteFloat(0), help="Least duration of the throughput phase.")
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several candidates).")
 @forced_options
@@ -231,13 +232,13 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--concurrency", default=DEFAULT_CONCURRENCY, show_default=True,
               type=click.IntRange(1), help="Requests in flight.")
 @click.option("--seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
-              type=click.FloatRange(0), help="Least duration of the measured window.")
+              type=FiniteFloat(0), help="Least duration of the measured window.")
 @click.option("--max-tokens", type=click.IntRange(1),
               help="Cap for every prompt (use the run's own).")
 @API_OPTION
 @EXTRA_BODY_OPTION
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
-@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
+@click.option("--timeout", default=600.0, show_default=True, type=FiniteFloat(0.1),
               help="Seconds a request may take as a whole.")
 @RETRIES_OPTION
 def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path | None,
@@ -285,7 +286,7 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
 @click.option("--model", help="Model name on B (default: the one it lists).")
 @click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(1))
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
-@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1))
+@click.option("--timeout", default=600.0, show_default=True, type=FiniteFloat(0.1))
 @EXTRA_BODY_OPTION
 @RETRIES_OPTION
 @forced_options

@@ -25,6 +25,7 @@ from .options import (
     EXISTING_DIR,
     EXISTING_FILE,
     PROMPT_SOURCE,
+    FiniteFloat,
     PolicyOverrides,
     apply_options,
     compare_options,
@@ -195,7 +196,7 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="Prompts with more than one text or signature, per side (default off).")
 @click.option("--require-review/--no-require-review", default=None,
               help="Fail while a non-identical pair has no verdict and no approval.")
-@click.option("--min-identical-share", type=click.FloatRange(0, 1),
+@click.option("--min-identical-share", type=FiniteFloat(0, 1),
               help="Minimum share of identical pairs (default off).")
 @click.option("--max-not-compared", type=click.IntRange(0),
               help="Prompts not compared: other hash, one side only, failed (default 0).")
@@ -205,10 +206,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-skipped-checks", type=click.IntRange(0),
               help="Prompts whose code check did not run (no --allow-code-exec when "
                    "comparing; default 0: a check that did not run never passes).")
-@click.option("--max-pass-rate-drop", type=click.FloatRange(0, 100), metavar="POINTS",
+@click.option("--max-pass-rate-drop", type=FiniteFloat(0, 100), metavar="POINTS",
               help="Fail when the expect pass rate may drop more than this (the far end of "
                    "the 95% interval of B minus A; default off).")
-@click.option("--max-forced-kl", type=click.FloatRange(0), metavar="X",
+@click.option("--max-forced-kl", type=FiniteFloat(0), metavar="X",
               help="Fail when the mean teacher-forced KL over all scored positions exceeds X "
                    "(needs a report made with --forced; default off).")
 @click.option("--require-routing-determinism/--no-require-routing-determinism", default=None,
