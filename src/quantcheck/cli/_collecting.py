@@ -28,11 +28,13 @@ from .options import (
     RETRIES_OPTION,
     FiniteFloat,
     apply_options,
+    compare_inputs,
     compare_options,
     determinism_request_options,
     forced_options,
     prompt_options,
     refuse_without,
+    refuse_writing_an_input,
     request_options,
     request_settings,
     side_settings,
@@ -169,6 +171,8 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
                    "throughput_seconds")
     refuse_without("--forced", score_forced, "forced_mode", "forced_concurrency")
     refuse_without("two or more --b", len(b_urls) > 1, "matrix")
+    refuse_writing_an_input([matrix, compare.judge.cache if compare.judge else None],
+                            [*prompt_files, a_run, *compare_inputs(compare)])
     labels = _candidate_labels(b_urls, b_labels)
     a = _reference(a_url, a_run, a_label, a_model, a_cell) or side_settings(
         parameters, a_url or "", "a" if a_label is None else a_label, a_model, api_key_env,

@@ -28,9 +28,11 @@ from .options import (
     FiniteFloat,
     PolicyOverrides,
     apply_options,
+    compare_inputs,
     compare_options,
     gathered,
     refuse_without,
+    refuse_writing_an_input,
     request_settings,
     source_options,
 )
@@ -82,6 +84,8 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     """
     source = request_settings(None, None, {}, column_map, map_preset, sample, seed).source
     refuse_without("two or more B runs", len(b_runs) > 1, "matrix")
+    refuse_writing_an_input([matrix, compare.judge.cache if compare.judge else None],
+                            [a_run, *b_runs, *prompt_files, forced, *compare_inputs(compare)])
     if len(b_runs) > 1 and forced:
         raise click.BadParameter("with several B runs, score each with `quantcheck "
                                  "forced` and compare them one at a time",

@@ -8,7 +8,7 @@ import functools
 import inspect
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -25,6 +25,7 @@ from ..judge.cells import parse_cell_options
 from ..judge.sandbox import Limits
 from ..pipeline.comparing import CompareOptions, code_limits
 from ..store.column_maps import PRESETS, ColumnMapError, parse_map
+from ..store.files import refuse_overwriting_inputs
 from ..store.prompt_entries import unsendable
 from ..store.prompt_sets import APIS, RequestOptions, SourceOptions
 from ..store.run_dir import Parameters
@@ -91,6 +92,25 @@ def refuse_without(switch: str, on: bool, *names: str) -> None:
         if context.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
                                                   ParameterSource.ENVIRONMENT):
             raise click.UsageError(f"--{name.replace('_', '-')} needs {switch}")
+
+
+def refuse_writing_an_input(written: Iterable[Path | None], read: Iterable[Path | None]
+                            ) -> None:
+    """Each file an option writes or appends to (--matrix, --judge-cache) is none of the
+    files the command reads, nor inside a folder it reads, nor its --config file: refused
+    before anything is read or sent, --force or not (files.refuse_overwriting_inputs)."""
+    context = click.get_current_context(silent=True)
+    config = context.params.get("config") if context is not None else None
+    inputs = [path for path in (*read, config) if isinstance(path, Path)]
+    for path in written:
+        if path is not None:
+            refuse_overwriting_inputs(path, inputs)
+
+
+def compare_inputs(compare: CompareOptions) -> list[Path | None]:
+    """The files and folders the compare options name to be read."""
+    return [compare.a_log, compare.b_log, *compare.signature_files, compare.approvals,
+            compare.rubric, compare.forced]
 
 
 def apply_options(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:
