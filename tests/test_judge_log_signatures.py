@@ -13,7 +13,7 @@ import pytest
 from quantcheck.errors import ConfigFileError
 from quantcheck.judge.log_signatures import load_signatures, scan_log
 
-from .conftest import FIXTURES, assert_one_clear_line, invoke
+from .conftest import FIXTURES, assert_one_clear_line, cli_in_child, invoke
 
 LOGS = FIXTURES / "logs"
 
@@ -104,13 +104,11 @@ def test_a_log_that_is_not_a_regular_file_is_refused_naming_it(tmp_path: Path,
                                                                 kind: str) -> None:
     import os
 
-    from .test_store_data_rows import quantcheck
-
     if kind == "dev-zero":
         (tmp_path / "server.log").symlink_to("/dev/zero")
     else:
         os.mkfifo(tmp_path / "server.log")
-    result = quantcheck("logscan", "server.log", cwd=tmp_path, timeout=60)
+    result = cli_in_child("logscan", "server.log", cwd=tmp_path, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "server.log: the log is" in result.stderr
     assert "not a regular file" in result.stderr

@@ -19,6 +19,8 @@ from quantcheck.errors import RunFormatError
 from quantcheck.judge import sides
 from quantcheck.store.run_dir import PromptLines, prompt_key
 
+from .conftest import cli_in_child
+
 completion_lines = st.lists(st.fixed_dictionaries({
     "prompt_id": st.sampled_from(["p1", "p2", "p3", "p\u00e9", "stray"]),
     "repeat": st.integers(0, 3),
@@ -170,12 +172,10 @@ def test_compare_refuses_a_run_file_that_is_not_a_regular_file(
     folder): exit 2 naming the file."""
     import shutil
 
-    from .test_store_data_rows import quantcheck
-
     shutil.copytree(collected_run, tmp_path / "a")
     shutil.copytree(collected_run, tmp_path / "b")
     replace_with(tmp_path / "b" / name, kind)
-    result = quantcheck("compare", "a", "b", "--out", "report", cwd=tmp_path, timeout=60)
+    result = cli_in_child("compare", "a", "b", "--out", "report", cwd=tmp_path, timeout=60)
     assert result.returncode == 2, result.stderr
     line = result.stderr.strip()
     assert f"b/{name}" in line and "not a regular file" in line, line

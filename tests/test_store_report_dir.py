@@ -24,7 +24,14 @@ from quantcheck.store.report_dir import (
 )
 from quantcheck.store.run_records import DEGENERATE_KINDS, LENGTH_CAPPED
 
-from .conftest import TWO_PROMPTS, Serve, WritePrompts, assert_one_clear_line, invoke
+from .conftest import (
+    TWO_PROMPTS,
+    Serve,
+    WritePrompts,
+    assert_one_clear_line,
+    cli_in_child,
+    invoke,
+)
 
 
 @pytest.fixture
@@ -119,8 +126,6 @@ def test_a_report_file_that_is_not_a_regular_file_is_refused_naming_it(
     import os
     import shutil
 
-    from .test_store_data_rows import quantcheck
-
     report = tmp_path / "report"
     shutil.copytree(compared, report)
     path = report / name
@@ -132,7 +137,7 @@ def test_a_report_file_that_is_not_a_regular_file_is_refused_naming_it(
         os.mkfifo(path)
     else:
         path.mkdir()
-    result = quantcheck(command, "report", cwd=tmp_path, timeout=60)
+    result = cli_in_child(command, "report", cwd=tmp_path, timeout=60)
     assert result.returncode == 2, result.stderr
     line = result.stderr.strip()
     assert f"report/{name}" in line and "not a regular file" in line, line
