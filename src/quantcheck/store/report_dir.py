@@ -204,7 +204,7 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
             with pd.read_csv(path, dtype=dtypes, usecols=usecols, keep_default_na=False,
                              na_values=empty, chunksize=chunk) as reader:
                 yield from _checked(path, reader)
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, pd.errors.ParserError,
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, csv.Error, pd.errors.ParserError,
             pd.errors.EmptyDataError) as exc:
         raise RunFormatError(f"{path}: not a pairs table written by compare "
                              f"({str(exc).splitlines()[0][:200]})") from None
