@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 from _common import run_measured, save
 
-from quantcheck.judge.triage import degenerate_reason, numbers_changed, similarity
+from quantcheck.triage.signals import degenerate_reason, numbers_changed, similarity
 from quantcheck.store.run_records import Tokens
 from quantcheck.store.token_columns import pack
 

@@ -1,5 +1,5 @@
 """`quantcheck plan`: the paired prompts a decision needs, sized before anything is sent
-(Connor's paired formula; its reference values are in test_judge_stats.py)."""
+(Connor's paired formula; its reference values are in test_triage_stats.py)."""
 
 from __future__ import annotations
 

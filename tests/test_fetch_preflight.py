@@ -13,7 +13,7 @@ import pytest
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
 from quantcheck.fetch.preflight import PreflightFailed, ProbeShape, check_endpoint
-from quantcheck.judge.tokenizers import tokenizer_agreement
+from quantcheck.triage.tokenizers import tokenizer_agreement
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.prompt_sets import RequestOptions
 from quantcheck.store.report_dir import read_pairs

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import EndpointError, PromptFileError
-from quantcheck.judge.cells import cell_from_server, cell_key
-from quantcheck.judge.expects import check_answer, choice_of
+from quantcheck.triage.cells import cell_from_server, cell_key
+from quantcheck.triage.expects import check_answer, choice_of
 from quantcheck.store.prompt_sets import load_prompts
 from quantcheck.store.run_dir import ServerInfo
 from quantcheck.store.run_records import Completion, Expect, ToolCall, ToolCallExpect
@@ -567,7 +567,7 @@ def test_any_bytes_in_a_run_file_are_read_or_one_run_format_error(name: str,
     import tempfile
 
     from quantcheck.errors import RunFormatError
-    from quantcheck.judge.sides import load_side
+    from quantcheck.triage.sides import load_side
 
     with tempfile.TemporaryDirectory() as folder:
         run = Path(folder)
@@ -596,7 +596,7 @@ def test_any_bytes_in_a_report_file_are_read_or_one_clear_error(name: str,
     import tempfile
 
     from quantcheck.errors import QuantcheckError
-    from quantcheck.judge.approvals import load_approvals
+    from quantcheck.triage.approvals import load_approvals
     from quantcheck.store.report_dir import read_pair_rows, read_summary
     from quantcheck.store.reviews import load_reviews
     from quantcheck.store.rubric import load_rubric

@@ -246,8 +246,8 @@ def test_large_sheet_renders_lazily(page: Any, tmp_path: Path) -> None:
 
 def test_approved_pairs_show_as_reviewed(page: Any, ab_runs: tuple[Path, Path],
                                          tmp_path: Path) -> None:
-    from quantcheck.judge.approvals import APPROVALS_FORMAT, approval_key
-    from quantcheck.judge.pairs import compare
+    from quantcheck.triage.approvals import APPROVALS_FORMAT, approval_key
+    from quantcheck.triage.pairs import compare
 
     pairs = compare(*ab_runs).set_index("prompt_id")
     row = pairs.loc["wording"]

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.judge import pairs as compare_module
+from quantcheck.triage import pairs as compare_module
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.present import sheet as sheet_module
 from quantcheck.store.merging import merge_runs

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import PromptFileError
-from quantcheck.judge.expects import regex_failure
+from quantcheck.triage.expects import regex_failure
 from quantcheck.store.prompt_sets import load_prompts
 
 

@@ -11,8 +11,8 @@ import pytest
 from quantcheck import CollectSettings, collect
 from quantcheck.errors import RunFormatError
 from quantcheck.fetch.forced_scoring import ForcedSettings
-from quantcheck.judge.grades import CLASSES, NO_VERDICT, UNCLEAR
-from quantcheck.judge.triage import TOOL_CALL_CHANGES
+from quantcheck.triage.judging import CLASSES, NO_VERDICT, UNCLEAR
+from quantcheck.triage.signals import TOOL_CALL_CHANGES
 from quantcheck.pipeline.collecting import score_run
 from quantcheck.store.pair_records import ENUMERATED
 from quantcheck.store.report_dir import (

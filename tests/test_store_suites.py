@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from quantcheck.judge.expects import check_answer, overall
-from quantcheck.judge.sandbox import Limits, code_runner
+from quantcheck.triage.expects import check_answer, overall
+from quantcheck.triage.sandbox import Limits, code_runner
 from quantcheck.store.haystack import TOKENS_PER_WORD
 from quantcheck.store.prompt_sets import load_prompts
 from quantcheck.store.run_records import ToolCall

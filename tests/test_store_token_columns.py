@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.errors import RunFormatError
-from quantcheck.judge.sides import signature
+from quantcheck.triage.sides import signature
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.store.run_dir import Blobs
 from quantcheck.store.run_records import Tokens

@@ -18,11 +18,11 @@ import pytest
 PACKAGE = Path(__file__).parents[1] / "src" / "quantcheck"
 # The floors, bottom up (docs/development.md): a module imports only from lower floors
 # or from its own folder. Folders on one floor never import each other.
-FLOORS = {"errors": 0, "_version": 0, "store": 1, "judge": 2, "wire": 2, "lab": 2,
+FLOORS = {"errors": 0, "_version": 0, "store": 1, "triage": 2, "wire": 2, "lab": 2,
           "fetch": 3, "gate": 3, "present": 3, "pipeline": 4, "cli": 5, "__main__": 6}
 TOP_LEVEL_MODULES = {"__init__", "__main__", "_version", "errors"}
 LAYER_FOLDERS = {room for room in FLOORS if (PACKAGE / room).is_dir()}
-OFFLINE = ("store", "judge", "gate", "present")  # never load the network
+OFFLINE = ("store", "triage", "gate", "present")  # never load the network
 NETWORK = ["aiohttp", "quantcheck.wire.client", "quantcheck.wire.dialects"]
 
 
@@ -55,7 +55,7 @@ def module_imports(package: Path = PACKAGE) -> dict[str, set[str]]:
 
 
 def room(module: str) -> str:
-    """The folder (or top-level module) a module lives in: quantcheck.judge.pairs -> judge."""
+    """The folder (or top-level module) a module lives in: quantcheck.triage.pairs -> triage."""
     return module.split(".")[1]
 
 
@@ -102,12 +102,12 @@ def test_a_planted_upward_import_is_found(tmp_path: Path) -> None:
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     files = copy / "store" / "files.py"
     files.write_text(files.read_text() + "\n\ndef late() -> None:\n"
-                     "    from ..judge.pairs import compare  # noqa: F401\n")
+                     "    from ..triage.pairs import compare  # noqa: F401\n")
     lab_user = copy / "fetch" / "collect.py"
     lab_user.write_text(lab_user.read_text() + "\nfrom ..lab.endpoint import LabServer\n")
     assert upward_imports(module_imports(copy)) == [
         "quantcheck.fetch.collect -> quantcheck.lab.endpoint",
-        "quantcheck.store.files -> quantcheck.judge.pairs"]
+        "quantcheck.store.files -> quantcheck.triage.pairs"]
 
 
 def test_no_module_imports_itself_through_others() -> None:
@@ -164,7 +164,7 @@ TESTS = Path(__file__).parent
 # Test files of a scenario across the layers rather than of one module; docs/development.md
 # ("Tests") lists them too and says what each covers.
 SCENARIOS = {"test_action.py", "test_docs.py", "test_engine_models.py", "test_exit_codes.py",
-             "test_fuzz_judge.py", "test_fuzz_parsers.py", "test_hostile_servers.py",
+             "test_fuzz_triage.py", "test_fuzz_parsers.py", "test_hostile_servers.py",
              "test_lint.py", "test_llamacpp.py", "test_newcomer.py", "test_scale.py",
              "test_structure.py", "test_wire_formats.py"}
 # Tests of a folder as a whole, test_<layer>_<topic>.py (none so far).

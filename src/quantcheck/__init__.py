@@ -14,8 +14,8 @@ from ._version import __version__
 _EXPORTS = {
     "errors": ["QuantcheckError"],
     "fetch.collect": ["CollectResult", "CollectSettings", "collect_async"],
-    "fetch.grading": ["JudgeSettings"],
-    "judge.pairs": ["compare"],
+    "fetch.judging": ["JudgeSettings"],
+    "triage.pairs": ["compare"],
     "pipeline.ab": ["ABRun", "run_ab"],
     "pipeline.collecting": ["collect"],
     "pipeline.comparing": ["CompareOptions", "compare_runs", "compare_to_dir"],
@@ -37,8 +37,8 @@ __all__ = [
 if TYPE_CHECKING:
     from .errors import QuantcheckError
     from .fetch.collect import CollectResult, CollectSettings, collect_async
-    from .fetch.grading import JudgeSettings
-    from .judge.pairs import compare
+    from .fetch.judging import JudgeSettings
+    from .triage.pairs import compare
     from .pipeline.ab import ABRun, run_ab
     from .pipeline.collecting import collect
     from .pipeline.comparing import CompareOptions, compare_runs, compare_to_dir

@@ -6,7 +6,7 @@ import math
 
 import click
 
-from ..judge.stats import detectable_change, paired_prompts_needed
+from ..triage.stats import detectable_change, paired_prompts_needed
 from ._group import cli
 from .options import FiniteFloat
 

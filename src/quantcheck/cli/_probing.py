@@ -11,7 +11,7 @@ import click
 
 from .._version import __version__
 from ..errors import ExitCode
-from ..judge.cells import parse_cell_options
+from ..triage.cells import parse_cell_options
 from ..pipeline.checking import PreflightOptions, preflight, probe
 from ..store.prompt_sets import APIS
 from ..store.report_records import LogMatch
@@ -102,7 +102,7 @@ def logscan_command(logs: tuple[Path, ...], signature_files: tuple[Path, ...],
     Example:
       quantcheck logscan sglang-server.log
     """
-    from ..judge.log_signatures import load_signatures, scan_log
+    from ..triage.log_signatures import load_signatures, scan_log
 
     def work() -> list[LogMatch]:
         signatures = load_signatures(signature_files)

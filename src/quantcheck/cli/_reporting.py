@@ -136,7 +136,7 @@ def report_command(report_dir: Path, rubric: Path | None) -> None:
     Example:
       quantcheck report reports/fp8 --rubric rubrics/default.yaml
     """
-    from ..pipeline.grading import refresh_report
+    from ..pipeline.judging import refresh_report
 
     path, judge = run_guarded(lambda: refresh_report(report_dir, rubric),
                               "Nothing was written.")
@@ -331,7 +331,7 @@ def approve_command(report_dir: Path, approvals: Path | None, review_files: tupl
     Example:
       quantcheck approve reports/fp8 --approvals prompts/approvals.json
     """
-    from ..judge.approvals import approve, default_approvals_path
+    from ..triage.approvals import approve, default_approvals_path
     from ..store.rubric import load_rubric
 
     def work() -> tuple[int, Path]:

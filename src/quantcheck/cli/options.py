@@ -19,10 +19,10 @@ from click.core import ParameterSource
 
 from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import MODES
-from ..fetch.grading import JudgeSettings
+from ..fetch.judging import JudgeSettings
 from ..gate.verdict import Policy
-from ..judge.cells import parse_cell_options
-from ..judge.sandbox import Limits
+from ..triage.cells import parse_cell_options
+from ..triage.sandbox import Limits
 from ..pipeline.comparing import CompareOptions, code_limits
 from ..store.column_maps import PRESETS, ColumnMapError, parse_map
 from ..store.files import refuse_overwriting_inputs

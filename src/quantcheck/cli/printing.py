@@ -17,7 +17,7 @@ import msgspec
 from ..errors import ExitCode
 from ..gate.explain import Failure, markdown_table
 from ..gate.overview import CandidatesGate
-from ..judge.cells import CELL_AXES
+from ..triage.cells import CELL_AXES
 from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
@@ -168,10 +168,10 @@ def echo_gate_verdict(result: Summary | Overview, report_dir: Path,
                                      for row in failing)
                 if failing else "PASS: every candidate passes")
     else:
-        from ..gate.verdict import gate_report, judge_report, one_line
+        from ..gate.verdict import gate_report, report_verdict, one_line
         from ..store.rubric import load_rubric
 
-        judge = gate_report if write else judge_report
+        judge = gate_report if write else report_verdict
         verdict = run_guarded(lambda: judge(report_dir, rubric=load_rubric(rubric))[0], "")
         passed, said = verdict.passed, one_line(verdict)
     click.echo(f"gate (default policy): {said}")

@@ -1,4 +1,4 @@
-"""Send a determinism certificate's plan (judge/certify_plan.py) to one endpoint.
+"""Send a determinism certificate's plan (triage/certify_plan.py) to one endpoint.
 
 Rounds go one after another; a round's probes are sent at once. The prefix cache is
 turned off where the runtime allows it: llama.cpp by `cache_prompt: false` in every

@@ -15,7 +15,7 @@ import msgspec
 
 from .._version import __version__
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed, RunMismatch
-from ..judge.cells import cell_from_server, cell_key
+from ..triage.cells import cell_from_server, cell_key
 from ..store.files import StorageError
 from ..store.labels import check_label
 from ..store.preflight_records import Preflight

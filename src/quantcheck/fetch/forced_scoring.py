@@ -41,8 +41,8 @@ from pathlib import Path
 import msgspec
 
 from ..errors import EndpointError, RunFormatError
-from ..judge.forced_figures import Positions, compare_position, noise_floor
-from ..judge.tokenizers import tokenizer_agreement
+from ..triage.forced_figures import Positions, compare_position, noise_floor
+from ..triage.tokenizers import tokenizer_agreement
 from ..store.preflight_records import Fingerprint
 from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedSummary, PerPosition

@@ -16,7 +16,7 @@ several ordinary pieces (`<|im_start|>` as 6 tokens on Gemma), it reads as plain
 
 from __future__ import annotations
 
-from ..judge.templates import known_fallback, markers_in, rendering_key
+from ..triage.templates import known_fallback, markers_in, rendering_key
 from ..store.preflight_records import Check, TemplateRendering
 from ..store.run_dir import ServerInfo
 from ..store.runtimes import TOKENIZE, mapping

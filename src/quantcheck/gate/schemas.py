@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..judge.approvals import ApprovalsFile
+from ..triage.approvals import ApprovalsFile
 from ..store.certificate_records import Certificate
 from ..store.formats import PAIRS_FORMAT, SCHEMAS, schema_file
 from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow

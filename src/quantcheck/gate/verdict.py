@@ -13,12 +13,12 @@ from xml.etree import ElementTree
 import msgspec
 
 from ..errors import ConfigFileError, RunFormatError
-from ..judge.agreement import agreement, agreement_sentence
-from ..judge.expects import SKIPPED
-from ..judge.stats import pass_rate_of, row_pass_counts
+from ..triage.agreement import agreement, agreement_sentence
+from ..triage.expects import SKIPPED
+from ..triage.stats import pass_rate_of, row_pass_counts
 from ..store.files import write_atomic
 from ..store.formats import GATE_FORMAT, GateFormat
-from ..store.grade_records import Agreement
+from ..store.judge_records import Agreement
 from ..store.pair_records import (
     FLIP_CAUSE_WORDS,
     PairRow,
@@ -407,14 +407,14 @@ def append_step_summary(text: str) -> None:
             handle.write(text)
 
 
-def judge_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
+def report_verdict(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
                  review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
     """The verdict on one report with its reviews, writing nothing."""
-    result, summary, _ = _judged(report_dir, policy, rubric, review_files)
+    result, summary, _ = _decided(report_dir, policy, rubric, review_files)
     return result, summary
 
 
-def _judged(report_dir: Path, policy: Policy | None, rubric: Rubric | None,
+def _decided(report_dir: Path, policy: Policy | None, rubric: Rubric | None,
             review_files: Sequence[Path]) -> tuple[GateResult, Summary, list[PairRow]]:
     rubric = rubric or load_rubric()
     rows, summary = require_report(report_dir)
@@ -430,7 +430,7 @@ def _judged(report_dir: Path, policy: Policy | None, rubric: Rubric | None,
 def gate_report(report_dir: Path, policy: Policy | None = None, rubric: Rubric | None = None,
                 review_files: Sequence[Path] = ()) -> tuple[GateResult, Summary]:
     """Gate one report with its reviews; write its gate.json and junit.xml."""
-    result, summary, rows = _judged(report_dir, policy, rubric, review_files)
+    result, summary, rows = _decided(report_dir, policy, rubric, review_files)
     write_gate_json(result, report_dir / GATE_JSON)
     write_junit(result, rows, report_dir / JUNIT_XML, (summary.a.label, summary.b.label))
     return result, summary

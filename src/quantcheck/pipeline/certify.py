@@ -22,8 +22,8 @@ from ..fetch.certify import (
     warm_up,
 )
 from ..gate.certificate_gate import certificate_junit
-from ..judge.certificate import certify, control_note, control_result
-from ..judge.certify_plan import make_plan
+from ..triage.certificate import certify, control_note, control_result
+from ..triage.certify_plan import make_plan
 from ..present.certificate_page import render_certificate
 from ..store.certificate_records import Answer, Certificate, Plan
 from ..store.files import make_directory, write_atomic

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from ..fetch.preflight import ProbeShape, check_endpoint
 from ..fetch.server_info import ask_server
-from ..judge.cells import cell_from_server, cell_key
-from ..judge.templates import template_agreement
-from ..judge.tokenizers import tokenizer_agreement
+from ..triage.cells import cell_from_server, cell_key
+from ..triage.templates import template_agreement
+from ..triage.tokenizers import tokenizer_agreement
 from ..store.preflight_records import Check, Preflight
 from ..store.prompt_sets import GREEDY_FIELDS, RequestOptions, load_prompts
 from ..store.run_dir import Cell, ServerInfo

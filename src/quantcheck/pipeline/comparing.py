@@ -11,19 +11,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fetch.grading import JudgeSettings
+from ..fetch.judging import JudgeSettings
 from ..gate.overview import build_overview, candidate_row
 from ..gate.verdict import Policy, gate_report
-from ..judge.approvals import Approval, default_approvals_path, load_approvals
-from ..judge.grades import label_map
-from ..judge.log_signatures import scan_logs
-from ..judge.pairs import resolve_sides, write_pairs
-from ..judge.parallel import available_cores
-from ..judge.sandbox import Limits
-from ..judge.summary import PairTotals
+from ..triage.approvals import Approval, default_approvals_path, load_approvals
+from ..triage.judging import label_map
+from ..triage.log_signatures import scan_logs
+from ..triage.pairs import resolve_sides, write_pairs
+from ..triage.parallel import available_cores
+from ..triage.sandbox import Limits
+from ..triage.summary import PairTotals
 from ..present.matrix import append_matrix, matrix_rows, write_matrix
 from ..present.sheet import write_overview_page, write_sheet
-from ..store.grade_records import JudgeFigures
+from ..store.judge_records import JudgeFigures
 from ..store.labels import LABEL_CHARACTERS, check_label, label_from_name
 from ..store.prompt_sets import RequestOptions, SourceOptions, load_prompts
 from ..store.report_dir import CANDIDATES, MATRIX, write_overview, write_summary
@@ -32,7 +32,7 @@ from ..store.reviews import set_aside_stale_reviews
 from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import MANIFEST, load_run, read_throughput
 from ..store.run_records import Prompt
-from .grading import check_settings, grade_reports, report_agreement, staging
+from .judging import check_settings, judge_reports, report_agreement, staging
 
 
 @dataclass
@@ -121,7 +121,7 @@ def compare_reports(jobs: Sequence[ReportJob], prompts: Mapping[str, Prompt] | N
         written.end()
         return summary
 
-    return grade_reports([job.out for job in jobs], judge, mapping, finish)
+    return judge_reports([job.out for job in jobs], judge, mapping, finish)
 
 
 @dataclass

@@ -13,8 +13,8 @@ import msgspec
 import pandas as pd
 
 from ..fetch.collect import CollectSettings, Reporter, collect_async
-from ..judge.determinism import analyze_side
-from ..judge.sides import load_side
+from ..triage.determinism import analyze_side
+from ..triage.sides import load_side
 from ..present.determinism_page import render_determinism
 from ..store.files import make_directory, write_atomic
 from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts

@@ -3,8 +3,8 @@ the plurals and phrases it is made of. The judge counts; these say it in words."
 
 from __future__ import annotations
 
-from ..judge.agreement import agreement_sentence
-from ..store.grade_records import JudgeFigures
+from ..triage.agreement import agreement_sentence
+from ..store.judge_records import JudgeFigures
 from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES
 from ..store.report_records import Counts, Summary
 from ..store.run_records import DEGENERATE_KINDS

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from ..judge.agreement import agreement, review_verdicts
-from ..judge.cells import CELL_AXES
+from ..triage.agreement import agreement, review_verdicts
+from ..triage.cells import CELL_AXES
 from ..store.files import AtomicFile, write_atomic
-from ..store.grade_records import Agreement
+from ..store.judge_records import Agreement
 from ..store.pair_records import PAIR_COLUMNS
 from ..store.report_dir import (
     PAIRS_READ_AT_ONCE,

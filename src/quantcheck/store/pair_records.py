@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from .grade_records import GradeDetails
+from .judge_records import JudgeDetails
 from .run_records import DEGENERATE_KINDS, LENGTH_CAPPED, TopK, new_on_b
 
 
@@ -189,4 +189,4 @@ class PairDetails(msgspec.Struct, kw_only=True):
     a_top: TopK | UnsetType = UNSET  # the top-k alternatives at the first divergence
     b_top: TopK | UnsetType = UNSET
     routing: RoutingDetails | UnsetType = UNSET
-    judge: GradeDetails | UnsetType = UNSET  # the judge's raw replies, both orders
+    judge: JudgeDetails | UnsetType = UNSET  # the judge's raw replies, both orders

@@ -1,5 +1,5 @@
 """Preflight records, as a run's manifest holds them (the checks run in fetch/preflight.py;
-whether two sides tokenize alike is judged in judge/tokenizers.py)."""
+whether two sides tokenize alike is judged in triage/tokenizers.py)."""
 
 from __future__ import annotations
 

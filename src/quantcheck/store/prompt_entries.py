@@ -5,7 +5,7 @@ Values come from users' files, so they are `object` until validated: each check
 narrows one field and names the file, line (or row), prompt and field it refuses.
 
 An `expect.regex` is compiled here by the engine its check searches with (the `regex`
-module, judge/expects.py) and by Python's `re`, whose syntax the docs promise: a
+module, triage/expects.py) and by Python's `re`, whose syntax the docs promise: a
 pattern either refuses (`[[` is an unterminated set to `regex`; `\\p{L}` or a
 variable-width look-behind is beyond `re`) is refused naming where, never accepted to
 fail every check later. `re`'s FutureWarnings about sets are never shown or raised.

@@ -16,7 +16,7 @@ from .formats import (
     OverviewFormat,
     SummaryFormat,
 )
-from .grade_records import JudgeFigures
+from .judge_records import JudgeFigures
 from .preflight_records import Check, Preflight
 from .run_dir import Cell, Throughput
 
@@ -384,7 +384,7 @@ class Summary(msgspec.Struct, kw_only=True):
 
     format: SummaryFormat = SUMMARY_FORMAT
     quantcheck_version: str
-    identity: str = ""  # what review files belong to (see judge/pairs.update_identity)
+    identity: str = ""  # what review files belong to (see triage/pairs.update_identity)
     a: SideIdentity
     b: SideIdentity
     counts: Counts

@@ -35,7 +35,7 @@ class Rubric:
     name: str
     question: str
     labels: list[Label] = field(default_factory=list)
-    # the judge's factuality classes -> label ids (`compare --judge`; judge/grades.py
+    # the judge's factuality classes -> label ids (`compare --judge`; triage/judging.py
     # says which classes there are)
     judge: dict[str, str] = field(default_factory=dict)
 

@@ -109,7 +109,7 @@ class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 CellValue = str | int | float | bool | None
-Cell = dict[str, CellValue]  # a serving cell: axis -> what is known of it (judge/cells.py)
+Cell = dict[str, CellValue]  # a serving cell: axis -> what is known of it (triage/cells.py)
 
 
 class PromptFile(msgspec.Struct):

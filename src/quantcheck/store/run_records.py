@@ -69,7 +69,7 @@ CHOICE_LETTERS = "ABCDEFGHIJ"  # the options a `choice` expect names
 @dataclass
 class Expect:
     """A machine-checkable expected answer; all given keys must hold (AND).
-    judge/expects.py checks an answer against it; docs/prompts.md ("Expected answers")
+    triage/expects.py checks an answer against it; docs/prompts.md ("Expected answers")
     documents each key."""
 
     contains: list[str] = field(default_factory=list)

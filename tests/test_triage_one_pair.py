@@ -1,4 +1,4 @@
-"""judge/one_pair.py: flips against their noise. Every factual flip of a planted A/B says
+"""triage/one_pair.py: flips against their noise. Every factual flip of a planted A/B says
 what can explain it (A's repeats disagree on the check, B's do, a near tie at the fork, or
 nothing: confident), in pairs.csv, summary.json, the terminal, the sheet and the gate."""
 
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.judge.triage import flip_cause
+from quantcheck.triage.signals import flip_cause
 from quantcheck.lab.scripted import ScriptedModel
 
 from .conftest import (

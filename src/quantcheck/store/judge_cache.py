@@ -1,5 +1,5 @@
 """The judge's replies, kept by key so a rerun asks only what is new: a JSONL file of
-GradeReply lines (by default REPORT_DIR/judge-cache.jsonl), each appended in one write
+JudgeReply lines (by default REPORT_DIR/judge-cache.jsonl), each appended in one write
 as its reply arrives, so Ctrl-C or a kill loses nothing already answered (a torn last
 line is skipped when read, and the next line starts on a line of its own)."""
 
@@ -18,22 +18,22 @@ from .files import (
     open_regular,
     storage_error,
 )
-from .grade_records import GradeReply
+from .judge_records import JudgeReply
 
 JUDGE_CACHE = "judge-cache.jsonl"
 
-_decode = msgspec.json.Decoder(GradeReply)
+_decode = msgspec.json.Decoder(JudgeReply)
 _encode = msgspec.json.Encoder()
 
 
-class GradeCache:
+class JudgeCache:
     """The replies of one cache file by key; `add` appends a reply as it comes."""
 
     def __init__(self, path: Path, within: Path | None = None) -> None:
         check_target(path, within)
         self.path = path
         self.within = within
-        self.replies: dict[str, GradeReply] = {}
+        self.replies: dict[str, JudgeReply] = {}
         self._descriptor: int | None = None
         self._torn = False  # the file ends in a line cut short
         if path.exists():
@@ -54,10 +54,10 @@ class GradeCache:
         except OSError as exc:
             raise storage_error(self.path, exc) from None
 
-    def get(self, key: str) -> GradeReply | None:
+    def get(self, key: str) -> JudgeReply | None:
         return self.replies.get(key)
 
-    def add(self, reply: GradeReply) -> None:
+    def add(self, reply: JudgeReply) -> None:
         """Keep a reply, on disk at once."""
         if self._descriptor is None:
             make_directory(self.path.parent)
@@ -72,7 +72,7 @@ class GradeCache:
             os.close(self._descriptor)
             self._descriptor = None
 
-    def __enter__(self) -> GradeCache:
+    def __enter__(self) -> JudgeCache:
         return self
 
     def __exit__(self, *exc: object) -> None:

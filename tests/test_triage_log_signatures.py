@@ -1,4 +1,4 @@
-"""judge/log_signatures.py: known failure signatures in a server's log (the shipped ones
+"""triage/log_signatures.py: known failure signatures in a server's log (the shipped ones
 against the field reports, a user's own), `quantcheck logscan`, and a blocking one in
 compare and the gate."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from quantcheck.errors import ConfigFileError
-from quantcheck.judge.log_signatures import load_signatures, scan_log
+from quantcheck.triage.log_signatures import load_signatures, scan_log
 
 from .conftest import FIXTURES, assert_one_clear_line, cli_in_child, invoke
 

@@ -27,7 +27,7 @@ from .sandbox import Limits, code_execution, code_runner
 from .sides import Side, load_side
 from .summary import PairTotals
 from .tokenizers import tokenizer_agreement
-from .triage import NEAR_TIE_NATS
+from .signals import NEAR_TIE_NATS
 
 
 def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,

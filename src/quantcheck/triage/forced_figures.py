@@ -17,7 +17,7 @@ import numpy as np
 from ..store.pair_records import PairRow
 from ..store.report_records import DeltaP, ForcedLine, ForcedStats, Spread
 from ..store.run_records import Completion, Tokens
-from .triage import kl_lower_bound
+from .signals import kl_lower_bound
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from ..store.grade_records import Agreement
+from ..store.judge_records import Agreement
 from ..store.reviews import Review, ReviewVerdict
 
 

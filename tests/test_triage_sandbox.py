@@ -1,4 +1,4 @@
-"""judge/sandbox.py: the answer is the attacker. A check passes only when the hidden
+"""triage/sandbox.py: the answer is the attacker. A check passes only when the hidden
 tests ran to their end; whatever the code leaves behind costs bounded time and memory;
 it cannot kill quantcheck, reach a socket, or carry a file's contents into the report."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from quantcheck.judge import sandbox
-from quantcheck.judge.sandbox import Limits, code_execution, remove_tree, run_tests
+from quantcheck.triage import sandbox
+from quantcheck.triage.sandbox import Limits, code_execution, remove_tree, run_tests
 from quantcheck.store.run_records import CodeExpect
 
 SQUARE = CodeExpect(entry_point="square", tests="assert square(3) == 9\nassert square(-2) == 4")

@@ -1,4 +1,4 @@
-"""judge/templates.py and what uses it: a chat template the model does not know, seen
+"""triage/templates.py and what uses it: a chat template the model does not know, seen
 in the answers (echoed questions, leaked markers), counted, shown once at the top of
 the sheet, and a gate rule (off by default: reported only)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.judge.templates import known_fallback, markers_in, template_signs
+from quantcheck.triage.templates import known_fallback, markers_in, template_signs
 from quantcheck.lab.scripted import Faults, ScriptedModel
 
 from .conftest import Serve, WritePrompts, card, gate_rules, invoke, open_sheet

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.judge.expects import CheckResult
-from quantcheck.judge.sides import signature
-from quantcheck.judge.triage import (
+from quantcheck.triage.expects import CheckResult
+from quantcheck.triage.sides import signature
+from quantcheck.triage.signals import (
     NEAR_TIE_NATS,
     classify_divergence,
     degenerate_reason,

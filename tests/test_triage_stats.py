@@ -1,4 +1,4 @@
-"""judge/stats.py, paired statistics: exact McNemar, the paired-difference interval,
+"""triage/stats.py, paired statistics: exact McNemar, the paired-difference interval,
 bootstrap means; sentences that do not contradict the interval they quote."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.judge.stats import (
+from quantcheck.triage.stats import (
     BOOTSTRAPPED,
     Z95,
     bootstrap_mean,

@@ -1,4 +1,4 @@
-"""judge/routing.py, MoE expert routing: recorded from vLLM's and SGLang's formats (lab
+"""triage/routing.py, MoE expert routing: recorded from vLLM's and SGLang's formats (lab
 servers with planted routing), diagnosed across repeats and between A and B, in
 pairs.csv, summary.json, the sheet, the determinism report and the gate. Routing as a
 server sends it, and routing that cannot be right: test_wire_routing.py."""
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.judge.routing import across_repeats, between
+from quantcheck.triage.routing import across_repeats, between
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.lab.scripted import Faults, ScriptedModel
 

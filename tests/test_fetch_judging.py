@@ -1,6 +1,6 @@
-"""fetch/grading.py: asking the judge. A failure of one grading that is not the
+"""fetch/judging.py: asking the judge. A failure of one grading that is not the
 judge's (the cache cannot be written) stops the others with it: none is left to send a
-request after its client closed (the judge's whole flow: test_pipeline_grading.py)."""
+request after its client closed (the judge's whole flow: test_pipeline_judging.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from quantcheck.fetch.grading import Grader, JudgeSettings
-from quantcheck.judge.grades import Grading
+from quantcheck.fetch.judging import JudgeClient, JudgeSettings
+from quantcheck.triage.judging import JudgeQuestion
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.files import StorageError
-from quantcheck.store.grade_cache import GradeCache
+from quantcheck.store.judge_cache import JudgeCache
 from quantcheck.wire.client import EndpointClient, run_blocking
 
 from .conftest import Serve
@@ -30,12 +30,12 @@ def test_a_cache_that_cannot_be_written_stops_every_grading(serve: Serve,
         latency_s=0.05, status={1: 503}, retry_after_s=0.4))
     (tmp_path / "a-file").write_text("not a folder")
     settings = JudgeSettings(endpoint=judge.url, model="judge", concurrency=2, retries=1)
-    gradings = [Grading(f"question {n}", "yes", "yes") for n in range(2)]
+    gradings = [JudgeQuestion(f"question {n}", "yes", "yes") for n in range(2)]
 
     async def ask() -> bool:
-        with GradeCache(tmp_path / "a-file" / "cache.jsonl") as cache:
+        with JudgeCache(tmp_path / "a-file" / "cache.jsonl") as cache:
             async with EndpointClient(judge.url, timeout=10) as client:
-                grader = Grader(client, "judge", settings, cache)
+                grader = JudgeClient(client, "judge", settings, cache)
                 with pytest.raises(StorageError):
                     await grader.ask(gradings)
             await asyncio.sleep(0.8)  # past the other grading's Retry-After

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 
 
-class GradeReply(msgspec.Struct, kw_only=True, omit_defaults=True):
+class JudgeReply(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One answer of the judge to one grading request: a line of the judge's cache,
     found again by `key` (a hash of the model, the prompt version, the question and
     both answers in their roles). `reply` is the text the judge sent, cut to a bound
@@ -37,7 +37,7 @@ class OrderVerdict(msgspec.Struct, kw_only=True):
     reply: str = ""
 
 
-class GradeDetails(msgspec.Struct, kw_only=True):
+class JudgeDetails(msgspec.Struct, kw_only=True):
     """A judged pair in details.jsonl: the judge's model, the grading prompt's version
     and both orders' verdicts (A as the reference first)."""
 

@@ -1,4 +1,4 @@
-"""Property-based tests of everything in judge/ that reads a string an engine or a user
+"""Property-based tests of everything in triage/ that reads a string an engine or a user
 wrote (answers, tool calls, patterns, the judge's replies, requests, server logs, review
 labels, --cell values): any text in, a value of the documented kind out, never an
 exception. And what compare makes of any two answers reads back from pairs.csv.
@@ -21,14 +21,14 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import QuantcheckError
-from quantcheck.judge.agreement import agreement, review_verdicts
-from quantcheck.judge.approvals import Approval, load_approvals
-from quantcheck.judge.cells import (
+from quantcheck.triage.agreement import agreement, review_verdicts
+from quantcheck.triage.approvals import Approval, load_approvals
+from quantcheck.triage.cells import (
     ftype_quantization,
     gguf_model_name,
     parse_cell_options,
 )
-from quantcheck.judge.expects import (
+from quantcheck.triage.expects import (
     REGEX_SECONDS,
     check_answer,
     choice_of,
@@ -40,7 +40,7 @@ from quantcheck.judge.expects import (
     tool_call_failure,
     unfenced,
 )
-from quantcheck.judge.grades import (
+from quantcheck.triage.judging import (
     CLASSES,
     NO_VERDICT,
     UNCLEAR,
@@ -50,18 +50,18 @@ from quantcheck.judge.grades import (
     question_text,
     read_reply,
 )
-from quantcheck.judge.log_signatures import load_signatures, scan_log
-from quantcheck.judge.pairs import compare
-from quantcheck.judge.sides import calls_json
-from quantcheck.judge.templates import (
+from quantcheck.triage.log_signatures import load_signatures, scan_log
+from quantcheck.triage.pairs import compare
+from quantcheck.triage.sides import calls_json
+from quantcheck.triage.templates import (
     known_fallback,
     last_user_message,
     markers_in,
     rendering_key,
     template_signs,
 )
-from quantcheck.judge.tokenizers import tokenizer_agreement
-from quantcheck.judge.triage import (
+from quantcheck.triage.tokenizers import tokenizer_agreement
+from quantcheck.triage.signals import (
     TOOL_CALL_CHANGES,
     degenerate_reason,
     is_repetition_loop,
@@ -412,7 +412,7 @@ def test_compare_judges_any_answers_into_a_pairs_table_that_reads_back(
             assert (getattr(row, column) or "") in allowed
 
 
-# --- the user's files judge/ reads: signatures, approvals --------------------------------
+# --- the user's files triage/ reads: signatures, approvals --------------------------------
 
 SIGNATURE_FILES = st.builds(
     lambda entries: json.dumps({"signatures": entries}),

@@ -10,7 +10,7 @@ from ..store.token_columns import round_significant
 from .routing import across_repeats
 from .routing import problem as routing_problem
 from .sides import Side
-from .triage import first_divergence, token_keys
+from .signals import first_divergence, token_keys
 
 
 def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[DeterminismRow]:

@@ -15,7 +15,7 @@ from . import routing
 from .expects import CheckResult, CodeRunner, check_answer, parse_calls
 from .sides import Side, SideRecord
 from .templates import last_user_message, template_signs
-from .triage import (
+from .signals import (
     classify_divergence,
     degenerate_reason,
     disputed_checks,

@@ -1,4 +1,4 @@
-"""judge/approvals.py and `quantcheck approve`: reviewed pairs approved once need no
+"""triage/approvals.py and `quantcheck approve`: reviewed pairs approved once need no
 second review when exactly the same pair recurs; never a regression."""
 
 from __future__ import annotations

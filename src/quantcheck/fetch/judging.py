@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EndpointError, QuantcheckError
-from ..judge.grades import PROMPT_VERSION, REPLY_CHARS, Grading
-from ..store.grade_cache import GradeCache
-from ..store.grade_records import GradeReply
+from ..triage.judging import PROMPT_VERSION, REPLY_CHARS, JudgeQuestion
+from ..store.judge_cache import JudgeCache
+from ..store.judge_records import JudgeReply
 from ..wire.client import (
     EndpointClient,
     RequestFailed,
@@ -70,24 +70,24 @@ async def judge_model(client: EndpointClient, settings: JudgeSettings) -> str:
 
 
 @dataclass
-class Grader:
+class JudgeClient:
     """One judge and one cache: `ask` a list of gradings, get each reply (or why none
     came), `concurrency` requests in flight at a time."""
 
     client: EndpointClient
     model: str
     settings: JudgeSettings
-    cache: GradeCache
+    cache: JudgeCache
     tally: Tally = field(default_factory=Tally)
     down: str | None = None  # why the judge was given up on
     last_failure: str | None = None  # why the last grading without an answer got none
     _unreachable: int = 0
     _last_answer: float = field(default_factory=time.monotonic)
 
-    async def ask(self, gradings: list[Grading]) -> list[GradeReply | str]:
+    async def ask(self, gradings: list[JudgeQuestion]) -> list[JudgeReply | str]:
         gate = asyncio.Semaphore(self.settings.concurrency)
 
-        async def one(grading: Grading) -> GradeReply | str:
+        async def one(grading: JudgeQuestion) -> JudgeReply | str:
             key = grading.key(self.model)
             kept = self.cache.get(key)
             if kept is not None:
@@ -100,7 +100,7 @@ class Grader:
         # gradings too, before the client closes under them
         return await all_or_none(one(grading) for grading in gradings)
 
-    async def _request(self, grading: Grading, key: str) -> GradeReply | str:
+    async def _request(self, grading: JudgeQuestion, key: str) -> JudgeReply | str:
         if self.down is not None:
             return f"not asked: {self.down}"
         body = {"model": self.model, "messages": grading.messages(), "temperature": 0,
@@ -120,7 +120,7 @@ class Grader:
                 continue
             except RequestFailed:  # beyond the size cap: asking again gets the same, kept
                 self._answered()
-                return self._keep(GradeReply(
+                return self._keep(JudgeReply(
                     key=key, model=self.model, prompt_version=PROMPT_VERSION, at=_now(),
                     error=f"the reply is larger than {JUDGE_RESPONSE_MB} MB: not read"))
             except QuantcheckError as exc:
@@ -133,7 +133,7 @@ class Grader:
                 break
             self._answered()
             usage = generation.usage or {}
-            return self._keep(GradeReply(
+            return self._keep(JudgeReply(
                 key=key, model=self.model, prompt_version=PROMPT_VERSION,
                 reply=generation.text[:REPLY_CHARS], chars=len(generation.text),
                 prompt_tokens=_count(usage.get("prompt_tokens")),
@@ -154,7 +154,7 @@ class Grader:
         return (f"{failed} grading{'s' * (failed != 1)} got no answer from the judge; the "
                 f"last: {self.last_failure}")
 
-    def _keep(self, reply: GradeReply) -> GradeReply:
+    def _keep(self, reply: JudgeReply) -> JudgeReply:
         self.cache.add(reply)
         self.tally.prompt_tokens += reply.prompt_tokens or 0
         self.tally.completion_tokens += reply.completion_tokens or 0

@@ -1,8 +1,8 @@
 """The judge's second opinion on a compared report (`compare --judge`), and its agreement
 with reviewers.
 
-Triage writes the pairs into REPORT_DIR/.judging/; `grade_reports` asks the judge about
-every pair that needs it (judge/grades.needs_grade), in both orders, in one event loop
+Triage writes the pairs into REPORT_DIR/.judging/; `judge_reports` asks the judge about
+every pair that needs it (triage/judging.needs_judge), in both orders, in one event loop
 for every report, one report after the other: it writes that report's pairs.csv and
 details.jsonl with the judge's columns and raw replies in their place, and the caller
 finishes it (summary.json, the sheet) before the next report is judged. Until its
@@ -22,23 +22,23 @@ from typing import TypeVar
 import msgspec
 
 from ..errors import QuantcheckError
-from ..fetch.grading import JUDGE_RESPONSE_MB, Grader, JudgeSettings, Tally, judge_model
-from ..judge.agreement import agreement, review_verdicts
-from ..judge.grades import (
+from ..fetch.judging import JUDGE_RESPONSE_MB, JudgeClient, JudgeSettings, Tally, judge_model
+from ..triage.agreement import agreement, review_verdicts
+from ..triage.judging import (
     NO_VERDICT,
     PROMPT_VERSION,
     Read,
     combine,
     fill_row,
     gradings,
-    needs_grade,
+    needs_judge,
     order_verdict,
     read_reply,
 )
 from ..present.sheet import write_sheet
 from ..store.files import AtomicFile
-from ..store.grade_cache import JUDGE_CACHE, GradeCache
-from ..store.grade_records import Agreement, GradeDetails, GradeReply, JudgeFigures
+from ..store.judge_cache import JUDGE_CACHE, JudgeCache
+from ..store.judge_records import Agreement, JudgeDetails, JudgeReply, JudgeFigures
 from ..store.pair_records import PairDetails, PairRow
 from ..store.report_dir import (
     DETAILS,
@@ -72,17 +72,17 @@ def check_settings(settings: JudgeSettings) -> None:
                               "environment variable is not set")
 
 
-def grade_reports(reports: Sequence[Path], settings: JudgeSettings,
+def judge_reports(reports: Sequence[Path], settings: JudgeSettings,
                   mapping: Mapping[str, str], finish: Callable[[int, JudgeFigures], T]
                   ) -> list[T]:
     """Judge the staged pairs of each report in turn, write its pairs.csv and
     details.jsonl, and `finish` it (given its position and what the judge said and
     cost) before the next is judged; what each `finish` returned. One event loop for
     them all."""
-    return run_blocking(_grade_all(reports, settings, mapping, finish))
+    return run_blocking(_judge_all(reports, settings, mapping, finish))
 
 
-async def _grade_all(reports: Sequence[Path], settings: JudgeSettings,
+async def _judge_all(reports: Sequence[Path], settings: JudgeSettings,
                      mapping: Mapping[str, str], finish: Callable[[int, JudgeFigures], T]
                      ) -> list[T]:
     key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
@@ -93,19 +93,19 @@ async def _grade_all(reports: Sequence[Path], settings: JudgeSettings,
             error = None
         except QuantcheckError as exc:  # costs the judge's figures, never the report
             model, error = None, str(exc)
-        return [finish(n, await _grade_report(client, model, error, out, settings, mapping))
+        return [finish(n, await _judge_report(client, model, error, out, settings, mapping))
                 for n, out in enumerate(reports)]
 
 
-async def _grade_report(client: EndpointClient, model: str | None, error: str | None,
+async def _judge_report(client: EndpointClient, model: str | None, error: str | None,
                         out: Path, settings: JudgeSettings, mapping: Mapping[str, str]
                         ) -> JudgeFigures:
     started = time.perf_counter()
     cache_path = settings.cache or out / JUDGE_CACHE
     classes: Counter[str] = Counter()
-    with GradeCache(cache_path, None if settings.cache else out) as cache, \
+    with JudgeCache(cache_path, None if settings.cache else out) as cache, \
             AtomicFile(out / PAIRS) as table, AtomicFile(out / DETAILS) as lines:
-        grader = Grader(client, model, settings, cache) if model else None
+        grader = JudgeClient(client, model, settings, cache) if model else None
         details = DetailsReader(staging(out))
         written = False
         for rows in iter_pair_rows(staging(out), CHUNK_PAIRS):
@@ -131,11 +131,11 @@ async def _grade_report(client: EndpointClient, model: str | None, error: str | 
         error=error or (grader.trouble() if grader else None))
 
 
-async def _judge_chunk(grader: Grader | None, error: str | None, rows: list[PairRow],
+async def _judge_chunk(grader: JudgeClient | None, error: str | None, rows: list[PairRow],
                        shown: list[PairDetails], mapping: Mapping[str, str],
                        classes: Counter[str]) -> None:
     """Fill the judge's columns and details of the chunk's pairs that need it."""
-    chosen = [n for n, row in enumerate(rows) if needs_grade(row)]
+    chosen = [n for n, row in enumerate(rows) if needs_judge(row)]
     asked = [gradings(rows[n], _request(shown[n])) for n in chosen]
     if grader is None:
         for n in chosen:
@@ -148,7 +148,7 @@ async def _judge_chunk(grader: Grader | None, error: str | None, rows: list[Pair
         reads = _read(with_a), _read(with_b)
         fill_row(rows[n], combine(*reads), mapping)
         classes[rows[n].judge_class] += 1
-        shown[n].judge = GradeDetails(model=grader.model, prompt_version=PROMPT_VERSION,
+        shown[n].judge = JudgeDetails(model=grader.model, prompt_version=PROMPT_VERSION,
                                       orders=[order_verdict("a", reads[0], _raw(with_a)),
                                               order_verdict("b", reads[1], _raw(with_b))])
 
@@ -157,7 +157,7 @@ def _request(details: PairDetails) -> Mapping[str, object] | None:
     return details.request if isinstance(details.request, dict) else None
 
 
-def _read(reply: GradeReply | str) -> Read:
+def _read(reply: JudgeReply | str) -> Read:
     if isinstance(reply, str):
         return Read(None, f"the judge did not answer: {reply}")
     if reply.error:
@@ -165,8 +165,8 @@ def _read(reply: GradeReply | str) -> Read:
     return read_reply(reply.reply, reply.chars)
 
 
-def _raw(reply: GradeReply | str) -> str:
-    return reply.reply if isinstance(reply, GradeReply) else ""
+def _raw(reply: JudgeReply | str) -> str:
+    return reply.reply if isinstance(reply, JudgeReply) else ""
 
 
 def _labels(classes: Counter[str], mapping: Mapping[str, str]) -> Counter[str]:

@@ -1,7 +1,7 @@
 """The judge's second opinion, offline: which pairs it is asked about, the fixed and
 versioned grading prompt (a factuality comparison of B's answer with A's, and of A's
 with B's), reading its untrusted reply strictly, the two orders made one verdict, and
-that verdict as a rubric label (the rubric's `judge` mapping). Sending is fetch/grading.py;
+that verdict as a rubric label (the rubric's `judge` mapping). Sending is fetch/judging.py;
 why the prompt and the mapping are what they are: docs/review.md."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import orjson
 
 from ..errors import ConfigFileError
-from ..store.grade_records import OrderVerdict
+from ..store.judge_records import OrderVerdict
 from ..store.pair_records import PairRow
 from ..store.rubric import Rubric
 from .expects import FAIL, PASS
@@ -70,7 +70,7 @@ Reply with exactly one JSON object on one line and nothing else:
 {{"class": "<same|immaterial|subset|superset|contradiction>", "reason": "<one sentence>"}}"""
 
 
-def needs_grade(row: PairRow) -> bool:
+def needs_judge(row: PairRow) -> bool:
     """Whether the judge is asked about a pair: it differs, no earlier approval covers
     it, and no expect decided it (one that ran to pass or fail on both sides)."""
     decided = row.a_expect in (PASS, FAIL) and row.b_expect in (PASS, FAIL)
@@ -78,7 +78,7 @@ def needs_grade(row: PairRow) -> bool:
 
 
 @dataclass(frozen=True)
-class Grading:
+class JudgeQuestion:
     """What the judge is shown in one order: the question, the reference answer and
     the submission, each as sent."""
 
@@ -103,12 +103,12 @@ class Grading:
         return hashlib.sha256(data).hexdigest()
 
 
-def gradings(row: PairRow, request: Mapping[str, object] | None) -> tuple[Grading, Grading]:
+def gradings(row: PairRow, request: Mapping[str, object] | None) -> tuple[JudgeQuestion, JudgeQuestion]:
     """A pair's question both ways: A's answer as the reference, then B's."""
     question = _inert(question_text(request))
     a = _inert(_cut(answer_text(row.a_text, row.a_tool_calls), ANSWER_CHARS))
     b = _inert(_cut(answer_text(row.b_text, row.b_tool_calls), ANSWER_CHARS))
-    return Grading(question, a, b), Grading(question, b, a)
+    return JudgeQuestion(question, a, b), JudgeQuestion(question, b, a)
 
 
 def question_text(request: Mapping[str, object] | None) -> str:

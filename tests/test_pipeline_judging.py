@@ -1,8 +1,8 @@
-"""The judge's second opinion (`compare --judge`, pipeline/grading.py over
-fetch/grading.py): a scripted judge on loopback with planted classes, orders that
+"""The judge's second opinion (`compare --judge`, pipeline/judging.py over
+fetch/judging.py): a scripted judge on loopback with planted classes, orders that
 disagree, malformed and hostile replies; the report files, the cache, the gate, the
 agreement with planted reviews and the sheet in Chromium. The reply parser's own tests:
-test_judge_grades.py; the agreement's numbers: test_judge_agreement.py."""
+test_triage_judging.py; the agreement's numbers: test_triage_agreement.py."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pytest
 
 from quantcheck import CollectSettings, collect
 from quantcheck.errors import ConfigFileError
-from quantcheck.judge.grades import NO_VERDICT, label_map
+from quantcheck.triage.judging import NO_VERDICT, label_map
 from quantcheck.lab.launch import free_port
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 from quantcheck.store.rubric import load_rubric
@@ -350,7 +350,7 @@ def test_the_rubric_holds_the_mapping_and_a_bad_one_is_refused_first(
     assert not (tmp_path / "never").exists()
 
 
-def test_judge_options_need_a_judge(planted_runs: tuple[Path, Path], tmp_path: Path) -> None:
+def test_triage_options_need_a_judge(planted_runs: tuple[Path, Path], tmp_path: Path) -> None:
     result = invoke("compare", planted_runs[0], planted_runs[1], "--out", tmp_path / "r",
                     "--judge-model", "x")
     assert result.exit_code == 2 and "--judge-model needs --judge URL" in result.output
@@ -369,7 +369,7 @@ def review(report: Path, reviewer: str, labels: dict[str, str]) -> None:
                                     for prompt, label in labels.items()})
 
 
-def test_judge_labels_fail_the_gate_only_when_the_policy_opts_in(judged: Path,
+def test_triage_labels_fail_the_gate_only_when_the_policy_opts_in(judged: Path,
                                                                  tmp_path: Path) -> None:
     report = copy_of(judged, tmp_path)
     code, rules = gate(report)

@@ -1,4 +1,4 @@
-"""judge/cells.py: the serving cell each server reveals (and `quantcheck probe` prints),
+"""triage/cells.py: the serving cell each server reveals (and `quantcheck probe` prints),
 its key, the axes two cells differ in, and compare's warning when A and B differ in
 more than the one being tested."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.judge.cells import (
+from quantcheck.triage.cells import (
     cell_from_server,
     cell_key,
     confound_warning,

@@ -1,4 +1,4 @@
-"""judge/summary.py: the summary's totals (PairTotals), gathered chunk by chunk."""
+"""triage/summary.py: the summary's totals (PairTotals), gathered chunk by chunk."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from quantcheck.judge.pairs import compare
+from quantcheck.triage.pairs import compare
 
 
 def test_the_summary_gathered_chunk_by_chunk_is_the_summary_of_all_pairs(
@@ -14,8 +14,8 @@ def test_the_summary_gathered_chunk_by_chunk_is_the_summary_of_all_pairs(
     """compare forgets each chunk of pairs once written (summary.PairTotals keeps counts,
     the ids not compared and the drift values): totals gathered a few pairs at a time
     give the summary of the whole frame, every status, flip and percentile included."""
-    from quantcheck.judge.sides import load_side
-    from quantcheck.judge.summary import PairTotals
+    from quantcheck.triage.sides import load_side
+    from quantcheck.triage.summary import PairTotals
     from quantcheck.store.report_dir import pair_rows
 
     whole = pair_rows(compare(*ab_runs))

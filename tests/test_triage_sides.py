@@ -1,4 +1,4 @@
-"""judge/sides.py: a side held as a compact index (a prompt key, an offset and a signature
+"""triage/sides.py: a side held as a compact index (a prompt key, an offset and a signature
 digest per request): every record reads back from its line, the request counts and
 timings match the lines, and two prompt ids that share a key are refused, not merged."""
 
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import RunFormatError
-from quantcheck.judge import sides
+from quantcheck.triage import sides
 from quantcheck.store.run_dir import PromptLines, prompt_key
 
 from .conftest import cli_in_child

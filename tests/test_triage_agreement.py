@@ -1,11 +1,11 @@
-"""judge/agreement.py: the judge against human reviews, a hand-computed confusion table
+"""triage/agreement.py: the judge against human reviews, a hand-computed confusion table
 and Cohen's kappa."""
 
 from __future__ import annotations
 
 import pytest
 
-from quantcheck.judge.agreement import agreement, cohens_kappa
+from quantcheck.triage.agreement import agreement, cohens_kappa
 from quantcheck.store.reviews import ReviewVerdict
 
 

@@ -1,4 +1,4 @@
-"""judge/pairs.py: `compare` on the planted A/B, every planted difference triaged as it
+"""triage/pairs.py: `compare` on the planted A/B, every planted difference triaged as it
 should be, and the significant digits that decide what is the same signature."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from quantcheck.judge.pairs import compare
+from quantcheck.triage.pairs import compare
 from quantcheck.store.pair_records import PAIR_COLUMNS
 
 

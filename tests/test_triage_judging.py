@@ -1,4 +1,4 @@
-"""judge/grades.py: a judge's reply read strictly (any text in: a class or no verdict, with
+"""triage/judging.py: a judge's reply read strictly (any text in: a class or no verdict, with
 a short clean reason), the two orders reconciled, the grading prompt."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quantcheck.judge.grades import (
+from quantcheck.triage.judging import (
     CLASSES,
     NO_VERDICT,
     REASON_CHARS,

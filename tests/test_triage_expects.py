@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from quantcheck import CollectSettings, Expect, collect, load_run
-from quantcheck.judge.expects import (
+from quantcheck.triage.expects import (
     REGEX_SECONDS,
     check_answer,
     choice_of,
@@ -24,7 +24,7 @@ from quantcheck.judge.expects import (
     tool_call_failure,
     unfenced,
 )
-from quantcheck.judge.triage import tool_call_change
+from quantcheck.triage.signals import tool_call_change
 from quantcheck.lab.scripted import DIALECTS, ScriptedModel
 from quantcheck.store.run_records import ToolCall, ToolCallExpect
 
