@@ -13,9 +13,9 @@ from collections import Counter
 from _common import save
 
 from quantcheck.fetch.certify import CertifySettings, PlanSender, client_for, server_facts
-from quantcheck.triage.certify_plan import make_plan
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.store.run_records import Prompt
+from quantcheck.triage.certify_plan import make_plan
 
 
 def prompts(count: int) -> list[Prompt]:

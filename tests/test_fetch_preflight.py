@@ -13,10 +13,10 @@ import pytest
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
 from quantcheck.fetch.preflight import PreflightFailed, ProbeShape, check_endpoint
-from quantcheck.triage.tokenizers import tokenizer_agreement
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.prompt_sets import RequestOptions
 from quantcheck.store.report_dir import read_pairs
+from quantcheck.triage.tokenizers import tokenizer_agreement
 from quantcheck.wire.client import run_blocking
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke

@@ -19,8 +19,6 @@ from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import EndpointError, PromptFileError
-from quantcheck.triage.cells import cell_from_server, cell_key
-from quantcheck.triage.expects import check_answer, choice_of
 from quantcheck.store.prompt_sets import load_prompts
 from quantcheck.store.run_dir import ServerInfo
 from quantcheck.store.run_records import Completion, Expect, ToolCall, ToolCallExpect
@@ -31,6 +29,8 @@ from quantcheck.store.runtimes import (
     runtime_version,
 )
 from quantcheck.store.token_columns import pack, unpack
+from quantcheck.triage.cells import cell_from_server, cell_key
+from quantcheck.triage.expects import check_answer, choice_of
 from quantcheck.wire.dialects import (
     EventStream,
     Generation,
@@ -596,10 +596,10 @@ def test_any_bytes_in_a_report_file_are_read_or_one_clear_error(name: str,
     import tempfile
 
     from quantcheck.errors import QuantcheckError
-    from quantcheck.triage.approvals import load_approvals
     from quantcheck.store.report_dir import read_pair_rows, read_summary
     from quantcheck.store.reviews import load_reviews
     from quantcheck.store.rubric import load_rubric
+    from quantcheck.triage.approvals import load_approvals
 
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder)

@@ -21,6 +21,19 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import QuantcheckError
+from quantcheck.store.pair_records import ENUMERATED, PairRow
+from quantcheck.store.preflight_records import Fingerprint
+from quantcheck.store.report_dir import pair_rows, pairs_csv, read_pair_rows
+from quantcheck.store.reviews import Review, ReviewVerdict
+from quantcheck.store.run_records import (
+    CodeExpect,
+    Expect,
+    Prompt,
+    ToolCall,
+    ToolCallExpect,
+    first_number,
+    numbers_in,
+)
 from quantcheck.triage.agreement import agreement, review_verdicts
 from quantcheck.triage.approvals import Approval, load_approvals
 from quantcheck.triage.cells import (
@@ -46,21 +59,13 @@ from quantcheck.triage.judging import (
     UNCLEAR,
     clean,
     combine,
-    gradings,
+    judge_questions,
     question_text,
     read_reply,
 )
 from quantcheck.triage.log_signatures import load_signatures, scan_log
 from quantcheck.triage.pairs import compare
 from quantcheck.triage.sides import calls_json
-from quantcheck.triage.templates import (
-    known_fallback,
-    last_user_message,
-    markers_in,
-    rendering_key,
-    template_signs,
-)
-from quantcheck.triage.tokenizers import tokenizer_agreement
 from quantcheck.triage.signals import (
     TOOL_CALL_CHANGES,
     degenerate_reason,
@@ -70,19 +75,14 @@ from quantcheck.triage.signals import (
     tool_call_change,
     with_calls,
 )
-from quantcheck.store.pair_records import ENUMERATED, PairRow
-from quantcheck.store.preflight_records import Fingerprint
-from quantcheck.store.report_dir import pair_rows, pairs_csv, read_pair_rows
-from quantcheck.store.reviews import Review, ReviewVerdict
-from quantcheck.store.run_records import (
-    CodeExpect,
-    Expect,
-    Prompt,
-    ToolCall,
-    ToolCallExpect,
-    first_number,
-    numbers_in,
+from quantcheck.triage.templates import (
+    known_fallback,
+    last_user_message,
+    markers_in,
+    rendering_key,
+    template_signs,
 )
+from quantcheck.triage.tokenizers import tokenizer_agreement
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 EXAMPLES = int(os.environ.get("QUANTCHECK_FUZZ_EXAMPLES", "200"))
@@ -285,10 +285,10 @@ REPLIES = (TEXTS | ANY_JSON.map(json.dumps)
 def test_any_reply_of_the_judge_is_a_verdict_or_no_verdict_with_why(
         reply: str, chars: int | None, other: str) -> None:
     read = read_reply(reply, chars)
-    assert read.grade in (None, *CLASSES) and read.reason
+    assert read.judge_class in (None, *CLASSES) and read.reason
     assert "\n" not in read.reason and len(read.reason) <= 300
     both = combine(read, read_reply(other))
-    assert both.grade in (*CLASSES, UNCLEAR, NO_VERDICT) and "\n" not in both.reason
+    assert both.judge_class in (*CLASSES, UNCLEAR, NO_VERDICT) and "\n" not in both.reason
 
 
 @FUZZ
@@ -300,10 +300,10 @@ def test_the_judge_is_shown_any_pair_inertly(request: dict[str, Any] | None,
                                              b_text: str, limit: int) -> None:
     assert isinstance(question_text(request), str)
     row = PairRow(prompt_id="p", a_text=a_text, b_text=b_text, a_tool_calls=calls)
-    for grading in gradings(row, request):
-        user = grading.messages()[1]["content"]
+    for judge_question in judge_questions(row, request):
+        user = judge_question.messages()[1]["content"]
         assert user.count("<<<REFERENCE\n") == 1 and user.count("\nSUBMISSION>>>") == 1
-        assert len(grading.key("judge")) == 64
+        assert len(judge_question.key("judge")) == 64
     shown = clean(b_text, limit)
     assert len(shown) <= limit and not re.search(r"[\x00-\x1f\u202e]", shown)
 

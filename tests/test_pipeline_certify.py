@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.triage.certificate import compare_answers, rule_of_three
-from quantcheck.triage.certify_plan import make_plan, prefix_lengths
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.certificate_records import Answer, Certificate
+from quantcheck.triage.certificate import compare_answers, rule_of_three
+from quantcheck.triage.certify_plan import make_plan, prefix_lengths
 
 from .conftest import Serve, WritePrompts, invoke
 

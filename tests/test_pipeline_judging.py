@@ -22,10 +22,10 @@ import pytest
 
 from quantcheck import CollectSettings, collect
 from quantcheck.errors import ConfigFileError
-from quantcheck.triage.judging import NO_VERDICT, label_map
 from quantcheck.lab.launch import free_port
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 from quantcheck.store.rubric import load_rubric
+from quantcheck.triage.judging import NO_VERDICT, label_map
 
 from .conftest import (
     A_ANSWERS,
@@ -304,7 +304,7 @@ def test_a_judge_failing_every_request_costs_only_its_figures(
 @pytest.mark.parametrize("judge_is", ["not-listening", "answering-500"])
 def test_a_named_judge_model_that_never_answers_says_why_in_the_summary(
         planted_runs: tuple[Path, Path], tmp_path: Path, judge_is: str) -> None:
-    """With --judge-model nothing is asked before the gradings: their failures alone
+    """With --judge-model nothing is asked before the judge_questions: their failures alone
     must fill judge.error (docs/review.md says it says why)."""
     broken = None
     if judge_is == "answering-500":
@@ -320,7 +320,7 @@ def test_a_named_judge_model_that_never_answers_says_why_in_the_summary(
     figures = json.loads((tmp_path / "report" / "summary.json").read_text())["judge"]
     assert figures["failed"] == 12 and figures["classes"] == {NO_VERDICT: 6}
     cause = "HTTP 500" if broken else "connection failed"
-    assert figures["error"].startswith("12 gradings got no answer from the judge; the last: ")
+    assert figures["error"].startswith("12 judge_questions got no answer from the judge; the last: ")
     assert cause in figures["error"]
     assert figures["error"] in result.output  # the terminal's judge line says it too
 
@@ -530,12 +530,12 @@ def test_run_with_two_candidates_asks_one_judge_about_both(tmp_path: Path) -> No
         for server in [*servers, judge]:
             server.stop()
     assert result.exit_code == 0, result.output
-    for label, prompt, grade in (("fp8", "capital", "contradiction"),
+    for label, prompt, judge_class in (("fp8", "capital", "contradiction"),
                                  ("int4", "sum", "unclear")):
         report = out / "candidates" / label
         pairs = pd.read_csv(report / "pairs.csv", keep_default_na=False).set_index(
             "prompt_id")
-        assert pairs.loc[prompt, "judge_class"] == grade
+        assert pairs.loc[prompt, "judge_class"] == judge_class
         assert (pairs.drop(prompt)["judge_class"] == "").all()
         figures = json.loads((report / "summary.json").read_text())["judge"]
         assert (figures["pairs"], figures["requests"]) == (1, 2)

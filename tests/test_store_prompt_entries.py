@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import PromptFileError
-from quantcheck.triage.expects import regex_failure
 from quantcheck.store.prompt_sets import load_prompts
+from quantcheck.triage.expects import regex_failure
 
 
 def prompt_set(folder: Path, pattern: str) -> Path:

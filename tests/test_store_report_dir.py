@@ -11,8 +11,6 @@ import pytest
 from quantcheck import CollectSettings, collect
 from quantcheck.errors import RunFormatError
 from quantcheck.fetch.forced_scoring import ForcedSettings
-from quantcheck.triage.judging import CLASSES, NO_VERDICT, UNCLEAR
-from quantcheck.triage.signals import TOOL_CALL_CHANGES
 from quantcheck.pipeline.collecting import score_run
 from quantcheck.store.pair_records import ENUMERATED
 from quantcheck.store.report_dir import (
@@ -23,6 +21,8 @@ from quantcheck.store.report_dir import (
     read_pair_rows,
 )
 from quantcheck.store.run_records import DEGENERATE_KINDS, LENGTH_CAPPED
+from quantcheck.triage.judging import CLASSES, NO_VERDICT, UNCLEAR
+from quantcheck.triage.signals import TOOL_CALL_CHANGES
 
 from .conftest import (
     TWO_PROMPTS,

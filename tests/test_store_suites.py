@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from quantcheck.triage.expects import check_answer, overall
-from quantcheck.triage.sandbox import Limits, code_runner
 from quantcheck.store.haystack import TOKENS_PER_WORD
 from quantcheck.store.prompt_sets import load_prompts
 from quantcheck.store.run_records import ToolCall
 from quantcheck.store.suites import describe, suite_files, suite_names
+from quantcheck.triage.expects import check_answer, overall
+from quantcheck.triage.sandbox import Limits, code_runner
 
 from .conftest import FIXTURES, invoke
 

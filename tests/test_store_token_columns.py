@@ -15,11 +15,11 @@ from hypothesis.extra import numpy as hnp
 
 from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.errors import RunFormatError
-from quantcheck.triage.sides import signature
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.store.run_dir import Blobs
 from quantcheck.store.run_records import Tokens
 from quantcheck.store.token_columns import pack, unpack
+from quantcheck.triage.sides import signature
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from quantcheck.triage.agreement import agreement, cohens_kappa
 from quantcheck.store.reviews import ReviewVerdict
+from quantcheck.triage.agreement import agreement, cohens_kappa
 
 
 def test_kappa_matches_the_hand_computed_value() -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
+from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.store.run_dir import ServerInfo
 from quantcheck.triage.cells import (
     cell_from_server,
     cell_key,
@@ -19,8 +21,6 @@ from quantcheck.triage.cells import (
     gguf_model_name,
     parse_cell_options,
 )
-from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.store.run_dir import ServerInfo
 
 from .conftest import FIXTURES, Serve, WritePrompts, invoke
 

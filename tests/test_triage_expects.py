@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 
 from quantcheck import CollectSettings, Expect, collect, load_run
+from quantcheck.lab.scripted import DIALECTS, ScriptedModel
+from quantcheck.store.run_records import ToolCall, ToolCallExpect
 from quantcheck.triage.expects import (
     REGEX_SECONDS,
     check_answer,
@@ -25,8 +27,6 @@ from quantcheck.triage.expects import (
     unfenced,
 )
 from quantcheck.triage.signals import tool_call_change
-from quantcheck.lab.scripted import DIALECTS, ScriptedModel
-from quantcheck.store.run_records import ToolCall, ToolCallExpect
 
 from .conftest import Serve, WritePrompts, gate_rules, invoke
 

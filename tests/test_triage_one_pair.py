@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.triage.signals import flip_cause
 from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.triage.signals import flip_cause
 
 from .conftest import (
     RUNNER_UPS,

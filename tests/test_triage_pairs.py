@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from quantcheck.triage.pairs import compare
 from quantcheck.store.pair_records import PAIR_COLUMNS
+from quantcheck.triage.pairs import compare
 
 
 def test_every_planted_difference_is_triaged(ab_runs: tuple[Path, Path]) -> None:

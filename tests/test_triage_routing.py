@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.triage.routing import across_repeats, between
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.triage.routing import across_repeats, between
 
 from .conftest import Serve, WritePrompts, invoke, read_csv
 

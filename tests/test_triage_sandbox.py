@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from quantcheck.store.run_records import CodeExpect
 from quantcheck.triage import sandbox
 from quantcheck.triage.sandbox import Limits, code_execution, remove_tree, run_tests
-from quantcheck.store.run_records import CodeExpect
 
 SQUARE = CodeExpect(entry_point="square", tests="assert square(3) == 9\nassert square(-2) == 4")
 RIGHT = "def square(x):\n    return x * x\n"

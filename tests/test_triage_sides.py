@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import RunFormatError
-from quantcheck.triage import sides
 from quantcheck.store.run_dir import PromptLines, prompt_key
+from quantcheck.triage import sides
 
 from .conftest import cli_in_child
 

@@ -12,6 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quantcheck.store.run_dir import Blobs
+from quantcheck.store.run_records import Tokens
+from quantcheck.store.token_columns import round_significant
 from quantcheck.triage.expects import CheckResult
 from quantcheck.triage.sides import signature
 from quantcheck.triage.signals import (
@@ -26,9 +29,6 @@ from quantcheck.triage.signals import (
     similarity,
     suggested_label,
 )
-from quantcheck.store.run_dir import Blobs
-from quantcheck.store.run_records import Tokens
-from quantcheck.store.token_columns import round_significant
 
 
 def tokens(*steps: tuple[str, float, dict[str, float]], raw: list[Any] | None = None

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quantcheck.store.report_records import PassRate
 from quantcheck.triage.stats import (
     BOOTSTRAPPED,
     Z95,
@@ -26,7 +27,6 @@ from quantcheck.triage.stats import (
     pass_counts,
     pass_rate_of,
 )
-from quantcheck.store.report_records import PassRate
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from quantcheck import CollectSettings, collect, compare_to_dir
-from quantcheck.triage.templates import known_fallback, markers_in, template_signs
 from quantcheck.lab.scripted import Faults, ScriptedModel
+from quantcheck.triage.templates import known_fallback, markers_in, template_signs
 
 from .conftest import Serve, WritePrompts, card, gate_rules, invoke, open_sheet
 

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_to_dir, load_run
-from quantcheck.triage.routing import between
 from quantcheck.store.token_columns import pack
+from quantcheck.triage.routing import between
 from quantcheck.wire.routing import (
     ROUTING_LIMIT,
     RoutingUnusable,

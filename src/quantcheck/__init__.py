@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from .errors import QuantcheckError
     from .fetch.collect import CollectResult, CollectSettings, collect_async
     from .fetch.judging import JudgeSettings
-    from .triage.pairs import compare
     from .pipeline.ab import ABRun, run_ab
     from .pipeline.collecting import collect
     from .pipeline.comparing import CompareOptions, compare_runs, compare_to_dir
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
     from .store.report_records import Summary
     from .store.run_dir import Manifest, Run, load_run
     from .store.run_records import Completion, Expect, Prompt, Tokens
+    from .triage.pairs import compare
 
 
 def __getattr__(name: str) -> Any:

@@ -11,12 +11,12 @@ import click
 
 from .._version import __version__
 from ..errors import ExitCode
-from ..triage.cells import parse_cell_options
 from ..pipeline.checking import PreflightOptions, preflight, probe
 from ..store.prompt_sets import APIS
 from ..store.report_records import LogMatch
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS
 from ..store.runtimes import RUNTIMES
+from ..triage.cells import parse_cell_options
 from ._group import cli
 from .guard import run_guarded
 from .options import EXISTING_FILE, PROMPT_SOURCE, json_object_option

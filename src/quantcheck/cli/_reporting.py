@@ -331,8 +331,8 @@ def approve_command(report_dir: Path, approvals: Path | None, review_files: tupl
     Example:
       quantcheck approve reports/fp8 --approvals prompts/approvals.json
     """
-    from ..triage.approvals import approve, default_approvals_path
     from ..store.rubric import load_rubric
+    from ..triage.approvals import approve, default_approvals_path
 
     def work() -> tuple[int, Path]:
         pairs, summary = require_report(report_dir)

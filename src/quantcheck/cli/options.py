@@ -21,8 +21,6 @@ from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import MODES
 from ..fetch.judging import JudgeSettings
 from ..gate.verdict import Policy
-from ..triage.cells import parse_cell_options
-from ..triage.sandbox import Limits
 from ..pipeline.comparing import CompareOptions, code_limits
 from ..store.column_maps import PRESETS, ColumnMapError, parse_map
 from ..store.files import refuse_overwriting_inputs
@@ -30,6 +28,8 @@ from ..store.prompt_entries import unsendable
 from ..store.prompt_sets import APIS, RequestOptions, SourceOptions
 from ..store.run_dir import Parameters
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB
+from ..triage.cells import parse_cell_options
+from ..triage.sandbox import Limits
 from .guard import run_guarded
 
 F = TypeVar("F", bound=Callable[..., object])

@@ -17,7 +17,6 @@ import msgspec
 from ..errors import ExitCode
 from ..gate.explain import Failure, markdown_table
 from ..gate.overview import CandidatesGate
-from ..triage.cells import CELL_AXES
 from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
@@ -32,6 +31,7 @@ from ..store.preflight_records import Preflight
 from ..store.report_records import DeterminismReport, ForcedSummary, LogMatch, Overview, Summary
 from ..store.run_dir import Throughput
 from ..store.suites import Suite
+from ..triage.cells import CELL_AXES
 from .guard import run_guarded
 
 STATUS_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
@@ -168,7 +168,7 @@ def echo_gate_verdict(result: Summary | Overview, report_dir: Path,
                                      for row in failing)
                 if failing else "PASS: every candidate passes")
     else:
-        from ..gate.verdict import gate_report, report_verdict, one_line
+        from ..gate.verdict import gate_report, one_line, report_verdict
         from ..store.rubric import load_rubric
 
         judge = gate_report if write else report_verdict

@@ -15,7 +15,6 @@ import msgspec
 
 from .._version import __version__
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed, RunMismatch
-from ..triage.cells import cell_from_server, cell_key
 from ..store.files import StorageError
 from ..store.labels import check_label
 from ..store.preflight_records import Preflight
@@ -40,6 +39,7 @@ from ..store.run_dir import (
 from ..store.run_records import Completion, Prompt
 from ..store.runtimes import choose_model
 from ..store.shards import shard_prompts
+from ..triage.cells import cell_from_server, cell_key
 from ..wire.client import (
     EndpointClient,
     RequestFailed,

@@ -41,14 +41,14 @@ from pathlib import Path
 import msgspec
 
 from ..errors import EndpointError, RunFormatError
-from ..triage.forced_figures import Positions, compare_position, noise_floor
-from ..triage.tokenizers import tokenizer_agreement
 from ..store.preflight_records import Fingerprint
 from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedSummary, PerPosition
 from ..store.run_dir import Run, ServerInfo, load_run
 from ..store.run_records import Completion, Prompt
 from ..store.runtimes import TOKENIZE, choose_model, mapping, whole_number
+from ..triage.forced_figures import Positions, compare_position, noise_floor
+from ..triage.tokenizers import tokenizer_agreement
 from ..wire.client import (
     RETRYABLE_STATUS,
     TRANSPORT_ERRORS,

@@ -1,6 +1,6 @@
-"""Ask the judge (`--judge URL`, an OpenAI-compatible endpoint): each grading as one chat
+"""Ask the judge (`--judge URL`, an OpenAI-compatible endpoint): each judge_question as one chat
 completion at temperature 0, its reply kept in the cache the moment it arrives, a
-grading the cache holds never asked again. A judge that fails costs only its own
+judge_question the cache holds never asked again. A judge that fails costs only its own
 figures: a request without an answer is returned as the reason, never raised, and
 after a run of connection failures the judge is given up on for the rest."""
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EndpointError, QuantcheckError
-from ..triage.judging import PROMPT_VERSION, REPLY_CHARS, JudgeQuestion
 from ..store.judge_cache import JudgeCache
 from ..store.judge_records import JudgeReply
+from ..triage.judging import PROMPT_VERSION, REPLY_CHARS, JudgeQuestion
 from ..wire.client import (
     EndpointClient,
     RequestFailed,
@@ -71,7 +71,7 @@ async def judge_model(client: EndpointClient, settings: JudgeSettings) -> str:
 
 @dataclass
 class JudgeClient:
-    """One judge and one cache: `ask` a list of gradings, get each reply (or why none
+    """One judge and one cache: `ask` a list of judge_questions, get each reply (or why none
     came), `concurrency` requests in flight at a time."""
 
     client: EndpointClient
@@ -80,30 +80,30 @@ class JudgeClient:
     cache: JudgeCache
     tally: Tally = field(default_factory=Tally)
     down: str | None = None  # why the judge was given up on
-    last_failure: str | None = None  # why the last grading without an answer got none
+    last_failure: str | None = None  # why the last judge_question without an answer got none
     _unreachable: int = 0
     _last_answer: float = field(default_factory=time.monotonic)
 
-    async def ask(self, gradings: list[JudgeQuestion]) -> list[JudgeReply | str]:
+    async def ask(self, judge_questions: list[JudgeQuestion]) -> list[JudgeReply | str]:
         gate = asyncio.Semaphore(self.settings.concurrency)
 
-        async def one(grading: JudgeQuestion) -> JudgeReply | str:
-            key = grading.key(self.model)
+        async def one(judge_question: JudgeQuestion) -> JudgeReply | str:
+            key = judge_question.key(self.model)
             kept = self.cache.get(key)
             if kept is not None:
                 self.tally.cached += 1
                 return kept
             async with gate:
-                return await self._request(grading, key)
+                return await self._request(judge_question, key)
 
         # all_or_none: a failure here (the cache cannot be written) stops the other
-        # gradings too, before the client closes under them
-        return await all_or_none(one(grading) for grading in gradings)
+        # judge_questions too, before the client closes under them
+        return await all_or_none(one(judge_question) for judge_question in judge_questions)
 
-    async def _request(self, grading: JudgeQuestion, key: str) -> JudgeReply | str:
+    async def _request(self, judge_question: JudgeQuestion, key: str) -> JudgeReply | str:
         if self.down is not None:
             return f"not asked: {self.down}"
-        body = {"model": self.model, "messages": grading.messages(), "temperature": 0,
+        body = {"model": self.model, "messages": judge_question.messages(), "temperature": 0,
                 "max_tokens": self.settings.max_tokens}
         why = "not asked"
         for attempt in range(self.settings.retries + 1):
@@ -144,14 +144,14 @@ class JudgeClient:
         return why
 
     def trouble(self) -> str | None:
-        """Why gradings went without an answer (summary.json's `judge.error`): the judge
+        """Why judge_questions went without an answer (summary.json's `judge.error`): the judge
         given up on, or how many got none and the last reason; None when none failed."""
         if self.down is not None:
             return self.down
         if not self.tally.failed:
             return None
         failed = self.tally.failed
-        return (f"{failed} grading{'s' * (failed != 1)} got no answer from the judge; the "
+        return (f"{failed} judge_question{'s' * (failed != 1)} got no answer from the judge; the "
                 f"last: {self.last_failure}")
 
     def _keep(self, reply: JudgeReply) -> JudgeReply:

@@ -16,10 +16,10 @@ several ordinary pieces (`<|im_start|>` as 6 tokens on Gemma), it reads as plain
 
 from __future__ import annotations
 
-from ..triage.templates import known_fallback, markers_in, rendering_key
 from ..store.preflight_records import Check, TemplateRendering
 from ..store.run_dir import ServerInfo
 from ..store.runtimes import TOKENIZE, mapping
+from ..triage.templates import known_fallback, markers_in, rendering_key
 from ..wire.client import TRANSPORT_ERRORS, EndpointClient, HTTPStatusError, server_root
 from ..wire.dialects import MalformedResponse
 

@@ -13,9 +13,6 @@ from xml.etree import ElementTree
 import msgspec
 
 from ..errors import ConfigFileError, RunFormatError
-from ..triage.agreement import agreement, agreement_sentence
-from ..triage.expects import SKIPPED
-from ..triage.stats import pass_rate_of, row_pass_counts
 from ..store.files import write_atomic
 from ..store.formats import GATE_FORMAT, GateFormat
 from ..store.judge_records import Agreement
@@ -31,6 +28,9 @@ from ..store.reviews import ReviewVerdict, load_verdicts
 from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import write_json_atomic
 from ..store.yamlfile import read_yaml, reject_unknown
+from ..triage.agreement import agreement, agreement_sentence
+from ..triage.expects import SKIPPED
+from ..triage.stats import pass_rate_of, row_pass_counts
 from .explain import Failure, failures, junit_message, junit_text, markdown_table
 
 

@@ -22,14 +22,14 @@ from ..fetch.certify import (
     warm_up,
 )
 from ..gate.certificate_gate import certificate_junit
-from ..triage.certificate import certify, control_note, control_result
-from ..triage.certify_plan import make_plan
 from ..present.certificate_page import render_certificate
 from ..store.certificate_records import Answer, Certificate, Plan
 from ..store.files import make_directory, write_atomic
 from ..store.prompt_entries import RequestOptions
 from ..store.prompt_sets import load_prompts
 from ..store.run_records import Prompt
+from ..triage.certificate import certify, control_note, control_result
+from ..triage.certify_plan import make_plan
 from ..wire.client import run_blocking
 
 DEFAULT_MAX_REQUESTS = 20000

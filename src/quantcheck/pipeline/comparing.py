@@ -14,13 +14,6 @@ from pathlib import Path
 from ..fetch.judging import JudgeSettings
 from ..gate.overview import build_overview, candidate_row
 from ..gate.verdict import Policy, gate_report
-from ..triage.approvals import Approval, default_approvals_path, load_approvals
-from ..triage.judging import label_map
-from ..triage.log_signatures import scan_logs
-from ..triage.pairs import resolve_sides, write_pairs
-from ..triage.parallel import available_cores
-from ..triage.sandbox import Limits
-from ..triage.summary import PairTotals
 from ..present.matrix import append_matrix, matrix_rows, write_matrix
 from ..present.sheet import write_overview_page, write_sheet
 from ..store.judge_records import JudgeFigures
@@ -32,6 +25,13 @@ from ..store.reviews import set_aside_stale_reviews
 from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import MANIFEST, load_run, read_throughput
 from ..store.run_records import Prompt
+from ..triage.approvals import Approval, default_approvals_path, load_approvals
+from ..triage.judging import label_map
+from ..triage.log_signatures import scan_logs
+from ..triage.pairs import resolve_sides, write_pairs
+from ..triage.parallel import available_cores
+from ..triage.sandbox import Limits
+from ..triage.summary import PairTotals
 from .judging import check_settings, judge_reports, report_agreement, staging
 
 
@@ -103,7 +103,7 @@ def compare_reports(jobs: Sequence[ReportJob], prompts: Mapping[str, Prompt] | N
     begun; what every job reads besides its sides is read first, so bad input is
     refused before any report is touched. With a judge (the first job's options name
     it) every report is triaged into its staging folder, then the judge is asked about
-    each in one event loop, each report finished right after its grading. `written`
+    each in one event loop, each report finished right after its judge_question. `written`
     follows which reports were replaced (what an interruption or a failure leaves)."""
     written = written if written is not None else Written()
     judge = jobs[0].options.judge if jobs else None

@@ -13,12 +13,12 @@ import msgspec
 import pandas as pd
 
 from ..fetch.collect import CollectSettings, Reporter, collect_async
-from ..triage.determinism import analyze_side
-from ..triage.sides import load_side
 from ..present.determinism_page import render_determinism
 from ..store.files import make_directory, write_atomic
 from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts
 from ..store.run_dir import Parameters, load_run, write_json_atomic
+from ..triage.determinism import analyze_side
+from ..triage.sides import load_side
 from ..wire.client import run_blocking
 
 

@@ -23,22 +23,10 @@ import msgspec
 
 from ..errors import QuantcheckError
 from ..fetch.judging import JUDGE_RESPONSE_MB, JudgeClient, JudgeSettings, Tally, judge_model
-from ..triage.agreement import agreement, review_verdicts
-from ..triage.judging import (
-    NO_VERDICT,
-    PROMPT_VERSION,
-    Read,
-    combine,
-    fill_row,
-    gradings,
-    needs_judge,
-    order_verdict,
-    read_reply,
-)
 from ..present.sheet import write_sheet
 from ..store.files import AtomicFile
 from ..store.judge_cache import JUDGE_CACHE, JudgeCache
-from ..store.judge_records import Agreement, JudgeDetails, JudgeReply, JudgeFigures
+from ..store.judge_records import Agreement, JudgeDetails, JudgeFigures, JudgeReply
 from ..store.pair_records import PairDetails, PairRow
 from ..store.report_dir import (
     DETAILS,
@@ -54,6 +42,18 @@ from ..store.report_dir import (
 )
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
+from ..triage.agreement import agreement, review_verdicts
+from ..triage.judging import (
+    NO_VERDICT,
+    PROMPT_VERSION,
+    Read,
+    combine,
+    fill_row,
+    judge_questions,
+    needs_judge,
+    order_verdict,
+    read_reply,
+)
 from ..wire.client import EndpointClient, public_url, run_blocking
 
 T = TypeVar("T")
@@ -105,13 +105,13 @@ async def _judge_report(client: EndpointClient, model: str | None, error: str | 
     classes: Counter[str] = Counter()
     with JudgeCache(cache_path, None if settings.cache else out) as cache, \
             AtomicFile(out / PAIRS) as table, AtomicFile(out / DETAILS) as lines:
-        grader = JudgeClient(client, model, settings, cache) if model else None
+        judge_client = JudgeClient(client, model, settings, cache) if model else None
         details = DetailsReader(staging(out))
         written = False
         for rows in iter_pair_rows(staging(out), CHUNK_PAIRS):
             shown = [msgspec.convert(details.get(row.prompt_id) or {"prompt_id": row.prompt_id},
                                      PairDetails) for row in rows]
-            await _judge_chunk(grader, error, rows, shown, mapping, classes)
+            await _judge_chunk(judge_client, error, rows, shown, mapping, classes)
             table.write(pairs_csv(rows, header=not written))
             lines.write(details_jsonl(shown))
             written = True
@@ -120,7 +120,7 @@ async def _judge_report(client: EndpointClient, model: str | None, error: str | 
         table.flush()
         lines.flush()
     _remove(staging(out))
-    tally = grader.tally if grader else Tally()
+    tally = judge_client.tally if judge_client else Tally()
     return JudgeFigures(
         endpoint=public_url(settings.endpoint), model=model, prompt_version=PROMPT_VERSION,
         cache=str(cache_path), pairs=sum(classes.values()),
@@ -128,27 +128,27 @@ async def _judge_report(client: EndpointClient, model: str | None, error: str | 
         requests=tally.requests, cached=tally.cached,
         failed=tally.failed, seconds=round(time.perf_counter() - started, 3),
         prompt_tokens=tally.prompt_tokens, completion_tokens=tally.completion_tokens,
-        error=error or (grader.trouble() if grader else None))
+        error=error or (judge_client.trouble() if judge_client else None))
 
 
-async def _judge_chunk(grader: JudgeClient | None, error: str | None, rows: list[PairRow],
+async def _judge_chunk(judge_client: JudgeClient | None, error: str | None, rows: list[PairRow],
                        shown: list[PairDetails], mapping: Mapping[str, str],
                        classes: Counter[str]) -> None:
     """Fill the judge's columns and details of the chunk's pairs that need it."""
     chosen = [n for n, row in enumerate(rows) if needs_judge(row)]
-    asked = [gradings(rows[n], _request(shown[n])) for n in chosen]
-    if grader is None:
+    asked = [judge_questions(rows[n], _request(shown[n])) for n in chosen]
+    if judge_client is None:
         for n in chosen:
             fill_row(rows[n], Read(NO_VERDICT, f"the judge did not answer: {error}"), mapping)
             classes[NO_VERDICT] += 1
         return
-    replies = await grader.ask([grading for pair in asked for grading in pair])
+    replies = await judge_client.ask([judge_question for pair in asked for judge_question in pair])
     for place, n in enumerate(chosen):
         with_a, with_b = replies[2 * place], replies[2 * place + 1]
         reads = _read(with_a), _read(with_b)
         fill_row(rows[n], combine(*reads), mapping)
         classes[rows[n].judge_class] += 1
-        shown[n].judge = JudgeDetails(model=grader.model, prompt_version=PROMPT_VERSION,
+        shown[n].judge = JudgeDetails(model=judge_client.model, prompt_version=PROMPT_VERSION,
                                       orders=[order_verdict("a", reads[0], _raw(with_a)),
                                               order_verdict("b", reads[1], _raw(with_b))])
 
@@ -171,9 +171,9 @@ def _raw(reply: JudgeReply | str) -> str:
 
 def _labels(classes: Counter[str], mapping: Mapping[str, str]) -> Counter[str]:
     labels: Counter[str] = Counter()
-    for grade, n in classes.items():
-        if grade in mapping:
-            labels[mapping[grade]] += n
+    for judge_class, n in classes.items():
+        if judge_class in mapping:
+            labels[mapping[judge_class]] += n
     return labels
 
 

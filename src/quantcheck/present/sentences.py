@@ -3,11 +3,11 @@ the plurals and phrases it is made of. The judge counts; these say it in words."
 
 from __future__ import annotations
 
-from ..triage.agreement import agreement_sentence
 from ..store.judge_records import JudgeFigures
 from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES
 from ..store.report_records import Counts, Summary
 from ..store.run_records import DEGENERATE_KINDS
+from ..triage.agreement import agreement_sentence
 
 __all__ = ["agreement_sentence", "collecting_speed", "degenerate_phrase",
            "flip_causes_phrase", "headline",
@@ -160,7 +160,7 @@ def judge_sentence(judge: JudgeFigures) -> str:
         said = "no pair needed it"
     else:
         said = (f"on {plural(judge.pairs, 'pair')} no expect decided: " + ", ".join(
-            f"{n} {grade.replace('_', ' ')}" for grade, n in judge.classes.items()))
+            f"{n} {judge_class.replace('_', ' ')}" for judge_class, n in judge.classes.items()))
     cost = (f"{plural(judge.requests, 'request')} sent, {judge.cached} replies from the "
             f"cache, {judge.failed} without an answer, {judge.seconds:.1f} s, "
             f"{judge.prompt_tokens + judge.completion_tokens:,} tokens")

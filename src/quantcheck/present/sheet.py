@@ -14,8 +14,6 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from ..triage.agreement import agreement, review_verdicts
-from ..triage.cells import CELL_AXES
 from ..store.files import AtomicFile, write_atomic
 from ..store.judge_records import Agreement
 from ..store.pair_records import PAIR_COLUMNS
@@ -31,6 +29,8 @@ from ..store.report_dir import (
 from ..store.report_records import Counts, ForcedSummary, Overview, Summary
 from ..store.reviews import load_reviews
 from ..store.rubric import Rubric, load_rubric
+from ..triage.agreement import agreement, review_verdicts
+from ..triage.cells import CELL_AXES
 from .sentences import (
     agreement_sentence,
     collecting_speed,

@@ -8,7 +8,7 @@ import msgspec
 
 
 class JudgeReply(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One answer of the judge to one grading request: a line of the judge's cache,
+    """One answer of the judge to one judge_question request: a line of the judge's cache,
     found again by `key` (a hash of the model, the prompt version, the question and
     both answers in their roles). `reply` is the text the judge sent, cut to a bound
     (`chars` is its whole length); `error`, an answer that cannot be read and that
@@ -28,17 +28,17 @@ class JudgeReply(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class OrderVerdict(msgspec.Struct, kw_only=True):
     """What the judge said with one side's answer as the reference: `reference` is
-    "a" or "b", `grade` the class read off the reply (None: no verdict), `reason` its
+    "a" or "b", `judge_class` the class read off the reply (None: no verdict), `reason` its
     reason (or why there is no verdict), `reply` the raw reply (bounded)."""
 
     reference: str
-    grade: str | None = msgspec.field(default=None, name="class")
+    judge_class: str | None = msgspec.field(default=None, name="class")
     reason: str = ""
     reply: str = ""
 
 
 class JudgeDetails(msgspec.Struct, kw_only=True):
-    """A judged pair in details.jsonl: the judge's model, the grading prompt's version
+    """A judged pair in details.jsonl: the judge's model, the judge_question prompt's version
     and both orders' verdicts (A as the reference first)."""
 
     model: str

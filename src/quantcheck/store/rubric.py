@@ -86,11 +86,11 @@ def _judge_mapping(path: Path, mapping: object, labels: list[Label]) -> dict[str
                               "label id, e.g. contradiction: factual_flip")
     askable = [label.id for label in labels if not label.automatic]
     chosen = {}
-    for grade, label in mapping.items():
-        if not isinstance(grade, str) or not isinstance(label, str) or label not in askable:
-            raise ConfigFileError(f"{path}: field 'judge': {grade!r}: {label!r} is not a "
+    for judge_class, label in mapping.items():
+        if not isinstance(judge_class, str) or not isinstance(label, str) or label not in askable:
+            raise ConfigFileError(f"{path}: field 'judge': {judge_class!r}: {label!r} is not a "
                                   f"label a reviewer can give ({', '.join(askable)})")
-        chosen[grade] = label
+        chosen[judge_class] = label
     return chosen
 
 

@@ -1,5 +1,5 @@
 """The judge's second opinion, offline: which pairs it is asked about, the fixed and
-versioned grading prompt (a factuality comparison of B's answer with A's, and of A's
+versioned judge_question prompt (a factuality comparison of B's answer with A's, and of A's
 with B's), reading its untrusted reply strictly, the two orders made one verdict, and
 that verdict as a rubric label (the rubric's `judge` mapping). Sending is fetch/judging.py;
 why the prompt and the mapping are what they are: docs/review.md."""
@@ -103,7 +103,7 @@ class JudgeQuestion:
         return hashlib.sha256(data).hexdigest()
 
 
-def gradings(row: PairRow, request: Mapping[str, object] | None) -> tuple[JudgeQuestion, JudgeQuestion]:
+def judge_questions(row: PairRow, request: Mapping[str, object] | None) -> tuple[JudgeQuestion, JudgeQuestion]:
     """A pair's question both ways: A's answer as the reference, then B's."""
     question = _inert(question_text(request))
     a = _inert(_cut(answer_text(row.a_text, row.a_tool_calls), ANSWER_CHARS))
@@ -161,7 +161,7 @@ def _inert(text: str) -> str:
 class Read:
     """A reply read: its class (None: no verdict) and reason (or why no verdict)."""
 
-    grade: str | None
+    judge_class: str | None
     reason: str
 
 
@@ -191,12 +191,12 @@ def read_reply(reply: str, chars: int | None = None) -> Read:
         keys = sorted(data) if isinstance(data, dict) else []
         return Read(None, "not an object of exactly 'class' and 'reason' (keys: "
                           f"{_quoted(', '.join(map(str, keys)))})")
-    grade, reason = data["class"], data["reason"]
-    if not isinstance(grade, str) or grade.strip().lower() not in CLASSES:
-        return Read(None, f"unknown class {_quoted(str(grade))}")
+    judge_class, reason = data["class"], data["reason"]
+    if not isinstance(judge_class, str) or judge_class.strip().lower() not in CLASSES:
+        return Read(None, f"unknown class {_quoted(str(judge_class))}")
     if not isinstance(reason, str):
         return Read(None, "the reason is not text")
-    return Read(grade.strip().lower(), clean(reason, REASON_CHARS) or "(no reason given)")
+    return Read(judge_class.strip().lower(), clean(reason, REASON_CHARS) or "(no reason given)")
 
 
 def clean(text: str, limit: int) -> str:
@@ -214,15 +214,15 @@ def combine(with_a: Read, with_b: Read) -> Read:
     """One verdict of both orders (A's answer as the reference, then B's): the class
     of the first when the second is what it becomes with the roles swapped; UNCLEAR,
     saying both, when they disagree; NO_VERDICT when either order gave none."""
-    if with_a.grade is None or with_b.grade is None:
+    if with_a.judge_class is None or with_b.judge_class is None:
         missing = [f"with {side} as the reference: {read.reason}"
-                   for side, read in (("A", with_a), ("B", with_b)) if read.grade is None]
+                   for side, read in (("A", with_a), ("B", with_b)) if read.judge_class is None]
         return Read(NO_VERDICT, clean("; ".join(missing), 2 * REASON_CHARS))
-    if SWAPPED[with_a.grade] == with_b.grade:
+    if SWAPPED[with_a.judge_class] == with_b.judge_class:
         return with_a
     return Read(UNCLEAR, clean(
-        f"the two orders disagree: with A as the reference {with_a.grade} "
-        f"({with_a.reason}); with B as the reference {with_b.grade} ({with_b.reason})",
+        f"the two orders disagree: with A as the reference {with_a.judge_class} "
+        f"({with_a.reason}); with B as the reference {with_b.judge_class} ({with_b.reason})",
         3 * REASON_CHARS))
 
 
@@ -230,7 +230,7 @@ def label_map(rubric: Rubric, source: str) -> dict[str, str]:
     """The rubric's `judge` mapping, checked: every class and UNCLEAR to a label."""
     mapping = rubric.judge
     unknown = sorted(set(mapping) - set(MAPPED))
-    missing = [grade for grade in MAPPED if grade not in mapping]
+    missing = [judge_class for judge_class in MAPPED if judge_class not in mapping]
     if unknown or missing:
         problem = (f"unknown class {unknown[0]!r}" if unknown
                    else f"no label for {', '.join(missing)}")
@@ -241,12 +241,12 @@ def label_map(rubric: Rubric, source: str) -> dict[str, str]:
 
 def order_verdict(reference: str, read: Read, reply: str) -> OrderVerdict:
     """One order as details.jsonl keeps it: the raw reply bounded, never interpreted."""
-    return OrderVerdict(reference=reference, grade=read.grade, reason=read.reason,
+    return OrderVerdict(reference=reference, judge_class=read.judge_class, reason=read.reason,
                         reply=reply[:SHOWN_REPLY_CHARS])
 
 
 def fill_row(row: PairRow, verdict: Read, mapping: Mapping[str, str]) -> None:
     """pairs.csv's judge columns of a judged pair."""
-    grade = verdict.grade or NO_VERDICT
-    row.judge_class, row.judge_reason = grade, verdict.reason
-    row.judge_label = mapping.get(grade, "")
+    judge_class = verdict.judge_class or NO_VERDICT
+    row.judge_class, row.judge_reason = judge_class, verdict.reason
+    row.judge_label = mapping.get(judge_class, "")

@@ -14,7 +14,6 @@ from ..store.run_records import Prompt
 from . import routing
 from .expects import CheckResult, CodeRunner, check_answer, parse_calls
 from .sides import Side, SideRecord
-from .templates import last_user_message, template_signs
 from .signals import (
     classify_divergence,
     degenerate_reason,
@@ -29,6 +28,7 @@ from .signals import (
     tool_call_change,
     with_calls,
 )
+from .templates import last_user_message, template_signs
 
 
 def judge_pair(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,

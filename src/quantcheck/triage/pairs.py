@@ -25,9 +25,9 @@ from .one_pair import judge_pair
 from .parallel import ordered_chunks
 from .sandbox import Limits, code_execution, code_runner
 from .sides import Side, load_side
+from .signals import NEAR_TIE_NATS
 from .summary import PairTotals
 from .tokenizers import tokenizer_agreement
-from .signals import NEAR_TIE_NATS
 
 
 def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
