@@ -42,6 +42,7 @@ from .helpers import (
     all_commands,
     assert_one_clear_line,
     card,
+    cli_in_child,
     copy_run,
     evaluate,
     gate_rules,
@@ -63,7 +64,8 @@ from .helpers import (
 __all__ = [
     "A_ANSWERS", "B_ANSWERS", "CANDIDATE_ANSWERS", "CANDIDATE_PROMPTS", "COMMANDS", "FIXTURES",
     "FLIPPED", "PROMPTS", "RUNNER_UPS", "TWO_PROMPTS", "VERBOSE", "AppServer", "Serve",
-    "WritePrompts", "all_commands", "assert_one_clear_line", "card", "copy_run", "gate_rules",
+    "WritePrompts", "all_commands", "assert_one_clear_line", "card", "cli_in_child",
+    "copy_run", "gate_rules",
     "gate_writing_a_step_summary", "interruptible", "invoke", "open_sheet", "read_csv",
     "report_files", "report_identity",
     "run_candidates", "run_with_file_limit", "skip_module_without_extra", "write_review",

@@ -284,6 +284,25 @@ def run_with_file_limit(command: list[str], limit: int) -> subprocess.CompletedP
                           preexec_fn=limit_file_size)
 
 
+def cli_in_child(*args: object, cwd: Path, timeout: float = 60
+                 ) -> subprocess.CompletedProcess[str]:
+    """`quantcheck ARGS...` in a child process with its memory capped (a reader without
+    bounds ends there, not in the test machine's memory); a hang ends at `timeout` as a
+    failure."""
+    import sys
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    try:
+        return subprocess.run([sys.executable, "-m", "quantcheck", *map(str, args)], cwd=cwd,
+                              capture_output=True, text=True, timeout=timeout, env=env,
+                              preexec_fn=cap_memory)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"quantcheck {' '.join(map(str, args))} hung for {timeout} s")
+
+
 # --- GitHub's runner, emulated ----------------------------------------------------
 
 EXPRESSION = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")

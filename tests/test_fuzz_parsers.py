@@ -499,3 +499,120 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list):
         return [_json_safe(v) for v in value]
     return value
+
+
+# --- the proxy rules, the first-output test, a run's and a report's files -------------
+
+def as_json(value: Any) -> bytes:
+    """Any value as JSON text, big integers, NaN and lone surrogates kept as written."""
+    return json.dumps(value).encode("utf-8", "surrogatepass")
+
+
+URL_PIECES = st.sampled_from(["http://", "https://", "socks5://", "", "[", "]", "::1", ":",
+                              "@", "/", "?", "#", "%", "localhost", "127.0.0.1", "gpu",
+                              ".internal", "99999", "8000", "a:b", "\0", "é", " "])
+
+
+@FUZZ
+@given(st.lists(URL_PIECES, max_size=8).map("".join), st.text(max_size=12),
+       st.sampled_from(["", "gpu", "*", ".internal,127.0.0.1", "[", ":"]))
+def test_any_endpoint_and_proxy_setting_choose_a_proxy_or_none(
+        url: str, proxy: str, no_proxy: str) -> None:
+    """proxy_for reads the endpoint and the environment's HTTP_PROXY and NO_PROXY: a
+    proxy's URL or None (direct), or the ValueError api_base turns into a clear error."""
+    from quantcheck.wire.proxies import is_loopback, proxy_for
+
+    saved = {key: os.environ.get(key) for key in ("HTTP_PROXY", "http_proxy", "NO_PROXY",
+                                                  "no_proxy", "HTTPS_PROXY", "https_proxy")}
+    try:
+        for key in saved:
+            os.environ.pop(key, None)
+        if "\0" not in proxy:
+            os.environ["HTTP_PROXY"] = proxy
+        os.environ["NO_PROXY"] = no_proxy
+        assert isinstance(is_loopback(url), bool)
+        try:
+            chosen = proxy_for(url)
+        except ValueError:
+            return  # urllib cannot split it: the endpoint was refused before this
+        assert chosen is None or isinstance(chosen, str)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None)
+            if value is not None:
+                os.environ[key] = value
+
+
+@FUZZ
+@given(st.binary(max_size=64) | ANY_JSON.map(as_json)
+       | st.builds(lambda choices: as_json({"choices": choices}), ANY_JSON))
+def test_any_stream_payload_is_output_or_not(payload: bytes) -> None:
+    from quantcheck.wire.dialects import first_output
+
+    assert isinstance(first_output(payload), bool)
+
+
+RUN_FILE_BYTES = (st.binary(max_size=80) | ANY_JSON.map(lambda v: as_json(v) + b"\n")
+                  | st.lists(ANY_JSON.map(lambda v: as_json(v) + b"\n"), max_size=3)
+                  .map(b"".join))
+
+
+@FUZZ
+@given(st.sampled_from(["manifest.json", "prompts.jsonl", "completions.jsonl",
+                        "tokens.bin"]), RUN_FILE_BYTES)
+def test_any_bytes_in_a_run_file_are_read_or_one_run_format_error(name: str,
+                                                                  data: bytes) -> None:
+    """A run whose file holds anything: compare's side reads it or refuses it naming
+    the file, never another exception."""
+    import tempfile
+
+    from quantcheck.errors import RunFormatError
+    from quantcheck.triage.sides import load_side
+
+    with tempfile.TemporaryDirectory() as folder:
+        run = Path(folder)
+        (run / "manifest.json").write_text('{"parameters": {"repeats": 1}}')
+        (run / "prompts.jsonl").write_text('{"id": "p", "category": "c", "api": '
+                                           '"completions", "hash": "h", "request": '
+                                           '{"prompt": "p"}}\n')
+        (run / "completions.jsonl").write_text(
+            '{"prompt_id": "p", "repeat": 0, "text": "x", "tokens": {"file": '
+            '"tokens.bin", "offset": 0, "length": 4, "n_tokens": 1}}\n')
+        (run / name).write_bytes(data)
+        try:
+            with load_side(run) as side:
+                for prompt_id in side.prompts:
+                    for record in side.records(prompt_id) or ():
+                        side.tokens_at(record.offset)
+        except RunFormatError as exc:
+            assert str(run) in str(exc)
+
+
+@FUZZ
+@given(st.sampled_from(["summary.json", "pairs.csv", "reviews/r.json", "approvals.json"]),
+       RUN_FILE_BYTES | st.text(max_size=80).map(str.encode))
+def test_any_bytes_in_a_report_file_are_read_or_one_clear_error(name: str,
+                                                                data: bytes) -> None:
+    import tempfile
+
+    from quantcheck.errors import QuantcheckError
+    from quantcheck.store.report_dir import read_pair_rows, read_summary
+    from quantcheck.store.reviews import load_reviews
+    from quantcheck.store.rubric import load_rubric
+    from quantcheck.triage.approvals import load_approvals
+
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder)
+        (report / "reviews").mkdir()
+        (report / name).write_bytes(data)
+        try:
+            if name == "summary.json":
+                read_summary(report)
+            elif name == "pairs.csv":
+                read_pair_rows(report)
+            elif name == "approvals.json":
+                load_approvals(report / name)
+            else:
+                load_reviews(report, "identity", load_rubric(None), {"p"})
+        except QuantcheckError as exc:
+            assert name in str(exc)

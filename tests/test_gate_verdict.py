@@ -389,7 +389,8 @@ def test_a_pairs_table_without_a_column_is_refused_by_every_reader(planted_repor
 
 def test_a_review_path_that_is_a_folder_is_one_line(planted_report: Path) -> None:
     (planted_report / "reviews" / "dana.json").mkdir(parents=True)
-    assert "dana.json: cannot read" in one_error_line(invoke("gate", planted_report))
+    assert "dana.json: the file is a folder, not a regular file" in one_error_line(
+        invoke("gate", planted_report))
 
 
 @pytest.mark.parametrize(("verdict", "message"), [

@@ -60,3 +60,20 @@ def test_the_library_runs_the_whole_ab(serve: Serve,
     assert summary.counts.flips.regression == 1 and summary.counts.prompts == 12
     assert quantcheck.read_summary(tmp_path / "ab") == summary  # what it wrote, read back
     assert quantcheck.load_run(tmp_path / "ab" / "b").manifest.label == "b"
+
+
+def test_the_throughput_and_forced_lines_name_each_endpoint_without_its_credentials(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """An endpoint's user and password are never shown, and the line names the server
+    as an address one reads (not the redacted http://***@host)."""
+    a_server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
+    b_server = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
+    plain = b_server.url
+    with_password = plain.replace("http://", "http://alice:s3cret@")
+    prompts = write_prompts('prompts:\n  - {id: same, prompt: "Q: same"}\n')
+    result = invoke("run", "--a", a_server.url, "--b", with_password, "--prompts", prompts,
+                    "--out", tmp_path / "report", "--throughput", "--throughput-seconds",
+                    "0.2", "--forced", "--no-preflight", "--top-logprobs", "3")
+    assert "s3cret" not in result.output and "***" not in result.output, result.output
+    assert f"measuring throughput on {plain} (b) ..." in result.output, result.output
+    assert f"scoring A's tokens on {plain} (teacher forcing) ..." in result.output

@@ -30,7 +30,14 @@ from quantcheck.store.run_records import DEGENERATE_KINDS, LENGTH_CAPPED
 from quantcheck.triage.judging import CLASSES, NO_VERDICT, UNCLEAR
 from quantcheck.triage.signals import TOOL_CALL_CHANGES
 
-from .conftest import TWO_PROMPTS, Serve, WritePrompts, assert_one_clear_line, invoke
+from .conftest import (
+    TWO_PROMPTS,
+    Serve,
+    WritePrompts,
+    assert_one_clear_line,
+    cli_in_child,
+    invoke,
+)
 
 
 @pytest.fixture
@@ -140,3 +147,51 @@ def test_no_other_module_writes_pairs_csv_or_details_jsonl() -> None:
     writers = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
                      if writing.search(path.read_text(encoding="utf-8")))
     assert writers == ["store/report_dir.py"]
+
+
+# --- a report's file that is not a regular file ---------------------------------------
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A report of a run compared with itself, made once."""
+    from quantcheck import compare_to_dir
+    from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+
+    from .conftest import A_ANSWERS, RUNNER_UPS
+
+    folder = tmp_path_factory.mktemp("compared")
+    (folder / "prompts.yaml").write_text('prompts:\n  - {id: same, prompt: "Q: same"}\n')
+    with ScriptedServer(ScriptedModel(A_ANSWERS, RUNNER_UPS)) as server:
+        collect([folder / "prompts.yaml"], folder / "a", CollectSettings(
+            endpoint=server.url, label="a", concurrency=1, top_logprobs=3))
+    compare_to_dir(folder / "a", folder / "a", folder / "report")
+    return folder / "report"
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "folder"])
+@pytest.mark.parametrize(("name", "command"), [
+    ("summary.json", "gate"), ("pairs.csv", "gate"), ("reviews/someone.json", "gate"),
+    ("approvals.json", "approve"), ("details.jsonl", "report")])
+def test_a_report_file_that_is_not_a_regular_file_is_refused_naming_it(
+        compared: Path, tmp_path: Path, name: str, command: str, kind: str) -> None:
+    """The gate, the sheet and the review server read a report's files as regular files
+    only: never read without end, never wait on a FIFO, never a traceback."""
+    import os
+    import shutil
+
+    report = tmp_path / "report"
+    shutil.copytree(compared, report)
+    path = report / name
+    path.parent.mkdir(exist_ok=True)
+    path.unlink(missing_ok=True)
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    result = cli_in_child(command, "report", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip()
+    assert f"report/{name}" in line and "not a regular file" in line, line
+    assert line.count("\n") == 0, line

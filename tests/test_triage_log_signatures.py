@@ -13,7 +13,7 @@ import pytest
 from quantcheck.errors import ConfigFileError
 from quantcheck.triage.log_signatures import load_signatures, scan_log
 
-from .conftest import FIXTURES, assert_one_clear_line, invoke
+from .conftest import FIXTURES, assert_one_clear_line, cli_in_child, invoke
 
 LOGS = FIXTURES / "logs"
 
@@ -97,3 +97,18 @@ def test_a_pattern_that_backtracks_on_a_log_line_is_refused_not_a_hang(tmp_path:
     assert result.exit_code == 2
     assert_one_clear_line(result.output, f"signature 'loop': its pattern /^(a|aa)+$/ was "
                                          f"stopped after 1 s on {log}:2")
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
+def test_a_log_that_is_not_a_regular_file_is_refused_naming_it(tmp_path: Path,
+                                                                kind: str) -> None:
+    import os
+
+    if kind == "dev-zero":
+        (tmp_path / "server.log").symlink_to("/dev/zero")
+    else:
+        os.mkfifo(tmp_path / "server.log")
+    result = cli_in_child("logscan", "server.log", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "server.log: the log is" in result.stderr
+    assert "not a regular file" in result.stderr

@@ -19,6 +19,8 @@ from quantcheck.errors import RunFormatError
 from quantcheck.store.run_dir import PromptLines, prompt_key
 from quantcheck.triage import sides
 
+from .conftest import cli_in_child
+
 completion_lines = st.lists(st.fixed_dictionaries({
     "prompt_id": st.sampled_from(["p1", "p2", "p3", "p\u00e9", "stray"]),
     "repeat": st.integers(0, 3),
@@ -124,3 +126,57 @@ def test_two_prompt_ids_that_share_a_key_are_refused_not_merged(
         with pytest.raises(RunFormatError, match="prompt ids 'p1' and 'p2' share a 64-bit"):
             with sides.load_side(run) as side:
                 side.records("p1")
+
+
+# --- a run's file that is not a regular file ------------------------------------------
+
+RUN_FILES = ["completions.jsonl", "prompts.jsonl", "manifest.json", "tokens.bin"]
+
+
+@pytest.fixture(scope="module")
+def collected_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small run with token arrays in tokens.bin, collected once."""
+    from quantcheck import CollectSettings, collect
+    from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
+
+    from .conftest import A_ANSWERS, RUNNER_UPS
+
+    folder = tmp_path_factory.mktemp("collected")
+    (folder / "prompts.yaml").write_text(
+        'prompts:\n  - {id: same, prompt: "Q: same"}\n  - {id: flip, prompt: "Q: flip"}\n')
+    with ScriptedServer(ScriptedModel(A_ANSWERS, RUNNER_UPS)) as server:
+        collect([folder / "prompts.yaml"], folder / "a",
+                CollectSettings(endpoint=server.url, label="a", concurrency=1,
+                                top_logprobs=3))
+    return folder / "a"
+
+
+def replace_with(path: Path, kind: str) -> None:
+    """`path` made a link to /dev/zero, a FIFO or a folder."""
+    import os
+
+    path.unlink()
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "folder"])
+@pytest.mark.parametrize("name", RUN_FILES)
+def test_compare_refuses_a_run_file_that_is_not_a_regular_file(
+        collected_run: Path, tmp_path: Path, name: str, kind: str) -> None:
+    """Never read without end (a device), never wait (a FIFO), never a traceback (a
+    folder): exit 2 naming the file."""
+    import shutil
+
+    shutil.copytree(collected_run, tmp_path / "a")
+    shutil.copytree(collected_run, tmp_path / "b")
+    replace_with(tmp_path / "b" / name, kind)
+    result = cli_in_child("compare", "a", "b", "--out", "report", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip()
+    assert f"b/{name}" in line and "not a regular file" in line, line
+    assert line.count("\n") == 0, line

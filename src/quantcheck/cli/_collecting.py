@@ -27,12 +27,15 @@ from .options import (
     EXTRA_BODY_OPTION,
     FORCED_TOP_LOGPROBS_HELP,
     RETRIES_OPTION,
+    FiniteFloat,
     apply_options,
+    compare_inputs,
     compare_options,
     determinism_request_options,
     forced_options,
     prompt_options,
     refuse_without,
+    refuse_writing_an_input,
     request_options,
     request_settings,
     side_settings,
@@ -127,7 +130,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 @click.option("--throughput-concurrency", default=DEFAULT_CONCURRENCY, show_default=True,
               type=click.IntRange(1), help="Requests in flight in the throughput phase.")
 @click.option("--throughput-seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
-              type=click.FloatRange(0), help="Least duration of the throughput phase.")
+              type=FiniteFloat(0), help="Least duration of the throughput phase.")
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several candidates).")
 @forced_options
@@ -173,6 +176,8 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
     refuse_without("--forced", score_forced, "forced_mode", "forced_concurrency",
                    "forced_top_logprobs")
     refuse_without("two or more --b", len(b_urls) > 1, "matrix")
+    refuse_writing_an_input([matrix, compare.judge.cache if compare.judge else None],
+                            [*prompt_files, a_run, *compare_inputs(compare)])
     labels = _candidate_labels(b_urls, b_labels)
     a = _reference(a_url, a_run, a_label, a_model, a_cell) or side_settings(
         parameters, a_url or "", "a" if a_label is None else a_label, a_model, api_key_env,
@@ -238,13 +243,13 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--concurrency", default=DEFAULT_CONCURRENCY, show_default=True,
               type=click.IntRange(1), help="Requests in flight.")
 @click.option("--seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
-              type=click.FloatRange(0), help="Least duration of the measured window.")
+              type=FiniteFloat(0), help="Least duration of the measured window.")
 @click.option("--max-tokens", type=click.IntRange(1),
               help="Cap for every prompt (use the run's own).")
 @API_OPTION
 @EXTRA_BODY_OPTION
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
-@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
+@click.option("--timeout", default=600.0, show_default=True, type=FiniteFloat(0.1),
               help="Seconds a request may take as a whole.")
 @RETRIES_OPTION
 def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path | None,
@@ -297,7 +302,7 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
               help="B's own collected run: B's noise floors too (its repeats, and B scoring "
                    "its own tokens as it scores A's).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
-@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1))
+@click.option("--timeout", default=600.0, show_default=True, type=FiniteFloat(0.1))
 @EXTRA_BODY_OPTION
 @RETRIES_OPTION
 @forced_options

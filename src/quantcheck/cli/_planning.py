@@ -8,8 +8,9 @@ import click
 
 from ..triage.stats import detectable_change, paired_prompts_needed
 from ._group import cli
+from .options import FiniteFloat
 
-PERCENT = click.FloatRange(0, 100, min_open=True)
+PERCENT = FiniteFloat(0, 100, min_open=True)
 
 
 @cli.command("plan")
@@ -20,9 +21,9 @@ PERCENT = click.FloatRange(0, 100, min_open=True)
               help="The change in pass rate to detect, in points (at most --disagreement).")
 @click.option("--prompts", type=click.IntRange(1), metavar="N",
               help="Instead of --detect: the smallest change N paired prompts detect.")
-@click.option("--power", default=80.0, show_default=True, type=click.FloatRange(
+@click.option("--power", default=80.0, show_default=True, type=FiniteFloat(
     50, 100, max_open=True), metavar="PERCENT", help="Chance of detecting the change.")
-@click.option("--alpha", default=5.0, show_default=True, type=click.FloatRange(
+@click.option("--alpha", default=5.0, show_default=True, type=FiniteFloat(
     0, 50, min_open=True), metavar="PERCENT", help="Two-sided significance level.")
 def plan_command(disagreement: float, detect: float | None, prompts: int | None,
                  power: float, alpha: float) -> None:

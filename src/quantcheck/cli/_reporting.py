@@ -25,11 +25,14 @@ from .options import (
     EXISTING_DIR,
     EXISTING_FILE,
     PROMPT_SOURCE,
+    FiniteFloat,
     PolicyOverrides,
     apply_options,
+    compare_inputs,
     compare_options,
     gathered,
     refuse_without,
+    refuse_writing_an_input,
     request_settings,
     source_options,
 )
@@ -81,6 +84,8 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     """
     source = request_settings(None, None, {}, column_map, map_preset, sample, seed).source
     refuse_without("two or more B runs", len(b_runs) > 1, "matrix")
+    refuse_writing_an_input([matrix, compare.judge.cache if compare.judge else None],
+                            [a_run, *b_runs, *prompt_files, forced, *compare_inputs(compare)])
     if len(b_runs) > 1 and forced:
         raise click.BadParameter("with several B runs, score each with `quantcheck "
                                  "forced` and compare them one at a time",
@@ -198,7 +203,7 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
                    "(REPORT_DIR holds certificate.json; default off).")
 @click.option("--require-review/--no-require-review", default=None,
               help="Fail while a non-identical pair has no verdict and no approval.")
-@click.option("--min-identical-share", type=click.FloatRange(0, 1),
+@click.option("--min-identical-share", type=FiniteFloat(0, 1),
               help="Minimum share of identical pairs (default off).")
 @click.option("--max-not-compared", type=click.IntRange(0),
               help="Prompts not compared: other hash, one side only, failed (default 0).")
@@ -208,10 +213,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-skipped-checks", type=click.IntRange(0),
               help="Prompts whose code check did not run (no --allow-code-exec when "
                    "comparing; default 0: a check that did not run never passes).")
-@click.option("--max-pass-rate-drop", type=click.FloatRange(0, 100), metavar="POINTS",
+@click.option("--max-pass-rate-drop", type=FiniteFloat(0, 100), metavar="POINTS",
               help="Fail when the expect pass rate may drop more than this (the far end of "
                    "the 95% interval of B minus A; default off).")
-@click.option("--max-forced-kl", type=click.FloatRange(0), metavar="X",
+@click.option("--max-forced-kl", type=FiniteFloat(0), metavar="X",
               help="Fail when the mean teacher-forced KL over all scored positions exceeds X "
                    "(needs a report made with --forced; default off).")
 @click.option("--require-routing-determinism/--no-require-routing-determinism", default=None,

@@ -7,10 +7,11 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import click
 import msgspec
@@ -22,6 +23,7 @@ from ..fetch.judging import JudgeSettings
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, code_limits
 from ..store.column_maps import PRESETS, ColumnMapError, parse_map
+from ..store.files import refuse_overwriting_inputs
 from ..store.prompt_entries import unsendable
 from ..store.prompt_sets import APIS, RequestOptions, SourceOptions
 from ..store.run_dir import Parameters
@@ -31,6 +33,25 @@ from ..triage.sandbox import Limits
 from .guard import run_guarded
 
 F = TypeVar("F", bound=Callable[..., object])
+
+
+class FiniteFloat(click.FloatRange):
+    """A number option within its range that is finite: click's FloatRange lets NaN
+    through every bound (a comparison with NaN is never false) and infinity through an
+    open end, so `--timeout nan` would be taken; refused here naming the option."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            finite = math.isfinite(float(value))
+        except (TypeError, ValueError, OverflowError):
+            finite = True  # not a number at all: the range's own message says so
+        if not finite:
+            self.fail(f"{value!r} is not a finite number: give one in the range "
+                      f"{self._describe_range()}", param, ctx)
+        return super().convert(value, param, ctx)
 EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 EXISTING_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 # A prompt set, a data file (JSONL, CSV, Parquet), a YAML source file, or a folder (a
@@ -71,6 +92,25 @@ def refuse_without(switch: str, on: bool, *names: str) -> None:
         if context.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
                                                   ParameterSource.ENVIRONMENT):
             raise click.UsageError(f"--{name.replace('_', '-')} needs {switch}")
+
+
+def refuse_writing_an_input(written: Iterable[Path | None], read: Iterable[Path | None]
+                            ) -> None:
+    """Each file an option writes or appends to (--matrix, --judge-cache) is none of the
+    files the command reads, nor inside a folder it reads, nor its --config file: refused
+    before anything is read or sent, --force or not (files.refuse_overwriting_inputs)."""
+    context = click.get_current_context(silent=True)
+    config = context.params.get("config") if context is not None else None
+    inputs = [path for path in (*read, config) if isinstance(path, Path)]
+    for path in written:
+        if path is not None:
+            refuse_overwriting_inputs(path, inputs)
+
+
+def compare_inputs(compare: CompareOptions) -> list[Path | None]:
+    """The files and folders the compare options name to be read."""
+    return [compare.a_log, compare.b_log, *compare.signature_files, compare.approvals,
+            compare.rubric, compare.forced]
 
 
 def apply_options(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:
@@ -230,7 +270,7 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
         click.option("--stream/--no-stream", default=True, show_default=True,
                      help="Stream responses (measures time to first token)."),
         EXTRA_BODY_OPTION,
-        click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0.1),
+        click.option("--timeout", default=600.0, show_default=True, type=FiniteFloat(0.1),
                      help="Seconds a request may take as a whole, stream included."),
         click.option("--max-response-mb", default=DEFAULT_MAX_RESPONSE_MB, show_default=True,
                      type=click.IntRange(1),
@@ -332,7 +372,7 @@ JUDGE_OPTIONS: list[Callable[[F], F]] = [
     click.option("--judge-concurrency", default=4, show_default=True, type=click.IntRange(1),
                  help="Judge requests in flight at once."),
     click.option("--judge-timeout", default=120.0, show_default=True,
-                 type=click.FloatRange(0.1), help="Seconds a judge request may take."),
+                 type=FiniteFloat(0.1), help="Seconds a judge request may take."),
     click.option("--judge-max-tokens", default=200, show_default=True,
                  type=click.IntRange(8), help="Cap of a judge's reply."),
     click.option("--judge-cache", type=click.Path(dir_okay=False, path_type=Path),
@@ -357,7 +397,7 @@ def compare_options(function: F) -> F:
                      help="Run the answers' code for `code` checks (untrusted code, in a "
                           "limited process: see docs/prompts.md); without it they are skipped."),
         click.option("--code-timeout", default=Limits.wall_s, show_default=True,
-                     type=click.FloatRange(0.1), metavar="SECONDS",
+                     type=FiniteFloat(0.1), metavar="SECONDS",
                      help="Wall-clock and CPU limit of one code check."),
         click.option("--code-memory-mb", default=Limits.memory_mb, show_default=True,
                      type=click.IntRange(32), help="Memory limit of one code check."),

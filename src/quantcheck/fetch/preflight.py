@@ -13,7 +13,7 @@ meaningless) or `skip`:
 - template (chat): how the server renders a conversation, and whether its markers are
   tokens the model knows (template_check.py);
 - tokenizer: a fingerprint (token ids from `/tokenize`, and prompt token counts),
-  compared between A and B by `judge.tokenizers.tokenizer_agreement`.
+  compared between A and B by `triage.tokenizers.tokenizer_agreement`.
 """
 
 from __future__ import annotations

@@ -148,14 +148,15 @@ async def _fetch(ab: ABRun, reporters: Sequence[Reporter] | None,
     await _collect_all(ab, runs, reporters)
     if ab.throughput is not None:
         for settings, folder in runs:
-            notify(f"measuring throughput on {settings.endpoint} ({settings.label}) ...")
+            notify(f"measuring throughput on {public_url(settings.endpoint)} "
+                   f"({settings.label}) ...")
             measured = await _measure(settings, ab.prompt_files, ab.throughput)
             if measured.error:
                 notify(f"throughput not measured on {settings.label}: {measured.error}")
             write_throughput(folder, measured)
     if ab.forced is not None:
         for b in ab.candidates:
-            notify(f"scoring A's tokens on {b.endpoint} (teacher forcing) ...")
+            notify(f"scoring A's tokens on {public_url(b.endpoint)} (teacher forcing) ...")
             await score_run_async(ab.a_dir, _forced_dir(ab, b),
                                   _scored_on(ab.forced, b, ab.report_dir(b) / "b"))
 

@@ -4,7 +4,8 @@ columns a serving matrix of models, runtimes and quantizations is kept in.
 `write_matrix` writes a report's rows; `append_matrix` adds them to a user's matrix
 without rewriting earlier rows, except that a row for the same serving cell on the
 same date replaces the one already there (a rerun of one test, never a duplicate).
-Unknown values are empty cells.
+Unknown values are empty cells. A matrix read back is a regular file of at most
+`MAX_MATRIX_BYTES` (files.read_regular).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ConfigFileError
-from ..store.files import write_atomic
+from ..store.files import UnreadableFile, read_regular, write_atomic
 from ..store.report_records import Overview
 from ..store.run_dir import Throughput
 
@@ -25,6 +26,7 @@ COLUMNS = ["model_id", "runtime", "runtime_version", "gpu", "gpu_arch", "vram_gb
            "e2e_s_p99", "available_kv_cache_gib", "max_concurrency_x", "peak_vram_gb",
            "artifact_url", "tested_at", "note"]
 # What makes two rows the same test: the serving cell and the date.
+MAX_MATRIX_BYTES = 64 << 20  # a row per serving cell
 CELL_COLUMNS = ["model_id", "runtime", "runtime_version", "gpu", "gpu_arch", "vram_gb",
                 "quantization", "kv_cache_dtype", "tp", "backend", "context_len",
                 "concurrency", "tested_at"]
@@ -87,8 +89,8 @@ def _key(row: dict[str, str]) -> tuple[str, ...]:
 
 def _read(path: Path) -> list[dict[str, str]]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_regular(path, MAX_MATRIX_BYTES, "matrix").decode("utf-8")
+    except (UnreadableFile, UnicodeDecodeError) as exc:
         raise ConfigFileError(f"{path}: cannot read the matrix: {exc}") from None
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames != COLUMNS:

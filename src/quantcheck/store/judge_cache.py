@@ -10,7 +10,14 @@ from pathlib import Path
 
 import msgspec
 
-from .files import append, check_target, make_directory, open_append, storage_error
+from .files import (
+    append,
+    check_target,
+    make_directory,
+    open_append,
+    open_regular,
+    storage_error,
+)
 from .judge_records import JudgeReply
 
 JUDGE_CACHE = "judge-cache.jsonl"
@@ -34,7 +41,7 @@ class JudgeCache:
 
     def _read(self) -> None:
         try:
-            with self.path.open("rb") as handle:
+            with open_regular(self.path, "judge cache") as handle:
                 for line in handle:
                     if not line.endswith(b"\n"):
                         self._torn = True  # cut by a kill: that reply is asked again

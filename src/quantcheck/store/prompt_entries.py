@@ -3,6 +3,12 @@ its exact request body; shared by the YAML prompt sets and the data-file sources
 
 Values come from users' files, so they are `object` until validated: each check
 narrows one field and names the file, line (or row), prompt and field it refuses.
+
+An `expect.regex` is compiled here by the engine its check searches with (the `regex`
+module, triage/expects.py) and by Python's `re`, whose syntax the docs promise: a
+pattern either refuses (`[[` is an unterminated set to `regex`; `\\p{L}` or a
+variable-width look-behind is beyond `re`) is refused naming where, never accepted to
+fail every check later. `re`'s FutureWarnings about sets are never shown or raised.
 """
 
 from __future__ import annotations
@@ -11,12 +17,14 @@ import hashlib
 import json
 import math
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
 import orjson
+import regex as regex_engine
 from jsonschema.validators import validator_for
 
 from ..errors import PromptFileError
@@ -287,13 +295,32 @@ def _haystack(where: Where, spec: object) -> Callable[[str], str]:
     return fill
 
 
+def regex_problem(pattern: str) -> str:
+    """Why `pattern` cannot be an expect.regex ("" when it can): see the module
+    docstring."""
+    try:
+        regex_engine.compile(pattern)
+    except (regex_engine.error, ValueError, OverflowError, RecursionError) as exc:
+        return f"invalid regular expression: {exc}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a FutureWarning on sets `regex` reads as written
+        try:
+            re.compile(pattern)
+        except (re.error, ValueError, OverflowError, RecursionError) as exc:
+            return (f"invalid regular expression in Python's re syntax: {exc} (only the "
+                    "regex module's extensions read it; write it in re's syntax)")
+    return ""
+
+
 def check_schema(schema: object) -> str:
     """Why `schema` is not a JSON Schema ("" when it is), for the prompt loader."""
     fields = mapping(schema)
     if fields is None:
         return "must be a mapping (a JSON Schema object)"
     try:
-        validator_for(fields).check_schema(fields)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # re's FutureWarnings on a pattern's sets
+            validator_for(fields).check_schema(fields)
     except Exception as exc:  # noqa: BLE001 - jsonschema raises SchemaError and others
         message = str(getattr(exc, "message", exc))
         if len(message) > 240:
@@ -413,11 +440,8 @@ def _expect(where: Where, entry: Fields) -> Expect | None:
             or not _finite(tolerance):
         raise at.error("tolerance", "must be a finite number >= 0")
     regex = fields.get("regex")
-    if regex is not None:
-        try:
-            re.compile(str(regex))
-        except re.error as exc:
-            raise at.error("regex", f"invalid regular expression: {exc}") from None
+    if regex is not None and (problem := regex_problem(str(regex))):
+        raise at.error("regex", problem)
     json_schema = fields.get("json_schema")
     if json_schema is not None and (problem := check_schema(json_schema)):
         raise at.error("json_schema", problem)

@@ -39,6 +39,7 @@ from .report_records import ForcedLine, ForcedSummary, Overview, Summary
 from .run_dir import (
     MANIFEST,
     iter_jsonl,
+    open_run_file,
     prompt_key,
     read_record,
     write_json_atomic,
@@ -242,7 +243,7 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
             with pd.read_csv(path, dtype=dtypes, usecols=usecols, keep_default_na=False,
                              na_values=empty, chunksize=chunk) as reader:
                 yield from _checked(path, reader)
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, pd.errors.ParserError,
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, csv.Error, pd.errors.ParserError,
             pd.errors.EmptyDataError) as exc:
         raise RunFormatError(f"{path}: not a pairs table written by compare "
                              f"({str(exc).splitlines()[0][:200]})") from None
@@ -269,7 +270,7 @@ def _checked(path: Path, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFram
 
 
 def _header(path: Path) -> list[str]:
-    with path.open("rb") as handle:
+    with open_run_file(path) as handle:  # a regular file: pandas then reads it by name
         first = handle.readline().decode("utf-8")
     return next(csv.reader([first]), []) if first.strip() else []
 

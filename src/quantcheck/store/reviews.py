@@ -18,7 +18,7 @@ from .files import make_directory, storage_error
 from .formats import REVIEW_FORMAT, ReviewFormat
 from .report_dir import REVIEWS
 from .rubric import Rubric
-from .run_dir import read_json
+from .run_dir import MAX_SMALL_JSON_BYTES, read_json
 
 REVIEWER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -100,7 +100,8 @@ def load_verdicts(report_dir: Path, extra_files: list[Path], rubric: Rubric,
     files = sorted((report_dir / REVIEWS).glob("*.json")) + list(extra_files)
     verdicts: dict[str, list[ReviewVerdict]] = {}
     for path in files:
-        review = validate_review(read_json(path), identity, rubric, prompt_ids, str(path))
+        review = validate_review(read_json(path, MAX_SMALL_JSON_BYTES), identity, rubric,
+                                 prompt_ids, str(path))
         for prompt_id, verdict in review.verdicts.items():
             if verdict.label:
                 verdict.reviewer = review.reviewer or path.stem
@@ -115,8 +116,8 @@ def load_reviews(report_dir: Path, identity: str, rubric: Rubric, prompt_ids: Co
     reviews, refused = {}, {}
     for path in sorted((report_dir / REVIEWS).glob("*.json")):
         try:
-            document = validate_review(read_json(path), identity, rubric, prompt_ids,
-                                       str(path))
+            document = validate_review(read_json(path, MAX_SMALL_JSON_BYTES), identity,
+                                       rubric, prompt_ids, str(path))
         except RunFormatError as exc:
             refused[path.name] = str(exc)
             continue
@@ -131,7 +132,7 @@ def set_aside_stale_reviews(report_dir: Path, identity: str) -> list[Path]:
     moved = []
     for path in sorted((report_dir / REVIEWS).glob("*.json")):
         try:
-            old = read_json(path).get("identity")
+            old = read_json(path, MAX_SMALL_JSON_BYTES).get("identity")
         except (RunFormatError, AttributeError):
             continue  # not a review at all: left for the gate to name
         if not isinstance(old, str) or old == identity or not old.isalnum():

@@ -6,6 +6,11 @@ process loses at most the requests in flight; a resume drops failed and half-wri
 lines and collects those requests again, so no (prompt_id, repeat) ever appears twice.
 A line's token arrays live in tokens.bin (see token_columns.py), written before the line:
 a line never points at a blob that is not there; a blob without a line is ignored.
+
+Every file of a run or report directory is read as a regular file only (files.
+open_regular): one that is a link to a device such as /dev/zero, a FIFO or a folder is
+refused naming it (exit 2), before a byte is read; a JSON file is read whole within
+`MAX_JSON_BYTES` (`MAX_SMALL_JSON_BYTES` for reviews and approvals).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypedDict, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, TypedDict, TypeVar, cast
 
 import msgspec
 import numpy as np
@@ -29,9 +34,12 @@ import zstandard
 from ..errors import QuantcheckError, RunFormatError
 from .files import (
     DirectoryLock,
+    UnreadableFile,
     append,
     make_directory,
     open_append,
+    open_regular,
+    read_regular,
     storage_error,
     write_atomic,
 )
@@ -57,6 +65,8 @@ MANIFEST = "manifest.json"
 PROMPTS = "prompts.jsonl"
 COMPLETIONS = "completions.jsonl"
 THROUGHPUT = "throughput.json"
+MAX_JSON_BYTES = 1 << 30  # a manifest names each prompt's hash: 10 MB at 100,000 prompts
+MAX_SMALL_JSON_BYTES = 64 << 20  # a review or an approvals file
 
 FRAME_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "reasoning", "finish_reason",
                  "n_tokens", "prompt_tokens", "completion_tokens", "ttft_s", "e2e_s", "error"]
@@ -237,13 +247,28 @@ def write_json_atomic(path: Path, data: object, within: Path | None = None) -> N
                  within)
 
 
-def read_json(path: Path) -> Any:
+def open_run_file(path: Path) -> BinaryIO:
+    """A file of a run or report directory opened for reading, a regular file only; one
+    that is missing, not a regular file or unreadable is a RunFormatError naming it."""
     try:
-        return orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise RunFormatError(f"{path}: missing") from None
-    except OSError as exc:  # a folder where the file belongs, no permission
-        raise RunFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return open_regular(path)
+    except UnreadableFile as exc:
+        if not os.path.lexists(path):
+            raise RunFormatError(f"{path}: missing") from None
+        raise RunFormatError(str(exc)) from None
+
+
+def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file of a run or report directory (or a user's JSON file beside one),
+    read whole: a regular file of at most `limit` bytes, or a RunFormatError naming it."""
+    try:
+        data = read_regular(path, limit)
+    except UnreadableFile as exc:
+        if not os.path.lexists(path):
+            raise RunFormatError(f"{path}: missing") from None
+        raise RunFormatError(str(exc)) from None
+    try:
+        return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RunFormatError(f"{path}: not valid JSON ({exc})") from None
 
@@ -267,7 +292,7 @@ def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """(line number, the line's length in bytes, object), as iter_jsonl reads them; a
     file that is missing or cannot be read is a RunFormatError naming it."""
     try:
-        with path.open("rb") as handle:
+        with open_run_file(path) as handle:
             for number, line in enumerate(handle, 1):
                 if not line.endswith(b"\n"):
                     return  # written while the process was killed
@@ -275,9 +300,7 @@ def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
                     yield number, len(line), orjson.loads(line)
                 except orjson.JSONDecodeError as exc:
                     raise RunFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
-    except FileNotFoundError:
-        raise RunFormatError(f"{path}: missing") from None
-    except OSError as exc:  # a folder where the file belongs, no permission
+    except OSError as exc:  # a read that fails midway (an I/O error)
         raise RunFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
@@ -425,7 +448,7 @@ class Blobs:
         path = self.run_dir / name
         try:
             if name not in self._handles:
-                self._handles[name] = path.open("rb")
+                self._handles[name] = open_run_file(path)
             handle = self._handles[name]
             size = os.fstat(handle.fileno()).st_size
             if reference["offset"] + reference["length"] > size:  # never read past its end
@@ -434,7 +457,9 @@ class Blobs:
                                      f"{reference['length']:,}, beyond its {size:,} bytes")
             handle.seek(reference["offset"])
             blob: bytes = handle.read(reference["length"])
-        except FileNotFoundError:
+        except RunFormatError:
+            if os.path.lexists(path):
+                raise
             raise RunFormatError(f"{path}: missing (the run's token arrays; copy it with "
                                  f"{COMPLETIONS})") from None
         except OSError as exc:
@@ -452,7 +477,7 @@ def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
     keep: list[bytes] = []
     keys: set[tuple[str, int]] = set()
     dropped = False
-    with path.open("rb") as handle:
+    with open_run_file(path) as handle:
         for line in handle:
             record = decode_line(line)
             key = (record.prompt_id, record.repeat) if record else None
@@ -617,7 +642,7 @@ class PromptLines(Mapping[str, Prompt]):
 
     def _line(self, number: int) -> Prompt:
         start, end = int(self._ends[number - 1]) if number else 0, int(self._ends[number])
-        with self.path.open("rb") as handle:
+        with open_run_file(self.path) as handle:
             handle.seek(start)
             line = handle.read(end - start)
         try:

@@ -18,7 +18,7 @@ from ..store.files import make_directory
 from ..store.formats import APPROVALS_FORMAT, ApprovalsFormat
 from ..store.pair_records import PairRow
 from ..store.reviews import ReviewVerdict
-from ..store.run_dir import read_json, write_json_atomic
+from ..store.run_dir import MAX_SMALL_JSON_BYTES, read_json, write_json_atomic
 from .sides import text_hash
 
 APPROVALS = "approvals.json"
@@ -62,7 +62,7 @@ def load_approvals(path: Path | None) -> dict[str, Approval]:
     if path is None or not path.exists():
         return {}
     try:
-        stored = msgspec.convert(read_json(path), ApprovalsFile)
+        stored = msgspec.convert(read_json(path, MAX_SMALL_JSON_BYTES), ApprovalsFile)
     except msgspec.ValidationError as exc:
         raise ConfigFileError(f"{path}: not a quantcheck approvals file "
                               f"(format {APPROVALS_FORMAT}): {exc}") from None

@@ -3,10 +3,12 @@
 A `regex: true` pattern is Python's `re` syntax, searched with the `regex` module within
 LINE_SECONDS per log line: a pattern that backtracks without end on a line the engine
 wrote is refused (ConfigFileError naming the signature, the log and the line), never a
-hang."""
+hang. A log is read as a regular file only (a device such as /dev/zero, a FIFO or a
+folder is refused naming it: files.open_regular)."""
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ import msgspec
 import regex
 
 from ..errors import ConfigFileError, RunFormatError
+from ..store.files import UnreadableFile, open_regular
 from ..store.report_records import LogMatch
 from ..store.yamlfile import read_yaml, reject_unknown, require_bools, require_text
 
@@ -82,9 +85,10 @@ def scan_log(path: Path, signatures: list[Signature]) -> list[LogMatch]:
     compiled = [(s, s.compiled()) for s in signatures]
     found: dict[str, LogMatch] = {}
     try:
-        handle = path.open(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise RunFormatError(f"{path}: cannot read log: {exc.strerror or exc}") from None
+        handle = io.TextIOWrapper(open_regular(path, "log"), encoding="utf-8",
+                                  errors="replace")
+    except UnreadableFile as exc:
+        raise RunFormatError(str(exc)) from None
     with handle:
         for number, line in enumerate(handle, 1):
             for signature, pattern in compiled:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from array import array
 from collections import Counter
@@ -36,6 +37,7 @@ from ..store.run_dir import (
     PromptLines,
     decode_line,
     first_seen,
+    open_run_file,
     prompt_key,
     read_json,
     read_manifest,
@@ -213,7 +215,7 @@ class Side:
         if offset in self._read:
             return self._read[offset]
         if self._lines is None:
-            self._lines = self.completions_path.open("rb")
+            self._lines = open_run_file(self.completions_path)
             self._blobs = Blobs(self.completions_path.parent)
         self._lines.seek(offset)
         line = decode_line(self._lines.readline())
@@ -307,7 +309,7 @@ def load_side(source: str | Path, sig_digits: int = 12,
     completions = path / COMPLETIONS
     requests = _Requests()
     block: list[_Row] = []
-    for row in _index_rows(completions) if completions.exists() else ():
+    for row in _index_rows(completions) if os.path.lexists(completions) else ():
         block.append(row)
         if len(block) == BLOCK_RECORDS:
             requests.add(block, _signatures_of(block, path, sig_digits, jobs))
@@ -439,7 +441,7 @@ def _index_rows(path: Path) -> Iterator[_Row]:
     """The index's rows, each with the record's token reference (load_side computes
     the signatures)."""
     offset = 0
-    with path.open("rb") as handle:
+    with open_run_file(path) as handle:
         for number, raw in enumerate(handle, 1):
             start, offset = offset, offset + len(raw)
             if not raw.endswith(b"\n"):
