@@ -52,6 +52,7 @@ from .helpers import (
     open_sheet,
     read_csv,
     read_outputs,
+    replace_with,
     report_files,
     report_identity,
     run_action,
@@ -64,7 +65,7 @@ from .helpers import (
 __all__ = [
     "A_ANSWERS", "B_ANSWERS", "CANDIDATE_ANSWERS", "CANDIDATE_PROMPTS", "COMMANDS", "FIXTURES",
     "FLIPPED", "PROMPTS", "RUNNER_UPS", "TWO_PROMPTS", "VERBOSE", "AppServer", "Serve",
-    "WritePrompts", "all_commands", "assert_one_clear_line", "card", "cli_in_child",
+    "WritePrompts", "all_commands", "assert_one_clear_line", "card", "cli_in_child", "replace_with",
     "copy_run", "gate_rules",
     "gate_writing_a_step_summary", "interruptible", "invoke", "open_sheet", "read_csv",
     "report_files", "report_identity",

@@ -284,6 +284,17 @@ def run_with_file_limit(command: list[str], limit: int) -> subprocess.CompletedP
                           preexec_fn=limit_file_size)
 
 
+def replace_with(path: Path, kind: str) -> None:
+    """`path` made a link to /dev/zero, a FIFO or a folder."""
+    path.unlink()
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
 def cli_in_child(*args: object, cwd: Path, timeout: float = 60
                  ) -> subprocess.CompletedProcess[str]:
     """`quantcheck ARGS...` in a child process with its memory capped (a reader without

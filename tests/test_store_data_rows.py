@@ -11,9 +11,6 @@ import csv
 import io
 import json
 import os
-import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,27 +21,12 @@ from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import PromptFileError
 from quantcheck.store.prompt_sets import RequestOptions, SourceOptions, load_prompts, load_sources
 
-from .conftest import REPO, assert_one_clear_line, invoke
+from .conftest import assert_one_clear_line, cli_in_child, invoke
 from .hostile import HostileServer
 
 FUZZ = settings(max_examples=int(os.environ.get("QUANTCHECK_FUZZ_EXAMPLES", "200")),
                 deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-
-
-def quantcheck(*args: object, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """The CLI in a child with its memory capped (a reader without bounds ends there, not
-    in the test machine's memory); a hang ends at `timeout` as a failure."""
-    def cap_memory() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    try:
-        return subprocess.run([sys.executable, "-m", "quantcheck", *map(str, args)], cwd=cwd,
-                              capture_output=True, text=True, timeout=timeout, env=env,
-                              preexec_fn=cap_memory)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"quantcheck {' '.join(map(str, args))} hung for {timeout} s")
 
 
 def data_rows(path: Path, count: int) -> Path:
@@ -137,13 +119,13 @@ def test_an_infinite_number_in_a_csv_expect_column_is_an_error(tmp_path: Path) -
 @pytest.mark.parametrize("name", ["zero.yaml", "zero.jsonl", "zero.csv", "zero"])
 def test_a_device_as_a_prompt_file_is_refused(tmp_path: Path, name: str) -> None:
     (tmp_path / name).symlink_to("/dev/zero")
-    result = quantcheck("prompts", "check", name, cwd=tmp_path)
+    result = cli_in_child("prompts", "check", name, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert_one_clear_line(result.stderr, "not a regular file")
 
 
 def test_dev_zero_as_a_config_is_refused(tmp_path: Path) -> None:
-    result = quantcheck("collect", "--config", "/dev/zero", cwd=tmp_path)
+    result = cli_in_child("collect", "--config", "/dev/zero", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "a device, not a regular file" in result.stderr
 
@@ -151,7 +133,7 @@ def test_dev_zero_as_a_config_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["prompts.yaml", "rows.jsonl", "rows.csv"])
 def test_a_fifo_as_a_prompt_file_is_refused(tmp_path: Path, name: str) -> None:
     os.mkfifo(tmp_path / name)
-    result = quantcheck("prompts", "check", name, cwd=tmp_path, timeout=30)
+    result = cli_in_child("prompts", "check", name, cwd=tmp_path, timeout=30)
     assert result.returncode == 2, result.stderr
     assert_one_clear_line(result.stderr, "not a regular file")
 
@@ -163,7 +145,7 @@ def test_a_fifo_named_parquet_inside_a_parquet_folder_is_refused(tmp_path: Path)
     (folder := tmp_path / "shards").mkdir()
     pq.write_table(pa.Table.from_pylist([{"prompt": "hi"}]), folder / "a.parquet")
     os.mkfifo(folder / "b.parquet")
-    result = quantcheck("prompts", "check", "shards", cwd=tmp_path, timeout=30)
+    result = cli_in_child("prompts", "check", "shards", cwd=tmp_path, timeout=30)
     assert result.returncode == 2, result.stderr
     assert_one_clear_line(result.stderr, "b.parquet: not a regular file")
 

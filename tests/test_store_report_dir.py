@@ -37,6 +37,7 @@ from .conftest import (
     assert_one_clear_line,
     cli_in_child,
     invoke,
+    replace_with,
 )
 
 
@@ -154,7 +155,7 @@ def test_no_other_module_writes_pairs_csv_or_details_jsonl() -> None:
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A report of a run compared with itself, made once."""
-    from quantcheck import compare_to_dir
+    from quantcheck import compare_runs
     from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 
     from .conftest import A_ANSWERS, RUNNER_UPS
@@ -164,7 +165,7 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with ScriptedServer(ScriptedModel(A_ANSWERS, RUNNER_UPS)) as server:
         collect([folder / "prompts.yaml"], folder / "a", CollectSettings(
             endpoint=server.url, label="a", concurrency=1, top_logprobs=3))
-    compare_to_dir(folder / "a", folder / "a", folder / "report")
+    compare_runs(folder / "a", folder / "a", folder / "report")
     return folder / "report"
 
 
@@ -176,20 +177,14 @@ def test_a_report_file_that_is_not_a_regular_file_is_refused_naming_it(
         compared: Path, tmp_path: Path, name: str, command: str, kind: str) -> None:
     """The gate, the sheet and the review server read a report's files as regular files
     only: never read without end, never wait on a FIFO, never a traceback."""
-    import os
     import shutil
 
     report = tmp_path / "report"
     shutil.copytree(compared, report)
     path = report / name
     path.parent.mkdir(exist_ok=True)
-    path.unlink(missing_ok=True)
-    if kind == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.mkdir()
+    path.touch()
+    replace_with(path, kind)
     result = cli_in_child(command, "report", cwd=tmp_path, timeout=60)
     assert result.returncode == 2, result.stderr
     line = result.stderr.strip()

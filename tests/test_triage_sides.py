@@ -19,7 +19,7 @@ from quantcheck.errors import RunFormatError
 from quantcheck.store.run_dir import PromptLines, prompt_key
 from quantcheck.triage import sides
 
-from .conftest import cli_in_child
+from .conftest import cli_in_child, replace_with
 
 completion_lines = st.lists(st.fixed_dictionaries({
     "prompt_id": st.sampled_from(["p1", "p2", "p3", "p\u00e9", "stray"]),
@@ -149,19 +149,6 @@ def collected_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 CollectSettings(endpoint=server.url, label="a", concurrency=1,
                                 top_logprobs=3))
     return folder / "a"
-
-
-def replace_with(path: Path, kind: str) -> None:
-    """`path` made a link to /dev/zero, a FIFO or a folder."""
-    import os
-
-    path.unlink()
-    if kind == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.mkdir()
 
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "folder"])
