@@ -281,6 +281,46 @@ def test_requests_that_turn_the_cache_off_leave_the_cache_factor_untested(
         "(--extra-body): the cache factor is not tested")
 
 
+def test_a_prompt_set_that_turns_the_cache_off_leaves_the_cache_factor_untested(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """The prompts' own fields turn the cache off as --extra-body does: the plan then has
+    no cache factor, never one that claims no variation for a cache never turned on."""
+    server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
+    own = PROMPTS.replace("prompt: 'question 1'", "prompt: 'question 1', extra: {cache_prompt: false}")
+    result, certificate = certify(server.url, write_prompts(own), tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    assert factors(certificate)["cache"] == "not tested"
+    assert "the cache factor is not tested" in certificate.cache_control
+
+
+def test_the_certificate_names_the_endpoint_without_its_password(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp")
+    url = server.url.replace("http://", "http://alice:hunter2@")
+    result, certificate = certify(url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--control", url)
+    assert result.exit_code == 0, result.output
+    written = b"".join(path.read_bytes() for path in (tmp_path / "c").rglob("*")
+                       if path.is_file())
+    assert b"hunter2" not in written and "hunter2" not in result.output
+    assert certificate.endpoint == server.url + "/v1" or certificate.endpoint.startswith(
+        server.url)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--trials", "3"], "--trials needs --certify"),
+    (["--control", "http://127.0.0.1:9/v1"], "--control needs --certify"),
+    (["--certify", "--modes", "burst"], "--modes does not apply with --certify"),
+    (["--certify", "--repeats", "4"], "--repeats does not apply with --certify"),
+])
+def test_an_option_the_mode_would_ignore_is_refused(write_prompts: WritePrompts,
+                                                     tmp_path: Path, args: list[str],
+                                                     said: str) -> None:
+    result = invoke("determinism", "--endpoint", "http://127.0.0.1:9/v1", "--prompts",
+                    write_prompts(PROMPTS), "--out", tmp_path / "c", *args)
+    assert result.exit_code == 2 and said in result.output, result.output
+
+
 def test_a_runtime_whose_cache_cannot_be_emptied_is_named(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = serve(ScriptedModel(), dialect="vllm")

@@ -56,6 +56,17 @@ def test_deterministic_endpoint_passes(serve: Serve,
     assert "burst: 3 prompts: 3 deterministic" in result.output
 
 
+def test_the_report_names_the_endpoint_without_its_password(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    url = serve(ScriptedModel()).url.replace("http://", "http://alice:hunter2@")
+    result = invoke("determinism", "--endpoint", url, "--prompts", write_prompts(PROMPTS),
+                    "--out", tmp_path / "det", "--modes", "sequential", "--repeats", "2")
+    assert result.exit_code == 0, result.output
+    written = b"".join(path.read_bytes() for path in (tmp_path / "det").rglob("*")
+                       if path.is_file())
+    assert b"hunter2" not in written and b"alice" not in written
+
+
 def test_a_prompt_cache_shows_as_only_the_first_request_differing(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     """llama.cpp's prompt cache: the first request evaluates the whole prompt, the

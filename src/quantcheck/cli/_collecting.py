@@ -14,6 +14,7 @@ from ..fetch.collect import REPEAT_MODES
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
 from ..pipeline.ab import ABRun, ThroughputSettings
+from ..pipeline.certify import DEFAULT_MAX_REQUESTS
 from ..pipeline.comparing import CompareOptions
 from ..pipeline.determinism import DeterminismRun
 from ..store.labels import label_from_name
@@ -34,6 +35,7 @@ from .options import (
     determinism_request_options,
     forced_options,
     prompt_options,
+    refuse_with,
     refuse_without,
     refuse_writing_an_input,
     request_options,
@@ -343,14 +345,16 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
               help="Exit 1 when any prompt gives more than one signature (or text).")
 @click.option("--certify", is_flag=True,
               help="Instead of --modes: a certificate (batch-size sweep, prefix ladder with "
-                   "the prefix cache off and on, streamed vs whole) in OUT/certificate.json.")
+                   "the prefix cache off and on, streamed vs whole, seeded sampling) in "
+                   "OUT/certificate.json.")
 @click.option("--max-batch", default=32, show_default=True, type=click.IntRange(2),
               help="--certify: the largest concurrent batch (sizes 2, 4, 8, ... up to it).")
 @click.option("--trials", default=3, show_default=True, type=click.IntRange(2),
               help="--certify: trials per prompt and level, fresh fillers and positions each.")
 @click.option("--plan-seed", default=0, show_default=True, type=int,
               help="--certify: the seed of the plan's fillers and positions.")
-@click.option("--max-requests", default=20000, show_default=True, type=click.IntRange(1),
+@click.option("--max-requests", default=DEFAULT_MAX_REQUESTS, show_default=True,
+              type=click.IntRange(1),
               help="--certify: refuse a plan with more requests than this.")
 @click.option("--control", metavar="URL",
               help="--certify: run the same plan against a configuration expected to vary "
@@ -364,8 +368,8 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                         api_key_env: str | None, fail_on_nondeterminism: bool,
                         sig_digits: int, prompt_files: tuple[Path, ...], force: bool,
                         parameters: Parameters, certify: bool = False, max_batch: int = 32,
-                        trials: int = 3, plan_seed: int = 0, max_requests: int = 20000,
-                        control: str | None = None,
+                        trials: int = 3, plan_seed: int = 0,
+                        max_requests: int = DEFAULT_MAX_REQUESTS, control: str | None = None,
                         max_nondeterministic_prompts: int | None = None) -> None:
     """Is this endpoint deterministic? Repeated identical greedy requests, per mode.
 
@@ -375,7 +379,8 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
     \b
     With --certify: a determinism certificate (docs/collecting.md): each prompt alone,
     inside concurrent batches, after shared prefixes with the prefix cache off and on,
-    streamed; the statement with its bound, the factor that explains any variation.
+    streamed, and sampled with a seed; the statement with its bound, the factor that
+    explains any variation.
 
     \b
     Example:
@@ -384,23 +389,17 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
       quantcheck determinism --certify --endpoint http://127.0.0.1:8000/v1 \\
           --prompts prompts/spot-check.yaml --max-batch 16 --out reports/certificate
     """
+    refuse_without("--certify", certify, "max_batch", "trials", "plan_seed", "max_requests",
+                   "control", "max_nondeterministic_prompts")
     if certify:
-        from ..fetch.certify import CertifySettings
+        refuse_with("--certify", "modes", "repeats", "force")
         from ..pipeline.certify import CertifyRun
-        from .certifying import certify_command
+        from .certifying import certify_command, certify_settings
 
-        settings = CertifySettings(
-            endpoint=endpoint, model=model, api_key_env=api_key_env,
-            top_logprobs=parameters.top_logprobs, timeout=parameters.timeout,
-            retries=parameters.retries, max_response_mb=parameters.max_response_mb,
-            routed_experts=parameters.routed_experts,
-            routed_experts_shape=(parameters.routed_experts_shape[0],
-                                  parameters.routed_experts_shape[1])
-            if parameters.routed_experts_shape else None)
-        certify_command(CertifyRun(settings, prompt_files, out, parameters.request, trials,
-                                   max_batch, plan_seed, max_requests, control,
-                                   0 if fail_on_nondeterminism
-                                   else max_nondeterministic_prompts))
+        certify_command(CertifyRun(
+            certify_settings(endpoint, model, api_key_env, parameters), prompt_files, out,
+            parameters.request, trials, max_batch, plan_seed, max_requests, control,
+            0 if fail_on_nondeterminism else max_nondeterministic_prompts))
         return
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]

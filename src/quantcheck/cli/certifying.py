@@ -9,9 +9,11 @@ from pathlib import Path
 import click
 
 from ..errors import ExitCode
+from ..fetch.certify import CertifySettings
 from ..gate.verdict import one_line
 from ..pipeline.certify import CertifyRun, run_certify
 from ..store.certificate_records import Certificate
+from ..store.run_dir import Parameters
 from .guard import run_guarded
 from .progress import PlainProgress
 
@@ -30,6 +32,18 @@ class CertifyLines:
     def sent(self, requests: int) -> None:
         if self.bar is not None:
             self.bar.update(requests)
+
+
+def certify_settings(endpoint: str, model: str | None, api_key_env: str | None,
+                     parameters: Parameters) -> CertifySettings:
+    """What a certificate's requests take of the determinism command's options."""
+    shape = parameters.routed_experts_shape
+    return CertifySettings(
+        endpoint=endpoint, model=model, api_key_env=api_key_env,
+        top_logprobs=parameters.top_logprobs, timeout=parameters.timeout,
+        retries=parameters.retries, max_response_mb=parameters.max_response_mb,
+        routed_experts=parameters.routed_experts,
+        routed_experts_shape=(shape[0], shape[1]) if shape else None)
 
 
 def certify_command(job: CertifyRun) -> None:

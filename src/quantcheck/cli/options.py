@@ -94,6 +94,16 @@ def refuse_without(switch: str, on: bool, *names: str) -> None:
             raise click.UsageError(f"--{name.replace('_', '-')} needs {switch}")
 
 
+def refuse_with(switch: str, *names: str) -> None:
+    """A usage error for an option, given on the command line, that `switch` (on) leaves
+    unused: it would be ignored."""
+    context = click.get_current_context()
+    for name in names:
+        if context.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                                  ParameterSource.ENVIRONMENT):
+            raise click.UsageError(f"--{name.replace('_', '-')} does not apply with {switch}")
+
+
 def refuse_writing_an_input(written: Iterable[Path | None], read: Iterable[Path | None]
                             ) -> None:
     """Each file an option writes or appends to (--matrix, --judge-cache) is none of the

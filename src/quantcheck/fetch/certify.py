@@ -107,6 +107,14 @@ def with_prefix(request: Mapping[str, object], prefix: str) -> dict[str, object]
     return body
 
 
+def requests_turn_cache_off(prompts: list[Prompt], runtime: str | None) -> bool:
+    """Whether the prompts' own requests (their fields and --extra-body) turn the prefix
+    cache off by the runtime's body field: the cache factor cannot be tested then."""
+    profile = profile_of(runtime)
+    field = profile.cache_off_field if profile else None
+    return field is not None and any(p.request.get(field) is False for p in prompts)
+
+
 class PlanSender:
     """Sends one plan's rounds over one client."""
 
@@ -119,6 +127,7 @@ class PlanSender:
         self.profile = profile_of(facts.runtime)
         self.flush_path = self.profile.cache_flush_path if self.profile else None
         self.cache_field = self.profile.cache_off_field if self.profile else None
+        self.cache_off_by_requests = requests_turn_cache_off(prompts, facts.runtime)
         self.cache_control = ""
         self.seed_refused = False
 
@@ -174,15 +183,17 @@ class PlanSender:
             return f"not tested: the server refused a seeded request ({exc.reason})"
         except QuantcheckError:
             raise
-        except Exception:  # noqa: S110 - as any request may fail: the plan's own say why
-            pass
+        except Exception as exc:  # as any request may: the seeded probes try again
+            tried = f" (the first try failed: {type(exc).__name__}: {exc})"
+        else:
+            tried = ""
         return (f"seed {probe.seed} at temperature {probe.temperature:g} in each seeded "
-                "request; the same seed must give the same tokens")
+                f"request; the same seed must give the same tokens{tried}")
 
     async def check_cache_control(self) -> str:
         """How the prefix cache will be turned off, tried once now."""
         if self.cache_field:
-            if self.first.request.get(self.cache_field) is False:
+            if self.cache_off_by_requests:
                 return (f"{self.facts.runtime}: {self.cache_field} false in each request, as "
                         "the requests themselves ask (--extra-body): the cache factor is not "
                         "tested")
@@ -212,13 +223,16 @@ class PlanSender:
             return f"POST {self.flush_path} failed: {type(exc).__name__}"
         return None
 
+    def sent_in(self, round_: Round) -> list[Probe]:
+        """The round's probes that are sent: seeded ones only where a seed is taken."""
+        return [p for p in round_.probes if not (self.seed_refused and p.seed is not None)]
+
     async def send_round(self, round_: Round) -> list[Answer]:
         if round_.action == "flush" and self.flush_path is not None:
             problem = await self.flush()
             if problem is not None:
                 raise RequestsFailed(f"the prefix cache could not be emptied: {problem}")
-        probes = [p for p in round_.probes if not (self.seed_refused and p.seed is not None)]
-        answered = await all_or_none(self.one(probe) for probe in probes)
+        answered = await all_or_none(self.one(probe) for probe in self.sent_in(round_))
         return [answer for answer in answered if answer is not None]
 
     async def one(self, probe: Probe) -> Answer | None:
@@ -286,5 +300,5 @@ async def send_plan(sender: PlanSender, plan: Plan,
     for round_ in plan.rounds:
         answers += await sender.send_round(round_)
         if sent is not None:
-            sent(len(round_.probes))
+            sent(len(sender.sent_in(round_)))
     return Sent(answers, sender.failed, cache_control, seed_control)

@@ -18,6 +18,7 @@ from ..fetch.certify import (
     PlanSender,
     ServerFacts,
     client_for,
+    requests_turn_cache_off,
     send_plan,
     server_facts,
     warm_up,
@@ -32,6 +33,7 @@ from ..store.prompt_sets import load_prompts
 from ..store.run_records import Prompt
 from ..triage.certificate import certify, control_note, control_result
 from ..triage.certify_plan import make_plan
+from ..wire.client import public_url
 from .event_loop import run_blocking
 
 DEFAULT_MAX_REQUESTS = 20000
@@ -99,7 +101,7 @@ async def _certify(job: CertifyRun, settings: CertifySettings, prompts: list[Pro
         if plan is None:
             plan = make_plan([p.id for p in prompts], job.trials, job.max_batch, job.seed,
                              facts.context_tokens, _max_tokens(prompts),
-                             cache_factor=job.request.extra_body.get("cache_prompt") is not False)
+                             cache_factor=not requests_turn_cache_off(prompts, facts.runtime))
         if plan.requests > job.max_requests:
             raise PlanTooLarge(
                 f"the plan has {plan.requests} requests, more than --max-requests "
@@ -108,10 +110,11 @@ async def _certify(job: CertifyRun, settings: CertifySettings, prompts: list[Pro
         sender = PlanSender(client, settings, facts, prompts)
         seconds = await warm_up(sender)
         if progress is not None:
-            progress.planned(settings.endpoint, plan.requests, len(plan.rounds),
+            progress.planned(public_url(settings.endpoint), plan.requests, len(plan.rounds),
                              seconds * len(plan.rounds))
         sent = await send_plan(sender, plan, progress.sent if progress is not None else None)
-    certificate = certify(sent.answers, plan, sent.failed, settings.endpoint, facts.model,
+    certificate = certify(sent.answers, plan, sent.failed, public_url(settings.endpoint),
+                          facts.model,
                           facts.runtime, sent.cache_control, sent.seed_control)
     return certificate, plan, sent.answers
 

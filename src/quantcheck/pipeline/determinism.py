@@ -19,6 +19,7 @@ from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts
 from ..store.run_dir import Parameters, load_run, write_json_atomic
 from ..triage.determinism import analyze_side
 from ..triage.sides import load_side
+from ..wire.client import public_url
 from .event_loop import run_blocking
 
 
@@ -58,7 +59,7 @@ def run_determinism(job: DeterminismRun, progress: ModeProgress | None = None
     if progress is not None:
         progress.analyzing()
     served = load_run(runs[job.modes[0]]).manifest.model
-    return determinism_report(runs, job.out, job.endpoint,
+    return determinism_report(runs, job.out, public_url(job.endpoint),
                               job.parameters.model or served or "", job.sig_digits)
 
 
