@@ -286,7 +286,8 @@ def test_a_prompt_set_that_turns_the_cache_off_leaves_the_cache_factor_untested(
     """The prompts' own fields turn the cache off as --extra-body does: the plan then has
     no cache factor, never one that claims no variation for a cache never turned on."""
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
-    own = PROMPTS.replace("prompt: 'question 1'", "prompt: 'question 1', extra: {cache_prompt: false}")
+    own = PROMPTS.replace("prompt: 'question 1'",
+                          "prompt: 'question 1', extra: {cache_prompt: false}")
     result, certificate = certify(server.url, write_prompts(own), tmp_path / "c")
     assert result.exit_code == 0, result.output
     assert factors(certificate)["cache"] == "not tested"
