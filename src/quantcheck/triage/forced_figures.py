@@ -19,6 +19,7 @@ Over positions: mean, median, p90, p99 and max KL with linear-interpolated perce
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -107,16 +108,27 @@ class Positions:
 
     def _ppl_ratio(self) -> tuple[float | None, str | None]:
         """PPL(B)/PPL(A) over A's tokens, and whether it is exact (None: a side's
-        logprob of A's token is missing at some position)."""
+        logprob of A's token is missing at some position, or the ratio is beyond the
+        float range, which the second value then says)."""
         pairs = [(a, b) for a, b in zip(self.a_nll, self.b_nll, strict=True)]
         if not pairs or any(a is None or b is None for a, b in pairs):
             return None, None
-        gap = float(np.mean([b - a for a, b in pairs if a is not None and b is not None]))
+        shares = [(b - a) / len(pairs) for a, b in pairs if a is not None and b is not None]
+        # the mean as a sum of shares: it overflows only where a share does
+        gap = math.fsum(shares) if all(map(math.isfinite, shares)) else math.inf
+        if gap > _LARGEST_EXP:
+            return None, (f"beyond the float range: B's mean negative log-likelihood of A's "
+                          f"tokens exceeds A's by {gap:.4g} nats (a logprob of an engine's "
+                          "stand-in for minus infinity, such as -9999, in a short answer)")
         unknown = self.b_nll_exact.count(False)
         bound = "exact" if not unknown else (
             f"lower bound: B's logprob of A's token is beyond its top-k at {unknown} of "
             f"{len(pairs)} positions (its lowest listed logprob stands in)")
         return math.exp(gap), bound
+
+
+# The largest x whose exp(x) is a finite float
+_LARGEST_EXP = math.log(sys.float_info.max)
 
 
 def _spread(values: list[float]) -> Spread:
