@@ -159,13 +159,6 @@ def score_position(a_token: str, a_logprob: float | None, a_top: TopList,
                            b_logprob is not None)
 
 
-def compare_position(a_token: str, a_logprob: float | None, a_top: TopList,
-                     b_logprob: float | None, b_top: TopList) -> tuple[bool, float, float]:
-    """(B's top-1 is A's token, delta p, KL lower bound) at one position."""
-    figures = score_position(a_token, a_logprob, a_top, b_logprob, b_top)
-    return figures.top1, figures.delta_p, figures.kl
-
-
 def noise_floor(completions: list[Completion], side: str = "A", quarter: int = 0
                 ) -> ForcedStats:
     """The forced figures for a side against its own repeats (successful records with
