@@ -94,6 +94,19 @@ def refuse_without(switch: str, on: bool, *names: str) -> None:
             raise click.UsageError(f"--{name.replace('_', '-')} needs {switch}")
 
 
+def refuse_given_options(kept: Iterable[str], why: str) -> None:
+    """A usage error naming every option given on the command line (or its variable)
+    but those named in `kept` (and --config): `why` says why they would be ignored."""
+    context = click.get_current_context()
+    given = [max(parameter.opts, key=len) for parameter in context.command.params
+             if isinstance(parameter, click.Option) and parameter.name is not None
+             and parameter.name not in {*kept, "config", "print_config"}
+             and context.get_parameter_source(parameter.name) in (
+                 ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: {why}")
+
+
 def refuse_writing_an_input(written: Iterable[Path | None], read: Iterable[Path | None]
                             ) -> None:
     """Each file an option writes or appends to (--matrix, --judge-cache) is none of the
