@@ -8,8 +8,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from typing import BinaryIO
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from aiohttp import web
