@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from .conftest import invoke
 
@@ -44,3 +46,34 @@ def test_impossible_requests_are_one_usage_error(args: list[str], says: str) -> 
     result = invoke("plan", *args)
     assert result.exit_code == 2 and says in result.output, result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["--detect", "1e-200", "--disagreement", "10"], "--detect"),
+    (["--detect", "1e-160", "--disagreement", "10"], "--detect"),
+    (["--disagreement", "1e-200", "--prompts", "9"], "--disagreement"),
+    (["--prompts", "1" + "0" * 400, "--disagreement", "10"], "--prompts"),
+    (["--detect", "2", "--disagreement", "10", "--alpha", "1e-300"], "--alpha"),
+    (["--detect", "2", "--disagreement", "10", "--power", "99.9999999"], "--power"),
+])
+def test_numbers_too_small_or_large_to_size_are_refused_naming_the_option(
+        args: list[str], option: str) -> None:
+    result = invoke("plan", *args)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output and "range" in result.output
+
+
+percents = st.floats(0.001, 100)
+
+
+@settings(max_examples=60, deadline=None)
+@given(percents, st.one_of(percents.map(lambda p: ["--detect", repr(p)]),
+                           st.integers(1, 10**12).map(lambda n: ["--prompts", str(n)])),
+       st.floats(50, 99.999), st.floats(0.001, 50))
+def test_every_value_in_the_options_ranges_is_sized_or_a_usage_error(
+        disagreement: float, asked: list[str], power: float, alpha: float) -> None:
+    result = invoke("plan", "--disagreement", repr(disagreement), *asked,
+                    "--power", repr(power), "--alpha", repr(alpha))
+    detect_too_large = asked[0] == "--detect" and float(asked[1]) > disagreement
+    assert result.exit_code == (2 if detect_too_large else 0), result.output
+    assert "paired prompts" in result.output or detect_too_large

@@ -16,7 +16,7 @@ from quantcheck.errors import EndpointError
 from quantcheck.fetch.forced_scoring import ForcedSettings
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.pipeline.collecting import score_run
-from quantcheck.triage.forced_figures import compare_position
+from quantcheck.triage.forced_figures import score_position
 
 from .conftest import Serve, WritePrompts, invoke
 from .hostile import HostileServer, Request, http
@@ -177,12 +177,13 @@ def test_a_server_without_scoring_is_a_clear_error(serve: Serve, write_prompts: 
         score_run(a_run, tmp_path / "f", ForcedSettings(endpoint=sglang.url, mode="echo"))
 
 
-def test_compare_position() -> None:
+def test_score_position() -> None:
     a_top = ([" Paris", " Lyon"], [-0.1, -2.5])
-    assert compare_position(" Paris", -0.1, a_top, -0.1, a_top) == (True, 0.0, 0.0)
-    top1, delta, kl = compare_position(" Paris", -0.1, a_top, -1.0, ([" Lyon", " Paris"],
-                                                                     [-0.5, -1.0]))
-    assert not top1 and delta == pytest.approx(0.3679 - 0.9048, abs=1e-3) and kl > 0.5
+    same = score_position(" Paris", -0.1, a_top, -0.1, a_top)
+    assert (same.top1, same.delta_p, same.kl) == (True, 0.0, 0.0)
+    other = score_position(" Paris", -0.1, a_top, -1.0, ([" Lyon", " Paris"], [-0.5, -1.0]))
+    assert not other.top1 and other.kl > 0.5
+    assert other.delta_p == pytest.approx(0.3679 - 0.9048, abs=1e-3)
 
 
 def test_run_forced_reaches_pairs_summary_sheet_and_gate(

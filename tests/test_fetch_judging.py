@@ -22,11 +22,11 @@ from .conftest import Serve
 VERDICT = '{"class": "same", "reason": "Both say yes."}'
 
 
-def test_a_cache_that_cannot_be_written_stops_every_grading(serve: Serve,
-                                                           tmp_path: Path) -> None:
-    """One question to the judge's reply cannot be kept while another waits to be asked again (a 503
-    with Retry-After): that one is stopped too, never left to ask after the client
-    closed (on a new session nothing would close)."""
+def test_a_cache_that_cannot_be_written_stops_every_judge_question(
+        serve: Serve, tmp_path: Path) -> None:
+    """One question to the judge's reply cannot be kept while another waits to be asked
+    again (a 503 with Retry-After): that one is stopped too, never left to ask after the
+    client closed (on a new session nothing would close)."""
     judge = serve(ScriptedModel({"": VERDICT}), faults=Faults(
         latency_s=0.05, status={1: 503}, retry_after_s=0.4))
     (tmp_path / "a-file").write_text("not a folder")

@@ -473,3 +473,12 @@ def test_every_count_is_the_same_in_terminal_summary_sheet_and_gate(
     assert rules["not_compared"]["count"] == not_compared == int(tiles["not compared"])
     assert tiles["pairs compared"] == str(counts["pairs"])
     assert rules["failed_requests"]["count"] == sum(counts["unanswered"].values())
+
+
+def test_the_rule_tables_prompt_ids_stay_inside_their_cells() -> None:
+    """A prompt id holding `|` or a backtick (a data file's id) is escaped as code: the
+    step summary's table keeps five cells a row."""
+    from quantcheck.gate.verdict import Rule, rule_table
+
+    rows = rule_table([Rule("factual_flips", "", 2, 0, False, ["capital|au", "code`block"])])
+    assert rows[2] == "| factual_flips | 2 | 0 | **fail** | `capital\\|au`, `code'block` |"

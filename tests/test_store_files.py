@@ -218,3 +218,29 @@ def test_a_write_error_names_the_file_and_leaves_no_temporary(tmp_path: Path) ->
     with pytest.raises(StorageError, match=r"cannot write .*summary\.json"):
         write_atomic(folder / "summary.json", b"{}")
     assert [p.name for p in folder.iterdir()] == ["summary.json"]
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["compare", "a.texts.json", "b1.texts.json", "b2.texts.json", "--prompts", "rows.jsonl",
+      "--out", "report", "--matrix", "loop"], "loop"),
+    (["compare", "a.texts.json", "b1.texts.json", "b2.texts.json", "--prompts", "rows.jsonl",
+      "--out", "report", "--matrix", "loop/matrix.csv"], "loop/matrix.csv"),
+    (["init", "loop"], "loop"),
+    (["init", "repository"], "repository/quantcheck"),
+], ids=["matrix-a-loop", "matrix-in-a-loop", "init-into-a-loop", "init-kit-path-a-loop"])
+def test_symbolic_links_in_a_loop_are_one_clear_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], named: str) -> None:
+    """A path whose links lead back to themselves (Path.resolve's RuntimeError on
+    Python 3.11) is refused naming it, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    for side in ("a", "b1", "b2"):
+        (tmp_path / f"{side}.texts.json").write_text('["Paris"]')
+    (tmp_path / "rows.jsonl").write_text('{"id": "capital", "prompt": "Q: capital"}\n')
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "repository").mkdir()
+    (tmp_path / "repository" / "quantcheck").symlink_to("quantcheck")
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert f"error: {named}: cannot follow its symbolic links" in result.output
+    assert not (tmp_path / "report").exists()
+    assert sorted(path.name for path in (tmp_path / "repository").iterdir()) == ["quantcheck"]

@@ -143,3 +143,38 @@ def test_the_sentence_reads_like_llama_perplexitys_summary() -> None:
         "same top p 85.2%; RMS delta p 9.12%; PPL(B)/PPL(A) 1.0412. KL from the top-k is a "
         "lower bound: mean 0.12 at top-20, 0.1 at top-5")
     assert llama_cpp_sentence(ForcedStats(positions=0), 20, 5) == ""
+
+
+def test_a_gap_beyond_the_float_range_leaves_the_ppl_ratio_out_with_the_reason() -> None:
+    """vLLM clamps a logprob of minus infinity to -9999: one in a short answer puts
+    exp(mean gap) beyond the float range."""
+    positions = Positions()
+    positions.add(score_position("x", -0.01, (["x"], [-0.01]), -9999.0, (["y"], [-0.1])))
+    stats = positions.stats()
+    assert stats.ppl_ratio is None
+    assert stats.ppl_ratio_bound is not None
+    assert stats.ppl_ratio_bound.startswith("beyond the float range: B's mean negative "
+                                            "log-likelihood of A's tokens exceeds A's by 9999")
+    assert "PPL" not in llama_cpp_sentence(stats, 1, 1)
+
+
+extreme_logprobs = st.one_of(st.floats(-1e308, 0.0), st.sampled_from([-9999.0, -1e308, 0.0]))
+top_entries = st.lists(st.tuples(st.sampled_from("xyz"), extreme_logprobs), max_size=3,
+                       unique_by=lambda entry: entry[0])
+
+
+@given(st.lists(st.tuples(st.one_of(st.none(), extreme_logprobs), top_entries,
+                          st.one_of(st.none(), extreme_logprobs), top_entries),
+                min_size=1, max_size=6))
+def test_extreme_logprobs_give_figures_never_an_error(
+        rows: list[tuple[float | None, list[tuple[str, float]],
+                         float | None, list[tuple[str, float]]]]) -> None:
+    positions = Positions()
+    for a_logprob, a_top, b_logprob, b_top in rows:
+        positions.add(score_position(
+            "x", a_logprob, ([t for t, _ in a_top], [lp for _, lp in a_top]),
+            b_logprob, ([t for t, _ in b_top], [lp for _, lp in b_top]), quarter=1))
+    stats = positions.stats()
+    assert stats.positions == len(rows)
+    assert stats.ppl_ratio is None or math.isfinite(stats.ppl_ratio)
+    llama_cpp_sentence(stats, 4, 1)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_runs
 from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.store.pair_records import FLIP_CAUSE_TEXT
 from quantcheck.triage.signals import flip_cause
 
 from .conftest import (
@@ -99,6 +100,9 @@ def test_the_terminal_and_the_sheet_say_the_causes(flip_report: Path, page: Any)
         badges = card(page, prompt_id).locator("header .badge").all_inner_texts()
         flip = badges.index("expect regression: contains")
         assert badges[flip + 1] == words, badges  # beside the flip
+        cause = prompt_id.replace("-", "_")  # its sentence over it, from pair_records.py
+        badge = card(page, prompt_id).locator("header .badge").nth(flip + 1)
+        assert badge.get_attribute("title") == FLIP_CAUSE_TEXT[cause][1]
     assert "unstable" not in " ".join(card(page, "same").locator(".badge").all_inner_texts())
     assert "what can explain the flips: 1 unstable on A" in page.inner_text("#headline")
     resolution = page.text_content("#resolution") or ""  # under "More", beside the checks

@@ -220,6 +220,14 @@ def test_no_disagreement_or_too_few_prompts_detect_nothing() -> None:
         paired_prompts_needed(0.2, 0.1)
 
 
+@pytest.mark.parametrize("change", [1e-200, 1e-162, 5e-324])
+def test_a_change_too_small_to_size_is_a_clear_error(change: float) -> None:
+    with pytest.raises(ValueError, match=f"a change of {change:.3g} is too small to size"):
+        paired_prompts_needed(change, 0.1)
+    # solving for the change steps through changes this small: never an error
+    assert detectable_change(10**308, 1e-300) == pytest.approx(2.8016e-304, rel=1e-4)
+
+
 @given(st.integers(10, 100_000), st.floats(0.001, 1.0))
 def test_detectable_change_round_trips_and_shrinks_with_more_prompts(
         prompts: int, discordant: float) -> None:

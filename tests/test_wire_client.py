@@ -6,8 +6,10 @@ URL's user and password as Basic), checked on a loopback server that keeps them.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from aiohttp import web
@@ -18,6 +20,7 @@ from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.wire.client import api_base, authorization, public_url, split_credentials
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, assert_one_clear_line, invoke
+from .hostile import HostileServer, Request, http
 
 UNUSABLE = {
     "http://host:abc": "Port could not be cast to integer value",
@@ -156,3 +159,24 @@ def test_an_endpoint_with_a_query_or_fragment_is_refused_without_quoting_it(
     with pytest.raises(EndpointError, match="query string or fragment") as caught:
         api_base(endpoint)
     assert "sekrit" not in str(caught.value)
+
+
+def test_a_server_quoting_the_credentials_has_the_password_cut_and_the_user_kept(
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """The user's name is no secret: cutting it would blank that word in every message
+    (a user `operator` and any server message that says "operator")."""
+    def quote_them(request: Request, out: BinaryIO) -> None:
+        message = ("the operator's quota is spent: user operator sent operator:Zq7%21pass, "
+                   "that is Zq7!pass")
+        out.write(http(503, json.dumps({"error": {"message": message}}).encode()))
+
+    with HostileServer(quote_them) as server:
+        endpoint = f"http://operator:Zq7%21pass@127.0.0.1:{server.port}/v1"
+        result = invoke("collect", "--endpoint", endpoint, "--prompts",
+                        write_prompts(TWO_PROMPTS), "--out", tmp_path / "run", "--retries",
+                        "0", "--no-preflight")
+    assert result.exit_code == 1, result.output
+    stored = (tmp_path / "run" / "completions.jsonl").read_text()
+    for shown in (stored, result.output):
+        assert "the operator's quota is spent: user operator sent ***, that is ***" in shown
+        assert "Zq7" not in shown

@@ -10,7 +10,10 @@ from ..triage.stats import detectable_change, paired_prompts_needed
 from ._group import cli
 from .options import FiniteFloat
 
-PERCENT = FiniteFloat(0, 100, min_open=True)
+# A share of prompts or a change in points: below a thousandth of a percent no suite
+# could be sized (a change of 0.001 points already needs billions of prompts)
+PERCENT = FiniteFloat(0.001, 100)
+MOST_PROMPTS = 10**12
 
 
 @cli.command("plan")
@@ -19,12 +22,12 @@ PERCENT = FiniteFloat(0, 100, min_open=True)
                    "an earlier A/B's summary says it (stats.pass_rate.discordant_share).")
 @click.option("--detect", type=PERCENT, metavar="POINTS",
               help="The change in pass rate to detect, in points (at most --disagreement).")
-@click.option("--prompts", type=click.IntRange(1), metavar="N",
+@click.option("--prompts", type=click.IntRange(1, MOST_PROMPTS), metavar="N",
               help="Instead of --detect: the smallest change N paired prompts detect.")
-@click.option("--power", default=80.0, show_default=True, type=FiniteFloat(
-    50, 100, max_open=True), metavar="PERCENT", help="Chance of detecting the change.")
-@click.option("--alpha", default=5.0, show_default=True, type=FiniteFloat(
-    0, 50, min_open=True), metavar="PERCENT", help="Two-sided significance level.")
+@click.option("--power", default=80.0, show_default=True, type=FiniteFloat(50, 99.999),
+              metavar="PERCENT", help="Chance of detecting the change.")
+@click.option("--alpha", default=5.0, show_default=True, type=FiniteFloat(0.001, 50),
+              metavar="PERCENT", help="Two-sided significance level.")
 def plan_command(disagreement: float, detect: float | None, prompts: int | None,
                  power: float, alpha: float) -> None:
     """Size a suite: the paired prompts an A/B needs to detect a change in expect pass

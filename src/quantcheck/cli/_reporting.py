@@ -31,6 +31,7 @@ from .options import (
     compare_inputs,
     compare_options,
     gathered,
+    refuse_given_options,
     refuse_without,
     refuse_writing_an_input,
     request_settings,
@@ -38,6 +39,9 @@ from .options import (
 )
 from .printing import candidates_markdown, exit_like_the_gate, print_result
 from .serving import serve_until_stopped, url_of
+
+# The gate's options that apply to a determinism certificate
+CERTIFICATE_RULES = ("policy", "max_nondeterministic_prompts", "max_failed_requests")
 
 
 @cli.command("compare")
@@ -246,8 +250,8 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     """Fail the build on any factual flip: exit 0 pass, 1 fail, 2 input error.
 
     REPORT_DIR may also be a determinism certificate (`determinism --certify`, with
-    certificate.json): then only --max-nondeterministic-prompts and
-    --max-failed-requests apply.
+    certificate.json): then only --policy, --max-nondeterministic-prompts and
+    --max-failed-requests apply (any other option given is refused).
 
     Writes REPORT_DIR/gate.json and junit.xml, prints a Markdown summary (also
     appended to $GITHUB_STEP_SUMMARY) and a one-line verdict on stderr. On an overview
@@ -270,10 +274,10 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
         return overrides.applied(gate.load_policy(policy))
 
     if (report_dir / CERTIFICATE_JSON).exists():
-        if review_files or candidate is not None:
-            raise click.BadParameter(f"{report_dir} is a determinism certificate: it has no "
-                                     "pairs to review and no candidates",
-                                     param_hint="--review" if review_files else "--candidate")
+        refuse_given_options(CERTIFICATE_RULES, (
+            f"{report_dir} is a determinism certificate (no pairs to review, no candidates): "
+            "only --policy, --max-nondeterministic-prompts and --max-failed-requests apply "
+            "to it"))
         _gate_certificate(report_dir, settings)
         return
 

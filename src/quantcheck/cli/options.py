@@ -81,27 +81,40 @@ def _apply(options: Sequence[Callable[[F], F]], function: F) -> F:
     return function
 
 
+def _given(name: str) -> bool:
+    """Whether option `name` was given on the command line or by its variable (not by
+    --config, nor its default)."""
+    return click.get_current_context().get_parameter_source(name) in (
+        ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
 def refuse_without(switch: str, on: bool, *names: str) -> None:
     """A usage error for an option, given on the command line, that only tunes `switch`
     while `switch` is off: it would be ignored. (A --config file may set such options
     for the runs that turn the switch on.)"""
-    if on:
-        return
-    context = click.get_current_context()
-    for name in names:
-        if context.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
-                                                  ParameterSource.ENVIRONMENT):
-            raise click.UsageError(f"--{name.replace('_', '-')} needs {switch}")
+    given = [name for name in names if not on and _given(name)]
+    if given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} needs {switch}")
 
 
 def refuse_with(switch: str, *names: str) -> None:
     """A usage error for an option, given on the command line, that `switch` (on) leaves
     unused: it would be ignored."""
+    given = [name for name in names if _given(name)]
+    if given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} does not apply with {switch}")
+
+
+def refuse_given_options(kept: Iterable[str], why: str) -> None:
+    """A usage error naming every option given on the command line (or its variable)
+    but those named in `kept` (and --config): `why` says why they would be ignored."""
     context = click.get_current_context()
-    for name in names:
-        if context.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
-                                                  ParameterSource.ENVIRONMENT):
-            raise click.UsageError(f"--{name.replace('_', '-')} does not apply with {switch}")
+    given = [max(parameter.opts, key=len) for parameter in context.command.params
+             if isinstance(parameter, click.Option) and parameter.name is not None
+             and parameter.name not in {*kept, "config", "print_config"}
+             and _given(parameter.name)]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: {why}")
 
 
 def refuse_writing_an_input(written: Iterable[Path | None], read: Iterable[Path | None]

@@ -18,7 +18,7 @@ from xml.etree import ElementTree
 from ..store.certificate_records import Certificate, read_certificate
 from ..store.files import write_atomic
 from ..store.report_dir import GATE_JSON, JUNIT_XML
-from .verdict import GateResult, Policy, Rule, write_gate_json, xml_text
+from .verdict import GateResult, Policy, Rule, rule_table, write_gate_json, xml_text
 
 
 def certificate_rules(certificate: Certificate, policy: Policy) -> list[Rule]:
@@ -61,15 +61,7 @@ def certificate_markdown(result: GateResult, certificate: Certificate) -> str:
              "|---|---|---|---|---|"]
     lines += [f"| {f.factor} | {f.comparisons} | {f.mismatches} | {f.prompts_varying} of "
               f"{f.prompts} | {f.explanation} |" for f in certificate.factors if f.comparisons]
-    lines += ["", "| rule | count | limit | result | prompts |", "|---|---|---|---|---|"]
-    for rule in result.rules:
-        prompts = ", ".join(f"`{p}`" for p in rule.prompts[:10])
-        if len(rule.prompts) > 10:
-            prompts += f" and {len(rule.prompts) - 10} more"
-        lines.append(f"| {rule.name} | {rule.count} | "
-                     f"{'off' if rule.limit is None else rule.limit} | "
-                     f"{'ok' if rule.passed else '**fail**'} | {prompts} |")
-    lines += ["", f"Control: {certificate.control_note}"]
+    lines += ["", *rule_table(result.rules), "", f"Control: {certificate.control_note}"]
     return "\n".join(lines) + "\n"
 
 

@@ -161,17 +161,17 @@ def markdown_table(found: Sequence[Failure], a_label: str, b_label: str,
              f"| prompt | rule | why | A ({_cell(a_label)}) | B ({_cell(b_label)}) | sheet |",
              "|---|---|---|---|---|---|"]
     for failure in found[:MARKDOWN_FAILURES]:
-        lines.append(f"| {_code(failure.prompt_id)} | {failure.rule} | "
+        lines.append(f"| {code_cell(failure.prompt_id)} | {failure.rule} | "
                      f"{_cell(failure.what)} | "
                      f"{_cell(cut(failure.a_answer, MARKDOWN_ANSWER_CHARS))} | "
                      f"{_cell(cut(failure.b_answer, MARKDOWN_ANSWER_CHARS))} | "
-                     f"{_code(failure.link)} |")
+                     f"{code_cell(failure.link)} |")
     if len(found) > MARKDOWN_FAILURES:
         lines += ["", f"and {len(found) - MARKDOWN_FAILURES} more in junit.xml"]
     return lines
 
 
-def _code(text: str) -> str:
+def code_cell(text: str) -> str:
     """Text as code inside one Markdown table cell."""
     return "`" + " ".join(text.split()).replace("`", "'").replace("|", "\\|") + "`"
 

@@ -31,7 +31,14 @@ from ..store.yamlfile import read_yaml, reject_unknown
 from ..triage.agreement import agreement, agreement_sentence
 from ..triage.expects import SKIPPED
 from ..triage.stats import pass_rate_of, row_pass_counts
-from .explain import Failure, failures, junit_message, junit_text, markdown_table
+from .explain import (
+    Failure,
+    code_cell,
+    failures,
+    junit_message,
+    junit_text,
+    markdown_table,
+)
 
 
 class NothingCompared(RunFormatError):
@@ -362,22 +369,29 @@ def junitxml_text(verdict: GateResult, rows: Sequence[PairRow],
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)
 
 
+def rule_table(rules: Sequence[Rule]) -> list[str]:
+    """The rules as a Markdown table: count, limit, result and the first 10 prompts (each
+    as code, escaped to stay inside its cell)."""
+    lines = ["| rule | count | limit | result | prompts |", "|---|---|---|---|---|"]
+    for rule in rules:
+        limit = "off" if rule.limit is None else rule.limit
+        count = ("n/a" if rule.count is None else f"{rule.count:.0%}"
+                 if rule.name == "identical_share" else rule.count)
+        prompts = ", ".join(map(code_cell, rule.prompts[:10]))
+        if len(rule.prompts) > 10:
+            prompts += f" and {len(rule.prompts) - 10} more"
+        lines.append(f"| {rule.name} | {count} | {limit} | "
+                     f"{'ok' if rule.passed else '**fail**'} | {prompts} |")
+    return lines
+
+
 def markdown(verdict: GateResult, summary: Summary, found: Sequence[Failure] = ()) -> str:
     """The verdict as the Markdown the step summary gets: every rule, then why each
     failing prompt fails (`found`, from explain.failures)."""
     icon = "PASS" if verdict.passed else "FAIL"
     lines = [f"## quantcheck: {icon}", "",
              f"**{summary.a.label}** (A) vs **{summary.b.label}** (B)", "",
-             "| rule | count | limit | result | prompts |", "|---|---|---|---|---|"]
-    for rule in verdict.rules:
-        limit = "off" if rule.limit is None else rule.limit
-        count = ("n/a" if rule.count is None else f"{rule.count:.0%}"
-                 if rule.name == "identical_share" else rule.count)
-        prompts = ", ".join(f"`{p}`" for p in rule.prompts[:10])
-        if len(rule.prompts) > 10:
-            prompts += f" and {len(rule.prompts) - 10} more"
-        lines.append(f"| {rule.name} | {count} | {limit} | "
-                     f"{'ok' if rule.passed else '**fail**'} | {prompts} |")
+             *rule_table(verdict.rules)]
     if verdict.approved:
         lines += ["", f"{len(verdict.approved)} pairs approved earlier (no second review): "
                   + ", ".join(f"`{a.prompt_id}` ({a.label}, {a.approved_at})"

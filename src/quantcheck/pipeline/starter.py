@@ -35,7 +35,7 @@ from urllib.parse import unquote, urlparse
 
 from .._version import __version__
 from ..errors import QuantcheckError
-from ..store.files import AtomicFile, write_atomic
+from ..store.files import AtomicFile, resolved, write_atomic
 
 KIT = Path(__file__).parent / "starter"
 # where each file of the kit goes in the user's repository
@@ -107,7 +107,7 @@ def check_targets(root: Path, names: list[str], force: bool) -> None:
     if root.exists() and not root.is_dir():
         raise KitInTheWay(f"{root} is a file, not a folder: nothing written "
                           "(give the repository's folder)")
-    inside = root.resolve()
+    inside = resolved(root)
     outside: dict[Path, Path] = {}
     blocked: list[str] = []
     there: list[str] = []
@@ -118,7 +118,7 @@ def check_targets(root: Path, names: list[str], force: bool) -> None:
             path = path / part
             last = depth == len(parts) - 1
             if path.is_symlink():
-                target = path.resolve()
+                target = resolved(path)
                 if target != inside and inside not in target.parents:
                     outside[path] = target
                     break
@@ -147,7 +147,7 @@ def check_targets(root: Path, names: list[str], force: bool) -> None:
 def write_all(root: Path, contents: dict[str, bytes]) -> None:
     """Every file to a flushed temporary first, then each renamed over its target; on
     any failure the targets are restored and the folders made here removed."""
-    inside = root.resolve()
+    inside = resolved(root)
     made: list[Path] = []
     staged: list[tuple[Path, AtomicFile]] = []
     before: dict[Path, bytes | None] = {}

@@ -14,6 +14,8 @@
   released by the kernel when the process dies, even by kill -9.
 - `refuse_overwriting_inputs`: a file written from inputs is never one of them (the same
   file, a link to it, a hard link, a file inside an input folder), `--force` or not.
+- `resolved`: a path with its symbolic links followed; links that lead in a loop are a
+  `StorageError` naming the path.
 
 And every read of a user's file: `open_regular` opens regular files only (a FIFO, a
 device such as /dev/zero, a socket is refused before a byte is read, so nothing blocks
@@ -101,12 +103,23 @@ def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
     return data
 
 
+def resolved(path: Path) -> Path:
+    """`path` absolute, its symbolic links followed (Path.resolve, whose RuntimeError on
+    a loop of links becomes a StorageError naming the path)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise StorageError(f"{path}: cannot follow its symbolic links ({cause}): remove "
+                           "or repoint the link that leads back into the loop") from None
+
+
 def refuse_overwriting_inputs(out: Path, inputs: Iterable[Path]) -> None:
     """Refuse to write `out` when it is one of `inputs` (the same file by any name: a
     link, a hard link) or lies inside an input folder; `--force` cannot override it."""
-    target = out.resolve()
+    target = resolved(out)
     for given in inputs:
-        source = given.resolve()
+        source = resolved(given)
         same = target == source or (source.is_dir() and source in target.parents)
         if not same and out.exists() and given.exists():
             try:
@@ -136,13 +149,13 @@ def storage_error(path: Path, exc: OSError) -> StorageError:
 
 def check_target(path: Path, within: Path | None = None) -> None:
     """Refuse a target (or its folder) that leads outside `within` through a symlink."""
-    root = (within or path.parent).resolve()
-    parent = path.parent.resolve()
+    root = resolved(within or path.parent)
+    parent = resolved(path.parent)
     if parent != root and root not in parent.parents:
         raise StorageError(f"refusing to write {path}: its folder leads outside {root} "
                            "(a symbolic link)")
     if path.is_symlink():
-        target = path.resolve()
+        target = resolved(path)
         if target.parent != root and root not in target.parents:
             raise StorageError(f"refusing to write {path}: it is a symbolic link to "
                                f"{target}, outside {root}")

@@ -100,8 +100,18 @@ PAIR_COLUMNS = list(PairRow.__struct_fields__)
 # What can explain a flip, in the order it is decided: A's own repeats disagree on the
 # flipped check, B's do, the streams part at a near tie, or nothing measured does.
 FLIP_CAUSES = ("unstable_a", "unstable_b", "near_tie", "confident")
-FLIP_CAUSE_WORDS = {"unstable_a": "unstable on A", "unstable_b": "unstable on B",
-                    "near_tie": "near tie", "confident": "confident"}
+# Each cause in words, and the sentence the sheet shows over its badge
+FLIP_CAUSE_TEXT: dict[str, tuple[str, str]] = {
+    "unstable_a": ("unstable on A", "A's own repeats disagree on the flipped check: A's "
+                   "answer is not stable either"),
+    "unstable_b": ("unstable on B", "B's own repeats disagree on the flipped check: B's "
+                   "answer is not stable either"),
+    "near_tie": ("near tie", "the answers fork at a near tie (the other side's token is "
+                 "within the near-tie margin on both sides)"),
+    "confident": ("confident", "nothing measured explains this flip: no repeat disagrees on "
+                  "the check and the fork is not a near tie"),
+}
+FLIP_CAUSE_WORDS = {cause: words for cause, (words, _) in FLIP_CAUSE_TEXT.items()}
 
 STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
 _EXPECT_RESULTS = ("", "pass", "fail", "skipped")

@@ -283,7 +283,8 @@ class ForcedStats(msgspec.Struct, kw_only=True, omit_defaults=True):
     As llama-perplexity --kl-divergence names them: `same_top_p` (B's top-1 is A's
     top-1), `rms_delta_p` (the root mean square of B's minus A's probability of A's
     token), `ppl_ratio` (exp of the mean of B's minus A's negative log-likelihood of A's
-    tokens; `ppl_ratio_bound` says "exact" or why it is a lower bound). `kl_quarter_k`:
+    tokens; `ppl_ratio_bound` says "exact", why it is a lower bound, or why it is left
+    out: beyond the float range). `kl_quarter_k`:
     the same KL estimate on each side's top K/4 alternatives (converged when close to
     `kl`)."""
 

@@ -19,6 +19,7 @@ Over positions: mean, median, p90, p99 and max KL with linear-interpolated perce
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -107,16 +108,27 @@ class Positions:
 
     def _ppl_ratio(self) -> tuple[float | None, str | None]:
         """PPL(B)/PPL(A) over A's tokens, and whether it is exact (None: a side's
-        logprob of A's token is missing at some position)."""
+        logprob of A's token is missing at some position, or the ratio is beyond the
+        float range, which the second value then says)."""
         pairs = [(a, b) for a, b in zip(self.a_nll, self.b_nll, strict=True)]
         if not pairs or any(a is None or b is None for a, b in pairs):
             return None, None
-        gap = float(np.mean([b - a for a, b in pairs if a is not None and b is not None]))
+        shares = [(b - a) / len(pairs) for a, b in pairs if a is not None and b is not None]
+        # the mean as a sum of shares: it overflows only where a share does
+        gap = math.fsum(shares) if all(map(math.isfinite, shares)) else math.inf
+        if gap > _LARGEST_EXP:
+            return None, (f"beyond the float range: B's mean negative log-likelihood of A's "
+                          f"tokens exceeds A's by {gap:.4g} nats (a logprob of an engine's "
+                          "stand-in for minus infinity, such as -9999, in a short answer)")
         unknown = self.b_nll_exact.count(False)
         bound = "exact" if not unknown else (
             f"lower bound: B's logprob of A's token is beyond its top-k at {unknown} of "
             f"{len(pairs)} positions (its lowest listed logprob stands in)")
         return math.exp(gap), bound
+
+
+# The largest x whose exp(x) is a finite float
+_LARGEST_EXP = math.log(sys.float_info.max)
 
 
 def _spread(values: list[float]) -> Spread:
@@ -145,13 +157,6 @@ def score_position(a_token: str, a_logprob: float | None, a_top: TopList,
     return PositionFigures(top1, same_top, p_b - p_a, kl, kl_quarter,
                            -a_logprob if a_logprob is not None else None, b_nll,
                            b_logprob is not None)
-
-
-def compare_position(a_token: str, a_logprob: float | None, a_top: TopList,
-                     b_logprob: float | None, b_top: TopList) -> tuple[bool, float, float]:
-    """(B's top-1 is A's token, delta p, KL lower bound) at one position."""
-    figures = score_position(a_token, a_logprob, a_top, b_logprob, b_top)
-    return figures.top1, figures.delta_p, figures.kl
 
 
 def noise_floor(completions: list[Completion], side: str = "A", quarter: int = 0

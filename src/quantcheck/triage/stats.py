@@ -106,9 +106,21 @@ def paired_prompts_needed(change: float, discordant: float, power: float = POWER
     if not 0 < change <= discordant <= 1:
         raise ValueError("the change must be above 0 and at most the discordant share "
                          "(a pass rate moves only on prompts whose result differs)")
+    needed = _prompts_for(change, discordant, power, alpha)
+    if math.isinf(needed):
+        raise ValueError(f"a change of {change:.3g} is too small to size: the prompts it "
+                         "needs are beyond the float range")
+    return needed
+
+
+def _prompts_for(change: float, discordant: float, power: float, alpha: float) -> float:
+    """Connor's formula (0 < change <= discordant); infinity past the float range."""
     z_alpha, z_beta = _z(alpha, power)
     root = z_alpha * math.sqrt(discordant) + z_beta * math.sqrt(discordant - change**2)
-    return root**2 / change**2
+    try:
+        return (root / change) ** 2
+    except OverflowError:
+        return math.inf
 
 
 def detectable_change(prompts: int, discordant: float, power: float = POWER,
@@ -118,14 +130,14 @@ def detectable_change(prompts: int, discordant: float, power: float = POWER,
     needed fall as the change grows). None when no prompt disagrees, or when even a
     change as large as the discordant share needs more prompts."""
     if prompts <= 0 or not 0 < discordant <= 1 or \
-            paired_prompts_needed(discordant, discordant, power, alpha) > prompts:
+            _prompts_for(discordant, discordant, power, alpha) > prompts:
         return None
     low, high = 0.0, discordant
     for _ in range(200):
         middle = (low + high) / 2
         if middle in (low, high):
             break
-        if paired_prompts_needed(middle, discordant, power, alpha) > prompts:
+        if _prompts_for(middle, discordant, power, alpha) > prompts:
             low = middle
         else:
             high = middle

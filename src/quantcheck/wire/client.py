@@ -182,9 +182,11 @@ class EndpointClient:
             warnings.warn(CredentialsIgnored(
                 f"{public_url(endpoint)}: the user and password in the endpoint's URL are "
                 "not sent; the API key is, as a Bearer token"), stacklevel=2)
-        # cut from every message made here: a server may quote what it was sent
-        self._secrets = [secret for secret in (api_key, userinfo, *(userinfo or "").split(
-            ":", 1)) if secret]
+        # cut from every message made here: a server may quote what it was sent (the
+        # user's name is no secret: cut, it would blank that word in every message)
+        password = (userinfo or "").partition(":")[2]
+        self._secrets = [secret for secret in (
+            api_key, password and userinfo, password, unquote(password)) if secret]
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         # one endpoint, one host: its proxy (HTTP(S)_PROXY, NO_PROXY; never loopback)
