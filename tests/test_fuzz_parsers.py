@@ -377,11 +377,11 @@ def test_any_expect_in_a_prompt_file_loads_or_names_file_line_and_field(
                                                    or "not valid YAML" in message)
 
 
-NOT_FINITE = ["NaN", "-Infinity", "Infinity", "inf"]
+NOT_FINITE = ["NaN", "-Infinity", "Infinity", "inf", 800.0]  # 800: no log-probability
 
 
 @pytest.mark.parametrize("value", NOT_FINITE)
-def test_the_scoring_parsers_refuse_a_logprob_that_is_not_finite(value: str) -> None:
+def test_the_scoring_parsers_refuse_a_logprob_that_is_not_finite(value: str | float) -> None:
     prompt_logprobs = {"choices": [{"prompt_logprobs": [None, {
         "7": {"logprob": value, "rank": 1, "decoded_token": "x"}}]}]}
     echo = {"choices": [{"logprobs": {"tokens": ["a", "b"], "token_logprobs": [None, -0.5],

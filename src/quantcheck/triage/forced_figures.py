@@ -148,8 +148,8 @@ def score_position(a_token: str, a_logprob: float | None, a_top: TopList,
     """All of one position's figures; `quarter`: the top-k of `kl_quarter` (0: none)."""
     top1 = bool(b_top[0]) and b_top[0][0] == a_token
     same_top = bool(a_top[0]) and bool(b_top[0]) and a_top[0][0] == b_top[0][0]
-    p_a = math.exp(a_logprob) if a_logprob is not None else 0.0
-    p_b = math.exp(b_logprob) if b_logprob is not None else 0.0
+    p_a = math.exp(min(a_logprob, 0.0)) if a_logprob is not None else 0.0
+    p_b = math.exp(min(b_logprob, 0.0)) if b_logprob is not None else 0.0
     kl = kl_lower_bound(a_top[0], a_top[1], b_top[0], b_top[1])
     kl_quarter = kl_lower_bound(a_top[0][:quarter], a_top[1][:quarter], b_top[0][:quarter],
                                 b_top[1][:quarter]) if quarter else kl

@@ -278,7 +278,18 @@ def kl_per_position(a: Tokens, b: Tokens, positions: int) -> list[float]:
         for i in range(positions)]
 
 
+# A probability is at most 1 (logprob 0); below this floor (vLLM sends -9999 for -inf)
+# a logprob is read as the floor, so a KL stays finite whatever a run holds
+LOGPROB_FLOOR = -1e5
+
+
+def _bounded(logprob: float) -> float:
+    return min(max(logprob, LOGPROB_FLOOR), 0.0)
+
+
 def _kl_aligned(a_lp: np.ndarray, b_lp: np.ndarray) -> np.ndarray:
+    a_lp, b_lp = (np.clip(a_lp, LOGPROB_FLOOR, 0.0),
+                  np.clip(b_lp, LOGPROB_FLOOR, 0.0))
     p, q = np.exp(a_lp), np.exp(b_lp)
     body = (p * (a_lp - b_lp)).sum(axis=1)
     p_rest = np.clip(1.0 - p.sum(axis=1), 0.0, None)
@@ -301,6 +312,7 @@ def kl_lower_bound(a_tokens: list[str], a_logprobs: list[float], b_tokens: list[
         other = b_logprob_of.get(token)
         if other is None:
             continue
+        logprob, other = _bounded(logprob), _bounded(other)
         p = math.exp(logprob)
         p_shared += p
         q_shared += math.exp(other)

@@ -312,29 +312,39 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
 _FINISH_NAMES = {"eos_token": "stop", "stop_sequence": "stop"}
 
 
+# A logprob is at most 0; rounding may put one a hair above it, never this far
+LOGPROB_CEILING = 0.01
+
+
+def _a_logprob(value: float) -> bool:
+    return math.isfinite(value) and value <= LOGPROB_CEILING
+
+
 def _refuse_non_finite(tokens: Tokens) -> None:
-    """Every logprob a finite number. NaN and the infinities (literals, or strings such as
-    "NaN" and "-Infinity", which the lenient decoding turns into floats) would reach the
-    report's statistics, and JSON cannot hold them: the answer is refused."""
+    """Every logprob a finite number at most 0. NaN and the infinities (literals, or
+    strings such as "NaN" and "-Infinity", which the lenient decoding turns into floats)
+    would reach the report's statistics, and JSON cannot hold them; a positive one is no
+    log-probability: the answer is refused."""
     chosen = [value for value in tokens.logprob if value is not None]
-    # one sum per column is cheap; a non-finite total (or an overflow) is looked into
-    if math.isfinite(sum(chosen)) and math.isfinite(sum(map(sum, tokens.top_logprob))):
+    # one max per column is cheap; a value above the ceiling (or not finite) is looked into
+    if all(_a_logprob(max(column, default=0.0)) and math.isfinite(sum(column))
+           for column in (chosen, *tokens.top_logprob)):
         return
     for position, value in enumerate(tokens.logprob):
-        if value is not None and not math.isfinite(value):
+        if value is not None and not _a_logprob(value):
             raise MalformedResponse(f"token {position}'s logprob is {value}, not a finite "
-                                    "number")
+                                    "number at most 0")
     for position, values in enumerate(tokens.top_logprob):
-        wrong = next((value for value in values if not math.isfinite(value)), None)
+        wrong = next((value for value in values if not _a_logprob(value)), None)
         if wrong is not None:
             raise MalformedResponse(f"an alternative's logprob at token {position} is "
-                                    f"{wrong}, not a finite number")
+                                    f"{wrong}, not a finite number at most 0")
 
 
 def finite_logprob(value: float, what: str) -> float:
-    """`value`, or a MalformedResponse saying `what` is not a finite number."""
-    if not math.isfinite(value):
-        raise MalformedResponse(f"{what} is {value}, not a finite number")
+    """`value`, or a MalformedResponse saying `what` is not a finite number at most 0."""
+    if not _a_logprob(value):
+        raise MalformedResponse(f"{what} is {value}, not a finite number at most 0")
     return value
 
 
