@@ -106,6 +106,9 @@ BAD_ANSWERS = {
         {"token": " x", "logprob": -0.5}, {"token": " y", "logprob": "-Infinity"}]}]),
         "finite number"),
     "inf-string-logprob": (with_logprobs([{**ENTRY, "logprob": "inf"}]), "finite number"),
+    "positive-logprob": (with_logprobs([{**ENTRY, "logprob": 800.0}]), "at most 0"),
+    "positive-alternative": (with_logprobs([{**ENTRY, "top_logprobs": [
+        {"token": " x", "logprob": -0.5}, {"token": " y", "logprob": 3.0}]}]), "at most 0"),
     "Infinity-literal": (with_logprobs(b'[{"token": " x", "logprob": -Infinity}]'),
                          "malformed JSON"),
     "legacy-NaN-strings": (json.dumps({"model": "m", "choices": [{
