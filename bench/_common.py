@@ -52,3 +52,33 @@ def run_measured(command: list[str]) -> tuple[float, float, str]:
         if process.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed:\n{err.read().decode()}")
         return wall, usage.ru_maxrss / 1024, out.read().decode()
+
+
+# Completion prompts a small base model continues sensibly (the first 8: bench/vs_quantdiff.py;
+# all: bench/kld_ladder.py)
+COMPLETION_TEXTS = (
+    "The capital of France is",
+    "Water boils at a temperature of",
+    "The largest planet in the solar system is",
+    "A haiku about the sea:\n",
+    "def fibonacci(n):\n",
+    "The three primary colours are",
+    "Once upon a time, in a small village,",
+    "To make a cup of tea, first",
+    "The speed of light in a vacuum is about",
+    "Photosynthesis is the process by which",
+    "The French Revolution began in",
+    "import json\n\ndef load(path):\n",
+    "The human heart has four chambers:",
+    "In mathematics, a prime number is",
+    "Dear hiring manager,\n",
+    "The recipe calls for two cups of flour,",
+    "Mount Everest is located in",
+    "The first person to walk on the Moon was",
+    "SELECT name, email FROM users WHERE",
+    "The main causes of the First World War were",
+    "A good night's sleep helps the body",
+    "The Pythagorean theorem states that",
+    "Rain forms when water vapour",
+    "The stock market fell sharply on Monday after",
+)

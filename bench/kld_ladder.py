@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from _common import save
+from _common import COMPLETION_TEXTS, save
 
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.fetch.forced_scoring import ForcedSettings
@@ -46,32 +46,7 @@ from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.pipeline.collecting import score_run
 
 RUNGS = ("Q8_0", "Q6_K", "Q4_K_M", "Q3_K_M", "Q2_K")
-TEXTS = (
-    "The capital of France is",
-    "Water boils at a temperature of",
-    "The largest planet in the solar system is",
-    "A haiku about the sea:\n",
-    "def fibonacci(n):\n",
-    "The three primary colours are",
-    "Once upon a time, in a small village,",
-    "To make a cup of tea, first",
-    "The speed of light in a vacuum is about",
-    "Photosynthesis is the process by which",
-    "The French Revolution began in",
-    "import json\n\ndef load(path):\n",
-    "The human heart has four chambers:",
-    "In mathematics, a prime number is",
-    "Dear hiring manager,\n",
-    "The recipe calls for two cups of flour,",
-    "Mount Everest is located in",
-    "The first person to walk on the Moon was",
-    "SELECT name, email FROM users WHERE",
-    "The main causes of the First World War were",
-    "A good night's sleep helps the body",
-    "The Pythagorean theorem states that",
-    "Rain forms when water vapour",
-    "The stock market fell sharply on Monday after",
-)
+TEXTS = COMPLETION_TEXTS
 BINARIES = ("llama-server", "llama-quantize", "llama-perplexity")
 
 

