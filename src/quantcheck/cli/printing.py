@@ -25,6 +25,7 @@ from ..present.sentences import (
     headline,
     judge_sentence,
     plural,
+    repeats_sent,
     template_warning,
 )
 from ..store.preflight_records import Preflight
@@ -113,6 +114,8 @@ def print_summary(summary: Summary, out: Path) -> None:
             click.echo(summary.stats.pass_rate.resolution_sentence + ".")
     if summary.forced is not None and summary.forced.scored:
         echo_forced(summary.forced)
+    if sent := repeats_sent(summary):
+        click.echo(sent + ".")
     for line in collecting_speed(summary):
         click.echo(line)
     if summary.judge is not None:

@@ -19,8 +19,9 @@ from ..store.judge_records import Agreement
 from ..store.pair_records import (
     FLIP_CAUSE_WORDS,
     PairRow,
+    logprobs_only,
     new_degenerate_on_b,
-    nondeterministic,
+    text_varies,
 )
 from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
 from ..store.report_records import Summary
@@ -168,10 +169,7 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
               policy.max_new_degenerate),
     ]
     for side in ("a", "b"):
-        unstable = [r.prompt_id for r in rows if nondeterministic(r, side)]
-        rules.append(_rule(f"nondeterministic_{side}", f"nondeterministic prompt on {side.upper()}",
-                           f"nondeterministic prompts on {side.upper()}", unstable,
-                           policy.max_nondeterministic))
+        rules.append(_nondeterminism_rule(rows, side, policy.max_nondeterministic))
     rules.append(_rule("unreviewed", "unreviewed non-identical pair",
                        "unreviewed non-identical pairs", unreviewed,
                        0 if policy.require_review else None))
@@ -200,6 +198,19 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
                        template_problems(summary, compared), policy.max_template_problems))
     rules.append(_judge_rule(compared, verdicts, blocking, summary, policy.max_judge_flips))
     return rules
+
+
+def _nondeterminism_rule(rows: Sequence[PairRow], side: str, limit: int | None) -> Rule:
+    """Prompts whose texts vary across a side's repeats; those whose logprobs alone moved
+    are said beside, not counted."""
+    name = side.upper()
+    rule = _rule(f"nondeterministic_{side}", f"prompt on {name} whose repeats' texts vary",
+                 f"prompts on {name} whose repeats' texts vary",
+                 [r.prompt_id for r in rows if text_varies(r, side)], limit)
+    moved = sum(logprobs_only(r, side) for r in rows)
+    if moved:
+        rule.description += f" ({moved} more with logprobs only, not counted)"
+    return rule
 
 
 NOISY_CAUSES = ("unstable_a", "unstable_b", "near_tie")

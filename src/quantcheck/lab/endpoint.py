@@ -68,7 +68,8 @@ class Faults:
     nondeterministic: bool = False
     load_sensitive: bool = False  # nondeterministic only while other requests are in flight
     # Like llama.cpp's prompt cache: a prompt asked before comes back with its logprobs
-    # moved (1e-7 relative, the same every time), unless the body says cache_prompt: false.
+    # moved (1e-7 relative, the same every time), unless the body says cache_prompt: false;
+    # usage says the cached prompt tokens (`prompt_tokens_details.cached_tokens`).
     prompt_cache: bool = False
     # Batch-variant kernels: with this many generation requests in flight or more, the
     # logprobs move by 1e-7 relative times the count (give latency_s so a batch overlaps).
@@ -464,6 +465,7 @@ class LabServer:
             content_type = "text/event-stream" if stream else "application/json"
             return web.Response(body=self.replay[kind], content_type=content_type)
         render = _Renderer(self, body, chat)
+        render.cached = self._cache_hit(_keep_last(body, self.faults.sliding_window))
         if stream:
             return await self._stream(request, body, chat, number, render)
         steps: list[Step] = []
@@ -471,7 +473,8 @@ class LabServer:
         async def keep(step: Step) -> None:
             steps.append(step)
 
-        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, keep)
+        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, keep,
+                                        render.cached)
         if number in self.faults.drop:
             request.transport.close()  # type: ignore[union-attr]
             return web.Response()
@@ -531,7 +534,8 @@ class LabServer:
 
         for chunk in render.opening_chunks():
             await write(chunk)
-        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit)
+        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit,
+                                        render.cached)
         closing = render.closing_chunks(pending, finish)
         routing = self._routing(body, steps) if self.faults.routing else None
         if routing is not None and self.profile.routing == ROUTING_STREAM_END:  # before usage
@@ -544,14 +548,15 @@ class LabServer:
         await response.write_eof()
         return response
 
-    async def _run_engine(self, body: Mapping[str, object], chat: bool, emit: Emit) -> str:
+    async def _run_engine(self, body: Mapping[str, object], chat: bool, emit: Emit,
+                          cached: bool = False) -> str:
         top_k = _requested_k(body)
         if self.profile.lab.max_alternatives is not None:  # fewer alternatives than asked
             top_k = min(top_k, self.profile.lab.max_alternatives)
         loaded = self.faults.load_sensitive and self.in_flight > 1
         # relative, like float rounding under another reduction order
         jitter = 1e-7 if self.faults.nondeterministic or loaded else 0.0
-        emit = self._from_cache(emit) if self._cache_hit(body) else emit
+        emit = self._from_cache(emit) if cached else emit
         batched = self.faults.batch_variant_at is not None \
             and self.in_flight >= self.faults.batch_variant_at
         emit = self._shifted(emit, 1e-7 * self.in_flight) if batched else emit
@@ -726,15 +731,22 @@ class _Renderer:
         self.prompt_tokens = len(server.tokenize(prompt_text_of(body))) \
             + (server.faults.template_tokens if chat else 0)
         self.no_usage = server.faults.no_usage
+        self.reports_cache = server.faults.prompt_cache
+        self.cached = False  # the prompt_cache fault found this prompt cached
         self.completion_tokens = 0
         self.envelope: dict[str, object] = {"id": "cmpl-scripted", "created": int(time.time()),
                                             "model": self.model}
         if profile.lab.system_fingerprint:
             self.envelope["system_fingerprint"] = profile.lab.system_fingerprint
 
-    def usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": self.prompt_tokens + self.completion_tokens}
+    def usage(self) -> dict[str, object]:
+        usage: dict[str, object] = {
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens}
+        if self.reports_cache:  # as llama-server says what its prompt cache held
+            usage["prompt_tokens_details"] = {
+                "cached_tokens": self.prompt_tokens - 1 if self.cached else 0}
+        return usage
 
     def whole(self, steps: list[Step], finish: str, routing: np.ndarray | None = None
               ) -> dict[str, object]:

@@ -37,6 +37,8 @@ from .sentences import (
     collecting_speed,
     headline,
     judge_sentence,
+    repeats_phrases,
+    repeats_sent,
     template_warning,
 )
 from .templating import embed_json, environment
@@ -153,6 +155,8 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         template_warning=template_warning(summary),
         count_tiles=_count_tiles(summary.counts),
         throughput_note="; ".join(collecting_speed(summary)),
+        repeats_lines=[line for line in (repeats_sent(summary), *repeats_phrases(summary)[1:])
+                       if line],
         log_matches=summary.log_matches, summary_counts=summary.counts,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
         preflight=summary.preflight, plots=_plots(overview.plotted, forced),
@@ -242,9 +246,18 @@ def _count_tiles(counts: Counts) -> list[tuple[str, object]]:
             ("expect regressions", counts.flips.regression),
             ("expect improvements", counts.flips.improvement),
             ("degenerate new on B", counts.degenerate_new_on_b),
-            ("nondeterministic A / B", f"{counts.nondeterministic.a} / "
-                                       f"{counts.nondeterministic.b}"),
+            _repeats_tile(counts),
             ("not compared", counts.prompts - counts.pairs)]
+
+
+def _repeats_tile(counts: Counts) -> tuple[str, object]:
+    """Prompts whose repeats' texts vary, A / B (the headline says those whose logprobs
+    alone moved beside them; a report made before: both together)."""
+    texts, moved = counts.text_varies, counts.logprobs_only
+    if texts is None or moved is None:
+        return ("nondeterministic A / B", f"{counts.nondeterministic.a} / "
+                                          f"{counts.nondeterministic.b}")
+    return ("texts vary A / B", f"{texts.a} / {texts.b}")
 
 
 def _plots(plotted: dict[str, np.ndarray], forced: ForcedSummary | None
