@@ -24,6 +24,7 @@ from ..present.sentences import (
     collecting_speed,
     headline,
     judge_sentence,
+    order_floor_sentence,
     plural,
     repeats_sent,
     template_warning,
@@ -86,6 +87,10 @@ def echo_forced(forced: ForcedSummary) -> None:
                                   forced.quarter_k) + ".")
     if forced.within_floor is not None:
         click.echo(forced.within_floor.sentence[0].upper() + forced.within_floor.sentence[1:] + ".")
+    if forced.cache:
+        click.echo(f"Prefix cache: {forced.cache}.")
+    if floor := order_floor_sentence(forced):
+        click.echo(floor + ".")
     if forced.tokenizer:
         click.echo(f"Tokenizer: {forced.tokenizer}.")
 

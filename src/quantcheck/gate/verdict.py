@@ -191,7 +191,7 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
                        "blocking log signatures", signatures,
                        policy.max_blocking_log_signatures))
     rules.append(_pass_rate_rule(rows, policy.max_pass_rate_drop))
-    rules.append(_forced_kl_rule(rows, policy.max_forced_kl))
+    rules.append(_forced_kl_rule(rows, policy.max_forced_kl, summary))
     rules.append(_routing_rule(rows, policy.require_routing_determinism))
     rules.append(_rule("template_problems", "sign of a chat template the model does not know",
                        "signs of a chat template the model does not know",
@@ -289,8 +289,9 @@ def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:
     return Rule("failed_requests", description, count, limit, limit is None or count <= limit)
 
 
-def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None) -> Rule:
-    """Mean teacher-forced KL over every scored position (prompts weighted by length)."""
+def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None, summary: Summary) -> Rule:
+    """Mean teacher-forced KL over every scored position (prompts weighted by length);
+    within the scoring-order floor (B's prefix cache left on) it is not called drift."""
     scored = [(r.forced_kl_mean, r.forced_positions or 0) for r in rows
               if r.forced_kl_mean is not None]
     positions = sum(n for _, n in scored)
@@ -301,6 +302,12 @@ def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None) -> Rule:
     mean = sum(kl * n for kl, n in scored) / positions
     description = (f"teacher-forced KL mean {mean:.3g}, above {limit:g}" if limit is not None
                    else f"teacher-forced KL mean {mean:.3g}")
+    forced = summary.forced
+    if forced is not None and forced.within_order_floor and forced.order_floor is not None \
+            and forced.order_floor.kl is not None:
+        return Rule("forced_kl", f"teacher-forced KL mean {mean:.3g} lies within the "
+                    f"scoring-order floor (KL mean {forced.order_floor.kl.mean:.3g}: B's "
+                    "prefix cache stayed on): not called drift", mean, limit, True)
     return Rule("forced_kl", description, mean, limit, limit is None or mean <= limit)
 
 

@@ -96,6 +96,11 @@ class Faults:
     # A server that accepts `seed` and ignores it: sampled answers (temperature > 0)
     # differ between requests with the same seed.
     ignore_seed: bool = False
+    # A prefix cache whose state depends on the order of what came before, in scoring
+    # (vLLM's prompt_logprobs, llama.cpp's /completion): a scoring request whose first 8
+    # token ids an earlier one began with comes back with its logprobs moved by 1e-7
+    # relative for each such earlier request, unless the body says cache_prompt: false.
+    scoring_cache_shift: bool = False
 
 
 CHAT_TEMPLATES = {
@@ -212,6 +217,7 @@ class LabServer:
         self._routed: dict[str, int] = {}  # requests per prompt text (gating fault)
         self._cached: set[str] = set()  # prompt texts seen (prompt_cache fault)
         self._last_cached_prompt = ""  # prefix_cache_shift fault
+        self._scored_starts: dict[tuple[int, ...], int] = {}  # scoring_cache_shift fault
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -409,7 +415,8 @@ class LabServer:
                else self.tokenize(str(prompt), True))
         alternatives = await asyncio.to_thread(self.engine.next_top, ids,
                                                json_int(body.get("n_probs") or 1))
-        top = [{"id": i, "token": t, "bytes": list(t.encode()), "logprob": v}
+        moved = 1 + self._scoring_shift(body, ids)
+        top = [{"id": i, "token": t, "bytes": list(t.encode()), "logprob": v * moved}
                for i, t, v in alternatives]
         return _json({"content": top[0]["token"] if top else "", "id_slot": 0, "stop": True,
                       "model": self.engine.name, "tokens_predicted": 1,
@@ -574,6 +581,16 @@ class LabServer:
         self._cached.add(text)
         return seen
 
+    def _scoring_shift(self, body: Mapping[str, object], ids: list[int]) -> float:
+        """The scoring_cache_shift fault's relative move for this scoring request (and the
+        request counted for those after it)."""
+        if not self.faults.scoring_cache_shift or body.get("cache_prompt") is False:
+            return 0.0
+        start = tuple(ids[:8])
+        seen = self._scored_starts.get(start, 0)
+        self._scored_starts[start] = seen + 1
+        return 1e-7 * seen
+
     def _prefix_hit(self, body: Mapping[str, object]) -> bool:
         """Whether the prefix_cache_shift fault reuses a cached prefix for this prompt."""
         if not self.faults.prefix_cache_shift or body.get("cache_prompt") is False:
@@ -643,6 +660,10 @@ class LabServer:
                else self.engine.tokenize(str(prompt)))
         k = json_int((body.get("prompt_logprobs") if vllm_style else body.get("logprobs")) or 0)
         scored = await asyncio.to_thread(self.engine.score, ids, 1, k)
+        moved = 1 + self._scoring_shift(body, ids)
+        if moved != 1:
+            scored = [replace(one, logprob=one.logprob * moved,
+                              top=[(i, t, v * moved) for i, t, v in one.top]) for one in scored]
         texts = [self.engine.token_text(i) for i in ids]
         choice: dict[str, object] = {"index": 0, "text": "" if vllm_style else "".join(texts),
                                      "finish_reason": "length", "logprobs": None}

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from ..store.judge_records import JudgeFigures
 from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES
-from ..store.report_records import Counts, Summary
+from ..store.report_records import Counts, ForcedSummary, Summary
 from ..store.run_records import DEGENERATE_KINDS
 from ..triage.agreement import agreement_sentence
 
 __all__ = ["agreement_sentence", "collecting_speed", "degenerate_phrase",
-           "flip_causes_phrase", "headline", "repeats_phrases", "repeats_sent",
+           "flip_causes_phrase", "headline", "order_floor_sentence", "repeats_phrases",
+           "repeats_sent",
            "judge_sentence", "plural", "template_warning", "PROMPT_CACHE_HINT"]
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
@@ -94,6 +95,18 @@ def repeats_sent(summary: Summary) -> str:
     shown = [f"{name.upper()}: {side.cache}" for name, side in sorted(summary.determinism.items())
              if side.cache and (side.repeats or 0) > 1]
     return ("Repeats and the prefix cache: " + "; ".join(shown)) if shown else ""
+
+
+def order_floor_sentence(forced: ForcedSummary) -> str:
+    """The scoring-order floor in words ("" without one): B's prefix cache stayed on, so
+    A's tokens were scored twice; whether the A-vs-B KL lies within that."""
+    floor = forced.order_floor
+    if floor is None or not floor.positions or floor.kl is None:
+        return ""
+    verdict = ("the A-vs-B KL mean lies within it: not called drift" if forced.within_order_floor
+               else "the A-vs-B KL mean is above it")
+    return (f"Scoring-order floor (B scoring A's tokens again in the reverse order, its prefix "
+            f"cache on): KL mean {floor.kl.mean:.3g}, p99 {floor.kl.p99:.3g}; {verdict}")
 
 
 def collecting_speed(summary: Summary) -> list[str]:

@@ -376,6 +376,13 @@ class ForcedSummary(msgspec.Struct, kw_only=True):
     b_self: ForcedStats | None = None  # B scoring its own tokens against B's run
     b_noise_floor: ForcedStats | None = None  # B against B's own repeats
     within_floor: WithinFloor | None = None
+    # How the scoring requests met B's prefix cache, in words ("" in a file made before)
+    cache: str = ""
+    # Where B cannot turn its prefix cache off per request: A's tokens scored again in
+    # the reverse order, against the first scoring (the cache's own floor), and whether
+    # the A-vs-B KL mean lies within it (then it is not called drift)
+    order_floor: ForcedStats | None = None
+    within_order_floor: bool | None = None
 
 
 class DeterminismRow(msgspec.Struct, kw_only=True):

@@ -12,8 +12,8 @@ from msgspec import UNSET
 from ..store.pair_records import CheckCells, PairDetails, PairRow, RoutingDetails, RoutingGrid
 from ..store.run_records import Prompt
 from . import routing
-from .expects import CheckResult, CodeRunner, check_answer, parse_calls
 from .determinism import cached_prompt_tokens, first_request_cached
+from .expects import CheckResult, CodeRunner, check_answer, parse_calls
 from .sides import Side, SideRecord
 from .signals import (
     classify_divergence,
