@@ -16,8 +16,8 @@ import msgspec
 from ..store.certificate_records import Certificate
 from ..store.formats import PAIRS_FORMAT, SCHEMAS, schema_file
 from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
-from ..store.repro_records import Repro
 from ..store.report_records import DeterminismReport, ForcedSummary, Overview, Summary
+from ..store.repro_records import Repro
 from ..store.reviews import Review
 from ..store.run_dir import Manifest, Throughput
 from ..triage.approvals import ApprovalsFile

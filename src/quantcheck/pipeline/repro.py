@@ -17,6 +17,7 @@ import orjson
 from ..errors import QuantcheckError
 from ..fetch.collect import collect_body
 from ..present.repro import readme, replay_script
+from ..store.certificate_records import CERTIFICATE_JSON
 from ..store.files import make_directory, write_atomic
 from ..store.redaction import environment_secrets, redact
 from ..store.report_dir import read_summary
@@ -43,6 +44,12 @@ class Sent:
 
 def write_repro(source: Path, prompt_id: str, out: Path) -> Repro:
     """The repro folder of one prompt of a report; its repro.json record."""
+    if (source / CERTIFICATE_JSON).is_file():
+        raise ReproUnavailable(
+            f"{source} is a determinism certificate: certificate.json and answers.jsonl do "
+            "not record the requests' bodies (nor the prompts, the options and the batch "
+            "fillers they were made of), so they cannot be rebuilt exactly; repro reads "
+            "the report of an A/B (run, compare)")
     summary = read_summary(source)
     sent = [_sent(name, _run(source, name, summary.sources.get(name)), prompt_id)
             for name in ("a", "b")]
