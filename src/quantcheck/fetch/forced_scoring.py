@@ -57,7 +57,14 @@ from pathlib import Path
 import msgspec
 
 from ..errors import EndpointError, RunFormatError
-from ..store.engines import ENGINES, PROMPT_LOGPROBS, TOKEN_IDS, profile_of, with_forced_mode
+from ..store.engines import (
+    ENGINES,
+    PROMPT_LOGPROBS,
+    TOKEN_IDS,
+    EngineProfile,
+    profile_of,
+    with_forced_mode,
+)
 from ..store.preflight_records import Fingerprint
 from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
@@ -138,15 +145,16 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         a_top_k = top_k_of(records)
         quarter = quarter_of(min(a_top_k or settings.top_k, settings.top_k))
         cache_field = scoring_cache_field(mode, server, settings.extra_body)
-        scorer = _Scorer(client, model, mode, settings, quarter, cache_field)
+        scorer = _Scorer(client, model, mode, settings, quarter, cache_field,
+                         keep=cache_field is None)
         scorer.give_up_after = min(GIVE_UP_AFTER, sum(
             1 for r in records if scorer.skip_reason(run.prompts[r.prompt_id], r) is None))
         tokenizer = await scorer.same_tokenizer(run, a_run) if mode == "token-ids" else None
         semaphore = asyncio.Semaphore(_concurrency(mode, settings.concurrency, server))
         lines = await _score_all(scorer, run, records, semaphore)
         by_order = (None if cache_field else await _order_floor(
-            scorer, _Scorer(client, model, mode, settings, quarter, None), run, records,
-            semaphore))
+            scorer, _Scorer(client, model, mode, settings, quarter, None, keep=True), run,
+            records, semaphore))
         b_self, b_repeats = (await _b_floors(client, model, mode, settings, quarter, semaphore,
                                              cache_field)
                              if settings.b_run is not None else (None, None))
@@ -166,31 +174,35 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         b_noise_floor=b_repeats,
         within_floor=within_floor(overall.kl, {name: stats for name, stats in floors.items()
                                                if stats is not None}),
-        cache=_cache_words(cache_field, server, settings.extra_body),
+        cache=_cache_words(cache_field, mode, server),
         order_floor=by_order, within_order_floor=within_order(overall.stats(), by_order))
     write_forced(Path(out), summary, list(lines))
     return summary
 
 
+def _scoring_engine(mode: str, server: ServerInfo) -> EngineProfile | None:
+    """Whose API the scoring requests speak: token-ids is llama.cpp's native API,
+    whatever the server says it is; the other modes, the server's engine."""
+    return with_forced_mode(mode) if mode == TOKEN_IDS else profile_of(server.runtime)
+
+
 def scoring_cache_field(mode: str, server: ServerInfo, extra_body: Mapping[str, object]
                         ) -> str | None:
-    """The body field that turns B's prefix cache off in each scoring request (llama.cpp's
-    `cache_prompt`, for its native API whatever the server says it is), or None where
-    the engine has none or --extra-body keeps the cache on."""
-    profile = with_forced_mode(mode) if mode == TOKEN_IDS else profile_of(server.runtime)
+    """The body field that turns B's prefix cache off in each scoring request
+    (llama.cpp's `cache_prompt`), or None where the engine has none or --extra-body
+    keeps the cache on."""
+    profile = _scoring_engine(mode, server)
     field = profile.cache_off_field if profile is not None else None
     if field is None or extra_body.get(field, False) is not False:
         return None
     return field
 
 
-def _cache_words(field: str | None, server: ServerInfo, extra_body: Mapping[str, object]
-                 ) -> str:
+def _cache_words(field: str | None, mode: str, server: ServerInfo) -> str:
     if field is not None:
         return f"{field} false in every scoring request: no request reuses a cached prefix"
-    profile = profile_of(server.runtime)
+    profile = _scoring_engine(mode, server)
     why = ("--extra-body keeps it on" if profile is not None and profile.cache_off_field
-           and profile.cache_off_field in extra_body
            else f"{profile.label} cannot turn it off per request" if profile is not None
            else "the server does not say what it is, so no way to turn it off is known")
     return (f"the prefix cache stays on ({why}): A's tokens were scored twice, the second "
@@ -270,13 +282,15 @@ def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
 
 class _Scorer:
     def __init__(self, client: EndpointClient, model: str, mode: str,
-                 settings: ForcedSettings, quarter: int, cache_field: str | None) -> None:
+                 settings: ForcedSettings, quarter: int, cache_field: str | None,
+                 keep: bool = False) -> None:
         self.client, self.model, self.mode, self.top_k = client, model, mode, settings.top_k
         self.quarter = quarter
         self.positions = Positions()  # every scored position, over all prompts
         self.retries, self.extra_body = settings.retries, settings.extra_body
         self.cache_field = cache_field  # set false in each scoring request
-        # what B answered per prompt, kept to set against another order (cache left on)
+        # with `keep`, what B answered per prompt, to set against another order
+        self.keep = keep
         self.scored_positions: dict[str, list[ScoredPosition]] = {}
         self.root = server_root(client.endpoint)
         self.scored = self.failed = 0
@@ -335,7 +349,7 @@ class _Scorer:
         except SCORING_ERRORS as exc:
             return self._failed(prompt, exc)
         self.scored += 1
-        if self.cache_field is None:
+        if self.keep:
             self.scored_positions[prompt.id] = forced
         line = self._line(prompt, record, forced)
         line.approximate = approximate
