@@ -201,7 +201,8 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-new-degenerate", type=click.IntRange(0),
               help="Repetition loops or empty answers on B that A did not have (default 0).")
 @click.option("--max-nondeterministic", type=click.IntRange(0),
-              help="Prompts with more than one text or signature, per side (default off).")
+              help="Prompts whose repeats' texts vary, per side (those whose logprobs "
+                   "alone moved are said beside, not counted; default off).")
 @click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
               help="A determinism certificate's prompts that vary under any factor "
                    "(REPORT_DIR holds certificate.json; default off).")

@@ -24,7 +24,9 @@ from ..present.sentences import (
     collecting_speed,
     headline,
     judge_sentence,
+    order_floor_sentence,
     plural,
+    repeats_sent,
     template_warning,
 )
 from ..store.preflight_records import Preflight
@@ -85,6 +87,10 @@ def echo_forced(forced: ForcedSummary) -> None:
                                   forced.quarter_k) + ".")
     if forced.within_floor is not None:
         click.echo(forced.within_floor.sentence[0].upper() + forced.within_floor.sentence[1:] + ".")
+    if forced.cache:
+        click.echo(f"Prefix cache: {forced.cache}.")
+    if floor := order_floor_sentence(forced):
+        click.echo(floor + ".")
     if forced.tokenizer:
         click.echo(f"Tokenizer: {forced.tokenizer}.")
 
@@ -113,6 +119,8 @@ def print_summary(summary: Summary, out: Path) -> None:
             click.echo(summary.stats.pass_rate.resolution_sentence + ".")
     if summary.forced is not None and summary.forced.scored:
         echo_forced(summary.forced)
+    if sent := repeats_sent(summary):
+        click.echo(sent + ".")
     for line in collecting_speed(summary):
         click.echo(line)
     if summary.judge is not None:

@@ -19,8 +19,9 @@ from ..store.judge_records import Agreement
 from ..store.pair_records import (
     FLIP_CAUSE_WORDS,
     PairRow,
+    logprobs_only,
     new_degenerate_on_b,
-    nondeterministic,
+    text_varies,
 )
 from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
 from ..store.report_records import Summary
@@ -168,10 +169,7 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
               policy.max_new_degenerate),
     ]
     for side in ("a", "b"):
-        unstable = [r.prompt_id for r in rows if nondeterministic(r, side)]
-        rules.append(_rule(f"nondeterministic_{side}", f"nondeterministic prompt on {side.upper()}",
-                           f"nondeterministic prompts on {side.upper()}", unstable,
-                           policy.max_nondeterministic))
+        rules.append(_nondeterminism_rule(rows, side, policy.max_nondeterministic))
     rules.append(_rule("unreviewed", "unreviewed non-identical pair",
                        "unreviewed non-identical pairs", unreviewed,
                        0 if policy.require_review else None))
@@ -193,13 +191,26 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
                        "blocking log signatures", signatures,
                        policy.max_blocking_log_signatures))
     rules.append(_pass_rate_rule(rows, policy.max_pass_rate_drop))
-    rules.append(_forced_kl_rule(rows, policy.max_forced_kl))
+    rules.append(_forced_kl_rule(rows, policy.max_forced_kl, summary))
     rules.append(_routing_rule(rows, policy.require_routing_determinism))
     rules.append(_rule("template_problems", "sign of a chat template the model does not know",
                        "signs of a chat template the model does not know",
                        template_problems(summary, compared), policy.max_template_problems))
     rules.append(_judge_rule(compared, verdicts, blocking, summary, policy.max_judge_flips))
     return rules
+
+
+def _nondeterminism_rule(rows: Sequence[PairRow], side: str, limit: int | None) -> Rule:
+    """Prompts whose texts vary across a side's repeats; those whose logprobs alone moved
+    are said beside, not counted."""
+    name = side.upper()
+    rule = _rule(f"nondeterministic_{side}", f"prompt on {name} whose repeats' texts vary",
+                 f"prompts on {name} whose repeats' texts vary",
+                 [r.prompt_id for r in rows if text_varies(r, side)], limit)
+    moved = sum(logprobs_only(r, side) for r in rows)
+    if moved:
+        rule.description += f" ({moved} more with logprobs only, not counted)"
+    return rule
 
 
 NOISY_CAUSES = ("unstable_a", "unstable_b", "near_tie")
@@ -278,8 +289,9 @@ def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:
     return Rule("failed_requests", description, count, limit, limit is None or count <= limit)
 
 
-def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None) -> Rule:
-    """Mean teacher-forced KL over every scored position (prompts weighted by length)."""
+def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None, summary: Summary) -> Rule:
+    """Mean teacher-forced KL over every scored position (prompts weighted by length);
+    within the scoring-order floor (B's prefix cache left on) it is not called drift."""
     scored = [(r.forced_kl_mean, r.forced_positions or 0) for r in rows
               if r.forced_kl_mean is not None]
     positions = sum(n for _, n in scored)
@@ -290,6 +302,12 @@ def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None) -> Rule:
     mean = sum(kl * n for kl, n in scored) / positions
     description = (f"teacher-forced KL mean {mean:.3g}, above {limit:g}" if limit is not None
                    else f"teacher-forced KL mean {mean:.3g}")
+    forced = summary.forced
+    if forced is not None and forced.within_order_floor and forced.order_floor is not None \
+            and forced.order_floor.kl is not None:
+        return Rule("forced_kl", f"teacher-forced KL mean {mean:.3g} lies within the "
+                    f"scoring-order floor (KL mean {forced.order_floor.kl.mean:.3g}: B's "
+                    "prefix cache stayed on): not called drift", mean, limit, True)
     return Rule("forced_kl", description, mean, limit, limit is None or mean <= limit)
 
 

@@ -39,7 +39,8 @@ class DeterminismRun:
         """A mode's collection; the endpoint is checked once, before the first mode:
         the same server answers all."""
         parameters = msgspec.structs.replace(self.parameters, repeat_mode=mode,
-                                             preflight=self.parameters.preflight and first)
+                                             preflight=self.parameters.preflight and first,
+                                             cache_off=False)  # the server as it serves
         return CollectSettings(endpoint=self.endpoint, label=mode,
                                **msgspec.structs.asdict(parameters))
 

@@ -92,6 +92,11 @@ class Parameters(msgspec.Struct, kw_only=True):
     shard: str | None = None  # "I/N": this run holds shard I of N of the prompt set
     routed_experts: bool = False  # ask for MoE routing (forces non-streamed requests)
     routed_experts_shape: list[int] | None = None  # [layers, k] of a flat (SGLang) routing
+    # Every request sent with the engine's prefix cache off, where its profile can do it
+    # per request (llama.cpp: `cache_prompt: false`): a repeat then cannot find its
+    # prompt cached and be computed otherwise than the first request. `determinism`
+    # measures the server as it serves, cache included (False).
+    cache_off: bool = True
 
 
 class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -117,6 +122,15 @@ Cell = dict[str, CellValue]  # a serving cell: axis -> what is known of it (tria
 class PromptFile(msgspec.Struct):
     path: str
     sha256: str
+
+
+class CacheControl(msgspec.Struct, kw_only=True):
+    """How a run's requests met the engine's prefix cache: `off` when no request could
+    reuse a cached prefix, and `how` in words ("llama.cpp: cache_prompt false in every
+    request", "left on: SGLang cannot turn its prefix cache off per request")."""
+
+    off: bool
+    how: str
 
 
 class RunCounts(msgspec.Struct):
@@ -146,6 +160,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     cell_key: str | None = None
     preflight: Preflight | None = None
     counts: RunCounts | None = None
+    cache: CacheControl | None = None  # None: a run made before it was recorded
 
     def identity(self) -> dict[str, object]:
         """What must match for a resume: not concurrency, timeouts, retries, repeats or
@@ -160,6 +175,8 @@ class Manifest(msgspec.Struct, kw_only=True):
             identity["routed_experts"] = True
         if parameters.routed_experts_shape is not None:
             identity["routed_experts_shape"] = parameters.routed_experts_shape
+        if not parameters.cache_off:
+            identity["cache_off"] = False
         return identity
 
 
