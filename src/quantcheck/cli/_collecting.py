@@ -272,7 +272,6 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
           --out runs/bf16
     """
     from ..pipeline.collecting import measure_throughput
-    from ..store.run_dir import write_throughput
 
     bar = PlainProgress(max(int(seconds), 1), label or "throughput")
 
@@ -283,11 +282,10 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
         endpoint, prompt_files, label=label or "", model=model, concurrency=concurrency,
         min_seconds=seconds, request=request_settings(
             max_tokens, api, extra_body, column_map, map_preset, sample, seed),
-        api_key_env=api_key_env, timeout=timeout, retries=retries, progress=heard),
+        api_key_env=api_key_env, timeout=timeout, retries=retries, progress=heard, out=out),
         "Nothing was written.")
     echo_throughput(result, concurrency)
     if out is not None:
-        run_guarded(lambda: write_throughput(out, result), "Nothing was written.")
         click.echo(f"written: {out / 'throughput.json'}")
 
 

@@ -27,6 +27,15 @@ import pandas as pd
 
 from ..errors import RunFormatError
 from .files import AtomicFile, make_directory
+from .folder_kinds import CANDIDATES as CANDIDATES  # the report's file names, re-exported
+from .folder_kinds import CANDIDATES_OVERVIEW, REPORT, require_kind
+from .folder_kinds import DETAILS as DETAILS
+from .folder_kinds import FORCED_JSON as FORCED_JSON
+from .folder_kinds import FORCED_JSONL as FORCED_JSONL
+from .folder_kinds import OVERVIEW as OVERVIEW
+from .folder_kinds import PAIRS as PAIRS
+from .folder_kinds import SUMMARY as SUMMARY
+from .labels import is_label, shown
 from .pair_records import (
     ENUMERATED,
     PAIR_COLUMNS,
@@ -46,14 +55,9 @@ from .run_dir import (
     write_jsonl_atomic,
 )
 
-PAIRS = "pairs.csv"
-DETAILS = "details.jsonl"
-SUMMARY = "summary.json"
 REVIEWS = "reviews"
 GATE_JSON = "gate.json"
 JUNIT_XML = "junit.xml"
-OVERVIEW = "overview.json"  # several candidates: DIR/overview.json,
-CANDIDATES = "candidates"  # and each one's report in DIR/candidates/LABEL/
 MATRIX = "matrix.csv"
 PAIRS_READ_AT_ONCE = 2000  # rows of pairs.csv read at a time where it is streamed
 # Pairs held, written and forgotten at a time while pairs.csv and details.jsonl are
@@ -61,9 +65,6 @@ PAIRS_READ_AT_ONCE = 2000  # rows of pairs.csv read at a time where it is stream
 # prompt count (a chunk is about 1 MB of rows and details at 128-token answers). The
 # files are the same whatever the chunk size.
 CHUNK_PAIRS = 256
-
-FORCED_JSON = "forced.json"
-FORCED_JSONL = "forced.jsonl"
 
 
 def read_forced(folder: Path) -> tuple[ForcedSummary, dict[str, ForcedLine]]:
@@ -309,7 +310,16 @@ class DetailsReader:
 
 
 def read_overview(folder: Path) -> Overview:
-    return read_record(folder / OVERVIEW, Overview, " (re-run compare)")
+    """overview.json; each candidate's report is its folder's candidates/LABEL (a row
+    naming another folder would have the gate read a report it was not given)."""
+    require_kind(folder, CANDIDATES_OVERVIEW)
+    overview = read_record(folder / OVERVIEW, Overview, " (re-run compare)")
+    for row in overview.candidates:
+        if not is_label(row.label) or row.report != f"{CANDIDATES}/{row.label}":
+            raise RunFormatError(f"{folder / OVERVIEW}: candidate {shown(row.label)}: report "
+                                 f"{shown(row.report)} is not {CANDIDATES}/LABEL, where "
+                                 "compare writes it (edited? re-run compare)")
+    return overview
 
 
 def write_overview(folder: Path, overview: Overview) -> None:
@@ -317,6 +327,8 @@ def write_overview(folder: Path, overview: Overview) -> None:
 
 
 def require_report(report_dir: Path) -> tuple[list[PairRow], Summary]:
-    """The pairs and the summary of a report, or one clear RunFormatError."""
+    """The pairs and the summary of a report, or one clear RunFormatError (also for a
+    folder that holds another output beside it)."""
+    require_kind(report_dir, REPORT)
     summary = read_summary(report_dir)
     return read_pair_rows(report_dir), summary
