@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from quantcheck.store.certificate_records import Certificate, PromptResult
+from quantcheck.store.certificate_records import Certificate, FactorResult, PromptResult
 
 from .conftest import invoke
 
@@ -23,12 +23,18 @@ def write_certificate(folder: Path) -> Path:
     varying = [PromptResult(prompt_id=prompt_id, factor="repeat", unique_outputs=2,
                             comparisons=2, mismatches=1, varying_levels=["alone"])
                for prompt_id in ODD_IDS]
+    steady = PromptResult(prompt_id="steady", factor="repeat", unique_outputs=1,
+                          comparisons=2, mismatches=0, varying_levels=[])
+    repeat = FactorResult(factor="repeat", comparisons=6, mismatches=2, prompts=3,
+                          prompts_varying=2, share_varying=0.6667, levels=[],
+                          explanation="varies with no batch factor")
     certificate = Certificate(
         endpoint="http://127.0.0.1:8000/v1", model="m", certified=False,
         statement="2 prompts vary", comparisons=6, mismatches=2, failed_requests=0,
         prompts=3, prompts_varying=2, explanation="varies with no batch factor",
         batch_sizes=[1], prefix_lengths=[], trials=2, seed=0, requests=9,
-        cache_control="none", factors=[], prompt_results=varying, examples=[])
+        cache_control="none", factors=[repeat], prompt_results=[*varying, steady],
+        examples=[])
     (folder / "certificate.json").write_bytes(msgspec.json.encode(certificate))
     return folder
 
@@ -77,3 +83,21 @@ def test_a_config_file_shared_with_ab_gates_is_taken(tmp_path: Path) -> None:
                       "max-nondeterministic-prompts: 2\n")
     result = invoke("gate", folder, "--config", config)
     assert result.exit_code == 0, result.output
+
+
+def test_a_certificate_that_compared_nothing_is_refused_as_an_empty_report_is(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "certificate"
+    folder.mkdir()
+    empty = Certificate(
+        endpoint="http://127.0.0.1:8000/v1", model="m", certified=False,
+        statement="not certified: no comparison could be made", comparisons=0, mismatches=0,
+        failed_requests=0, prompts=0, prompts_varying=0, explanation="no variation",
+        batch_sizes=[], prefix_lengths=[], trials=2, seed=0, requests=0,
+        cache_control="none", factors=[], prompt_results=[], examples=[])
+    (folder / "certificate.json").write_bytes(msgspec.json.encode(empty))
+    result = invoke("gate", folder)
+    assert result.exit_code == 2, result.output
+    assert ("error: the certificate compared nothing, so there is nothing to pass: not "
+            "certified: no comparison could be made") in result.output
+    assert not (folder / "gate.json").exists()

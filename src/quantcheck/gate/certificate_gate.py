@@ -17,8 +17,17 @@ from xml.etree import ElementTree
 
 from ..store.certificate_records import Certificate, read_certificate
 from ..store.files import write_atomic
+from ..store.folder_kinds import CERTIFICATE, require_kind
 from ..store.report_dir import GATE_JSON, JUNIT_XML
-from .verdict import GateResult, Policy, Rule, rule_table, write_gate_json, xml_text
+from .verdict import (
+    GateResult,
+    NothingCompared,
+    Policy,
+    Rule,
+    rule_table,
+    write_gate_json,
+    xml_text,
+)
 
 
 def certificate_rules(certificate: Certificate, policy: Policy) -> list[Rule]:
@@ -39,6 +48,11 @@ def certificate_rules(certificate: Certificate, policy: Policy) -> list[Rule]:
 
 
 def decide_certificate(certificate: Certificate, policy: Policy) -> GateResult:
+    """The verdict. A certificate that compared nothing (no answer to hold against
+    another) is refused (NothingCompared), as an A/B report that compared nothing is."""
+    if not certificate.comparisons:
+        raise NothingCompared("the certificate compared nothing, so there is nothing to "
+                              f"pass: {certificate.statement}")
     rules = certificate_rules(certificate, policy)
     return GateResult(verdict="pass" if all(rule.passed for rule in rules) else "fail",
                       rules=rules)
@@ -46,6 +60,7 @@ def decide_certificate(certificate: Certificate, policy: Policy) -> GateResult:
 
 def gate_certificate(folder: Path, policy: Policy) -> tuple[GateResult, Certificate]:
     """Gate FOLDER/certificate.json; write FOLDER/gate.json and junit.xml."""
+    require_kind(folder, CERTIFICATE, "the gate")
     certificate = read_certificate(folder)
     result = decide_certificate(certificate, policy)
     write_gate_json(result, folder / GATE_JSON)
