@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..present.determinism_page import render_determinism
-from ..store.files import make_directory, write_atomic
+from ..store.files import CSV_WRITTEN_WITH, csv_rows, make_directory, write_atomic
 from ..store.folder_kinds import DETERMINISM, DETERMINISM_CSV, DETERMINISM_JSON, claim
 from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts
 from ..store.run_dir import Parameters, load_run, write_json_atomic
@@ -102,6 +102,7 @@ def determinism_report(run_dirs: dict[str, Path], out: Path, endpoint: str, mode
     make_directory(out)
     frame = pd.DataFrame([msgspec.structs.asdict(row) for row in rows],
                          columns=list(DeterminismRow.__struct_fields__))
-    write_atomic(out / DETERMINISM_CSV, frame.to_csv(index=False).encode("utf-8"))
+    text = csv_rows(frame.to_csv(index=False, lineterminator=CSV_WRITTEN_WITH))
+    write_atomic(out / DETERMINISM_CSV, text.encode("utf-8"))
     write_json_atomic(out / DETERMINISM_JSON, msgspec.to_builtins(report))
     return report, render_determinism(out, report, endpoint, model)

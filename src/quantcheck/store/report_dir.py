@@ -26,7 +26,7 @@ import orjson
 import pandas as pd
 
 from ..errors import RunFormatError
-from .files import AtomicFile, make_directory
+from .files import CSV_WRITTEN_WITH, AtomicFile, csv_rows, make_directory
 from .folder_kinds import CANDIDATES as CANDIDATES  # the report's file names, re-exported
 from .folder_kinds import CANDIDATES_OVERVIEW, REPORT, require_kind
 from .folder_kinds import DETAILS as DETAILS
@@ -121,7 +121,8 @@ def _column(values: Sequence[object], dtype: str) -> pd.Series:
 
 def pairs_csv(rows: Sequence[PairRow], header: bool = True) -> bytes:
     """Rows of pairs.csv, with the header line first when asked."""
-    return pair_frame(rows).to_csv(index=False, header=header).encode("utf-8")
+    return csv_rows(pair_frame(rows).to_csv(index=False, header=header,
+                                            lineterminator=CSV_WRITTEN_WITH)).encode("utf-8")
 
 
 def details_jsonl(details: Iterable[PairDetails]) -> bytes:
@@ -251,21 +252,27 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
 
 
 def _checked(path: Path, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    """The frames, each once its enumerated columns hold only their values."""
+    """The frames, each once its enumerated columns hold only their values and its
+    integer columns (counts and token positions, all of them) no negative number."""
     rows = 0
     for frame in frames:
-        for column in frame.columns.intersection(list(ENUMERATED)):
-            allowed = ENUMERATED[column]
-            wrong = ~frame[column].isin(allowed)
+        for column in frame.columns:
+            values = frame[column]
+            if column in ENUMERATED:
+                wrong, why = ~values.isin(ENUMERATED[column]), (
+                    "is not one of its values ("
+                    + ", ".join(repr(v) if v else "empty" for v in ENUMERATED[column]) + ")")
+            elif PAIR_DTYPES[column] == "Int64":
+                wrong, why = (values < 0).fillna(False), "is negative (a count or a position)"
+            else:
+                continue
             if wrong.any():
                 at = int(np.argmax(wrong.to_numpy()))
                 which = (f" (prompt {frame['prompt_id'].iloc[at]!r})"
                          if "prompt_id" in frame.columns else "")
-                raise RunFormatError(
-                    f"{path}: row {rows + at + 1}{which}, column {column}: "
-                    f"{frame[column].iloc[at]!r} is not one of its values ("
-                    f"{', '.join(repr(v) if v else 'empty' for v in allowed)}); edited by "
-                    "hand? re-run compare")
+                raise RunFormatError(f"{path}: row {rows + at + 1}{which}, column {column}: "
+                                     f"{values.tolist()[at]!r} {why}; edited by hand? re-run "
+                                     "compare")
         rows += len(frame)
         yield frame
 
