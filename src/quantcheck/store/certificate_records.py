@@ -24,16 +24,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 import msgspec
 
 from ..errors import RunFormatError
 from .folder_kinds import CERTIFICATE_JSON as CERTIFICATE_JSON  # re-exported
-from .formats import CERTIFICATE_FORMAT, CertificateFormat
+from .formats import CERTIFICATE_FORMAT, CertificateFormat, Count
 from .run_dir import read_json
 
-Count = Annotated[int, msgspec.Meta(ge=0)]  # a count or a token index: never negative
 Factor = Literal["repeat", "stream", "batch", "prefix", "cache", "seed"]
 FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache", "seed")
 
