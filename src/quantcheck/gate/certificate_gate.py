@@ -19,6 +19,7 @@ from ..store.certificate_records import Certificate, read_certificate
 from ..store.files import write_atomic
 from ..store.folder_kinds import CERTIFICATE, require_kind
 from ..store.report_dir import GATE_JSON, JUNIT_XML
+from .explain import markdown_text
 from .verdict import (
     GateResult,
     NothingCompared,
@@ -71,12 +72,15 @@ def gate_certificate(folder: Path, policy: Policy) -> tuple[GateResult, Certific
 def certificate_markdown(result: GateResult, certificate: Certificate) -> str:
     """The verdict as the step summary's Markdown: the statement, each factor, each rule."""
     lines = [f"## quantcheck determinism: {'PASS' if result.passed else 'FAIL'}", "",
-             f"**{certificate.endpoint}** ({certificate.model}): {certificate.statement}", "",
+             f"**{markdown_text(certificate.endpoint)}** ({markdown_text(certificate.model)}): "
+             f"{markdown_text(certificate.statement)}", "",
              "| factor | comparisons | mismatches | prompts varying | explanation |",
              "|---|---|---|---|---|"]
     lines += [f"| {f.factor} | {f.comparisons} | {f.mismatches} | {f.prompts_varying} of "
-              f"{f.prompts} | {f.explanation} |" for f in certificate.factors if f.comparisons]
-    lines += ["", *rule_table(result.rules), "", f"Control: {certificate.control_note}"]
+              f"{f.prompts} | {markdown_text(f.explanation)} |"
+              for f in certificate.factors if f.comparisons]
+    lines += ["", *rule_table(result.rules), "",
+              f"Control: {markdown_text(certificate.control_note)}"]
     return "\n".join(lines) + "\n"
 
 
