@@ -160,7 +160,7 @@ def test_a_model_id_written_as_markup_shows_as_written_in_the_step_summary(
     (folder / "certificate.json").write_bytes(msgspec.json.encode(certificate))
     step_summary = tmp_path / "summary.md"
     result = gate_writing_a_step_summary(folder, step_summary)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # two prompts vary
     written = step_summary.read_text()
     tags = markdown_skeleton(written)
     assert tags.count("<h2") == 1 and "<img" not in tags and "<details" not in tags

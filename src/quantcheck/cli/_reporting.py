@@ -206,7 +206,7 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
               help="Prompts with more than one text or signature, per side (default off).")
 @click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
               help="A determinism certificate's prompts that vary under any factor "
-                   "(REPORT_DIR holds certificate.json; default off).")
+                   "(REPORT_DIR holds certificate.json; default 0).")
 @click.option("--require-review/--no-require-review", default=None,
               help="Fail while a non-identical pair has no verdict and no approval.")
 @click.option("--min-identical-share", type=FiniteFloat(0, 1),

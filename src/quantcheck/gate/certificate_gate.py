@@ -4,7 +4,8 @@ and junit.xml with one test case per factor (a failure where the factor varied, 
 its explanation and examples) and one per broken rule.
 
 Rules: `nondeterministic_prompts` (prompts that vary under any factor, limit
-`max_nondeterministic_prompts`, off by default) and `failed_requests` (requests the
+`max_nondeterministic_prompts`, 0 by default: a certificate on which a prompt varied
+does not pass) and `failed_requests` (requests the
 plan sent that got no answer, limit `max_failed_requests`, 0 by default: what was not
 answered was not tested). The policy's other rules are about A/B reports and are not
 applied to a certificate.

@@ -53,8 +53,9 @@ class Policy:
     max_factual_flips: int | None = 0
     max_new_degenerate: int | None = 0
     max_nondeterministic: int | None = None
-    # a determinism certificate's prompts that vary under any factor (off)
-    max_nondeterministic_prompts: int | None = None
+    # a determinism certificate's prompts that vary under any factor: none, by default,
+    # as `determinism --certify` says NOT CERTIFIED of one
+    max_nondeterministic_prompts: int | None = 0
     require_review: bool = False
     min_identical_share: float | None = None
     max_not_compared: int | None = 0

@@ -55,7 +55,7 @@ class CertifyRun:
     seed: int = 0
     max_requests: int = DEFAULT_MAX_REQUESTS
     control: str | None = None
-    max_nondeterministic_prompts: int | None = None
+    max_nondeterministic_prompts: int | None = 0  # None: the rule off
 
 
 class CertifyProgress(Protocol):
