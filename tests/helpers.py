@@ -435,15 +435,16 @@ MARKDOWN_ATTACKS = [
     "https://example.com/a", "www.example.com", "<https://e.x>", "&lt;img&gt;", "&#60;b&#62;",
     "<!--", "-->", "\n---\n", "\n===\n", "\n> quote", "\n- item", "\u2028", "\x00", "\x85",
     "[x]: https://e.x", "[x]", "@user", "<script>", "</td></tr><tr><td>", ":smile:",
+    "a@b.co", "mailto:a@b.co", "xmpp:a@b.co/r", "ftp://e.x", "WWW.e.x", "#", "!",
 ]
 
 
 def markdown_skeleton(markdown: str) -> list[str]:
     """The tags GitHub's renderer (cmark-gfm with its tables, autolinks, strikethrough,
     raw HTML let through) makes of `markdown`, in order: a string that opens a tag, an
-    image, a link, a heading, a table row or cell or a details block adds one. A bare
-    e-mail address, which the renderer links by itself showing the address it links to,
-    is left out."""
+    image, a link, a heading, a table row or cell or a details block adds one. What the
+    renderer takes for an e-mail address (`a@b.co`, `mailto:a@b.co`, `x.y@z`: it links
+    those whatever is escaped, each showing the address it links to) is left out."""
     import html
 
     import cmarkgfm
@@ -454,9 +455,10 @@ def markdown_skeleton(markdown: str) -> list[str]:
 
     def own_address(link: re.Match[str]) -> str:
         target, shown = html.unescape(link.group(1)), html.unescape(link.group(2))
-        return shown if target == "mailto:" + shown else link.group(0)
+        mailed = "@" in shown and target in (shown, "mailto:" + shown)
+        return shown if mailed else link.group(0)
 
-    rendered = re.sub(r'<a href="(mailto:[^"]*)">([^<]*)</a>', own_address, rendered)
+    rendered = re.sub(r'<a href="([^"]*)">([^<]*)</a>', own_address, rendered)
     return re.findall(r"</?[A-Za-z][A-Za-z0-9-]*", rendered)
 
 

@@ -182,11 +182,12 @@ def code_cell(text: str) -> str:
 
 # What Markdown reads as markup in a line of text (GitHub's renderer: cmark-gfm with
 # tables, autolinks and strikethrough): each is written after a backslash, which every
-# CommonMark renderer shows as the character itself. ":" stops a bare URL's autolink,
-# "#" a heading where a text starts a line.
-MARKDOWN_SPECIAL = "\\`*_~<>[]|&:#!"
-_SPECIAL = re.compile("[" + re.escape(MARKDOWN_SPECIAL) + "]")
-_WWW = re.compile(r"(?i)(?<![A-Za-z0-9])(www)\.")  # a bare www. address, linked unasked
+# CommonMark renderer shows as the character itself. A text never starts a line (its
+# line breaks become spaces), so what opens a heading, a list or a quote there is left.
+MARKDOWN_SPECIAL = "\\`*_~<>[]|&"
+# A bare URL (`https://...`, `www.`...) the renderer would link unasked: its ":" or
+# "." is escaped too, which stops it.
+_SPECIAL = re.compile("[" + re.escape(MARKDOWN_SPECIAL) + "]|:(?=//)|(?i:(?<![a-z0-9])www)\\.")
 
 
 def markdown_text(text: str) -> str:
@@ -196,4 +197,4 @@ def markdown_text(text: str) -> str:
     summaries of an A/B, of several candidates and of a certificate) puts each string
     it did not write itself through this."""
     flat = " ".join(text.split())  # every line break: a text never starts a line
-    return _WWW.sub(r"\1\\.", _SPECIAL.sub(lambda m: "\\" + m.group(), flat))
+    return _SPECIAL.sub(lambda m: m.group()[:-1] + "\\" + m.group()[-1], flat)
