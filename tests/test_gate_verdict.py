@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+import msgspec
 import pytest
 from click.testing import Result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from junitparser import JUnitXml
 
 from quantcheck import CollectSettings, collect, compare_runs
@@ -23,6 +26,7 @@ from .conftest import (
     A_ANSWERS,
     CANDIDATE_ANSWERS,
     CANDIDATE_PROMPTS,
+    MARKDOWN_ATTACKS,
     PROMPTS,
     REPO,
     RUNNER_UPS,
@@ -32,6 +36,7 @@ from .conftest import (
     gate_rules,
     gate_writing_a_step_summary,
     invoke,
+    no_tag_more,
     report_identity,
     write_review,
 )
@@ -496,3 +501,44 @@ def test_the_rule_tables_prompt_ids_stay_inside_their_cells() -> None:
 
     rows = rule_table([Rule("factual_flips", "", 2, 0, False, ["capital|au", "code`block"])])
     assert rows[2] == "| factual_flips | 2 | 0 | **fail** | `capital\\|au`, `code'block` |"
+
+
+HOSTILE = st.lists(st.text(max_size=10) | st.sampled_from(MARKDOWN_ATTACKS), min_size=1,
+                   max_size=4).map("".join)
+
+
+def test_no_string_a_report_holds_changes_the_shape_of_its_step_summary(
+        planted_report: Path) -> None:
+    """Labels, a judge's model name, reviewers, approvals, prompt ids and both answers:
+    whatever a server, a prompt file, a review file or an edited summary.json holds,
+    the A/B's step summary renders no tag more than plain words give."""
+    from quantcheck.gate.explain import Failure
+    from quantcheck.gate.verdict import ApprovedPair, GateResult, Rule, markdown
+    from quantcheck.store.judge_records import Agreement, JudgeFigures
+    from quantcheck.store.report_dir import read_summary
+
+    planted = read_summary(planted_report)
+
+    def summary_of(texts: list[str]) -> str:
+        a, b, judge, reviewer, prompt_id, label, answer, why = texts
+        summary = msgspec.structs.replace(
+            planted, a=msgspec.structs.replace(planted.a, label=a),
+            b=msgspec.structs.replace(planted.b, label=b),
+            judge=JudgeFigures(endpoint=judge, model=judge, prompt_version="1", cache="c",
+                               labels={"wording": 1}))
+        agreement = Agreement(observations=1, pairs=1, reviewers=[reviewer], agreed=1,
+                              labels=[label], confusion={})
+        result = GateResult(verdict="fail", rules=[Rule("factual_flips", why, 1, 0, False,
+                                                        [prompt_id])],
+                            reviewers=[reviewer], approved=[ApprovedPair(prompt_id, label, why)],
+                            judge_agreement=agreement)
+        found = [Failure(prompt_id, "factual_flips", 0, why, answer, answer + why,
+                         f"index.html#pair-{prompt_id}")]
+        return markdown(result, summary, found)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(HOSTILE, min_size=8, max_size=8))
+    def shaped(texts: list[str]) -> None:
+        assert no_tag_more(summary_of(texts), summary_of(["words"] * 8))
+
+    shaped()

@@ -17,6 +17,7 @@ from .._version import __version__
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed, RunMismatch
 from ..store.engines import ROUTING_STREAM_END, UNKNOWN, profile_of
 from ..store.files import StorageError
+from ..store.folder_kinds import RUN, claim
 from ..store.labels import check_label
 from ..store.preflight_records import Preflight
 from ..store.prompt_sets import file_sha256, load_prompts
@@ -215,6 +216,7 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
     shape = ProbeShape.like(everything[0]) if everything else ProbeShape()
     prompts = shard_prompts(everything, settings.shard) if settings.shard else everything
     run_dir = Path(out)
+    claim(run_dir, RUN)
     async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
                               settings.timeout, max(settings.concurrency * 2, 16),
                               settings.max_response_mb) as client:

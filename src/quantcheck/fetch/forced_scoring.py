@@ -65,6 +65,7 @@ from ..store.engines import (
     profile_of,
     with_forced_mode,
 )
+from ..store.folder_kinds import FORCED, claim
 from ..store.preflight_records import Fingerprint
 from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
@@ -129,6 +130,7 @@ class ForcedSettings:
 async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSettings
                           ) -> ForcedSummary:
     """Score A's first repeat of every prompt on B; write forced.jsonl and forced.json."""
+    claim(Path(out), FORCED)
     run = load_run(a_run)
     with_tokens = [r for r in run.completions() if r.ok and r.tokens]
     records = [r for r in with_tokens if r.repeat == 0]

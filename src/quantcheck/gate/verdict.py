@@ -39,6 +39,7 @@ from .explain import (
     junit_message,
     junit_text,
     markdown_table,
+    markdown_text,
 )
 
 
@@ -53,8 +54,9 @@ class Policy:
     max_factual_flips: int | None = 0
     max_new_degenerate: int | None = 0
     max_nondeterministic: int | None = None
-    # a determinism certificate's prompts that vary under any factor (off)
-    max_nondeterministic_prompts: int | None = None
+    # a determinism certificate's prompts that vary under any factor: none, by default,
+    # as `determinism --certify` says NOT CERTIFIED of one
+    max_nondeterministic_prompts: int | None = 0
     require_review: bool = False
     min_identical_share: float | None = None
     max_not_compared: int | None = 0
@@ -408,17 +410,18 @@ def markdown(verdict: GateResult, summary: Summary, found: Sequence[Failure] = (
     failing prompt fails (`found`, from explain.failures)."""
     icon = "PASS" if verdict.passed else "FAIL"
     lines = [f"## quantcheck: {icon}", "",
-             f"**{summary.a.label}** (A) vs **{summary.b.label}** (B)", "",
-             *rule_table(verdict.rules)]
+             f"**{markdown_text(summary.a.label)}** (A) vs **{markdown_text(summary.b.label)}** "
+             "(B)", "", *rule_table(verdict.rules)]
     if verdict.approved:
         lines += ["", f"{len(verdict.approved)} pairs approved earlier (no second review): "
-                  + ", ".join(f"`{a.prompt_id}` ({a.label}, {a.approved_at})"
-                              for a in verdict.approved[:10])]
+                  + ", ".join(f"{code_cell(a.prompt_id)} ({markdown_text(a.label)}, "
+                              f"{markdown_text(a.approved_at)})" for a in verdict.approved[:10])]
     if verdict.reviewers:
-        lines += ["", "Reviewers: " + ", ".join(verdict.reviewers)]
+        lines += ["", "Reviewers: " + markdown_text(", ".join(verdict.reviewers))]
     if summary.judge is not None:
         said = agreement_sentence(verdict.judge_agreement, sum(summary.judge.labels.values()))
-        lines += ["", f"Judge ({summary.judge.model or summary.judge.endpoint}): {said}."]
+        judge = summary.judge.model or summary.judge.endpoint
+        lines += ["", f"Judge ({markdown_text(judge)}): {markdown_text(said)}."]
     lines += markdown_table(found, summary.a.label, summary.b.label)
     return "\n".join(lines) + "\n"
 

@@ -11,9 +11,15 @@ formats were named reads as version 1, which it is."""
 from __future__ import annotations
 
 from importlib import resources
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
+
+import msgspec
 
 from ..errors import QuantcheckError
+
+# A field that counts (or a token's position): never negative, read back or written;
+# its schema says minimum 0.
+Count = Annotated[int, msgspec.Meta(ge=0)]
 
 SummaryFormat = Literal["quantcheck-summary/1"]
 SUMMARY_FORMAT: Final[SummaryFormat] = "quantcheck-summary/1"

@@ -11,6 +11,7 @@ from .formats import (
     FORCED_FORMAT,
     OVERVIEW_FORMAT,
     SUMMARY_FORMAT,
+    Count,
     DeterminismFormat,
     ForcedFormat,
     OverviewFormat,
@@ -33,8 +34,8 @@ class SideIdentity(msgspec.Struct, kw_only=True):
 
 
 class PerSide(msgspec.Struct):
-    a: int
-    b: int
+    a: Count
+    b: Count
 
 
 class Flips(msgspec.Struct):

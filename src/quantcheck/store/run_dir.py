@@ -43,6 +43,10 @@ from .files import (
     storage_error,
     write_atomic,
 )
+from .folder_kinds import COMPLETIONS as COMPLETIONS  # their names, re-exported
+from .folder_kinds import MANIFEST as MANIFEST
+from .folder_kinds import PROMPTS as PROMPTS
+from .folder_kinds import RUN, claim
 from .formats import MANIFEST_FORMAT, THROUGHPUT_FORMAT, ManifestFormat, ThroughputFormat
 from .preflight_records import Preflight
 from .prompt_sets import RequestOptions
@@ -61,9 +65,6 @@ if TYPE_CHECKING:  # pandas is imported by Run.frame alone: reading records neve
     import pandas as pd
 
 RecordT = TypeVar("RecordT", bound=msgspec.Struct)
-MANIFEST = "manifest.json"
-PROMPTS = "prompts.jsonl"
-COMPLETIONS = "completions.jsonl"
 THROUGHPUT = "throughput.json"
 MAX_JSON_BYTES = 1 << 30  # a manifest names each prompt's hash: 10 MB at 100,000 prompts
 MAX_SMALL_JSON_BYTES = 64 << 20  # a review or an approvals file
@@ -247,6 +248,8 @@ def read_throughput(run_dir: Path) -> Throughput | None:
 
 
 def write_throughput(run_dir: Path, throughput: Throughput) -> None:
+    """RUN_DIR/throughput.json, beside a run (or in a folder of its own)."""
+    claim(run_dir, RUN)
     make_directory(run_dir)
     write_json_atomic(run_dir / THROUGHPUT, msgspec.to_builtins(throughput))
 
