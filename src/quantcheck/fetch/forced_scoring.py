@@ -54,7 +54,7 @@ from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
 from ..store.run_dir import Run, ServerInfo, load_run
 from ..store.run_records import Completion, Prompt
-from ..store.runtimes import choose_model, mapping, whole_number
+from ..store.runtimes import choose_model, mapping, server_slots
 from ..triage.forced_figures import (
     Positions,
     noise_floor,
@@ -211,7 +211,7 @@ def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
     slot, reusing its cache: more prompts in flight than slots would evict each other."""
     if mode != "token-ids":
         return wanted
-    return min(wanted, whole_number(mapping(server.props).get("total_slots")) or 1)
+    return min(wanted, server_slots(server) or 1)
 
 
 class _Scorer:

@@ -95,6 +95,12 @@ class Faults:
     # A server that accepts `seed` and ignores it: sampled answers (temperature > 0)
     # differ between requests with the same seed.
     ignore_seed: bool = False
+    # Refuse a prompt of more tokens than this as llama-server does (HTTP 400, "the
+    # request exceeds the available context size"), whatever its props say.
+    refuse_over_tokens: int | None = None
+    # Answers without logprobs when another generation request was in flight with
+    # them (an engine whose batched path drops them; give latency_s so a batch overlaps).
+    no_logprobs_under_load: bool = False
 
 
 CHAT_TEMPLATES = {
@@ -211,6 +217,8 @@ class LabServer:
         self._routed: dict[str, int] = {}  # requests per prompt text (gating fault)
         self._cached: set[str] = set()  # prompt texts seen (prompt_cache fault)
         self._last_cached_prompt = ""  # prefix_cache_shift fault
+        self._flying: set[int] = set()  # request numbers in flight
+        self._overlapped: set[int] = set()  # those that were in flight with another
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -434,12 +442,16 @@ class LabServer:
         self.requests.append(body)
         self.authorizations.append(request.headers.get("Authorization"))
         self.in_flight += 1
+        if self._flying:  # requests in flight together (no_logprobs_under_load)
+            self._overlapped |= self._flying | {number}
+        self._flying.add(number)
         try:
             return await self._respond(request, body, number)
         except ConnectionResetError:  # the client went away (a cancelled filler request)
             return web.Response(status=499)
         finally:
             self.in_flight -= 1
+            self._flying.discard(number)
 
     async def _respond(self, request: web.Request, body: Mapping[str, object], number: int
                        ) -> web.StreamResponse:
@@ -464,6 +476,8 @@ class LabServer:
             content_type = "text/event-stream" if stream else "application/json"
             return web.Response(body=self.replay[kind], content_type=content_type)
         render = _Renderer(self, body, chat)
+        if self.faults.no_logprobs_under_load and number in self._overlapped:
+            render.logprobs = False
         if stream:
             return await self._stream(request, body, chat, number, render)
         steps: list[Step] = []
@@ -696,6 +710,10 @@ class LabServer:
                 return _flat_error(lab, message, lab.limit_status)
             return _json({"error": {"message": message, "type": "invalid_request_error",
                                     "param": None, "code": None}}, lab.limit_status)
+        over = self.faults.refuse_over_tokens
+        if over is not None and len(self.tokenize(prompt_text_of(body))) > over:
+            return _json(_error_body("the request exceeds the available context size, try "
+                                     "increasing it", 400), 400)
         limit = self.faults.max_top_logprobs
         if limit is not None and k > limit:
             message = (f"Requested sample logprobs of {k}, which is greater than max allowed: "
