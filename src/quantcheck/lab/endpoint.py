@@ -101,6 +101,8 @@ class Faults:
     # Answers without logprobs when another generation request was in flight with
     # them (an engine whose batched path drops them; give latency_s so a batch overlaps).
     no_logprobs_under_load: bool = False
+    # One request computed at a time (a server with one slot): latency_s each, in turn.
+    one_at_a_time: bool = False
 
 
 CHAT_TEMPLATES = {
@@ -219,6 +221,7 @@ class LabServer:
         self._last_cached_prompt = ""  # prefix_cache_shift fault
         self._flying: set[int] = set()  # request numbers in flight
         self._overlapped: set[int] = set()  # those that were in flight with another
+        self._one_slot = asyncio.Lock()  # one_at_a_time
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -462,7 +465,10 @@ class LabServer:
             injected = self._injected_status(number)
             return injected if injected is not None else await self._scored(body)
         stream = bool(body.get("stream"))
-        if self.faults.latency_s:
+        if self.faults.latency_s and self.faults.one_at_a_time:
+            async with self._one_slot:
+                await asyncio.sleep(self.faults.latency_s)
+        elif self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)
         rejection = self._rejection(body, request)
         if rejection is not None:

@@ -198,10 +198,10 @@ async def _certify(side: Side, plan: Plan, prompts: list[Prompt],
     cache_control = await sender.check_cache_control()
     seed_control = await sender.check_seed(plan)
     endpoint = public_url(side.settings.endpoint)
-    started = time.perf_counter()
     pace = await warm_up(sender)
     rounds = sender.rounds_to_send(plan)
     estimate = estimate_seconds(rounds, pace)
+    started = time.perf_counter()
     if progress is not None:
         progress.planned(Outline(endpoint, sum(len(r.probes) for r in rounds), plan.requests,
                                  len(rounds), estimate, pace))

@@ -225,7 +225,7 @@ class Certificate(msgspec.Struct, kw_only=True):
     seed: int
     requests: int  # sent (the plan's requests of the levels that were tested)
     planned_requests: int = 0
-    seconds: float | None = None  # sending the plan took (warm-up included)
+    seconds: float | None = None  # sending the plan took (its warm-up aside)
     estimated_seconds: float | None = None  # the estimate printed before it was sent
     cache_control: str  # how the prefix cache was turned off, or that it could not be
     # how seeded sampling was tested ("seed 0 at temperature 1.0 ..."), or why it was not
