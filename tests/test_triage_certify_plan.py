@@ -72,3 +72,10 @@ def test_a_batch_takes_as_long_as_the_server_computes_it() -> None:
     prefill = Pace(answer=1.0, per_word=0.01, slots=1)
     assert estimate_seconds(rounds(1, words=100), prefill) == pytest.approx(2.0)
     assert probe_words(Probe(factor="prefix", level="prefix=3", prefix="a b c")) == 3
+    # a prompt whose prefix a sibling put in the cache is not computed again
+    sibling = Probe(factor="cache", level="prefix=100", cache=True,
+                    filler=" ".join(["w"] * 100))
+    cached = Probe(factor="cache", level="prefix=100", cache=True, prompt_id="p",
+                   prefix=" ".join(["w"] * 100))
+    assert estimate_seconds([Round(probes=[sibling]), Round(probes=[cached])], prefill) == \
+        pytest.approx(3.0)

@@ -19,8 +19,8 @@ smallest context of the endpoints a plan is sent to (a certificate and its contr
 `plan_requests` counts a plan's requests by arithmetic, before anything is built.
 
 `estimate_seconds`: a round takes its requests' seconds (an answer alone, plus each
-prompt word beyond the prompt's own) over the answers the server computes at once,
-all of them measured in the warm-up (`Pace`).
+prompt word beyond the prompt's own that is not cached) over the answers the server
+computes at once, all of them measured in the warm-up (`Pace`).
 """
 
 from __future__ import annotations
@@ -184,8 +184,14 @@ def probe_words(probe: Probe) -> int:
     return len(probe.prefix.split()) + len(probe.filler.split())
 
 
+def computed_words(probe: Probe) -> int:
+    """The words a probe's server computes beyond its prompt: none of a prefix a
+    sibling already computed into the cache (the `cache` factor's prompts)."""
+    return 0 if probe.cache and probe.prompt_id else probe_words(probe)
+
+
 def round_seconds(round_: Round, pace: Pace) -> float:
-    seconds = [pace.answer + pace.per_word * probe_words(p) for p in round_.probes]
+    seconds = [pace.answer + pace.per_word * computed_words(p) for p in round_.probes]
     if not seconds:
         return 0.0
     return max(max(seconds), sum(seconds) / pace.parallel(len(seconds)))
