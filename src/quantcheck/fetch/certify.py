@@ -17,7 +17,8 @@ prefix cache cannot be emptied or the requests turn it off, the `seed` factor wh
 the server refuses a seed, and a level (with the levels held to it) from the first
 request the server refuses as too long for its context.
 
-The warm-up (`warm_up`, not counted) measures the `Pace` the time estimate rests on.
+The warm-up (certify_warm_up.py, not counted) measures the `Pace` the time estimate
+and the fit of a level rest on.
 
 MoE routing (`routed_experts`): asked of SGLang in each body (vLLM sends it when
 started to, on whole answers only); each answer keeps a digest per generated token of
@@ -26,9 +27,7 @@ the experts it was routed to. Routing that cannot be this answer's is not kept.
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -42,14 +41,9 @@ from ..store.runtimes import context_length, server_slots
 from ..triage.certificate_coverage import why_untested
 from ..triage.certify_plan import (
     ASSUMED_CONTEXT,
-    FILLER_HEAD,
     TOKENS_PER_WORD,
-    Pace,
     fits,
     probe_words,
-    tokens_per_word,
-    words,
-    words_that_fit,
 )
 from ..triage.routing import row_digests
 from ..wire.client import (
@@ -381,59 +375,6 @@ class Refused:
 def client_for(settings: CertifySettings) -> EndpointClient:
     return EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
                           settings.timeout, max_response_mb=settings.max_response_mb)
-
-
-WARM_UP_PREFIX_WORDS = 512
-WARM_UP_AT_ONCE = 4  # requests sent together to see how many the server computes at once
-
-
-async def _measure(sender: PlanSender, probe: Probe) -> tuple[float, int | None]:
-    """A request's seconds, and the prompt tokens the server counted (None: unsaid)."""
-    started = time.perf_counter()
-    got = await sender.ask(probe)
-    seconds = time.perf_counter() - started
-    usage = got.usage if isinstance(got, Generation) else None
-    counted = (usage or {}).get("prompt_tokens")
-    return seconds, counted if isinstance(counted, int) else None
-
-
-async def warm_up(sender: PlanSender) -> Pace:
-    """Requests that are not counted: the first prompt alone (the server's first answer
-    may differ from later ones: kernels chosen, caches filled), then measured: the
-    first prompt alone, a short filler, the first prompt after a prefix with the cache
-    off (the seconds and tokens a word adds), and fillers sent together (how many the
-    server computes at once). A round's time is not one request's: a batch of 8 on a
-    server with one slot takes 8 answers' time, and a long filler's prefill more."""
-    rng = random.Random(0)
-    alone = Probe(factor="repeat", level="warm-up", prompt_id=sender.first.id)
-    filler = Probe(factor="batch", level="warm-up", filler=FILLER_HEAD + words(rng, 32))
-    await sender.ask(alone)
-    answer, counted = await _measure(sender, alone)
-    filler_seconds, _ = await _measure(sender, filler)
-    extra = min(WARM_UP_PREFIX_WORDS, words_that_fit(sender.facts.context_tokens,
-                                                     sender.max_tokens)
-                - sender.words[sender.first.id])
-    per_word, per_token = 0.0, None
-    if extra >= 32:
-        prefixed = Probe(factor="prefix", level="warm-up", prompt_id=sender.first.id,
-                         prefix=words(rng, extra))
-        seconds, longer = await _measure(sender, prefixed)
-        per_word = max(0.0, (seconds - answer) / extra)
-        if counted is not None and longer is not None and longer > counted:
-            per_token = (longer - counted) / extra
-    tried = min(WARM_UP_AT_ONCE, sender.facts.slots or WARM_UP_AT_ONCE)
-    at_once = 1.0
-    if tried > 1:
-        together = await _seconds(all_or_none(sender.ask(filler) for _ in range(tried)))
-        at_once = min(float(tried), max(1.0, tried * filler_seconds / max(together, 1e-6)))
-    sender.tokens_per_word = tokens_per_word(per_token)
-    return Pace(max(answer, filler_seconds), per_word, at_once, tried, sender.facts.slots)
-
-
-async def _seconds(work: Awaitable[object]) -> float:
-    started = time.perf_counter()
-    await work
-    return time.perf_counter() - started
 
 
 async def send_rounds(sender: PlanSender, rounds: list[Round],

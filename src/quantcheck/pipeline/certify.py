@@ -33,8 +33,8 @@ from ..fetch.certify import (
     max_tokens_of,
     send_rounds,
     server_facts,
-    warm_up,
 )
+from ..fetch.certify_warm_up import warm_up
 from ..fetch.preflight import PreflightFailed, ProbeShape, run_preflight
 from ..gate.certificate_gate import certificate_junit, decide_certificate
 from ..gate.verdict import GateResult, Policy
@@ -45,7 +45,8 @@ from ..store.preflight_records import Preflight
 from ..store.prompt_entries import RequestOptions
 from ..store.prompt_sets import load_prompts
 from ..store.run_records import Prompt
-from ..triage.certificate import certify, control_note, control_result, untested_control
+from ..triage.certificate import certify
+from ..triage.certificate_control import control_note, control_result, untested_control
 from ..triage.certify_plan import Pace, estimate_seconds, make_plan, plan_requests
 from ..wire.client import EndpointClient, public_url
 from .event_loop import run_blocking

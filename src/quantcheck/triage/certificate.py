@@ -14,12 +14,9 @@ rate is below 3/N at 95% confidence (the rule of three); the exact binomial boun
 
 A level planned and not tested (its reason from the sender) makes no comparison; the
 certificate names it, and certifies only what was tested ("certified in part"). An
-example says what differed: the first token that differs, or, where the tokens agree,
-the logprob (or alternatives) that moved and at which token.
+example says what differed (triage/certificate_difference.py).
 
-A control is judged as tested only when it can show something: a mismatch (the test
-detects variation there), or every request answered with comparisons made (it did
-not); otherwise "control not tested" and why.
+The control's result: triage/certificate_control.py.
 
 MoE routing (answers collected with --routed-experts): a comparison's routing differs
 when any token both answers generated alike (up to and including the first that
@@ -38,7 +35,6 @@ from ..store.certificate_records import (
     FACTORS,
     Answer,
     Certificate,
-    ControlResult,
     Example,
     Factor,
     FactorResult,
@@ -54,6 +50,7 @@ from .certificate_coverage import (
     verdict,
     why_untested,
 )
+from .certificate_difference import Difference, difference
 
 EXAMPLES_PER_FACTOR = 3
 EXAMPLE_CHARS = 300
@@ -102,68 +99,6 @@ def compare_answers(baseline: Answer, other: Answer
     deltas = [abs(a - b) for a, b in zip(baseline.logprobs[:end], other.logprobs[:end],
                                          strict=False) if a is not None and b is not None]
     return same, first, max(deltas, default=None)
-
-
-@dataclass(frozen=True)
-class Difference:
-    """What differed between an answer and its baseline, and where."""
-
-    said: str
-    position: int | None = None
-    baseline_token: str | None = None
-    other_token: str | None = None
-    baseline_logprob: float | None = None
-    other_logprob: float | None = None
-
-
-def difference(baseline: Answer, other: Answer) -> Difference:
-    """The first thing that differs: a token, a chosen logprob where the tokens agree,
-    the alternatives, the length; the text where either carries no logprobs."""
-    if not baseline.tokens or not other.tokens:
-        return _text_difference(baseline.text, other.text)
-    for n, (a, b) in enumerate(zip(baseline.tokens, other.tokens, strict=False)):
-        if a != b:
-            return Difference(f"token {n}: {a!r} against {b!r}", n, a, b)
-    shorter = min(len(baseline.tokens), len(other.tokens))
-    if len(baseline.tokens) != len(other.tokens):
-        longer, which = (other, "the other answer") if len(other.tokens) > shorter \
-            else (baseline, "the baseline")
-        return Difference(f"{which} goes on at token {shorter} with "
-                          f"{longer.tokens[shorter]!r}", shorter)
-    for n in range(shorter):
-        held, moved = _logprob(baseline, n), _logprob(other, n)
-        if held != moved:
-            return Difference(f"logprob of token {n} {baseline.tokens[n]!r}: {held!r} against "
-                              f"{moved!r}", n, baseline.tokens[n], other.tokens[n], held, moved)
-    for n in range(shorter):
-        if _at(baseline.top, n) != _at(other.top, n):
-            return Difference(f"the alternatives at token {n} {baseline.tokens[n]!r}: "
-                              f"{_alternatives(baseline.top, n)} against "
-                              f"{_alternatives(other.top, n)}", n, baseline.tokens[n],
-                              other.tokens[n])
-    return Difference("nothing differs")
-
-
-def _at(values: Sequence[object], n: int) -> object:
-    return values[n] if n < len(values) else None
-
-
-def _logprob(answer: Answer, n: int) -> float | None:
-    return answer.logprobs[n] if n < len(answer.logprobs) else None
-
-
-def _alternatives(top: Sequence[Sequence[tuple[str, float]]], n: int) -> str:
-    listed = top[n] if n < len(top) else []
-    return ", ".join(f"{token!r} {logprob!r}" for token, logprob in listed[:5]) or "none"
-
-
-def _text_difference(baseline: str, other: str) -> Difference:
-    n = next((i for i, (a, b) in enumerate(zip(baseline, other, strict=False)) if a != b),
-             min(len(baseline), len(other)))
-    if baseline == other:
-        return Difference("nothing differs (texts compared: no logprobs)")
-    return Difference(f"text at character {n}: {baseline[n:n + 12]!r} against "
-                      f"{other[n:n + 12]!r} (texts compared: no logprobs)", n)
 
 
 def baseline_key(answer: Answer) -> tuple[str, str]:
@@ -452,47 +387,3 @@ def certify(answers: Sequence[Answer], plan: Plan, failed: int, endpoint: str, m
         requests=plan.requests, planned_requests=plan.requests, cache_control=cache_control,
         seed_control=seed_control, factors=factors,
         prompt_results=prompt_results(found), examples=_examples(found))
-
-
-def control_result(control: Certificate) -> ControlResult:
-    """The control run, as the certificate reports it: detected when it varied; not
-    tested when it could show nothing (no comparison, or requests unanswered where
-    nothing varied: what did not answer might have)."""
-    why = None
-    if not control.mismatches and not control.comparisons:
-        why = f"it made no comparison ({control.statement})"
-    elif not control.mismatches and control.failed_requests:
-        why = (f"{control.failed_requests} of its requests failed and the rest did not "
-               "vary: what was not answered might have")
-    return ControlResult(endpoint=control.endpoint, detected=control.mismatches > 0,
-                         statement=why or control.statement, mismatches=control.mismatches,
-                         comparisons=control.comparisons, tested=why is None,
-                         not_tested=control.not_tested)
-
-
-def untested_control(endpoint: str, why: str) -> ControlResult:
-    """A control that could not be run to its end (unreachable, refused, stopped)."""
-    return ControlResult(endpoint=endpoint, detected=False, statement=why, mismatches=0,
-                         comparisons=0, tested=False)
-
-
-NO_CONTROL = ("no control was run: this certificate does not show that the test would "
-              "have seen variation on this setup (give --control URL of a configuration "
-              "expected to vary)")
-
-
-def control_note(control: ControlResult | None) -> str:
-    if control is None:
-        return NO_CONTROL
-    if not control.tested:
-        return (f"control not tested: {control.endpoint}: {control.statement}; this "
-                "certificate does not show that the test would have seen variation on "
-                "this setup")
-    untested = (f"; the control's levels not tested: {not_tested_phrase(control.not_tested)}"
-                if control.not_tested else "")
-    if control.detected:
-        return (f"the control {control.endpoint} was detected as varying "
-                f"({control.mismatches} mismatches in {control.comparisons} comparisons)"
-                + untested)
-    return (f"the control {control.endpoint} was NOT detected as varying: this test could "
-            "not tell a varying configuration on this setup, so a pass says little" + untested)
