@@ -71,7 +71,7 @@ from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
 from ..store.run_dir import Run, ServerInfo, load_run
 from ..store.run_records import Completion, Prompt
-from ..store.runtimes import choose_model, mapping, whole_number
+from ..store.runtimes import choose_model, mapping, server_slots
 from ..triage.forced_figures import (
     Positions,
     noise_floor,
@@ -279,7 +279,7 @@ def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
     kept on, evict each other's)."""
     if mode != "token-ids":
         return wanted
-    return min(wanted, whole_number(mapping(server.props).get("total_slots")) or 1)
+    return min(wanted, server_slots(server) or 1)
 
 
 class _Scorer:

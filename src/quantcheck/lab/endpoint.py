@@ -101,6 +101,14 @@ class Faults:
     # token ids an earlier one began with comes back with its logprobs moved by 1e-7
     # relative for each such earlier request, unless the body says cache_prompt: false.
     scoring_cache_shift: bool = False
+    # Refuse a prompt of more tokens than this as llama-server does (HTTP 400, "the
+    # request exceeds the available context size"), whatever its props say.
+    refuse_over_tokens: int | None = None
+    # Answers without logprobs when another generation request was in flight with
+    # them (an engine whose batched path drops them; give latency_s so a batch overlaps).
+    no_logprobs_under_load: bool = False
+    # One request computed at a time (a server with one slot): latency_s each, in turn.
+    one_at_a_time: bool = False
 
 
 CHAT_TEMPLATES = {
@@ -218,6 +226,9 @@ class LabServer:
         self._cached: set[str] = set()  # prompt texts seen (prompt_cache fault)
         self._last_cached_prompt = ""  # prefix_cache_shift fault
         self._scored_starts: dict[tuple[int, ...], int] = {}  # scoring_cache_shift fault
+        self._flying: set[int] = set()  # request numbers in flight
+        self._overlapped: set[int] = set()  # those that were in flight with another
+        self._one_slot = asyncio.Lock()  # one_at_a_time
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -442,12 +453,16 @@ class LabServer:
         self.requests.append(body)
         self.authorizations.append(request.headers.get("Authorization"))
         self.in_flight += 1
+        if self._flying:  # requests in flight together (no_logprobs_under_load)
+            self._overlapped |= self._flying | {number}
+        self._flying.add(number)
         try:
             return await self._respond(request, body, number)
         except ConnectionResetError:  # the client went away (a cancelled filler request)
             return web.Response(status=499)
         finally:
             self.in_flight -= 1
+            self._flying.discard(number)
 
     async def _respond(self, request: web.Request, body: Mapping[str, object], number: int
                        ) -> web.StreamResponse:
@@ -458,7 +473,10 @@ class LabServer:
             injected = self._injected_status(number)
             return injected if injected is not None else await self._scored(body)
         stream = bool(body.get("stream"))
-        if self.faults.latency_s:
+        if self.faults.latency_s and self.faults.one_at_a_time:
+            async with self._one_slot:
+                await asyncio.sleep(self.faults.latency_s)
+        elif self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)
         rejection = self._rejection(body, request)
         if rejection is not None:
@@ -473,6 +491,8 @@ class LabServer:
             return web.Response(body=self.replay[kind], content_type=content_type)
         render = _Renderer(self, body, chat)
         render.cached = self._cache_hit(_keep_last(body, self.faults.sliding_window))
+        if self.faults.no_logprobs_under_load and number in self._overlapped:
+            render.logprobs = False
         if stream:
             return await self._stream(request, body, chat, number, render)
         steps: list[Step] = []
@@ -722,6 +742,10 @@ class LabServer:
                 return _flat_error(lab, message, lab.limit_status)
             return _json({"error": {"message": message, "type": "invalid_request_error",
                                     "param": None, "code": None}}, lab.limit_status)
+        over = self.faults.refuse_over_tokens
+        if over is not None and len(self.tokenize(prompt_text_of(body))) > over:
+            return _json(_error_body("the request exceeds the available context size, try "
+                                     "increasing it", 400), 400)
         limit = self.faults.max_top_logprobs
         if limit is not None and k > limit:
             message = (f"Requested sample logprobs of {k}, which is greater than max allowed: "
