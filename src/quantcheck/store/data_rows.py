@@ -30,8 +30,9 @@ from typing import Protocol, TypeVar
 import orjson
 
 from ..errors import PromptFileError
+from .entry_fields import Where, mapping
 from .files import UnreadableFile, open_regular
-from .prompt_entries import Where, loads_exact, mapping
+from .prompt_entries import loads_exact
 from .yamlfile import not_utf8_at
 
 T = TypeVar("T")
