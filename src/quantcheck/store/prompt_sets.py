@@ -14,7 +14,7 @@ from ..errors import PromptFileError
 from .data_prompts import LoadedSource, is_data_source, load_data_source
 from .data_rows import SUFFIXES as DATA_SUFFIXES
 from .entry_fields import Where, mapping, reject_unknown
-from .files import UnreadableFile, open_regular
+from .files import UnreadableFile, bounded_lines, open_regular
 from .prompt_entries import (
     APIS,
     DEFAULT_MAX_TOKENS,
@@ -27,7 +27,7 @@ from .prompt_entries import (
     request_hash,
 )
 from .run_records import Prompt
-from .yamlfile import SafeLoader, read_yaml
+from .yamlfile import MAX_YAML_BYTES, SafeLoader, read_yaml
 
 __all__ = ["APIS", "DEFAULT_MAX_TOKENS", "GREEDY_FIELDS", "LoadedSource", "RequestOptions",
            "SourceOptions", "file_sha256", "load_prompts", "load_sources", "request_hash",
@@ -129,8 +129,9 @@ def _is_source_file(path: Path) -> bool:
         return False
     try:
         with open_regular(path) as stream:
-            return any(line.startswith(b"source:") for line in stream)
-    except (OSError, UnreadableFile):
+            return any(line.startswith(b"source:")
+                       for _, line in bounded_lines(stream, path, MAX_YAML_BYTES))
+    except (OSError, UnreadableFile):  # read again as a prompt set, which says why not
         return False
 
 
