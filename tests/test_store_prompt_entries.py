@@ -215,3 +215,44 @@ def test_a_source_files_default_expect_checks_every_row(tmp_path: Path) -> None:
     assert a.expect == Expect(not_contains=["Sydney"])
     assert b.expect == Expect(contains=["Paris"], not_contains=["Sydney"])
     assert "expect" not in a.request
+
+
+DEFAULT_VALUES = {
+    "expect": st.sampled_from([{"contains": "Canberra"}, {"not_contains": ["Sydney"]},
+                               {"regex": "("}, {"number": 3}, "text", {}]),
+    "category": st.sampled_from(["geo", "", 3]),
+    "tags": st.sampled_from([["a"], "b", [1]]),
+    "haystack": st.sampled_from([None, {"tokens": 50, "needle": "N."}, {"tokens": 0}]),
+    "extra": st.sampled_from([{"min_p": 0}, {"expect": {"contains": "x"}}, [1]]),
+    "api": st.sampled_from(["chat", "completions", "rest"]),
+    "max_tokens": st.sampled_from([8, 0, "8"]),
+    "id": st.just("x"), "messages": st.just([{"role": "user", "content": "q"}]),
+    "min_p": st.sampled_from([0, 0.1]), "stop": st.sampled_from(["\n", 3]),
+}
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.dictionaries(st.sampled_from(sorted(DEFAULT_VALUES)), st.none(), max_size=5)
+       .flatmap(lambda keys: st.fixed_dictionaries({k: DEFAULT_VALUES[k] for k in keys})),
+       st.sampled_from([None, {"contains": "Paris"}]))
+def test_any_defaults_apply_to_every_prompt_or_are_one_clear_error(
+        defaults: dict[str, object], own: dict[str, object] | None) -> None:
+    """Whatever `defaults` holds: prompts that send no key quantcheck reads and whose
+    expect holds the defaults' checks under their own, or one error naming the field."""
+    entry: dict[str, object] = {"id": "a", "prompt": "Q {haystack}"}
+    if own is not None:
+        entry["expect"] = own
+    default_expect = defaults.get("expect")
+    merged = {**(default_expect if isinstance(default_expect, dict) else {}), **(own or {})}
+    with tempfile.TemporaryDirectory() as folder:
+        path, alone = Path(folder) / "set.yaml", Path(folder) / "alone.yaml"
+        path.write_text(json.dumps({"defaults": defaults, "prompts": [entry]}))
+        alone.write_text(json.dumps({"prompts": [{"id": "a", "prompt": "Q", "expect": merged}]}))
+        try:
+            prompt, = load_prompts([path])
+        except PromptFileError as exc:
+            assert str(exc).startswith(str(path)) and "field '" in str(exc), str(exc)
+            return
+        # the defaults' checks under the prompt's own: as if the prompt held them all
+        assert prompt.expect == (load_prompts([alone])[0].expect if merged else None)
+    assert set(OWN_FIELDS) & set(prompt.request) <= {"prompt", "messages"}
