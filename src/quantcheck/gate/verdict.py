@@ -185,7 +185,8 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
     skipped = [r.prompt_id for r in compared if SKIPPED in (r.a_expect, r.b_expect)]
     rules.append(_rule("skipped_checks", *_with(
-        "with a skipped expect check (code: compare with --allow-code-exec to run it)"),
+        "with a skipped expect check (its reason says why: code runs with "
+        "--allow-code-exec; a stopped pattern search needs its pattern rewritten)"),
         skipped, policy.max_skipped_checks))
     signatures = [f"{side.upper()}: {m.signature}" for side, found in
                   sorted(summary.log_matches.items()) for m in found if m.blocking]
