@@ -73,8 +73,8 @@ def _short_capped_loop(text: str) -> bool:
     if len(words) < 4:
         return False
     for period in _candidate_periods(words, len(words) // 2):
-        run = _periodic_tail(words, period)
-        if run >= max(CAPPED_LOOP_COPIES * period, 4) and run >= CAPPED_LOOP_SHARE * len(words):
+        if _tail_repeats(words, period, max(CAPPED_LOOP_COPIES * period, 4,
+                                            CAPPED_LOOP_SHARE * len(words))):
             return True
     if len(words) >= 6 and len(set(words)) <= max(2, CAPPED_DISTINCT_SHARE * len(words)):
         return True
@@ -91,11 +91,11 @@ def _ends_in_loop(text: str) -> bool:
     """
     words = text.split()
     for period in _candidate_periods(words, min(50, len(words) // 4)):
-        if _periodic_tail(words, period) >= max(4 * period, 12, 0.3 * len(words)):
+        if _tail_repeats(words, period, max(4 * period, 12, 0.3 * len(words))):
             return True
     tail = text.rstrip()[-512:]
     for period in _candidate_periods(tail, min(64, len(tail) // 8)):
-        if _periodic_tail(tail, period) >= max(8 * period, 48, 0.3 * len(tail)):
+        if _tail_repeats(tail, period, max(8 * period, 48, 0.3 * len(tail))):
             return True
     return _near_loop(tail)
 
@@ -118,15 +118,41 @@ def _near_loop(tail: str, short: bool = False) -> bool:
     words = _FILLER.findall(tail)
     # a short (capped) answer: three periods and half the answer are enough
     copies, least, share = (3, 12, CAPPED_LOOP_SHARE) if short else (4, 48, 0.3)
-    for trimmed in range(min(16, len(full_shape) // 2)):
+    least = max(least, share * len(full_shape))
+    trims, longest = min(16, len(full_shape) // 2), min(64, len(full_shape) // copies)
+    if not _may_repeat(full_shape, math.ceil(least), longest, trims):
+        return False
+    # what `_tail_repeats` asks of each period, asked once here: this loop runs up to
+    # 16 cuts times 64 periods on every capped answer
+    needed = [0] + [max(math.ceil(max(copies * period, least)) - period, 1)
+                    for period in range(1, longest + 1)]
+    for trimmed in range(trims):
         shape = full_shape[:len(full_shape) - trimmed]
-        for period in _candidate_periods(shape, min(64, len(shape) // copies)):
-            run = _periodic_tail(shape, period)
-            if run >= max(copies * period, least, share * len(full_shape)):
+        size = len(shape)
+        for period in _candidate_periods(shape, min(64, size // copies)):
+            tail = needed[period]
+            if tail <= size - period and \
+                    shape[size - tail:] == shape[size - tail - period:size - period]:
+                run = _periodic_tail(shape, period)
                 inside = shape[-run:].count("\0")
                 after = full_shape[len(shape):].count("\0")
                 region = words[len(words) - after - inside:len(words) - after]
                 return len(region) >= 3 and len(set(region)) <= max(3, len(region) // 4)
+    return False
+
+
+def _may_repeat(shape: str, least: int, longest: int, trims: int) -> bool:
+    """False when no period up to `longest` can repeat over the last `least` characters
+    of `shape` cut by fewer than `trims` (what `_near_loop` looks for): each such run
+    covers positions len - least + period to len - trims, so they must repeat there.
+    One slice comparison a period, where `_near_loop` would try every cut and period
+    (it took most of `compare`'s loop checks on capped answers)."""
+    size = len(shape)
+    for period in range(1, longest + 1):
+        start, end = size - least + period, size - trims + 1
+        if start >= end or start < period or \
+                shape[start:end] == shape[start - period:end - period]:
+            return True
     return False
 
 
@@ -145,6 +171,16 @@ def _periodic_tail(items: str | list[str], period: int) -> int:
         index -= 1
     run = len(items) - 1 - index
     return run + period if run else 0
+
+
+def _tail_repeats(items: str | list[str], period: int, least: float) -> bool:
+    """Whether `_periodic_tail(items, period) >= least` (`least` above 0), with one slice
+    comparison: a tail that repeats, repeats in every shorter tail too. Counting the run
+    item by item for every candidate period took a third of `compare`'s time."""
+    size = len(items)
+    needed = max(math.ceil(least) - period, 1)  # trailing items that must repeat
+    return needed <= size - period and \
+        items[size - needed:] == items[size - needed - period:size - period]
 
 
 # --- token streams -----------------------------------------------------------------
@@ -267,7 +303,8 @@ def kl_per_position(a: Tokens, b: Tokens, positions: int) -> list[float]:
     prefix) the bound is computed for all such positions at once with numpy.
     """
     same = [i for i in range(positions) if a.top_text[i] == b.top_text[i]]
-    widths = {len(a.top_text[i]) for i in same}
+    a_rows = a.top_text
+    widths = {len(a_rows[i]) for i in same}
     values: dict[int, float] = {}
     if same and len(widths) == 1 and widths != {0}:
         a_lp = np.array([a.top_logprob[i] for i in same], dtype=float)
