@@ -17,6 +17,7 @@ import msgspec
 from ..errors import ExitCode
 from ..gate.explain import Failure, markdown_table
 from ..gate.overview import CandidatesGate
+from ..gate.verdict import review_phrase
 from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
@@ -281,7 +282,8 @@ def candidates_markdown(decision: CandidatesGate, overview: Overview,
              f"{len(decision.candidates)} candidates", "",
              "| candidate | verdict | why |", "|---|---|---|"]
     for label, result in decision.candidates.items():
-        lines.append(f"| {label} | {result.verdict} | {'; '.join(result.reasons())} |")
+        why = [*result.reasons(), review_phrase(result.flips_to_review)]
+        lines.append(f"| {label} | {result.verdict} | {'; '.join(filter(None, why))} |")
     choice = decision.recommendation
     lines += ["", f"Recommended: **{choice.label}**, {choice.reason}." if choice.label
               else f"No candidate is recommended: {choice.reason}."]
