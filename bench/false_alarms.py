@@ -101,15 +101,14 @@ def missing_binaries() -> list[str]:
 
 def interval(failed: int, runs: int) -> tuple[float, float]:
     """The 95% interval of a rate seen `failed` times in `runs`: the rule of three when
-    none (or all) failed, the exact Clopper-Pearson interval otherwise."""
+    none failed (at most 3/runs), the exact Clopper-Pearson interval otherwise."""
     if runs == 0:
         return 0.0, 1.0
     if failed == 0:
         return 0.0, min(1.0, 3 / runs)
-    if failed == runs:
-        return max(0.0, 1 - 3 / runs), 1.0
-    return (_bisect(lambda p: _tail_at_least(failed, runs, p) - 0.025),
-            _bisect(lambda p: 0.025 - _tail_at_most(failed, runs, p)))
+    low = _bisect(lambda p: _tail_at_least(failed, runs, p) - 0.025)
+    high = 1.0 if failed == runs else _bisect(lambda p: 0.025 - _tail_at_most(failed, runs, p))
+    return low, high
 
 
 def _bisect(rising: Callable[[float], float]) -> float:
@@ -253,7 +252,7 @@ def measure(folder: Path, settings: Settings, progress: bool = True) -> Figures:
 
 def rate(failed: int, runs: int) -> str:
     low, high = interval(failed, runs)
-    how = "rule of three" if failed in (0, runs) else "exact 95% interval"
+    how = "rule of three" if failed == 0 else "exact 95% interval"
     return f"{failed} of {runs} ({100 * low:.0f}% to {100 * high:.0f}%, {how})"
 
 
@@ -292,7 +291,9 @@ def main() -> None:
     print(table(figures))
     print(f"\nreference: {settings.repeats} repeats, {figures.reference_prompts_varying} of "
           f"{settings.questions} prompts varied; {seconds:.0f} s")
-    path = save("false_alarms", {"settings": asdict(settings), "seconds": round(seconds, 1),
+    name = "false_alarms" if settings == Settings() else (
+        f"false_alarms_{settings.questions}q_{settings.reruns}x{settings.regressed}")
+    path = save(name, {"settings": asdict(settings), "seconds": round(seconds, 1),
                                  "reference_prompts_varying": figures.reference_prompts_varying,
                                  "reruns": [asdict(r) for r in figures.reruns]})
     print(f"written: {path}")
