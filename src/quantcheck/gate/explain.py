@@ -149,9 +149,10 @@ def fork_words(row: PairRow) -> str:
     (A unsure, B sure)', or "" where the streams were not compared by token."""
     if row.first_divergence is None or row.divergence_a_token is None:
         return ""
-    gaps = [f"{gap:.3f} nats apart on {side}" if side == "A" else f"{gap:.3f} on {side}"
-            for side, gap in (("A", row.divergence_gap), ("B", row.divergence_b_gap))
-            if gap is not None]
+    gaps = [f"{row.divergence_gap:.3f} nats apart on A" if row.divergence_gap is not None
+            else "B's token not in A's top-k"]
+    if row.divergence_b_gap is not None:
+        gaps.append(f"{row.divergence_b_gap:.3f} on B")
     unsure = UNSURE_WORDS.get(row.unsure_side or "")
     return (f"; fork at token {row.first_divergence} (A {row.divergence_a_token!r}, B "
             f"{row.divergence_b_token!r})" + (f": {', '.join(gaps)}" if gaps else "")
