@@ -100,12 +100,14 @@ def test_the_nondeterministic_fault_varies_with_no_batch_factor(
 def test_the_gate_applies_max_nondeterministic_prompts_to_a_certificate(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     """One rule in one place: `quantcheck gate CERT_DIR` reads certificate.json and
-    applies the policy's max_nondeterministic_prompts (off by default)."""
+    applies the policy's max_nondeterministic_prompts (0 by default, null: off)."""
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(nondeterministic=True))
     out = tmp_path / "c"
     result, _ = certify(server.url, write_prompts(PROMPTS), out)
-    assert result.exit_code == 0, result.output  # no limit given: reported, not failed
-    off = invoke("gate", out)
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
+    policy = tmp_path / "off.yaml"
+    policy.write_text("max_nondeterministic_prompts: null\n")
+    off = invoke("gate", out, "--policy", policy)
     assert off.exit_code == 0, off.output
     assert "quantcheck determinism: PASS" in off.output
     policy = tmp_path / "policy.yaml"
@@ -153,7 +155,7 @@ def test_a_batch_variant_server_is_attributed_to_batch_size(
     server = serve(ScriptedModel(), dialect="llama.cpp",
                    faults=Faults(batch_variant_at=4, latency_s=0.1))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
-    assert result.exit_code == 0, result.output  # no limit given: reported, not failed
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     assert certificate.explanation == "varies only when batch size >= 4"
     explained = factors(certificate)
     assert [explained[f] for f in ("repeat", "stream", "prefix", "cache", "seed")] == \
@@ -170,7 +172,7 @@ def test_a_shifting_prefix_cache_is_attributed_to_the_cache(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     assert certificate.explanation == "varies only when a shared prefix is cached (prefix >= " \
         "511 words)"
     explained = factors(certificate)
@@ -183,7 +185,7 @@ def test_a_server_that_ignores_the_seed_is_named_seed_not_honoured(
     server = serve(ScriptedModel(), dialect="vllm", faults=Faults(ignore_seed=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--trials", "4")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     assert certificate.explanation == \
         "seed not honoured: sampled answers with the same seed differ"
     explained = factors(certificate)
@@ -227,7 +229,7 @@ def test_moe_routing_says_variation_begins_after_routing_when_only_batches_vary(
                    faults=Faults(routing=True, batch_variant_at=4, latency_s=0.1))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--routed-experts")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     routing = routing_of(certificate)
     assert re.fullmatch(r"variation begins after routing: routing identical in (\d+) of "
                         r"\1 varying comparisons \(the experts' reduction or finalize\)",
@@ -250,7 +252,7 @@ def test_moe_routing_says_variation_begins_in_the_gating(
                                  gating_nondeterministic=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--routed-experts")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     assert routing_of(certificate)["repeat"] == ("variation begins in the gating: routing "
                                                  "differs in 2 of 2 varying comparisons "
                                                  "(first at token 1)")

@@ -16,9 +16,11 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.files import StorageError, write_atomic
+from quantcheck.store.files import CSV_WRITTEN_WITH, StorageError, csv_rows, write_atomic
 from quantcheck.store.run_dir import load_run, write_json_atomic
 
 from .conftest import Serve, WritePrompts, assert_one_clear_line, invoke, run_with_file_limit
@@ -244,3 +246,24 @@ def test_symbolic_links_in_a_loop_are_one_clear_error(
     assert f"error: {named}: cannot follow its symbolic links" in result.output
     assert not (tmp_path / "report").exists()
     assert sorted(path.name for path in (tmp_path / "repository").iterdir()) == ["quantcheck"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.text(), min_size=3, max_size=3), max_size=5))
+def test_any_text_in_any_cell_reads_back_from_a_csv_and_rows_end_with_lf(
+        rows: list[list[str]]) -> None:
+    """The one way our CSVs end their rows: a cell with a bare carriage return is quoted
+    (it once split its row for every reader), and a row ends with LF as before."""
+    import csv
+    import io
+
+    import pandas as pd
+
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator=CSV_WRITTEN_WITH).writerows([["a", "b", "c"], *rows])
+    text = csv_rows(buffer.getvalue())
+    assert list(csv.reader(io.StringIO(text, newline=""))) == [["a", "b", "c"], *rows]
+    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    assert frame.to_numpy().tolist() == rows
+    if not any("\r" in cell or "\n" in cell for row in rows for cell in row):
+        assert "\r" not in text and text.count("\n") == len(rows) + 1

@@ -47,13 +47,18 @@ def certify_settings(endpoint: str, model: str | None, api_key_env: str | None,
 
 
 def certify_command(job: CertifyRun) -> None:
-    """Exit 1 when the gate's certificate rules fail: a request without an answer, or
-    more prompts varying than `max_nondeterministic_prompts` (when given)."""
+    """Exit 1 unless CERTIFIED (a CI step that certifies an engine fails on it): when the
+    gate's certificate rules fail (a request without an answer, more prompts varying
+    than `max_nondeterministic_prompts`), and, with no prompt allowed to vary, whenever
+    the certificate says NOT CERTIFIED."""
     certificate, verdict, page = run_guarded(lambda: run_certify(job, CertifyLines()),
                                              "Nothing was written.")
     echo_certificate(certificate, job.out, page)
     if not verdict.passed:
         click.echo(one_line(verdict), err=True)
+        sys.exit(ExitCode.FAIL)
+    if not certificate.certified and not job.max_nondeterministic_prompts:
+        click.echo(f"FAIL: {certificate.statement}", err=True)
         sys.exit(ExitCode.FAIL)
 
 

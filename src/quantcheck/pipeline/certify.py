@@ -28,6 +28,7 @@ from ..gate.verdict import GateResult, Policy
 from ..present.certificate_page import render_certificate
 from ..store.certificate_records import Answer, Certificate, Plan
 from ..store.files import make_directory, write_atomic
+from ..store.folder_kinds import CERTIFICATE, claim
 from ..store.prompt_entries import RequestOptions
 from ..store.prompt_sets import load_prompts
 from ..store.run_records import Prompt
@@ -54,7 +55,7 @@ class CertifyRun:
     seed: int = 0
     max_requests: int = DEFAULT_MAX_REQUESTS
     control: str | None = None
-    max_nondeterministic_prompts: int | None = None
+    max_nondeterministic_prompts: int | None = 0  # None: the rule off
 
 
 class CertifyProgress(Protocol):
@@ -68,6 +69,8 @@ class CertifyProgress(Protocol):
 def run_certify(job: CertifyRun, progress: CertifyProgress | None = None
                 ) -> tuple[Certificate, GateResult, Path]:
     """The certificate (with the control's result, if asked), its verdict and its page."""
+    for folder in [job.out] + ([job.out / "control"] if job.control is not None else []):
+        claim(folder, CERTIFICATE)
     prompts = load_prompts(job.prompt_files, job.request)
     if not prompts:
         raise QuantcheckError("the prompt files hold no prompt")

@@ -16,6 +16,8 @@
   file, a link to it, a hard link, a file inside an input folder), `--force` or not.
 - `resolved`: a path with its symbolic links followed; links that lead in a loop are a
   `StorageError` naming the path.
+- `csv_rows`: the one way every CSV (pairs.csv, determinism.csv, matrix.csv) ends its
+  rows, so that any text in a cell, a bare carriage return too, is quoted and read back.
 
 And every read of a user's file: `open_regular` opens regular files only (a FIFO, a
 device such as /dev/zero, a socket is refused before a byte is read, so nothing blocks
@@ -228,6 +230,23 @@ def _unlink_quietly(name: str) -> None:
         os.unlink(name)
     except OSError:
         pass
+
+
+# The csv module (and pandas through it) quotes a cell for the characters of its line
+# terminator only: written with "\n", a cell holding a bare "\r" stayed unquoted and
+# every reader split the row there. CSVs are written with CSV_WRITTEN_WITH, so such a
+# cell is quoted, then `csv_rows` ends the rows with "\n" again.
+CSV_WRITTEN_WITH = "\r\n"
+
+
+def csv_rows(written: str) -> str:
+    """CSV text written with CSV_WRITTEN_WITH as its line terminator, each row ended
+    with "\n": a line end outside quotes is a row's (an unquoted cell holds no line
+    break), one inside quotes is a cell's and stays as written. Splitting at every
+    quote mark alternates outside and inside (a doubled quote leaves an empty piece)."""
+    pieces = written.split('"')
+    pieces[::2] = [piece.replace(CSV_WRITTEN_WITH, "\n") for piece in pieces[::2]]
+    return '"'.join(pieces)
 
 
 def make_directory(path: Path) -> None:

@@ -43,6 +43,10 @@ from .files import (
     storage_error,
     write_atomic,
 )
+from .folder_kinds import COMPLETIONS as COMPLETIONS  # their names, re-exported
+from .folder_kinds import MANIFEST as MANIFEST
+from .folder_kinds import PROMPTS as PROMPTS
+from .folder_kinds import RUN, claim
 from .formats import MANIFEST_FORMAT, THROUGHPUT_FORMAT, ManifestFormat, ThroughputFormat
 from .preflight_records import Preflight
 from .prompt_sets import RequestOptions
@@ -61,9 +65,6 @@ if TYPE_CHECKING:  # pandas is imported by Run.frame alone: reading records neve
     import pandas as pd
 
 RecordT = TypeVar("RecordT", bound=msgspec.Struct)
-MANIFEST = "manifest.json"
-PROMPTS = "prompts.jsonl"
-COMPLETIONS = "completions.jsonl"
 THROUGHPUT = "throughput.json"
 MAX_JSON_BYTES = 1 << 30  # a manifest names each prompt's hash: 10 MB at 100,000 prompts
 MAX_SMALL_JSON_BYTES = 64 << 20  # a review or an approvals file
@@ -92,6 +93,11 @@ class Parameters(msgspec.Struct, kw_only=True):
     shard: str | None = None  # "I/N": this run holds shard I of N of the prompt set
     routed_experts: bool = False  # ask for MoE routing (forces non-streamed requests)
     routed_experts_shape: list[int] | None = None  # [layers, k] of a flat (SGLang) routing
+    # Every request sent with the engine's prefix cache off, where its profile can do it
+    # per request (llama.cpp: `cache_prompt: false`): a repeat then cannot find its
+    # prompt cached and be computed otherwise than the first request. `determinism`
+    # measures the server as it serves, cache included (False).
+    cache_off: bool = True
 
 
 class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -117,6 +123,15 @@ Cell = dict[str, CellValue]  # a serving cell: axis -> what is known of it (tria
 class PromptFile(msgspec.Struct):
     path: str
     sha256: str
+
+
+class CacheControl(msgspec.Struct, kw_only=True):
+    """How a run's requests met the engine's prefix cache: `off` when no request could
+    reuse a cached prefix, and `how` in words ("llama.cpp: cache_prompt false in every
+    request", "left on: SGLang cannot turn its prefix cache off per request")."""
+
+    off: bool
+    how: str
 
 
 class RunCounts(msgspec.Struct):
@@ -146,6 +161,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     cell_key: str | None = None
     preflight: Preflight | None = None
     counts: RunCounts | None = None
+    cache: CacheControl | None = None  # None: a run made before it was recorded
 
     def identity(self) -> dict[str, object]:
         """What must match for a resume: not concurrency, timeouts, retries, repeats or
@@ -160,6 +176,8 @@ class Manifest(msgspec.Struct, kw_only=True):
             identity["routed_experts"] = True
         if parameters.routed_experts_shape is not None:
             identity["routed_experts_shape"] = parameters.routed_experts_shape
+        if not parameters.cache_off:
+            identity["cache_off"] = False
         return identity
 
 
@@ -230,6 +248,8 @@ def read_throughput(run_dir: Path) -> Throughput | None:
 
 
 def write_throughput(run_dir: Path, throughput: Throughput) -> None:
+    """RUN_DIR/throughput.json, beside a run (or in a folder of its own)."""
+    claim(run_dir, RUN)
     make_directory(run_dir)
     write_json_atomic(run_dir / THROUGHPUT, msgspec.to_builtins(throughput))
 

@@ -110,6 +110,16 @@ def server_root(endpoint: str) -> str:
     return api_base(endpoint)[: -len("/v1")]
 
 
+def generation_url(endpoint: str, api: str) -> str:
+    """Where a generation of this API (`chat`, `completions`) is posted."""
+    return api_base(endpoint) + ("/chat/completions" if api == "chat" else "/completions")
+
+
+def streamed(body: Mapping[str, object]) -> dict[str, object]:
+    """A generation body as it is sent streamed: the usage asked for in the last chunk."""
+    return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+
 def public_url(endpoint: str) -> str:
     """The endpoint without credentials or query string, safe to write to a manifest
     (an IPv6 address keeps its brackets). A URL that cannot be split (api_base refuses
@@ -271,9 +281,9 @@ class EndpointClient:
                        ) -> tuple[Generation, Timing]:
         """One attempt, bounded by --timeout as a whole. Raises RetryableError,
         RequestFailed, ParameterRejected or EndpointError."""
-        url = self.base_url + ("/chat/completions" if api == "chat" else "/completions")
+        url = generation_url(self.base_url, api)
         if stream:
-            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+            body = streamed(body)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout):
