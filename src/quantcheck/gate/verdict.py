@@ -525,14 +525,15 @@ def markdown(verdict: GateResult, summary: Summary, found: Sequence[Failure] = (
 
 
 def flips_sentence(verdict: GateResult) -> str:
-    """'0 confident flips; 1 near-tie flip to review; reference: 2 repeats a prompt, 3 of
-    40 prompts varied on A (1 in their text).'"""
+    """'Flips: 0 confident flips; 1 near-tie flip to review; reference: 2 repeats a
+    prompt, 3 of 40 prompts varied on A (1 in their text).' (escaped: a rule's words
+    may quote a file)"""
     rule = next((r for r in verdict.rules if r.name == "factual_flips"), None)
     parts = [rule.description if rule is not None else "",
              review_phrase(verdict.flips_to_review, prompts=False)
              or "no flip to review",
              verdict.reference.sentence() if verdict.reference is not None else ""]
-    return "; ".join(filter(None, parts)) + "."
+    return "Flips: " + markdown_text("; ".join(filter(None, parts)) + ".")
 
 
 def one_line(verdict: GateResult) -> str:
