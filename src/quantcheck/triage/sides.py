@@ -378,13 +378,15 @@ class _Requests:
         timed = ~np.isnan(e2e)
         counted = ~np.isnan(tokens)
         seconds = float(e2e[timed].sum())
+        # in Python floats: a hostile run's subnormal latencies make the rate inf, not a
+        # numpy overflow warning; an infinite rate is no rate
+        rate = float(np.nansum(tokens[timed])) / seconds if timed.any() and seconds > 0 else None
         return SidePerformance(
             requests=len(ok), failed=int((~ok).sum()),
             output_tokens=int(tokens[counted].sum()) if counted.any() else None,
             ttft_p50_s=_percentile(ttft[~np.isnan(ttft)], 50),
             e2e_p50_s=_percentile(e2e[timed], 50), e2e_p99_s=_percentile(e2e[timed], 99),
-            output_tokens_per_s=float(np.nansum(tokens[timed]) / seconds)
-            if timed.any() and seconds > 0 else None)
+            output_tokens_per_s=rate if rate is not None and math.isfinite(rate) else None)
 
     def answered(self) -> tuple[np.ndarray, np.ndarray]:
         """The successful requests' keys and repeats."""
