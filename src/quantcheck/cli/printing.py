@@ -85,6 +85,8 @@ def echo_forced(forced: ForcedSummary) -> None:
                                   forced.quarter_k) + ".")
     if forced.within_floor is not None:
         click.echo(forced.within_floor.sentence[0].upper() + forced.within_floor.sentence[1:] + ".")
+    if forced.by_position_sentence:
+        click.echo(forced.by_position_sentence + ".")
     if forced.tokenizer:
         click.echo(f"Tokenizer: {forced.tokenizer}.")
 

@@ -310,7 +310,9 @@ class PerPosition(msgspec.Struct):
 
 
 class ForcedLine(ForcedStats, kw_only=True, omit_defaults=True):
-    """A line of forced.jsonl: one prompt's figures, and each position's."""
+    """A line of forced.jsonl: one prompt's figures, and each position's. `prompt_tokens`:
+    the prompt's length in tokens as B scored it, so that answer position n is token
+    `prompt_tokens + n` of the context (None: a line written before it was recorded)."""
 
     prompt_id: str
     mode: str
@@ -318,6 +320,17 @@ class ForcedLine(ForcedStats, kw_only=True, omit_defaults=True):
     aligned: bool | None = None
     approximate: bool | None = None  # B re-tokenized A's text (echo, or no token ids)
     per_position: PerPosition | None = None
+    prompt_tokens: int | None = None
+
+
+class PositionBucket(ForcedStats, kw_only=True, omit_defaults=True):
+    """The teacher-forced figures of the positions whose place in the context (prompt
+    tokens before them plus their index in the answer) lies from `start` up to `end`
+    (None: no end): forced.json's `by_position`, labelled "0-1K", "1K-4K", ..."""
+
+    label: str
+    start: int
+    end: int | None = None
 
 
 class KLHistogram(msgspec.Struct):
@@ -362,6 +375,10 @@ class ForcedSummary(msgspec.Struct, kw_only=True):
     b_self: ForcedStats | None = None  # B scoring its own tokens against B's run
     b_noise_floor: ForcedStats | None = None  # B against B's own repeats
     within_floor: WithinFloor | None = None
+    # the figures in spans of the context (0-1K, 1K-4K, 4K-16K, ...), those with a
+    # scored position, and in words where they add to the overall figures ("" otherwise)
+    by_position: list[PositionBucket] = []
+    by_position_sentence: str = ""
 
 
 class DeterminismRow(msgspec.Struct, kw_only=True):
