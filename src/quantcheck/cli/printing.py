@@ -21,6 +21,7 @@ from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
     agreement_sentence,
+    collapse_warning,
     collecting_speed,
     headline,
     judge_sentence,
@@ -125,6 +126,8 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(f"warning: {summary.cells.warning}")
     if template := template_warning(summary):
         click.echo(f"warning: {template}")
+    if collapse := collapse_warning(summary):
+        click.echo(f"warning: {collapse}.")
     for side, found in sorted(summary.log_matches.items()):
         for match in found:
             kind = "BLOCKING" if match.blocking else "warning"

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..store.engines import ENGINES
-from .endpoint import DIALECTS, Emit, Faults, LabServer, Scored, Step, token_id
+from .endpoint import DIALECTS, Faults, LabServer, token_id
+from .steps import Emit, Scored, Step
 from .request_body import json_int, prompt_text_of
 
 __all__ = ["DIALECTS", "Faults", "ScriptedEngine", "ScriptedModel", "ScriptedServer", "Step"]

@@ -34,6 +34,7 @@ from ..triage.cells import CELL_AXES
 from ..triage.forced_figures import llama_cpp_sentence
 from .sentences import (
     agreement_sentence,
+    collapse_warning,
     collecting_speed,
     headline,
     judge_sentence,
@@ -151,6 +152,7 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         nonce=secrets.token_urlsafe(16), a=summary.a, b=summary.b, rubric=rubric,
         axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
         template_warning=template_warning(summary),
+        collapse_warning=collapse_warning(summary),
         count_tiles=_count_tiles(summary.counts),
         throughput_note="; ".join(collecting_speed(summary)),
         log_matches=summary.log_matches, summary_counts=summary.counts,
@@ -242,6 +244,7 @@ def _count_tiles(counts: Counts) -> list[tuple[str, object]]:
             ("expect regressions", counts.flips.regression),
             ("expect improvements", counts.flips.improvement),
             ("degenerate new on B", counts.degenerate_new_on_b),
+            ("collapsed on B", counts.collapse.new_on_b if counts.collapse else 0),
             ("nondeterministic A / B", f"{counts.nondeterministic.a} / "
                                        f"{counts.nondeterministic.b}"),
             ("not compared", counts.prompts - counts.pairs)]

@@ -95,6 +95,27 @@ class Counts(msgspec.Struct, kw_only=True):
     # flip_cause: unstable_a, unstable_b, near_tie, confident); improvements alike
     flip_causes: dict[str, int] = {}
     improvement_causes: dict[str, int] = {}
+    collapse: Collapse | None = None  # distinct prompts answered alike (a summary before: None)
+
+
+class CollapseGroup(msgspec.Struct, kw_only=True):
+    """Distinct prompts one side answers alike: how many, the first ids (at most 10),
+    and the start of the answer they share (its first 80 characters)."""
+
+    prompts: int
+    ids: list[str]
+    answer: str
+
+
+class Collapse(msgspec.Struct, kw_only=True):
+    """Cross-prompt collapse (triage/collapse.py): `new_on_b` compared prompts whose B
+    answer is the same as another prompt's while their A answers differ (the gate's
+    `collapsed_on_b`), `new_on_a` the same with the sides swapped, and B's `groups`,
+    largest first (at most 10)."""
+
+    new_on_b: int
+    new_on_a: int
+    groups: list[CollapseGroup] = []
 
 
 class TemplateSigns(msgspec.Struct, kw_only=True):

@@ -70,7 +70,9 @@ def points(line: ForcedLine) -> Iterator[PositionPoint]:
     if scored is None:
         return
     offset = line.prompt_tokens or 0
-    same = scored.same_top or [None] * len(scored.kl)
+    same: list[bool | None] = [None] * len(scored.kl)
+    if scored.same_top is not None:
+        same = list(scored.same_top)
     for n, (top1, kl, delta_p, same_top) in enumerate(
             zip(scored.top1, scored.kl, scored.delta_p, same, strict=False)):
         yield PositionPoint(offset + n, top1, kl, delta_p, same_top)

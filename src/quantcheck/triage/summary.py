@@ -15,6 +15,8 @@ from ..store.pair_records import FLIP_CAUSES, PairRow, nondeterministic
 from ..store.report_records import (
     Cells,
     CheckCounts,
+    Collapse,
+    CollapseGroup,
     Comparison,
     Counts,
     DriftSpreads,
@@ -32,12 +34,13 @@ from ..store.report_records import (
     TemplateSigns,
     ThroughputPair,
 )
-from ..store.run_dir import Throughput, read_throughput
+from ..store.run_dir import Throughput, prompt_key, read_throughput
 from ..store.run_records import CHECKS, DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
 from .cells import confound_warning, differing_axes
+from .collapse import SHOWN_GROUPS, collapsed_groups, collapsed_prompts, row_keys
 from .determinism import side_determinism
 from .expects import FAIL, PASS, SKIPPED
-from .sides import Side
+from .sides import Side, prompt_id_of
 from .stats import BOOTSTRAPPED, paired_statistics, row_pass_counts
 from .templates import template_agreement
 from .tokenizers import tokenizer_agreement
@@ -61,8 +64,9 @@ def drift_values(compared: Sequence[PairRow]) -> dict[str, np.ndarray]:
 
 class PairTotals:
     """What summary.json says of the pairs, gathered chunk by chunk (compare forgets a
-    chunk once it is written): counts, the ids of the prompts not compared, and the
-    compared pairs' drift values (48 bytes a pair: percentiles need every value)."""
+    chunk once it is written): counts, the ids of the prompts not compared, the
+    compared pairs' drift values (48 bytes a pair: percentiles need every value) and
+    their answers' collapse keys (40 bytes a pair: collapse.py)."""
 
     def __init__(self) -> None:
         self.prompts = self.compared = 0
@@ -73,6 +77,7 @@ class PairTotals:
         self.pass_counts = np.zeros(4, np.int64)  # see stats.row_pass_counts
         self.numbers: dict[str, list[np.ndarray]] = defaultdict(list)
         self.routing: Counter[str] | None = None
+        self.collapse_keys: list[np.ndarray] = []  # a chunk's (prompt key, row_keys...)
 
     def add(self, rows: Sequence[PairRow]) -> PairTotals:
         """Count the next pairs in prompt order."""
@@ -92,6 +97,9 @@ class PairTotals:
         self.pass_counts += row_pass_counts(compared)
         _add_checks(self.checks, compared)
         self._add_routing(compared)
+        self.collapse_keys.append(np.array(
+            [(prompt_key(row.prompt_id), *row_keys(row)) for row in compared], np.int64
+        ).reshape(-1, 5))
         return self
 
     def _count(self, compared: list[PairRow]) -> None:
@@ -135,6 +143,18 @@ class PairTotals:
             routing[f"a_{kind}"] += sum(row.a_routing == kind for row in compared)
             routing[f"b_{kind}"] += sum(row.b_routing == kind for row in compared)
         routing["ab_differs"] += sum(row.routing_first_token is not None for row in compared)
+
+    def collapse(self, a: Side, b: Side) -> Collapse:
+        """Cross-prompt collapse over every compared pair: B's groups (the first
+        SHOWN_GROUPS, each named by its first ids and answer) and the counts."""
+        table = np.concatenate(self.collapse_keys).tolist() if self.collapse_keys else []
+        on_b = collapsed_groups((key, a_key, b_key if b_long else None)
+                                for key, a_key, b_key, _, b_long in table)
+        on_a = collapsed_groups((key, b_key, a_key if a_long else None)
+                                for key, a_key, b_key, a_long, _ in table)
+        return Collapse(new_on_b=len(collapsed_prompts(on_b)),
+                        new_on_a=len(collapsed_prompts(on_a)),
+                        groups=[_group(a, b, group) for group in on_b[:SHOWN_GROUPS]])
 
     def number_column(self, column: str) -> np.ndarray:
         """A drift column's values over the compared pairs that have one, in order; one
@@ -187,7 +207,8 @@ class PairTotals:
             flip_causes={cause: self.values["regression_causes"][cause]
                          for cause in FLIP_CAUSES},
             improvement_causes={cause: self.values["improvement_causes"][cause]
-                                for cause in FLIP_CAUSES})
+                                for cause in FLIP_CAUSES},
+            collapse=self.collapse(a, b))
 
     def _drift(self) -> DriftSpreads:
         drift = DriftSpreads()
@@ -202,6 +223,14 @@ class PairTotals:
             drift.first_divergence = FirstDivergence(median=float(np.median(divergence)),
                                                      min=int(divergence.min()))
         return drift
+
+
+def _group(a: Side, b: Side, keys: list[int]) -> CollapseGroup:
+    """A group of prompts B answers alike: its size, first ids, and that answer's start."""
+    ids = [prompt_id_of(a, b, key) or "" for key in keys[:SHOWN_GROUPS]]
+    first = next((r for r in b.records(ids[0], keys[0]) or [] if r.repeat == 0
+                  and r.error is None), None)
+    return CollapseGroup(prompts=len(keys), ids=ids, answer=first.text[:80] if first else "")
 
 
 def _ranked(counts: Counter[str]) -> dict[str, int]:
