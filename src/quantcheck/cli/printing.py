@@ -128,6 +128,8 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(f"warning: {template}")
     if collapse := collapse_warning(summary):
         click.echo(f"warning: {collapse}.")
+    for session in summary.sessions:
+        click.echo(session.sentence[0].upper() + session.sentence[1:] + ".")
     for side, found in sorted(summary.log_matches.items()):
         for match in found:
             kind = "BLOCKING" if match.blocking else "warning"

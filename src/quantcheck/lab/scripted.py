@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 
 from ..store.engines import ENGINES
 from .endpoint import DIALECTS, Faults, LabServer, token_id
-from .steps import Emit, Scored, Step
 from .request_body import json_int, prompt_text_of
+from .steps import Emit, Scored, Step
 
 __all__ = ["DIALECTS", "Faults", "ScriptedEngine", "ScriptedModel", "ScriptedServer", "Step"]
 

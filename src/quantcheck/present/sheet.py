@@ -153,6 +153,7 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
         template_warning=template_warning(summary),
         collapse_warning=collapse_warning(summary),
+        sessions=summary.sessions,
         count_tiles=_count_tiles(summary.counts),
         throughput_note="; ".join(collecting_speed(summary)),
         log_matches=summary.log_matches, summary_counts=summary.counts,

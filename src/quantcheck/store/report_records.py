@@ -456,6 +456,21 @@ class ThroughputPair(msgspec.Struct, kw_only=True):
     note: str = ""
 
 
+class ToolSession(msgspec.Struct, kw_only=True):
+    """A tool session replayed turn by turn (a prompt entry's `session`): its `turns`,
+    how many were `compared`, the first turn whose calls fail on A and on B (None: none
+    did), B's failing prompt and its reason, and a `sentence` saying it."""
+
+    session: str
+    turns: int
+    compared: int
+    a_first_break: int | None = None
+    b_first_break: int | None = None
+    b_break_prompt: str | None = None
+    b_break_reason: str = ""
+    sentence: str
+
+
 class Summary(msgspec.Struct, kw_only=True):
     """summary.json: every total a reader shows (terminal, sheet, gate)."""
 
@@ -482,6 +497,7 @@ class Summary(msgspec.Struct, kw_only=True):
     code_execution: CodeExecution | None = None  # when a prompt has a code check
     reviews_set_aside: list[str] = []  # review files of the report this one replaced
     judge: JudgeFigures | None = None  # with --judge
+    sessions: list[ToolSession] = []  # tool sessions the prompt sets replay, turn by turn
 
 
 class CandidateRow(msgspec.Struct, kw_only=True):

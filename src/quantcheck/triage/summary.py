@@ -33,6 +33,7 @@ from ..store.report_records import (
     Summary,
     TemplateSigns,
     ThroughputPair,
+    ToolSession,
 )
 from ..store.run_dir import Throughput, prompt_key, read_throughput
 from ..store.run_records import CHECKS, DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
@@ -40,6 +41,7 @@ from .cells import confound_warning, differing_axes
 from .collapse import SHOWN_GROUPS, collapsed_groups, collapsed_prompts, row_keys
 from .determinism import side_determinism
 from .expects import FAIL, PASS, SKIPPED
+from .sessions import TurnResult, tool_sessions
 from .sides import Side, prompt_id_of
 from .stats import BOOTSTRAPPED, paired_statistics, row_pass_counts
 from .templates import template_agreement
@@ -78,6 +80,7 @@ class PairTotals:
         self.numbers: dict[str, list[np.ndarray]] = defaultdict(list)
         self.routing: Counter[str] | None = None
         self.collapse_keys: list[np.ndarray] = []  # a chunk's (prompt key, row_keys...)
+        self.tool_turns: list[tuple[str, str, str, str]] = []  # with a tool_call check
 
     def add(self, rows: Sequence[PairRow]) -> PairTotals:
         """Count the next pairs in prompt order."""
@@ -97,6 +100,7 @@ class PairTotals:
         self.pass_counts += row_pass_counts(compared)
         _add_checks(self.checks, compared)
         self._add_routing(compared)
+        self._add_tool_turns(compared)
         self.collapse_keys.append(np.array(
             [(prompt_key(row.prompt_id), *row_keys(row)) for row in compared], np.int64
         ).reshape(-1, 5))
@@ -144,6 +148,26 @@ class PairTotals:
             routing[f"b_{kind}"] += sum(row.b_routing == kind for row in compared)
         routing["ab_differs"] += sum(row.routing_first_token is not None for row in compared)
 
+    def _add_tool_turns(self, compared: list[PairRow]) -> None:
+        """Each pair with a tool_call check: its id, both statuses and B's reason (the
+        session turns among them are found once the prompts are at hand)."""
+        for row in compared:
+            a, b = _statuses(row.a_checks), _statuses(row.b_checks)
+            if "tool_call" in a or "tool_call" in b:
+                reason = (row.b_expect_failures or "").removeprefix("tool_call: ")
+                self.tool_turns.append((row.prompt_id, a.get("tool_call", ""),
+                                        b.get("tool_call", ""), reason))
+
+    def sessions(self, a: Side, b: Side) -> list[ToolSession]:
+        """The tool sessions among the compared prompts, each with its first broken turn."""
+        found = []
+        for prompt_id, a_status, b_status, reason in self.tool_turns:
+            key = prompt_key(prompt_id)
+            prompt = a.prompt_by_key(key) or b.prompt_by_key(key)
+            if prompt is not None and prompt.session is not None:
+                found.append(TurnResult(prompt.session, prompt_id, a_status, b_status, reason))
+        return tool_sessions(found)
+
     def collapse(self, a: Side, b: Side) -> Collapse:
         """Cross-prompt collapse over every compared pair: B's groups (the first
         SHOWN_GROUPS, each named by its first ids and answer) and the counts."""
@@ -175,7 +199,8 @@ class PairTotals:
             cells=_cells(a, b),
             determinism={"a": side_determinism(a), "b": side_determinism(b)},
             drift=self._drift(), stats=self.statistics() if statistics else Stats(None, {}),
-            performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b))
+            performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b),
+            sessions=self.sessions(a, b))
 
     def statistics(self) -> Stats:
         return paired_statistics(self.pass_counts.tolist(),
