@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantcheck.store.haystack import haystack
@@ -186,22 +186,25 @@ def test_long_answers_cut_by_the_cap_are_not_loops(text: str) -> None:
     assert degenerate_reason(text, "stop", "stop") == ""
 
 
-@given(st.integers(0, 2**16), st.lists(st.text(alphabet="abcdefghij", min_size=2, max_size=8),
-                                       min_size=16, max_size=80, unique=True))
-def test_any_late_loop_past_two_hundred_words_is_found(seed: int, phrase: list[str]) -> None:
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**16), st.lists(st.integers(0, 10**9), min_size=16, max_size=80,
+                                       unique=True))
+def test_any_late_loop_past_two_hundred_words_is_found(seed: int, numbers: list[int]) -> None:
     """A passage of 16 to 80 distinct words repeated back to back for 200 words or
     more, after 3,000 good tokens."""
+    phrase = [f"w{number}" for number in numbers]
     copies = max(3, -(-201 // len(phrase)))
     text = haystack(3000, 0.5, "x.", seed) + (" " + " ".join(phrase)) * copies
     assert is_repetition_loop(text)
 
 
 def _fastest(check: Any, text: str) -> float:
+    """The least CPU time of 3 calls (the wall clock counts other work on a busy machine)."""
     best = math.inf
     for _ in range(3):
-        started = time.perf_counter()
+        started = time.process_time()
         check(text)
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.process_time() - started)
     return best
 
 
@@ -209,8 +212,8 @@ def _fastest(check: Any, text: str) -> float:
 @given(st.text(min_size=1, max_size=60), st.text(max_size=60), st.booleans())
 def test_the_check_is_linear_on_16k_token_answers(piece: str, ending: str, capped: bool) -> None:
     """Any piece repeated to a 16,000-token answer (about 64,000 characters) and any
-    ending: checked in at most 25 times a plain pass over its words, plus 5 ms (the
-    benchmark, bench/degenerate_long.py, measures 0.5x to 6x)."""
+    ending: checked in at most 25 times the CPU time of a plain pass over its words,
+    plus 5 ms (the benchmark, bench/degenerate_long.py, measures 0.4x to 1.8x)."""
     text = (piece * (64_000 // len(piece) + 1))[:64_000] + ending
     check = _fastest(lambda t: is_repetition_loop(t, capped), text)
     assert check <= 25 * _fastest(lambda t: set(t.split()), text) + 0.005

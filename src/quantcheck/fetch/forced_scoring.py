@@ -24,6 +24,9 @@ chat prompts cannot be echoed and are skipped with the reason.
 The figures are llama.cpp's (`llama-perplexity --kl-divergence`: triage/forced_figures.py
 says each one); KL is estimated from the top-k (a lower bound), and again from each
 side's top K/4 so that a reader sees whether the estimate has converged.
+Each line records the prompt's length in tokens as B scored it (`prompt_tokens`), so
+that every position has its place in the context; forced.json gives the figures by
+span of the context (0-1K, 1K-4K, 4K-16K, ...: triage/forced_positions.py).
 
 Noise floors: the same figures for A against A's own repeats (over their common prefix
 and the first position where they part); with B's run (`b_run`), for B against B's own

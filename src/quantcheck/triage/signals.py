@@ -6,6 +6,7 @@ import math
 import re
 import zlib
 from collections.abc import Sequence
+from itertools import islice
 from dataclasses import dataclass
 
 import msgspec
@@ -72,7 +73,7 @@ _WORD = re.compile(r"\w+")
 
 
 def _short_capped_loop(text: str) -> bool:
-    words = [w.casefold() for w in _WORD.findall(text)]
+    words = [w.group().casefold() for w in islice(_WORD.finditer(text), SHORT_ANSWER_WORDS + 1)]
     if not 4 <= len(words) <= SHORT_ANSWER_WORDS:
         return False
     for period in _candidate_periods(words, len(words) // 2):
