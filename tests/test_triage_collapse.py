@@ -119,7 +119,8 @@ def test_a_collapsed_b_is_counted_named_and_failed(serve: Serve, write_prompts: 
     assert ('warning: B gives 4 distinct prompts the same answer while A answers them '
             'differently (collapse): 4 prompts (topic-0, topic-1, topic-2, topic-3) answer '
             '"I am unable to answer this one') in printed.output
-    assert 'id="collapse-warning"' in (out / "index.html").read_text()
+    sheet = (out / "index.html").read_text()
+    assert 'id="collapse-warning"' in sheet and "<b>4</b><span>collapsed on B</span>" in sheet
     gate = invoke("gate", out)
     assert gate.exit_code == 1 and "4 prompts B answers like another prompt" in gate.output
     rule, = [r for r in json.loads((out / "gate.json").read_text())["rules"]
@@ -144,6 +145,7 @@ def test_a_against_itself_and_short_answers_alike_stay_quiet(
         summary = compare_runs(a, other, tmp_path / name)
         assert summary.counts.collapse is not None
         assert (summary.counts.collapse.new_on_b, summary.counts.collapse.new_on_a) == (0, 0)
+        assert "collapsed on B" not in (tmp_path / name / "index.html").read_text()
         invoke("gate", tmp_path / name, "--max-factual-flips", "9")
         rule, = [r for r in json.loads((tmp_path / name / "gate.json").read_text())["rules"]
                  if r["name"] == "collapsed_on_b"]

@@ -239,13 +239,14 @@ def _axes(summary: Summary) -> list[dict[str, object]]:
 
 
 def _count_tiles(counts: Counts) -> list[tuple[str, object]]:
+    collapsed = counts.collapse.new_on_b if counts.collapse else 0
     return [("pairs compared", counts.pairs), ("identical", counts.identical),
             ("wording (suggested)", counts.wording_similar),
             ("to review", counts.divergent),
             ("expect regressions", counts.flips.regression),
             ("expect improvements", counts.flips.improvement),
             ("degenerate new on B", counts.degenerate_new_on_b),
-            ("collapsed on B", counts.collapse.new_on_b if counts.collapse else 0),
+            *([("collapsed on B", collapsed)] if collapsed else []),  # a tile when it counts
             ("nondeterministic A / B", f"{counts.nondeterministic.a} / "
                                        f"{counts.nondeterministic.b}"),
             ("not compared", counts.prompts - counts.pairs)]
