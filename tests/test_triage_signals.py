@@ -178,6 +178,17 @@ def test_a_loop_that_starts_late_is_degenerate(text: str, finish: str) -> None:
     assert degenerate_reason(text, finish, "stop") == "repetition"
 
 
+def test_a_loop_the_cap_cuts_mid_word_is_a_loop() -> None:
+    """Seen on llama-server (Gemma 3 270M behind the ChatML fallback): the question
+    repeated to the cap, which cut its last copy at "`1" of "`12:"."""
+    question = ("Write the squares of the whole numbers from 1 to 200, one per line, in the "
+                "form `N: N squared` (for example `12: 144`). Write all 200 lines and nothing "
+                "else.<|im_end|>\n<|im_start|>user\n")
+    text = (question * 30)[:-len(question) + question.index("`12") + 2]
+    assert text.endswith("(for example `1")
+    assert degenerate_reason(text, "length", "stop") == "repetition"
+
+
 @pytest.mark.parametrize("text", LONG_FINE.values(), ids=LONG_FINE.keys())
 def test_long_answers_cut_by_the_cap_are_not_loops(text: str) -> None:
     """Prose, and code, lists and tables whose items repeat their shape while they

@@ -56,7 +56,7 @@ def is_repetition_loop(text: str, capped: bool = False) -> bool:
     """A loop (see `_ends_in_loop`); for a short answer cut by max_tokens also a short
     one (see `_short_capped_loop`): a loop that hit the cap early has had no room to
     repeat many times, and being cut is itself the sign that it never ended."""
-    return _ends_in_loop(text) or (capped and _short_capped_loop(text))
+    return _ends_in_loop(text, capped) or (capped and _short_capped_loop(text))
 
 
 # Measured on the broken-FP8-head garbage of the demo (`--fault lmhead-noscale`, caps of
@@ -94,7 +94,7 @@ LONGEST_PERIOD_WORDS = 256
 LONG_PERIOD = 16
 
 
-def _ends_in_loop(text: str) -> bool:
+def _ends_in_loop(text: str, capped: bool = False) -> bool:
     """The answer ends in a phrase repeated back to back (greedy decoding, once in a
     loop, stays in it): "need analysis there need analysis there ...".
 
@@ -102,10 +102,14 @@ def _ends_in_loop(text: str) -> bool:
     tail must hold at least four copies (three of a passage of 16 words or more), at
     least 12 words and 30% of the answer, or LATE_LOOP_WORDS words. Loops without
     spaces (CJK, symbols: `!!!!` to the length limit) are found the same way over the
-    last 512 characters. Linear in the text: each candidate period is followed back at
-    most as far as it needs to count.
+    last 512 characters. An answer cut by max_tokens is read without its last word,
+    which the cap may have cut in two (a loop of the question cut at "`1" of "`12:").
+    Linear in the text: each candidate period is followed back at most as far as it
+    needs to count.
     """
     words = text.split()
+    if capped and not text[-1:].isspace():
+        words = words[:-1]
     for period in _candidate_periods(words, min(LONGEST_PERIOD_WORDS, len(words) // 3)):
         copies = 3 if period >= LONG_PERIOD else 4
         needed = max(copies * period, 12, min(0.3 * len(words), LATE_LOOP_WORDS))
