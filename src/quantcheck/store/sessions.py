@@ -25,23 +25,19 @@ are made (`tool_call`, in any order). With `result_tokens`, each result is follo
 about that many tokens of generated records (haystack.py), so the context grows by that
 much a call: the last turns are asked at the longest context. The session's other keys
 (`category`, `tags`, `tools`, `tool_choice`, `max_tokens`, `stop`, `extra`, ...) apply to
-every turn. triage/sessions.py names the first turn whose calls break.
+every turn, and so do the file's `defaults` (a default `expect` is merged into each
+turn's, a default `haystack` is not applied: a session has no `{haystack}`).
+triage/sessions.py names the first turn whose calls break.
 """
 
 from __future__ import annotations
 
 import json
 
+from .entry_fields import Fields, Where, mapping, plain, reject_unknown
+from .expect_entries import tool_call_expect
 from .haystack import haystack
-from .prompt_entries import (
-    PROMPT_KEYS,
-    Fields,
-    Where,
-    mapping,
-    plain,
-    reject_unknown,
-    tool_call_expect,
-)
+from .prompt_entries import PROMPT_KEYS
 from .run_records import SessionTurn
 
 SESSION_KEYS = {"steps", "result_tokens"}
@@ -86,7 +82,7 @@ def expand_session(where: Where, entry: Fields) -> list[tuple[Fields, SessionTur
             raise where.error("session", f"step {number}: every call names its tool and its "
                               "arguments (they are replayed in the turns after it)")
         made.append(({**shared, "id": f"{session_id}/turn-{turn}", "messages": list(messages),
-                      "expect": {"tool_call": plain(fields["calls"])}},
+                      "expect": {"tool_call": plain(fields["calls"])}, "haystack": None},
                      SessionTurn(str(session_id), turn, turns)))
         messages += _replayed(where, fields, number, turn, padding, last=number == len(steps))
     return made

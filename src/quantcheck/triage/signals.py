@@ -6,8 +6,8 @@ import math
 import re
 import zlib
 from collections.abc import Sequence
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 
 import msgspec
 import numpy as np
