@@ -126,6 +126,9 @@ def test_a_collapsed_b_is_counted_named_and_failed(serve: Serve, write_prompts: 
     rule, = [r for r in json.loads((out / "gate.json").read_text())["rules"]
              if r["name"] == "collapsed_on_b"]
     assert rule["count"] == 4 and rule["prompts"] == [f"topic-{n}" for n in range(4)]
+    junit = (out / "junit.xml").read_text()
+    assert junit.count('type="collapsed_on_b"') == 4
+    assert "B answers this prompt as it answers another prompt" in junit
     allowed = invoke("gate", out, "--max-collapsed-on-b", "4")
     assert allowed.exit_code == 0, allowed.output
 
