@@ -475,6 +475,7 @@ class PolicyOverrides:
 
     max_factual_flips: int | None = None
     max_new_degenerate: int | None = None
+    max_collapsed_on_b: int | None = None
     max_nondeterministic: int | None = None
     max_nondeterministic_prompts: int | None = None
     require_review: bool | None = None

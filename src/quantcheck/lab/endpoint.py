@@ -5,7 +5,7 @@ speaks the wire format of vllm, sglang, llama.cpp or llama-cpp-python, streams, 
 injects the faults a real deployment shows (latency, 429, 5xx, dropped connections,
 a top_logprobs limit, missing logprobs, rejected parameters, nondeterministic or
 load-dependent logprobs, logprobs that move with the batch size or a cached prefix, a
-`seed` accepted and ignored).
+`seed` accepted and ignored, and long answers gone wrong: output_faults.py).
 It can also replay a recorded response body verbatim.
 
 MoE routing (`Faults.routing`, as a server started to return it): a pretend mixture
@@ -26,7 +26,7 @@ import io
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -46,7 +46,9 @@ from ..store.engines import (
     TOKEN_IDS,
     LabDialect,
 )
+from .output_faults import LateLoop, bang_run, collapsed
 from .request_body import json_has, json_int, json_items, json_object, prompt_text_of
+from .steps import Emit, Scored, Step
 
 DIALECTS = ENGINE_NAMES  # the runtimes whose wire formats the lab speaks (their profiles)
 
@@ -109,6 +111,11 @@ class Faults:
     no_logprobs_under_load: bool = False
     # One request computed at a time (a server with one slot): latency_s each, in turn.
     one_at_a_time: bool = False
+    # Long answers gone wrong (output_faults.py): a loop after this many tokens, `!` to
+    # the length limit, one answer to every prompt
+    late_loop_after: int | None = None
+    bang_run: bool = False
+    collapse: bool = False
 
 
 CHAT_TEMPLATES = {
@@ -150,32 +157,6 @@ def lab_routing(forwarded: list[str]) -> np.ndarray:
         rows.append([sorted(chooser.sample(range(ROUTING_EXPERTS), ROUTING_K))
                      for _ in range(ROUTING_LAYERS)])
     return np.array(rows, np.int32).reshape(len(rows), ROUTING_LAYERS, ROUTING_K)
-
-
-@dataclass
-class Step:
-    """One generated token: its string, bytes, the content it adds, logprob, top-k."""
-
-    token: str
-    raw: bytes
-    content: str
-    logprob: float
-    top: list[tuple[str, float]]
-    reasoning: bool = False  # part of the reasoning, not of the answer
-    call: int | None = None  # part of tool call number `call`: its name, or its arguments
-    call_name: str | None = None  # set on a call's first step (the name's token)
-
-
-@dataclass
-class Scored:
-    """One forced position: the logprob of the given token, and the top-k (id, text,
-    logprob) the model had there."""
-
-    logprob: float
-    top: list[tuple[int, str, float]]
-
-
-Emit = Callable[[Step], Awaitable[None]]
 
 
 class Engine(Protocol):
@@ -590,6 +571,14 @@ class LabServer:
         emit = self._shifted(emit, 3e-7) if self._prefix_hit(body) else emit
         if self.faults.ignore_seed:
             body = {key: value for key, value in body.items() if key != "seed"}
+        if self.faults.bang_run:
+            return await bang_run(body, top_k, emit)
+        if self.faults.collapse:
+            return await collapsed(body, top_k, emit)
+        if self.faults.late_loop_after is not None:
+            loop = LateLoop(self.faults.late_loop_after, emit)
+            await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, loop.emit))
+            return await loop.finish(body)
         return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
 
     def _cache_hit(self, body: Mapping[str, object]) -> bool:

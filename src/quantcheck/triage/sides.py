@@ -271,6 +271,19 @@ class Side:
 _ATTEMPTS = re.compile(r" \(after \d+ attempts\)$")
 
 
+def prompt_id_of(a: Side, b: Side, key: int) -> str | None:
+    """The id of the prompt under this key (run_dir.prompt_key): from either side's
+    prompt set, else from its records (a prompt outside the sets); None: neither has it."""
+    prompt = a.prompt_by_key(key) or b.prompt_by_key(key)
+    if prompt is not None:
+        return prompt.id
+    for side in (a, b):
+        rows = side.index.rows(key)
+        if rows:
+            return side.record_id(rows[0])
+    return None
+
+
 def signature(reference: Mapping[str, object] | None, blobs: Blobs, digits: int) -> str | None:
     """Digest of the token sequence and every position's top-k, logprobs rounded
     (the same for inline arrays and tokens.bin blobs of the same content)."""
