@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import difflib
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from quantcheck.store.haystack import haystack
 from quantcheck.store.run_dir import Blobs
 from quantcheck.store.run_records import Tokens
 from quantcheck.store.token_columns import round_significant
@@ -143,6 +145,89 @@ def test_short_loops_cut_by_the_cap_are_degenerate(text: str) -> None:
 @pytest.mark.parametrize("text", CAPPED_FINE)
 def test_answers_cut_by_the_cap_are_not_loops(text: str) -> None:
     assert degenerate_reason(text, "length", "stop") == "length"
+
+
+# Long answers: 3,000 good tokens, then a fault that runs to the length limit
+GOOD = haystack(3000, 0.5, "The ledger closed at dusk.", seed=3)
+PARAGRAPH = " " + haystack(80, 0, "A gull called.", seed=9).replace("\n\n", " ")
+LATE_FAULTS = {
+    "phrase-loop": GOOD + " and then the ship sailed on" * 100,
+    "paragraph-loop": GOOD + PARAGRAPH * 10,
+    "bang-run": GOOD + "!" * 1000,
+    "spaced-bang-run": GOOD + " !" * 400,
+    "bang-only": "!" * 4000,
+    "cjk-loop": GOOD + "好的" * 300,
+}
+LONG_FINE = {
+    "prose": haystack(16000, 0.5, "The ledger closed at dusk.", seed=4),
+    "counting-code": "\n\n".join(f'def step_{n}(x):\n    """Return x times {n} plus {n}."""\n'
+                                  f"    return x * {n} + {n}" for n in range(1, 400)),
+    "squares": "\n".join(f"{n}: {n * n}" for n in range(1, 2000)),
+    "table": "| n | square |\n|---|---|\n" + "\n".join(f"| {n} | {n * n} |"
+                                                   for n in range(1, 1000)),
+    "dict-literal": "NUMBERS = {\n" + "\n".join(f"    {n}: 'word{n}'," for n in range(1, 900)),
+    "counting": " ".join(str(n) for n in range(5000)),
+}
+
+
+@pytest.mark.parametrize("finish", ["length", "stop"])
+@pytest.mark.parametrize("text", LATE_FAULTS.values(), ids=LATE_FAULTS.keys())
+def test_a_loop_that_starts_late_is_degenerate(text: str, finish: str) -> None:
+    """A loop after 3,000 good tokens covers a small share of the answer: past 200
+    repeated words (or 154 characters of one symbol) it is a loop whatever its share."""
+    assert degenerate_reason(text, finish, "stop") == "repetition"
+
+
+def test_a_loop_the_cap_cuts_mid_word_is_a_loop() -> None:
+    """Seen on llama-server (Gemma 3 270M behind the ChatML fallback): the question
+    repeated to the cap, which cut its last copy at "`1" of "`12:"."""
+    question = ("Write the squares of the whole numbers from 1 to 200, one per line, in the "
+                "form `N: N squared` (for example `12: 144`). Write all 200 lines and nothing "
+                "else.<|im_end|>\n<|im_start|>user\n")
+    text = (question * 30)[:-len(question) + question.index("`12") + 2]
+    assert text.endswith("(for example `1")
+    assert degenerate_reason(text, "length", "stop") == "repetition"
+
+
+@pytest.mark.parametrize("text", LONG_FINE.values(), ids=LONG_FINE.keys())
+def test_long_answers_cut_by_the_cap_are_not_loops(text: str) -> None:
+    """Prose, and code, lists and tables whose items repeat their shape while they
+    count on, are no loop however long they run."""
+    assert degenerate_reason(text, "length", "stop") == "length"
+    assert degenerate_reason(text, "stop", "stop") == ""
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**16), st.lists(st.integers(0, 10**9), min_size=16, max_size=80,
+                                       unique=True))
+def test_any_late_loop_past_two_hundred_words_is_found(seed: int, numbers: list[int]) -> None:
+    """A passage of 16 to 80 distinct words repeated back to back for 200 words or
+    more, after 3,000 good tokens."""
+    phrase = [f"w{number}" for number in numbers]
+    copies = max(3, -(-201 // len(phrase)))
+    text = haystack(3000, 0.5, "x.", seed) + (" " + " ".join(phrase)) * copies
+    assert is_repetition_loop(text)
+
+
+def _fastest(check: Any, text: str) -> float:
+    """The least CPU time of 3 calls (the wall clock counts other work on a busy machine)."""
+    best = math.inf
+    for _ in range(3):
+        started = time.process_time()
+        check(text)
+        best = min(best, time.process_time() - started)
+    return best
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.text(min_size=1, max_size=60), st.text(max_size=60), st.booleans())
+def test_the_check_is_linear_on_16k_token_answers(piece: str, ending: str, capped: bool) -> None:
+    """Any piece repeated to a 16,000-token answer (about 64,000 characters) and any
+    ending: checked in at most 25 times the CPU time of a plain pass over its words,
+    plus 5 ms (the benchmark, bench/degenerate_long.py, measures 0.4x to 1.9x)."""
+    text = (piece * (64_000 // len(piece) + 1))[:64_000] + ending
+    check = _fastest(lambda t: is_repetition_loop(t, capped), text)
+    assert check <= 25 * _fastest(lambda t: set(t.split()), text) + 0.005
 
 
 def test_first_divergence() -> None:

@@ -14,7 +14,7 @@ from ..fetch.collect import REPEAT_MODES
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
 from ..pipeline.ab import ABRun, ThroughputSettings
-from ..pipeline.certify import DEFAULT_MAX_REQUESTS
+from ..pipeline.certify import DEFAULT_MAX_REQUESTS, MAX_REQUESTS, MAX_TRIALS
 from ..pipeline.comparing import CompareOptions
 from ..pipeline.determinism import DeterminismRun
 from ..store.labels import label_from_name
@@ -347,12 +347,12 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
                    "OUT/certificate.json.")
 @click.option("--max-batch", default=32, show_default=True, type=click.IntRange(2),
               help="--certify: the largest concurrent batch (sizes 2, 4, 8, ... up to it).")
-@click.option("--trials", default=3, show_default=True, type=click.IntRange(2),
+@click.option("--trials", default=3, show_default=True, type=click.IntRange(2, MAX_TRIALS),
               help="--certify: trials per prompt and level, fresh fillers and positions each.")
 @click.option("--plan-seed", default=0, show_default=True, type=int,
               help="--certify: the seed of the plan's fillers and positions.")
 @click.option("--max-requests", default=DEFAULT_MAX_REQUESTS, show_default=True,
-              type=click.IntRange(1),
+              type=click.IntRange(1, MAX_REQUESTS),
               help="--certify: refuse a plan with more requests than this.")
 @click.option("--control", metavar="URL",
               help="--certify: run the same plan against a configuration expected to vary "

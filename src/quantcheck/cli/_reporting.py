@@ -203,6 +203,9 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
                    "--all-flips counts every expect regression.")
 @click.option("--max-new-degenerate", type=click.IntRange(0),
               help="Repetition loops or empty answers on B that A did not have (default 0).")
+@click.option("--max-collapsed-on-b", type=click.IntRange(0),
+              help="Distinct prompts B answers alike (the same first 512 characters, at "
+                   "least 64) while A answers them differently (default 0).")
 @click.option("--max-nondeterministic", type=click.IntRange(0),
               help="Prompts whose repeats' texts vary, per side (those whose logprobs "
                    "alone moved are said beside, not counted; default off).")

@@ -22,6 +22,7 @@ from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
     agreement_sentence,
+    collapse_warning,
     collecting_speed,
     headline,
     judge_sentence,
@@ -92,6 +93,8 @@ def echo_forced(forced: ForcedSummary) -> None:
         click.echo(f"Prefix cache: {forced.cache}.")
     if floor := order_floor_sentence(forced):
         click.echo(floor + ".")
+    if forced.by_position_sentence:
+        click.echo(forced.by_position_sentence + ".")
     if forced.tokenizer:
         click.echo(f"Tokenizer: {forced.tokenizer}.")
 
@@ -132,6 +135,10 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(f"warning: {summary.cells.warning}")
     if template := template_warning(summary):
         click.echo(f"warning: {template}")
+    if collapse := collapse_warning(summary):
+        click.echo(f"warning: {collapse}.")
+    for session in summary.sessions:
+        click.echo(session.sentence[0].upper() + session.sentence[1:] + ".")
     for side, found in sorted(summary.log_matches.items()):
         for match in found:
             kind = "BLOCKING" if match.blocking else "warning"

@@ -142,6 +142,9 @@ def what_broke(rule: str, row: PairRow) -> str:
         return f"check {' '.join(skipped)} did not run (compare with --allow-code-exec)"
     if rule == "routing_determinism":
         return "B's repeats were routed to other MoE experts"
+    if rule == "collapsed_on_b":
+        return ("B answers this prompt as it answers another prompt (the same first 512 "
+                "characters), where A's answers to them differ")
     return rule.replace("_", " ")
 
 

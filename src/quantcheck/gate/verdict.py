@@ -33,6 +33,7 @@ from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import write_json_atomic
 from ..store.yamlfile import read_yaml, reject_unknown
 from ..triage.agreement import agreement, agreement_sentence
+from ..triage.collapse import collapsed_on_b, collapsed_prompts
 from ..triage.expects import SKIPPED
 from ..triage.stats import pass_rate_of, row_pass_counts
 from .explain import (
@@ -58,6 +59,8 @@ class Policy:
 
     max_factual_flips: int | None = 0
     max_new_degenerate: int | None = 0
+    # distinct prompts B answers alike while A answers them differently (silent breakage)
+    max_collapsed_on_b: int | None = 0
     max_nondeterministic: int | None = None
     # a determinism certificate's prompts that vary under any factor: none, by default,
     # as `determinism --certify` says NOT CERTIFIED of one
@@ -225,6 +228,9 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
         _rule("new_degenerate_on_b", "degenerate output new on B",
               "degenerate outputs new on B", new_degenerate_on_b(compared),
               policy.max_new_degenerate),
+        _rule("collapsed_on_b", *_with("B answers like another prompt while A answers "
+                                       "them differently (collapse)"),
+              collapsed_prompts(collapsed_on_b(compared)), policy.max_collapsed_on_b),
     ]
     for side in ("a", "b"):
         rules.append(_nondeterminism_rule(rows, side, policy.max_nondeterministic))
@@ -241,7 +247,8 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
     skipped = [r.prompt_id for r in compared if SKIPPED in (r.a_expect, r.b_expect)]
     rules.append(_rule("skipped_checks", *_with(
-        "with a skipped expect check (code: compare with --allow-code-exec to run it)"),
+        "with a skipped expect check (its reason says why: code runs with "
+        "--allow-code-exec; a stopped pattern search needs its pattern rewritten)"),
         skipped, policy.max_skipped_checks))
     signatures = [f"{side.upper()}: {m.signature}" for side, found in
                   sorted(summary.log_matches.items()) for m in found if m.blocking]

@@ -5,7 +5,7 @@ speaks the wire format of vllm, sglang, llama.cpp or llama-cpp-python, streams, 
 injects the faults a real deployment shows (latency, 429, 5xx, dropped connections,
 a top_logprobs limit, missing logprobs, rejected parameters, nondeterministic or
 load-dependent logprobs, logprobs that move with the batch size or a cached prefix, a
-`seed` accepted and ignored).
+`seed` accepted and ignored, and long answers gone wrong: output_faults.py).
 It can also replay a recorded response body verbatim.
 
 MoE routing (`Faults.routing`, as a server started to return it): a pretend mixture
@@ -26,7 +26,7 @@ import io
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -46,7 +46,9 @@ from ..store.engines import (
     TOKEN_IDS,
     LabDialect,
 )
+from .output_faults import LateLoop, bang_run, collapsed
 from .request_body import json_has, json_int, json_items, json_object, prompt_text_of
+from .steps import Emit, Scored, Step
 
 DIALECTS = ENGINE_NAMES  # the runtimes whose wire formats the lab speaks (their profiles)
 
@@ -101,6 +103,19 @@ class Faults:
     # token ids an earlier one began with comes back with its logprobs moved by 1e-7
     # relative for each such earlier request, unless the body says cache_prompt: false.
     scoring_cache_shift: bool = False
+    # Refuse a prompt of more tokens than this as llama-server does (HTTP 400, "the
+    # request exceeds the available context size"), whatever its props say.
+    refuse_over_tokens: int | None = None
+    # Answers without logprobs when another generation request was in flight with
+    # them (an engine whose batched path drops them; give latency_s so a batch overlaps).
+    no_logprobs_under_load: bool = False
+    # One request computed at a time (a server with one slot): latency_s each, in turn.
+    one_at_a_time: bool = False
+    # Long answers gone wrong (output_faults.py): a loop after this many tokens, `!` to
+    # the length limit, one answer to every prompt
+    late_loop_after: int | None = None
+    bang_run: bool = False
+    collapse: bool = False
 
 
 CHAT_TEMPLATES = {
@@ -142,32 +157,6 @@ def lab_routing(forwarded: list[str]) -> np.ndarray:
         rows.append([sorted(chooser.sample(range(ROUTING_EXPERTS), ROUTING_K))
                      for _ in range(ROUTING_LAYERS)])
     return np.array(rows, np.int32).reshape(len(rows), ROUTING_LAYERS, ROUTING_K)
-
-
-@dataclass
-class Step:
-    """One generated token: its string, bytes, the content it adds, logprob, top-k."""
-
-    token: str
-    raw: bytes
-    content: str
-    logprob: float
-    top: list[tuple[str, float]]
-    reasoning: bool = False  # part of the reasoning, not of the answer
-    call: int | None = None  # part of tool call number `call`: its name, or its arguments
-    call_name: str | None = None  # set on a call's first step (the name's token)
-
-
-@dataclass
-class Scored:
-    """One forced position: the logprob of the given token, and the top-k (id, text,
-    logprob) the model had there."""
-
-    logprob: float
-    top: list[tuple[int, str, float]]
-
-
-Emit = Callable[[Step], Awaitable[None]]
 
 
 class Engine(Protocol):
@@ -218,6 +207,9 @@ class LabServer:
         self._cached: set[str] = set()  # prompt texts seen (prompt_cache fault)
         self._last_cached_prompt = ""  # prefix_cache_shift fault
         self._scored_starts: dict[tuple[int, ...], int] = {}  # scoring_cache_shift fault
+        self._flying: set[int] = set()  # request numbers in flight
+        self._overlapped: set[int] = set()  # those that were in flight with another
+        self._one_slot = asyncio.Lock()  # one_at_a_time
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -442,12 +434,16 @@ class LabServer:
         self.requests.append(body)
         self.authorizations.append(request.headers.get("Authorization"))
         self.in_flight += 1
+        if self._flying:  # requests in flight together (no_logprobs_under_load)
+            self._overlapped |= self._flying | {number}
+        self._flying.add(number)
         try:
             return await self._respond(request, body, number)
         except ConnectionResetError:  # the client went away (a cancelled filler request)
             return web.Response(status=499)
         finally:
             self.in_flight -= 1
+            self._flying.discard(number)
 
     async def _respond(self, request: web.Request, body: Mapping[str, object], number: int
                        ) -> web.StreamResponse:
@@ -458,7 +454,10 @@ class LabServer:
             injected = self._injected_status(number)
             return injected if injected is not None else await self._scored(body)
         stream = bool(body.get("stream"))
-        if self.faults.latency_s:
+        if self.faults.latency_s and self.faults.one_at_a_time:
+            async with self._one_slot:
+                await asyncio.sleep(self.faults.latency_s)
+        elif self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)
         rejection = self._rejection(body, request)
         if rejection is not None:
@@ -473,6 +472,8 @@ class LabServer:
             return web.Response(body=self.replay[kind], content_type=content_type)
         render = _Renderer(self, body, chat)
         render.cached = self._cache_hit(_keep_last(body, self.faults.sliding_window))
+        if self.faults.no_logprobs_under_load and number in self._overlapped:
+            render.logprobs = False
         if stream:
             return await self._stream(request, body, chat, number, render)
         steps: list[Step] = []
@@ -570,6 +571,14 @@ class LabServer:
         emit = self._shifted(emit, 3e-7) if self._prefix_hit(body) else emit
         if self.faults.ignore_seed:
             body = {key: value for key, value in body.items() if key != "seed"}
+        if self.faults.bang_run:
+            return await bang_run(body, top_k, emit)
+        if self.faults.collapse:
+            return await collapsed(body, top_k, emit)
+        if self.faults.late_loop_after is not None:
+            loop = LateLoop(self.faults.late_loop_after, emit)
+            await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, loop.emit))
+            return await loop.finish(body)
         return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
 
     def _cache_hit(self, body: Mapping[str, object]) -> bool:
@@ -722,6 +731,10 @@ class LabServer:
                 return _flat_error(lab, message, lab.limit_status)
             return _json({"error": {"message": message, "type": "invalid_request_error",
                                     "param": None, "code": None}}, lab.limit_status)
+        over = self.faults.refuse_over_tokens
+        if over is not None and len(self.tokenize(prompt_text_of(body))) > over:
+            return _json(_error_body("the request exceeds the available context size, try "
+                                     "increasing it", 400), 400)
         limit = self.faults.max_top_logprobs
         if limit is not None and k > limit:
             message = (f"Requested sample logprobs of {k}, which is greater than max allowed: "

@@ -9,7 +9,7 @@ from ..store.report_records import Counts, ForcedSummary, Summary
 from ..store.run_records import DEGENERATE_KINDS
 from ..triage.agreement import agreement_sentence
 
-__all__ = ["agreement_sentence", "collecting_speed", "degenerate_phrase",
+__all__ = ["agreement_sentence", "collapse_warning", "collecting_speed", "degenerate_phrase",
            "flip_causes_phrase", "headline", "order_floor_sentence", "repeats_phrases",
            "repeats_sent",
            "judge_sentence", "plural", "template_warning", "PROMPT_CACHE_HINT"]
@@ -53,6 +53,9 @@ def headline(summary: Summary) -> str:
         parts.append("tool calls: " + ", ".join(f"{v} {k.replace('_', ' ')}"
                                                 for k, v in counts.tool_calls.items()))
     parts.append(degenerate_phrase(counts))
+    if counts.collapse is not None and counts.collapse.new_on_b:
+        parts.append(f"{plural(counts.collapse.new_on_b, 'prompt')} collapsed on B (the same "
+                     "answer to distinct prompts)")
     if counts.length_capped_new_on_b:
         parts.append(f"{plural(counts.length_capped_new_on_b, 'more answer')} on B cut by "
                      "max_tokens where A stopped")
@@ -198,6 +201,28 @@ def _template_advice(summary: Summary) -> str:
 def _whose(sides: list[str]) -> str:
     """"A's server", "A's and B's servers"."""
     return " and ".join(f"{side}'s" for side in sides) + " server" + "s" * (len(sides) > 1)
+
+
+def collapse_warning(summary: Summary) -> str | None:
+    """Distinct prompts B answers alike while A answers them differently, group by group
+    (the first ids, the answer's start); also when A collapses where B does not. None
+    when neither does."""
+    collapse = summary.counts.collapse
+    if collapse is None or not (collapse.new_on_b or collapse.new_on_a):
+        return None
+    found = []
+    if collapse.new_on_b:
+        groups = "; ".join(
+            f"{plural(group.prompts, 'prompt')} ({', '.join(group.ids)}"
+            f"{', ...' if group.prompts > len(group.ids) else ''}) answer "
+            f"\"{' '.join(group.answer.split())}{'...' if len(group.answer) == 80 else ''}\""
+            for group in collapse.groups)
+        found.append(f"B gives {plural(collapse.new_on_b, 'distinct prompt')} the same answer "
+                     f"while A answers them differently (collapse): {groups}")
+    if collapse.new_on_a:
+        found.append(f"A gives {plural(collapse.new_on_a, 'distinct prompt')} the same answer "
+                     "while B answers them differently")
+    return ". ".join(found)
 
 
 def judge_sentence(judge: JudgeFigures) -> str:

@@ -34,6 +34,7 @@ from ..triage.cells import CELL_AXES
 from ..triage.forced_figures import llama_cpp_sentence
 from .sentences import (
     agreement_sentence,
+    collapse_warning,
     collecting_speed,
     headline,
     judge_sentence,
@@ -155,6 +156,8 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         nonce=secrets.token_urlsafe(16), a=summary.a, b=summary.b, rubric=rubric,
         axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
         template_warning=template_warning(summary),
+        collapse_warning=collapse_warning(summary),
+        sessions=summary.sessions,
         count_tiles=_count_tiles(summary.counts),
         throughput_note="; ".join(collecting_speed(summary)),
         repeats_lines=[line for line in (repeats_sent(summary), *repeats_phrases(summary)[1:])
@@ -243,12 +246,14 @@ def _axes(summary: Summary) -> list[dict[str, object]]:
 
 
 def _count_tiles(counts: Counts) -> list[tuple[str, object]]:
+    collapsed = counts.collapse.new_on_b if counts.collapse else 0
     return [("pairs compared", counts.pairs), ("identical", counts.identical),
             ("wording (suggested)", counts.wording_similar),
             ("to review", counts.divergent),
             ("expect regressions", counts.flips.regression),
             ("expect improvements", counts.flips.improvement),
             ("degenerate new on B", counts.degenerate_new_on_b),
+            *([("collapsed on B", collapsed)] if collapsed else []),  # a tile when it counts
             _repeats_tile(counts),
             ("not compared", counts.prompts - counts.pairs)]
 

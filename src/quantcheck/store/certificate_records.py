@@ -8,15 +8,21 @@ emptied first, where it can be). A probe is a target prompt (`prompt_id`, with
 Each answered target probe is an `Answer` (OUT/answers.jsonl, one per line): the
 factor and level it tests, its tokens and their logprobs, or its error.
 
-certificate.json (`Certificate`, format "quantcheck-certificate/1"): the statement and
-its statistics, each factor's levels and prompts, examples of what differed, the
-cache control used and the control run's result.
+certificate.json (`Certificate`, format "quantcheck-certificate/1"): the verdict, the
+statement and its statistics, each factor's levels (each tested, or not tested with
+its reason) and prompts, what a match meant per factor, examples of what differed,
+the cache control used, the preflight, the time taken and the control run's result.
 
 Factors: `repeat` (each prompt alone, asked again), `stream` (streamed against whole),
 `batch` (inside a concurrent batch of `batch=B`), `prefix` (after a shared prefix of
 `prefix=L` words, the prefix cache off or emptied), `cache` (the same with the
 prefix cache on and the prefix already computed), `seed` (sampled at a temperature
 above 0 with the same `seed`, held to the first such answer).
+
+A factor has planned levels (the plan's probes name them); each level is tested (it
+made comparisons) or not tested, with the reason (`LevelResult.not_tested`: it did
+not fit the server's context, the server refused it, the runtime cannot do it). A new
+factor is a new `Factor`, its rounds in the plan and its phrase in triage/certificate.py.
 """
 
 from __future__ import annotations
@@ -31,10 +37,15 @@ import msgspec
 from ..errors import RunFormatError
 from .folder_kinds import CERTIFICATE_JSON as CERTIFICATE_JSON  # re-exported
 from .formats import CERTIFICATE_FORMAT, CertificateFormat, Count
+from .preflight_records import Preflight
 from .run_dir import read_json
 
 Factor = Literal["repeat", "stream", "batch", "prefix", "cache", "seed"]
 FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache", "seed")
+# "certified": every planned level tested and every comparison matched; "certified in
+# part": every comparison matched, some planned level not tested (`not_tested` says
+# which and why); "not certified": a mismatch, a failed request, or nothing compared
+Verdict = Literal["certified", "certified in part", "not certified"]
 
 
 class Probe(msgspec.Struct, kw_only=True, frozen=True):
@@ -74,6 +85,11 @@ class Plan(msgspec.Struct, kw_only=True):
     def requests(self) -> int:
         return sum(len(r.probes) for r in self.rounds)
 
+    def levels(self, factor: Factor) -> list[str]:
+        """The factor's planned levels, in the plan's order."""
+        return list(dict.fromkeys(p.level for r in self.rounds for p in r.probes
+                                  if p.factor == factor and p.prompt_id))
+
 
 class Answer(msgspec.Struct, kw_only=True):
     """One target probe's answer (answers.jsonl)."""
@@ -106,6 +122,15 @@ class LevelResult(msgspec.Struct, kw_only=True):
     mean_unique_outputs: float
     first_divergence: Count | None = None  # the earliest token index that differed
     max_logprob_delta: float | None = None  # largest |delta logprob| at equal tokens
+    not_tested: str = ""  # why this planned level was not tested; "" when it was
+
+
+class Untested(msgspec.Struct, kw_only=True):
+    """Planned levels of one factor that were not tested, for one reason."""
+
+    factor: Factor
+    levels: list[str]
+    reason: str
 
 
 class PromptResult(msgspec.Struct, kw_only=True):
@@ -135,6 +160,10 @@ class FactorResult(msgspec.Struct, kw_only=True):
     routing_compared: Count = 0
     routing_differing: Count = 0
     routing: str = ""  # "variation begins in the gating: ...", "" without routing
+    # what a match means here: "tokens, logprobs and top-k alternatives, bit for bit",
+    # or "text only ..." where the answers carried no logprobs
+    compared: str = ""
+    text_only: Count = 0  # comparisons made on the texts alone
 
 
 class Example(msgspec.Struct, kw_only=True):
@@ -147,6 +176,15 @@ class Example(msgspec.Struct, kw_only=True):
     baseline: str  # the baseline's text
     other: str  # the differing answer's text
     max_logprob_delta: float | None = None
+    # what differed, in words ("token 3: ' Paris' against ' Lyon'", "logprob of token 2
+    # ...", "text at character 12 ..."), and where: the token (or character) index and
+    # each side's token and logprob there
+    difference: str = ""
+    position: int | None = None
+    baseline_token: str | None = None
+    other_token: str | None = None
+    baseline_logprob: float | None = None
+    other_logprob: float | None = None
 
 
 class ControlResult(msgspec.Struct, kw_only=True):
@@ -154,9 +192,11 @@ class ControlResult(msgspec.Struct, kw_only=True):
 
     endpoint: str
     detected: bool
-    statement: str
+    statement: str  # the control's statement, or why it was not tested
     mismatches: Count
     comparisons: Count
+    tested: bool = True  # False: no answers, or too few to judge (`statement` says why)
+    not_tested: list[Untested] = msgspec.field(default_factory=list)  # the control's own
 
 
 class Certificate(msgspec.Struct, kw_only=True):
@@ -166,7 +206,12 @@ class Certificate(msgspec.Struct, kw_only=True):
     endpoint: str
     model: str
     runtime: str | None = None
+    # true when every comparison made matched, none failed and one was made at least:
+    # it covers the levels tested only; `verdict` and `not_tested` say what was not
     certified: bool
+    verdict: Verdict | None = None  # None: written before verdicts were recorded
+    scope: str = ""  # what was tested: "repeats alone, batch sizes 2, 4, 8, ..."
+    not_tested: list[Untested] = msgspec.field(default_factory=list)
     statement: str
     comparisons: Count
     mismatches: Count
@@ -182,7 +227,10 @@ class Certificate(msgspec.Struct, kw_only=True):
     prefix_lengths: list[int]
     trials: Count
     seed: int
-    requests: Count
+    requests: Count  # sent (the plan's requests of the levels that were tested)
+    planned_requests: Count = 0
+    seconds: float | None = None  # sending the plan took (its warm-up aside)
+    estimated_seconds: float | None = None  # the estimate printed before it was sent
     cache_control: str  # how the prefix cache was turned off, or that it could not be
     # how seeded sampling was tested ("seed 0 at temperature 1.0 ..."), or why it was not
     seed_control: str = ""
@@ -191,6 +239,7 @@ class Certificate(msgspec.Struct, kw_only=True):
     examples: list[Example]
     control: ControlResult | None = None
     control_note: str = ""
+    preflight: Preflight | None = None  # the endpoint's preflight; None with --no-preflight
 
 
 

@@ -10,7 +10,10 @@ a line never points at a blob that is not there; a blob without a line is ignore
 Every file of a run or report directory is read as a regular file only (files.
 open_regular): one that is a link to a device such as /dev/zero, a FIFO or a folder is
 refused naming it (exit 2), before a byte is read; a JSON file is read whole within
-`MAX_JSON_BYTES` (`MAX_SMALL_JSON_BYTES` for reviews and approvals).
+`MAX_JSON_BYTES` (`MAX_SMALL_JSON_BYTES` for reviews and approvals), a JSON lines file
+one line at a time, each within `MAX_LINE_BYTES` (`run_lines`: a longer line is one
+error naming the file and the line, read no further). A record whose line would be
+longer is not written: it fails (RecordNotStorable), and the run stays readable.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .files import (
     DirectoryLock,
     UnreadableFile,
     append,
+    bounded_lines,
     make_directory,
     open_append,
     open_regular,
@@ -68,6 +72,9 @@ RecordT = TypeVar("RecordT", bound=msgspec.Struct)
 THROUGHPUT = "throughput.json"
 MAX_JSON_BYTES = 1 << 30  # a manifest names each prompt's hash: 10 MB at 100,000 prompts
 MAX_SMALL_JSON_BYTES = 64 << 20  # a review or an approvals file
+# A line of a JSON lines file of a run or report: a record holds an answer's text, which
+# is at most the answer (256 MiB unless --max-response-mb raises the cap).
+MAX_LINE_BYTES = DEFAULT_MAX_RESPONSE_MB << 20
 
 FRAME_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "reasoning", "finish_reason",
                  "n_tokens", "prompt_tokens", "completion_tokens", "ttft_s", "e2e_s", "error"]
@@ -308,12 +315,21 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, data
 
 
+def run_lines(handle: BinaryIO, path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a run or report file opened by open_run_file, each of at
+    most MAX_LINE_BYTES; a longer line is a RunFormatError naming the file and the line."""
+    try:
+        yield from bounded_lines(handle, path, MAX_LINE_BYTES, "run or report file")
+    except UnreadableFile as exc:
+        raise RunFormatError(str(exc)) from None
+
+
 def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """(line number, the line's length in bytes, object), as iter_jsonl reads them; a
     file that is missing or cannot be read is a RunFormatError naming it."""
     try:
         with open_run_file(path) as handle:
-            for number, line in enumerate(handle, 1):
+            for number, line in run_lines(handle, path):
                 if not line.endswith(b"\n"):
                     return  # written while the process was killed
                 try:
@@ -366,6 +382,9 @@ class RunWriter:
             line = orjson.dumps(data) + b"\n"
         except orjson.JSONEncodeError as exc:
             raise RecordNotStorable(str(exc)) from None
+        if len(line) > MAX_LINE_BYTES:
+            raise RecordNotStorable(f"its line would be {len(line):,} bytes, more than the "
+                                    f"{MAX_LINE_BYTES >> 20} MiB a run's line holds")
         if blob is not None:
             append(self._blobs, blob, self.run_dir / TOKENS_FILE)
         append(self._lines, line, self.run_dir / COMPLETIONS)
@@ -498,7 +517,7 @@ def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
     keys: set[tuple[str, int]] = set()
     dropped = False
     with open_run_file(path) as handle:
-        for line in handle:
+        for _, line in run_lines(handle, path):
             record = decode_line(line)
             key = (record.prompt_id, record.repeat) if record else None
             if record is None or key is None or record.error or key in keys:

@@ -126,6 +126,23 @@ def first_number(text: str) -> float | None:
     return numbers[0] if numbers else None
 
 
+@dataclass
+class SessionTurn:
+    """Where a prompt sits in a tool session (a prompt entry's `session`, sessions.py):
+    the session's id, the turn whose calls the prompt asks for (from 1), and how many
+    turns the session has."""
+
+    session: str
+    turn: int
+    turns: int
+
+
+class SessionJson(TypedDict):
+    session: str
+    turn: int
+    turns: int
+
+
 class PromptJson(TypedDict):
     """A line of prompts.jsonl."""
 
@@ -137,6 +154,7 @@ class PromptJson(TypedDict):
     expect: NotRequired[dict[str, object] | None]  # Expect.to_json
     request: dict[str, object]  # the request body, as the user's prompt set makes it
     source: NotRequired[str]
+    session: NotRequired[SessionJson]  # a turn of a tool session
 
 
 @dataclass
@@ -151,9 +169,10 @@ class Prompt:
     tags: list[str] = field(default_factory=list)
     expect: Expect | None = None
     source: str = ""
+    session: SessionTurn | None = None
 
     def to_json(self) -> PromptJson:
-        return {
+        data: PromptJson = {
             "id": self.id,
             "category": self.category,
             "api": self.api,
@@ -163,6 +182,10 @@ class Prompt:
             "request": self.request,
             "source": self.source,
         }
+        if self.session is not None:
+            data["session"] = {"session": self.session.session, "turn": self.session.turn,
+                               "turns": self.session.turns}
+        return data
 
     @classmethod
     def from_json(cls, data: PromptJson) -> Prompt:
@@ -176,7 +199,21 @@ class Prompt:
             expect=Expect.from_json(expect) if expect else None,
             request=data["request"],
             source=data.get("source", ""),
+            session=_session_turn(data.get("session")),
         )
+
+
+def _session_turn(value: object) -> SessionTurn | None:
+    """A prompts.jsonl line's `session`, checked field by field (TypeError: malformed)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"session", "turn", "turns"}:
+        raise TypeError("session must be {session, turn, turns}")
+    session, turn, turns = value["session"], value["turn"], value["turns"]
+    if not isinstance(session, str) or not all(
+            type(n) is int and n >= 1 for n in (turn, turns)) or turn > turns:
+        raise TypeError("session must name its id and a turn from 1 to its turns")
+    return SessionTurn(session, turn, turns)
 
 
 class TokensJson(TypedDict):

@@ -25,7 +25,8 @@ from .forced_figures import NOT_SCORED, ForcedColumns, all_kl, pair_columns
 from .one_pair import judge_pair
 from .parallel import ordered_chunks
 from .sandbox import Limits, code_execution, code_runner
-from .sides import Side, load_side
+from .searches import begin
+from .sides import Side, load_side, prompt_id_of
 from .signals import NEAR_TIE_NATS
 from .summary import PairTotals
 from .tokenizers import tokenizer_agreement
@@ -75,7 +76,7 @@ def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: in
         judged = []
         for key in map(int, keys):
             prompt = a.prompt_by_key(key) or b.prompt_by_key(key)
-            prompt_id = prompt.id if prompt else _record_id(a, key) or _record_id(b, key)
+            prompt_id = prompt_id_of(a, b, key)
             assert prompt_id is not None  # every key in the order has a prompt or records
             judged.append(judge_pair(prompt_id, prompt, a, b, a.records(prompt_id, key),
                                      b.records(prompt_id, key), token_level, run_code))
@@ -83,6 +84,7 @@ def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: in
 
     a.close()  # each worker opens the runs' files itself (a shared offset would race)
     b.close()
+    begin()  # the comparison's pattern searches: one budget, before the workers fork
     order = cast("Sequence[int]", prompt_order(a, b))  # an array slices as a sequence does
     for judged in ordered_chunks(judge, order, jobs, CHUNK_PAIRS):
         yield [row for row, _ in judged], [details for _, details in judged]
@@ -94,12 +96,6 @@ def prompt_order(a: Side, b: Side) -> np.ndarray:
     keys = np.concatenate([a.prompt_keys(), a.index.order, b.prompt_keys(), b.index.order])
     order: np.ndarray = keys[first_seen(keys)]
     return order
-
-
-def _record_id(side: Side, key: int) -> str | None:
-    """The prompt id of a side's records under this key (a prompt outside the sets)."""
-    rows = side.index.rows(key)
-    return side.record_id(rows[0]) if rows else None
 
 
 class Digest(Protocol):

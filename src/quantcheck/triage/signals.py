@@ -7,6 +7,7 @@ import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 import msgspec
 import numpy as np
@@ -52,10 +53,10 @@ def degenerate_reason(text: str | None, finish_reason: str | None,
 
 
 def is_repetition_loop(text: str, capped: bool = False) -> bool:
-    """A loop (see `_ends_in_loop`); for an answer cut by max_tokens also a short one
-    (see `_short_capped_loop`): a loop that hit the cap early has had no room to repeat
-    many times, and being cut is itself the sign that it never ended."""
-    return _ends_in_loop(text) or (capped and _short_capped_loop(text))
+    """A loop (see `_ends_in_loop`); for a short answer cut by max_tokens also a short
+    one (see `_short_capped_loop`): a loop that hit the cap early has had no room to
+    repeat many times, and being cut is itself the sign that it never ended."""
+    return _ends_in_loop(text, capped) or (capped and _short_capped_loop(text))
 
 
 # Measured on the broken-FP8-head garbage of the demo (`--fault lmhead-noscale`, caps of
@@ -65,12 +66,15 @@ def is_repetition_loop(text: str, capped: bool = False) -> bool:
 CAPPED_LOOP_COPIES = 2.5  # the tail repeats its period at least this often,
 CAPPED_LOOP_SHARE = 0.5  # and covers at least half of the answer
 CAPPED_DISTINCT_SHARE = 0.3  # or: at most this share of the words are distinct
+# Those looser rules are for answers the cap cut short: a long answer cut by the cap
+# (2,000 words of similar functions) repeats its shape without being a loop.
+SHORT_ANSWER_WORDS = 64
 _WORD = re.compile(r"\w+")
 
 
 def _short_capped_loop(text: str) -> bool:
-    words = [w.casefold() for w in _WORD.findall(text)]
-    if len(words) < 4:
+    words = [w.group().casefold() for w in islice(_WORD.finditer(text), SHORT_ANSWER_WORDS + 1)]
+    if not 4 <= len(words) <= SHORT_ANSWER_WORDS:
         return False
     for period in _candidate_periods(words, len(words) // 2):
         run = _periodic_tail(words, period)
@@ -81,21 +85,40 @@ def _short_capped_loop(text: str) -> bool:
     return _near_loop(text.rstrip()[-512:], short=True)
 
 
-def _ends_in_loop(text: str) -> bool:
+# Long answers: a loop that starts late (after 3,000 good tokens of a 4,096-token cap)
+# covers a small share of the answer, so past this many repeated words it is a loop
+# whatever its share; a passage of LONG_PERIOD words or more repeated three times back
+# to back is one (a paragraph loop), a shorter phrase needs four copies.
+LATE_LOOP_WORDS = 200
+LONGEST_PERIOD_WORDS = 256
+LONG_PERIOD = 16
+
+
+def _ends_in_loop(text: str, capped: bool = False) -> bool:
     """The answer ends in a phrase repeated back to back (greedy decoding, once in a
     loop, stays in it): "need analysis there need analysis there ...".
 
     "very very good" or a list whose items share a prefix is not a loop: the repeated
-    tail must hold at least four copies, at least 12 words and 30% of the answer. Loops
-    without spaces (CJK, symbols) are found the same way over characters.
+    tail must hold at least four copies (three of a passage of 16 words or more), at
+    least 12 words and 30% of the answer, or LATE_LOOP_WORDS words. Loops without
+    spaces (CJK, symbols: `!!!!` to the length limit) are found the same way over the
+    last 512 characters. An answer cut by max_tokens is read without its last word,
+    which the cap may have cut in two (a loop of the question cut at "`1" of "`12:").
+    Linear in the text: each candidate period is followed back at most as far as it
+    needs to count.
     """
     words = text.split()
-    for period in _candidate_periods(words, min(50, len(words) // 4)):
-        if _periodic_tail(words, period) >= max(4 * period, 12, 0.3 * len(words)):
+    if capped and not text[-1:].isspace():
+        words = words[:-1]
+    for period in _candidate_periods(words, min(LONGEST_PERIOD_WORDS, len(words) // 3)):
+        copies = 3 if period >= LONG_PERIOD else 4
+        needed = max(copies * period, 12, min(0.3 * len(words), LATE_LOOP_WORDS))
+        if _periodic_tail(words, period, needed) >= needed:
             return True
     tail = text.rstrip()[-512:]
     for period in _candidate_periods(tail, min(64, len(tail) // 8)):
-        if _periodic_tail(tail, period) >= max(8 * period, 48, 0.3 * len(tail)):
+        needed = max(8 * period, 48, 0.3 * len(tail))
+        if _periodic_tail(tail, period, needed) >= needed:
             return True
     return _near_loop(tail)
 
@@ -108,8 +131,10 @@ def _near_loop(tail: str, short: bool = False) -> bool:
 
     The text's shape (every run of letters or digits replaced by one placeholder) must
     end, give or take a few closing characters, in a periodic run, and the words inside
-    that run (markup names included) must repeat: at most a quarter of them distinct.
-    A table or a list repeats its shape too, but with many different words.
+    that run (markup names included) must repeat: at most a quarter of them distinct,
+    and at most one in its second half that its first half does not hold. A table or a list
+    repeats its shape too, but with many different words; code or a list that counts
+    (`def step_78`, `def step_79`) brings a new word with each copy.
     """
     encoded = tail.encode("utf-8", "surrogatepass")
     if not short and (len(encoded) < 96 or len(zlib.compress(encoded)) > 0.4 * len(encoded)):
@@ -126,7 +151,9 @@ def _near_loop(tail: str, short: bool = False) -> bool:
                 inside = shape[-run:].count("\0")
                 after = full_shape[len(shape):].count("\0")
                 region = words[len(words) - after - inside:len(words) - after]
-                return len(region) >= 3 and len(set(region)) <= max(3, len(region) // 4)
+                half = len(region) // 2
+                return len(region) >= 3 and len(set(region)) <= max(3, len(region) // 4) \
+                    and len(set(region[half:]) - set(region[:half])) <= 1
     return False
 
 
@@ -138,10 +165,12 @@ def _candidate_periods(items: str | list[str], longest: int) -> list[int]:
     return [p for p in range(1, longest + 1) if items[-1 - p] == last]
 
 
-def _periodic_tail(items: str | list[str], period: int) -> int:
-    """How many trailing items repeat the item `period` places before them (plus one period)."""
+def _periodic_tail(items: str | list[str], period: int, enough: float = math.inf) -> int:
+    """How many trailing items repeat the item `period` places before them (plus one
+    period), counted no further than `enough`."""
     index = len(items) - 1
-    while index >= period and items[index] == items[index - period]:
+    stop = max(period, len(items) - 1 - enough)  # the run reaches `enough` there
+    while index >= stop and items[index] == items[index - period]:
         index -= 1
     run = len(items) - 1 - index
     return run + period if run else 0

@@ -600,9 +600,11 @@ def parse_prompt_logprobs(answer: object, ids: list[int], start: int, top_k: int
     return scored
 
 
-def parse_echo(answer: object, prompt_chars: int, top_k: int) -> list[ScoredPosition]:
+def parse_echo(answer: object, prompt_chars: int, top_k: int
+               ) -> tuple[list[ScoredPosition], int]:
     """Legacy completions with `echo`: the logprobs of the echoed text after the first
-    `prompt_chars` characters, without the tokens generated past it."""
+    `prompt_chars` characters, without the tokens generated past it; and how many
+    echoed tokens come before them (the prompt's length in tokens)."""
     choice, usage = _scored_choice(answer)
     logprobs = choice.logprobs
     if logprobs is None or logprobs.tokens is None:
@@ -613,7 +615,8 @@ def parse_echo(answer: object, prompt_chars: int, top_k: int) -> list[ScoredPosi
     generated = usage.get("completion_tokens")
     end = len(tokens) - (generated if isinstance(generated, int) and generated > 0 else 0)
     scored = []
-    for n in range(_boundary(tokens, prompt_chars), end):
+    start = _boundary(tokens, prompt_chars)
+    for n in range(start, end):
         alternatives = (tops[n] if n < len(tops) else None) or {}
         for value in [values[n] if n < len(values) else None, *alternatives.values()]:
             if value is not None:
@@ -622,7 +625,7 @@ def parse_echo(answer: object, prompt_chars: int, top_k: int) -> list[ScoredPosi
                      key=lambda kv: -kv[1])[:top_k]
         scored.append((values[n] if n < len(values) else None,
                        ([t for t, _ in top], [v for _, v in top])))
-    return scored
+    return scored, start
 
 
 class _NativeAlternative(msgspec.Struct):
