@@ -406,6 +406,32 @@ def test_forced_kl_ranks_quants_as_llama_perplexity_does(tmp_path: Path) -> None
         assert rung.quantcheck_quarter_mean <= rung.quantcheck_mean  # a lower bound at K/4
 
 
+def test_an_unchanged_batching_server_passes_and_a_regressed_one_fails(tmp_path: Path) -> None:
+    """bench/false_alarms.py, small: F16 of the demo's model on llama-server `--parallel 4
+    -cb` (a request's logprobs depend on its batch), its reference collected as docs/ci.md
+    says, collected again twice: each rerun passes the default gate (a flip there is the
+    reference's own near tie, listed for review, never counted); Q2_K of the same model
+    fails it with confident flips."""
+    require_llama_server()
+    if not shutil.which("llama-quantize"):
+        if os.environ.get("CI"):
+            pytest.fail("CI must have llama-quantize beside llama-server (.ci/build-llama-server)")
+        pytest.skip("no llama-quantize on PATH (.ci/build-llama-server builds it)")
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    from false_alarms import Settings, measure
+
+    figures = measure(tmp_path, Settings(questions=6, reruns=2, regressed=1, threads=1),
+                      progress=False)
+    for rerun in figures.of("F16"):
+        assert rerun.exit_code == 0 and rerun.default_passed, rerun
+        assert rerun.confident_flips == []
+    (regressed,) = figures.of("Q2_K")
+    assert regressed.exit_code == 1 and not regressed.default_passed
+    assert regressed.confident_flips and not regressed.all_flips_passed
+    gate = json.loads((tmp_path / "reports" / "F16-00" / "gate.json").read_text())
+    assert gate["reference"]["repeats"] == 2 and gate["reference"]["prompts"] == 6
+
+
 def test_a_repro_replays_the_recorded_answers_byte_for_byte_on_llama_server(
         gguf_files: dict[str, Path], write_prompts: Any, tmp_path: Path) -> None:
     """llama-server with one slot and the prompt cache off in each request (collect sends

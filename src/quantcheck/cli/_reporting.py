@@ -197,9 +197,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-factual-flips", type=click.IntRange(0),
               help="Expect regressions plus reviewer-labelled blocking pairs (default 0).")
 @click.option("--confident-flips-only/--all-flips", default=None,
-              help="Count only the expect regressions nothing measured explains (flip "
-                   "cause `confident`), not those where A's or B's own repeats disagree "
-                   "on the check or the answers fork at a near tie (default: all flips).")
+              help="Leave out of factual flips the expect regressions the reference's "
+                   "own doubt explains (A's repeats disagree on the check, or a near tie "
+                   "on A's side at the fork): listed for review instead (the default). "
+                   "--all-flips counts every expect regression.")
 @click.option("--max-new-degenerate", type=click.IntRange(0),
               help="Repetition loops or empty answers on B that A did not have (default 0).")
 @click.option("--max-collapsed-on-b", type=click.IntRange(0),
@@ -302,7 +303,8 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     def work() -> tuple[gate.GateResult, Summary, list[Failure]]:
         result, summary = gate.gate_report(report_dir, settings(), load_rubric(rubric),
                                            review_files)
-        return result, summary, report_failures(report_dir, result.rules)
+        return result, summary, report_failures(report_dir, result.rules,
+                                                listed=result.flips_to_review)
 
     verdict, summary, failures = run_guarded(work, "Nothing was written.")
     text = gate.markdown(verdict, summary, failures)

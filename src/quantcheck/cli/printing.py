@@ -17,6 +17,7 @@ import msgspec
 from ..errors import ExitCode
 from ..gate.explain import Failure, markdown_table, markdown_text
 from ..gate.overview import CandidatesGate
+from ..gate.verdict import review_phrase
 from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
@@ -296,8 +297,9 @@ def candidates_markdown(decision: CandidatesGate, overview: Overview,
              f"{len(decision.candidates)} candidates", "",
              "| candidate | verdict | why |", "|---|---|---|"]
     for label, result in decision.candidates.items():
+        why = [*result.reasons(), review_phrase(result.flips_to_review)]
         lines.append(f"| {markdown_text(label)} | {result.verdict} | "
-                     f"{markdown_text('; '.join(result.reasons()))} |")
+                     f"{markdown_text('; '.join(filter(None, why)))} |")
     choice = decision.recommendation
     lines += ["", f"Recommended: **{markdown_text(choice.label)}**, "
               f"{markdown_text(choice.reason)}." if choice.label

@@ -4,7 +4,7 @@ the plurals and phrases it is made of. Triage counts; these say it in words."""
 from __future__ import annotations
 
 from ..store.judge_records import JudgeFigures
-from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES
+from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES, REVIEW_CAUSES
 from ..store.report_records import Counts, ForcedSummary, Summary
 from ..store.run_records import DEGENERATE_KINDS
 from ..triage.agreement import agreement_sentence
@@ -137,14 +137,20 @@ def collecting_speed(summary: Summary) -> list[str]:
 
 
 def flip_causes_phrase(causes: dict[str, int]) -> str:
-    """'what can explain the flips: 1 unstable on A, 1 confident' (the classes with
-    flips, in FLIP_CAUSES order), or "" without flips."""
-    found = [f"{causes[cause]} {FLIP_CAUSE_WORDS[cause]}" for cause in FLIP_CAUSES
-             if causes.get(cause)]
-    if not found:
+    """'of the flips, 1 confident, 1 B's repeats disagree (counted); 1 near tie on A
+    (to review: the reference itself unsure)' (the classes with flips, in FLIP_CAUSES
+    order), or "" without flips."""
+    def listed(kinds: tuple[str, ...]) -> str:
+        return ", ".join(f"{causes[cause]} {FLIP_CAUSE_WORDS[cause]}" for cause in kinds
+                         if causes.get(cause))
+
+    counted = listed(tuple(c for c in FLIP_CAUSES if c not in REVIEW_CAUSES))
+    review = listed(REVIEW_CAUSES)
+    parts = ([f"{counted} (counted)"] if counted else []) + (
+        [f"{review} (to review: the reference itself unsure)"] if review else [])
+    if not parts:
         return ""
-    return (f"what can explain the flip{'' if sum(causes.values()) == 1 else 's'}: "
-            + ", ".join(found))
+    return f"of the flip{'' if sum(causes.values()) == 1 else 's'}, " + "; ".join(parts)
 
 
 PROMPT_CACHE_HINT = (

@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from ..store.files import AtomicFile, write_atomic
 from ..store.judge_records import Agreement
-from ..store.pair_records import FLIP_CAUSE_TEXT, PAIR_COLUMNS
+from ..store.pair_records import FLIP_CAUSE_TEXT, PAIR_COLUMNS, REVIEW_CAUSES
 from ..store.report_dir import (
     PAIRS_READ_AT_ONCE,
     DetailsReader,
@@ -106,6 +106,7 @@ def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, str] | None,
                  "b": msgspec.to_builtins(summary.b)},
         "rubric": rubric.to_json(),
         "flip_causes": FLIP_CAUSE_TEXT,
+        "review_causes": REVIEW_CAUSES,
         "reviews": {name: msgspec.to_builtins(review) for name, review in reviews.items()},
         "refused_reviews": refused,
         "live": live,

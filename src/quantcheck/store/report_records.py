@@ -93,7 +93,7 @@ class Counts(msgspec.Struct, kw_only=True):
     routing: RoutingCounts | None = None  # when either side recorded MoE routing
     template: TemplateSigns | None = None  # when an answer showed a template gone wrong
     # factual flips (expect regressions) by what can explain them (pairs.csv's
-    # flip_cause: unstable_a, unstable_b, near_tie, confident); improvements alike
+    # flip_cause: unstable_a, near_tie, unstable_b, unverified, confident); improvements alike
     flip_causes: dict[str, int] = {}
     improvement_causes: dict[str, int] = {}
     # `nondeterministic` split (None in a report made before): prompts whose repeats gave

@@ -234,13 +234,14 @@ def _compare_tokens(a: Side, b: Side, a_first: SideRecord, b_first: SideRecord,
     a_tokens, b_tokens = a.tokens_at(a_first.offset), b.tokens_at(b_first.offset)
     if not a_tokens or not b_tokens:
         return
-    divergence = classify_divergence(a_tokens, b_tokens)
+    divergence = classify_divergence(a_tokens, b_tokens, a_first.text, b_first.text)
     position = divergence.position
     if position is not None and position < len(a_tokens):
         details.a_top = a_tokens.top(position)
     if position is not None and position < len(b_tokens):
         details.b_top = b_tokens.top(position)
     row.first_divergence, row.divergence_kind = position, divergence.kind
+    row.unsure_side = divergence.unsure
     row.divergence_gap, row.divergence_b_gap = divergence.gap, divergence.b_gap
     row.divergence_a_token, row.divergence_b_token = divergence.a_token, divergence.b_token
     measured = drift(a_tokens, b_tokens, position)

@@ -210,20 +210,25 @@ def first_divergence(a_keys: Sequence[TokenKey], b_keys: Sequence[TokenKey]) -> 
 @dataclass
 class Divergence:
     position: int | None
-    kind: str  # none | near_tie | confident | ended
+    kind: str  # none | near_tie | confident | unverified | ended
     gap: float | None = None  # on A: A's token's logprob minus B's token's
     a_token: str | None = None
     b_token: str | None = None
     b_gap: float | None = None  # on B: B's token's logprob minus A's token's
+    unsure: str = ""  # the sides unsure at the fork: a | b | both | neither | "" (unread)
 
 
-def classify_divergence(a: Tokens, b: Tokens) -> Divergence:
-    """vLLM's check_logprobs_close rule at the first differing token, with a margin.
+def classify_divergence(a: Tokens, b: Tokens, a_text: str | None = None,
+                        b_text: str | None = None) -> Divergence:
+    """How sure the reference (A) was at the first token where the streams part.
 
-    A near tie: on each side the other side's token is in the top-k and within
-    NEAR_TIE_NATS of the chosen one. A confident flip: it is not (with top-20 almost
-    every fork has the other token somewhere in the list). `ended`: one side stopped
-    where the other went on.
+    `near_tie`: on A, B's token is in the top-k and within NEAR_TIE_NATS of A's (A was
+    unsure: a small numeric nudge can cause such a fork); `confident`: it is not (B's
+    token is further down A's top-k, or below all of it); `unverified`: that cannot be
+    read from tokens that spell the answers (a side's tokens up to the fork do not spell
+    the start of its text, or A's top-k does not reach far enough); `ended`: one side
+    stopped where the other went on. `unsure` says which sides had the other's token
+    within the margin (B's side is shown, never decides).
     """
     position = first_divergence(token_keys(a), token_keys(b))
     if position is None:
@@ -233,9 +238,50 @@ def classify_divergence(a: Tokens, b: Tokens) -> Divergence:
     a_token, b_token = a.text[position], b.text[position]
     gap = _gap(a, position, a_token, b_token)
     b_gap = _gap(b, position, b_token, a_token)
-    near = gap is not None and b_gap is not None and max(gap, b_gap) <= NEAR_TIE_NATS
-    return Divergence(position, "near_tie" if near else "confident", gap, a_token, b_token,
-                      b_gap)
+    found = Divergence(position, "unverified", gap, a_token, b_token, b_gap)
+    spelled = all(text is None or spells(tokens, text, position + 1)
+                  for tokens, text in ((a, a_text), (b, b_text)))
+    a_unsure = _unsure(a, position, gap)
+    if spelled:
+        b_unsure = _unsure(b, position, b_gap)
+        found.unsure = _sides(a_unsure, b_unsure)
+        if a_unsure is not None:
+            found.kind = "near_tie" if a_unsure else "confident"
+    return found
+
+
+def spells(tokens: Tokens, text: str, count: int) -> bool:
+    """Whether the first `count` tokens spell the start of `text`, byte for byte (a
+    server's logprobs that do not belong to its answer say nothing about it)."""
+    spelled = b"".join(_token_bytes(tokens, index) for index in range(count))
+    return text.encode("utf-8", "surrogatepass").startswith(spelled)
+
+
+def _token_bytes(tokens: Tokens, index: int) -> bytes:
+    raw = tokens.raw_bytes[index] if tokens.raw_bytes else None
+    return bytes(raw) if raw is not None else tokens.text[index].encode("utf-8",
+                                                                         "surrogatepass")
+
+
+def _unsure(tokens: Tokens, position: int, gap: float | None) -> bool | None:
+    """Whether a side had the other side's token within NEAR_TIE_NATS of its own; None
+    when its figures cannot tell (no top-k, or the other token missing from a top-k
+    whose last entry is itself within the margin)."""
+    if gap is not None:
+        return gap <= NEAR_TIE_NATS
+    own, top = tokens.logprob[position], tokens.top_logprob[position]
+    if own is None or not top:
+        return None
+    return False if own - min(top) > NEAR_TIE_NATS else None
+
+
+def _sides(a_unsure: bool | None, b_unsure: bool | None) -> str:
+    """"a", "b", "both" or "neither"; "" when A's side cannot tell (B's figures that
+    cannot tell count as sure: B did not list A's token near its own)."""
+    if a_unsure is None:
+        return ""
+    return {(True, True): "both", (True, False): "a", (False, True): "b",
+            (False, False): "neither"}[(a_unsure, bool(b_unsure))]
 
 
 def _gap(tokens: Tokens, position: int, chosen: str, other: str) -> float | None:
@@ -445,15 +491,20 @@ def suggested_label(identical: bool, similar: float, numbers_differ: bool, flip_
 
 
 def flip_cause(unstable_a: bool, unstable_b: bool, divergence_kind: str | None) -> str:
-    """What can explain a flip (pair_records.FLIP_CAUSES), the first that holds: A's own
-    repeats disagree on a flipped check, B's do, the streams part at a near tie, or
-    `confident` (nothing measured explains it: no repeat disagrees, and the fork is not
-    a near tie or was not recorded)."""
+    """What can explain a flip (pair_records.FLIP_CAUSES), the first that holds. Only
+    the reference's own doubt is noise: A's repeats disagree on a flipped check
+    (`unstable_a`), or A was unsure at the fork (`near_tie`, read on A's side). Then,
+    counted as regressions: B's repeats disagree (`unstable_b`: B's instability is B's
+    regression), the fork cannot be read from tokens that spell the answers
+    (`unverified`: no logprobs, another stream, one side ended there), or A was sure
+    (`confident`)."""
     if unstable_a:
         return "unstable_a"
+    if divergence_kind == "near_tie":
+        return "near_tie"
     if unstable_b:
         return "unstable_b"
-    return "near_tie" if divergence_kind == "near_tie" else "confident"
+    return "confident" if divergence_kind == "confident" else "unverified"
 
 
 def disputed_checks(a_cells: Sequence[tuple[str, str, str]],
