@@ -22,6 +22,7 @@ from ..present.sentences import (
     PROMPT_CACHE_HINT,
     agreement_sentence,
     collecting_speed,
+    evaluation_sentences,
     headline,
     judge_sentence,
     plural,
@@ -111,6 +112,8 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(summary.stats.pass_rate.sentence + ".")
         if summary.stats.pass_rate.resolution_sentence:
             click.echo(summary.stats.pass_rate.resolution_sentence + ".")
+    for line in evaluation_sentences(summary):
+        click.echo(line + ("" if line.startswith("note:") else "."))
     if summary.forced is not None and summary.forced.scored:
         echo_forced(summary.forced)
     for line in collecting_speed(summary):

@@ -26,6 +26,7 @@ from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import MANIFEST, load_run, read_throughput
 from ..store.run_records import Prompt
 from ..triage.approvals import Approval, default_approvals_path, load_approvals
+from ..triage.evaluations import add_averages
 from ..triage.judging import label_map
 from ..triage.log_signatures import scan_logs
 from ..triage.pairs import resolve_sides, write_pairs
@@ -179,6 +180,8 @@ def _finish(job: ReportJob, summary: Summary, totals: PairTotals, read: _Inputs,
     """The statistics, logs and sources; summary.json and the review sheet."""
     options, out = job.options, job.out
     summary.stats = totals.statistics()
+    if summary.evaluation is not None:
+        add_averages(summary.evaluation, summary.stats)
     summary.log_matches = read.log_matches
     summary.sources = {"a": str(job.a), "b": str(job.b)}
     summary.sig_digits = options.sig_digits

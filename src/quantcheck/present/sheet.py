@@ -35,8 +35,10 @@ from ..triage.forced_figures import llama_cpp_sentence
 from .sentences import (
     agreement_sentence,
     collecting_speed,
+    figure,
     headline,
     judge_sentence,
+    task_lines,
     template_warning,
 )
 from .templating import embed_json, environment
@@ -155,6 +157,7 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         throughput_note="; ".join(collecting_speed(summary)),
         log_matches=summary.log_matches, summary_counts=summary.counts,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
+        evaluation=summary.evaluation, task_lines=task_lines(summary), figure=figure,
         preflight=summary.preflight, plots=_plots(overview.plotted, forced),
         forced=forced if forced is not None and forced.scored else None,
         forced_llama_cpp=_forced_llama_cpp(forced),

@@ -59,7 +59,8 @@ PROMPT_KEYS = {"id", "category", "messages", "prompt", "max_tokens", "tags", "ex
 REQUEST_KEYS = ("stop", "chat_template_kwargs", "tools", "tool_choice")
 HAYSTACK_KEYS = {"tokens", "depth", "needle", "seed"}
 TOOL_CHOICES = ("auto", "none", "required")
-EXPECT_KEYS = set(Expect.__dataclass_fields__)
+# `verdict` is an eval harness's own score, set by `quantcheck import` from its log
+EXPECT_KEYS = set(Expect.__dataclass_fields__) - {"verdict"}
 TOOL_CALL_KEYS = {"name", "arguments_schema", "arguments"}
 APIS = ("chat", "completions")
 
@@ -426,6 +427,9 @@ def _expect(where: Where, entry: Fields) -> Expect | None:
         raise where.error("expect", "must be a mapping, e.g. {contains: Canberra}")
     at = where.inside(spec, "expect.")
     for key in fields:
+        if key == "verdict":
+            raise at.error(key, "is an eval harness's own score of each answer: `quantcheck "
+                           "import` sets it from the harness's log (docs/evals.md)")
         if key not in EXPECT_KEYS:
             raise at.error(str(key),
                            f"unknown check; allowed: {', '.join(sorted(EXPECT_KEYS))}")

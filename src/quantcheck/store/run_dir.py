@@ -43,6 +43,7 @@ from .files import (
     storage_error,
     write_atomic,
 )
+from .eval_records import EvalSource
 from .formats import MANIFEST_FORMAT, THROUGHPUT_FORMAT, ManifestFormat, ThroughputFormat
 from .preflight_records import Preflight
 from .prompt_sets import RequestOptions
@@ -146,6 +147,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     cell_key: str | None = None
     preflight: Preflight | None = None
     counts: RunCounts | None = None
+    evaluation: EvalSource | None = None  # a run imported from an eval harness's log
 
     def identity(self) -> dict[str, object]:
         """What must match for a resume: not concurrency, timeouts, retries, repeats or
@@ -180,6 +182,8 @@ class CompletionLine(msgspec.Struct, kw_only=True):
     error: str | None = None
     tool_calls: list[dict[str, object]] | None = None  # ToolCall.to_json
     routing_unusable: str | None = None  # why a routing that came could not be right
+    scores: dict[str, float] | None = None  # an imported eval log's scores (Completion)
+    answer: str | None = None
 
     @property
     def n_tokens(self) -> int | None:
