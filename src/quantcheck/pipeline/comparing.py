@@ -33,6 +33,7 @@ from ..triage.pairs import resolve_sides, write_pairs
 from ..triage.parallel import available_cores
 from ..triage.sandbox import Limits
 from ..triage.summary import PairTotals
+from .evals import imported_sides, is_eval_log
 from .judging import check_settings, judge_reports, report_agreement, staging
 
 
@@ -200,9 +201,12 @@ def compare_all(a: Path, bs: Sequence[Path], out: Path, options: CompareOptions,
                 ) -> Summary | Overview:
     """A with every B (`quantcheck compare`): one B's summary, or the overview of
     several B; the prompts of `prompt_files` (data files read as `source` says) name a
-    text side's prompts. `written` follows which reports were replaced."""
+    text side's prompts; a side that is an eval harness's log is imported into
+    OUT/runs/LABEL first. `written` follows which reports were replaced."""
     prompts = {p.id: p for p in load_prompts(prompt_files, RequestOptions(
         source=source or SourceOptions()))} if prompt_files else None
+    if any(is_eval_log(side) for side in (a, *bs)):
+        a, bs = imported_sides(a, bs, out)
     if len(bs) > 1:
         return compare_candidates(a, bs, out, options, matrix=matrix, prompts=prompts,
                                   written=written)

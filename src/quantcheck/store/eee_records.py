@@ -1,0 +1,426 @@
+"""Every Eval Ever (EEE) records, in and out: an aggregate JSON (`UUID.json`, schema
+`eval.schema.json`) and its per-sample file (`UUID_samples.jsonl`, schema
+`instance_level_eval.schema.json`), as evaleval/every_eval_ever defines them.
+
+Written: schema version 0.3.0 (every_eval_ever 0.2.3rc1, whose instance schema reads
+as 0.2.1 to 0.2.3 did); read: 0.3.0 and 0.2.x, including 0.2.0 (before `eval_library`,
+`evaluation_result_id` and `messages`, then named `interactions`).
+
+The aggregate, as read and written here:
+    schema_version, evaluation_id, retrieved_timestamp (Unix seconds, as text),
+    source_metadata {source_name, source_type "evaluation_run",
+                     source_organization_name, evaluator_relationship},
+    eval_library {name, version},
+    model_info {name, id, additional_details {deployment_type, model_availability}},
+    evaluation_results [{evaluation_result_id, evaluation_name, source_data,
+                         metric_config {metric_id, metric_name, lower_is_better,
+                                        score_type "continuous", min_score 0,
+                                        max_score 1, metric_unit "proportion"},
+                         score_details {score, uncertainty {num_samples,
+                                        confidence_interval (Wilson, 95%)}},
+                         generation_config {additional_details {num_fewshot}}}],
+    detailed_evaluation_results {format "jsonl", file_path
+        "data/SOURCE/DEVELOPER/MODEL/UUID_samples.jsonl", hash_algorithm "sha256",
+        checksum, total_rows}
+A per-sample line:
+    schema_version, evaluation_id, model_id, evaluation_name, evaluation_result_id,
+    sample_id, sample_hash (sha256 of the input and the reference), interaction_type
+    "single_turn", input {raw, formatted, reference}, output {raw}, answer_attribution
+    [{turn_idx 0, source "output.raw", extracted_value, extraction_method,
+    is_terminal}], evaluation {score, is_correct}, token_usage, error, metadata
+
+Read as eval samples: a task per `evaluation_name`; a sample per line (its `sample_id`),
+the prompt `input.formatted` (else `input.raw`), the text `output.raw[0]` (a
+multi-turn sample's last assistant message), the answer the last
+`answer_attribution`'s `extracted_value`, the target `input.reference` joined; its
+scores `evaluation.score` under the result's metric id (`metric_config.metric_id`,
+else its `metric_name`, else `score`) and `is_correct` (1 or 0): the verdict is the
+metric when every sample scores 0 or 1, else `is_correct`."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from .._version import __version__
+from ..errors import EvalLogError
+from .eval_records import (
+    HARNESS_EEE,
+    MAX_LINE_BYTES,
+    EvalSample,
+    EvalSource,
+    EvalTask,
+    list_at,
+    log_error,
+    mapping_at,
+    parse_json,
+    read_log_json,
+    score_value,
+    shown,
+    text_at,
+    verdict_metric,
+)
+from .files import AtomicFile, UnreadableFile, make_directory, open_regular
+from .labels import label_from_name
+from .redaction import redact
+
+SCHEMA_VERSION = "0.3.0"
+SAMPLES_SUFFIX = "_samples.jsonl"
+IS_CORRECT = "is_correct"
+Z95 = 1.959963984540054
+
+
+# --- reading ------------------------------------------------------------------------
+
+
+@dataclass
+class EeeLog:
+    """An EEE aggregate and its per-sample file; `source` complete once opened."""
+
+    path: Path
+    samples_path: Path
+    source: EvalSource
+    metrics: dict[str, str] = field(default_factory=dict)  # task -> its metric key
+
+    def samples(self) -> Iterator[EvalSample]:
+        for where, line in _lines(self.samples_path):
+            yield _sample(line, where, self.metrics)
+
+
+def is_eee(path: Path) -> bool:
+    """An aggregate JSON beside its `_samples.jsonl`, or a folder holding exactly one."""
+    return _aggregate(path) is not None
+
+
+def _aggregate(path: Path) -> Path | None:
+    if path.is_file():
+        return path if path.suffix == ".json" and _samples_beside(path).exists() else None
+    if not path.is_dir():
+        return None
+    try:
+        found = [p for p in path.glob("*.json") if _samples_beside(p).exists()]
+    except OSError:
+        return None
+    return found[0] if len(found) == 1 else None
+
+
+def _samples_beside(aggregate: Path) -> Path:
+    return aggregate.with_name(aggregate.stem + SAMPLES_SUFFIX)
+
+
+def open_eee(path: Path, metric: str | None = None) -> EeeLog:
+    """An EEE record: the aggregate (given, or the one in the folder) and its samples
+    file, read once to choose each task's verdict."""
+    aggregate = _aggregate(path)
+    if aggregate is None:
+        raise log_error(str(path), f"no EEE aggregate JSON with its {SAMPLES_SUFFIX} beside it",
+                        "give the UUID.json whose UUID_samples.jsonl is in the same folder")
+    where = str(aggregate)
+    record = mapping_at(read_log_json(aggregate), where, "record")
+    version = text_at(record.get("schema_version"), where, "schema_version")
+    library = record.get("eval_library")
+    library_name = str(library.get("name")) if isinstance(library, dict) else "unknown"
+    library_version = str(library.get("version")) if isinstance(library, dict) else "unknown"
+    model = mapping_at(record.get("model_info"), where, "model_info")
+    source = EvalSource(harness=HARNESS_EEE, harness_version=version,
+                        format=f"Every Eval Ever {version} (from {library_name} "
+                               f"{library_version})",
+                        path=str(path), model=redact(str(model.get("id") or model.get("name")
+                                                          or "")))
+    results = list_at(record.get("evaluation_results"), where, "evaluation_results")
+    log = EeeLog(aggregate, _samples_beside(aggregate), source)
+    tasks = _tasks(results, where, log)
+    _scan(log, tasks, metric)
+    source.tasks = list(tasks.values())
+    source.notes = [f"task {t.name}: no metric scores every sample 0 or 1, so no pass/fail "
+                    "is read from it" for t in tasks.values() if t.metric is None]
+    return log
+
+
+def _tasks(results: list[object], where: str, log: EeeLog) -> dict[str, EvalTask]:
+    tasks: dict[str, EvalTask] = {}
+    for n, given in enumerate(results):
+        at = f"{where}: evaluation_results[{n}]"
+        result = mapping_at(given, at, "result")
+        name = text_at(result.get("evaluation_name"), at, "evaluation_name")
+        config = result.get("metric_config")
+        config = config if isinstance(config, dict) else {}
+        key = str(config.get("metric_id") or config.get("metric_name") or "score")
+        task = tasks.setdefault(name, EvalTask(name=name))
+        log.metrics.setdefault(name, key)
+        score = score_value(_mapping(result.get("score_details")).get("score"))
+        if score is not None:
+            task.reported[key] = score
+        task.higher_is_better = not bool(config.get("lower_is_better", False))
+        generation = _mapping(result.get("generation_config"))
+        shots = _mapping(generation.get("additional_details")).get("num_fewshot")
+        if isinstance(shots, str) and shots.isdigit():
+            task.few_shot = int(shots)
+        task.settings.update({f"{key}.metric_config": _setting(config),
+                              "source_data": _setting(result.get("source_data")),
+                              "generation_config": _setting(generation)})
+    return tasks
+
+
+def _scan(log: EeeLog, tasks: dict[str, EvalTask], requested: str | None) -> None:
+    values: dict[str, dict[str, list[float]]] = {}
+    for where, line in _lines(log.samples_path):
+        sample = _sample(line, where, log.metrics)
+        if sample.task not in tasks:
+            raise log_error(where, f"`evaluation_name` {sample.task!r} names no result of "
+                            f"the aggregate {log.path.name}")
+        tasks[sample.task].samples += sample.repeat == 0
+        for key, value in sample.scores.items():
+            values.setdefault(sample.task, {}).setdefault(key, []).append(value)
+    for name, task in tasks.items():
+        found = values.get(name, {})
+        task.metrics = list(found)
+        order = [log.metrics[name], IS_CORRECT] if requested is None else [requested]
+        task.metric = verdict_metric(found, order)
+        if requested is not None and task.metric is None:
+            raise log_error(str(log.samples_path), f"task {name} has no pass/fail metric "
+                            f"{requested}", f"its metrics: {', '.join(found) or 'none'}")
+
+
+def _lines(path: Path) -> Iterator[tuple[str, dict[str, object]]]:
+    try:
+        handle = open_regular(path, "samples file")
+    except UnreadableFile as exc:
+        raise EvalLogError(str(exc)) from None
+    with handle:
+        number = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            where = f"{path}:{number}"
+            if len(raw) > MAX_LINE_BYTES:
+                raise log_error(where, f"a line longer than {MAX_LINE_BYTES >> 20} MiB")
+            if raw.strip():
+                yield where, mapping_at(parse_json(raw, where), where, "line")
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def _setting(value: object) -> str:
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        text = str(value)
+    return text if len(text) <= 160 else "sha256:" + hashlib.sha256(
+        text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _sample(line: dict[str, object], where: str, metrics: dict[str, str]) -> EvalSample:
+    task = text_at(line.get("evaluation_name"), where, "evaluation_name")
+    identifier = line.get("sample_id")
+    if not isinstance(identifier, str | int) or isinstance(identifier, bool) or identifier == "":
+        raise log_error(where, "`sample_id` must be a sample's id")
+    given = mapping_at(line.get("input"), where, "input")
+    prompt = given.get("formatted") or given.get("raw")
+    reference = given.get("reference")
+    evaluation = mapping_at(line.get("evaluation"), where, "evaluation")
+    scores: dict[str, float] = {}
+    score = score_value(evaluation.get("score"))
+    if score is not None:
+        scores[metrics.get(task, "score")] = score
+    correct = evaluation.get(IS_CORRECT)
+    if isinstance(correct, bool):
+        scores[IS_CORRECT] = 1.0 if correct else 0.0
+    usage = _mapping(line.get("token_usage"))
+    error = line.get("error")
+    return EvalSample(
+        task=task, sample_id=str(identifier), where=where, api="completions",
+        request={"prompt": prompt if isinstance(prompt, str) else shown(prompt)},
+        text=_output(line), target=" | ".join(map(shown, reference))
+        if isinstance(reference, list) else shown(reference or ""),
+        answer=_answer(line), scores=scores,
+        usage={k: v for k, v in (("prompt_tokens", usage.get("input_tokens")),
+                                 ("completion_tokens", usage.get("output_tokens")))
+               if isinstance(v, int)} or None,
+        error=f"the sample failed in the eval: {shown(error)[:500]}" if error else None,
+        document=line.get("sample_hash") if isinstance(line.get("sample_hash"), str) else None)
+
+
+def _output(line: dict[str, object]) -> str:
+    output = _mapping(line.get("output")).get("raw")
+    if isinstance(output, list) and output:
+        return shown(output[0])
+    if isinstance(output, str):  # 0.2.0 wrote one string
+        return output
+    turns = line.get("messages", line.get("interactions"))  # `interactions` before 0.2.1
+    for turn in reversed(turns if isinstance(turns, list) else []):
+        if isinstance(turn, dict) and turn.get("role") == "assistant":
+            return shown(turn.get("content") or "")
+    return ""
+
+
+def _answer(line: dict[str, object]) -> str | None:
+    attributions = line.get("answer_attribution")
+    if isinstance(attributions, list) and attributions and isinstance(attributions[-1], dict):
+        value = attributions[-1].get("extracted_value")
+        return None if value is None else shown(value)
+    return None
+
+
+# --- writing ------------------------------------------------------------------------
+
+
+@dataclass
+class EeeSample:
+    """One side's answer to one prompt, as a per-sample line says it."""
+
+    task: str
+    sample_id: str
+    metric: str  # the metric of the task's result this sample belongs to
+    raw: str
+    reference: list[str]
+    output: str
+    answer: str
+    extraction: str  # how the answer was taken from the output
+    passed: bool
+    formatted: str | None = None
+    usage: dict[str, int] | None = None  # input_tokens, output_tokens
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class EeeTaskScore:
+    """One task's figure on one side: its metric and the share of samples passed."""
+
+    task: str
+    metric: str
+    passed: int
+    checked: int
+    few_shot: int | None = None
+
+
+@dataclass
+class EeeSide:
+    """Who one side of a report is, for its records."""
+
+    label: str
+    model: str
+    library: str
+    library_version: str
+    organization: str = "unknown"
+
+
+@dataclass
+class EeeWritten:
+    aggregate: Path
+    samples: Path
+    rows: int
+
+
+def write_eee(folder: Path, side: EeeSide, scores: list[EeeTaskScore],
+              samples: Iterable[EeeSample], seed: str) -> EeeWritten:
+    """One side's aggregate and per-sample records under FOLDER/data/quantcheck/
+    DEVELOPER/MODEL/ (the datastore's layout, so `file_path` names them as its schema
+    requires); `seed` makes the UUID (the same report and side: the same files)."""
+    record_id = str(uuid.UUID(bytes=hashlib.sha256(seed.encode()).digest()[:16], version=4))
+    model_id = side.model or side.label
+    developer, _, name = model_id.rpartition("/")
+    relative = Path("data", "quantcheck", label_from_name(developer or "unknown"),
+                    label_from_name(name or side.label))
+    target = folder / relative
+    make_directory(target)
+    now = str(int(time.time()))
+    evaluation_id = f"quantcheck/{model_id}/{now}"
+    samples_path = target / f"{record_id}{SAMPLES_SUFFIX}"
+    rows = 0
+    digest = hashlib.sha256()
+    with AtomicFile(samples_path) as out:
+        for sample in samples:
+            line = orjson.dumps(_instance(sample, evaluation_id, model_id)) + b"\n"
+            digest.update(line)
+            out.write(line)
+            rows += 1
+    aggregate = _aggregate_record(side, scores, evaluation_id, model_id, now)
+    aggregate["detailed_evaluation_results"] = {
+        "format": "jsonl", "file_path": (relative / samples_path.name).as_posix(),
+        "hash_algorithm": "sha256", "checksum": digest.hexdigest(), "total_rows": rows}
+    aggregate_path = target / f"{record_id}.json"
+    with AtomicFile(aggregate_path) as out:
+        out.write(orjson.dumps(aggregate, option=orjson.OPT_INDENT_2) + b"\n")
+    return EeeWritten(aggregate_path, samples_path, rows)
+
+
+def _aggregate_record(side: EeeSide, scores: list[EeeTaskScore], evaluation_id: str,
+                      model_id: str, now: str) -> dict[str, object]:
+    return {
+        "schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id,
+        "retrieved_timestamp": now,
+        "source_metadata": {"source_name": f"quantcheck {__version__}",
+                            "source_type": "evaluation_run",
+                            "source_organization_name": side.organization,
+                            "evaluator_relationship": "other"},
+        "eval_library": {"name": side.library, "version": side.library_version},
+        "model_info": {"name": side.label, "id": model_id,
+                       "additional_details": {"deployment_type": "self_deployed",
+                                              "model_availability": "unknown"}},
+        "evaluation_results": [_result(score) for score in scores],
+    }
+
+
+def _result(score: EeeTaskScore) -> dict[str, object]:
+    share = score.passed / score.checked if score.checked else 0.0
+    low, high = _wilson(score.passed, score.checked)
+    result: dict[str, object] = {
+        "evaluation_result_id": f"{score.task}/{score.metric}",
+        "evaluation_name": score.task,
+        "source_data": {"dataset_name": score.task, "source_type": "other"},
+        "metric_config": {"metric_id": score.metric, "metric_name": score.metric,
+                          "metric_unit": "proportion", "lower_is_better": False,
+                          "score_type": "continuous", "min_score": 0.0, "max_score": 1.0},
+        "score_details": {"score": share, "uncertainty": {
+            "num_samples": score.checked,
+            "confidence_interval": {"lower": low, "upper": high, "confidence_level": 0.95,
+                                    "method": "Wilson score interval"}}},
+    }
+    if score.few_shot is not None:
+        result["generation_config"] = {"additional_details": {
+            "num_fewshot": str(score.few_shot)}}
+    return result
+
+
+def _wilson(passed: int, n: int) -> tuple[float, float]:
+    if n == 0:
+        return 0.0, 1.0
+    share = passed / n
+    denominator = 1 + Z95**2 / n
+    centre = (share + Z95**2 / (2 * n)) / denominator
+    half = Z95 * math.sqrt(share * (1 - share) / n + Z95**2 / (4 * n**2)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _instance(sample: EeeSample, evaluation_id: str, model_id: str) -> dict[str, object]:
+    hashed = orjson.dumps({"raw": sample.raw, "reference": sample.reference},
+                          option=orjson.OPT_SORT_KEYS)
+    line: dict[str, object] = {
+        "schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id,
+        "model_id": model_id, "evaluation_name": sample.task,
+        "evaluation_result_id": f"{sample.task}/{sample.metric}",
+        "sample_id": sample.sample_id, "sample_hash": hashlib.sha256(hashed).hexdigest(),
+        "interaction_type": "single_turn",
+        "input": {"raw": sample.raw, "formatted": sample.formatted,
+                  "reference": sample.reference},
+        "output": {"raw": [sample.output]},
+        "answer_attribution": [{"turn_idx": 0, "source": "output.raw",
+                                "extracted_value": sample.answer,
+                                "extraction_method": sample.extraction,
+                                "is_terminal": True}],
+        "evaluation": {"score": 1.0 if sample.passed else 0.0, "is_correct": sample.passed},
+    }
+    if sample.usage:
+        line["token_usage"] = {**sample.usage, "total_tokens": sum(sample.usage.values())}
+    if sample.metadata:
+        line["metadata"] = sample.metadata
+    return line
