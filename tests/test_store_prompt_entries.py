@@ -17,6 +17,8 @@ from quantcheck.errors import PromptFileError
 from quantcheck.store.prompt_sets import load_prompts
 from quantcheck.triage.expects import regex_failure
 
+from .conftest import WritePrompts
+
 
 def prompt_set(folder: Path, pattern: str) -> Path:
     path = folder / "prompts.yaml"
@@ -68,3 +70,15 @@ def test_any_pattern_loads_and_searches_or_is_one_clear_error(pattern: str) -> N
             return
         assert prompt.expect is not None and prompt.expect.regex is not None
         assert "cannot be searched" not in regex_failure(prompt.expect.regex, "some answer")
+
+
+def test_a_prompt_file_cannot_claim_a_verdict(write_prompts: WritePrompts) -> None:
+    path = write_prompts("""
+        prompts:
+          - id: x
+            prompt: "Q: 4 plus 4?"
+            expect: {verdict: {metric: exact_match}}
+        """)
+    with pytest.raises(PromptFileError, match="field 'expect.verdict': set by `quantcheck "
+                                              "import` from an eval harness's log"):
+        load_prompts([path])

@@ -17,9 +17,10 @@ import pytest
 from quantcheck import CollectSettings, Expect, collect, load_run
 from quantcheck.lab.scripted import DIALECTS, ScriptedModel
 from quantcheck.store.engines import ENGINES
-from quantcheck.store.run_records import ToolCall, ToolCallExpect
+from quantcheck.store.run_records import ToolCall, ToolCallExpect, VerdictExpect
 from quantcheck.triage.expects import (
     REGEX_SECONDS,
+    Graded,
     check_answer,
     choice_of,
     code_of,
@@ -349,3 +350,26 @@ def test_a_regex_search_is_bounded_in_time() -> None:
     assert [(r.status, r.reason.split(" (")[0]) for r in results] == [
         ("fail", f"/{STALLING}/ was stopped after 1 s on this answer")]
     assert overall(check_answer(Expect(regex=STALLING), "aaaa")) == "pass"
+
+
+# --- verdict: an eval harness's own score of an imported answer -------------------------
+
+
+def verdict_of(scores: dict[str, float] | None, answer: str | None = "9") -> tuple[str, str]:
+    expect = Expect(verdict=VerdictExpect("exact_match,strict-match", "8"))
+    (result,) = check_answer(expect, " It is 9.", graded=Graded(scores, answer))
+    return result.status, result.reason
+
+
+def test_a_verdict_is_the_harness_s_score_with_what_it_scored() -> None:
+    """1 passes, 0 fails (the answer and target said either way, with no "; " that
+    would split a side's failures apart); partial credit and no score decide nothing."""
+    assert verdict_of({"exact_match,strict-match": 1.0}, "8") == (
+        "pass", 'exact_match,strict-match = 1 (scored answer "8", target "8")')
+    assert verdict_of({"exact_match,strict-match": 0.0}) == (
+        "fail", 'exact_match,strict-match = 0 (scored answer "9", target "8")')
+    assert verdict_of({"exact_match,strict-match": 0.5})[0] == "skipped"
+    assert verdict_of({"acc,none": 1.0}) == (
+        "skipped", "no exact_match,strict-match score for this answer")
+    assert verdict_of(None) == ("skipped", "no exact_match,strict-match score for this answer")
+    assert verdict_of({"exact_match,strict-match": 0.0}, "x" * 300)[1].endswith('..., target "8")')

@@ -163,6 +163,8 @@ def _tasks(results: list[object], where: str, log: EeeLog) -> dict[str, EvalTask
         shots = _mapping(generation.get("additional_details")).get("num_fewshot")
         if isinstance(shots, str) and shots.isdigit():
             task.few_shot = int(shots)
+        elif isinstance(shots, int) and not isinstance(shots, bool):  # 0.2.0: a number
+            task.few_shot = shots
         task.settings.update({f"{key}.metric_config": _setting(config),
                               "source_data": _setting(result.get("source_data")),
                               "generation_config": _setting(generation)})
@@ -246,7 +248,11 @@ def _sample(line: dict[str, object], where: str, metrics: dict[str, str]) -> Eva
                                  ("completion_tokens", usage.get("output_tokens")))
                if isinstance(v, int)} or None,
         error=f"the sample failed in the eval: {shown(error)[:500]}" if error else None,
-        document=line.get("sample_hash") if isinstance(line.get("sample_hash"), str) else None)
+        document=_text_or_none(line.get("sample_hash")))
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _output(line: dict[str, object]) -> str:

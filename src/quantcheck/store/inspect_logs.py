@@ -342,8 +342,7 @@ def _settings(header: dict[str, object], spec: dict[str, object]) -> dict[str, s
         "token_limit": config.get("token_limit"), "plan": plan.get("steps"),
         "generate_config": {**_mapping(spec.get("model_generate_config")),
                             **_mapping(plan.get("config"))},
-        "scorers": [s.get("name") for s in spec.get("scorers") or [] if isinstance(s, dict)]
-        if isinstance(spec.get("scorers"), list) else None,
+        "scorers": _scorers(spec.get("scorers")),
     }
     if isinstance(config.get("limit"), list):
         chosen["limit_range"] = config.get("limit")
@@ -352,6 +351,11 @@ def _settings(header: dict[str, object], spec: dict[str, object]) -> dict[str, s
 
 def _mapping(value: object) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
+
+
+def _scorers(value: object) -> list[object] | None:
+    return [s.get("name") for s in value if isinstance(s, dict)] \
+        if isinstance(value, list) else None
 
 
 def _setting(value: object) -> str:
@@ -560,9 +564,11 @@ def _tokens(choice: dict[str, object]) -> Tokens | None:
         token, logprob = _mapping(position).get("token"), _mapping(position).get("logprob")
         if not isinstance(token, str) or not _finite(logprob):
             return None
+        alternatives = _mapping(position).get("top_logprobs")
         top = [(t.get("token"), t.get("logprob")) for t in
-               _mapping(position).get("top_logprobs") or [] if isinstance(t, dict)]
-        kept = sorted(((str(t), float(v)) for t, v in top if isinstance(t, str) and _finite(v)),
+               (alternatives if isinstance(alternatives, list) else []) if isinstance(t, dict)]
+        kept = sorted(((t, float(v)) for t, v in top if isinstance(t, str)
+                       and isinstance(v, int | float) and _finite(v)),
                       key=lambda pair: -pair[1])
         assert isinstance(logprob, int | float)
         tokens.append(token, min(0.0, float(logprob)), [t for t, _ in kept],

@@ -428,8 +428,9 @@ def _expect(where: Where, entry: Fields) -> Expect | None:
     at = where.inside(spec, "expect.")
     for key in fields:
         if key == "verdict":
-            raise at.error(key, "is an eval harness's own score of each answer: `quantcheck "
-                           "import` sets it from the harness's log (docs/evals.md)")
+            raise at.error(key, "set by `quantcheck import` from an eval harness's log (its "
+                           "own score of each answer), never in a prompt file "
+                           "(docs/evals.md)")
         if key not in EXPECT_KEYS:
             raise at.error(str(key),
                            f"unknown check; allowed: {', '.join(sorted(EXPECT_KEYS))}")

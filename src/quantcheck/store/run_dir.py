@@ -32,6 +32,7 @@ import orjson
 import zstandard
 
 from ..errors import QuantcheckError, RunFormatError
+from .eval_records import EvalSource
 from .files import (
     DirectoryLock,
     UnreadableFile,
@@ -43,7 +44,6 @@ from .files import (
     storage_error,
     write_atomic,
 )
-from .eval_records import EvalSource
 from .formats import MANIFEST_FORMAT, THROUGHPUT_FORMAT, ManifestFormat, ThroughputFormat
 from .preflight_records import Preflight
 from .prompt_sets import RequestOptions

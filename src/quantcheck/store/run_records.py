@@ -366,7 +366,8 @@ class Completion:
         fields["tokens"] = Tokens.from_json(tokens) if tokens else None
         calls = data.get("tool_calls")
         fields["tool_calls"] = [ToolCall.from_json(call) for call in calls] if calls else None
-        return cls(**fields, **{name: data.get(name) for name in _WRITTEN_WHEN_SET})
+        fields.update({name: data.get(name) for name in _WRITTEN_WHEN_SET})
+        return cls(**fields)
 
 
 _WRITTEN_WHEN_SET = ("routing_unusable", "scores", "answer")

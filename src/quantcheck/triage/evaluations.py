@@ -47,7 +47,7 @@ def pairing_refusal(a: Manifest | None, b: Manifest | None) -> str | None:
 
 def _source_refusal(a: EvalSource, b: EvalSource) -> str | None:
     if a.harness != b.harness:
-        return f"A is a {a.harness} log and B a {b.harness} log"
+        return f"A is a log of {a.harness}, B of {b.harness}"
     a_names, b_names = [t.name for t in a.tasks], [t.name for t in b.tasks]
     if set(a_names) != set(b_names):
         only_a = sorted(set(a_names) - set(b_names))

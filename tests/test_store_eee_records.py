@@ -1,0 +1,137 @@
+"""Every Eval Ever records: those its own converter wrote from a real lm-eval run
+(schemas 0.3.0 and 0.2.0) read as eval samples; the records quantcheck writes valid
+under the schemas of evaleval/every_eval_ever (fixtures/evals/eee-schema-0.3.0) and read
+back to the same verdicts; any bytes in their place read or say why."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft7Validator
+
+from quantcheck.errors import QuantcheckError
+from quantcheck.store.eee_records import (
+    EeeSample,
+    EeeSide,
+    EeeTaskScore,
+    is_eee,
+    open_eee,
+    write_eee,
+)
+from quantcheck.store.eval_runs import write_eval_run
+
+from .conftest import FIXTURES
+
+EVALS = FIXTURES / "evals"
+SCHEMAS = EVALS / "eee-schema-0.3.0"
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow,
+                                       HealthCheck.function_scoped_fixture])
+
+
+def schema(name: str) -> Draft7Validator:
+    return Draft7Validator(json.loads((SCHEMAS / name).read_text()))
+
+
+@pytest.mark.parametrize("version", ["0.3.0", "0.2.0"])
+def test_the_converters_records_read_to_their_own_score(version: str) -> None:
+    """Schema 0.2.0 wrote `output.raw` as one string, its reference as text and the
+    sample id as a number, and had no `eval_library`; both read alike."""
+    folder = EVALS / f"eee-{version}"
+    assert is_eee(folder)
+    log = open_eee(folder)
+    (task,) = log.source.tasks
+    assert log.source.harness_version == version
+    assert log.source.model == "google/gemma-3-270m"
+    assert (task.name, task.few_shot, task.samples) == ("capitals/strict-match", 3, 8)
+    assert task.metric in ("score", "is_correct")
+    samples = {s.sample_id: s for s in log.samples()}
+    assert samples["0"].text == "Paris" and samples["0"].target == "Paris"
+    assert samples["0"].answer == "Paris" and samples["0"].scores["is_correct"] == 1.0
+    passed = sum(s.scores[task.metric] for s in samples.values())
+    assert passed / task.samples == task.reported[next(iter(task.reported))]
+
+
+def sample(n: int, passed: bool) -> EeeSample:
+    return EeeSample(task="capitals", sample_id=str(n), metric="exact_match,strict-match",
+                     raw=f"Q: capital {n}?\nA:", reference=["Paris"], output=" Paris.",
+                     answer="Paris", extraction="strict-match", passed=passed,
+                     usage={"input_tokens": 5, "output_tokens": 2})
+
+
+def test_written_records_are_valid_and_read_back(tmp_path: Path) -> None:
+    side = EeeSide(label="fp8", model="org/model-fp8", library="lm-evaluation-harness",
+                   library_version="0.4.13", organization="tests")
+    scores = [EeeTaskScore("capitals", "exact_match,strict-match", passed=2, checked=3,
+                           few_shot=3)]
+    written = write_eee(tmp_path, side, scores, [sample(0, True), sample(1, False),
+                                                  sample(2, True)], seed="report/b")
+    aggregate = json.loads(written.aggregate.read_text())
+    assert not list(schema("eval.schema.json").iter_errors(aggregate))
+    lines = [json.loads(line) for line in written.samples.read_text().splitlines()]
+    for line in lines:
+        assert not list(schema("instance_level_eval.schema.json").iter_errors(line))
+    assert aggregate["detailed_evaluation_results"]["file_path"] == \
+        written.samples.relative_to(tmp_path).as_posix()
+    assert aggregate["evaluation_results"][0]["score_details"]["score"] == 2 / 3
+    log = open_eee(written.aggregate)
+    (task,) = log.source.tasks
+    assert task.metric == "exact_match,strict-match" and task.few_shot == 3
+    assert [s.scores[task.metric] for s in log.samples()] == [1.0, 0.0, 1.0]
+    again = write_eee(tmp_path, side, scores, [sample(0, True)], seed="report/b")
+    assert again.aggregate == written.aggregate  # the same report and side: one file
+
+
+# --- any bytes in: an EvalLog or quantcheck's own error --------------------------------
+
+SCALARS = (st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=True)
+           | st.text(max_size=5))
+ANY_JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                        | st.dictionaries(st.sampled_from(
+                            ["evaluation_name", "sample_id", "input", "raw", "formatted",
+                             "reference", "output", "evaluation", "score", "is_correct",
+                             "answer_attribution", "extracted_value", "messages", "x"]),
+                            inner, max_size=4), max_leaves=14)
+
+
+def copy_record(folder: Path) -> tuple[Path, Path]:
+    shutil.copytree(EVALS / "eee-0.3.0", folder)
+    (aggregate,) = folder.glob("*-*.json")
+    return aggregate, aggregate.with_name(aggregate.stem + "_samples.jsonl")
+
+
+def read_whole(folder: Path) -> None:
+    try:
+        write_eval_run(open_eee(folder), folder / "run", "a", force=True)
+    except QuantcheckError:
+        pass
+
+
+@FUZZ
+@given(data=st.binary(max_size=300) | ANY_JSON.map(lambda v: json.dumps(v).encode()))
+def test_any_aggregate_reads_or_says_why(tmp_path_factory: pytest.TempPathFactory,
+                                         data: bytes) -> None:
+    aggregate, _ = copy_record(tmp_path_factory.mktemp("eee") / "record")
+    aggregate.write_bytes(data)
+    read_whole(aggregate.parent)
+
+
+@FUZZ
+@given(field=st.sampled_from(["evaluation_name", "sample_id", "input", "output",
+                              "evaluation", "answer_attribution", "token_usage", "error",
+                              "messages"]), value=ANY_JSON,
+       junk=st.binary(max_size=40))
+def test_any_sample_line_reads_or_says_why(tmp_path_factory: pytest.TempPathFactory,
+                                           field: str, value: Any, junk: bytes) -> None:
+    _, samples = copy_record(tmp_path_factory.mktemp("eee") / "record")
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    lines[1][field] = value
+    samples.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+                        + junk + b"\n")
+    read_whole(samples.parent)
