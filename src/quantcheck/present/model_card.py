@@ -18,7 +18,6 @@ samples could detect (80% power, 5% two-sided)."""
 from __future__ import annotations
 
 from ..store.report_records import PassRate, Summary
-from .sentences import task_lines
 
 
 def model_card(summary: Summary) -> str:
@@ -47,8 +46,8 @@ def _rows(summary: Summary) -> list[tuple[str, str, PassRate]]:
     both sides, in the report's task order."""
     categories = summary.stats.categories
     if summary.evaluation is not None:
-        lines = {line.task: line for line in task_lines(summary)}
-        return [(task.task, f"{task.metric}, {lines[task.task].shots}", categories[task.task])
+        return [(task.task, task.metric + (f", {task.few_shot}-shot" if task.few_shot
+                                           is not None else ""), categories[task.task])
                 for task in summary.evaluation.tasks
                 if task.metric and task.task in categories]
     return [(name or "(no category)", "expect pass rate", rate)
