@@ -5,6 +5,7 @@ against a loopback server. The versions are the `evals` extra's."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,7 +14,17 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 HARNESS_SECONDS = 600
+
+
+def require_harness(module: str) -> None:
+    """Skip without the `evals` extra's harness; in CI (CI set) its absence fails."""
+    if importlib.util.find_spec(module) is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have {module} installed (the evals extra)")
+        pytest.skip(f"{module} is not installed (the evals extra)")
 
 
 def harness_environment(home: Path, **extra: str) -> dict[str, str]:
@@ -82,6 +93,7 @@ def run_lm_eval(tasks: Path, task: str, url: str, out: Path, *options: str,
                 model: str = "scripted-model", tokenizer: Path | None = None) -> Path:
     """`lm_eval run` of `task` (defined in the folder `tasks`) against the completions
     endpoint at `url`, samples logged into `out`; `out`."""
+    require_harness("lm_eval")
     arguments = (f"model={model},base_url={url}/v1/completions,num_concurrent=1,"
                  "tokenized_requests=False,"
                  + (f"tokenizer_backend=huggingface,tokenizer={tokenizer}" if tokenizer
@@ -118,6 +130,7 @@ def run_inspect(task_file: Path, url: str, logs: Path, *options: str,
                 model: str = "scripted-model", log_format: str = "eval") -> Path:
     """`inspect eval` of the task file against the chat endpoint at `url` (its
     openai-api provider), greedy; the log it wrote."""
+    require_harness("inspect_ai")
     logs.mkdir(parents=True, exist_ok=True)
     before = set(logs.iterdir())
     # Inspect finds a task by a path relative to where it runs

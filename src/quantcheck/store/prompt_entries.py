@@ -29,7 +29,15 @@ from jsonschema.validators import validator_for
 
 from ..errors import PromptFileError
 from .haystack import PLACEHOLDER, haystack
-from .run_records import CHOICE_LETTERS, CodeExpect, Expect, JsonValue, Prompt, ToolCallExpect
+from .run_records import (
+    CHOICE_LETTERS,
+    IMPORTED_CHECKS,
+    CodeExpect,
+    Expect,
+    JsonValue,
+    Prompt,
+    ToolCallExpect,
+)
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -59,8 +67,7 @@ PROMPT_KEYS = {"id", "category", "messages", "prompt", "max_tokens", "tags", "ex
 REQUEST_KEYS = ("stop", "chat_template_kwargs", "tools", "tool_choice")
 HAYSTACK_KEYS = {"tokens", "depth", "needle", "seed"}
 TOOL_CHOICES = ("auto", "none", "required")
-# `verdict` is an eval harness's own score, set by `quantcheck import` from its log
-EXPECT_KEYS = set(Expect.__dataclass_fields__) - {"verdict"}
+EXPECT_KEYS = set(Expect.__dataclass_fields__) - set(IMPORTED_CHECKS)
 TOOL_CALL_KEYS = {"name", "arguments_schema", "arguments"}
 APIS = ("chat", "completions")
 
@@ -427,7 +434,7 @@ def _expect(where: Where, entry: Fields) -> Expect | None:
         raise where.error("expect", "must be a mapping, e.g. {contains: Canberra}")
     at = where.inside(spec, "expect.")
     for key in fields:
-        if key == "verdict":
+        if key in IMPORTED_CHECKS:
             raise at.error(key, "set by `quantcheck import` from an eval harness's log (its "
                            "own score of each answer), never in a prompt file "
                            "(docs/evals.md)")

@@ -73,6 +73,8 @@ class VerdictExpect:
 # The checks an expect can name, in the order results are given.
 CHECKS = ("contains", "any_of", "not_contains", "regex", "number", "json", "json_schema",
           "tool_call", "code", "choice", "verdict")
+# Checks only `quantcheck import` sets (from an eval harness's log), never a prompt file.
+IMPORTED_CHECKS = ("verdict",)
 CHOICE_LETTERS = "ABCDEFGHIJ"  # the options a `choice` expect names
 
 
