@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from quantcheck.errors import EvalLogError
+from quantcheck.store.eval_records import EvalSample, EvalSource, EvalTask
 from quantcheck.store.eval_runs import write_eval_run
 from quantcheck.store.inspect_logs import open_inspect
 from quantcheck.store.lm_eval_logs import open_lm_eval
@@ -91,3 +96,52 @@ def test_a_log_that_fails_halfway_leaves_the_run_as_it_was(tmp_path: Path) -> No
         write_eval_run(log, tmp_path / "run", "second", force=True)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
     assert load_run(tmp_path / "run").manifest.label == "first"
+
+
+# --- whatever a reader gives, the run holds exactly ------------------------------------
+
+TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+
+
+@dataclass
+class Given:
+    """What a reader gives the writer (its source and samples): an EvalLog."""
+
+    source: EvalSource
+    drawn: list[EvalSample]
+
+    def samples(self) -> Iterator[EvalSample]:
+        return iter(self.drawn)
+
+
+@st.composite
+def samples(draw: st.DrawFn) -> list[EvalSample]:
+    ids = draw(st.lists(st.text(min_size=1, max_size=4), min_size=1, max_size=4, unique=True))
+    return [EvalSample(task="t", sample_id=sample_id, request={"prompt": draw(TEXT)},
+                       api="completions", where=f"log:{n}", text=draw(TEXT),
+                       target=draw(TEXT), answer=draw(st.none() | TEXT),
+                       scores=draw(st.dictionaries(TEXT, st.floats(allow_nan=False,
+                                                                   allow_infinity=False),
+                                                   max_size=3)))
+            for n, sample_id in enumerate(ids)]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=samples(), metric=st.none() | TEXT)
+def test_any_samples_are_written_and_read_back_exactly(
+        tmp_path_factory: pytest.TempPathFactory, drawn: list[EvalSample],
+        metric: str | None) -> None:
+    source = EvalSource(harness="h", tasks=[EvalTask(name="t", metric=metric)])
+    out = tmp_path_factory.mktemp("runs") / "run"
+    write_eval_run(Given(source, drawn), out, "a")
+    run = load_run(out)
+    records = {r.prompt_id: r for r in run.completions()}
+    for sample in drawn:
+        prompt, record = run.prompts[sample.prompt_id], records[sample.prompt_id]
+        assert prompt.request == sample.request and prompt.category == "t"
+        verdict = prompt.expect.verdict if prompt.expect else None
+        assert (verdict.metric, verdict.target) == (metric, sample.target) if metric \
+            else verdict is None
+        assert (record.text, record.answer) == (sample.text, sample.answer)
+        assert record.scores == (sample.scores or None)
