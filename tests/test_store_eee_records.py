@@ -135,3 +135,34 @@ def test_any_sample_line_reads_or_says_why(tmp_path_factory: pytest.TempPathFact
     samples.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines)
                         + junk + b"\n")
     read_whole(samples.parent)
+
+
+def test_a_sample_counted_in_two_results_reads_once_with_both_scores(tmp_path: Path) -> None:
+    """The schema asks for one line per aggregate result a sample counts in: here the
+    converter's record given a second result (`is_correct`, as a metric) and each sample
+    a second line joined to it by `evaluation_result_id`."""
+    aggregate, samples = copy_record(tmp_path / "record")
+    record = json.loads(aggregate.read_text())
+    first = record["evaluation_results"][0]
+    first["evaluation_result_id"] = "strict"
+    second = json.loads(json.dumps(first))
+    second["evaluation_result_id"] = "lenient"
+    second["metric_config"]["metric_id"] = "lenient_match"
+    record["evaluation_results"].append(second)
+    aggregate.write_text(json.dumps(record))
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    doubled = []
+    for line in lines:
+        lenient = {**line, "evaluation_result_id": "lenient",
+                   "evaluation": {**line["evaluation"], "score": 1.0}}
+        doubled += [{**line, "evaluation_result_id": "strict"}, lenient]
+    samples.write_text("".join(json.dumps(line) + "\n" for line in doubled))
+    log = open_eee(aggregate.parent)
+    (task,) = log.source.tasks
+    assert task.samples == 8 and task.metrics[:2] == ["score", "is_correct"]
+    read = list(log.samples())
+    assert len(read) == 8 and all(s.scores["lenient_match"] == 1.0 for s in read)
+    samples.write_text(samples.read_text() + json.dumps(doubled[0]) + "\n")
+    with pytest.raises(QuantcheckError, match=r":17: sample 0 of capitals/strict-match "
+                                              r"\(score\) appears twice \(first at 1\)"):
+        open_eee(aggregate.parent)

@@ -87,11 +87,22 @@ class EeeLog:
     path: Path
     samples_path: Path
     source: EvalSource
-    metrics: dict[str, str] = field(default_factory=dict)  # task -> its metric key
+    metrics: dict[str, str] = field(default_factory=dict)  # task -> its first metric key
+    result_metrics: dict[str, str] = field(default_factory=dict)  # result id -> metric key
+    # each sample's scores, every result's line of it merged
+    merged: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
 
     def samples(self) -> Iterator[EvalSample]:
+        """One sample per task and id (its first line), with the scores of all its lines
+        (a line per aggregate result, as the schema asks when a sample counts in several)."""
+        yielded: set[tuple[str, str]] = set()
         for where, line in _lines(self.samples_path):
-            yield _sample(line, where, self.metrics)
+            sample = _sample(line, where, self)
+            key = (sample.task, sample.sample_id)
+            if key not in yielded:
+                yielded.add(key)
+                sample.scores = self.merged.get(key, sample.scores)
+                yield sample
 
 
 def is_eee(path: Path) -> bool:
@@ -155,6 +166,8 @@ def _tasks(results: list[object], where: str, log: EeeLog) -> dict[str, EvalTask
         key = str(config.get("metric_id") or config.get("metric_name") or "score")
         task = tasks.setdefault(name, EvalTask(name=name))
         log.metrics.setdefault(name, key)
+        if isinstance(result.get("evaluation_result_id"), str):
+            log.result_metrics[str(result["evaluation_result_id"])] = key
         score = score_value(_mapping(result.get("score_details")).get("score"))
         if score is not None:
             task.reported[key] = score
@@ -172,15 +185,27 @@ def _tasks(results: list[object], where: str, log: EeeLog) -> dict[str, EvalTask
 
 
 def _scan(log: EeeLog, tasks: dict[str, EvalTask], requested: str | None) -> None:
-    values: dict[str, dict[str, list[float]]] = {}
+    places: dict[tuple[str, str, str], str] = {}
     for where, line in _lines(log.samples_path):
-        sample = _sample(line, where, log.metrics)
+        sample = _sample(line, where, log)
         if sample.task not in tasks:
             raise log_error(where, f"`evaluation_name` {sample.task!r} names no result of "
                             f"the aggregate {log.path.name}")
-        tasks[sample.task].samples += sample.repeat == 0
+        metric = _metric_of(line, sample.task, log)
+        place = (sample.task, sample.sample_id, metric)
+        if place in places:
+            raise log_error(where, f"sample {sample.sample_id} of {sample.task} ({metric}) "
+                            f"appears twice (first at {places[place].rsplit(':', 1)[-1]})",
+                            "give the records as they were written, unedited")
+        places[place] = where
+        scores = log.merged.setdefault((sample.task, sample.sample_id), {})
         for key, value in sample.scores.items():
-            values.setdefault(sample.task, {}).setdefault(key, []).append(value)
+            scores.setdefault(key, value)
+    values: dict[str, dict[str, list[float]]] = {}
+    for (task_name, _), scores in log.merged.items():
+        tasks[task_name].samples += 1
+        for key, value in scores.items():
+            values.setdefault(task_name, {}).setdefault(key, []).append(value)
     for name, task in tasks.items():
         found = values.get(name, {})
         task.metrics = list(found)
@@ -220,7 +245,16 @@ def _setting(value: object) -> str:
         text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def _sample(line: dict[str, object], where: str, metrics: dict[str, str]) -> EvalSample:
+def _metric_of(line: dict[str, object], task: str, log: EeeLog) -> str:
+    """The metric a line's score is: its result's (by `evaluation_result_id`, 0.2.1 and
+    later), else its task's first."""
+    result = line.get("evaluation_result_id")
+    if isinstance(result, str) and result in log.result_metrics:
+        return log.result_metrics[result]
+    return log.metrics.get(task, "score")
+
+
+def _sample(line: dict[str, object], where: str, log: EeeLog) -> EvalSample:
     task = text_at(line.get("evaluation_name"), where, "evaluation_name")
     identifier = line.get("sample_id")
     if not isinstance(identifier, str | int) or isinstance(identifier, bool) or identifier == "":
@@ -232,7 +266,7 @@ def _sample(line: dict[str, object], where: str, metrics: dict[str, str]) -> Eva
     scores: dict[str, float] = {}
     score = score_value(evaluation.get("score"))
     if score is not None:
-        scores[metrics.get(task, "score")] = score
+        scores[_metric_of(line, task, log)] = score
     correct = evaluation.get(IS_CORRECT)
     if isinstance(correct, bool):
         scores[IS_CORRECT] = 1.0 if correct else 0.0

@@ -437,8 +437,6 @@ def value_to_float(value: object) -> float:
 
 def _scores(sample: dict[str, object], where: str) -> dict[str, float]:
     given = sample.get("scores")
-    if given is None and "score" in sample:  # format version 1: one scorer
-        given = {"score": sample.get("score")}
     scores: dict[str, float] = {}
     for name, score in mapping_at(given or {}, where, "scores").items():
         value = score.get("value") if isinstance(score, dict) else None
