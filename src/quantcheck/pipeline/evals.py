@@ -14,7 +14,7 @@ from .._version import __version__
 from ..errors import EvalLogError
 from ..present.model_card import model_card
 from ..present.sheet import SHEET
-from ..store.eee_records import EeeSample, EeeSide, EeeTaskScore, EeeWritten, write_eee
+from ..store.eee_export import EeeSample, EeeSide, EeeTaskScore, EeeWritten, write_eee
 from ..store.eval_logs import log_kind, open_eval_log
 from ..store.eval_runs import Imported, write_eval_run
 from ..store.files import write_atomic

@@ -1,6 +1,7 @@
-"""Every Eval Ever (EEE) records, in and out: an aggregate JSON (`UUID.json`, schema
-`eval.schema.json`) and its per-sample file (`UUID_samples.jsonl`, schema
-`instance_level_eval.schema.json`), as evaleval/every_eval_ever defines them.
+"""Every Eval Ever (EEE) records, read here and written by store/eee_export.py: an
+aggregate JSON (`UUID.json`, schema `eval.schema.json`) and its per-sample file
+(`UUID_samples.jsonl`, schema `instance_level_eval.schema.json`), as
+evaleval/every_eval_ever defines them.
 
 Written: schema version 0.3.0 (every_eval_ever 0.2.3rc1, whose instance schema reads
 as 0.2.1 to 0.2.3 did); read: 0.3.0 and 0.2.x, including 0.2.0 (before `eval_library`,
@@ -39,17 +40,10 @@ metric when every sample scores 0 or 1, else `is_correct`."""
 
 from __future__ import annotations
 
-import hashlib
-import math
-import time
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
-from .._version import __version__
 from ..errors import EvalLogError
 from .eval_records import (
     HARNESS_EEE,
@@ -60,21 +54,21 @@ from .eval_records import (
     list_at,
     log_error,
     mapping_at,
+    object_or_empty,
     parse_json,
     read_log_json,
     score_value,
+    setting,
     shown,
     text_at,
     verdict_metric,
 )
-from .files import AtomicFile, UnreadableFile, make_directory, open_regular
-from .labels import label_from_name
+from .files import UnreadableFile, open_regular
 from .redaction import redact
 
 SCHEMA_VERSION = "0.3.0"
 SAMPLES_SUFFIX = "_samples.jsonl"
 IS_CORRECT = "is_correct"
-Z95 = 1.959963984540054
 
 
 # --- reading ------------------------------------------------------------------------
@@ -168,19 +162,19 @@ def _tasks(results: list[object], where: str, log: EeeLog) -> dict[str, EvalTask
         log.metrics.setdefault(name, key)
         if isinstance(result.get("evaluation_result_id"), str):
             log.result_metrics[str(result["evaluation_result_id"])] = key
-        score = score_value(_mapping(result.get("score_details")).get("score"))
+        score = score_value(object_or_empty(result.get("score_details")).get("score"))
         if score is not None:
             task.reported[key] = score
         task.higher_is_better = not bool(config.get("lower_is_better", False))
-        generation = _mapping(result.get("generation_config"))
-        shots = _mapping(generation.get("additional_details")).get("num_fewshot")
+        generation = object_or_empty(result.get("generation_config"))
+        shots = object_or_empty(generation.get("additional_details")).get("num_fewshot")
         if isinstance(shots, str) and shots.isdigit():
             task.few_shot = int(shots)
         elif isinstance(shots, int) and not isinstance(shots, bool):  # 0.2.0: a number
             task.few_shot = shots
-        task.settings.update({f"{key}.metric_config": _setting(config),
-                              "source_data": _setting(result.get("source_data")),
-                              "generation_config": _setting(generation)})
+        task.settings.update({f"{key}.metric_config": setting(config),
+                              "source_data": setting(result.get("source_data")),
+                              "generation_config": setting(generation)})
     return tasks
 
 
@@ -232,19 +226,6 @@ def _lines(path: Path) -> Iterator[tuple[str, dict[str, object]]]:
                 yield where, mapping_at(parse_json(raw, where), where, "line")
 
 
-def _mapping(value: object) -> dict[str, object]:
-    return value if isinstance(value, dict) else {}
-
-
-def _setting(value: object) -> str:
-    try:
-        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    except (TypeError, orjson.JSONEncodeError):
-        text = str(value)
-    return text if len(text) <= 160 else "sha256:" + hashlib.sha256(
-        text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
 def _metric_of(line: dict[str, object], task: str, log: EeeLog) -> str:
     """The metric a line's score is: its result's (by `evaluation_result_id`, 0.2.1 and
     later), else its task's first."""
@@ -270,7 +251,7 @@ def _sample(line: dict[str, object], where: str, log: EeeLog) -> EvalSample:
     correct = evaluation.get(IS_CORRECT)
     if isinstance(correct, bool):
         scores[IS_CORRECT] = 1.0 if correct else 0.0
-    usage = _mapping(line.get("token_usage"))
+    usage = object_or_empty(line.get("token_usage"))
     error = line.get("error")
     return EvalSample(
         task=task, sample_id=str(identifier), where=where, api="completions",
@@ -290,7 +271,7 @@ def _text_or_none(value: object) -> str | None:
 
 
 def _output(line: dict[str, object]) -> str:
-    output = _mapping(line.get("output")).get("raw")
+    output = object_or_empty(line.get("output")).get("raw")
     if isinstance(output, list) and output:
         return shown(output[0])
     if isinstance(output, str):  # 0.2.0 wrote one string
@@ -308,159 +289,3 @@ def _answer(line: dict[str, object]) -> str | None:
         value = attributions[-1].get("extracted_value")
         return None if value is None else shown(value)
     return None
-
-
-# --- writing ------------------------------------------------------------------------
-
-
-@dataclass
-class EeeSample:
-    """One side's answer to one prompt, as a per-sample line says it."""
-
-    task: str
-    sample_id: str
-    metric: str  # the metric of the task's result this sample belongs to
-    raw: str
-    reference: list[str]
-    output: str
-    answer: str
-    extraction: str  # how the answer was taken from the output
-    passed: bool
-    formatted: str | None = None
-    usage: dict[str, int] | None = None  # input_tokens, output_tokens
-    metadata: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class EeeTaskScore:
-    """One task's figure on one side: its metric and the share of samples passed."""
-
-    task: str
-    metric: str
-    passed: int
-    checked: int
-    few_shot: int | None = None
-
-
-@dataclass
-class EeeSide:
-    """Who one side of a report is, for its records."""
-
-    label: str
-    model: str
-    library: str
-    library_version: str
-    organization: str = "unknown"
-
-
-@dataclass
-class EeeWritten:
-    aggregate: Path
-    samples: Path
-    rows: int
-
-
-def write_eee(folder: Path, side: EeeSide, scores: list[EeeTaskScore],
-              samples: Iterable[EeeSample], seed: str) -> EeeWritten:
-    """One side's aggregate and per-sample records under FOLDER/data/quantcheck/
-    DEVELOPER/MODEL/ (the datastore's layout, so `file_path` names them as its schema
-    requires); `seed` makes the UUID (the same report and side: the same files)."""
-    record_id = str(uuid.UUID(bytes=hashlib.sha256(seed.encode()).digest()[:16], version=4))
-    model_id = side.model or side.label
-    developer, _, name = model_id.rpartition("/")
-    relative = Path("data", "quantcheck", label_from_name(developer or "unknown"),
-                    label_from_name(name or side.label))
-    target = folder / relative
-    make_directory(target)
-    now = str(int(time.time()))
-    evaluation_id = f"quantcheck/{model_id}/{now}"
-    samples_path = target / f"{record_id}{SAMPLES_SUFFIX}"
-    rows = 0
-    digest = hashlib.sha256()
-    with AtomicFile(samples_path) as out:
-        for sample in samples:
-            line = orjson.dumps(_instance(sample, evaluation_id, model_id)) + b"\n"
-            digest.update(line)
-            out.write(line)
-            rows += 1
-    aggregate = _aggregate_record(side, scores, evaluation_id, model_id, now)
-    aggregate["detailed_evaluation_results"] = {
-        "format": "jsonl", "file_path": (relative / samples_path.name).as_posix(),
-        "hash_algorithm": "sha256", "checksum": digest.hexdigest(), "total_rows": rows}
-    aggregate_path = target / f"{record_id}.json"
-    with AtomicFile(aggregate_path) as out:
-        out.write(orjson.dumps(aggregate, option=orjson.OPT_INDENT_2) + b"\n")
-    return EeeWritten(aggregate_path, samples_path, rows)
-
-
-def _aggregate_record(side: EeeSide, scores: list[EeeTaskScore], evaluation_id: str,
-                      model_id: str, now: str) -> dict[str, object]:
-    return {
-        "schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id,
-        "retrieved_timestamp": now,
-        "source_metadata": {"source_name": f"quantcheck {__version__}",
-                            "source_type": "evaluation_run",
-                            "source_organization_name": side.organization,
-                            "evaluator_relationship": "other"},
-        "eval_library": {"name": side.library, "version": side.library_version},
-        "model_info": {"name": side.label, "id": model_id,
-                       "additional_details": {"deployment_type": "self_deployed",
-                                              "model_availability": "unknown"}},
-        "evaluation_results": [_result(score) for score in scores],
-    }
-
-
-def _result(score: EeeTaskScore) -> dict[str, object]:
-    share = score.passed / score.checked if score.checked else 0.0
-    low, high = _wilson(score.passed, score.checked)
-    result: dict[str, object] = {
-        "evaluation_result_id": f"{score.task}/{score.metric}",
-        "evaluation_name": score.task,
-        "source_data": {"dataset_name": score.task, "source_type": "other"},
-        "metric_config": {"metric_id": score.metric, "metric_name": score.metric,
-                          "metric_unit": "proportion", "lower_is_better": False,
-                          "score_type": "continuous", "min_score": 0.0, "max_score": 1.0},
-        "score_details": {"score": share, "uncertainty": {
-            "num_samples": score.checked,
-            "confidence_interval": {"lower": low, "upper": high, "confidence_level": 0.95,
-                                    "method": "Wilson score interval"}}},
-    }
-    if score.few_shot is not None:
-        result["generation_config"] = {"additional_details": {
-            "num_fewshot": str(score.few_shot)}}
-    return result
-
-
-def _wilson(passed: int, n: int) -> tuple[float, float]:
-    if n == 0:
-        return 0.0, 1.0
-    share = passed / n
-    denominator = 1 + Z95**2 / n
-    centre = (share + Z95**2 / (2 * n)) / denominator
-    half = Z95 * math.sqrt(share * (1 - share) / n + Z95**2 / (4 * n**2)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def _instance(sample: EeeSample, evaluation_id: str, model_id: str) -> dict[str, object]:
-    hashed = orjson.dumps({"raw": sample.raw, "reference": sample.reference},
-                          option=orjson.OPT_SORT_KEYS)
-    line: dict[str, object] = {
-        "schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id,
-        "model_id": model_id, "evaluation_name": sample.task,
-        "evaluation_result_id": f"{sample.task}/{sample.metric}",
-        "sample_id": sample.sample_id, "sample_hash": hashlib.sha256(hashed).hexdigest(),
-        "interaction_type": "single_turn",
-        "input": {"raw": sample.raw, "formatted": sample.formatted,
-                  "reference": sample.reference},
-        "output": {"raw": [sample.output]},
-        "answer_attribution": [{"turn_idx": 0, "source": "output.raw",
-                                "extracted_value": sample.answer,
-                                "extraction_method": sample.extraction,
-                                "is_terminal": True}],
-        "evaluation": {"score": 1.0 if sample.passed else 0.0, "is_correct": sample.passed},
-    }
-    if sample.usage:
-        line["token_usage"] = {**sample.usage, "total_tokens": sum(sample.usage.values())}
-    if sample.metadata:
-        line["metadata"] = sample.metadata
-    return line

@@ -27,6 +27,7 @@ dataset, each as the log gives it); `higher_is_better`.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,6 +168,32 @@ def text_at(value: object, where: str, field: str) -> str:
     if not isinstance(value, str):
         raise log_error(where, f"`{field}` must be a string, not {_kind(value)}")
     return value
+
+
+SETTING_SHOWN = 160  # a setting longer than this is kept as its digest
+
+
+def setting(value: object) -> str:
+    """A setting two logs must share, as text to compare and show: its canonical JSON,
+    or `sha256:` and the start of its digest when that is long."""
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        text = str(value)
+    if len(text) <= SETTING_SHOWN:
+        return text
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def object_or_empty(value: object) -> dict[str, object]:
+    """A JSON object as it is; anything else as an empty one (an optional part)."""
+    return value if isinstance(value, dict) else {}
+
+
+def finite(value: object) -> bool:
+    """A finite number (not a boolean)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value)
 
 
 def shown(value: object) -> str:

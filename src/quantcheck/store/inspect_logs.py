@@ -30,40 +30,30 @@ sample's `attachments` (`attachment://HASH`) is read back from there."""
 from __future__ import annotations
 
 import hashlib
-import io
-import struct
-import zipfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
-import orjson
-import zstandard
-
-from ..errors import EvalLogError
 from .eval_records import (
     HARNESS_INSPECT,
-    MAX_LINE_BYTES,
     EvalSample,
     EvalSource,
     EvalTask,
+    finite,
     list_at,
     log_error,
     mapping_at,
-    parse_json,
-    read_log_json,
+    object_or_empty,
+    setting,
     shown,
     verdict_metric,
 )
 from .files import UnreadableFile, open_regular
+from .inspect_archive import Entries, open_entries
 from .redaction import redact
 from .run_records import Tokens
 
-ZSTANDARD = 93  # the zip compression method Inspect writes since its zstd logs
 ATTACHMENT = "attachment://"
-_SETTINGS_SHOWN = 160
 _STOP_REASONS = {"max_tokens": "length", "model_length": "length", "stop": "stop",
                  "tool_calls": "tool_calls", "content_filter": "content_filter"}
 
@@ -75,7 +65,7 @@ class InspectLog:
 
     path: Path
     source: EvalSource
-    entries: _Entries
+    entries: Entries
     scores: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
     verdict: str | None = None
 
@@ -108,7 +98,7 @@ def _looks_like_log(path: Path) -> bool:
 
 def open_inspect(path: Path, metric: str | None = None) -> InspectLog:
     """An Inspect log, its samples read once to choose the verdict."""
-    entries: _Entries = _Archive(path) if path.suffix == ".eval" else _Whole(path)
+    entries = open_entries(path)
     header = entries.header()
     where = entries.where("header.json")
     spec = mapping_at(header.get("eval"), where, "eval")
@@ -139,136 +129,6 @@ def open_inspect(path: Path, metric: str | None = None) -> InspectLog:
     log.source.tasks = [task]
     log.source.notes = _notes(header, task)
     return log
-
-
-# --- the two forms of a log ---------------------------------------------------------
-
-
-class _Entries:
-    """A log's header and its samples, whichever form it is in."""
-
-    format = ""
-
-    def header(self) -> dict[str, object]:
-        raise NotImplementedError
-
-    def samples(self) -> Iterator[tuple[str, dict[str, object]]]:
-        raise NotImplementedError
-
-    def where(self, name: str) -> str:
-        raise NotImplementedError
-
-
-class _Whole(_Entries):
-    """A `.json` log: one object, read whole once."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._log = mapping_at(read_log_json(path), str(path), "log")
-        self.format = f"Inspect JSON log, format version {shown(self._log.get('version'))}"
-
-    def header(self) -> dict[str, object]:
-        return self._log
-
-    def samples(self) -> Iterator[tuple[str, dict[str, object]]]:
-        given = self._log.get("samples")
-        for n, sample in enumerate(list_at(given, str(self.path), "samples")
-                                   if given is not None else []):
-            where = f"{self.path}: samples[{n}]"
-            yield where, mapping_at(sample, where, "sample")
-
-    def where(self, name: str) -> str:
-        return str(self.path)
-
-
-class _Archive(_Entries):
-    """A `.eval` zip archive, each entry read when asked (deflate or Zstandard)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            with open_regular(path, "log") as handle, zipfile.ZipFile(handle) as archive:
-                self._entries = {info.filename: info for info in archive.infolist()}
-        except UnreadableFile as exc:
-            raise EvalLogError(str(exc)) from None
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-            raise log_error(str(path), f"not a zip archive ({exc})",
-                            "give the .eval file Inspect wrote") from None
-        methods = {info.compress_type for info in self._entries.values()}
-        self.format = ("Inspect .eval archive, Zstandard entries" if ZSTANDARD in methods
-                       else "Inspect .eval archive, deflate entries")
-        self._header: dict[str, object] | None = None
-
-    def where(self, name: str) -> str:
-        return f"{self.path}: {name}"
-
-    def header(self) -> dict[str, object]:
-        if self._header is None:
-            name = "header.json" if "header.json" in self._entries else "_journal/start.json"
-            if name not in self._entries:
-                raise log_error(str(self.path), "holds neither header.json nor "
-                                "_journal/start.json", "give the .eval file Inspect wrote")
-            self._header = mapping_at(parse_json(self._read(name), self.where(name)),
-                                      self.where(name), name)
-        return self._header
-
-    def samples(self) -> Iterator[tuple[str, dict[str, object]]]:
-        for name in self._entries:
-            if name.startswith("samples/") and name.endswith(".json"):
-                where = self.where(name)
-                yield where, mapping_at(parse_json(self._read(name), where), where, "sample")
-
-    def _read(self, name: str) -> bytes:
-        info = self._entries[name]
-        if info.file_size > MAX_LINE_BYTES:
-            raise log_error(self.where(name), f"an entry of {info.file_size:,} bytes, more "
-                            f"than the {MAX_LINE_BYTES >> 20} MiB quantcheck reads")
-        try:
-            with open_regular(self.path, "log") as handle:
-                raw = _stored_bytes(handle, info)
-                if info.compress_type == zipfile.ZIP_STORED:
-                    return raw
-                if info.compress_type == zipfile.ZIP_DEFLATED:
-                    return _inflated(raw, info.file_size)
-                if info.compress_type == ZSTANDARD:
-                    return _unzstd(raw, info.file_size)
-        except UnreadableFile as exc:
-            raise EvalLogError(str(exc)) from None
-        except (OSError, ValueError, struct.error, zstandard.ZstdError, zlib.error) as exc:
-            raise log_error(self.where(name), f"cannot be read ({exc})") from None
-        raise log_error(self.where(name), f"compressed with zip method {info.compress_type}",
-                        "quantcheck reads stored, deflate and Zstandard entries")
-
-
-def _stored_bytes(handle: BinaryIO, info: zipfile.ZipInfo) -> bytes:
-    """The entry's bytes as stored: after its local header (30 bytes, its name and its
-    extra field, whose lengths that header gives)."""
-    handle.seek(info.header_offset)
-    local = handle.read(30)
-    if len(local) != 30 or local[:4] != b"PK\x03\x04":
-        raise ValueError("no local file header where the directory points")
-    name_length, extra_length = struct.unpack("<HH", local[26:30])
-    handle.seek(info.header_offset + 30 + name_length + extra_length)
-    raw: bytes = handle.read(info.compress_size)
-    if len(raw) != info.compress_size:
-        raise ValueError("the entry is cut short")
-    return raw
-
-
-def _inflated(raw: bytes, size: int) -> bytes:
-    decompressor = zlib.decompressobj(-15)
-    data = decompressor.decompress(raw, size + 1)
-    if len(data) > size:
-        raise ValueError("the entry inflates beyond its stated size")
-    return data
-
-
-def _unzstd(raw: bytes, size: int) -> bytes:
-    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
-        data: bytes = reader.read(size + 1)
-    if len(data) > size:
-        raise ValueError("the entry decompresses beyond its stated size")
-    return data
 
 
 # --- the header ---------------------------------------------------------------------
@@ -340,17 +200,13 @@ def _settings(header: dict[str, object], spec: dict[str, object]) -> dict[str, s
         "epochs": config.get("epochs"), "epochs_reducer": config.get("epochs_reducer"),
         "sample_id": config.get("sample_id"), "message_limit": config.get("message_limit"),
         "token_limit": config.get("token_limit"), "plan": plan.get("steps"),
-        "generate_config": {**_mapping(spec.get("model_generate_config")),
-                            **_mapping(plan.get("config"))},
+        "generate_config": {**object_or_empty(spec.get("model_generate_config")),
+                            **object_or_empty(plan.get("config"))},
         "scorers": _scorers(spec.get("scorers")),
     }
     if isinstance(config.get("limit"), list):
         chosen["limit_range"] = config.get("limit")
-    return {key: _setting(value) for key, value in chosen.items() if value not in (None, {}, [])}
-
-
-def _mapping(value: object) -> dict[str, object]:
-    return value if isinstance(value, dict) else {}
+    return {key: setting(value) for key, value in chosen.items() if value not in (None, {}, [])}
 
 
 def _scorers(value: object) -> list[object] | None:
@@ -358,20 +214,11 @@ def _scorers(value: object) -> list[object] | None:
         if isinstance(value, list) else None
 
 
-def _setting(value: object) -> str:
-    try:
-        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    except (TypeError, orjson.JSONEncodeError):
-        text = str(value)
-    if len(text) <= _SETTINGS_SHOWN:
-        return text
-    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
 def _max_tokens(header: dict[str, object]) -> int | None:
-    spec = _mapping(header.get("eval"))
-    plan = _mapping(header.get("plan"))
-    for config in (_mapping(spec.get("model_generate_config")), _mapping(plan.get("config"))):
+    spec = object_or_empty(header.get("eval"))
+    plan = object_or_empty(header.get("plan"))
+    for config in (object_or_empty(spec.get("model_generate_config")),
+                   object_or_empty(plan.get("config"))):
         value = config.get("max_tokens")
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
@@ -457,7 +304,7 @@ def _epoch(sample: dict[str, object], where: str) -> int:
 
 def _sample(task: str, sample: dict[str, object], where: str, verdict: str | None,
             max_tokens: int | None) -> EvalSample:
-    attachments = _mapping(sample.get("attachments"))
+    attachments = object_or_empty(sample.get("attachments"))
     identifier = sample.get("id")
     if isinstance(identifier, bool) or not isinstance(identifier, int | str) or identifier == "":
         raise log_error(where, "`id` must be a sample's id")
@@ -465,7 +312,7 @@ def _sample(task: str, sample: dict[str, object], where: str, verdict: str | Non
     request: dict[str, object] = {"messages": messages}
     if max_tokens is not None:
         request["max_tokens"] = max_tokens
-    output = _mapping(sample.get("output"))
+    output = object_or_empty(sample.get("output"))
     choice = _first_choice(output)
     found = EvalSample(task=task, sample_id=str(identifier), request=request, api="chat",
                        where=where, repeat=_epoch(sample, where) - 1,
@@ -476,11 +323,11 @@ def _sample(task: str, sample: dict[str, object], where: str, verdict: str | Non
                        document=_document(sample, attachments))
     error = sample.get("error")
     if error:
-        message = _mapping(error).get("message") if isinstance(error, dict) else error
+        message = object_or_empty(error).get("message") if isinstance(error, dict) else error
         found.error = f"the sample failed in the eval: {shown(message)[:500]}"
     if verdict is not None:
         scorer = verdict.split("/", 1)[0]
-        score = _mapping(_mapping(sample.get("scores")).get(scorer))
+        score = object_or_empty(object_or_empty(sample.get("scores")).get(scorer))
         answer = score.get("answer")
         found.answer = _resolved(answer, attachments) if answer is not None else None
     return found
@@ -520,8 +367,8 @@ def _first_messages(sample: dict[str, object], attachments: dict[str, object],
         return messages
     given_input = sample.get("input")
     if isinstance(given_input, list):
-        return [{"role": str(_mapping(m).get("role") or "user"),
-                 "content": _content(_mapping(m).get("content"), attachments)}
+        return [{"role": str(object_or_empty(m).get("role") or "user"),
+                 "content": _content(object_or_empty(m).get("content"), attachments)}
                 for m in given_input]
     return [{"role": "user", "content": _resolved(given_input, attachments) or ""}]
 
@@ -534,7 +381,7 @@ def _target(value: object, attachments: dict[str, object]) -> str:
 
 def _first_choice(output: dict[str, object]) -> dict[str, object]:
     choices = output.get("choices")
-    return _mapping(choices[0]) if isinstance(choices, list) and choices else {}
+    return object_or_empty(choices[0]) if isinstance(choices, list) and choices else {}
 
 
 def _finish(choice: dict[str, object]) -> str | None:
@@ -543,7 +390,7 @@ def _finish(choice: dict[str, object]) -> str | None:
 
 
 def _usage(output: dict[str, object]) -> dict[str, object] | None:
-    usage = _mapping(output.get("usage"))
+    usage = object_or_empty(output.get("usage"))
     counts = {"prompt_tokens": usage.get("input_tokens"),
               "completion_tokens": usage.get("output_tokens")}
     kept: dict[str, object] = {k: v for k, v in counts.items()
@@ -554,29 +401,25 @@ def _usage(output: dict[str, object]) -> dict[str, object] | None:
 def _tokens(choice: dict[str, object]) -> Tokens | None:
     """The answer's tokens with their top alternatives (highest first), when the eval
     asked for logprobs; None without them, or when they are not numbers."""
-    content = _mapping(choice.get("logprobs")).get("content")
+    content = object_or_empty(choice.get("logprobs")).get("content")
     if not isinstance(content, list) or not content:
         return None
     tokens = Tokens()
-    for position in content:
-        token, logprob = _mapping(position).get("token"), _mapping(position).get("logprob")
-        if not isinstance(token, str) or not _finite(logprob):
+    for given in content:
+        position = object_or_empty(given)
+        token, logprob = position.get("token"), position.get("logprob")
+        if not isinstance(token, str) or not finite(logprob):
             return None
-        alternatives = _mapping(position).get("top_logprobs")
+        alternatives = position.get("top_logprobs")
         top = [(t.get("token"), t.get("logprob")) for t in
                (alternatives if isinstance(alternatives, list) else []) if isinstance(t, dict)]
         kept = sorted(((t, float(v)) for t, v in top if isinstance(t, str)
-                       and isinstance(v, int | float) and _finite(v)),
+                       and isinstance(v, int | float) and finite(v)),
                       key=lambda pair: -pair[1])
         assert isinstance(logprob, int | float)
         tokens.append(token, min(0.0, float(logprob)), [t for t, _ in kept],
                       [min(0.0, v) for _, v in kept])
     return tokens
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) \
-        and value == value and abs(value) != float("inf")
 
 
 def _document(sample: dict[str, object], attachments: dict[str, object]) -> str:
