@@ -111,6 +111,7 @@ def test_each_side_passes_at_lm_evals_own_figure_to_the_last_digit(
     assert "flips A pass B fail / improvements 2 / 1; McNemar p = 1" in printed
     assert "detectable change none detectable; recovery 80.00%" in printed
     assert "Exact McNemar test on the 3 of 6 prompts whose checks disagree: p = 1" in printed
+    assert "speed: not measured (both sides were imported from eval logs)" in printed
 
 
 def test_the_flipped_samples_are_listed_with_both_answers(report: tuple[Path, str]) -> None:

@@ -77,6 +77,8 @@ def collecting_speed(summary: Summary) -> list[str]:
     """What was measured of speed, each in a line that says what it compares: output
     tokens per second while collecting (logprobs asked), B against A when the compared
     answers generated as many tokens; then the throughput phase's figures, when it ran."""
+    if summary.evaluation is not None:  # nothing was sent: the eval harnesses ran it
+        return ["speed: not measured (both sides were imported from eval logs)"]
     performance = summary.performance
     a, b = performance.a, performance.b
     what = "output tokens per second while collecting (logprobs on)"
