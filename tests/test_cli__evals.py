@@ -3,6 +3,7 @@ and every refusal one clear line (exit 2) that leaves nothing half written."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -60,6 +61,53 @@ def test_logs_of_two_harnesses_are_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert_one_clear_line(result.output, "A and B do not pair: A is a log of "
                                          "lm-evaluation-harness, B of inspect_ai")
+    # refused before anything is written: no report folder, no runs, nothing beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_import_into_another_outputs_folder_is_refused(tmp_path: Path) -> None:
+    """One folder, one output: a report's or a certificate's folder is no run's."""
+    for kind, name in (("report", "summary.json"), ("certificate", "certificate.json")):
+        (tmp_path / kind).mkdir()
+        (tmp_path / kind / name).write_text("{}")
+        result = invoke("import", LM_EVAL, "--out", tmp_path / kind)
+        assert result.exit_code == 2, result.output
+        assert_one_clear_line(result.output, f"{tmp_path / kind} already holds")
+        assert [p.name for p in (tmp_path / kind).iterdir()] == [name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["certificate", "report"]
+
+
+def test_compare_of_logs_claims_its_folder_before_importing(tmp_path: Path) -> None:
+    """A certificate's folder given to compare of two logs is refused before the logs
+    are imported into its runs/; a report's folder of an earlier compare takes them."""
+    certificate = tmp_path / "certificate"
+    certificate.mkdir()
+    (certificate / "certificate.json").write_text("{}")
+    logs = [INSPECT / "default-or-not.json", INSPECT / "default-or-not.eval"]
+    refused = invoke("compare", *logs, "--out", certificate)
+    assert refused.exit_code == 2, refused.output
+    assert_one_clear_line(refused.output, f"{certificate} already holds a determinism "
+                                          "certificate")
+    assert [p.name for p in certificate.iterdir()] == ["certificate.json"]
+    assert invoke("compare", *logs, "--out", tmp_path / "report").exit_code == 0
+    again = invoke("compare", *logs, "--out", tmp_path / "report")
+    assert again.exit_code == 0, again.output
+    assert sorted(p.name for p in (tmp_path / "report" / "runs").iterdir()) == [
+        "default-or-not", "default-or-not-2"]
+    assert not list(tmp_path.glob(".*importing*"))
+
+
+def test_an_imported_run_says_no_request_was_sent(tmp_path: Path) -> None:
+    """No prefix cache was turned off for a log's answers: quantcheck sent none (the
+    manifest's cache null, cache_off false), and the report says so per side."""
+    logs = [INSPECT / "default-or-not.json", INSPECT / "default-or-not.eval"]
+    assert invoke("compare", *logs, "--out", tmp_path / "report").exit_code == 0
+    manifest = load_run(tmp_path / "report" / "runs" / "default-or-not").manifest
+    assert manifest.cache is None and manifest.parameters.cache_off is False
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["determinism"]["a"]["cache"] == summary["determinism"]["b"]["cache"] == \
+        "not known: imported from an eval log (the harness sent the requests)"
+    assert summary["determinism"]["a"]["cache_off"] is None
 
 
 def test_export_needs_an_output_and_the_runs(tmp_path: Path) -> None:

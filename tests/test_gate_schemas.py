@@ -36,7 +36,8 @@ from .conftest import (
 BY_NAME = {"summary.json": "summary", "overview.json": "overview",
            "approvals.json": "approvals", "manifest.json": "manifest",
            "determinism.json": "determinism", "forced.json": "forced",
-           "throughput.json": "throughput", "certificate.json": "certificate"}
+           "throughput.json": "throughput", "certificate.json": "certificate",
+           "repro.json": "repro"}
 
 
 def schema_of(path: Path) -> str:
@@ -116,6 +117,7 @@ def outputs(serve: Serve, write_prompts: WritePrompts, tmp_path: Path
     flips = two / "candidates" / "flips"
     save_a_review(flips)
     made("approve", flips)
+    made("repro", flips, "flip", "--out", tmp_path / "repro")
     yield tmp_path
 
 
@@ -123,6 +125,8 @@ def test_every_json_output_names_its_format_and_validates_against_its_schema(
         outputs: Path) -> None:
     seen: dict[str, int] = {}
     for path in sorted(outputs.rglob("*.json")):
+        if path.name.endswith(".request.json"):  # a repro's bodies: the wire's, as sent
+            continue
         name = schema_of(path)
         document = json.loads(path.read_text())
         assert document["format"] == f"quantcheck-{name}/1", path

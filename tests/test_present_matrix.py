@@ -6,7 +6,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from quantcheck.present.matrix import COLUMNS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quantcheck.present.matrix import COLUMNS, append_matrix
 
 from .conftest import CANDIDATE_PROMPTS, WritePrompts, read_csv, run_candidates
 
@@ -48,3 +51,20 @@ def test_a_matrix_with_other_columns_is_refused(candidate_endpoints: dict[str, s
                             tmp_path / "q", "--matrix", mine)
     assert result.exit_code == 2 and "not a serving matrix" in result.output
     assert mine.read_text() == "model,speed\nx,1\n"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(), st.text())
+def test_any_text_a_server_names_round_trips_the_matrix(model: str, runtime: str) -> None:
+    """A model id (a server's word) holding a bare carriage return once left an unquoted
+    cell that the next --matrix append could not read."""
+    import tempfile
+
+    row = dict.fromkeys(COLUMNS, "") | {"model_id": "\r" + model, "runtime": runtime + "\r"}
+    other = dict.fromkeys(COLUMNS, "") | {"model_id": "other", "note": "x\ry"}
+    with tempfile.TemporaryDirectory() as name:
+        path = Path(name) / "matrix.csv"
+        append_matrix(path, [row])
+        assert append_matrix(path, [other]) == 2
+        with path.open(newline="") as handle:
+            assert list(csv.DictReader(handle)) == [row, other]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quantcheck.errors import QuantcheckError
+from quantcheck.errors import EvalLogError, QuantcheckError
 from quantcheck.store.eee_records import is_eee, open_eee
 from quantcheck.store.eval_runs import write_eval_run
 
@@ -122,3 +122,18 @@ def test_a_sample_counted_in_two_results_reads_once_with_both_scores(tmp_path: P
     with pytest.raises(QuantcheckError, match=r":17: sample 0 of capitals/strict-match "
                                               r"\(score\) appears twice \(first at 1\)"):
         open_eee(aggregate.parent)
+
+
+def test_a_samples_line_past_the_bound_is_one_error_naming_its_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every samples line is read through files.bounded_lines (256 MiB; lowered here to
+    the record's longest line): a longer one is refused naming the file and the line."""
+    _, samples = copy_record(tmp_path / "record")
+    lines = samples.read_bytes().splitlines(keepends=True)
+    monkeypatch.setattr("quantcheck.store.eee_records.MAX_LINE_BYTES", max(map(len, lines)))
+    write_eval_run(open_eee(tmp_path / "record"), tmp_path / "run", "a")
+    samples.write_bytes(b"".join([lines[0], lines[1].rstrip(b"\n") + b" " * 50 + b"\n",
+                                  *lines[2:]]))
+    with pytest.raises(EvalLogError, match=rf"{samples.name}:2: a line of more than "
+                                           r"[\d,]+ bytes, more than a line of a samples file"):
+        write_eval_run(open_eee(tmp_path / "record"), tmp_path / "run", "a", force=True)

@@ -258,3 +258,19 @@ def test_two_choice_logs_pair_with_each_flip_s_margin(choice_logs: dict[str, Pat
             assert pair["first_divergence"] == 0
             assert pair["divergence_kind"] in ("near_tie", "confident")
             assert pair["divergence_gap"] > 0
+
+
+def test_a_samples_line_past_the_bound_is_one_error_naming_its_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every samples line is read through files.bounded_lines: a line longer than the
+    bound (256 MiB; lowered here to the fixture's longest line) is refused naming the
+    file and the line, never held whole."""
+    _, samples = copy_log(OLD, tmp_path / "log")
+    lines = samples.read_bytes().splitlines(keepends=True)
+    monkeypatch.setattr("quantcheck.store.lm_eval_logs.MAX_LINE_BYTES", max(map(len, lines)))
+    assert open_lm_eval(tmp_path / "log").source.tasks  # every line within the bound reads
+    samples.write_bytes(b"".join([*lines[:2], lines[2].rstrip(b"\n") + b" " * 50 + b"\n",
+                                  *lines[3:]]))
+    with pytest.raises(EvalLogError, match=rf"{samples.name}:3: a line of more than "
+                                           r"[\d,]+ bytes, more than a line of a samples file"):
+        open_lm_eval(tmp_path / "log")

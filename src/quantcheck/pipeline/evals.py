@@ -1,9 +1,11 @@
 """Eval harnesses' logs in, records out: `quantcheck import` (a log as a run),
-compare's sides that are logs (imported into the report's `runs/` first), and
+compare's sides that are logs (imported into the report's `runs/`, once they pair), and
 `quantcheck export` (a report as Every Eval Ever records and a model card's table)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,14 +18,16 @@ from ..present.model_card import model_card
 from ..present.sheet import SHEET
 from ..store.eee_export import EeeSample, EeeSide, EeeTaskScore, EeeWritten, write_eee
 from ..store.eval_logs import log_kind, open_eval_log
-from ..store.eval_runs import Imported, write_eval_run
+from ..store.eval_runs import Imported, place_run, write_eval_run
 from ..store.files import write_atomic
+from ..store.folder_kinds import RUN, claim
 from ..store.labels import check_label, label_from_name
 from ..store.pair_records import PairRow
 from ..store.report_dir import DETAILS, PAIRS, SUMMARY, read_pair_rows, read_summary
 from ..store.report_records import Summary
-from ..store.run_dir import CompletionLine, Run, load_run
+from ..store.run_dir import MANIFEST, CompletionLine, Manifest, Run, load_run, read_manifest
 from ..store.run_records import Prompt
+from ..triage.evaluations import check_pairing
 from ..triage.templates import last_user_message
 
 RUNS = "runs"  # a report's folder of the runs compare imported from logs
@@ -61,16 +65,48 @@ def is_eval_log(path: Path) -> bool:
 
 def imported_sides(a: Path, bs: Sequence[Path], out: Path) -> tuple[Path, list[Path]]:
     """Compare's sides with every eval log imported into OUT/runs/LABEL (a run stays
-    as it is); labels made distinct (a, b when two logs share a name)."""
+    as it is); labels made distinct (a, b when two logs share a name). The logs are
+    imported beside OUT first and each B's pairing with A checked (check_pairing): a
+    log that cannot be read, or sides that do not pair, leave nothing in OUT. A run
+    already at OUT/runs/LABEL is set aside (collect --force's way)."""
     sides = [a, *bs]
     labels: list[str] = []
     for side in sides:
         label = default_label(side)
         labels.append(label if label not in labels else f"{label}-{len(labels) + 1}")
-    imported = [import_log(side, out / RUNS / label, ImportOptions(label=label, force=True))
-                .run_dir if is_eval_log(side) else side
-                for side, label in zip(sides, labels, strict=True)]
-    return imported[0], imported[1:]
+    placed = [out / RUNS / label if is_eval_log(side) else side
+              for side, label in zip(sides, labels, strict=True)]
+    for side, target in zip(sides, placed, strict=True):
+        if target != side:
+            claim(target, RUN)
+    staging = out.parent / f".{out.name}.importing-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staged = [import_log(side, staging / label, ImportOptions(label=label)).run_dir
+                  if target != side else side
+                  for side, label, target in zip(sides, labels, placed, strict=True)]
+        _check_pairing(staged)
+        for side, run_dir, target in zip(sides, staged, placed, strict=True):
+            if target != side:
+                place_run(run_dir, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return placed[0], placed[1:]
+
+
+def _check_pairing(sides: list[Path]) -> None:
+    """Each B's pairing with A (check_pairing), where both are runs or texts files (a
+    texts file has no manifest); any other side is left to the comparison's reader,
+    which names what it is."""
+    def known(side: Path) -> bool:
+        return (side / MANIFEST).is_file() or (side.is_file() and side.suffix == ".json")
+
+    def manifest(side: Path) -> Manifest | None:
+        return read_manifest(side) if (side / MANIFEST).is_file() else None
+
+    if known(sides[0]):
+        for b in filter(known, sides[1:]):
+            check_pairing(manifest(sides[0]), manifest(b))
 
 
 # --- records out --------------------------------------------------------------------

@@ -63,7 +63,7 @@ from .eval_records import (
     text_at,
     verdict_metric,
 )
-from .files import UnreadableFile, open_regular
+from .files import UnreadableFile, bounded_lines, open_regular
 from .redaction import redact
 
 SCHEMA_VERSION = "0.3.0"
@@ -216,14 +216,13 @@ def _lines(path: Path) -> Iterator[tuple[str, dict[str, object]]]:
     except UnreadableFile as exc:
         raise EvalLogError(str(exc)) from None
     with handle:
-        number = 0
-        while raw := handle.readline(MAX_LINE_BYTES + 1):
-            number += 1
-            where = f"{path}:{number}"
-            if len(raw) > MAX_LINE_BYTES:
-                raise log_error(where, f"a line longer than {MAX_LINE_BYTES >> 20} MiB")
-            if raw.strip():
-                yield where, mapping_at(parse_json(raw, where), where, "line")
+        try:
+            for number, raw in bounded_lines(handle, path, MAX_LINE_BYTES, "samples file"):
+                if raw.strip():
+                    where = f"{path}:{number}"
+                    yield where, mapping_at(parse_json(raw, where), where, "line")
+        except UnreadableFile as exc:  # a line past the bound, a read that failed
+            raise EvalLogError(str(exc)) from None
 
 
 def _metric_of(line: dict[str, object], task: str, log: EeeLog) -> str:

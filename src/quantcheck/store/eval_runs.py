@@ -12,8 +12,10 @@ a run takes as it takes a collected one (compare, the sheet, the gate, merge).
 - manifest.json: the label, the log's model, status `complete`, and `evaluation`
   (store/eval_records.EvalSource: the harness, each task's settings and figures).
 
-The run is written into a folder beside RUN_DIR and moved into place whole once every
-sample is read: a log that fails halfway leaves RUN_DIR as it was. A sample id seen
+RUN_DIR is claimed for a run first (store/folder_kinds.py: a folder holding a report,
+a certificate or any other output is refused before the log is read). The run is written
+into a folder beside RUN_DIR and moved into place whole once every sample is read: a log
+that fails halfway leaves RUN_DIR as it was. A sample id seen
 twice in one task and epoch is refused, naming both places; two ids holding the same
 document are a note of the run's `evaluation`."""
 
@@ -32,6 +34,7 @@ from .._version import __version__
 from ..errors import EvalLogError
 from .eval_records import EvalSample, EvalSource, log_error
 from .files import AtomicFile, make_directory, storage_error
+from .folder_kinds import RUN, claim
 from .prompt_entries import request_hash
 from .run_dir import (
     MANIFEST,
@@ -72,6 +75,7 @@ def write_eval_run(log: EvalLog, out: Path, label: str, force: bool = False,
     """The log as the run directory `out` (see the module docstring); an `out` that
     already holds a run is refused unless `force` (then its files are set aside, as
     collect --force does)."""
+    claim(out, RUN)
     if (out / MANIFEST).exists() and not force:
         raise EvalLogError(f"{out}: already holds a run; give another --out, or --force "
                            "to set its files aside")
@@ -80,7 +84,7 @@ def write_eval_run(log: EvalLog, out: Path, label: str, force: bool = False,
     make_directory(staging)
     try:
         imported = _write(log, staging, label, started_at)
-        _move_into_place(staging, out)
+        place_run(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -121,8 +125,9 @@ def _write(log: EvalLog, folder: Path, label: str, started_at: str) -> Imported:
     source.notes = [*source.notes, *_twin_notes(twins)]
     repeats = 1 + max((repeat for _, repeat in places), default=0)
     manifest = Manifest(quantcheck_version=__version__, label=label, model=source.model,
+                        # no request was sent: no prefix cache was turned off (cache null)
                         parameters=Parameters(model=source.model or None, repeats=repeats,
-                                              top_logprobs=0, stream=False),
+                                              top_logprobs=0, stream=False, cache_off=False),
                         prompt_hashes=hashes, started_at=started_at,
                         finished_at=started_at or None, status="complete",
                         counts=RunCounts(requests=records, ok=records - failed,
@@ -166,7 +171,10 @@ def _twin_notes(twins: list[str]) -> list[str]:
             "each is paired by its own id"]
 
 
-def _move_into_place(staging: Path, out: Path) -> None:
+def place_run(staging: Path, out: Path) -> None:
+    """The run written whole in `staging` moved to `out` (claimed for a run), a run
+    already there set aside as collect --force does."""
+    claim(out, RUN)
     if (out / MANIFEST).exists():
         set_aside(out)
     make_directory(out)

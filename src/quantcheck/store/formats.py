@@ -11,9 +11,15 @@ formats were named reads as version 1, which it is."""
 from __future__ import annotations
 
 from importlib import resources
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
+
+import msgspec
 
 from ..errors import QuantcheckError
+
+# A field that counts (or a token's position): never negative, read back or written;
+# its schema says minimum 0.
+Count = Annotated[int, msgspec.Meta(ge=0)]
 
 SummaryFormat = Literal["quantcheck-summary/1"]
 SUMMARY_FORMAT: Final[SummaryFormat] = "quantcheck-summary/1"
@@ -37,6 +43,8 @@ ThroughputFormat = Literal["quantcheck-throughput/1"]
 THROUGHPUT_FORMAT: Final[ThroughputFormat] = "quantcheck-throughput/1"
 CertificateFormat = Literal["quantcheck-certificate/1"]
 CERTIFICATE_FORMAT: Final[CertificateFormat] = "quantcheck-certificate/1"
+ReproFormat = Literal["quantcheck-repro/1"]
+REPRO_FORMAT: Final[ReproFormat] = "quantcheck-repro/1"
 PAIRS_FORMAT: Final = "quantcheck-pairs/1"
 
 # Each shipped schema: its name, and the file it describes.
@@ -52,6 +60,7 @@ SCHEMAS: Final = {
     "forced": "forced.json",
     "throughput": "RUN_DIR/throughput.json",
     "certificate": "certificate.json (determinism --certify)",
+    "repro": "DIR/repro.json (repro)",
     "pairs": "REPORT_DIR/pairs.csv: its columns and their types",
 }
 

@@ -71,7 +71,7 @@ from .eval_records import (
     text_at,
     verdict_metric,
 )
-from .files import UnreadableFile, open_regular
+from .files import UnreadableFile, bounded_lines, open_regular
 from .lm_eval_samples import SampleShape, sample_of
 from .redaction import redact
 
@@ -323,17 +323,12 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                             "beside the results file") from None
         raise EvalLogError(str(exc)) from None
     with handle:
-        number = 0
-        while True:
-            raw = handle.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                return
-            number += 1
-            if len(raw) > MAX_LINE_BYTES:
-                raise log_error(f"{path}:{number}", f"a line longer than "
-                                f"{MAX_LINE_BYTES >> 20} MiB")
-            if raw.strip():
-                yield number, raw
+        try:
+            for number, raw in bounded_lines(handle, path, MAX_LINE_BYTES, "samples file"):
+                if raw.strip():
+                    yield number, raw
+        except UnreadableFile as exc:  # a line past the bound, a read that failed
+            raise EvalLogError(str(exc)) from None
 
 
 def _doc_id(value: object, where: str) -> str:
