@@ -221,6 +221,12 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("init", 2): lambda w, t: [invoke("init", t / "repository") for _ in range(2)][-1],
     ("schema", 0): lambda w, t: invoke("schema", "gate"),
     ("schema", 2): lambda w, t: invoke("schema", "gates"),
+    ("import", 0): lambda w, t: invoke("import", FIXTURES / "evals" / "lm-eval-0.4.5",
+                                       "--out", t / "run"),
+    ("import", 2): lambda w, t: invoke("import", w.prompts, "--out", t / "run"),
+    ("export", 0): lambda w, t: invoke("export", w.reports["flipped"], "--model-card",
+                                       t / "card.md"),
+    ("export", 2): lambda w, t: invoke("export", w.runs["a"], "--model-card", t / "card.md"),
     ("plan", 0): lambda w, t: invoke("plan", "--detect", "2", "--disagreement", "10"),
     ("plan", 2): lambda w, t: invoke("plan", "--detect", "20", "--disagreement", "10"),
 }
@@ -249,6 +255,8 @@ CRASH_SITES = {
     "schema": "quantcheck.store.formats.shipped_schema",
     "init": "quantcheck.cli._starter.write_starter_kit",
     "plan": "quantcheck.cli._planning.paired_prompts_needed",
+    "import": "quantcheck.pipeline.evals.write_eval_run",
+    "export": "quantcheck.pipeline.evals.model_card",
     "prompts check": "quantcheck.cli._prompts.load_sources",
     "prompts convert": "quantcheck.cli._prompts.convert_prompt_files",
 }
@@ -300,6 +308,8 @@ def planted_arguments(w: World, command: str, tmp: Path) -> list[object]:
         "prompts convert": ["prompts", "convert", w.prompts, "--out", tmp / "p.yaml"],
         "init": ["init", tmp / "repository"],
         "plan": ["plan", "--detect", "2", "--disagreement", "10"],
+        "import": ["import", FIXTURES / "evals" / "lm-eval-0.4.5", "--out", tmp / "run"],
+        "export": ["export", w.reports["same"], "--model-card", tmp / "card.md"],
     }[command]
 
 

@@ -71,8 +71,10 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     """Triage every pair of A (the reference) and B (a candidate); with several B runs,
     one report each and an overview that recommends one.
 
-    A side is a run directory from collect, or a JSON list of texts in prompt order
-    (`*.texts.json`) for text-only triage.
+    A side is a run directory from collect, a JSON list of texts in prompt order
+    (`*.texts.json`) for text-only triage, or an eval harness's log (lm-evaluation-
+    harness output, an Inspect log, an Every Eval Ever record: docs/evals.md),
+    imported into OUT/runs/ first.
 
     With --judge, a model suggests a label for every pair that differs and no expect
     decided (docs/review.md, The judge).
@@ -87,6 +89,7 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
           --out reports/texts
       quantcheck compare bf16.texts.json fp8.texts.json --prompts qa.csv \\
           --map prompt=question --map expect.contains=answer --out reports/texts
+      quantcheck compare lm-eval/bf16 lm-eval/fp8 --out reports/fp8-evals
     """
     source = request_settings(None, None, {}, column_map, map_preset, sample, seed).source
     refuse_without("two or more B runs", len(b_runs) > 1, "matrix")

@@ -24,6 +24,7 @@ from ..present.sentences import (
     agreement_sentence,
     collapse_warning,
     collecting_speed,
+    evaluation_sentences,
     headline,
     judge_sentence,
     order_floor_sentence,
@@ -121,6 +122,8 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(summary.stats.pass_rate.sentence + ".")
         if summary.stats.pass_rate.resolution_sentence:
             click.echo(summary.stats.pass_rate.resolution_sentence + ".")
+    for line in evaluation_sentences(summary):
+        click.echo(line + ("" if line.startswith("note:") else "."))
     if summary.forced is not None and summary.forced.scored:
         echo_forced(summary.forced)
     if sent := repeats_sent(summary):

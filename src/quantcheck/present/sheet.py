@@ -36,11 +36,13 @@ from .sentences import (
     agreement_sentence,
     collapse_warning,
     collecting_speed,
+    figure,
     headline,
     judge_sentence,
     order_floor_sentence,
     repeats_phrases,
     repeats_sent,
+    task_lines,
     template_warning,
 )
 from .templating import embed_json, environment
@@ -164,6 +166,7 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
                        if line],
         log_matches=summary.log_matches, summary_counts=summary.counts,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
+        evaluation=summary.evaluation, task_lines=task_lines(summary), figure=figure,
         preflight=summary.preflight, plots=_plots(overview.plotted, forced),
         forced=forced if forced is not None and forced.scored else None,
         forced_llama_cpp=_forced_llama_cpp(forced),

@@ -36,9 +36,10 @@ from .entry_fields import (
     reject_unknown,
     string_list,
 )
-from .run_records import CHOICE_LETTERS, CodeExpect, Expect, ToolCallExpect
+from .run_records import CHOICE_LETTERS, IMPORTED_CHECKS, CodeExpect, Expect, ToolCallExpect
 
-EXPECT_KEYS = set(Expect.__dataclass_fields__)
+# An imported check (`verdict`: an eval harness's own score) is never a prompt file's.
+EXPECT_KEYS = set(Expect.__dataclass_fields__) - set(IMPORTED_CHECKS)
 TOOL_CALL_KEYS = {"name", "arguments_schema", "arguments"}
 # A schema's keywords whose values map names to schemas, and those whose values are data.
 _NAMED_SCHEMAS = ("properties", "patternProperties", "$defs", "definitions",
@@ -58,6 +59,10 @@ def expect_of(where: Where, spec: object, base: Mapping[str, object] | None = No
     if base:
         fields = {**base, **fields}
     for key in fields:
+        if key in IMPORTED_CHECKS:
+            raise at.error(key, "set by `quantcheck import` from an eval harness's log (its "
+                           "own score of each answer), never in a prompt file "
+                           "(docs/evals.md)")
         if key not in EXPECT_KEYS:
             raise at.error(str(key),
                            f"unknown check; allowed: {', '.join(sorted(EXPECT_KEYS))}")

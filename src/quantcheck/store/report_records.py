@@ -251,6 +251,39 @@ class Bootstrap(msgspec.Struct):
 class Stats(msgspec.Struct):
     pass_rate: PassRate | None
     drift: dict[str, Bootstrap]
+    # the same change within each category (an imported eval log's task) that has
+    # prompts checked on both sides
+    categories: dict[str, PassRate] = {}
+
+
+class TaskFigures(msgspec.Struct, kw_only=True):
+    """One task of two runs imported from eval logs: its verdict metric and settings,
+    the harness's own figure for that metric in each log, and how many samples each
+    side holds; quantcheck's paired figures are `stats.categories[task]`."""
+
+    task: str
+    metric: str | None = None
+    few_shot: int | None = None
+    higher_is_better: bool = True
+    a_reported: float | None = None  # the harness's figure over A's own samples
+    b_reported: float | None = None
+    a_samples: int = 0
+    b_samples: int = 0
+
+
+class Evaluation(msgspec.Struct, kw_only=True):
+    """summary.json's `evaluation`, when both sides were imported from eval logs: the
+    harness and its versions, each task, and the average over tasks as model cards
+    give it (each task's paired pass rate averaged, B's average over A's)."""
+
+    harness: str
+    a_version: str = "unknown"
+    b_version: str = "unknown"
+    tasks: list[TaskFigures] = []
+    a_average: float | None = None
+    b_average: float | None = None
+    recovery_percent: float | None = None
+    notes: list[str] = []  # what the imports noticed, and which samples did not pair
 
 
 class SidePerformance(msgspec.Struct, kw_only=True):
@@ -520,6 +553,7 @@ class Summary(msgspec.Struct, kw_only=True):
     reviews_set_aside: list[str] = []  # review files of the report this one replaced
     judge: JudgeFigures | None = None  # with --judge
     sessions: list[ToolSession] = []  # tool sessions the prompt sets replay, turn by turn
+    evaluation: Evaluation | None = None  # both sides imported from eval logs
 
 
 class CandidateRow(msgspec.Struct, kw_only=True):

@@ -60,9 +60,21 @@ class CodeExpect:
     tests: str
 
 
+@dataclass
+class VerdictExpect:
+    """An eval harness's own verdict on each answer (a run imported from its log): the
+    answer passes when the record's score for `metric` is 1 (full credit) and fails
+    when it is 0; `target` is the reference answer the harness scored against."""
+
+    metric: str
+    target: str = ""
+
+
 # The checks an expect can name, in the order results are given.
 CHECKS = ("contains", "any_of", "not_contains", "regex", "number", "json", "json_schema",
-          "tool_call", "code", "choice")
+          "tool_call", "code", "choice", "verdict")
+# Checks only `quantcheck import` sets (from an eval harness's log), never a prompt file.
+IMPORTED_CHECKS = ("verdict",)
 CHOICE_LETTERS = "ABCDEFGHIJ"  # the options a `choice` expect names
 
 
@@ -85,6 +97,7 @@ class Expect:
     ordered: bool = False
     code: CodeExpect | None = None
     choice: str | None = None
+    verdict: VerdictExpect | None = None  # made by `quantcheck import`, not by prompt files
 
     def to_json(self) -> dict[str, object]:
         defaults = asdict(Expect())
@@ -100,6 +113,8 @@ class Expect:
             fields["tool_call"] = [ToolCallExpect(**call) for call in fields["tool_call"]]
         if fields.get("code") is not None:
             fields["code"] = CodeExpect(**fields["code"])
+        if fields.get("verdict") is not None:
+            fields["verdict"] = VerdictExpect(**fields["verdict"])
         return cls(**fields)
 
 
@@ -363,6 +378,10 @@ class Completion:
     tool_calls: list[ToolCall] | None = None
     # why MoE routing sent with the answer was not kept (the answer itself was)
     routing_unusable: str | None = None
+    # a run imported from an eval log: every score the harness gave this answer, by
+    # metric, and the part of the answer it scored (its filtered response)
+    scores: dict[str, float] | None = None
+    answer: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -374,8 +393,9 @@ class Completion:
         data["tokens"] = self.tokens.to_json() if self.tokens is not None else None
         if self.tool_calls is not None:
             data["tool_calls"] = [call.to_json() for call in self.tool_calls]
-        if self.routing_unusable is not None:  # written only when there is a reason
-            data["routing_unusable"] = self.routing_unusable
+        for name in _WRITTEN_WHEN_SET:  # written only when there is one
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
         return data
 
     @classmethod
@@ -385,8 +405,10 @@ class Completion:
         fields["tokens"] = Tokens.from_json(tokens) if tokens else None
         calls = data.get("tool_calls")
         fields["tool_calls"] = [ToolCall.from_json(call) for call in calls] if calls else None
-        return cls(**fields, routing_unusable=data.get("routing_unusable"))
+        fields.update({name: data.get(name) for name in _WRITTEN_WHEN_SET})
+        return cls(**fields)
 
 
+_WRITTEN_WHEN_SET = ("routing_unusable", "scores", "answer")
 _COMPLETION_FIELDS = [name for name in Completion.__dataclass_fields__
-                      if name != "routing_unusable"]
+                      if name not in _WRITTEN_WHEN_SET]

@@ -20,6 +20,7 @@ from ..store.report_records import ForcedSummary, KLHistogram, Summary
 from ..store.run_dir import first_seen
 from ..store.run_records import Prompt
 from .approvals import Approval, apply_approvals, load_approvals
+from .evaluations import check_pairing, evaluation_of
 from .expects import CodeRunner
 from .forced_figures import NOT_SCORED, ForcedColumns, all_kl, pair_columns
 from .one_pair import judge_pair
@@ -54,7 +55,9 @@ def resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
     side_b = None if _is_texts(b) else _side(b, sig_digits, None, jobs)
     known = prompts or (side_a.prompts if side_a else None) or (
         side_b.prompts if side_b else None)
-    return side_a or _side(a, sig_digits, known), side_b or _side(b, sig_digits, known)
+    side_a, side_b = side_a or _side(a, sig_digits, known), side_b or _side(b, sig_digits, known)
+    check_pairing(side_a.manifest, side_b.manifest)
+    return side_a, side_b
 
 
 def _side(source: str | Path | Side, sig_digits: int, prompts: Mapping[str, Prompt] | None,
@@ -157,6 +160,7 @@ def write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, Appr
         summary.forced = forced_summary
         summary.near_tie_nats = NEAR_TIE_NATS
         summary.identity = identity.hexdigest()[:20]
+        summary.evaluation = evaluation_of(side_a.manifest, side_b.manifest)
         if any(p.expect and p.expect.code for side in (side_a, side_b)
                for p in side.prompts.values()):
             summary.code_execution = code_execution(code_exec)

@@ -50,7 +50,7 @@ from .determinism import side_determinism
 from .expects import FAIL, PASS, SKIPPED
 from .sessions import TurnResult, tool_sessions
 from .sides import Side, prompt_id_of
-from .stats import BOOTSTRAPPED, paired_statistics, row_pass_counts
+from .stats import BOOTSTRAPPED, paired_statistics, pass_rate_of, row_pass_counts
 from .templates import template_agreement
 from .tokenizers import tokenizer_agreement
 
@@ -84,6 +84,7 @@ class PairTotals:
         self.not_compared: dict[str, list[str]] = defaultdict(list)  # ids by status
         self.checks: dict[str, CheckCounts] = {}
         self.pass_counts = np.zeros(4, np.int64)  # see stats.row_pass_counts
+        self.category_counts: dict[str, np.ndarray] = {}  # the same, per category
         self.numbers: dict[str, list[np.ndarray]] = defaultdict(list)
         self.routing: Counter[str] | None = None
         self.collapse_keys: list[np.ndarray] = []  # a chunk's (prompt key, row_keys...)
@@ -110,6 +111,9 @@ class PairTotals:
         for column, values in drift_values(compared).items():
             self.numbers[column].append(values)
         self.pass_counts += row_pass_counts(compared)
+        for category in {row.category for row in compared}:
+            counts = self.category_counts.setdefault(category, np.zeros(4, np.int64))
+            counts += row_pass_counts(row for row in compared if row.category == category)
         _add_checks(self.checks, compared)
         self._add_routing(compared)
         self._add_tool_turns(compared)
@@ -217,8 +221,13 @@ class PairTotals:
             sessions=self.sessions(a, b))
 
     def statistics(self) -> Stats:
-        return paired_statistics(self.pass_counts.tolist(),
-                                 {c: self.number_column(c) for c in BOOTSTRAPPED})
+        stats = paired_statistics(self.pass_counts.tolist(),
+                                  {c: self.number_column(c) for c in BOOTSTRAPPED})
+        for category in sorted(self.category_counts):
+            change = pass_rate_of(*self.category_counts[category].tolist())
+            if change is not None:
+                stats.categories[category] = change
+        return stats
 
     def _counts(self, a: Side, b: Side) -> Counts:
         counts, new = self.counts, self.values["new_on_b"]
