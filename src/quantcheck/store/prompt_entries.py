@@ -28,7 +28,7 @@ import regex as regex_engine
 from jsonschema.validators import validator_for
 
 from ..errors import PromptFileError
-from .haystack import PLACEHOLDER, haystack
+from .haystack import LANGUAGES, PLACEHOLDER, filler_text, sentences_for
 from .run_records import CHOICE_LETTERS, CodeExpect, Expect, JsonValue, Prompt, ToolCallExpect
 
 DEFAULT_MAX_TOKENS = 256
@@ -57,7 +57,7 @@ PROMPT_KEYS = {"id", "category", "messages", "prompt", "max_tokens", "tags", "ex
                "chat_template_kwargs", "extra", "tools", "tool_choice", "haystack"}
 # The request fields a prompt entry names itself (the rest go to `extra`).
 REQUEST_KEYS = ("stop", "chat_template_kwargs", "tools", "tool_choice")
-HAYSTACK_KEYS = {"tokens", "depth", "needle", "seed"}
+HAYSTACK_KEYS = {"tokens", "sentences", "depth", "needle", "seed", "language"}
 TOOL_CHOICES = ("auto", "none", "required")
 EXPECT_KEYS = set(Expect.__dataclass_fields__)
 TOOL_CALL_KEYS = {"name", "arguments_schema", "arguments"}
@@ -274,19 +274,25 @@ def _haystack(where: Where, spec: object) -> Callable[[str], str]:
     if spec is None:
         return lambda text: text
     fields = mapping(spec)
-    if fields is None or not {"tokens", "needle"} <= set(fields):
+    if fields is None or len({"tokens", "sentences"} & set(fields)) != 1:
         raise where.error("haystack", "must be {tokens: N, needle: SENTENCE, depth: 0..1, "
-                          "seed: N}")
+                          "seed: N} (or sentences: N in place of tokens)")
     reject_unknown(where.inside(spec), fields, HAYSTACK_KEYS)
-    tokens, depth, seed = fields["tokens"], fields.get("depth", 0.5), fields.get("seed", 0)
-    needle = fields["needle"]
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 < tokens <= 1_000_000:
-        raise where.error("haystack", f"tokens must be 1 to 1,000,000, not {tokens!r}")
+    depth, seed = fields.get("depth", 0.5), fields.get("seed", 0)
+    needle, language = fields.get("needle", ""), fields.get("language", "en")
+    size_key = "tokens" if "tokens" in fields else "sentences"
+    size = fields[size_key]
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= 1_000_000:
+        raise where.error("haystack", f"{size_key} must be 1 to 1,000,000, not {size!r}")
     if isinstance(depth, bool) or not isinstance(depth, int | float) or not 0 <= depth <= 1:
         raise where.error("haystack", f"depth must be from 0 (start) to 1 (end), not {depth!r}")
-    if not isinstance(needle, str) or not isinstance(seed, int):
+    if not isinstance(needle, str) or not isinstance(seed, int) or isinstance(seed, bool):
         raise where.error("haystack", "needle must be a sentence and seed an integer")
-    filler = haystack(tokens, float(depth), needle, seed)
+    if language not in LANGUAGES:
+        raise where.error("haystack", f"language must be one of {', '.join(LANGUAGES)}, "
+                          f"not {language!r}")
+    sentences = size if size_key == "sentences" else sentences_for(size, language, seed)
+    filler = filler_text(sentences, float(depth), needle, seed, language)
 
     def fill(text: str) -> str:
         if PLACEHOLDER not in text:
