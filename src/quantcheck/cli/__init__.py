@@ -4,7 +4,16 @@ pipeline and any layer below it (the lab too); nothing imports it."""
 from __future__ import annotations
 
 # The commands register themselves on `cli` when their modules are imported.
-from . import _collecting, _demo, _planning, _probing, _prompts, _reporting, _starter  # noqa: F401
+from . import (  # noqa: F401
+    _collecting,
+    _demo,
+    _ladder,
+    _planning,
+    _probing,
+    _prompts,
+    _reporting,
+    _starter,
+)
 from ._group import cli
 
 __all__ = ["cli"]

@@ -37,6 +37,8 @@ ThroughputFormat = Literal["quantcheck-throughput/1"]
 THROUGHPUT_FORMAT: Final[ThroughputFormat] = "quantcheck-throughput/1"
 CertificateFormat = Literal["quantcheck-certificate/1"]
 CERTIFICATE_FORMAT: Final[CertificateFormat] = "quantcheck-certificate/1"
+LadderFormat = Literal["quantcheck-ladder/1"]
+LADDER_FORMAT: Final[LadderFormat] = "quantcheck-ladder/1"
 PAIRS_FORMAT: Final = "quantcheck-pairs/1"
 
 # Each shipped schema: its name, and the file it describes.
@@ -52,6 +54,7 @@ SCHEMAS: Final = {
     "forced": "forced.json",
     "throughput": "RUN_DIR/throughput.json",
     "certificate": "certificate.json (determinism --certify)",
+    "ladder": "DIR/ladder.json (quantcheck ladder)",
     "pairs": "REPORT_DIR/pairs.csv: its columns and their types",
 }
 
