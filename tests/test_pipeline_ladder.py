@@ -68,8 +68,8 @@ def test_a_b_that_loses_the_start_of_long_prompts_has_its_onset_named(
     heard = Heard()
     ladder, page = run_ladder(job(a, b, tmp_path / "ladder"), heard)
     assert ladder.onset == 2048 and not ladder.gate.passed
-    assert ladder.onset_sentence.startswith("B departs from A from 2,048 tokens: 1 of 2 "
-                                            "probes there give B another verdict")
+    assert ladder.onset_sentence.startswith("B departs from A from 2,048 tokens: at 1 of "
+                                            "its 2 probes B's verdict is not that of A's")
     assert ladder.axes == ("A and B differ in one axis of the serving cell, kv_cache_dtype "
                            "(f16 on A, q4_0 on B): a one-axis change")
     by_length = {rung.tokens: rung for rung in ladder.rungs}

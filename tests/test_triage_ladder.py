@@ -149,7 +149,8 @@ def test_the_onset_is_the_shortest_rung_that_departs_and_is_said() -> None:
              rung_figures(8192, [result_with(departs=True, b=False)])]
     assert onset(rungs) == 4096 and measured_reach(rungs) == 8192
     sentence = onset_sentence(rungs, [1024, 2048, 4096, 8192])
-    assert sentence.startswith("B departs from A from 4,096 tokens: 1 of 1 probes")
+    assert sentence.startswith("B departs from A from 4,096 tokens: at 1 of its 1 probe "
+                               "B's verdict is not that of A's agreeing repeats")
     assert "the needle at depth 0 lost" in sentence
 
 

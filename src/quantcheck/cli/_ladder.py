@@ -11,6 +11,7 @@ import click
 from ..errors import ExitCode
 from ..fetch.collect import CollectSettings
 from ..pipeline.ladder import LadderRun, RungCost, run_ladder
+from ..present.sentences import plural
 from ..store.haystack import LANGUAGES
 from ..store.ladder_records import NEEDLE, Ladder, LadderPlan, ProbeResult, Rung
 from ..store.prompt_sets import APIS, RequestOptions
@@ -104,8 +105,8 @@ class LadderLines:
 
 def _cost_line(cost: RungCost) -> str:
     time = f", about {_duration(cost.seconds)}" if cost.seconds is not None else ""
-    return (f"{cost.tokens:,} tokens: {cost.probes} probes, {cost.tokens_sent:,} tokens to "
-            f"send{time}")
+    return (f"{cost.tokens:,} tokens: {plural(cost.probes, 'probe')}, {cost.tokens_sent:,} "
+            f"tokens to send{time}")
 
 
 def _duration(seconds: float) -> str:

@@ -15,6 +15,7 @@ import msgspec
 
 from ..store.certificate_records import Certificate
 from ..store.formats import PAIRS_FORMAT, SCHEMAS, schema_file
+from ..store.ladder_records import Ladder, LadderPlan
 from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
 from ..store.report_records import DeterminismReport, ForcedSummary, Overview, Summary
 from ..store.reviews import Review
@@ -27,7 +28,8 @@ RECORDS: dict[str, type[msgspec.Struct]] = {
     "summary": Summary, "gate": GateResult, "candidates-gate": CandidatesGate,
     "overview": Overview, "review": Review, "approvals": ApprovalsFile,
     "manifest": Manifest, "determinism": DeterminismReport, "forced": ForcedSummary,
-    "throughput": Throughput, "certificate": Certificate,
+    "throughput": Throughput, "certificate": Certificate, "ladder": Ladder,
+    "ladder-plan": LadderPlan,
 }
 COLUMN_TYPES = {"Int64": "integer", "float64": "number", "boolean": "boolean",
                 "object": "string"}

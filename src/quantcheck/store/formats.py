@@ -39,6 +39,8 @@ CertificateFormat = Literal["quantcheck-certificate/1"]
 CERTIFICATE_FORMAT: Final[CertificateFormat] = "quantcheck-certificate/1"
 LadderFormat = Literal["quantcheck-ladder/1"]
 LADDER_FORMAT: Final[LadderFormat] = "quantcheck-ladder/1"
+LadderPlanFormat = Literal["quantcheck-ladder-plan/1"]
+LADDER_PLAN_FORMAT: Final[LadderPlanFormat] = "quantcheck-ladder-plan/1"
 PAIRS_FORMAT: Final = "quantcheck-pairs/1"
 
 # Each shipped schema: its name, and the file it describes.
@@ -55,6 +57,7 @@ SCHEMAS: Final = {
     "throughput": "RUN_DIR/throughput.json",
     "certificate": "certificate.json (determinism --certify)",
     "ladder": "DIR/ladder.json (quantcheck ladder)",
+    "ladder-plan": "DIR/plan.json (quantcheck ladder)",
     "pairs": "REPORT_DIR/pairs.csv: its columns and their types",
 }
 

@@ -6,16 +6,12 @@ pipeline is pipeline/ladder.py, the figures triage/ladder.py."""
 
 from __future__ import annotations
 
-from typing import Final, Literal
-
 import msgspec
 
-from .formats import LADDER_FORMAT, LadderFormat
+from .formats import LADDER_FORMAT, LADDER_PLAN_FORMAT, LadderFormat, LadderPlanFormat
 from .report_records import Cells
 
 NEEDLE, ABSENT = "needle", "absent"  # a probe's kind
-PlanFormat = Literal["quantcheck-ladder-plan/1"]
-PLAN_FORMAT: Final[PlanFormat] = "quantcheck-ladder-plan/1"
 
 
 class LadderSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -55,7 +51,7 @@ class PlannedRung(msgspec.Struct, kw_only=True):
 class LadderPlan(msgspec.Struct, kw_only=True):
     """OUT/plan.json: written once, before the first request; a rerun reuses it."""
 
-    format: PlanFormat = PLAN_FORMAT
+    format: LadderPlanFormat = LADDER_PLAN_FORMAT
     settings: LadderSettings
     length_measure: str
     rungs: list[PlannedRung]

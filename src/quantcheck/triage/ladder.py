@@ -145,9 +145,10 @@ def onset_sentence(rungs: list[Rung], planned: list[int]) -> str:
         rung = next(r for r in rungs if r.tokens == found)
         lost = [p for p in rung.probes if p.departs]
         what = ", ".join(_departure(p) for p in lost[:3])
-        return (f"B departs from A from {found:,} tokens: {rung.departures} of "
-                f"{len(rung.probes)} probes there give B another verdict than A's "
-                f"agreeing repeats ({what}), more than A's floor of {rung.a_floor}")
+        probes = "probe" if len(rung.probes) == 1 else "probes"
+        return (f"B departs from A from {found:,} tokens: at {rung.departures} of its "
+                f"{len(rung.probes)} {probes} B's verdict is not that of A's agreeing "
+                f"repeats ({what}), more than A's floor of {rung.a_floor}")
     reach = measured_reach(rungs)
     if reach is None:
         return "no rung was measured on both sides: the onset is not known"
