@@ -86,9 +86,11 @@ def test_a_b_that_loses_the_start_of_long_prompts_has_its_onset_named(
         assert rung.tokens_sent > 3 * rung.tokens and rung.seconds is not None
     assert ladder.complete and ladder.tested_up_to == 2048 and ladder.not_tested == []
     assert "measured on A's tokenizer (/tokenize)" in ladder.length_measure
-    # each rung's cost came before its first probe
+    # each rung's cost came before its first probe; the preflight ran once on each side
     kinds = [kind for kind, _ in heard.events]
     assert kinds[:2] == ["planned", "rung"] and kinds.count("rung") == 3
+    notes = [str(text) for kind, text in heard.events if kind == "note"]
+    assert [note.split(":")[0] for note in notes if "preflight checks" in note] == ["A", "B"]
     costs = heard.events[0][1]
     assert isinstance(costs, list) and [c.tokens for c in costs] == [512, 1024, 2048]
     assert all(c.tokens_sent > 0 and c.seconds is not None for c in costs)

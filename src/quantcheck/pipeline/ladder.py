@@ -49,6 +49,7 @@ from ..store.ladder_records import (
     ProbeResult,
     Rung,
 )
+from ..store.preflight_records import Preflight
 from ..store.prompt_sets import load_prompts
 from ..store.prompt_writer import entries_yaml
 from ..store.report_dir import read_forced, read_pair_rows
@@ -145,6 +146,34 @@ class SilentProgress:
         pass
 
 
+class _Notes:
+    """What collecting a probe has to say, passed on as the ladder's notes: the
+    preflight's warnings, a request that failed, any other warning."""
+
+    def __init__(self, progress: LadderProgress, side: str) -> None:
+        self.progress, self.side = progress, side
+
+    def checking(self, endpoint: str) -> None:
+        self.progress.note(f"{self.side}: preflight checks on {endpoint} ...")
+
+    def checked(self, report: Preflight) -> None:
+        for check in report.checks:
+            if check.status in ("warn", "fail"):
+                self.progress.note(f"{self.side}: preflight {check.name} {check.status}: "
+                                   f"{check.message}")
+
+    def started(self, total: int, already_done: int) -> None:
+        pass
+
+    def completed(self, record: Completion) -> None:
+        if record.error:
+            self.progress.note(f"{self.side}: {record.prompt_id} repeat {record.repeat} "
+                               f"failed: {record.error}")
+
+    def warn(self, message: str) -> None:
+        self.progress.note(f"{self.side}: warning: {message}")
+
+
 @dataclass
 class _Clock:
     """What each phase of a probe took, (prompt tokens, seconds) per measured probe (read
@@ -202,7 +231,7 @@ def run_ladder(job: LadderRun, progress: LadderProgress | None = None
         results: list[ProbeResult] = []
         for probe in planned.probes:
             began = time.monotonic()
-            results.append(_probe(job, plan, planned.tokens, probe, clock,
+            results.append(_probe(job, plan, planned.tokens, probe, clock, progress,
                                   first=number == 0 and not results))
             progress.probe_done(planned.tokens, results[-1], time.monotonic() - began)
             partial = [*rungs, _rung(job, planned.tokens, results)]
@@ -325,7 +354,7 @@ def _measured(unit: Path, forced: bool) -> bool:
 
 
 def _probe(job: LadderRun, plan: LadderPlan, tokens: int, probe: LadderProbe,
-           clock: _Clock, first: bool) -> ProbeResult:
+           clock: _Clock, progress: LadderProgress, first: bool) -> ProbeResult:
     """Collect, score and compare one probe (unless measured before); its figures."""
     unit = _unit(job, tokens, probe)
     make_directory(unit)
@@ -334,7 +363,8 @@ def _probe(job: LadderRun, plan: LadderPlan, tokens: int, probe: LadderProbe,
     write_atomic(prompt_file, entries_yaml([entry], PROMPT_HEADING).encode("utf-8"))
     forced_note = ""
     if not _measured(unit, plan.settings.forced):
-        forced_note = run_blocking(_fetch(job, plan.settings, prompt_file, unit, first))
+        forced_note = run_blocking(_fetch(job, plan.settings, prompt_file, unit, progress,
+                                          first))
         forced = unit / "forced"
         compare_runs(unit / "a", unit / "b", unit, CompareOptions(
             forced=forced if (forced / "forced.json").exists() else None))
@@ -343,11 +373,12 @@ def _probe(job: LadderRun, plan: LadderPlan, tokens: int, probe: LadderProbe,
 
 
 async def _fetch(job: LadderRun, settings: LadderSettings, prompt_file: Path, unit: Path,
-                 first: bool) -> str:
+                 progress: LadderProgress, first: bool) -> str:
     """A's repeats, B's answer, then B's scoring of A's tokens (unless scored since A's
     run last changed); why scoring was not done ("" when it was)."""
     for side, folder, repeats in ((job.a, "a", settings.repeats), (job.b, "b", 1)):
-        await collect_async([prompt_file], unit / folder, _side(side, settings, repeats, first))
+        await collect_async([prompt_file], unit / folder, _side(side, settings, repeats, first),
+                            _Notes(progress, folder.upper()))
     scored = unit / "forced" / "forced.json"
     if not settings.forced or (scored.exists() and scored.stat().st_mtime_ns >= (
             unit / "a" / COMPLETIONS).stat().st_mtime_ns):
