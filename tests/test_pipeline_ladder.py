@@ -16,7 +16,9 @@ from quantcheck.errors import QuantcheckError, RunMismatch
 from quantcheck.fetch.collect import CollectSettings
 from quantcheck.lab.endpoint import Faults
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.pipeline.ladder import LadderRun, RungCost, read_ladder, run_ladder
+from quantcheck.pipeline.ladder import LadderRun, run_ladder
+from quantcheck.pipeline.ladder_progress import RungCost
+from quantcheck.pipeline.ladder_report import read_ladder
 from quantcheck.store.ladder_records import LadderPlan, ProbeResult, Rung
 
 from .conftest import Serve

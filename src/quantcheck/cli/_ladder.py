@@ -10,7 +10,8 @@ import click
 
 from ..errors import ExitCode
 from ..fetch.collect import CollectSettings
-from ..pipeline.ladder import LadderRun, RungCost, run_ladder
+from ..pipeline.ladder import LadderRun, run_ladder
+from ..pipeline.ladder_progress import RungCost
 from ..present.sentences import plural
 from ..store.haystack import LANGUAGES
 from ..store.ladder_records import NEEDLE, Ladder, LadderPlan, ProbeResult, Rung

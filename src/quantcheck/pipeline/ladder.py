@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import msgspec
 
-from .._version import __version__
 from ..errors import EndpointError, QuantcheckError, RunFormatError, RunMismatch
 from ..fetch.collect import CollectSettings, collect_async
 from ..fetch.forced_scoring import ForcedSettings, score_run_async
@@ -35,7 +33,6 @@ from ..fetch.ladder import (
     probe_text,
     size_probe,
 )
-from ..gate.ladder_gate import decide_ladder
 from ..present.ladder_page import render_ladder
 from ..store.files import make_directory, read_regular, write_atomic
 from ..store.haystack import sentences_for
@@ -49,23 +46,8 @@ from ..store.ladder_records import (
     ProbeResult,
     Rung,
 )
-from ..store.preflight_records import Preflight
-from ..store.prompt_sets import load_prompts
 from ..store.prompt_writer import entries_yaml
-from ..store.report_dir import read_forced, read_pair_rows
-from ..store.report_records import Cells
-from ..store.run_dir import COMPLETIONS, MANIFEST, Cell, load_run
-from ..store.run_records import Completion, Expect
-from ..triage.cells import axes_sentence, confound_warning, differing_axes
-from ..triage.ladder import (
-    estimate_seconds,
-    floor_sentence,
-    measured_reach,
-    onset,
-    onset_sentence,
-    probe_result,
-    rung_figures,
-)
+from ..store.run_dir import COMPLETIONS
 from ..triage.ladder_plan import (
     DEFAULT_DEPTHS,
     probes_of,
@@ -76,10 +58,21 @@ from ..triage.ladder_plan import (
 from ..wire.client import EndpointClient, api_key_from_env
 from .comparing import CompareOptions, compare_runs
 from .event_loop import run_blocking
+from .ladder_progress import Clock, LadderProgress, Notes, SilentProgress, rung_cost
+from .ladder_report import (
+    FORCED,
+    LadderFacts,
+    ladder_of,
+    measured,
+    probe_figures,
+    rung_of,
+    unit_folder,
+    write_ladder,
+)
 
-PLAN, LADDER = "plan.json", "ladder.json"
+PLAN = "plan.json"
 PROMPT_HEADING = "One probe of a context ladder (quantcheck ladder); plan.json holds the ladder."
-MAX_PLAN_BYTES = 16 << 20
+MAX_PLAN_BYTES = 16 << 20  # a plan holds a line per probe
 
 
 @dataclass
@@ -104,143 +97,45 @@ class LadderRun:
     served_tokens: int | None = None
 
 
-@dataclass(frozen=True)
-class RungCost:
-    """What a rung costs, said before it is sent (`seconds`: an estimate from what was
-    measured so far; None: nothing measured yet)."""
-
-    tokens: int
-    probes: int
-    tokens_sent: int
-    seconds: float | None
-    measured: bool = False  # every probe of it was measured in an earlier pass
-
-
-class LadderProgress(Protocol):
-    """Hears the plan and every rung's cost before they are sent, then each probe and
-    rung as it is measured (the library never prints)."""
-
-    def planned(self, plan: LadderPlan, costs: list[RungCost],
-                rates: dict[str, float | None]) -> None: ...
-    def rung_starting(self, cost: RungCost) -> None: ...
-    def probe_done(self, tokens: int, result: ProbeResult, seconds: float) -> None: ...
-    def rung_done(self, rung: Rung) -> None: ...
-    def note(self, text: str) -> None: ...
-
-
-class SilentProgress:
-    def planned(self, plan: LadderPlan, costs: list[RungCost],
-                rates: dict[str, float | None]) -> None:
-        pass
-
-    def rung_starting(self, cost: RungCost) -> None:
-        pass
-
-    def probe_done(self, tokens: int, result: ProbeResult, seconds: float) -> None:
-        pass
-
-    def rung_done(self, rung: Rung) -> None:
-        pass
-
-    def note(self, text: str) -> None:
-        pass
-
-
-class _Notes:
-    """What collecting a probe has to say, passed on as the ladder's notes: the
-    preflight's warnings, a request that failed, any other warning."""
-
-    def __init__(self, progress: LadderProgress, side: str) -> None:
-        self.progress, self.side = progress, side
-
-    def checking(self, endpoint: str) -> None:
-        self.progress.note(f"{self.side}: preflight checks on {endpoint} ...")
-
-    def checked(self, report: Preflight) -> None:
-        for check in report.checks:
-            if check.status in ("warn", "fail"):
-                self.progress.note(f"{self.side}: preflight {check.name} {check.status}: "
-                                   f"{check.message}")
-
-    def started(self, total: int, already_done: int) -> None:
-        pass
-
-    def completed(self, record: Completion) -> None:
-        if record.error:
-            self.progress.note(f"{self.side}: {record.prompt_id} repeat {record.repeat} "
-                               f"failed: {record.error}")
-
-    def warn(self, message: str) -> None:
-        self.progress.note(f"{self.side}: warning: {message}")
-
-
-@dataclass
-class _Clock:
-    """What each phase of a probe took, (prompt tokens, seconds) per measured probe (read
-    from its runs and scoring, so a resumed ladder has them too), for the estimates;
-    before any, each side's prefill rate on a short prompt."""
-
-    rates: dict[str, float | None]
-    repeats: int
-    forced: bool
-    points: dict[str, list[tuple[int, float]]] = field(
-        default_factory=lambda: {"a": [], "b": [], "forced": []})
-
-    def add(self, unit: Path, tokens: int) -> None:
-        for side in "ab":
-            seconds = sum(r.e2e_s or 0.0 for r in _records(unit / side))
-            if seconds > 0:
-                self.points[side].append((tokens, seconds))
-        if (unit / "forced" / "forced.json").exists():
-            seconds = read_forced(unit / "forced")[0].seconds or 0.0
-            if seconds > 0:
-                self.points["forced"].append((tokens, seconds))
-
-    def phase(self, name: str, tokens: int) -> float | None:
-        measured = estimate_seconds(self.points[name], tokens)
-        if measured is not None:
-            return measured
-        side = "b" if name == "forced" else name
-        rate = self.rates.get(side)
-        if not rate:
-            return None
-        return tokens / rate * (self.repeats if name == "a" else 1)
-
-    def probe(self, tokens: int) -> float | None:
-        phases = ["a", "b"] + (["forced"] if self.forced else [])
-        estimates = [self.phase(name, tokens) for name in phases]
-        known = [e for e in estimates if e is not None]
-        return sum(known) if len(known) == len(estimates) else None
-
-
 def run_ladder(job: LadderRun, progress: LadderProgress | None = None
                ) -> tuple[Ladder, Path]:
     """Measure the ladder (resuming one stopped before); ladder.json and the page."""
     progress = progress or SilentProgress()
     started = time.monotonic()
     plan, servers, rates = run_blocking(_prepare(job))
-    clock = _Clock(rates, plan.settings.repeats, plan.settings.forced)
+    clock = Clock(rates, plan.settings.repeats, plan.settings.forced)
     for planned in plan.rungs:
         for probe in planned.probes:
-            if _measured(_unit(job, planned.tokens, probe), plan.settings.forced):
-                clock.add(_unit(job, planned.tokens, probe), probe.prompt_tokens or 0)
-    progress.planned(plan, [_cost(job, rung, clock) for rung in plan.rungs], rates)
+            if measured(unit_folder(job.out, planned.tokens, probe), plan.settings.forced):
+                clock.add(unit_folder(job.out, planned.tokens, probe), probe.prompt_tokens or 0)
+    progress.planned(plan, [rung_cost(job.out, rung, clock) for rung in plan.rungs], rates)
+    sides = {"a": _side_record(job.a, servers["a"]), "b": _side_record(job.b, servers["b"])}
+
+    def result(rungs: list[Rung]) -> Ladder:
+        facts = LadderFacts(sides["a"], sides["b"], job.served_tokens,
+                            time.monotonic() - started)
+        return ladder_of(job.out, plan, facts, rungs)
+
     rungs: list[Rung] = []
     for number, planned in enumerate(plan.rungs):
-        progress.rung_starting(_cost(job, planned, clock))
+        progress.rung_starting(rung_cost(job.out, planned, clock))
         results: list[ProbeResult] = []
         for probe in planned.probes:
             began = time.monotonic()
             results.append(_probe(job, plan, planned.tokens, probe, clock, progress,
                                   first=number == 0 and not results))
             progress.probe_done(planned.tokens, results[-1], time.monotonic() - began)
-            partial = [*rungs, _rung(job, planned.tokens, results)]
-            _write(job, _ladder(job, plan, servers, partial, started))
-        rungs.append(_rung(job, planned.tokens, results))
+            write_ladder(job.out, result([*rungs, rung_of(job.out, planned.tokens, results)]))
+        rungs.append(rung_of(job.out, planned.tokens, results))
         progress.rung_done(rungs[-1])
-    ladder = _ladder(job, plan, servers, rungs, started)
-    _write(job, ladder)
+    ladder = result(rungs)
+    write_ladder(job.out, ladder)
     return ladder, render_ladder(job.out, ladder)
+
+
+def _side_record(side: CollectSettings, server: LadderServer) -> LadderSide:
+    return LadderSide(label=side.label, endpoint=server.endpoint, model=server.model,
+                      runtime=server.runtime, context_len=server.context)
 
 
 def settings_of(job: LadderRun, lengths: list[int]) -> LadderSettings:
@@ -269,7 +164,7 @@ async def _prepare(job: LadderRun
                              sentences_for(WARM_UP_TOKENS, job.language, job.seed + 1),
                              job.seed + 1, job.language)
         rates: dict[str, float | None] = {"a": None, "b": None}
-        if not any(_measured(_unit(job, rung.tokens, probe), settings.forced)
+        if not any(measured(unit_folder(job.out, rung.tokens, probe), settings.forced)
                    for rung in plan.rungs for probe in rung.probes):
             rates = {side: await prefill_rate(client, servers[side], WARM_UP_TOKENS, warm_up)
                      for side, client in (("a", a_client), ("b", b_client))}
@@ -327,49 +222,23 @@ async def _sized(settings: LadderSettings, tokens: int, tokenizer: Tokenizer) ->
     return PlannedRung(tokens=tokens, probes=probes)
 
 
-def _unit(job: LadderRun, tokens: int, probe: LadderProbe) -> Path:
-    return job.out / "rungs" / str(tokens) / probe.id
-
-
-def _cost(job: LadderRun, planned: PlannedRung, clock: _Clock) -> RungCost:
-    requests = clock.repeats + 1 + (1 if clock.forced else 0)
-    sent = sum((p.prompt_tokens or planned.tokens) * requests for p in planned.probes)
-    estimates = [clock.probe(p.prompt_tokens or planned.tokens) for p in planned.probes
-                 if not _measured(_unit(job, planned.tokens, p), clock.forced)]
-    measured = not estimates
-    seconds = None if None in estimates else sum(e for e in estimates if e is not None)
-    return RungCost(planned.tokens, len(planned.probes), sent, seconds, measured)
-
-
-def _measured(unit: Path, forced: bool) -> bool:
-    """A probe measured whole in an earlier pass: both runs complete, scored (when
-    asked), compared."""
-    if not (unit / "summary.json").exists() or (forced and not
-                                                (unit / "forced" / "forced.json").exists()):
-        return False
-    try:
-        return all(load_run(unit / side).manifest.status == "complete" for side in "ab")
-    except QuantcheckError:
-        return False
-
-
 def _probe(job: LadderRun, plan: LadderPlan, tokens: int, probe: LadderProbe,
-           clock: _Clock, progress: LadderProgress, first: bool) -> ProbeResult:
+           clock: Clock, progress: LadderProgress, first: bool) -> ProbeResult:
     """Collect, score and compare one probe (unless measured before); its figures."""
-    unit = _unit(job, tokens, probe)
+    unit = unit_folder(job.out, tokens, probe)
     make_directory(unit)
     prompt_file = unit / "prompt.yaml"
     entry = prompt_entry(plan.settings, tokens, probe)
     write_atomic(prompt_file, entries_yaml([entry], PROMPT_HEADING).encode("utf-8"))
     forced_note = ""
-    if not _measured(unit, plan.settings.forced):
+    if not measured(unit, plan.settings.forced):
         forced_note = run_blocking(_fetch(job, plan.settings, prompt_file, unit, progress,
                                           first))
-        forced = unit / "forced"
+        forced = unit / FORCED
         compare_runs(unit / "a", unit / "b", unit, CompareOptions(
             forced=forced if (forced / "forced.json").exists() else None))
         clock.add(unit, probe.prompt_tokens or tokens)
-    return _figures(unit, job.out, probe, prompt_file, forced_note)
+    return probe_figures(unit, job.out, probe, prompt_file, forced_note)
 
 
 async def _fetch(job: LadderRun, settings: LadderSettings, prompt_file: Path, unit: Path,
@@ -378,13 +247,13 @@ async def _fetch(job: LadderRun, settings: LadderSettings, prompt_file: Path, un
     run last changed); why scoring was not done ("" when it was)."""
     for side, folder, repeats in ((job.a, "a", settings.repeats), (job.b, "b", 1)):
         await collect_async([prompt_file], unit / folder, _side(side, settings, repeats, first),
-                            _Notes(progress, folder.upper()))
-    scored = unit / "forced" / "forced.json"
+                            Notes(progress, folder.upper()))
+    scored = unit / FORCED / "forced.json"
     if not settings.forced or (scored.exists() and scored.stat().st_mtime_ns >= (
             unit / "a" / COMPLETIONS).stat().st_mtime_ns):
         return ""
     try:
-        await score_run_async(unit / "a", unit / "forced", ForcedSettings(
+        await score_run_async(unit / "a", unit / FORCED, ForcedSettings(
             endpoint=job.b.endpoint, model=job.b.model, top_k=settings.top_logprobs,
             concurrency=1, timeout=job.b.timeout, api_key_env=job.b.api_key_env,
             retries=job.b.retries, extra_body=job.b.request.extra_body))
@@ -403,108 +272,5 @@ def _side(side: CollectSettings, settings: LadderSettings, repeats: int, first: 
     return msgspec.structs.replace(
         side, repeats=repeats, concurrency=1, stream=False, preflight=first,
         context_tokens=0, top_logprobs=settings.top_logprobs)
-
-
-def _figures(unit: Path, out: Path, probe: LadderProbe, prompt_file: Path, note: str
-             ) -> ProbeResult:
-    """A measured probe's figures, read from its runs, pairs and forced lines."""
-    prompt = load_prompts([prompt_file])[0]
-    a, b = _records(unit / "a"), _records(unit / "b")
-    rows = read_pair_rows(unit) if (unit / "pairs.csv").exists() else []
-    forced_lines = read_forced(unit / "forced")[1] \
-        if (unit / "forced" / "forced.json").exists() else {}
-    result = probe_result(probe, str(unit.relative_to(out)), prompt.expect or Expect(), a, b,
-                          rows[0] if rows else None, forced_lines.get(prompt.id))
-    if note:
-        result.note = note
-    return result
-
-
-def _records(run_dir: Path) -> list[Completion]:
-    if not (run_dir / MANIFEST).exists():
-        return []
-    return list(load_run(run_dir).completions())
-
-
-def _rung(job: LadderRun, tokens: int, results: list[ProbeResult]) -> Rung:
-    """A rung's figures, with its tokens sent and the seconds its requests took (each
-    request's own time, from the runs and the scoring: a resumed rung keeps them)."""
-    sent, seconds = 0, 0.0
-    for result in results:
-        unit = job.out / result.report
-        length = result.probe.prompt_tokens or tokens
-        for side in "ab":
-            records = _records(unit / side)
-            sent += length * len(records)
-            seconds += sum(r.e2e_s or 0.0 for r in records)
-        if (unit / "forced" / "forced.json").exists():
-            sent += length
-            seconds += read_forced(unit / "forced")[0].seconds or 0.0
-    return rung_figures(tokens, results, sent, round(seconds, 3))
-
-
-def _ladder(job: LadderRun, plan: LadderPlan, servers: dict[str, LadderServer],
-            rungs: list[Rung], started: float) -> Ladder:
-    a_cell, b_cell, a_key, b_key = _cells(job, plan)
-    differing = differing_axes(a_cell, b_cell)
-    planned = [r.tokens for r in plan.rungs]
-    return Ladder(
-        quantcheck_version=__version__,
-        a=_side_record(job.a, servers["a"]), b=_side_record(job.b, servers["b"]),
-        cells=Cells(a=a_cell, b=b_cell, a_key=a_key, b_key=b_key, differs=differing,
-                    warning=confound_warning(differing)),
-        axes=axes_sentence(a_cell, b_cell, differing), settings=plan.settings,
-        length_measure=plan.length_measure, rungs=rungs, onset=onset(rungs),
-        onset_sentence=onset_sentence(rungs, planned),
-        floor_sentence=floor_sentence(rungs, plan.settings.repeats),
-        tested_up_to=measured_reach(rungs), not_tested=_not_tested(rungs, planned),
-        complete=len(rungs) == len(planned) and all(
-            r.checked == len(r.probes) for r in rungs),
-        gate=decide_ladder(rungs, job.served_tokens),
-        seconds=round(time.monotonic() - started, 3))
-
-
-def _side_record(side: CollectSettings, server: LadderServer) -> LadderSide:
-    return LadderSide(label=side.label, endpoint=server.endpoint, model=server.model,
-                      runtime=server.runtime, context_len=server.context)
-
-
-def _cells(job: LadderRun, plan: LadderPlan) -> tuple[Cell, Cell, str | None, str | None]:
-    """Each side's serving cell and key as its first probe's run recorded them."""
-    unit = _unit(job, plan.rungs[0].tokens, plan.rungs[0].probes[0])
-    a, b = (load_run(unit / side).manifest if (unit / side / MANIFEST).exists() else None
-            for side in "ab")
-    return (a.cell if a else {}, b.cell if b else {}, a.cell_key if a else None,
-            b.cell_key if b else None)
-
-
-def _not_tested(rungs: list[Rung], planned: list[int]) -> list[str]:
-    """Every probe not measured on both sides, or not scored, with the reason."""
-    said = []
-    for rung in rungs:
-        for result in rung.probes:
-            name = f"{rung.tokens:,} tokens, {result.probe.id}"
-            if result.a_passed is None or result.b_passed is None:
-                said.append(f"{name}: " + ("A gave no answer" if result.a_passed is None
-                                           else f"B gave no answer ({result.b_answer})"))
-            elif result.note:
-                said.append(f"{name}: teacher-forced KL {result.note}")
-    reached = {rung.tokens for rung in rungs}
-    said += [f"{n:,} tokens: not reached" for n in planned if n not in reached]
-    return said
-
-
-def _write(job: LadderRun, ladder: Ladder) -> None:
-    write_atomic(job.out / LADDER, msgspec.json.format(msgspec.json.encode(ladder),
-                                                       indent=2) + b"\n")
-
-
-def read_ladder(out: Path) -> Ladder:
-    """OUT/ladder.json read back."""
-    try:
-        return msgspec.json.decode(read_regular(out / LADDER, MAX_PLAN_BYTES, "ladder"),
-                                   type=Ladder)
-    except (OSError, ValueError, msgspec.ValidationError) as exc:
-        raise RunFormatError(f"{out / LADDER}: not a ladder ({exc})") from None
 
 
