@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from quantcheck.errors import QuantcheckError, RunMismatch
+from quantcheck.errors import QuantcheckError, RunFormatError, RunMismatch
 from quantcheck.fetch.collect import CollectSettings
 from quantcheck.lab.endpoint import Faults
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
@@ -197,3 +198,26 @@ def test_german_filler_on_the_chat_api(serve: Serve, tmp_path: Path) -> None:
     content = prompt["request"]["messages"][0]["content"]
     assert "The secret code is" in content and (" Der " in content or " Die " in content)
     assert ladder.rungs[0].a_recall == 1.0 and ladder.settings.language == "de"
+
+
+@pytest.mark.parametrize("edit", [
+    lambda plan: plan["rungs"][0]["probes"][0].update(id="../../outside"),
+    lambda plan: plan["rungs"][0]["probes"][0].update(sentences=0),
+    lambda plan: plan["rungs"][0].update(tokens=4096),
+    lambda plan: plan.update(format="quantcheck-ladder-plan/9"),
+], ids=["id-leaving-the-folder", "no-filler", "other-rung", "later-format"])
+def test_an_edited_plan_is_refused_before_any_request(serve: Serve, tmp_path: Path,
+                                                      edit: Any) -> None:
+    """plan.json is read back on a rerun: a probe id names a folder, so a plan its
+    settings would not make is refused, and nothing is written outside --out."""
+    a = serve(ScriptedModel(), "llama.cpp")
+    out = tmp_path / "inside" / "ladder"
+    run_ladder(job(a, a, out, lengths=[512]))
+    plan = json.loads((out / "plan.json").read_text())
+    edit(plan)
+    (out / "plan.json").write_text(json.dumps(plan))
+    asked = generations(a)
+    with pytest.raises(RunFormatError, match="plan.json: "):
+        run_ladder(job(a, a, out, lengths=[512]))
+    assert generations(a) == asked and sorted(p.name for p in tmp_path.iterdir()) == ["inside"]
+    assert not (tmp_path / "outside").exists() and not (out.parent / "outside").exists()

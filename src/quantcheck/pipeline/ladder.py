@@ -73,6 +73,7 @@ from .ladder_report import (
 PLAN = "plan.json"
 PROMPT_HEADING = "One probe of a context ladder (quantcheck ladder); plan.json holds the ladder."
 MAX_PLAN_BYTES = 16 << 20  # a plan holds a line per probe
+MAX_SENTENCES = 1_000_000  # the haystack key's own limit
 
 
 @dataclass
@@ -213,7 +214,26 @@ def _stored_plan(out: Path, settings: LadderSettings) -> LadderPlan | None:
                             for key in old if old[key] != new[key])
         raise RunMismatch(f"{out} holds a ladder made with other settings: {changed}. "
                           "Rerun with those, or use another --out")
+    if not _as_planned(plan):
+        raise RunFormatError(f"{path}: its rungs and probes are not the ones its settings "
+                             "make (an edited file?); use another --out")
     return plan
+
+
+def _as_planned(plan: LadderPlan) -> bool:
+    """Whether a plan read back holds the rungs and probes its settings make (ids,
+    kinds, depths and codes: a probe's id names its folder), with sizes in range."""
+    if [rung.tokens for rung in plan.rungs] != plan.settings.lengths:
+        return False
+    for rung in plan.rungs:
+        expected = [(p.id, p.kind, p.depth, p.code) for p in probes_of(plan.settings,
+                                                                       rung.tokens)]
+        if [(p.id, p.kind, p.depth, p.code) for p in rung.probes] != expected:
+            return False
+        if not all(0 < p.sentences <= MAX_SENTENCES and 0 < (p.prompt_tokens or 1) <= 2**31
+                   for p in rung.probes):
+            return False
+    return True
 
 
 async def _sized(settings: LadderSettings, tokens: int, tokenizer: Tokenizer) -> PlannedRung:
