@@ -431,7 +431,8 @@ def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
     only in the KV cache: lengths measured on the server's tokenizer, the dtype named as
     the one differing axis, B's teacher-forced KL measured at every rung (a 4-bit cache
     moves it at any length); and A against itself states no onset (one slot, greedy:
-    its repeats and its own answer agree). About 90 s on two cores."""
+    its repeats and its own answer agree). Measured: 759 s on two cores shared with other
+    heavy jobs (load average 13); it sends 14,000 prompt tokens, most to the 4-bit cache."""
     common = ("--lengths", "512,1k,2k", "--depths", "0", "--no-absent", "--max-tokens", "12",
               "--a-cell", "kv_cache_dtype=f16")
     result = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["q4_0"],
