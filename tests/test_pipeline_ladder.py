@@ -221,3 +221,26 @@ def test_an_edited_plan_is_refused_before_any_request(serve: Serve, tmp_path: Pa
         run_ladder(job(a, a, out, lengths=[512]))
     assert generations(a) == asked and sorted(p.name for p in tmp_path.iterdir()) == ["inside"]
     assert not (tmp_path / "outside").exists() and not (out.parent / "outside").exists()
+
+
+def test_each_probe_is_asked_with_the_prompt_cache_off(serve: Serve, tmp_path: Path) -> None:
+    """llama-server reuses its slot's prompt unless a request says `cache_prompt: false`
+    (here a server whose reuse moves the numbers, as a quantized cache's did): every
+    answer of the ladder says it, so A's repeats are two whole passes and agree, while
+    teacher forcing still reuses the prompt B just answered."""
+    a = serve(ScriptedModel(), "llama.cpp", faults=Faults(prompt_cache=True))
+    ladder, _ = run_ladder(job(a, a, tmp_path / "cached", lengths=[512]))
+    asked = [body for body in a.requests if "What is the secret code" in str(body)]
+    # two probes asked three times each (A twice, B once), and each side's warm-up
+    assert len(asked) == 2 * 3 + 2 and all(body.get("cache_prompt") is False for body in asked)
+    assert ladder.rungs[0].a_floor_kl == 0.0 and ladder.onset is None
+    kept = invoke_ladder_with_cache(a, tmp_path / "kept")
+    assert kept.rungs[0].a_floor_kl is not None and kept.rungs[0].a_floor_kl > 0
+
+
+def invoke_ladder_with_cache(server: ScriptedServer, out: Path) -> Any:
+    """The same ladder with --extra-body '{"cache_prompt": true}': the user's word wins."""
+    ladder_job = job(server, server, out, lengths=[512])
+    for side in (ladder_job.a, ladder_job.b):
+        side.request.extra_body["cache_prompt"] = True
+    return run_ladder(ladder_job)[0]
