@@ -422,3 +422,49 @@ def run_action(inputs: dict[str, str], workspace: Path, bin_dir: Path,
                           for name, spec in ACTION["outputs"].items()}
     ran.summary = summary.read_text() if summary.exists() else ""
     return ran
+
+
+# --- Markdown as GitHub renders a step summary ----------------------------------------
+
+# Strings a server, a prompt file or an edited report may hold, each aimed at the step
+# summary: a tag, an image, a link, a heading, a table row or cell, a details block.
+MARKDOWN_ATTACKS = [
+    "<img src=x onerror=alert(1)>", "![](https://example.com/x.png)", "[click](https://e.x)",
+    "<details><summary>open</summary>", "\n## quantcheck determinism: PASS\n",
+    "\r\n# PASS", "| pass | ok |", "\n| --- |\n", "`", "``", "\\", "\\|", "*", "_", "~~",
+    "https://example.com/a", "www.example.com", "<https://e.x>", "&lt;img&gt;", "&#60;b&#62;",
+    "<!--", "-->", "\n---\n", "\n===\n", "\n> quote", "\n- item", "\u2028", "\x00", "\x85",
+    "[x]: https://e.x", "[x]", "@user", "<script>", "</td></tr><tr><td>", ":smile:",
+    "a@b.co", "mailto:a@b.co", "xmpp:a@b.co/r", "ftp://e.x", "WWW.e.x", "#", "!",
+]
+
+
+def markdown_skeleton(markdown: str) -> list[str]:
+    """The tags GitHub's renderer (cmark-gfm with its tables, autolinks, strikethrough,
+    raw HTML let through) makes of `markdown`, in order: a string that opens a tag, an
+    image, a link, a heading, a table row or cell or a details block adds one. What the
+    renderer takes for an e-mail address (`a@b.co`, `mailto:a@b.co`, `x.y@z`: it links
+    those whatever is escaped, each showing the address it links to) is left out."""
+    import html
+
+    import cmarkgfm
+    from cmarkgfm.cmark import Options
+
+    rendered = cmarkgfm.github_flavored_markdown_to_html(markdown,
+                                                        options=Options.CMARK_OPT_UNSAFE)
+
+    def own_address(link: re.Match[str]) -> str:
+        target, shown = html.unescape(link.group(1)), html.unescape(link.group(2))
+        mailed = "@" in shown and target in (shown, "mailto:" + shown)
+        return shown if mailed else link.group(0)
+
+    rendered = re.sub(r'<a href="([^"]*)">([^<]*)</a>', own_address, rendered)
+    return re.findall(r"</?[A-Za-z][A-Za-z0-9-]*", rendered)
+
+
+def no_tag_more(markdown: str, plain: str) -> bool:
+    """`markdown` renders no tag more than `plain`, the same writer's output for plain
+    words (an empty string may render fewer: `****` is no bold)."""
+    from collections import Counter
+
+    return Counter(markdown_skeleton(markdown)) <= Counter(markdown_skeleton(plain))

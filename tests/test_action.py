@@ -23,6 +23,7 @@ from .conftest import (
     RUNNER_UPS,
     Serve,
     WritePrompts,
+    invoke,
     run_action,
 )
 
@@ -109,6 +110,25 @@ def test_a_candidate_that_does_not_match_the_reference_stops_the_job(
     assert "repeats: the reference 2, B 1" in ran.logs
     assert "::error title=quantcheck run::exit 2" in ran.logs
     assert b.hits == 0
+
+
+def test_a_report_folder_holding_a_certificate_stops_the_job_instead_of_passing_it(
+        serve: Serve, workspace: Path, bin_dir: Path) -> None:
+    """A passing determinism certificate left in `out` (an earlier step, a restored
+    cache) once made the gate step check it instead of the A/B's flip: the A/B step
+    refuses the folder, and no verdict is given."""
+    certifier = serve(ScriptedModel(), dialect="llama.cpp")
+    certified = invoke("determinism", "--certify", "--endpoint", certifier.url, "--prompts",
+                       workspace / "prompts" / "ab.yaml", "--max-batch", "2", "--trials", "2",
+                       "--out", workspace / "quantcheck-report")
+    assert certified.exit_code == 0, certified.output
+    a, b = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS)), serve(ScriptedModel(B_ANSWERS))
+    ran = run_action({"a": a.url, "b": b.url, "prompts": "prompts/ab.yaml",
+                      "args": "--no-preflight", "install": "none"}, workspace, bin_dir)
+    assert ran.outcomes == {"Check the inputs": "0", "Install quantcheck": "0", "A/B": "2",
+                            "Gate": "skipped", "Upload the report": "0"}, ran.logs
+    assert "quantcheck-report already holds a determinism certificate" in ran.logs
+    assert ran.action_outputs["verdict"] == "" and a.hits == b.hits == 0
 
 
 def test_the_readme_workflow_uses_the_action_with_inputs_it_declares() -> None:

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quantcheck.cli.printing import candidates_markdown
+
 from .conftest import (
     CANDIDATE_PROMPTS,
+    MARKDOWN_ATTACKS,
     WritePrompts,
     copy_run,
     invoke,
+    no_tag_more,
 )
 
 GATE_LINE = "gate (default policy): "
@@ -80,3 +87,37 @@ def test_the_speed_line_says_what_it_compares_and_where_the_throughput_phase_is(
     phase = [line for line in measured.output.splitlines()
              if line.startswith("throughput phase (without logprobs, one endpoint at a time): ")]
     assert len(phase) == 1 and "B/A = " in phase[0], measured.output
+
+
+HOSTILE = st.lists(st.text(max_size=10) | st.sampled_from(MARKDOWN_ATTACKS), min_size=1,
+                   max_size=4).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(HOSTILE, min_size=6, max_size=6))
+def test_no_string_of_an_overview_changes_the_shape_of_its_step_summary(
+        texts: list[str]) -> None:
+    """The reference's and candidates' labels, the reasons and the recommendation, as an
+    overview.json (or a review file's prompt ids) may hold them: no tag more than plain
+    words give."""
+    from quantcheck.gate.explain import Failure
+    from quantcheck.gate.overview import CandidatesGate
+    from quantcheck.gate.verdict import GateResult, Rule
+    from quantcheck.store.report_records import Overview, Recommendation, SideIdentity
+
+    def summary_of(strings: list[str]) -> str:
+        reference, first, second, why, prompt_id, answer = strings
+        labels = [first + "1", second + "2"]
+        failing = GateResult(verdict="fail", rules=[Rule("factual_flips", why, 1, 0, False,
+                                                         [prompt_id])])
+        decision = CandidatesGate(
+            verdict="fail", candidates={labels[0]: failing,
+                                        labels[1]: GateResult(verdict="pass", rules=[])},
+            recommendation=Recommendation(label=labels[1], reason=why))
+        overview = Overview(quantcheck_version="1", reference=SideIdentity(label=reference),
+                            candidates=[], recommendation=decision.recommendation)
+        found = {labels[0]: [Failure(prompt_id, "factual_flips", 0, why, answer, answer,
+                                     f"candidates/{labels[0]}/index.html")]}
+        return candidates_markdown(decision, overview, found)
+
+    assert no_tag_more(summary_of(texts), summary_of(["words"] * 6))

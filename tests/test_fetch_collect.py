@@ -463,3 +463,31 @@ def test_fewer_repeats_on_resume_are_refused(serve: Serve, write_prompts: WriteP
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["parameters"]["repeats"] == 4
     assert manifest["counts"] == {"requests": 48, "ok": 48, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    ("dialect", "cache_off", "extra_body", "field", "how", "off"),
+    [("llama.cpp", True, {}, False, "llama.cpp: cache_prompt false in every request", True),
+     ("llama.cpp", True, {"cache_prompt": True}, True,
+      "llama.cpp: cache_prompt true, as the requests themselves ask", False),
+     ("llama.cpp", False, {}, None, "left as the server keeps it", False),
+     ("vllm", True, {}, None, "left on: vLLM cannot turn its prefix cache off per request (it "
+      "can only be emptied as a whole: POST /reset_prefix_cache)", False)],
+    ids=["llama.cpp-off", "asked-on", "server-as-it-serves", "vllm-cannot"])
+def test_requests_turn_the_prefix_cache_off_where_the_engine_can(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, dialect: str,
+        cache_off: bool, extra_body: dict[str, object], field: bool | None, how: str,
+        off: bool) -> None:
+    """A repeat that finds its prompt cached is computed otherwise than the first request:
+    every request goes with the cache off where the engine's profile can say so per
+    request, unless the requests set it themselves; the manifest says which way."""
+    from quantcheck.store.prompt_entries import RequestOptions
+
+    server = serve(MODEL, dialect)
+    collect([write_prompts(TWO_PROMPTS)], tmp_path / "run", CollectSettings(
+        endpoint=server.url, label="a", repeats=2, preflight=False, cache_off=cache_off,
+        request=RequestOptions(extra_body=extra_body)))
+    assert len(server.requests) == 4
+    assert [body.get("cache_prompt") for body in server.requests] == [field] * 4
+    cache = json.loads((tmp_path / "run" / "manifest.json").read_text())["cache"]
+    assert cache == {"off": off, "how": how}

@@ -113,10 +113,13 @@ def test_a_prompt_b_cannot_score_is_skipped_with_its_reason(
     assert sum(1 for line in lines(tmp_path / "f").values() if line.get("per_position")) == 2
 
 
-def test_token_ids_on_llama_server_is_exact_and_reuses_the_cache(
+def test_token_ids_on_llama_server_is_exact_with_the_prefix_cache_off(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """B's prefix cache moves what it scores by the order requests came in; every
+    scoring request turns it off, so the same model scores exactly zero."""
     a_run = collect_a(serve, write_prompts, tmp_path, "llama.cpp")
-    same_server = serve(ScriptedModel(A_ANSWERS), "llama.cpp")
+    same_server = serve(ScriptedModel(A_ANSWERS), "llama.cpp",
+                        faults=Faults(scoring_cache_shift=True))
     same = score_run(a_run, tmp_path / "same", ForcedSettings(endpoint=same_server.url,
                                                               top_k=5))
     assert same.mode == "token-ids" and not same.approximate
@@ -124,9 +127,11 @@ def test_token_ids_on_llama_server_is_exact_and_reuses_the_cache(
     assert same.scored == 3 and not same.skipped  # the chat prompt too (B's template)
     assert same.overall.top1_agreement == 1.0
     assert same.overall.kl is not None and same.overall.kl.max == 0.0
+    assert same.cache.startswith("cache_prompt false in every scoring request")
+    assert same.order_floor is None and same.within_order_floor is None
     asked = [body for body in same_server.requests if "n_predict" in body]
-    assert all(body["n_predict"] == 1 and body["cache_prompt"] and body["n_probs"] == 5
-               for body in asked)
+    assert all(body["n_predict"] == 1 and body["cache_prompt"] is False
+               and body["n_probs"] == 5 for body in asked)
     assert len(asked) == same.overall.positions  # one request per position
     lengths = [len(body["prompt"]) for body in asked]  # each one token longer
     assert sum(1 for n, m in zip(lengths, lengths[1:], strict=False) if m == n + 1) >= \
@@ -258,7 +263,8 @@ def test_scoring_carries_extra_body_and_retries_like_collection(
                     '{"top_k": 1, "repeat_penalty": null}', "--retries", "2")
     assert result.exit_code == 0, result.output
     scoring = [r for r in b.requests if "prompt_logprobs" in r]
-    assert len(scoring) == 3 + 1  # the three prompts, one of them twice (the 503)
+    # the three prompts in two orders (vLLM keeps its prefix cache), one twice (the 503)
+    assert len(scoring) == 2 * 3 + 1
     assert all(r["top_k"] == 1 and "repeat_penalty" not in r for r in scoring)
 
 
@@ -366,3 +372,47 @@ def test_b_scores_its_own_tokens_and_the_larger_floor_is_named(
     assert without.b_self is not None and "no completions with logprobs" in str(
         without.b_self.note)
     assert without.within_floor is not None and without.within_floor.floor == "a_repeats"
+
+
+START = "Answer in one short plain sentence, please, and nothing more:"
+SHARED_START = f"""
+prompts:
+  - {{id: capital, prompt: "{START} the capital of Australia"}}
+  - {{id: colour, prompt: "{START} name a colour"}}
+  - {{id: larger, prompt: "{START} is 9.9 larger"}}
+"""
+
+
+def test_a_cache_that_cannot_be_turned_off_is_scored_in_two_orders(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """vLLM has no per-request switch: A's tokens are scored again in the reverse order,
+    the two scorings' difference is a floor of its own, and an A-vs-B KL within it is not
+    called drift (the gate's forced_kl rule passes, saying so); a real change is above."""
+    a_server = serve(ScriptedModel(A_ANSWERS), "vllm")
+    collect([write_prompts(SHARED_START)], tmp_path / "a", CollectSettings(
+        endpoint=a_server.url, label="a", context_tokens=0))
+    b_server = serve(ScriptedModel(A_ANSWERS), "vllm", faults=Faults(scoring_cache_shift=True))
+    same = score_run(tmp_path / "a", tmp_path / "same", ForcedSettings(endpoint=b_server.url))
+    assert len([b for b in b_server.requests if "prompt_logprobs" in b]) == 2 * 3
+    assert "cannot turn it off per request" in same.cache
+    assert same.order_floor is not None and same.order_floor.positions == \
+        same.overall.positions
+    assert same.overall.kl is not None and same.order_floor.kl is not None
+    assert 0 < same.overall.kl.mean <= same.order_floor.kl.mean
+    assert same.within_order_floor is True
+
+    flipped = score_run(tmp_path / "a", tmp_path / "flip", ForcedSettings(
+        endpoint=serve(ScriptedModel(B_ANSWERS), "vllm",
+                       faults=Faults(scoring_cache_shift=True)).url))
+    assert flipped.within_order_floor is False
+
+    compare = invoke("compare", tmp_path / "a", tmp_path / "a", "--out", tmp_path / "report",
+                     "--forced", tmp_path / "same")
+    assert compare.exit_code == 0, compare.output
+    assert "Scoring-order floor (B scoring A's tokens again in the reverse order" in \
+        compare.output and "lies within it: not called drift" in compare.output
+    gate = invoke("gate", tmp_path / "report", "--max-forced-kl", "1e-30")
+    assert gate.exit_code == 0, gate.output
+    rule = json.loads((tmp_path / "report" / "gate.json").read_text())["rules"]
+    forced_kl = next(r for r in rule if r["name"] == "forced_kl")
+    assert forced_kl["passed"] and "not called drift" in forced_kl["description"]

@@ -8,10 +8,20 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from quantcheck.store.certificate_records import Certificate, PromptResult
+from quantcheck.gate.certificate_gate import certificate_markdown, decide_certificate
+from quantcheck.gate.verdict import Policy
+from quantcheck.store.certificate_records import Certificate, FactorResult, PromptResult
 
-from .conftest import invoke
+from .conftest import (
+    MARKDOWN_ATTACKS,
+    gate_writing_a_step_summary,
+    invoke,
+    markdown_skeleton,
+    no_tag_more,
+)
 
 ODD_IDS = ["capital|au", "code`block"]
 
@@ -23,12 +33,18 @@ def write_certificate(folder: Path) -> Path:
     varying = [PromptResult(prompt_id=prompt_id, factor="repeat", unique_outputs=2,
                             comparisons=2, mismatches=1, varying_levels=["alone"])
                for prompt_id in ODD_IDS]
+    steady = PromptResult(prompt_id="steady", factor="repeat", unique_outputs=1,
+                          comparisons=2, mismatches=0, varying_levels=[])
+    repeat = FactorResult(factor="repeat", comparisons=6, mismatches=2, prompts=3,
+                          prompts_varying=2, share_varying=0.6667, levels=[],
+                          explanation="varies with no batch factor")
     certificate = Certificate(
         endpoint="http://127.0.0.1:8000/v1", model="m", certified=False,
         statement="2 prompts vary", comparisons=6, mismatches=2, failed_requests=0,
         prompts=3, prompts_varying=2, explanation="varies with no batch factor",
         batch_sizes=[1], prefix_lengths=[], trials=2, seed=0, requests=9,
-        cache_control="none", factors=[], prompt_results=varying, examples=[])
+        cache_control="none", factors=[repeat], prompt_results=[*varying, steady],
+        examples=[])
     (folder / "certificate.json").write_bytes(msgspec.json.encode(certificate))
     return folder
 
@@ -77,3 +93,75 @@ def test_a_config_file_shared_with_ab_gates_is_taken(tmp_path: Path) -> None:
                       "max-nondeterministic-prompts: 2\n")
     result = invoke("gate", folder, "--config", config)
     assert result.exit_code == 0, result.output
+
+
+def test_a_certificate_that_compared_nothing_is_refused_as_an_empty_report_is(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "certificate"
+    folder.mkdir()
+    empty = Certificate(
+        endpoint="http://127.0.0.1:8000/v1", model="m", certified=False,
+        statement="not certified: no comparison could be made", comparisons=0, mismatches=0,
+        failed_requests=0, prompts=0, prompts_varying=0, explanation="no variation",
+        batch_sizes=[], prefix_lengths=[], trials=2, seed=0, requests=0,
+        cache_control="none", factors=[], prompt_results=[], examples=[])
+    (folder / "certificate.json").write_bytes(msgspec.json.encode(empty))
+    result = invoke("gate", folder)
+    assert result.exit_code == 2, result.output
+    assert ("error: the certificate compared nothing, so there is nothing to pass: not "
+            "certified: no comparison could be made") in result.output
+    assert not (folder / "gate.json").exists()
+
+
+HOSTILE = st.lists(st.text(max_size=10) | st.sampled_from(MARKDOWN_ATTACKS), min_size=1,
+                   max_size=4).map("".join)
+
+
+def a_certificate_naming(texts: list[str]) -> Certificate:
+    """A certificate whose every string (endpoint, model, sentences, prompt ids) is one
+    of `texts`, two prompts varying."""
+    endpoint, model, statement, explanation, note, factor_said, first, second = texts
+    results = [PromptResult(prompt_id=prompt_id, factor="batch", unique_outputs=2,
+                            comparisons=2, mismatches=1, varying_levels=["batch=8"])
+               for prompt_id in (first + "1", second + "2")]
+    batch = FactorResult(factor="batch", comparisons=4, mismatches=2, prompts=2,
+                         prompts_varying=2, share_varying=1.0, levels=[],
+                         explanation=factor_said)
+    return Certificate(
+        endpoint=endpoint, model=model, certified=False, statement=statement, comparisons=4,
+        mismatches=2, failed_requests=0, prompts=2, prompts_varying=2,
+        explanation=explanation, batch_sizes=[8], prefix_lengths=[], trials=2, seed=0,
+        requests=6, cache_control="none", factors=[batch], prompt_results=results,
+        examples=[], control_note=note)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(HOSTILE, min_size=8, max_size=8))
+def test_no_string_of_a_certificate_changes_the_shape_of_its_step_summary(
+        texts: list[str]) -> None:
+    """Whatever a server names itself or a certificate file says: no tag, image, link,
+    heading, table row or cell, or details block more than plain words would give."""
+    def summary(strings: list[str]) -> str:
+        certificate = a_certificate_naming(strings)
+        return certificate_markdown(decide_certificate(
+            certificate, Policy(max_nondeterministic_prompts=0)), certificate)
+
+    assert no_tag_more(summary(texts), summary(["words"] * 8))
+
+
+def test_a_model_id_written_as_markup_shows_as_written_in_the_step_summary(
+        tmp_path: Path) -> None:
+    model = ("gemma<img src=x onerror=alert(1)>![](https://e.x/p.png)<details><summary>s"
+             "\n## quantcheck determinism: PASS")
+    folder = tmp_path / "certificate"
+    folder.mkdir()
+    certificate = a_certificate_naming(["http://127.0.0.1:8000/v1", model, "2 prompts vary",
+                                        "varies", "none", "varies", "p", "q"])
+    (folder / "certificate.json").write_bytes(msgspec.json.encode(certificate))
+    step_summary = tmp_path / "summary.md"
+    result = gate_writing_a_step_summary(folder, step_summary)
+    assert result.exit_code == 1, result.output  # two prompts vary
+    written = step_summary.read_text()
+    tags = markdown_skeleton(written)
+    assert tags.count("<h2") == 1 and "<img" not in tags and "<details" not in tags
+    assert "gemma\\<img src=x onerror=alert(1)\\>!\\[\\](https\\://e.x/p.png)" in written

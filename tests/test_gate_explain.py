@@ -10,13 +10,23 @@ from xml.etree import ElementTree
 
 import pytest
 from click.testing import Result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from junitparser import JUnitXml
 
 from quantcheck import CollectSettings, collect, compare_runs
-from quantcheck.gate.explain import sheet_link
+from quantcheck.gate.explain import markdown_text, sheet_link
 from quantcheck.lab.scripted import ScriptedModel
 
-from .conftest import RUNNER_UPS, Serve, WritePrompts, gate_writing_a_step_summary, invoke
+from .conftest import (
+    MARKDOWN_ATTACKS,
+    RUNNER_UPS,
+    Serve,
+    WritePrompts,
+    gate_writing_a_step_summary,
+    invoke,
+    markdown_skeleton,
+)
 
 LONG = " The capital of Australia is Sydney." + "".join(f" {n} is {n * n}." for n in range(60))
 
@@ -151,3 +161,21 @@ def test_the_overviews_junit_and_summary_explain_each_failing_candidate(
     text = summary.read_text()
     assert "### Why int4 fails" in text and "Why fp8" not in text
     assert "`candidates/int4/index.html#pair-capital`" in text
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.text() | st.sampled_from(MARKDOWN_ATTACKS), max_size=5).map("".join))
+def test_any_text_shows_as_written_on_one_line_and_opens_nothing(text: str) -> None:
+    """The one escaping every Markdown writer uses: a paragraph of the text renders as
+    one paragraph of it, line breaks as spaces (NUL as the renderer's U+FFFD)."""
+    import html
+    import re
+
+    written = "said: " + markdown_text(text)
+    assert "\n" not in written and "\r" not in written
+    assert markdown_skeleton(written) == ["<p", "</p"]
+    import cmarkgfm
+
+    shown = html.unescape(re.sub(r"<[^>]*>", "", cmarkgfm.github_flavored_markdown_to_html(
+        written))).strip()
+    assert shown == ("said: " + " ".join(text.split())).replace("\x00", "\ufffd").strip()

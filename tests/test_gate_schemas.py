@@ -37,7 +37,7 @@ BY_NAME = {"summary.json": "summary", "overview.json": "overview",
            "approvals.json": "approvals", "manifest.json": "manifest",
            "determinism.json": "determinism", "forced.json": "forced",
            "throughput.json": "throughput", "certificate.json": "certificate",
-           "ladder.json": "ladder", "plan.json": "ladder-plan"}
+           "repro.json": "repro", "ladder.json": "ladder", "plan.json": "ladder-plan"}
 
 
 def schema_of(path: Path) -> str:
@@ -119,6 +119,7 @@ def outputs(serve: Serve, write_prompts: WritePrompts, tmp_path: Path
     flips = two / "candidates" / "flips"
     save_a_review(flips)
     made("approve", flips)
+    made("repro", flips, "flip", "--out", tmp_path / "repro")
     yield tmp_path
 
 
@@ -126,6 +127,8 @@ def test_every_json_output_names_its_format_and_validates_against_its_schema(
         outputs: Path) -> None:
     seen: dict[str, int] = {}
     for path in sorted(outputs.rglob("*.json")):
+        if path.name.endswith(".request.json"):  # a repro's bodies: the wire's, as sent
+            continue
         name = schema_of(path)
         document = json.loads(path.read_text())
         assert document["format"] == f"quantcheck-{name}/1", path

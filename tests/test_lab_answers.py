@@ -19,8 +19,9 @@ from quantcheck import load_run
 from quantcheck.errors import ConfigFileError
 from quantcheck.lab.answers import load_answers
 from quantcheck.lab.launch import free_port, wait_until_healthy
+from quantcheck.store.yamlfile import MAX_YAML_BYTES
 
-from .conftest import WritePrompts, invoke
+from .conftest import WritePrompts, cli_in_child, invoke
 
 SRC = Path(__file__).parents[1] / "src"
 PROMPTS = """
@@ -138,3 +139,32 @@ def test_any_answers_file_reads_to_answers_or_to_a_clear_error(data: bytes) -> N
             return
         assert answers and all(isinstance(v, str) or (isinstance(v, list) and v and all(
             isinstance(t, str) for t in v)) for v in answers.values())
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "too-large"])
+def test_an_answers_file_that_is_no_regular_file_or_too_large_is_refused_naming_it(
+        tmp_path: Path, kind: str) -> None:
+    """Read as every user's YAML is: /dev/zero or a FIFO (which once blocked, or read
+    without end) are refused before a byte is read; a file past the size cap too."""
+    answers = tmp_path / "answers.yaml"
+    if kind == "dev-zero":
+        answers.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(answers)
+    else:
+        with answers.open("wb") as handle:
+            handle.truncate(MAX_YAML_BYTES + 1)  # sparse: nothing is written
+    result = cli_in_child("lab", "scripted", "--answers", "answers.yaml", "--port", 0,
+                          cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    said = ("not a regular file" if kind != "too-large" else
+            f"larger than the {MAX_YAML_BYTES >> 20} MiB quantcheck reads for it")
+    assert "answers.yaml: the answers file is" in result.stderr and said in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_answers_file_nested_too_deeply_is_one_clear_error(tmp_path: Path) -> None:
+    answers = tmp_path / "answers.yaml"
+    answers.write_text("key: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(ConfigFileError, match="nests values too deeply"):
+        load_answers(answers)

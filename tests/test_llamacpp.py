@@ -454,3 +454,31 @@ def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
                     "--b-cell", "kv_cache_dtype=f16", "--out", tmp_path / "self", *common)
     assert itself.exit_code == 0, itself.output
     assert "onset: no departure up to 2,048 tokens" in itself.output
+def test_a_repro_replays_the_recorded_answers_byte_for_byte_on_llama_server(
+        gguf_files: dict[str, Path], write_prompts: Any, tmp_path: Path) -> None:
+    """llama-server with one slot and the prompt cache off in each request (collect sends
+    cache_prompt false) is deterministic: the repro's replay.sh, curl against the same
+    server, gets the recorded answers back byte for byte, streamed as recorded."""
+    require_llama_server()
+    if not shutil.which("curl"):
+        pytest.skip("replay.sh needs curl")
+    process, url = cpp_server(gguf_files["Q4_K_M"], tmp_path / "server.log")
+    try:
+        wait_until_healthy(url, process, tmp_path / "server.log", timeout=300)
+        ran = invoke("run", "--a", url, "--b", url, "--prompts", write_prompts(PROMPTS),
+                     "--out", tmp_path / "report", "--no-preflight", "--top-logprobs", "5")
+        assert ran.exit_code in (0, 1), ran.output
+        made = invoke("repro", tmp_path / "report", "capital", "--out", tmp_path / "repro")
+        assert made.exit_code == 0, made.output
+        replayed = subprocess.run(["bash", str(tmp_path / "repro" / "replay.sh")],
+                                  capture_output=True, text=True, timeout=300)
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "a: the same answer as recorded" in replayed.stdout
+    assert "b: the same answer as recorded" in replayed.stdout
+    assert (tmp_path / "repro" / "replayed" / "a.answer.txt").read_bytes() == \
+        (tmp_path / "repro" / "a.answer.txt").read_bytes()
+    sent = json.loads((tmp_path / "repro" / "a.request.json").read_text())
+    assert sent["cache_prompt"] is False and sent["stream"] is True

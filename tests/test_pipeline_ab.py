@@ -4,6 +4,7 @@ resumed."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,7 +12,16 @@ import pytest
 
 from quantcheck.lab.scripted import ScriptedModel
 
-from .conftest import A_ANSWERS, B_ANSWERS, PROMPTS, RUNNER_UPS, Serve, WritePrompts, invoke
+from .conftest import (
+    A_ANSWERS,
+    B_ANSWERS,
+    PROMPTS,
+    RUNNER_UPS,
+    Serve,
+    WritePrompts,
+    invoke,
+    read_csv,
+)
 
 
 @pytest.mark.parametrize("one_side", [False, True], ids=["together", "one-side-at-a-time"])
@@ -77,3 +87,55 @@ def test_the_throughput_and_forced_lines_name_each_endpoint_without_its_credenti
     assert "s3cret" not in result.output and "***" not in result.output, result.output
     assert f"measuring throughput on {plain} (b) ..." in result.output, result.output
     assert f"scoring A's tokens on {plain} (teacher forcing) ..." in result.output
+
+
+CACHE_PROMPTS = """
+prompts:
+  - {id: capital, prompt: "Q: capital", expect: {contains: Canberra}}
+  - {id: larger, prompt: "Q: larger"}
+  - {id: colour, prompt: "Q: colour"}
+"""
+CACHE_ANSWERS = {"Q: capital": " Canberra.", "Q: larger": " 9.9 is larger.",
+                 "Q: colour": " The sky is blue."}
+
+
+def test_a_warm_prompt_cache_is_named_and_its_logprobs_not_counted_as_texts(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A on llama.cpp's prompt cache (asked on): each repeat finds its prompt cached and
+    only its logprobs move, which usage's cached tokens explain; B's reduction order moves
+    its logprobs too, which two repeats cannot tell from anything else."""
+    from quantcheck.lab.scripted import Faults
+
+    a = serve(ScriptedModel(CACHE_ANSWERS), "llama.cpp", faults=Faults(prompt_cache=True))
+    b = serve(ScriptedModel(CACHE_ANSWERS), "sglang", faults=Faults(nondeterministic=True))
+    out = tmp_path / "on"
+    result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", write_prompts(CACHE_PROMPTS),
+                    "--repeats", "2", "--out", out, "--extra-body", '{"cache_prompt": true}')
+    assert result.exit_code == 0, result.output
+    assert "repeats' texts vary: A 0, B 0 (logprobs only: A 3, B 3), A: only each prompt's " \
+           "first request differs: the prefix cache." in result.output
+    assert "B: only each" not in result.output and "nondeterministic prompts" not in result.output
+    assert "Repeats and the prefix cache: A: llama.cpp: cache_prompt true, as the requests " \
+           "themselves ask; B: left on: SGLang cannot turn its prefix cache off per request" \
+           in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    counts = summary["counts"]
+    assert counts["nondeterministic"] == {"a": 3, "b": 3}  # both kinds, as before
+    assert counts["text_varies"] == {"a": 0, "b": 0}
+    assert counts["logprobs_only"] == {"a": 3, "b": 3}
+    assert counts["only_first_differs"] == {"a": 3, "b": 0}
+    assert summary["determinism"]["a"]["first_request_pattern"] is True
+    assert summary["determinism"]["b"]["first_request_pattern"] is False
+    assert summary["determinism"]["a"]["cache_off"] is False
+    pairs = read_csv(out / "pairs.csv")
+    assert [row["a_only_first_differs"] for row in pairs] == ["True"] * 3
+    assert [row["b_only_first_differs"] for row in pairs] == ["False"] * 3
+    assert "first request differs: the prefix cache" in (out / "index.html").read_text()
+
+    default = invoke("run", "--a", a.url, "--b", b.url, "--prompts",
+                     write_prompts(CACHE_PROMPTS), "--repeats", "2", "--out", tmp_path / "off")
+    assert default.exit_code == 0, default.output
+    assert "repeats' texts vary: A 0, B 0 (logprobs only: A 0, B 3)" in default.output
+    assert "A: llama.cpp: cache_prompt false in every request" in default.output
+    off = json.loads((tmp_path / "off" / "summary.json").read_text())["determinism"]["a"]
+    assert off["cache_off"] is True and off["first_request_pattern"] is False

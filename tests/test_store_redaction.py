@@ -1,13 +1,17 @@
-"""store/redaction.py, property-based: any URL holding a user, a password or a key in
-its query, any credential header, bearer token, `--api-key`-like option or key-shaped
-string, wherever it sits in a text, comes out without the secret; text holding none
-comes out unchanged; and no text costs more than linear time."""
+"""store/redaction.py, property-based: any URL holding a user, a password, a key in
+its query, fragment or path, any credential header, bearer token, Basic credentials in
+Base64, `--api-key`-like option or key-shaped string, wherever it sits in a text,
+comes out without the secret, as does every form a URL's password is sent in; text
+holding none (a normal API path, a model's name, a word after "Bearer") comes out
+unchanged; and no text costs more than linear time."""
 
 from __future__ import annotations
 
+import base64
 import os
 import string
 import time
+from urllib.parse import quote
 
 import pytest
 from hypothesis import assume, given, settings
@@ -16,8 +20,11 @@ from hypothesis import strategies as st
 from quantcheck.store.redaction import (
     REDACTED,
     SECRET_WORDS,
+    basic_token,
     command_secrets,
     environment_secrets,
+    key_like,
+    password_forms,
     redact,
     redact_command,
     secret_name,
@@ -172,8 +179,111 @@ def test_secret_names(name: str, secret: bool) -> None:
 
 @pytest.mark.parametrize("text", ["a" * 400_000, "x?" * 150_000, "http:" * 100_000,
                                   'a="' * 60_000, "bearer " * 60_000, "http://" + "a@" * 60_000,
-                                  "--" + "a" * 300_000, ("&" + "a" * 1000) * 300])
+                                  "--" + "a" * 300_000, ("&" + "a" * 1000) * 300,
+                                  "a." * 200_000, "http://h/" + "a/" * 200_000,
+                                  "Basic " + "QUJD" * 100_000, "basic " * 60_000,
+                                  "http://h/" + "Ab1" * 100_000])
 def test_a_long_text_takes_linear_time(text: str) -> None:
     started = time.perf_counter()
     redact(text)
     assert time.perf_counter() - started < 5
+
+
+# --- keys in a URL's path, query and fragment ------------------------------------------
+
+# A random token, as a gateway puts a key in its path: a long run of letters and digits.
+TOKEN = st.text(string.ascii_letters + string.digits, min_size=17, max_size=40
+                ).map(lambda tail: "Zq7" + tail)
+KEY = st.one_of(TOKEN, TOKEN.map(lambda t: f"sk-proj-{t}"), TOKEN.map(lambda t: f"hf_{t}"),
+                st.text("0123456789abcdef", min_size=32, max_size=40).map(lambda t: "7a" + t))
+# Paths and names a normal endpoint has: words, versions, dates, UUIDs, short ids.
+NAME = st.sampled_from(["v1", "api", "openai", "deployments", "gpt-4o-mini-2024-07-18",
+                        "Meta-Llama-3.1-8B-Instruct", "Qwen2.5-72B-Instruct-AWQ", "v2",
+                        "vllm-abc123xyz456", "3fa85f64-5717-4562-b3fc-2c963f66afa6",
+                        "production", "sync", "models", "gemma-3-270m-it-qat-Q4_K_M",
+                        "proxy", "inference", "llama3.1:8b", "2024-02-15-preview"])
+
+
+@FUZZ
+@given(st.lists(NAME, max_size=3), KEY, st.lists(NAME, max_size=3), HOST, PORT, CONTEXTS,
+       PROSE, PROSE)
+def test_a_key_in_a_urls_path_is_cut_in_any_context(
+        before_key: list[str], key: str, after_key: list[str], host: str, port: str,
+        context: str, before: str, after: str) -> None:
+    path = "/".join(["", *before_key, key, *after_key])
+    url = f"https://{host}{port}{path}"
+    shown = redact(f"{before} {context.format(url)} {after}")
+    assert key not in shown and REDACTED in shown, shown
+    assert before in shown and after in shown
+    for name in before_key + after_key:
+        assert f"/{name}" in shown  # the rest of the path stays
+
+
+@FUZZ
+@given(st.lists(NAME, min_size=1, max_size=5), HOST, PORT, CONTEXTS, PROSE)
+def test_a_normal_path_comes_back_unchanged(names: list[str], host: str, port: str,
+                                            context: str, prose: str) -> None:
+    text = f"{prose} {context.format(f'http://{host}{port}/' + '/'.join(names))} {prose}"
+    assert redact(text) == text
+    assert not any(key_like(name) for name in names)
+
+
+@FUZZ
+@given(PLAIN_PARAMS, KEY, st.sampled_from(["?", "#", "&"]), HOST)
+def test_a_key_shaped_value_in_a_query_or_fragment_is_cut_whatever_its_name(
+        name: str, key: str, lead: str, host: str) -> None:
+    url = f"https://{host}/v1{lead if lead != '&' else '?page=2&'}{name}={key}"
+    shown = redact(f"see {url} now")
+    assert key not in shown and shown.endswith(f"{name}={REDACTED} now")
+
+
+# --- Basic credentials and the forms a password is sent in ----------------------------
+
+USER = st.text(string.ascii_letters + string.digits + "._-", min_size=1, max_size=12)
+# A password as a URL holds it: any text, percent-encoded (spaces, ':', '@', non-ASCII).
+PLAIN_PASSWORD = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=4,
+                         max_size=20).map(lambda tail: "Zq7" + tail)
+
+
+@FUZZ
+@given(USER, PLAIN_PASSWORD, st.sampled_from(["std", "url-safe", "unpadded"]),
+       st.sampled_from(["Basic {}", "basic {}", "BASIC {}", "auth scheme Basic {} refused",
+                        "'Basic {}'", '{{"auth": "Basic {}"}}']), PROSE)
+def test_basic_credentials_in_base64_are_cut_anywhere(
+        user: str, password: str, form: str, context: str, prose: str) -> None:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    if form != "std":
+        token = token.replace("+", "-").replace("/", "_")
+    if form == "unpadded":
+        token = token.rstrip("=")
+    shown = redact(f"{prose} {context.format(token)} {prose}")
+    assert token not in shown and token.rstrip("=") not in shown, shown
+
+
+@FUZZ
+@given(USER, PLAIN_PASSWORD, PROSE)
+def test_every_form_a_urls_password_is_sent_in_is_cut(user: str, password: str,
+                                                      prose: str) -> None:
+    userinfo = f"{user}:{quote(password, safe='')}"
+    forms = password_forms(userinfo)
+    token = basic_token(userinfo)
+    assert base64.b64decode(token).decode() == f"{user}:{password}"
+    assert {password, token, token.replace("+", "-").replace("/", "_")} <= set(forms)
+    for form in forms:  # quoted bare, without "Basic" or a name before it
+        shown = redact(f"{prose} got {form} {prose}", forms)
+        assert form not in shown and password not in shown, (form, shown)
+
+
+@pytest.mark.parametrize("text", ["Bearer authentication failed", "Bearer Token required",
+                                  "use a Bearer token", "Basic authentication required",
+                                  "HTTP Basic realm=\"api\"", "Basic Usage of the API",
+                                  "bearer TOKEN expected"])
+def test_a_word_after_bearer_or_basic_stays(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_a_command_lines_url_gives_its_password_forms_and_path_keys_as_secrets() -> None:
+    argv = ["quantcheck", "run", "--a", "http://u:pa%3Asswd@h/AbCd1234EfGh5678IjKl90/v1"]
+    secrets = command_secrets(argv)
+    assert {"pa:sswd", "AbCd1234EfGh5678IjKl90", basic_token("u:pa%3Asswd")} <= set(secrets)
+    assert redact_command(argv) == "quantcheck run --a http://***@h/***/v1"

@@ -16,7 +16,7 @@ from quantcheck import CollectSettings, collect
 from quantcheck.errors import RunFormatError
 from quantcheck.fetch.forced_scoring import ForcedSettings
 from quantcheck.pipeline.collecting import score_run
-from quantcheck.store.pair_records import ENUMERATED, PairDetails
+from quantcheck.store.pair_records import ENUMERATED, TEXT_COLUMNS, PairDetails
 from quantcheck.store.report_dir import (
     DETAILS,
     FORCED_JSON,
@@ -124,6 +124,64 @@ def test_pairs_written_in_any_chunks_are_the_report_compare_wrote(planted_report
         assert {name: (tmp_path / name).read_bytes() for name in files} == files
 
     chunked()
+
+
+def test_an_answer_with_a_bare_carriage_return_is_compared_and_gated(
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """`Sydney\rIt is on the coast.` once left pairs.csv unreadable: every reader split
+    the row at the unquoted carriage return, and `run` and `gate` said exit 2."""
+    prompts = write_prompts('prompts:\n  - {id: capital, prompt: "Q", expect: '
+                            '{contains: Canberra}}\n  - {id: other, prompt: "R"}\n')
+    (tmp_path / "a.texts.json").write_text('["Canberra.", "x\\r"]')
+    (tmp_path / "b.texts.json").write_text('["Sydney\\rIt is on the coast.", "x\\r"]')
+    report = tmp_path / "report"
+    compared = invoke("compare", tmp_path / "a.texts.json", tmp_path / "b.texts.json",
+                      "--prompts", prompts, "--out", report)
+    assert compared.exit_code == 1, compared.output  # the flip, read back from pairs.csv
+    rows = {row.prompt_id: row for row in read_pair_rows(report)}
+    assert rows["capital"].b_text == "Sydney\rIt is on the coast."
+    assert rows["other"].a_text == rows["other"].b_text == "x\r"
+    gated = invoke("gate", report)
+    assert gated.exit_code == 1 and "| `capital` | factual_flips |" in gated.output
+
+
+def test_any_text_in_every_text_column_round_trips(planted_report: Path,
+                                                   tmp_path: Path) -> None:
+    """Whatever a model or a prompt file puts in a text column (carriage returns, NUL,
+    quotes, a formula) pairs.csv and details.jsonl give it back as written."""
+    rows = read_pair_rows(planted_report)
+    free = [c for c in TEXT_COLUMNS if c not in ENUMERATED]
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.text(), min_size=len(free), max_size=len(free)),
+           st.sampled_from(["\r", "\r\n", "\n", '"', "\x00", "=1+1", ",", ""]))
+    def round_trip(texts: list[str], planted: str) -> None:
+        texts = [planted + text + planted for text in texts]
+        row = msgspec.structs.replace(rows[0], **dict(zip(free, texts, strict=True)))
+        detail = PairDetails(prompt_id=texts[0], a_variants=[(texts[1], 2)])
+        with writing_pairs(tmp_path) as writer:
+            writer.write([row, rows[1]], [detail, PairDetails(prompt_id=rows[1].prompt_id)])
+        read = read_pair_rows(tmp_path)
+        assert [read[0], read[1]] == [row, rows[1]]
+        line = (tmp_path / DETAILS).read_bytes().split(b"\n")[0]
+        assert msgspec.json.decode(line, type=PairDetails) == detail
+
+    round_trip()
+
+
+def test_a_negative_count_in_pairs_csv_is_refused_naming_row_and_column(
+        planted_report: Path) -> None:
+    """Every integer column is a count or a token position: a negative one (a hand-made
+    pairs.csv diluting the forced KL's weights, say) is no report compare wrote."""
+    pairs = pd.read_csv(planted_report / PAIRS, keep_default_na=False, dtype=str)
+    pairs.loc[1, "a_texts"] = "-3"
+    pairs.to_csv(planted_report / PAIRS, index=False)
+    with pytest.raises(RunFormatError) as caught:
+        read_pair_rows(planted_report)
+    assert str(caught.value) == (
+        f"{planted_report / PAIRS}: row 2 (prompt {pairs.loc[1, 'prompt_id']!r}), column "
+        "a_texts: -3 is negative (a count or a position); edited by hand? re-run compare")
+    assert invoke("gate", planted_report).exit_code == 2
 
 
 def test_no_pairs_write_the_header_alone_and_a_failure_leaves_the_report(

@@ -1,14 +1,16 @@
-"""Rubric files: the shipped default, custom ones, and clear errors."""
+"""Rubric files: the shipped default, custom ones, and clear errors; a rubric of too
+many labels is refused at once (loading never costs more than linear time)."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from quantcheck.errors import ConfigFileError
-from quantcheck.store.rubric import load_rubric
+from quantcheck.store.rubric import MAX_LABELS, load_rubric
 
 from .conftest import WritePrompts, invoke
 
@@ -68,3 +70,31 @@ def test_report_command_reports_a_bad_rubric(planted_report: Path,
     result = invoke("report", planted_report, "--rubric", bad)
     assert result.exit_code == 2
     assert f"error: {bad}: labels[1]: field 'name': required" in result.output
+
+
+def labels_yaml(count: int, duplicate: bool = False) -> str:
+    ids = [f"l{n}" for n in range(count)]
+    if duplicate:
+        ids[-1] = ids[0]
+    return "question: q\nlabels:\n" + "".join(f"  - {{id: {i}, name: N}}\n" for i in ids)
+
+
+def test_a_rubric_of_100000_labels_is_refused_at_once_naming_the_bound(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text(labels_yaml(100_000))
+    started = time.monotonic()
+    with pytest.raises(ConfigFileError) as caught:
+        load_rubric(path)
+    assert time.monotonic() - started < 15  # reading the YAML; nothing quadratic after
+    assert str(caught.value) == (
+        f"{path}: field 'labels': 100,000 labels; a rubric holds at most {MAX_LABELS} (a "
+        "reviewer picks one at a glance): merge the labels that mean the same")
+
+
+def test_a_rubric_at_the_bound_loads_and_one_label_twice_is_still_found(tmp_path: Path) -> None:
+    path = tmp_path / "full.yaml"
+    path.write_text(labels_yaml(MAX_LABELS))
+    assert len(load_rubric(path).labels) == MAX_LABELS
+    path.write_text(labels_yaml(MAX_LABELS, duplicate=True))
+    with pytest.raises(ConfigFileError, match="id 'l0' is used twice"):
+        load_rubric(path)

@@ -1,7 +1,8 @@
 """store/run_dir.py: a run's prompts held as ids and line offsets (PromptLines), each
 parsed when asked: the same prompts, order and errors as reading them whole; token
 arrays read from tokens.bin as untrusted (a missing file, a reference beyond it, bytes
-that are no blob: one RunFormatError naming it); what a resume must match."""
+that are no blob: one RunFormatError naming it); what a resume must match; a line longer
+than a run's line holds, read back or about to be written, is one clear error."""
 
 from __future__ import annotations
 
@@ -18,9 +19,23 @@ from hypothesis import strategies as st
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import RunFormatError, RunMismatch
 from quantcheck.lab.scripted import Faults
-from quantcheck.store.run_dir import Manifest, Parameters, PromptLines
+from quantcheck.store.run_dir import (
+    MAX_LINE_BYTES,
+    Manifest,
+    Parameters,
+    PromptLines,
+    RecordNotStorable,
+    RunWriter,
+)
 
-from .conftest import TWO_PROMPTS, Serve, WritePrompts, assert_one_clear_line, invoke
+from .conftest import (
+    TWO_PROMPTS,
+    Serve,
+    WritePrompts,
+    assert_one_clear_line,
+    cli_in_child,
+    invoke,
+)
 
 prompt_lines = st.lists(st.tuples(
     st.sampled_from(["q1", "q2", "q3", "\u00e9", ""]), st.text(max_size=12),
@@ -136,3 +151,34 @@ def test_reading_a_runs_records_does_not_load_pandas() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("name", ["completions.jsonl", "prompts.jsonl"])
+def test_a_run_file_line_of_2_gib_is_one_error_naming_file_and_line(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, name: str) -> None:
+    """A run read back is untrusted: a line past what a run's line holds is one error
+    (exit 2), read no further (memory capped at 3 GiB in the child: holding the line
+    ended in MemoryError, exit 3)."""
+    a = collected(serve, write_prompts, tmp_path / "a")
+    b = collected(serve, write_prompts, tmp_path / "b")
+    lines = (b / name).read_bytes().count(b"\n")
+    with (b / name).open("r+b") as handle:
+        handle.truncate((b / name).stat().st_size + (2 << 30))  # NULs, sparse on disk
+    result = cli_in_child("compare", a, b, "--out", tmp_path / "report", cwd=tmp_path,
+                          timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert_one_clear_line(result.stderr, f"{b / name}:{lines + 1}: a line of more than "
+                                         "256 MiB, more than a line of a run or report file")
+
+
+def test_a_record_whose_line_a_run_cannot_hold_is_refused_before_anything_is_written(
+        tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path)
+    writer.open()
+    try:
+        with pytest.raises(RecordNotStorable, match="more than the 256 MiB a run's line"):
+            writer.append_line({"prompt_id": "p", "repeat": 0,
+                                "text": "x" * (MAX_LINE_BYTES + 1)}, None)
+    finally:
+        writer.close()
+    assert (tmp_path / "completions.jsonl").read_bytes() == b""

@@ -13,10 +13,13 @@ from hypothesis import strategies as st
 from quantcheck.store.report_records import ForcedStats, KLSpread
 from quantcheck.triage.forced_figures import (
     Positions,
+    Scored,
     llama_cpp_sentence,
+    order_floor,
     quarter_of,
     score_position,
     within_floor,
+    within_order,
 )
 
 
@@ -178,3 +181,34 @@ def test_extreme_logprobs_give_figures_never_an_error(
     assert stats.positions == len(rows)
     assert stats.ppl_ratio is None or math.isfinite(stats.ppl_ratio)
     llama_cpp_sentence(stats, 4, 1)
+
+
+SCORED = st.lists(st.tuples(
+    st.one_of(st.none(), st.floats(-30, 0)),
+    st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.floats(-30, 0)),
+             max_size=4).map(lambda top: ([t for t, _ in top], sorted(
+                 (v for _, v in top), reverse=True)))), max_size=6)
+
+
+@given(SCORED, SCORED)
+def test_two_scorings_of_the_same_tokens_make_a_floor_whatever_they_hold(
+        first: list[Scored], second: list[Scored]) -> None:
+    tokens = {"p": ["a"] * max(len(first), len(second))}
+    floor = order_floor({"p": first}, {"p": second}, tokens)
+    assert floor.positions == min(len(first), len(second))
+    same = order_floor({"p": first}, {"p": first}, tokens)
+    assert same.positions == len(first)
+    if same.kl is not None:
+        assert same.kl.max == 0.0
+
+
+def test_a_kl_within_the_order_floor_is_not_called_drift() -> None:
+    def stats(mean: float) -> ForcedStats:
+        return ForcedStats(positions=3, kl=KLSpread(mean=mean, median=mean, p99=mean,
+                                                    max=mean))
+
+    assert within_order(stats(0.001), stats(0.002)) is True
+    assert within_order(stats(0.1), stats(0.002)) is False
+    assert within_order(stats(0.1), None) is None
+    assert within_order(stats(0.1), ForcedStats(positions=0)) is None
+    assert order_floor({"p": []}, {}, {"p": []}).note == "no prompt was scored in both orders"

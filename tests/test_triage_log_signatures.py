@@ -5,6 +5,7 @@ compare and the gate."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from quantcheck.errors import ConfigFileError
 from quantcheck.triage.log_signatures import load_signatures, scan_log
+from quantcheck.triage.searches import Searches
 
 from .conftest import FIXTURES, assert_one_clear_line, cli_in_child, invoke
 
@@ -112,3 +114,33 @@ def test_a_log_that_is_not_a_regular_file_is_refused_naming_it(tmp_path: Path,
     assert result.returncode == 2, result.stderr
     assert "server.log: the log is" in result.stderr
     assert "not a regular file" in result.stderr
+
+
+def test_a_log_line_of_2_gib_is_one_error_naming_the_log_and_line(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    with log.open("wb") as handle:
+        handle.write(b"INFO started\n")
+        handle.truncate(2 << 30)  # one line of NULs without end, sparse on disk
+    result = cli_in_child("logscan", "server.log", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert_one_clear_line(result.stderr, "server.log:2: a line of more than 64 MiB, more "
+                                         "than a line of a log holds")
+
+
+def test_patterns_that_spend_the_scans_budget_are_refused_naming_one(tmp_path: Path) -> None:
+    """Slow but under a second a line, on many lines: the scan's budget ends it (a
+    budget of 0.5 s here; 60 s in a comparison)."""
+    own = tmp_path / "slow.yaml"
+    own.write_text("signatures:\n  - {id: slow, pattern: '^(a|aa)+$', regex: true, "
+                   "meaning: m, action: a}\n")
+    log = tmp_path / "server.log"
+    log.write_text(("a" * 24 + "b\n") * 20_000)  # each line: milliseconds of backtracking
+    started = time.monotonic()
+    with pytest.raises(ConfigFileError) as caught:
+        scan_log(log, load_signatures([own]), Searches(budget=0.5))
+    assert time.monotonic() - started < 20
+    message = str(caught.value)  # the signature not searched, and the one that was slow
+    assert re.fullmatch(r"signature '[\w-]+': its pattern /.+/ not searched: the 0\.5 s all "
+                        r"pattern searches may take together are spent \(/\^\(a\|aa\)\+\$/ "
+                        rf"took 0\.\d s of them: rewrite it\) \(on {re.escape(str(log))}:\d+\)",
+                        message), message

@@ -180,3 +180,78 @@ def test_a_server_quoting_the_credentials_has_the_password_cut_and_the_user_kept
     for shown in (stored, result.output):
         assert "the operator's quota is spent: user operator sent ***, that is ***" in shown
         assert "Zq7" not in shown
+
+
+KEY_IN_PATH = "AbCd1234EfGh5678IjKl90wxyz"  # a random token, as a gateway puts one
+
+
+class PathKeyServer(ScriptedServer):
+    """A scripted server reached under a key in the path, as some gateways are:
+    http://host/KEY/v1."""
+
+    def app(self) -> web.Application:
+        gateway = web.Application()
+        gateway.add_subapp(f"/{KEY_IN_PATH}/", super().app())
+        return gateway
+
+
+@pytest.mark.parametrize(("endpoint", "shown"), [
+    ("http://h:1/sk-proj-abcdefghijklmnop1234/v1", "http://h:1/***/v1"),
+    (f"http://h:1/{KEY_IN_PATH}/v1", "http://h:1/***/v1"),
+    ("https://h/gw/0123456789abcdef0123456789abcdef/openai", "https://h/gw/***/openai"),
+    ("http://h:1/v1", "http://h:1/v1"),
+    ("https://h/openai/deployments/gpt-4o-mini-2024-07-18/v1",
+     "https://h/openai/deployments/gpt-4o-mini-2024-07-18/v1"),
+    ("https://h/v2/vllm-abc123xyz456/openai/v1", "https://h/v2/vllm-abc123xyz456/openai/v1"),
+    ("https://h/run/3fa85f64-5717-4562-b3fc-2c963f66afa6/v1",
+     "https://h/run/3fa85f64-5717-4562-b3fc-2c963f66afa6/v1"),
+    ("https://h/models/Meta-Llama-3.1-8B-Instruct/v1",
+     "https://h/models/Meta-Llama-3.1-8B-Instruct/v1"),
+], ids=["sk-key", "token", "hex-id", "v1", "azure", "runpod", "uuid", "model"])
+def test_public_url_cuts_a_key_in_the_path_and_keeps_a_normal_path(
+        endpoint: str, shown: str) -> None:
+    assert public_url(endpoint) == shown
+
+
+def test_a_key_in_the_endpoints_path_reaches_no_file_and_no_line(
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = PathKeyServer(ScriptedModel({"capital": " Canberra."})).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.port}/{KEY_IN_PATH}/v1"
+        result = invoke("run", "--a", endpoint, "--b", endpoint, "--prompts",
+                        write_prompts(TWO_PROMPTS), "--out", tmp_path / "r")
+    finally:
+        server.stop()
+    assert result.exit_code == 0, result.output
+    written = [path for path in (tmp_path / "r").rglob("*") if path.is_file()]
+    assert {"manifest.json", "summary.json", "index.html"} <= {p.name for p in written}
+    for path in written:
+        assert KEY_IN_PATH.encode() not in path.read_bytes(), path
+    assert KEY_IN_PATH not in result.output
+    manifest = json.loads((tmp_path / "r" / "a" / "manifest.json").read_text())
+    assert manifest["endpoint"] == f"http://127.0.0.1:{server.port}/***/v1"
+
+
+def test_a_server_quoting_basic_credentials_in_base64_has_them_cut(
+        write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A proxy's error quoting the Authorization it got: the password in Base64 (as
+    sent, URL-safe, unpadded) is cut as the password itself is."""
+    sent = base64.b64encode(b"operator:Zq7?pass>~").decode()
+    url_safe = sent.replace("+", "-").replace("/", "_").rstrip("=")
+
+    def quote_them(request: Request, out: BinaryIO) -> None:
+        message = (f"proxy: rejected Authorization: Basic {sent}, credentials {sent} "
+                   f"({url_safe}) do not match")
+        out.write(http(503, json.dumps({"error": {"message": message}}).encode()))
+
+    with HostileServer(quote_them) as server:
+        endpoint = f"http://operator:Zq7%3Fpass%3E~@127.0.0.1:{server.port}/v1"
+        result = invoke("collect", "--endpoint", endpoint, "--prompts",
+                        write_prompts(TWO_PROMPTS), "--out", tmp_path / "run", "--retries",
+                        "0", "--no-preflight")
+    assert result.exit_code == 1, result.output
+    stored = (tmp_path / "run" / "completions.jsonl").read_text()
+    for shown in (stored, result.output):
+        assert "proxy: rejected Authorization: Basic ***, credentials *** (***) do not" \
+            in shown, shown
+        assert sent not in shown and url_safe not in shown

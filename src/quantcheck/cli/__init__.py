@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     _probing,
     _prompts,
     _reporting,
+    _repro,
     _starter,
 )
 from ._group import cli

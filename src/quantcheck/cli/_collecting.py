@@ -14,7 +14,7 @@ from ..fetch.collect import REPEAT_MODES
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
 from ..pipeline.ab import ABRun, ThroughputSettings
-from ..pipeline.certify import DEFAULT_MAX_REQUESTS
+from ..pipeline.certify import DEFAULT_MAX_REQUESTS, MAX_REQUESTS, MAX_TRIALS
 from ..pipeline.comparing import CompareOptions
 from ..pipeline.determinism import DeterminismRun
 from ..store.labels import label_from_name
@@ -272,7 +272,6 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
           --out runs/bf16
     """
     from ..pipeline.collecting import measure_throughput
-    from ..store.run_dir import write_throughput
 
     bar = PlainProgress(max(int(seconds), 1), label or "throughput")
 
@@ -283,11 +282,10 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
         endpoint, prompt_files, label=label or "", model=model, concurrency=concurrency,
         min_seconds=seconds, request=request_settings(
             max_tokens, api, extra_body, column_map, map_preset, sample, seed),
-        api_key_env=api_key_env, timeout=timeout, retries=retries, progress=heard),
+        api_key_env=api_key_env, timeout=timeout, retries=retries, progress=heard, out=out),
         "Nothing was written.")
     echo_throughput(result, concurrency)
     if out is not None:
-        run_guarded(lambda: write_throughput(out, result), "Nothing was written.")
         click.echo(f"written: {out / 'throughput.json'}")
 
 
@@ -349,19 +347,20 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
                    "OUT/certificate.json.")
 @click.option("--max-batch", default=32, show_default=True, type=click.IntRange(2),
               help="--certify: the largest concurrent batch (sizes 2, 4, 8, ... up to it).")
-@click.option("--trials", default=3, show_default=True, type=click.IntRange(2),
+@click.option("--trials", default=3, show_default=True, type=click.IntRange(2, MAX_TRIALS),
               help="--certify: trials per prompt and level, fresh fillers and positions each.")
 @click.option("--plan-seed", default=0, show_default=True, type=int,
               help="--certify: the seed of the plan's fillers and positions.")
 @click.option("--max-requests", default=DEFAULT_MAX_REQUESTS, show_default=True,
-              type=click.IntRange(1),
+              type=click.IntRange(1, MAX_REQUESTS),
               help="--certify: refuse a plan with more requests than this.")
 @click.option("--control", metavar="URL",
               help="--certify: run the same plan against a configuration expected to vary "
                    "and report whether the test detected it.")
 @click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
-              help="--certify: exit 1 when more prompts than this vary (default off; the "
-                   "gate's policy key of the same name, also `quantcheck gate OUT`).")
+              help="--certify: exit 0 when no more prompts than this vary (default 0: exit 1 "
+                   "unless CERTIFIED; the gate's policy key of the same name, also "
+                   "`quantcheck gate OUT`).")
 @sig_digits_option
 @determinism_request_options
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
@@ -399,7 +398,8 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
         certify_command(CertifyRun(
             certify_settings(endpoint, model, api_key_env, parameters), prompt_files, out,
             parameters.request, trials, max_batch, plan_seed, max_requests, control,
-            0 if fail_on_nondeterminism else max_nondeterministic_prompts))
+            0 if fail_on_nondeterminism or max_nondeterministic_prompts is None
+            else max_nondeterministic_prompts))
         return
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]

@@ -11,6 +11,7 @@ import click
 from ..fetch.collect import CollectSettings
 from ..pipeline.ab import ABRun
 from ..pipeline.comparing import CompareOptions
+from ..store.folder_kinds import CANDIDATES_OVERVIEW, REPORT, held
 from ..store.prompt_sets import shipped_prompt_file
 from ..store.report_records import Overview, Summary
 from ..store.run_dir import Cell
@@ -59,8 +60,7 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path | None,
         raise click.BadParameter("comma-separated, each once: bf16, fp8, int4",
                                  param_hint="--b-precision")
     out = out or Path("reports/demo-scripted" if engine == "scripted" else "reports/demo")
-    for side in ("a", "b", "candidates"):  # the demo's own runs: new ports every time
-        shutil.rmtree(out / side, ignore_errors=True)
+    _clear(out, several=engine != "scripted" and len(precisions) > 1)
     if engine == "scripted":
         result = _scripted_demo(out, repeats)
     else:
@@ -77,6 +77,19 @@ def demo_command(engine: str, b_precision: str, fault: str, out: Path | None,
                f"  {me} run --a http://HOST_A:8000/v1 --b http://HOST_B:8000/v1 "
                f"--prompts {shlex.quote(_shown_path(shipped_prompt_file('default.yaml')))} "
                "--out reports/mine")
+
+
+def _clear(out: Path, several: bool) -> None:
+    """The demo's own runs go (new ports every time), and so does the other shape of its
+    report (one candidate's, or the overview of several), so that it can be run again
+    with another --b-precision; a folder holding any other output is left as it is, for
+    the run to refuse."""
+    if not set(held(out)) <= {REPORT, CANDIDATES_OVERVIEW}:
+        return
+    for side in ("a", "b", "candidates"):
+        shutil.rmtree(out / side, ignore_errors=True)
+    for name in (REPORT if several else CANDIDATES_OVERVIEW).files:
+        (out / name).unlink(missing_ok=True)
 
 
 def _shown_path(path: Path) -> str:

@@ -15,7 +15,8 @@ from ..gate.explain import Failure, report_failures
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, Written, compare_all
 from ..present.sentences import agreement_sentence
-from ..store.report_dir import OVERVIEW, require_report
+from ..store.folder_kinds import CANDIDATES_OVERVIEW, CERTIFICATE, REPORT, kind_of
+from ..store.report_dir import require_report
 from ..store.report_records import Overview, Summary
 from ..store.reviews import load_verdicts, review_path
 from ._group import cli
@@ -42,6 +43,7 @@ from .serving import serve_until_stopped, url_of
 
 # The gate's options that apply to a determinism certificate
 CERTIFICATE_RULES = ("policy", "max_nondeterministic_prompts", "max_failed_requests")
+GATED = (REPORT, CANDIDATES_OVERVIEW, CERTIFICATE)  # the kinds of folder the gate reads
 
 
 @cli.command("compare")
@@ -201,10 +203,11 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-new-degenerate", type=click.IntRange(0),
               help="Repetition loops or empty answers on B that A did not have (default 0).")
 @click.option("--max-nondeterministic", type=click.IntRange(0),
-              help="Prompts with more than one text or signature, per side (default off).")
+              help="Prompts whose repeats' texts vary, per side (those whose logprobs "
+                   "alone moved are said beside, not counted; default off).")
 @click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
               help="A determinism certificate's prompts that vary under any factor "
-                   "(REPORT_DIR holds certificate.json; default off).")
+                   "(REPORT_DIR holds certificate.json; default 0).")
 @click.option("--require-review/--no-require-review", default=None,
               help="Fail while a non-identical pair has no verdict and no approval.")
 @click.option("--min-identical-share", type=FiniteFloat(0, 1),
@@ -267,13 +270,13 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
       quantcheck gate reports/certificate --max-nondeterministic-prompts 0
     """
     from ..gate import verdict as gate
-    from ..store.certificate_records import CERTIFICATE_JSON
     from ..store.rubric import load_rubric
 
     def settings() -> Policy:
         return overrides.applied(gate.load_policy(policy))
 
-    if (report_dir / CERTIFICATE_JSON).exists():
+    kind = run_guarded(lambda: kind_of(report_dir, GATED, "the gate"), "Nothing was written.")
+    if kind == CERTIFICATE:
         refuse_given_options(CERTIFICATE_RULES, (
             f"{report_dir} is a determinism certificate (no pairs to review, no candidates): "
             "only --policy, --max-nondeterministic-prompts and --max-failed-requests apply "
@@ -281,7 +284,7 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
         _gate_certificate(report_dir, settings)
         return
 
-    if (report_dir / OVERVIEW).exists():
+    if kind == CANDIDATES_OVERVIEW:
         if review_files:
             raise click.BadParameter("give a candidate's own report directory "
                                      "(REPORT_DIR/candidates/LABEL) to gate it with exported "

@@ -24,7 +24,7 @@ from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, code_limits
 from ..store.column_maps import PRESETS, ColumnMapError, parse_map
 from ..store.files import refuse_overwriting_inputs
-from ..store.prompt_entries import unsendable
+from ..store.prompt_entries import own_field_problem, unsendable
 from ..store.prompt_sets import APIS, RequestOptions, SourceOptions
 from ..store.run_dir import Parameters
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB
@@ -152,7 +152,7 @@ def json_object_option(ctx: click.Context, param: click.Parameter, value: str | 
         raise click.BadParameter(f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise click.BadParameter('must be a JSON object, e.g. {"repeat_penalty": null}')
-    if problem := unsendable(data):
+    if problem := unsendable(data) or own_field_problem(data):
         raise click.BadParameter(problem)
     return data
 

@@ -15,7 +15,7 @@ import click
 import msgspec
 
 from ..errors import ExitCode
-from ..gate.explain import Failure, markdown_table
+from ..gate.explain import Failure, markdown_table, markdown_text
 from ..gate.overview import CandidatesGate
 from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
@@ -24,7 +24,9 @@ from ..present.sentences import (
     collecting_speed,
     headline,
     judge_sentence,
+    order_floor_sentence,
     plural,
+    repeats_sent,
     template_warning,
 )
 from ..store.preflight_records import Preflight
@@ -85,6 +87,10 @@ def echo_forced(forced: ForcedSummary) -> None:
                                   forced.quarter_k) + ".")
     if forced.within_floor is not None:
         click.echo(forced.within_floor.sentence[0].upper() + forced.within_floor.sentence[1:] + ".")
+    if forced.cache:
+        click.echo(f"Prefix cache: {forced.cache}.")
+    if floor := order_floor_sentence(forced):
+        click.echo(floor + ".")
     if forced.tokenizer:
         click.echo(f"Tokenizer: {forced.tokenizer}.")
 
@@ -113,6 +119,8 @@ def print_summary(summary: Summary, out: Path) -> None:
             click.echo(summary.stats.pass_rate.resolution_sentence + ".")
     if summary.forced is not None and summary.forced.scored:
         echo_forced(summary.forced)
+    if sent := repeats_sent(summary):
+        click.echo(sent + ".")
     for line in collecting_speed(summary):
         click.echo(line)
     if summary.judge is not None:
@@ -277,17 +285,19 @@ def candidates_markdown(decision: CandidatesGate, overview: Overview,
     """The gate's verdict on every candidate as the Markdown the step summary gets, then
     why each failing candidate fails, prompt by prompt."""
     lines = [f"## quantcheck: {decision.verdict.upper()}", "",
-             f"**{overview.reference.label}** (reference) against "
+             f"**{markdown_text(overview.reference.label)}** (reference) against "
              f"{len(decision.candidates)} candidates", "",
              "| candidate | verdict | why |", "|---|---|---|"]
     for label, result in decision.candidates.items():
-        lines.append(f"| {label} | {result.verdict} | {'; '.join(result.reasons())} |")
+        lines.append(f"| {markdown_text(label)} | {result.verdict} | "
+                     f"{markdown_text('; '.join(result.reasons()))} |")
     choice = decision.recommendation
-    lines += ["", f"Recommended: **{choice.label}**, {choice.reason}." if choice.label
-              else f"No candidate is recommended: {choice.reason}."]
+    lines += ["", f"Recommended: **{markdown_text(choice.label)}**, "
+              f"{markdown_text(choice.reason)}." if choice.label
+              else f"No candidate is recommended: {markdown_text(choice.reason)}."]
     for label, found in (failures or {}).items():
         lines += markdown_table(found, overview.reference.label, label,
-                                title=f"Why {label} fails")
+                                title=f"Why {markdown_text(label)} fails")
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,15 @@ greedy ones in its body. One seeded request is tried first (not counted): a serv
 that refuses it (HTTP 400) leaves the `seed` factor untested, and `seed_control` says
 so; otherwise it says the seed and temperature sent.
 
+What is not sent, and why (`PlanSender.untested`, by factor and level): a round with
+a request that does not fit the endpoint's context, the `cache` factor where the
+prefix cache cannot be emptied or the requests turn it off, the `seed` factor where
+the server refuses a seed, and a level (with the levels held to it) from the first
+request the server refuses as too long for its context.
+
+The warm-up (certify_warm_up.py, not counted) measures the `Pace` the time estimate
+and the fit of a level rest on.
+
 MoE routing (`routed_experts`): asked of SGLang in each body (vLLM sends it when
 started to, on whole answers only); each answer keeps a digest per generated token of
 the experts it was routed to. Routing that cannot be this answer's is not kept.
@@ -18,15 +27,24 @@ the experts it was routed to. Routing that cannot be this answer's is not kept.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import msgspec
 
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed
-from ..store.certificate_records import Answer, Plan, Probe, Round
+from ..store.certificate_records import Answer, Factor, Plan, Probe, Round
 from ..store.engines import known, profile_of
-from ..store.run_records import Prompt
-from ..store.runtimes import context_length
+from ..store.run_dir import ServerInfo
+from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
+from ..store.runtimes import context_length, server_slots
+from ..triage.certificate_coverage import why_untested
+from ..triage.certify_plan import (
+    ASSUMED_CONTEXT,
+    TOKENS_PER_WORD,
+    fits,
+    probe_words,
+)
 from ..triage.routing import row_digests
 from ..wire.client import (
     TRANSPORT_ERRORS,
@@ -36,6 +54,7 @@ from ..wire.client import (
     RetryableError,
     all_or_none,
     api_key_from_env,
+    context_overflow,
     public_url,
     server_root,
     sleep_backoff,
@@ -57,23 +76,27 @@ class CertifySettings:
     max_response_mb: int = 64
     routed_experts: bool = False
     routed_experts_shape: tuple[int, int] | None = None  # (layers, k) for SGLang's flat rows
+    preflight: bool = True  # collect's preflight first (--no-preflight: not)
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS  # the preflight's context probe
 
 
 @dataclass
 class ServerFacts:
     model: str
     runtime: str | None
-    context_tokens: int | None
+    context_tokens: int | None  # a slot's, on llama.cpp
+    slots: int | None = None  # llama.cpp's --parallel
+    models: list[dict[str, object]] = field(default_factory=list)
+    info: ServerInfo | None = None
 
-
-@dataclass
-class Sent:
-    """What one endpoint answered to a plan."""
-
-    answers: list[Answer]
-    failed: int
-    cache_control: str
-    seed_control: str = ""
+    def context_phrase(self) -> str:
+        """The context a request must fit, in words: why a level was not sent."""
+        if self.context_tokens is None:
+            return (f"the server does not say its context (only what fits "
+                    f"{ASSUMED_CONTEXT:,} tokens is sent)")
+        if self.slots and self.slots > 1:
+            return f"a slot holds {self.context_tokens:,} tokens"
+        return f"the context is {self.context_tokens:,} tokens"
 
 
 async def server_facts(client: EndpointClient, requested: str | None) -> ServerFacts:
@@ -83,7 +106,8 @@ async def server_facts(client: EndpointClient, requested: str | None) -> ServerF
     model = choose_model(models, requested, public_url(client.endpoint))
     info = await describe_server(client, models)
     runtime = info.runtime if known(info.runtime) else None
-    return ServerFacts(model, runtime, context_length(info, model))
+    return ServerFacts(model, runtime, context_length(info, model), server_slots(info),
+                       models, info)
 
 
 def with_prefix(request: Mapping[str, object], prefix: str) -> dict[str, object]:
@@ -105,6 +129,17 @@ def with_prefix(request: Mapping[str, object], prefix: str) -> dict[str, object]
     elif isinstance(body.get("prompt"), str):
         body["prompt"] = f"{prefix}\n\n{body['prompt']}"
     return body
+
+
+def prompt_words(prompt: Prompt) -> int:
+    """Words of a prompt's messages or text (as JSON: every string it holds)."""
+    asked = prompt.request.get("messages", prompt.request.get("prompt", ""))
+    return len(msgspec.json.encode(asked).split())
+
+
+def max_tokens_of(prompts: list[Prompt]) -> int:
+    asked = [p.request.get("max_tokens") for p in prompts]
+    return max([v for v in asked if isinstance(v, int)] or [64])
 
 
 def requests_turn_cache_off(prompts: list[Prompt], runtime: str | None) -> bool:
@@ -130,6 +165,13 @@ class PlanSender:
         self.cache_off_by_requests = requests_turn_cache_off(prompts, facts.runtime)
         self.cache_control = ""
         self.seed_refused = False
+        self.max_tokens = max_tokens_of(prompts)
+        self.words = {prompt.id: prompt_words(prompt) for prompt in prompts}
+        self.untested: dict[tuple[Factor, str], str] = {}  # why, by factor and level
+        self.sent = 0  # the plan's requests sent
+        self.tokens_per_word = float(TOKENS_PER_WORD)  # measured in the warm-up
+        self.cache_untested = ""  # why the cache factor cannot be tested
+        self.seed_untested = ""
 
     def body(self, probe: Probe) -> tuple[dict[str, object], str]:
         """A probe's request body and api."""
@@ -180,7 +222,8 @@ class PlanSender:
             await self.client.generate(api, body, False, self.settings.top_logprobs)
         except ParameterRejected as exc:
             self.seed_refused = True
-            return f"not tested: the server refused a seeded request ({exc.reason})"
+            self.seed_untested = f"the server refused a seeded request ({exc.reason})"
+            return f"not tested: {self.seed_untested}"
         except QuantcheckError:
             raise
         except Exception as exc:  # as any request may: the seeded probes try again
@@ -191,22 +234,54 @@ class PlanSender:
                 f"request; the same seed must give the same tokens{tried}")
 
     async def check_cache_control(self) -> str:
-        """How the prefix cache will be turned off, tried once now."""
+        """How the prefix cache will be turned off, tried once now; where it cannot be,
+        the cache factor is not tested (cached and cold answers cannot be told apart)."""
         if self.cache_field:
             if self.cache_off_by_requests:
+                self.cache_untested = (f"the requests turn the prefix cache off "
+                                       f"({self.cache_field}: false)")
                 return (f"{self.facts.runtime}: {self.cache_field} false in each request, as "
                         "the requests themselves ask (--extra-body): the cache factor is not "
                         "tested")
             return (f"{self.facts.runtime}: {self.cache_field} false in each request (true "
                     "for the cache factor)")
         if self.flush_path is None:
-            return ("none could be: the runtime is not known to empty its prefix cache, so "
+            said = ("none could be: the runtime is not known to empty its prefix cache, so "
                     "the prefix ladder ran with whatever cache the server keeps")
-        problem = await self.flush()
-        if problem is not None:
+        elif (problem := await self.flush()) is not None:
             self.flush_path = None
-            return f"none could be: {problem}"
-        return f"{self.facts.runtime}: POST {self.flush_path} before each cache-off request"
+            said = f"none could be: {problem}"
+        else:
+            return f"{self.facts.runtime}: POST {self.flush_path} before each cache-off request"
+        self.cache_untested = ("the prefix cache could not be emptied or turned off, so "
+                               "cached and cold answers cannot be told apart")
+        return said
+
+    def why_not(self, round_: Round) -> str | None:
+        """Why a round cannot be sent to this endpoint; None when it can."""
+        if self.seed_refused and any(p.seed is not None for p in round_.probes):
+            return self.seed_untested
+        if self.cache_untested and any(p.cache for p in round_.probes):
+            return self.cache_untested
+        if not all(fits(probe_words(p) + self.words.get(p.prompt_id, 0),
+                        self.facts.context_tokens, self.max_tokens, self.tokens_per_word)
+                   for p in round_.probes):
+            return self.facts.context_phrase()
+        return None
+
+    def rounds_to_send(self, plan: Plan) -> list[Round]:
+        """The plan's rounds this endpoint is sent: none of a level (or of a level held
+        to it) that cannot be tested whole here, whose reason is kept in `untested`."""
+        for round_ in plan.rounds:
+            reason = self.why_not(round_)
+            if reason is not None:
+                for probe in round_.probes:
+                    self.untested.setdefault((probe.factor, probe.level), reason)
+        return [r for r in plan.rounds if not self.skipped(r)]
+
+    def skipped(self, round_: Round) -> bool:
+        return any(why_untested(p.factor, p.level, self.untested) is not None
+                   for p in round_.probes)
 
     async def flush(self) -> str | None:
         """Empty the prefix cache; why it could not be, or None."""
@@ -223,58 +298,78 @@ class PlanSender:
             return f"POST {self.flush_path} failed: {type(exc).__name__}"
         return None
 
-    def sent_in(self, round_: Round) -> list[Probe]:
-        """The round's probes that are sent: seeded ones only where a seed is taken."""
-        return [p for p in round_.probes if not (self.seed_refused and p.seed is not None)]
-
     async def send_round(self, round_: Round) -> list[Answer]:
+        """The round's answers; none when the server refuses one of its requests as
+        too long for its context (its levels are then not tested)."""
         if round_.action == "flush" and self.flush_path is not None:
             problem = await self.flush()
             if problem is not None:
                 raise RequestsFailed(f"the prefix cache could not be emptied: {problem}")
-        answered = await all_or_none(self.one(probe) for probe in self.sent_in(round_))
-        return [answer for answer in answered if answer is not None]
+        answered = await all_or_none(self.one(probe) for probe in round_.probes)
+        self.sent += len(round_.probes)
+        refusal = next((a for a in answered if isinstance(a, Refused)), None)
+        if refusal is not None:
+            for probe in round_.probes:
+                self.untested.setdefault((probe.factor, probe.level), refusal.reason)
+            return []
+        return [answer for answer in answered if isinstance(answer, Answer)]
 
-    async def one(self, probe: Probe) -> Answer | None:
-        """A probe's answer (None for a filler); its error after the retries."""
+    async def one(self, probe: Probe) -> Answer | Refused | None:
+        """A probe's answer (None for a filler); its error after the retries; Refused
+        when the server says it does not fit its context."""
+        got = await self.ask(probe)
+        if isinstance(got, Refused):
+            return got
+        if isinstance(got, str):
+            self.failed += 1
+            return Answer(prompt_id=probe.prompt_id, factor=probe.factor, level=probe.level,
+                          trial=probe.trial, baseline=probe.baseline, error=got) \
+                if probe.prompt_id else None
+        if not probe.prompt_id:
+            return None
+        tokens = got.tokens if got.has_logprobs else None
+        return Answer(prompt_id=probe.prompt_id, factor=probe.factor, level=probe.level,
+                      trial=probe.trial, prefix_words=len(probe.prefix.split()),
+                      baseline=probe.baseline, text=got.text,
+                      tokens=list(tokens.text) if tokens else [],
+                      logprobs=list(tokens.logprob) if tokens else [],
+                      top=[list(zip(t, v, strict=True)) for t, v in
+                           zip(tokens.top_text, tokens.top_logprob, strict=True)]
+                      if tokens else [],
+                      routing=self.routing(got, len(tokens) if tokens else 0))
+
+    async def ask(self, probe: Probe) -> Generation | Refused | str:
+        """A probe's generation, Refused, or its error after the retries."""
         body, api = self.body(probe)
-        error = None
+        error = ""
         for attempt in range(self.settings.retries + 1):
             try:
                 generation, _ = await self.client.generate(api, body, probe.stream,
                                                            self.settings.top_logprobs)
+                return generation
             except RetryableError as exc:
                 error = f"{exc} (after {attempt + 1} attempts)"
                 if attempt < self.settings.retries:
                     await sleep_backoff(attempt, exc.retry_after)
-                continue
-            except ParameterRejected:
+            except ParameterRejected as exc:
+                if context_overflow(exc.reason):
+                    return Refused(f"the server refused a request of this level as too "
+                                   f"long: {exc.reason}")
                 raise
             except RequestFailed as exc:
-                error = str(exc)
-                break
+                return str(exc)
             except QuantcheckError:
                 raise
             except Exception as exc:  # an answer no parser foresaw: that request fails
-                error = f"unreadable answer ({type(exc).__name__}: {exc})"
-                break
-            if not probe.prompt_id:
-                return None
-            tokens = generation.tokens if generation.has_logprobs else None
-            return Answer(prompt_id=probe.prompt_id, factor=probe.factor, level=probe.level,
-                          trial=probe.trial, prefix_words=len(probe.prefix.split()),
-                          baseline=probe.baseline, text=generation.text,
-                          tokens=list(tokens.text) if tokens else [],
-                          logprobs=list(tokens.logprob) if tokens else [],
-                          top=[list(zip(t, v, strict=True)) for t, v in
-                               zip(tokens.top_text, tokens.top_logprob, strict=True)]
-                          if tokens else [],
-                          routing=self.routing(generation, len(tokens) if tokens else 0))
-        self.failed += 1
-        if not probe.prompt_id:
-            return None
-        return Answer(prompt_id=probe.prompt_id, factor=probe.factor, level=probe.level,
-                      trial=probe.trial, baseline=probe.baseline, error=error)
+                return f"unreadable answer ({type(exc).__name__}: {exc})"
+        return error
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A request the server refused as too long for its context."""
+
+    reason: str
 
 
 def client_for(settings: CertifySettings) -> EndpointClient:
@@ -282,23 +377,15 @@ def client_for(settings: CertifySettings) -> EndpointClient:
                           settings.timeout, max_response_mb=settings.max_response_mb)
 
 
-async def warm_up(sender: PlanSender) -> float:
-    """One request of the first prompt (not counted), its seconds: the server's first
-    answer may differ from later ones (kernels chosen, caches filled)."""
-    started = time.perf_counter()
-    await sender.one(Probe(factor="repeat", level="warm-up", prompt_id=sender.first.id))
-    sender.failed = 0
-    return time.perf_counter() - started
-
-
-async def send_plan(sender: PlanSender, plan: Plan,
-                    sent: Callable[[int], None] | None = None) -> Sent:
-    """Every round in order; `sent(n)` after each round of n requests."""
-    cache_control = await sender.check_cache_control()
-    seed_control = await sender.check_seed(plan)
+async def send_rounds(sender: PlanSender, rounds: list[Round],
+                      sent: Callable[[int], None] | None = None) -> list[Answer]:
+    """Every round in order, but those of a level found untested on the way; `sent(n)`
+    after each round of n requests."""
     answers: list[Answer] = []
-    for round_ in plan.rounds:
+    for round_ in rounds:
+        if sender.skipped(round_):
+            continue
         answers += await sender.send_round(round_)
         if sent is not None:
-            sent(len(sender.sent_in(round_)))
-    return Sent(answers, sender.failed, cache_control, seed_control)
+            sent(len(round_.probes))
+    return answers

@@ -17,12 +17,14 @@ from .._version import __version__
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed, RunMismatch
 from ..store.engines import ROUTING_STREAM_END, UNKNOWN, profile_of
 from ..store.files import StorageError
+from ..store.folder_kinds import RUN, claim
 from ..store.labels import check_label
 from ..store.preflight_records import Preflight
 from ..store.prompt_sets import file_sha256, load_prompts
 from ..store.run_dir import (
     COMPLETIONS,
     MANIFEST,
+    CacheControl,
     Cell,
     Manifest,
     Parameters,
@@ -126,6 +128,52 @@ def request_body(prompt: Prompt, model: str, top_logprobs: int, runtime: str | N
     return fields_body(prompt.request, prompt.api, model, top_logprobs, runtime)
 
 
+def collect_body(prompt: Prompt, model: str, parameters: Parameters, runtime: str | None
+                 ) -> dict[str, object]:
+    """The exact JSON body collect sends for `prompt` with a run's parameters (the client
+    adds the streaming fields: wire.client.streamed): `request_body`, MoE routing asked
+    where the engine wants it asked, and the prefix cache turned off where its profile
+    can do it per request (`cache_control` says so), unless the request sets it itself."""
+    body = request_body(prompt, model, parameters.top_logprobs, runtime)
+    profile = profile_of(runtime)
+    if profile is None:
+        return body
+    if parameters.routed_experts and profile.routing_request:
+        body[profile.routing_request] = True  # vLLM sends it when started to
+    field = profile.cache_off_field
+    if parameters.cache_off and field is not None and field not in body:
+        body[field] = False
+    return body
+
+
+def cache_control(runtime: str | None, prompts: Sequence[Prompt], cache_off: bool
+                  ) -> CacheControl:
+    """How a run's requests (`collect_body`'s) meet the engine's prefix cache."""
+    profile = profile_of(runtime)
+    field = profile.cache_off_field if profile else None
+    if profile is not None and field is not None:
+        asked = {msgspec.json.encode(p.request[field]).decode() for p in prompts
+                 if field in p.request}
+        if asked:  # the requests set it themselves (a prompt's fields, --extra-body)
+            unset = any(field not in p.request for p in prompts)
+            off = asked == {"false"} and (cache_off or not unset)
+            return CacheControl(off=off, how=f"{profile.label}: {field} "
+                                f"{', '.join(sorted(asked))}, as the requests themselves ask"
+                                + (" (false in the others)" if unset and cache_off else ""))
+        if cache_off:
+            return CacheControl(off=True, how=f"{profile.label}: {field} false in every "
+                                "request")
+    if not cache_off:
+        return CacheControl(off=False, how="left as the server keeps it")
+    if profile is None:
+        return CacheControl(off=False, how="left on: the server does not say what it is, so "
+                            "no way to turn a prefix cache off per request is known")
+    flush = (f" (it can only be emptied as a whole: POST {profile.cache_flush_path})"
+             if profile.cache_flush_path else "")
+    return CacheControl(off=False, how=f"left on: {profile.label} cannot turn its prefix "
+                        f"cache off per request{flush}")
+
+
 def fields_body(fields: Mapping[str, object], api: str, model: str, top_logprobs: int,
                 runtime: str | None = None) -> dict[str, object]:
     """`request_body` of request fields that are not a prompt of the set (the
@@ -168,6 +216,7 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
     shape = ProbeShape.like(everything[0]) if everything else ProbeShape()
     prompts = shard_prompts(everything, settings.shard) if settings.shard else everything
     run_dir = Path(out)
+    claim(run_dir, RUN)
     async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
                               settings.timeout, max(settings.concurrency * 2, 16),
                               settings.max_response_mb) as client:
@@ -177,6 +226,7 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
         settings = _streaming_for_routing(settings, server.runtime, reporter)
         manifest = _manifest(settings, model, prompts, prompt_files)
         manifest.server = server
+        manifest.cache = cache_control(server.runtime, prompts, settings.cache_off)
         with lock_run(run_dir):
             return await _collect_locked(client, run_dir, manifest, settings, model, models,
                                          prompts, reporter, force, shape)
@@ -367,8 +417,7 @@ class _Session:
     async def _filler(self, prompts: list[Prompt], stop: asyncio.Event) -> None:
         while not stop.is_set():
             for prompt in prompts:
-                body = request_body(prompt, self.model, self.settings.top_logprobs,
-                                    self.runtime)
+                body = collect_body(prompt, self.model, self.settings, self.runtime)
                 try:
                     await self.client.generate(prompt.api, body, self.settings.stream,
                                                self.settings.top_logprobs)
@@ -378,10 +427,8 @@ class _Session:
                     return
 
     async def _request(self, prompt: Prompt, repeat: int) -> Completion:
-        body = request_body(prompt, self.model, self.settings.top_logprobs, self.runtime)
+        body = collect_body(prompt, self.model, self.settings, self.runtime)
         profile = profile_of(self.runtime)
-        if self.settings.routed_experts and profile is not None and profile.routing_request:
-            body[profile.routing_request] = True  # vLLM sends it when started to
         record = Completion(prompt_id=prompt.id, prompt_hash=prompt.hash, repeat=repeat,
                             started_at=_now())
         for attempt in range(self.settings.retries + 1):

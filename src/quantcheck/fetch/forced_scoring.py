@@ -13,13 +13,22 @@ line (and the summary) is labelled approximate.
 `token-ids` asks llama.cpp's llama-server on its native `/completion`, one position
 per request: the prompt is A's prompt ids (the prompt, or the chat template applied by
 B's `/apply-template`, through B's `/tokenize` with the special tokens the server adds
-itself) plus A's generated ids so far, `n_predict` 1, `n_probs` k; with `cache_prompt`
-each request evaluates about one token. Exact, after checking that B tokenizes like A
-(A's preflight fingerprint); needs A's token ids (llama-server records them). B's
+itself) plus A's generated ids so far, `n_predict` 1, `n_probs` k. Exact, after
+checking that B tokenizes like A (A's preflight fingerprint); needs A's token ids
+(llama-server records them). B's
 logprob of A's token is known only when it is in B's top-k (else delta p counts it 0).
 `echo` sends text to legacy completions with `echo` and `logprobs` (vLLM,
 llama-cpp-python, others): B re-tokenizes the text, so it is labelled approximate;
 chat prompts cannot be echoed and are skipped with the reason.
+
+The prefix cache: a scoring request that reuses a cached prefix is computed otherwise
+than one that does not, and which prefixes are cached depends on the order the
+requests came in. Where B's engine turns its cache off per request (llama.cpp:
+`cache_prompt: false`), every scoring request does (each then evaluates its whole
+prompt, so token-ids scoring costs one prefill per position). Where it cannot, or
+`--extra-body` keeps it on, A's tokens are scored a second time in the reverse order:
+the two scorings' difference is `order_floor`, and an A-vs-B KL mean within it is not
+called drift (`within_order_floor`). `cache` says which.
 
 The figures are llama.cpp's (`llama-perplexity --kl-divergence`: triage/forced_figures.py
 says each one); KL is estimated from the top-k (a lower bound), and again from each
@@ -48,20 +57,30 @@ from pathlib import Path
 import msgspec
 
 from ..errors import EndpointError, RunFormatError
-from ..store.engines import ENGINES, PROMPT_LOGPROBS, profile_of, with_forced_mode
+from ..store.engines import (
+    ENGINES,
+    PROMPT_LOGPROBS,
+    TOKEN_IDS,
+    EngineProfile,
+    profile_of,
+    with_forced_mode,
+)
+from ..store.folder_kinds import FORCED, claim
 from ..store.preflight_records import Fingerprint
 from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
 from ..store.run_dir import Run, ServerInfo, load_run
 from ..store.run_records import Completion, Prompt
-from ..store.runtimes import choose_model, mapping, whole_number
+from ..store.runtimes import choose_model, mapping, server_slots
 from ..triage.forced_figures import (
     Positions,
     noise_floor,
+    order_floor,
     quarter_of,
     score_position,
     top_k_of,
     within_floor,
+    within_order,
 )
 from ..triage.tokenizers import tokenizer_agreement
 from ..wire.client import (
@@ -111,6 +130,7 @@ class ForcedSettings:
 async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSettings
                           ) -> ForcedSummary:
     """Score A's first repeat of every prompt on B; write forced.jsonl and forced.json."""
+    claim(Path(out), FORCED)
     run = load_run(a_run)
     with_tokens = [r for r in run.completions() if r.ok and r.tokens]
     records = [r for r in with_tokens if r.repeat == 0]
@@ -126,17 +146,24 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         mode = settings.mode if settings.mode != "auto" else auto_mode(server)
         a_top_k = top_k_of(records)
         quarter = quarter_of(min(a_top_k or settings.top_k, settings.top_k))
-        scorer = _Scorer(client, model, mode, settings, quarter)
+        cache_field = scoring_cache_field(mode, server, settings.extra_body)
+        scorer = _Scorer(client, model, mode, settings, quarter, cache_field,
+                         keep=cache_field is None)
         scorer.give_up_after = min(GIVE_UP_AFTER, sum(
             1 for r in records if scorer.skip_reason(run.prompts[r.prompt_id], r) is None))
         tokenizer = await scorer.same_tokenizer(run, a_run) if mode == "token-ids" else None
         semaphore = asyncio.Semaphore(_concurrency(mode, settings.concurrency, server))
         lines = await _score_all(scorer, run, records, semaphore)
-        b_self, b_repeats = (await _b_floors(client, model, mode, settings, quarter, semaphore)
+        by_order = (None if cache_field else await _order_floor(
+            scorer, _Scorer(client, model, mode, settings, quarter, None, keep=True), run,
+            records, semaphore))
+        b_self, b_repeats = (await _b_floors(client, model, mode, settings, quarter, semaphore,
+                                             cache_field)
                              if settings.b_run is not None else (None, None))
     overall = scorer.positions
     a_repeats = noise_floor(with_tokens, "A", quarter)
-    floors = {"a_repeats": a_repeats, "b_repeats": b_repeats, "b_self": b_self}
+    floors = {"a_repeats": a_repeats, "b_repeats": b_repeats, "b_self": b_self,
+              "b_order": by_order}
     summary = ForcedSummary(
         endpoint=public_url(settings.endpoint), model=model, mode=mode,
         approximate=mode == "echo" or any(line.approximate for line in lines),
@@ -148,9 +175,49 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         estimator=_estimator(a_top_k, settings.top_k, quarter), b_self=b_self,
         b_noise_floor=b_repeats,
         within_floor=within_floor(overall.kl, {name: stats for name, stats in floors.items()
-                                               if stats is not None}))
+                                               if stats is not None}),
+        cache=_cache_words(cache_field, mode, server),
+        order_floor=by_order, within_order_floor=within_order(overall.stats(), by_order))
     write_forced(Path(out), summary, list(lines))
     return summary
+
+
+def _scoring_engine(mode: str, server: ServerInfo) -> EngineProfile | None:
+    """Whose API the scoring requests speak: token-ids is llama.cpp's native API,
+    whatever the server says it is; the other modes, the server's engine."""
+    return with_forced_mode(mode) if mode == TOKEN_IDS else profile_of(server.runtime)
+
+
+def scoring_cache_field(mode: str, server: ServerInfo, extra_body: Mapping[str, object]
+                        ) -> str | None:
+    """The body field that turns B's prefix cache off in each scoring request
+    (llama.cpp's `cache_prompt`), or None where the engine has none or --extra-body
+    keeps the cache on."""
+    profile = _scoring_engine(mode, server)
+    field = profile.cache_off_field if profile is not None else None
+    if field is None or extra_body.get(field, False) is not False:
+        return None
+    return field
+
+
+def _cache_words(field: str | None, mode: str, server: ServerInfo) -> str:
+    if field is not None:
+        return f"{field} false in every scoring request: no request reuses a cached prefix"
+    profile = _scoring_engine(mode, server)
+    why = ("--extra-body keeps it on" if profile is not None and profile.cache_off_field
+           else f"{profile.label} cannot turn it off per request" if profile is not None
+           else "the server does not say what it is, so no way to turn it off is known")
+    return (f"the prefix cache stays on ({why}): A's tokens were scored twice, the second "
+            "time in the reverse order, and their difference is the scoring-order floor")
+
+
+async def _order_floor(first: _Scorer, again: _Scorer, run: Run, records: list[Completion],
+                       semaphore: asyncio.Semaphore) -> ForcedStats:
+    """A's tokens scored again, in the reverse order, against the first scoring."""
+    again.give_up_after = first.give_up_after
+    await _score_all(again, run, list(reversed(records)), semaphore)
+    tokens = {r.prompt_id: list(r.tokens.text) for r in records if r.tokens is not None}
+    return order_floor(first.scored_positions, again.scored_positions, tokens, first.quarter)
 
 
 def auto_mode(server: ServerInfo) -> str:
@@ -177,7 +244,7 @@ async def _score_all(scorer: _Scorer, run: Run, records: list[Completion],
 
 
 async def _b_floors(client: EndpointClient, model: str, mode: str, settings: ForcedSettings,
-                    quarter: int, semaphore: asyncio.Semaphore
+                    quarter: int, semaphore: asyncio.Semaphore, cache_field: str | None
                     ) -> tuple[ForcedStats, ForcedStats]:
     """B scoring its own greedy tokens (against B's collected figures), and B against its
     own repeats. B's run without logprobs, or a B that cannot score them, gives a note."""
@@ -189,7 +256,7 @@ async def _b_floors(client: EndpointClient, model: str, mode: str, settings: For
         note = (f"B's run {settings.b_run} has no completions with logprobs (collect B with "
                 "--top-logprobs above 0)")
         return ForcedStats(positions=0, note=note), ForcedStats(positions=0, note=note)
-    scorer = _Scorer(client, model, mode, settings, quarter)
+    scorer = _Scorer(client, model, mode, settings, quarter, cache_field)
     try:
         await _score_all(scorer, run, records, semaphore)
         b_self = scorer.positions.stats()
@@ -208,19 +275,25 @@ def _estimator(a_top_k: int, top_k: int, quarter: int) -> str:
 
 def _concurrency(mode: str, wanted: int, server: ServerInfo) -> int:
     """token-ids scores a prompt's positions one after another on one llama-server
-    slot, reusing its cache: more prompts in flight than slots would evict each other."""
+    slot: more prompts in flight than slots would only wait (and, with the prefix cache
+    kept on, evict each other's)."""
     if mode != "token-ids":
         return wanted
-    return min(wanted, whole_number(mapping(server.props).get("total_slots")) or 1)
+    return min(wanted, server_slots(server) or 1)
 
 
 class _Scorer:
     def __init__(self, client: EndpointClient, model: str, mode: str,
-                 settings: ForcedSettings, quarter: int) -> None:
+                 settings: ForcedSettings, quarter: int, cache_field: str | None,
+                 keep: bool = False) -> None:
         self.client, self.model, self.mode, self.top_k = client, model, mode, settings.top_k
         self.quarter = quarter
         self.positions = Positions()  # every scored position, over all prompts
         self.retries, self.extra_body = settings.retries, settings.extra_body
+        self.cache_field = cache_field  # set false in each scoring request
+        # with `keep`, what B answered per prompt, to set against another order
+        self.keep = keep
+        self.scored_positions: dict[str, list[ScoredPosition]] = {}
         self.root = server_root(client.endpoint)
         self.scored = self.failed = 0
         self.give_up_after = GIVE_UP_AFTER
@@ -229,7 +302,9 @@ class _Scorer:
         """POST with the run's retries (a dropped connection, 429, 5xx, with backoff); a
         scoring request carries --extra-body too (a null value drops a field)."""
         if scoring:
-            body = {k: v for k, v in {**body, **self.extra_body}.items() if v is not None}
+            off = {self.cache_field: False} if self.cache_field else {}
+            body = {k: v for k, v in {**body, **off, **self.extra_body}.items()
+                    if v is not None}
         for attempt in range(self.retries + 1):
             try:
                 return await self.client.post_json(self.root + path, body)
@@ -276,6 +351,8 @@ class _Scorer:
         except SCORING_ERRORS as exc:
             return self._failed(prompt, exc)
         self.scored += 1
+        if self.keep:
+            self.scored_positions[prompt.id] = forced
         line = self._line(prompt, record, forced)
         line.approximate = approximate
         return line
@@ -368,7 +445,7 @@ class _Scorer:
         for n, (token_id, token_text) in enumerate(zip(ids, tokens.text, strict=True)):
             answer = await self._post("/completion", {
                 "prompt": prompt_ids + ids[:n], "n_predict": 1, "n_probs": self.top_k,
-                "cache_prompt": True, "temperature": 0})
+                "temperature": 0})
             scored.append(parse_native_next(answer, token_id, token_text, self.top_k))
         return scored, False
 

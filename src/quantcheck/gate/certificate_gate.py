@@ -4,7 +4,8 @@ and junit.xml with one test case per factor (a failure where the factor varied, 
 its explanation and examples) and one per broken rule.
 
 Rules: `nondeterministic_prompts` (prompts that vary under any factor, limit
-`max_nondeterministic_prompts`, off by default) and `failed_requests` (requests the
+`max_nondeterministic_prompts`, 0 by default: a certificate on which a prompt varied
+does not pass) and `failed_requests` (requests the
 plan sent that got no answer, limit `max_failed_requests`, 0 by default: what was not
 answered was not tested). The policy's other rules are about A/B reports and are not
 applied to a certificate.
@@ -17,8 +18,18 @@ from xml.etree import ElementTree
 
 from ..store.certificate_records import Certificate, read_certificate
 from ..store.files import write_atomic
+from ..store.folder_kinds import CERTIFICATE, require_kind
 from ..store.report_dir import GATE_JSON, JUNIT_XML
-from .verdict import GateResult, Policy, Rule, rule_table, write_gate_json, xml_text
+from .explain import markdown_text
+from .verdict import (
+    GateResult,
+    NothingCompared,
+    Policy,
+    Rule,
+    rule_table,
+    write_gate_json,
+    xml_text,
+)
 
 
 def certificate_rules(certificate: Certificate, policy: Policy) -> list[Rule]:
@@ -39,6 +50,11 @@ def certificate_rules(certificate: Certificate, policy: Policy) -> list[Rule]:
 
 
 def decide_certificate(certificate: Certificate, policy: Policy) -> GateResult:
+    """The verdict. A certificate that compared nothing (no answer to hold against
+    another) is refused (NothingCompared), as an A/B report that compared nothing is."""
+    if not certificate.comparisons:
+        raise NothingCompared("the certificate compared nothing, so there is nothing to "
+                              f"pass: {certificate.statement}")
     rules = certificate_rules(certificate, policy)
     return GateResult(verdict="pass" if all(rule.passed for rule in rules) else "fail",
                       rules=rules)
@@ -46,6 +62,7 @@ def decide_certificate(certificate: Certificate, policy: Policy) -> GateResult:
 
 def gate_certificate(folder: Path, policy: Policy) -> tuple[GateResult, Certificate]:
     """Gate FOLDER/certificate.json; write FOLDER/gate.json and junit.xml."""
+    require_kind(folder, CERTIFICATE, "the gate")
     certificate = read_certificate(folder)
     result = decide_certificate(certificate, policy)
     write_gate_json(result, folder / GATE_JSON)
@@ -56,12 +73,15 @@ def gate_certificate(folder: Path, policy: Policy) -> tuple[GateResult, Certific
 def certificate_markdown(result: GateResult, certificate: Certificate) -> str:
     """The verdict as the step summary's Markdown: the statement, each factor, each rule."""
     lines = [f"## quantcheck determinism: {'PASS' if result.passed else 'FAIL'}", "",
-             f"**{certificate.endpoint}** ({certificate.model}): {certificate.statement}", "",
+             f"**{markdown_text(certificate.endpoint)}** ({markdown_text(certificate.model)}): "
+             f"{markdown_text(certificate.statement)}", "",
              "| factor | comparisons | mismatches | prompts varying | explanation |",
              "|---|---|---|---|---|"]
     lines += [f"| {f.factor} | {f.comparisons} | {f.mismatches} | {f.prompts_varying} of "
-              f"{f.prompts} | {f.explanation} |" for f in certificate.factors if f.comparisons]
-    lines += ["", *rule_table(result.rules), "", f"Control: {certificate.control_note}"]
+              f"{f.prompts} | {markdown_text(f.explanation)} |"
+              for f in certificate.factors if f.comparisons]
+    lines += ["", *rule_table(result.rules), "",
+              f"Control: {markdown_text(certificate.control_note)}"]
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ each pair's card). junit.xml and the Markdown step summary say it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,13 +159,14 @@ def markdown_table(found: Sequence[Failure], a_label: str, b_label: str,
     if not found:
         return []
     lines = ["", f"### {title}", "",
-             f"| prompt | rule | why | A ({_cell(a_label)}) | B ({_cell(b_label)}) | sheet |",
+             f"| prompt | rule | why | A ({markdown_text(a_label)}) | "
+             f"B ({markdown_text(b_label)}) | sheet |",
              "|---|---|---|---|---|---|"]
     for failure in found[:MARKDOWN_FAILURES]:
         lines.append(f"| {code_cell(failure.prompt_id)} | {failure.rule} | "
-                     f"{_cell(failure.what)} | "
-                     f"{_cell(cut(failure.a_answer, MARKDOWN_ANSWER_CHARS))} | "
-                     f"{_cell(cut(failure.b_answer, MARKDOWN_ANSWER_CHARS))} | "
+                     f"{markdown_text(failure.what)} | "
+                     f"{markdown_text(cut(failure.a_answer, MARKDOWN_ANSWER_CHARS))} | "
+                     f"{markdown_text(cut(failure.b_answer, MARKDOWN_ANSWER_CHARS))} | "
                      f"{code_cell(failure.link)} |")
     if len(found) > MARKDOWN_FAILURES:
         lines += ["", f"and {len(found) - MARKDOWN_FAILURES} more in junit.xml"]
@@ -172,13 +174,27 @@ def markdown_table(found: Sequence[Failure], a_label: str, b_label: str,
 
 
 def code_cell(text: str) -> str:
-    """Text as code inside one Markdown table cell."""
-    return "`" + " ".join(text.split()).replace("`", "'").replace("|", "\\|") + "`"
+    """Text as code inside one Markdown table cell (an empty one as a space: two
+    backticks would open a longer code span)."""
+    flat = " ".join(text.split()).replace("`", "'").replace("|", "\\|")
+    return f"`{flat or ' '}`"
 
 
-def _cell(text: str) -> str:
-    """Text that stays inside one Markdown table cell and shows as written."""
-    flat = " ".join(text.split())
-    for special in "\\|`*_<>[]":
-        flat = flat.replace(special, "\\" + special)
-    return flat
+# What Markdown reads as markup in a line of text (GitHub's renderer: cmark-gfm with
+# tables, autolinks and strikethrough): each is written after a backslash, which every
+# CommonMark renderer shows as the character itself. A text never starts a line (its
+# line breaks become spaces), so what opens a heading, a list or a quote there is left.
+MARKDOWN_SPECIAL = "\\`*_~<>[]|&"
+# A bare URL (`https://...`, `www.`...) the renderer would link unasked: its ":" or
+# "." is escaped too, which stops it.
+_SPECIAL = re.compile("[" + re.escape(MARKDOWN_SPECIAL) + "]|:(?=//)|(?i:(?<![a-z0-9])www)\\.")
+
+
+def markdown_text(text: str) -> str:
+    """Any text (a server's model id, a label, a sentence read from a file) as Markdown
+    that shows it as written, on one line: no tag, image, link, heading, table cell or
+    row, details block or emphasis can open from it. Every Markdown writer (the step
+    summaries of an A/B, of several candidates and of a certificate) puts each string
+    it did not write itself through this."""
+    flat = " ".join(text.split())  # every line break: a text never starts a line
+    return _SPECIAL.sub(lambda m: m.group()[:-1] + "\\" + m.group()[-1], flat)

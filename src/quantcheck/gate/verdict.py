@@ -19,8 +19,9 @@ from ..store.judge_records import Agreement
 from ..store.pair_records import (
     FLIP_CAUSE_WORDS,
     PairRow,
+    logprobs_only,
     new_degenerate_on_b,
-    nondeterministic,
+    text_varies,
 )
 from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
 from ..store.report_records import Summary
@@ -38,6 +39,7 @@ from .explain import (
     junit_message,
     junit_text,
     markdown_table,
+    markdown_text,
 )
 
 
@@ -52,8 +54,9 @@ class Policy:
     max_factual_flips: int | None = 0
     max_new_degenerate: int | None = 0
     max_nondeterministic: int | None = None
-    # a determinism certificate's prompts that vary under any factor (off)
-    max_nondeterministic_prompts: int | None = None
+    # a determinism certificate's prompts that vary under any factor: none, by default,
+    # as `determinism --certify` says NOT CERTIFIED of one
+    max_nondeterministic_prompts: int | None = 0
     require_review: bool = False
     min_identical_share: float | None = None
     max_not_compared: int | None = 0
@@ -168,10 +171,7 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
               policy.max_new_degenerate),
     ]
     for side in ("a", "b"):
-        unstable = [r.prompt_id for r in rows if nondeterministic(r, side)]
-        rules.append(_rule(f"nondeterministic_{side}", f"nondeterministic prompt on {side.upper()}",
-                           f"nondeterministic prompts on {side.upper()}", unstable,
-                           policy.max_nondeterministic))
+        rules.append(_nondeterminism_rule(rows, side, policy.max_nondeterministic))
     rules.append(_rule("unreviewed", "unreviewed non-identical pair",
                        "unreviewed non-identical pairs", unreviewed,
                        0 if policy.require_review else None))
@@ -185,7 +185,8 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
     skipped = [r.prompt_id for r in compared if SKIPPED in (r.a_expect, r.b_expect)]
     rules.append(_rule("skipped_checks", *_with(
-        "with a skipped expect check (code: compare with --allow-code-exec to run it)"),
+        "with a skipped expect check (its reason says why: code runs with "
+        "--allow-code-exec; a stopped pattern search needs its pattern rewritten)"),
         skipped, policy.max_skipped_checks))
     signatures = [f"{side.upper()}: {m.signature}" for side, found in
                   sorted(summary.log_matches.items()) for m in found if m.blocking]
@@ -193,13 +194,26 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
                        "blocking log signatures", signatures,
                        policy.max_blocking_log_signatures))
     rules.append(_pass_rate_rule(rows, policy.max_pass_rate_drop))
-    rules.append(_forced_kl_rule(rows, policy.max_forced_kl))
+    rules.append(_forced_kl_rule(rows, policy.max_forced_kl, summary))
     rules.append(_routing_rule(rows, policy.require_routing_determinism))
     rules.append(_rule("template_problems", "sign of a chat template the model does not know",
                        "signs of a chat template the model does not know",
                        template_problems(summary, compared), policy.max_template_problems))
     rules.append(_judge_rule(compared, verdicts, blocking, summary, policy.max_judge_flips))
     return rules
+
+
+def _nondeterminism_rule(rows: Sequence[PairRow], side: str, limit: int | None) -> Rule:
+    """Prompts whose texts vary across a side's repeats; those whose logprobs alone moved
+    are said beside, not counted."""
+    name = side.upper()
+    rule = _rule(f"nondeterministic_{side}", f"prompt on {name} whose repeats' texts vary",
+                 f"prompts on {name} whose repeats' texts vary",
+                 [r.prompt_id for r in rows if text_varies(r, side)], limit)
+    moved = sum(logprobs_only(r, side) for r in rows)
+    if moved:
+        rule.description += f" ({moved} more with logprobs only, not counted)"
+    return rule
 
 
 NOISY_CAUSES = ("unstable_a", "unstable_b", "near_tie")
@@ -278,8 +292,9 @@ def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:
     return Rule("failed_requests", description, count, limit, limit is None or count <= limit)
 
 
-def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None) -> Rule:
-    """Mean teacher-forced KL over every scored position (prompts weighted by length)."""
+def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None, summary: Summary) -> Rule:
+    """Mean teacher-forced KL over every scored position (prompts weighted by length);
+    within the scoring-order floor (B's prefix cache left on) it is not called drift."""
     scored = [(r.forced_kl_mean, r.forced_positions or 0) for r in rows
               if r.forced_kl_mean is not None]
     positions = sum(n for _, n in scored)
@@ -290,6 +305,12 @@ def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None) -> Rule:
     mean = sum(kl * n for kl, n in scored) / positions
     description = (f"teacher-forced KL mean {mean:.3g}, above {limit:g}" if limit is not None
                    else f"teacher-forced KL mean {mean:.3g}")
+    forced = summary.forced
+    if forced is not None and forced.within_order_floor and forced.order_floor is not None \
+            and forced.order_floor.kl is not None:
+        return Rule("forced_kl", f"teacher-forced KL mean {mean:.3g} lies within the "
+                    f"scoring-order floor (KL mean {forced.order_floor.kl.mean:.3g}: B's "
+                    "prefix cache stayed on): not called drift", mean, limit, True)
     return Rule("forced_kl", description, mean, limit, limit is None or mean <= limit)
 
 
@@ -390,17 +411,18 @@ def markdown(verdict: GateResult, summary: Summary, found: Sequence[Failure] = (
     failing prompt fails (`found`, from explain.failures)."""
     icon = "PASS" if verdict.passed else "FAIL"
     lines = [f"## quantcheck: {icon}", "",
-             f"**{summary.a.label}** (A) vs **{summary.b.label}** (B)", "",
-             *rule_table(verdict.rules)]
+             f"**{markdown_text(summary.a.label)}** (A) vs **{markdown_text(summary.b.label)}** "
+             "(B)", "", *rule_table(verdict.rules)]
     if verdict.approved:
         lines += ["", f"{len(verdict.approved)} pairs approved earlier (no second review): "
-                  + ", ".join(f"`{a.prompt_id}` ({a.label}, {a.approved_at})"
-                              for a in verdict.approved[:10])]
+                  + ", ".join(f"{code_cell(a.prompt_id)} ({markdown_text(a.label)}, "
+                              f"{markdown_text(a.approved_at)})" for a in verdict.approved[:10])]
     if verdict.reviewers:
-        lines += ["", "Reviewers: " + ", ".join(verdict.reviewers)]
+        lines += ["", "Reviewers: " + markdown_text(", ".join(verdict.reviewers))]
     if summary.judge is not None:
         said = agreement_sentence(verdict.judge_agreement, sum(summary.judge.labels.values()))
-        lines += ["", f"Judge ({summary.judge.model or summary.judge.endpoint}): {said}."]
+        judge = summary.judge.model or summary.judge.endpoint
+        lines += ["", f"Judge ({markdown_text(judge)}): {markdown_text(said)}."]
     lines += markdown_table(found, summary.a.label, summary.b.label)
     return "\n".join(lines) + "\n"
 

@@ -15,6 +15,9 @@ answered in turn to the identical requests of one prompt (a server whose output 
 between repeats). A prompt no key picks gets the default answer, "The answer is N. It
 follows from the question." (N from the prompt's text). YAML drops a plain answer's
 leading space: quote an answer to keep it, as tokens that start with a space do.
+
+The file is read as every user's YAML file is: a regular file only (a FIFO or a device
+such as /dev/zero is refused before a byte is read), of at most MAX_YAML_BYTES, UTF-8.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigFileError
+from ..store.files import UnreadableFile, read_regular
 from ..store.prompt_sets import load_prompts
+from ..store.yamlfile import MAX_YAML_BYTES, not_utf8
 from .request_body import prompt_text_of
 
 Answer = str | list[str]
@@ -37,17 +42,20 @@ def load_answers(path: Path) -> dict[str, Answer]:
     """The file's answers by key, in file order; ConfigFileError naming the file, the
     line and the key of anything that is not an answer."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigFileError(f"{path}: cannot read the answers file: "
-                              f"{exc.strerror or exc}") from None
+        data = read_regular(path, MAX_YAML_BYTES, "answers file")
+    except UnreadableFile as exc:
+        raise ConfigFileError(str(exc)) from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigFileError(f"{path}: the answers file is not UTF-8 text (byte {exc.start}: "
-                              f"{exc.reason}); save it as UTF-8") from None
+        raise ConfigFileError(not_utf8(path, data, exc.start, "answers file")) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise ConfigFileError(f"{path}: not valid YAML or JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigFileError(f"{path}: the answers file nests values too deeply to "
+                              "read") from None
     if not isinstance(root, yaml.MappingNode):
         raise ConfigFileError(f"{path}: an answers file is one mapping of prompt (its id, or "
                               f"text found in it) to answer, e.g. {EXAMPLE}")

@@ -68,7 +68,8 @@ class Faults:
     nondeterministic: bool = False
     load_sensitive: bool = False  # nondeterministic only while other requests are in flight
     # Like llama.cpp's prompt cache: a prompt asked before comes back with its logprobs
-    # moved (1e-7 relative, the same every time), unless the body says cache_prompt: false.
+    # moved (1e-7 relative, the same every time), unless the body says cache_prompt: false;
+    # usage says the cached prompt tokens (`prompt_tokens_details.cached_tokens`).
     prompt_cache: bool = False
     # Batch-variant kernels: with this many generation requests in flight or more, the
     # logprobs move by 1e-7 relative times the count (give latency_s so a batch overlaps).
@@ -95,6 +96,19 @@ class Faults:
     # A server that accepts `seed` and ignores it: sampled answers (temperature > 0)
     # differ between requests with the same seed.
     ignore_seed: bool = False
+    # A prefix cache whose state depends on the order of what came before, in scoring
+    # (vLLM's prompt_logprobs, llama.cpp's /completion): a scoring request whose first 8
+    # token ids an earlier one began with comes back with its logprobs moved by 1e-7
+    # relative for each such earlier request, unless the body says cache_prompt: false.
+    scoring_cache_shift: bool = False
+    # Refuse a prompt of more tokens than this as llama-server does (HTTP 400, "the
+    # request exceeds the available context size"), whatever its props say.
+    refuse_over_tokens: int | None = None
+    # Answers without logprobs when another generation request was in flight with
+    # them (an engine whose batched path drops them; give latency_s so a batch overlaps).
+    no_logprobs_under_load: bool = False
+    # One request computed at a time (a server with one slot): latency_s each, in turn.
+    one_at_a_time: bool = False
 
 
 CHAT_TEMPLATES = {
@@ -211,6 +225,10 @@ class LabServer:
         self._routed: dict[str, int] = {}  # requests per prompt text (gating fault)
         self._cached: set[str] = set()  # prompt texts seen (prompt_cache fault)
         self._last_cached_prompt = ""  # prefix_cache_shift fault
+        self._scored_starts: dict[tuple[int, ...], int] = {}  # scoring_cache_shift fault
+        self._flying: set[int] = set()  # request numbers in flight
+        self._overlapped: set[int] = set()  # those that were in flight with another
+        self._one_slot = asyncio.Lock()  # one_at_a_time
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -424,7 +442,8 @@ class LabServer:
                else self.tokenize(str(prompt), True))
         alternatives = await asyncio.to_thread(self.engine.next_top, ids,
                                                json_int(body.get("n_probs") or 1))
-        top = [{"id": i, "token": t, "bytes": list(t.encode()), "logprob": v}
+        moved = 1 + self._scoring_shift(body, ids)
+        top = [{"id": i, "token": t, "bytes": list(t.encode()), "logprob": v * moved}
                for i, t, v in alternatives]
         return _json({"content": top[0]["token"] if top else "", "id_slot": 0, "stop": True,
                       "model": self.engine.name, "tokens_predicted": 1,
@@ -450,12 +469,16 @@ class LabServer:
         self.requests.append(body)
         self.authorizations.append(request.headers.get("Authorization"))
         self.in_flight += 1
+        if self._flying:  # requests in flight together (no_logprobs_under_load)
+            self._overlapped |= self._flying | {number}
+        self._flying.add(number)
         try:
             return await self._respond(request, body, number)
         except ConnectionResetError:  # the client went away (a cancelled filler request)
             return web.Response(status=499)
         finally:
             self.in_flight -= 1
+            self._flying.discard(number)
 
     async def _respond(self, request: web.Request, body: Mapping[str, object], number: int
                        ) -> web.StreamResponse:
@@ -466,7 +489,10 @@ class LabServer:
             injected = self._injected_status(number)
             return injected if injected is not None else await self._scored(body)
         stream = bool(body.get("stream"))
-        if self.faults.latency_s:
+        if self.faults.latency_s and self.faults.one_at_a_time:
+            async with self._one_slot:
+                await asyncio.sleep(self.faults.latency_s)
+        elif self.faults.latency_s:
             await asyncio.sleep(self.faults.latency_s)
         rejection = self._rejection(body, request)
         if rejection is not None:
@@ -480,6 +506,9 @@ class LabServer:
             content_type = "text/event-stream" if stream else "application/json"
             return web.Response(body=self.replay[kind], content_type=content_type)
         render = _Renderer(self, body, chat)
+        render.cached = self._cache_hit(_keep_last(body, self.faults.sliding_window))
+        if self.faults.no_logprobs_under_load and number in self._overlapped:
+            render.logprobs = False
         if stream:
             return await self._stream(request, body, chat, number, render)
         steps: list[Step] = []
@@ -487,7 +516,8 @@ class LabServer:
         async def keep(step: Step) -> None:
             steps.append(step)
 
-        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, keep)
+        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, keep,
+                                        render.cached)
         if number in self.faults.drop:
             request.transport.close()  # type: ignore[union-attr]
             return web.Response()
@@ -547,7 +577,8 @@ class LabServer:
 
         for chunk in render.opening_chunks():
             await write(chunk)
-        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit)
+        finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit,
+                                        render.cached)
         closing = render.closing_chunks(pending, finish)
         routing = self._routing(body, steps) if self.faults.routing else None
         if routing is not None and self.profile.routing == ROUTING_STREAM_END:  # before usage
@@ -560,14 +591,15 @@ class LabServer:
         await response.write_eof()
         return response
 
-    async def _run_engine(self, body: Mapping[str, object], chat: bool, emit: Emit) -> str:
+    async def _run_engine(self, body: Mapping[str, object], chat: bool, emit: Emit,
+                          cached: bool = False) -> str:
         top_k = _requested_k(body)
         if self.profile.lab.max_alternatives is not None:  # fewer alternatives than asked
             top_k = min(top_k, self.profile.lab.max_alternatives)
         loaded = self.faults.load_sensitive and self.in_flight > 1
         # relative, like float rounding under another reduction order
         jitter = 1e-7 if self.faults.nondeterministic or loaded else 0.0
-        emit = self._from_cache(emit) if self._cache_hit(body) else emit
+        emit = self._from_cache(emit) if cached else emit
         batched = self.faults.batch_variant_at is not None \
             and self.in_flight >= self.faults.batch_variant_at
         emit = self._shifted(emit, 1e-7 * self.in_flight) if batched else emit
@@ -584,6 +616,16 @@ class LabServer:
         seen = text in self._cached
         self._cached.add(text)
         return seen
+
+    def _scoring_shift(self, body: Mapping[str, object], ids: list[int]) -> float:
+        """The scoring_cache_shift fault's relative move for this scoring request (and the
+        request counted for those after it)."""
+        if not self.faults.scoring_cache_shift or body.get("cache_prompt") is False:
+            return 0.0
+        start = tuple(ids[:8])
+        seen = self._scored_starts.get(start, 0)
+        self._scored_starts[start] = seen + 1
+        return 1e-7 * seen
 
     def _prefix_hit(self, body: Mapping[str, object]) -> bool:
         """Whether the prefix_cache_shift fault reuses a cached prefix for this prompt."""
@@ -654,6 +696,10 @@ class LabServer:
                else self.engine.tokenize(str(prompt)))
         k = json_int((body.get("prompt_logprobs") if vllm_style else body.get("logprobs")) or 0)
         scored = await asyncio.to_thread(self.engine.score, ids, 1, k)
+        moved = 1 + self._scoring_shift(body, ids)
+        if moved != 1:
+            scored = [replace(one, logprob=one.logprob * moved,
+                              top=[(i, t, v * moved) for i, t, v in one.top]) for one in scored]
         texts = [self.engine.token_text(i) for i in ids]
         choice: dict[str, object] = {"index": 0, "text": "" if vllm_style else "".join(texts),
                                      "finish_reason": "length", "logprobs": None}
@@ -712,6 +758,10 @@ class LabServer:
                 return _flat_error(lab, message, lab.limit_status)
             return _json({"error": {"message": message, "type": "invalid_request_error",
                                     "param": None, "code": None}}, lab.limit_status)
+        over = self.faults.refuse_over_tokens
+        if over is not None and len(self.tokenize(prompt_text_of(body))) > over:
+            return _json(_error_body("the request exceeds the available context size, try "
+                                     "increasing it", 400), 400)
         limit = self.faults.max_top_logprobs
         if limit is not None and k > limit:
             message = (f"Requested sample logprobs of {k}, which is greater than max allowed: "
@@ -742,15 +792,22 @@ class _Renderer:
         self.prompt_tokens = len(server.tokenize(prompt_text_of(body))) \
             + (server.faults.template_tokens if chat else 0)
         self.no_usage = server.faults.no_usage
+        self.reports_cache = server.faults.prompt_cache
+        self.cached = False  # the prompt_cache fault found this prompt cached
         self.completion_tokens = 0
         self.envelope: dict[str, object] = {"id": "cmpl-scripted", "created": int(time.time()),
                                             "model": self.model}
         if profile.lab.system_fingerprint:
             self.envelope["system_fingerprint"] = profile.lab.system_fingerprint
 
-    def usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": self.prompt_tokens + self.completion_tokens}
+    def usage(self) -> dict[str, object]:
+        usage: dict[str, object] = {
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens}
+        if self.reports_cache:  # as llama-server says what its prompt cache held
+            usage["prompt_tokens_details"] = {
+                "cached_tokens": self.prompt_tokens - 1 if self.cached else 0}
+        return usage
 
     def whole(self, steps: list[Step], finish: str, routing: np.ndarray | None = None
               ) -> dict[str, object]:

@@ -15,6 +15,7 @@ from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
 from ..gate.verdict import Policy
+from ..store.folder_kinds import CANDIDATES_OVERVIEW, FORCED, REPORT, RUN, claim
 from ..store.labels import check_label
 from ..store.prompt_sets import load_prompts
 from ..store.reference import ReferenceMismatch, open_reference, reference_differences
@@ -123,6 +124,7 @@ def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
          notify: Callable[[str], None] | None) -> dict[str, Summary]:
     """Everything sent over the network in one event loop, then each comparison."""
     _check_labels(ab)
+    _claim_folders(ab)
     if isinstance(ab.a, Path):
         check_reference(ab.a, ab.candidates, ab.prompt_files)
     judge_mapping(ab.compare)  # a judge that cannot be used is refused before collecting
@@ -172,6 +174,18 @@ async def _collect_all(ab: ABRun, runs: list[tuple[CollectSettings, Path]],
             await job
     else:
         await all_or_none(jobs)
+
+
+def _claim_folders(ab: ABRun) -> None:
+    """Every folder the A/B writes is claimed for its kind before anything is sent: a
+    folder holding another output (a certificate, a run, ...) is refused."""
+    claim(ab.out, CANDIDATES_OVERVIEW if ab.several else REPORT)
+    for b in ab.candidates:
+        claim(ab.report_dir(b), REPORT)
+        if ab.forced is not None:
+            claim(_forced_dir(ab, b), FORCED)
+    for _, folder in ab.sides():
+        claim(folder, RUN)
 
 
 def _forced_dir(ab: ABRun, candidate: CollectSettings) -> Path:

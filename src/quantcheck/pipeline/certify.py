@@ -1,42 +1,63 @@
 """`quantcheck determinism --certify`: plan, send and judge one endpoint (and a
 control), then write OUT/certificate.json, answers.jsonl, junit.xml and index.html
 (the control's own certificate and answers in OUT/control/). The verdict is the
-gate's (gate/certificate_gate.py), with `max_nondeterministic_prompts` as given."""
+gate's (gate/certificate_gate.py), with `max_nondeterministic_prompts` as given.
+
+In order: the plan's size is counted (a plan over --max-requests is refused before
+anything is built or sent); both endpoints are reached and preflighted (as `collect`
+does, unless --no-preflight), so an unreachable control or a fallback template stops
+the run before a request of the plan; the plan is made to fit the smaller context of
+the two (each side's levels that do not fit its own are said not tested); the target's
+plan is sent and its certificate written whole, saying the control is not run yet;
+then the control's plan, and the certificate again with its result. A control that
+fails on the way leaves the target's certificate, with "control not tested" and why.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 import msgspec
 
-from ..errors import QuantcheckError
+from ..errors import EndpointError, QuantcheckError
 from ..fetch.certify import (
     CertifySettings,
     PlanSender,
     ServerFacts,
     client_for,
-    requests_turn_cache_off,
-    send_plan,
+    max_tokens_of,
+    send_rounds,
     server_facts,
-    warm_up,
 )
+from ..fetch.certify_warm_up import warm_up
+from ..fetch.preflight import PreflightFailed, ProbeShape, run_preflight
 from ..gate.certificate_gate import certificate_junit, decide_certificate
 from ..gate.verdict import GateResult, Policy
 from ..present.certificate_page import render_certificate
-from ..store.certificate_records import Answer, Certificate, Plan
+from ..store.certificate_records import Answer, Certificate, ControlResult, Plan
 from ..store.files import make_directory, write_atomic
+from ..store.folder_kinds import CERTIFICATE, claim
+from ..store.preflight_records import Preflight
 from ..store.prompt_entries import RequestOptions
 from ..store.prompt_sets import load_prompts
 from ..store.run_records import Prompt
-from ..triage.certificate import certify, control_note, control_result
-from ..triage.certify_plan import make_plan
-from ..wire.client import public_url
+from ..triage.certificate import certify
+from ..triage.certificate_control import control_note, control_result, untested_control
+from ..triage.certify_plan import Pace, estimate_seconds, make_plan, plan_requests
+from ..wire.client import EndpointClient, public_url
 from .event_loop import run_blocking
 
 DEFAULT_MAX_REQUESTS = 20000
+# The largest --max-requests and --trials: a plan holds about 2.2 KB a request (its
+# fillers' texts), so 100,000 requests took 277 MiB and 16 s to make on the 2-core
+# development machine
+MAX_REQUESTS = 100_000
+MAX_TRIALS = 1000
 
 
 class PlanTooLarge(QuantcheckError):
@@ -54,75 +75,182 @@ class CertifyRun:
     seed: int = 0
     max_requests: int = DEFAULT_MAX_REQUESTS
     control: str | None = None
-    max_nondeterministic_prompts: int | None = None
+    max_nondeterministic_prompts: int | None = 0  # None: the rule off
+
+
+@dataclass(frozen=True)
+class Outline:
+    """A plan as one endpoint is sent it, before it is sent."""
+
+    endpoint: str
+    requests: int  # to be sent
+    planned: int  # in the plan
+    rounds: int
+    seconds: float  # estimated from `pace`
+    pace: Pace
 
 
 class CertifyProgress(Protocol):
-    """Hears the plan before it is sent (its endpoint, requests, rounds and estimated
-    seconds) and each round as it is answered."""
+    """Hears each endpoint's preflight, its plan before it is sent (requests, rounds,
+    the estimated seconds and what they rest on), each round as it is answered, and
+    the seconds it took."""
 
-    def planned(self, endpoint: str, requests: int, rounds: int, seconds: float) -> None: ...
+    def checked(self, report: Preflight) -> None: ...
+    def planned(self, outline: Outline) -> None: ...
     def sent(self, requests: int) -> None: ...
+    def finished(self, endpoint: str, seconds: float, estimated: float) -> None: ...
+
+
+@dataclass
+class Side:
+    """One endpoint, reached: its client, what it said of itself, its preflight."""
+
+    settings: CertifySettings
+    client: EndpointClient
+    facts: ServerFacts
+    preflight: Preflight | None
 
 
 def run_certify(job: CertifyRun, progress: CertifyProgress | None = None
                 ) -> tuple[Certificate, GateResult, Path]:
     """The certificate (with the control's result, if asked), its verdict and its page."""
+    for folder in [job.out] + ([job.out / "control"] if job.control is not None else []):
+        claim(folder, CERTIFICATE)
     prompts = load_prompts(job.prompt_files, job.request)
     if not prompts:
         raise QuantcheckError("the prompt files hold no prompt")
-    certificate, plan, answers = run_blocking(_certify(job, job.settings, prompts, None,
-                                                        progress))
-    control = None
-    if job.control is not None:
-        control, _, control_answers = run_blocking(_certify(
-            job, replace(job.settings, endpoint=job.control), prompts, plan, progress))
-        _write(job.out / "control", control, control_answers)
+    check_plan_size(len(prompts), job)
+    return run_blocking(_run(job, prompts, progress))
+
+
+def check_plan_size(prompts: int, job: CertifyRun) -> None:
+    """Refuse, by arithmetic, a plan over --max-requests (or options beyond their
+    bounds) before anything is built."""
+    if not 2 <= job.trials <= MAX_TRIALS:
+        raise PlanTooLarge(f"--trials {job.trials}: give 2 to {MAX_TRIALS}")
+    if job.max_requests > MAX_REQUESTS:
+        raise PlanTooLarge(f"--max-requests {job.max_requests}: give at most {MAX_REQUESTS}")
+    requests = plan_requests(prompts, job.trials, job.max_batch)
+    if requests > job.max_requests:
+        raise PlanTooLarge(
+            f"the plan has {requests} requests, more than --max-requests "
+            f"{job.max_requests}; lower --trials or --max-batch, use fewer prompts, "
+            "or raise --max-requests")
+
+
+async def _run(job: CertifyRun, prompts: list[Prompt], progress: CertifyProgress | None
+               ) -> tuple[Certificate, GateResult, Path]:
+    async with AsyncExitStack() as stack:
+        target = await _reach(stack, job.settings, prompts, progress)
+        control = None
+        if job.control is not None:
+            control = await _reach(stack, replace(job.settings, endpoint=job.control), prompts,
+                                   progress, "the control ")
+        contexts = [s.facts.context_tokens for s in (target, control)
+                    if s is not None and s.facts.context_tokens]
+        plan = make_plan([p.id for p in prompts], job.trials, job.max_batch, job.seed,
+                         min(contexts, default=None), max_tokens_of(prompts))
+        certificate, answers = await _certify(target, plan, prompts, progress)
+        if control is not None:
+            certificate.control = untested_control(
+                public_url(control.settings.endpoint), "not run yet: this file was written "
+                "before the control's plan was sent (it stays so if that run stopped)")
+        verdict, page = _publish(job, certificate, answers)
+        if control is not None:
+            certificate.control = await _control(job, control, plan, prompts, progress)
+            verdict, page = _publish(job, certificate, None)
+    return certificate, verdict, page
+
+
+async def _reach(stack: AsyncExitStack, settings: CertifySettings, prompts: list[Prompt],
+                 progress: CertifyProgress | None, who: str = "") -> Side:
+    """The endpoint's client, facts and preflight; an endpoint that cannot be reached
+    (or fails its preflight) stops the run before any request of the plan."""
+    client = await stack.enter_async_context(client_for(settings))
+    try:
+        facts = await server_facts(client, settings.model)
+        preflight = await _preflight(client, settings, facts, prompts, progress)
+    except PreflightFailed:
+        raise
+    except EndpointError as exc:
+        if not who:
+            raise
+        raise EndpointError(f"{who}{public_url(settings.endpoint)}: {exc} (nothing was "
+                            "sent to either endpoint)") from None
+    return Side(settings, client, facts, preflight)
+
+
+async def _preflight(client: EndpointClient, settings: CertifySettings, facts: ServerFacts,
+                     prompts: list[Prompt], progress: CertifyProgress | None
+                     ) -> Preflight | None:
+    """collect's preflight, its probes shaped like the first prompt's request."""
+    if not settings.preflight or facts.info is None:
+        return None
+    report = await run_preflight(client, facts.model, facts.models, facts.info,
+                                 ProbeShape.like(prompts[0]), settings.top_logprobs,
+                                 settings.context_tokens)
+    if progress is not None:
+        progress.checked(report)
+    if report.failures():
+        raise PreflightFailed(report.explanation())
+    return report
+
+
+async def _certify(side: Side, plan: Plan, prompts: list[Prompt],
+                   progress: CertifyProgress | None) -> tuple[Certificate, list[Answer]]:
+    sender = PlanSender(side.client, side.settings, side.facts, prompts)
+    cache_control = await sender.check_cache_control()
+    seed_control = await sender.check_seed(plan)
+    endpoint = public_url(side.settings.endpoint)
+    pace = await warm_up(sender)
+    rounds = sender.rounds_to_send(plan)
+    estimate = estimate_seconds(rounds, pace)
+    started = time.perf_counter()
+    if progress is not None:
+        progress.planned(Outline(endpoint, sum(len(r.probes) for r in rounds), plan.requests,
+                                 len(rounds), estimate, pace))
+    answers = await send_rounds(sender, rounds, progress.sent if progress else None)
+    seconds = time.perf_counter() - started
+    if progress is not None:
+        progress.finished(endpoint, seconds, estimate)
+    certificate = certify(answers, plan, sender.failed, endpoint, side.facts.model,
+                          side.facts.runtime, cache_control, seed_control, sender.untested)
+    certificate.requests = sender.sent
+    certificate.seconds, certificate.estimated_seconds = round(seconds, 2), round(estimate, 2)
+    certificate.preflight = side.preflight
+    return certificate, answers
+
+
+async def _control(job: CertifyRun, control: Side, plan: Plan, prompts: list[Prompt],
+                   progress: CertifyProgress | None) -> ControlResult:
+    """The control's result; "not tested" and why when its run stops on the way."""
+    try:
+        certificate, answers = await _certify(control, plan, prompts, progress)
+    except QuantcheckError as exc:
+        return untested_control(public_url(control.settings.endpoint),
+                                f"its run stopped: {exc}")
+    _write(job.out / "control", certificate, answers)
+    return control_result(certificate)
+
+
+def _publish(job: CertifyRun, certificate: Certificate, answers: list[Answer] | None
+             ) -> tuple[GateResult, Path]:
+    """Write the certificate (and its answers, when given), its junit.xml and page."""
     certificate.max_nondeterministic_prompts = job.max_nondeterministic_prompts
-    certificate.control = control_result(control) if control is not None else None
     certificate.control_note = control_note(certificate.control)
     _write(job.out, certificate, answers)
     verdict = decide_certificate(certificate, Policy(
         max_nondeterministic_prompts=job.max_nondeterministic_prompts))
     write_atomic(job.out / "junit.xml", certificate_junit(certificate, verdict))
-    return certificate, verdict, render_certificate(job.out, certificate)
+    return verdict, render_certificate(job.out, certificate)
 
 
-def _max_tokens(prompts: list[Prompt]) -> int:
-    asked = [p.request.get("max_tokens") for p in prompts]
-    return max([v for v in asked if isinstance(v, int)] or [64])
-
-
-async def _certify(job: CertifyRun, settings: CertifySettings, prompts: list[Prompt],
-                   plan: Plan | None, progress: CertifyProgress | None
-                   ) -> tuple[Certificate, Plan, list[Answer]]:
-    async with client_for(settings) as client:
-        facts: ServerFacts = await server_facts(client, settings.model)
-        if plan is None:
-            plan = make_plan([p.id for p in prompts], job.trials, job.max_batch, job.seed,
-                             facts.context_tokens, _max_tokens(prompts),
-                             cache_factor=not requests_turn_cache_off(prompts, facts.runtime))
-        if plan.requests > job.max_requests:
-            raise PlanTooLarge(
-                f"the plan has {plan.requests} requests, more than --max-requests "
-                f"{job.max_requests}; lower --trials or --max-batch, use fewer prompts, "
-                "or raise --max-requests")
-        sender = PlanSender(client, settings, facts, prompts)
-        seconds = await warm_up(sender)
-        if progress is not None:
-            progress.planned(public_url(settings.endpoint), plan.requests, len(plan.rounds),
-                             seconds * len(plan.rounds))
-        sent = await send_plan(sender, plan, progress.sent if progress is not None else None)
-    certificate = certify(sent.answers, plan, sent.failed, public_url(settings.endpoint),
-                          facts.model,
-                          facts.runtime, sent.cache_control, sent.seed_control)
-    return certificate, plan, sent.answers
-
-
-def _write(out: Path, certificate: Certificate, answers: list[Answer]) -> None:
+def _write(out: Path, certificate: Certificate, answers: list[Answer] | None) -> None:
     make_directory(out)
     write_atomic(out / "certificate.json", msgspec.json.format(
         msgspec.json.encode(certificate), indent=2) + b"\n")
+    if answers is None:
+        return
     encoder = msgspec.json.Encoder()
     write_atomic(out / "answers.jsonl",
                  b"".join(encoder.encode(answer) + b"\n" for answer in answers))

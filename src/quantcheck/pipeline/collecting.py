@@ -11,9 +11,10 @@ from pathlib import Path
 from ..fetch.collect import CollectResult, CollectSettings, Reporter, collect_async
 from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
+from ..store.folder_kinds import RUN, claim
 from ..store.prompt_sets import RequestOptions
 from ..store.report_records import ForcedSummary
-from ..store.run_dir import Throughput
+from ..store.run_dir import Throughput, write_throughput
 from .event_loop import run_blocking
 
 
@@ -29,12 +30,19 @@ def measure_throughput(endpoint: str, prompt_files: Sequence[Path], *, label: st
                        request: RequestOptions | None = None,
                        api_key_env: str | None = None, timeout: float = 600.0,
                        retries: int = 4,
-                       progress: Callable[[int, float], None] | None = None) -> Throughput:
-    """Measure one endpoint's throughput (fetch.throughput.measure, blocking)."""
-    return run_blocking(measure(
+                       progress: Callable[[int, float], None] | None = None,
+                       out: Path | None = None) -> Throughput:
+    """Measure one endpoint's throughput (fetch.throughput.measure, blocking); with
+    `out`, write OUT/throughput.json (a run's folder, claimed before anything is sent)."""
+    if out is not None:
+        claim(out, RUN)
+    measured = run_blocking(measure(
         endpoint, prompt_files, label=label, model=model, concurrency=concurrency,
         min_seconds=min_seconds, warmup=warmup, request=request, api_key_env=api_key_env,
         timeout=timeout, retries=retries, progress=progress))
+    if out is not None:
+        write_throughput(out, measured)
+    return measured
 
 
 def score_run(a_run: str | Path, out: str | Path, settings: ForcedSettings) -> ForcedSummary:

@@ -16,6 +16,7 @@ from ..gate.overview import build_overview, candidate_row
 from ..gate.verdict import Policy, gate_report
 from ..present.matrix import append_matrix, matrix_rows, write_matrix
 from ..present.sheet import write_overview_page, write_sheet
+from ..store.folder_kinds import CANDIDATES_OVERVIEW, REPORT, claim
 from ..store.judge_records import JudgeFigures
 from ..store.labels import LABEL_CHARACTERS, check_label, label_from_name
 from ..store.prompt_sets import RequestOptions, SourceOptions, load_prompts
@@ -106,6 +107,8 @@ def compare_reports(jobs: Sequence[ReportJob], prompts: Mapping[str, Prompt] | N
     each in one event loop, each report finished right after the judge answered it. `written`
     follows which reports were replaced (what an interruption or a failure leaves)."""
     written = written if written is not None else Written()
+    for job in jobs:
+        claim(job.out, REPORT)
     judge = jobs[0].options.judge if jobs else None
     mapping = judge_mapping(jobs[0].options) if jobs else None
     inputs = [_read_inputs(job) for job in jobs]
@@ -216,6 +219,7 @@ def compare_candidates(a: Path, bs: Sequence[Path], out: Path,
     next, then the overview (gated under the options' rubric)."""
     options = options or CompareOptions()
     written = written if written is not None else Written()
+    claim(out, CANDIDATES_OVERVIEW)
     labels = _candidate_labels(bs)
     rubric = load_rubric(options.rubric)
     jobs = [ReportJob(a, b, out / CANDIDATES / label, options)
@@ -233,6 +237,7 @@ def write_candidates_overview(out: Path, a: Path, summaries: dict[str, Summary],
                               rubric: Rubric | None = None) -> Overview:
     """Gate each candidate's report (with the rubric its reviews were made with), decide,
     and write overview.json, the overview page and matrix.csv (and append to `matrix`)."""
+    claim(out, CANDIDATES_OVERVIEW)
     rows = []
     for label in summaries:
         result, summary = gate_report(out / CANDIDATES / label, policy, rubric)

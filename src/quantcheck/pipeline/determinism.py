@@ -14,7 +14,8 @@ import pandas as pd
 
 from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..present.determinism_page import render_determinism
-from ..store.files import make_directory, write_atomic
+from ..store.files import CSV_WRITTEN_WITH, csv_rows, make_directory, write_atomic
+from ..store.folder_kinds import DETERMINISM, DETERMINISM_CSV, DETERMINISM_JSON, claim
 from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts
 from ..store.run_dir import Parameters, load_run, write_json_atomic
 from ..triage.determinism import analyze_side
@@ -39,7 +40,8 @@ class DeterminismRun:
         """A mode's collection; the endpoint is checked once, before the first mode:
         the same server answers all."""
         parameters = msgspec.structs.replace(self.parameters, repeat_mode=mode,
-                                             preflight=self.parameters.preflight and first)
+                                             preflight=self.parameters.preflight and first,
+                                             cache_off=False)  # the server as it serves
         return CollectSettings(endpoint=self.endpoint, label=mode,
                                **msgspec.structs.asdict(parameters))
 
@@ -55,6 +57,7 @@ class ModeProgress(Protocol):
 def run_determinism(job: DeterminismRun, progress: ModeProgress | None = None
                     ) -> tuple[DeterminismReport, Path]:
     """Collect a run per mode (resumable, like collect), then `determinism_report`."""
+    claim(job.out, DETERMINISM)
     runs = run_blocking(_collect_modes(job, progress))
     if progress is not None:
         progress.analyzing()
@@ -96,9 +99,11 @@ def determinism_report(run_dirs: dict[str, Path], out: Path, endpoint: str, mode
                                           dict.fromkeys(routings) if kind},
                                  only_first_differs=sum(r.only_first_differs for r in in_mode))
     report = DeterminismReport(sig_digits=sig_digits, modes=modes, prompts=rows)
+    claim(out, DETERMINISM)
     make_directory(out)
     frame = pd.DataFrame([msgspec.structs.asdict(row) for row in rows],
                          columns=list(DeterminismRow.__struct_fields__))
-    write_atomic(out / "determinism.csv", frame.to_csv(index=False).encode("utf-8"))
-    write_json_atomic(out / "determinism.json", msgspec.to_builtins(report))
+    text = csv_rows(frame.to_csv(index=False, lineterminator=CSV_WRITTEN_WITH))
+    write_atomic(out / DETERMINISM_CSV, text.encode("utf-8"))
+    write_json_atomic(out / DETERMINISM_JSON, msgspec.to_builtins(report))
     return report, render_determinism(out, report, endpoint, model)

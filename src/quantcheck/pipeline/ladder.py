@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -112,7 +112,7 @@ def run_ladder(job: LadderRun, progress: LadderProgress | None = None
                 clock.add(unit_folder(job.out, planned.tokens, probe), probe.prompt_tokens or 0)
     progress.planned(plan, [rung_cost(job.out, rung, clock) for rung in plan.rungs], rates)
     sides = {"a": _side_record(job.a, servers["a"]), "b": _side_record(job.b, servers["b"])}
-    collecting = {"a": _cache_off(job.a, servers["a"]), "b": _cache_off(job.b, servers["b"])}
+    scoring_body = _scoring_body(job.b, servers["b"])
 
     def result(rungs: list[Rung]) -> Ladder:
         facts = LadderFacts(sides["a"], sides["b"], job.served_tokens,
@@ -126,7 +126,7 @@ def run_ladder(job: LadderRun, progress: LadderProgress | None = None
         for probe in planned.probes:
             began = time.monotonic()
             results.append(_probe(job, plan, planned.tokens, probe, clock, progress,
-                                  collecting, first=number == 0 and not results))
+                                  scoring_body, first=number == 0 and not results))
             progress.probe_done(planned.tokens, results[-1], time.monotonic() - began)
             write_ladder(job.out, result([*rungs, rung_of(job.out, planned.tokens, results)]))
         rungs.append(rung_of(job.out, planned.tokens, results))
@@ -136,19 +136,18 @@ def run_ladder(job: LadderRun, progress: LadderProgress | None = None
     return ladder, render_ladder(job.out, ladder)
 
 
-def _cache_off(side: CollectSettings, server: LadderServer) -> CollectSettings:
-    """The side's collection with its engine's prompt cache off in every request
-    (llama-server's `cache_prompt: false`, unless --extra-body says otherwise): each
-    probe is taken in whole, whatever the slot held before. Measured on llama-server
-    with a q4_0 cache: the same 4,096-token probe was recalled or lost depending on which
-    prompt the slot held before. Teacher forcing keeps the cache, which then holds the
-    prompt B just answered."""
+def _scoring_body(side: CollectSettings, server: LadderServer) -> dict[str, object]:
+    """B's extra body for teacher forcing, its engine's prompt cache kept on (llama.cpp:
+    `cache_prompt: true`, unless --extra-body says otherwise): B's slot still holds the
+    prompt B just answered, so scoring costs no second prefill (with it off, every
+    position evaluates the whole prompt: 16 prefills of 8K tokens for one answer). The
+    scoring then also runs in the reverse order, and forced.json's order floor says how
+    much the reuse moves the KL."""
     profile = profile_of(server.runtime)
     field = profile.cache_off_field if profile else None
     if field is None or field in side.request.extra_body:
-        return side
-    request = replace(side.request, extra_body={**side.request.extra_body, field: False})
-    return msgspec.structs.replace(side, request=request)
+        return side.request.extra_body
+    return {**side.request.extra_body, field: True}
 
 
 def _side_record(side: CollectSettings, server: LadderServer) -> LadderSide:
@@ -260,7 +259,7 @@ async def _sized(settings: LadderSettings, tokens: int, tokenizer: Tokenizer) ->
 
 
 def _probe(job: LadderRun, plan: LadderPlan, tokens: int, probe: LadderProbe,
-           clock: Clock, progress: LadderProgress, sides: dict[str, CollectSettings],
+           clock: Clock, progress: LadderProgress, scoring_body: dict[str, object],
            first: bool) -> ProbeResult:
     """Collect, score and compare one probe (unless measured before); its figures."""
     unit = unit_folder(job.out, tokens, probe)
@@ -271,7 +270,7 @@ def _probe(job: LadderRun, plan: LadderPlan, tokens: int, probe: LadderProbe,
     forced_note = ""
     if not measured(unit, plan.settings.forced):
         forced_note = run_blocking(_fetch(job, plan.settings, prompt_file, unit, progress,
-                                          sides, first))
+                                          scoring_body, first))
         forced = unit / FORCED
         compare_runs(unit / "a", unit / "b", unit, CompareOptions(
             forced=forced if (forced / "forced.json").exists() else None))
@@ -280,12 +279,12 @@ def _probe(job: LadderRun, plan: LadderPlan, tokens: int, probe: LadderProbe,
 
 
 async def _fetch(job: LadderRun, settings: LadderSettings, prompt_file: Path, unit: Path,
-                 progress: LadderProgress, sides: dict[str, CollectSettings], first: bool
+                 progress: LadderProgress, scoring_body: dict[str, object], first: bool
                  ) -> str:
-    """A's repeats, B's answer, then B's scoring of A's tokens (unless scored since A's
-    run last changed); why scoring was not done ("" when it was)."""
-    for folder, repeats in (("a", settings.repeats), ("b", 1)):
-        side = sides[folder]
+    """A's repeats, B's answer (each with the prompt cache off, as collect asks them),
+    then B's scoring of A's tokens (unless scored since A's run last changed); why
+    scoring was not done ("" when it was)."""
+    for side, folder, repeats in ((job.a, "a", settings.repeats), (job.b, "b", 1)):
         await collect_async([prompt_file], unit / folder, _side(side, settings, repeats, first),
                             Notes(progress, folder.upper()))
     scored = unit / FORCED / "forced.json"
@@ -296,7 +295,7 @@ async def _fetch(job: LadderRun, settings: LadderSettings, prompt_file: Path, un
         await score_run_async(unit / "a", unit / FORCED, ForcedSettings(
             endpoint=job.b.endpoint, model=job.b.model, top_k=settings.top_logprobs,
             concurrency=1, timeout=job.b.timeout, api_key_env=job.b.api_key_env,
-            retries=job.b.retries, extra_body=job.b.request.extra_body))
+            retries=job.b.retries, extra_body=scoring_body))
     except RunFormatError:
         return "not scored: A's answers carry no logprobs"
     except EndpointError as exc:

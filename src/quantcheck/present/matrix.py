@@ -16,7 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ConfigFileError
-from ..store.files import UnreadableFile, read_regular, write_atomic
+from ..store.files import (
+    CSV_WRITTEN_WITH,
+    UnreadableFile,
+    csv_rows,
+    read_regular,
+    write_atomic,
+)
 from ..store.report_records import Overview
 from ..store.run_dir import Throughput
 
@@ -92,7 +98,7 @@ def _read(path: Path) -> list[dict[str, str]]:
         text = read_regular(path, MAX_MATRIX_BYTES, "matrix").decode("utf-8")
     except (UnreadableFile, UnicodeDecodeError) as exc:
         raise ConfigFileError(f"{path}: cannot read the matrix: {exc}") from None
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     if reader.fieldnames != COLUMNS:
         raise ConfigFileError(f"{path}: not a serving matrix: its columns must be exactly "
                               f"{', '.join(COLUMNS)} (found {', '.join(reader.fieldnames or [])})")
@@ -101,7 +107,7 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 def _csv(rows: list[dict[str, str]]) -> bytes:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator=CSV_WRITTEN_WITH)
     writer.writeheader()
     writer.writerows(rows)
-    return buffer.getvalue().encode("utf-8")
+    return csv_rows(buffer.getvalue()).encode("utf-8")

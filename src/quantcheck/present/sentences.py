@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from ..store.judge_records import JudgeFigures
 from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES
-from ..store.report_records import Counts, Summary
+from ..store.report_records import Counts, ForcedSummary, Summary
 from ..store.run_records import DEGENERATE_KINDS
 from ..triage.agreement import agreement_sentence
 
 __all__ = ["agreement_sentence", "collecting_speed", "degenerate_phrase",
-           "flip_causes_phrase", "headline",
+           "flip_causes_phrase", "headline", "order_floor_sentence", "repeats_phrases",
+           "repeats_sent",
            "judge_sentence", "plural", "template_warning", "PROMPT_CACHE_HINT"]
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
@@ -55,9 +56,7 @@ def headline(summary: Summary) -> str:
     if counts.length_capped_new_on_b:
         parts.append(f"{plural(counts.length_capped_new_on_b, 'more answer')} on B cut by "
                      "max_tokens where A stopped")
-    if counts.nondeterministic.a or counts.nondeterministic.b:
-        parts.append(f"nondeterministic prompts: A {counts.nondeterministic.a}, "
-                     f"B {counts.nondeterministic.b}")
+    parts += repeats_phrases(summary)
     if counts.noise:
         parts.append(f"{plural(counts.noise, 'difference')} within repeat noise")
     others = {k: v for k, v in counts.status.items() if k != "compared"}
@@ -65,6 +64,49 @@ def headline(summary: Summary) -> str:
         parts.append("not compared: " + ", ".join(f"{v} {k.replace('_', ' ')}"
                                                   for k, v in others.items()))
     return ", ".join(parts) + "."
+
+
+FIRST_REQUEST_PATTERN = "only each prompt's first request differs: the prefix cache"
+
+
+def repeats_phrases(summary: Summary) -> list[str]:
+    """What the repeats show, for the headline: the prompts whose texts vary, those whose
+    logprobs alone moved beside them, and per side the first-request pattern of a warm
+    prefix cache where it explains most of the variation."""
+    counts = summary.counts
+    texts, moved = counts.text_varies, counts.logprobs_only
+    if texts is None or moved is None:  # a report made before texts were told apart
+        varying = counts.nondeterministic
+        return [f"nondeterministic prompts: A {varying.a}, B {varying.b}"] \
+            if varying.a or varying.b else []
+    if not (texts.a or texts.b or moved.a or moved.b):
+        return []
+    phrase = f"repeats' texts vary: A {texts.a}, B {texts.b}"
+    if moved.a or moved.b:
+        phrase += f" (logprobs only: A {moved.a}, B {moved.b})"
+    return [phrase] + [f"{name.upper()}: {FIRST_REQUEST_PATTERN}"
+                       for name, side in sorted(summary.determinism.items())
+                       if side.first_request_pattern]
+
+
+def repeats_sent(summary: Summary) -> str:
+    """How each side's repeats met the prefix cache, in one line ("" when no side
+    recorded it, or no side has repeats)."""
+    shown = [f"{name.upper()}: {side.cache}" for name, side in sorted(summary.determinism.items())
+             if side.cache and (side.repeats or 0) > 1]
+    return ("Repeats and the prefix cache: " + "; ".join(shown)) if shown else ""
+
+
+def order_floor_sentence(forced: ForcedSummary) -> str:
+    """The scoring-order floor in words ("" without one): B's prefix cache stayed on, so
+    A's tokens were scored twice; whether the A-vs-B KL lies within that."""
+    floor = forced.order_floor
+    if floor is None or not floor.positions or floor.kl is None:
+        return ""
+    verdict = ("the A-vs-B KL mean lies within it: not called drift" if forced.within_order_floor
+               else "the A-vs-B KL mean is above it")
+    return (f"Scoring-order floor (B scoring A's tokens again in the reverse order, its prefix "
+            f"cache on): KL mean {floor.kl.mean:.3g}, p99 {floor.kl.p99:.3g}; {verdict}")
 
 
 def collecting_speed(summary: Summary) -> list[str]:

@@ -37,6 +37,9 @@ from .sentences import (
     collecting_speed,
     headline,
     judge_sentence,
+    order_floor_sentence,
+    repeats_phrases,
+    repeats_sent,
     template_warning,
 )
 from .templating import embed_json, environment
@@ -153,11 +156,14 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         template_warning=template_warning(summary),
         count_tiles=_count_tiles(summary.counts),
         throughput_note="; ".join(collecting_speed(summary)),
+        repeats_lines=[line for line in (repeats_sent(summary), *repeats_phrases(summary)[1:])
+                       if line],
         log_matches=summary.log_matches, summary_counts=summary.counts,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
         preflight=summary.preflight, plots=_plots(overview.plotted, forced),
         forced=forced if forced is not None and forced.scored else None,
         forced_llama_cpp=_forced_llama_cpp(forced),
+        forced_order=order_floor_sentence(forced) if forced is not None else "",
         categories=overview.categories,
         refused_reviews=head["refused_reviews"], comparison=summary.comparison,
         near_tie_nats=summary.near_tie_nats, topk_margin_nats=TOPK_MARGIN_NATS, e=math.e,
@@ -242,9 +248,18 @@ def _count_tiles(counts: Counts) -> list[tuple[str, object]]:
             ("expect regressions", counts.flips.regression),
             ("expect improvements", counts.flips.improvement),
             ("degenerate new on B", counts.degenerate_new_on_b),
-            ("nondeterministic A / B", f"{counts.nondeterministic.a} / "
-                                       f"{counts.nondeterministic.b}"),
+            _repeats_tile(counts),
             ("not compared", counts.prompts - counts.pairs)]
+
+
+def _repeats_tile(counts: Counts) -> tuple[str, object]:
+    """Prompts whose repeats' texts vary, A / B (the headline says those whose logprobs
+    alone moved beside them; a report made before: both together)."""
+    texts, moved = counts.text_varies, counts.logprobs_only
+    if texts is None or moved is None:
+        return ("nondeterministic A / B", f"{counts.nondeterministic.a} / "
+                                          f"{counts.nondeterministic.b}")
+    return ("texts vary A / B", f"{texts.a} / {texts.b}")
 
 
 def _plots(plotted: dict[str, np.ndarray], forced: ForcedSummary | None

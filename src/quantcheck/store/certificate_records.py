@@ -8,29 +8,44 @@ emptied first, where it can be). A probe is a target prompt (`prompt_id`, with
 Each answered target probe is an `Answer` (OUT/answers.jsonl, one per line): the
 factor and level it tests, its tokens and their logprobs, or its error.
 
-certificate.json (`Certificate`, format "quantcheck-certificate/1"): the statement and
-its statistics, each factor's levels and prompts, examples of what differed, the
-cache control used and the control run's result.
+certificate.json (`Certificate`, format "quantcheck-certificate/1"): the verdict, the
+statement and its statistics, each factor's levels (each tested, or not tested with
+its reason) and prompts, what a match meant per factor, examples of what differed,
+the cache control used, the preflight, the time taken and the control run's result.
 
 Factors: `repeat` (each prompt alone, asked again), `stream` (streamed against whole),
 `batch` (inside a concurrent batch of `batch=B`), `prefix` (after a shared prefix of
 `prefix=L` words, the prefix cache off or emptied), `cache` (the same with the
 prefix cache on and the prefix already computed), `seed` (sampled at a temperature
 above 0 with the same `seed`, held to the first such answer).
+
+A factor has planned levels (the plan's probes name them); each level is tested (it
+made comparisons) or not tested, with the reason (`LevelResult.not_tested`: it did
+not fit the server's context, the server refused it, the runtime cannot do it). A new
+factor is a new `Factor`, its rounds in the plan and its phrase in triage/certificate.py.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
-from .formats import CERTIFICATE_FORMAT, CertificateFormat
-from .run_dir import read_record
+from ..errors import RunFormatError
+from .folder_kinds import CERTIFICATE_JSON as CERTIFICATE_JSON  # re-exported
+from .formats import CERTIFICATE_FORMAT, CertificateFormat, Count
+from .preflight_records import Preflight
+from .run_dir import read_json
 
 Factor = Literal["repeat", "stream", "batch", "prefix", "cache", "seed"]
 FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache", "seed")
+# "certified": every planned level tested and every comparison matched; "certified in
+# part": every comparison matched, some planned level not tested (`not_tested` says
+# which and why); "not certified": a mismatch, a failed request, or nothing compared
+Verdict = Literal["certified", "certified in part", "not certified"]
 
 
 class Probe(msgspec.Struct, kw_only=True, frozen=True):
@@ -70,6 +85,11 @@ class Plan(msgspec.Struct, kw_only=True):
     def requests(self) -> int:
         return sum(len(r.probes) for r in self.rounds)
 
+    def levels(self, factor: Factor) -> list[str]:
+        """The factor's planned levels, in the plan's order."""
+        return list(dict.fromkeys(p.level for r in self.rounds for p in r.probes
+                                  if p.factor == factor and p.prompt_id))
+
 
 class Answer(msgspec.Struct, kw_only=True):
     """One target probe's answer (answers.jsonl)."""
@@ -94,14 +114,23 @@ class LevelResult(msgspec.Struct, kw_only=True):
     """One level of a factor over all prompts."""
 
     level: str
-    prompts: int
-    prompts_varying: int
-    comparisons: int
-    mismatches: int
-    most_unique_outputs: int  # the largest count of distinct answers of one prompt
+    prompts: Count
+    prompts_varying: Count
+    comparisons: Count
+    mismatches: Count
+    most_unique_outputs: Count  # the largest count of distinct answers of one prompt
     mean_unique_outputs: float
-    first_divergence: int | None = None  # the earliest token index that differed
+    first_divergence: Count | None = None  # the earliest token index that differed
     max_logprob_delta: float | None = None  # largest |delta logprob| at equal tokens
+    not_tested: str = ""  # why this planned level was not tested; "" when it was
+
+
+class Untested(msgspec.Struct, kw_only=True):
+    """Planned levels of one factor that were not tested, for one reason."""
+
+    factor: Factor
+    levels: list[str]
+    reason: str
 
 
 class PromptResult(msgspec.Struct, kw_only=True):
@@ -109,28 +138,32 @@ class PromptResult(msgspec.Struct, kw_only=True):
 
     prompt_id: str
     factor: Factor
-    unique_outputs: int
-    comparisons: int
-    mismatches: int
+    unique_outputs: Count
+    comparisons: Count
+    mismatches: Count
     varying_levels: list[str]
-    first_divergence: int | None = None
+    first_divergence: Count | None = None
     max_logprob_delta: float | None = None
 
 
 class FactorResult(msgspec.Struct, kw_only=True):
     factor: Factor
-    comparisons: int
-    mismatches: int
-    prompts: int
-    prompts_varying: int
+    comparisons: Count
+    mismatches: Count
+    prompts: Count
+    prompts_varying: Count
     share_varying: float
     levels: list[LevelResult]
     explanation: str  # "varies only when batch size >= 8", "no variation"
     # MoE routing (--routed-experts): comparisons with routing on both sides, those
     # whose routing differs on the tokens both chose alike, and what that says
-    routing_compared: int = 0
-    routing_differing: int = 0
+    routing_compared: Count = 0
+    routing_differing: Count = 0
     routing: str = ""  # "variation begins in the gating: ...", "" without routing
+    # what a match means here: "tokens, logprobs and top-k alternatives, bit for bit",
+    # or "text only ..." where the answers carried no logprobs
+    compared: str = ""
+    text_only: Count = 0  # comparisons made on the texts alone
 
 
 class Example(msgspec.Struct, kw_only=True):
@@ -139,10 +172,19 @@ class Example(msgspec.Struct, kw_only=True):
     prompt_id: str
     factor: Factor
     level: str
-    first_divergence: int | None
+    first_divergence: Count | None
     baseline: str  # the baseline's text
     other: str  # the differing answer's text
     max_logprob_delta: float | None = None
+    # what differed, in words ("token 3: ' Paris' against ' Lyon'", "logprob of token 2
+    # ...", "text at character 12 ..."), and where: the token (or character) index and
+    # each side's token and logprob there
+    difference: str = ""
+    position: int | None = None
+    baseline_token: str | None = None
+    other_token: str | None = None
+    baseline_logprob: float | None = None
+    other_logprob: float | None = None
 
 
 class ControlResult(msgspec.Struct, kw_only=True):
@@ -150,9 +192,11 @@ class ControlResult(msgspec.Struct, kw_only=True):
 
     endpoint: str
     detected: bool
-    statement: str
-    mismatches: int
-    comparisons: int
+    statement: str  # the control's statement, or why it was not tested
+    mismatches: Count
+    comparisons: Count
+    tested: bool = True  # False: no answers, or too few to judge (`statement` says why)
+    not_tested: list[Untested] = msgspec.field(default_factory=list)  # the control's own
 
 
 class Certificate(msgspec.Struct, kw_only=True):
@@ -162,13 +206,18 @@ class Certificate(msgspec.Struct, kw_only=True):
     endpoint: str
     model: str
     runtime: str | None = None
+    # true when every comparison made matched, none failed and one was made at least:
+    # it covers the levels tested only; `verdict` and `not_tested` say what was not
     certified: bool
+    verdict: Verdict | None = None  # None: written before verdicts were recorded
+    scope: str = ""  # what was tested: "repeats alone, batch sizes 2, 4, 8, ..."
+    not_tested: list[Untested] = msgspec.field(default_factory=list)
     statement: str
-    comparisons: int
-    mismatches: int
-    failed_requests: int
-    prompts: int
-    prompts_varying: int
+    comparisons: Count
+    mismatches: Count
+    failed_requests: Count
+    prompts: Count
+    prompts_varying: Count
     max_nondeterministic_prompts: int | None = None
     # the mismatch rate's 95% upper bound when none differed: 3/N (rule of three)
     rate_bound: float | None = None
@@ -176,9 +225,12 @@ class Certificate(msgspec.Struct, kw_only=True):
     explanation: str
     batch_sizes: list[int]
     prefix_lengths: list[int]
-    trials: int
+    trials: Count
     seed: int
-    requests: int
+    requests: Count  # sent (the plan's requests of the levels that were tested)
+    planned_requests: Count = 0
+    seconds: float | None = None  # sending the plan took (its warm-up aside)
+    estimated_seconds: float | None = None  # the estimate printed before it was sent
     cache_control: str  # how the prefix cache was turned off, or that it could not be
     # how seeded sampling was tested ("seed 0 at temperature 1.0 ..."), or why it was not
     seed_control: str = ""
@@ -187,13 +239,93 @@ class Certificate(msgspec.Struct, kw_only=True):
     examples: list[Example]
     control: ControlResult | None = None
     control_note: str = ""
+    preflight: Preflight | None = None  # the endpoint's preflight; None with --no-preflight
 
-
-CERTIFICATE_JSON = "certificate.json"
 
 
 def read_certificate(folder: Path) -> Certificate:
-    """FOLDER/certificate.json, or one RunFormatError naming the file and field."""
-    return read_record(folder / CERTIFICATE_JSON, Certificate,
-                       " (written by another quantcheck version, or edited? run "
-                       "`quantcheck determinism --certify` again)")
+    """FOLDER/certificate.json, or one RunFormatError naming the file and field: a file
+    without its `format` is no certificate, and counts that disagree with the results
+    they sum (`consistency_problem`) are refused, as a negative count is."""
+    path = folder / CERTIFICATE_JSON
+    hint = (" (written by another quantcheck version, or edited? run `quantcheck "
+            "determinism --certify` again)")
+    data = read_json(path)
+    if not isinstance(data, dict) or "format" not in data:
+        raise RunFormatError(f"{path}: no `format` field: not a certificate written by "
+                             f"`quantcheck determinism --certify`{hint}")
+    try:
+        certificate = msgspec.convert(data, Certificate)
+    except msgspec.ValidationError as exc:
+        raise RunFormatError(f"{path}: {exc}{hint}") from None
+    problem = consistency_problem(certificate)
+    if problem:
+        raise RunFormatError(f"{path}: {problem}{hint}")
+    return certificate
+
+
+def _named(ids: Sequence[str]) -> str:
+    shown = ", ".join(repr(i)[:40] for i in ids[:3])
+    return shown + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+
+
+def consistency_problem(certificate: Certificate) -> str:
+    """The first count that disagrees with what it counts, said naming the field ("" when
+    all agree): a certificate's totals are its factors' sums, a factor's are its
+    prompts', and a certificate is certified only beside no mismatch and no failure."""
+    c = certificate
+    varying = sorted({r.prompt_id for r in c.prompt_results if r.mismatches})
+    said = [_factors_problem(c)]
+    if c.prompts_varying != len(varying):
+        said.append(f"prompts_varying is {c.prompts_varying}, but prompt_results list "
+                    f"{len(varying)} varying prompt{'' if len(varying) == 1 else 's'}"
+                    + (f" ({_named(varying)})" if varying else ""))
+    named = len({r.prompt_id for r in c.prompt_results})
+    if c.prompts < named:
+        said.append(f"prompts is {c.prompts}, but prompt_results name {named} prompts")
+    if c.failed_requests > c.requests:
+        said.append(f"failed_requests is {c.failed_requests}, more than the plan's "
+                    f"requests ({c.requests})")
+    if c.certified and (c.mismatches or c.failed_requests or not c.comparisons):
+        said.append(f"certified is true beside {c.mismatches} mismatch"
+                    f"{'' if c.mismatches == 1 else 'es'}, {c.failed_requests} failed "
+                    f"requests and {c.comparisons} comparisons")
+    return next((problem for problem in said if problem), "")
+
+
+def _factors_problem(c: Certificate) -> str:
+    """The totals against the factors' sums, and each factor against its prompts."""
+    seen = Counter((r.prompt_id, r.factor) for r in c.prompt_results)
+    twice = [key for key, n in seen.items() if n > 1]
+    if twice:
+        return f"prompt_results list {twice[0][0]!r:.40} under {twice[0][1]} twice"
+    for total in ("comparisons", "mismatches"):
+        summed = sum(getattr(f, total) for f in c.factors)
+        if getattr(c, total) != summed:
+            return f"{total} is {getattr(c, total)}, but its factors count {summed}"
+    if c.mismatches > c.comparisons:
+        return f"mismatches ({c.mismatches}) exceed comparisons ({c.comparisons})"
+    if len({f.factor for f in c.factors}) != len(c.factors):
+        return "factors list a factor twice"
+    for n, factor in enumerate(c.factors):
+        problem = _factor_problem(factor, [r for r in c.prompt_results
+                                           if r.factor == factor.factor])
+        if problem:
+            return f"factors[{n}] ({factor.factor}).{problem}"
+    return ""
+
+
+def _factor_problem(factor: FactorResult, results: Sequence[PromptResult]) -> str:
+    varying = sum(1 for r in results if r.mismatches)
+    for field, counted in (("comparisons", sum(r.comparisons for r in results)),
+                           ("mismatches", sum(r.mismatches for r in results)),
+                           ("prompts", len(results)), ("prompts_varying", varying)):
+        if getattr(factor, field) != counted:
+            return (f"{field} is {getattr(factor, field)}, but prompt_results list "
+                    f"{counted} under {factor.factor}")
+    wrong = next((r for r in results if r.mismatches > r.comparisons
+                  or bool(r.mismatches) != bool(r.varying_levels)), None)
+    if wrong is not None:
+        return (f"prompt {wrong.prompt_id!r:.40}: {wrong.mismatches} mismatches in "
+                f"{wrong.comparisons} comparisons at levels {wrong.varying_levels[:3]}")
+    return ""

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 import orjson
 
 from ..errors import PromptFileError
-from .prompt_entries import Fields, Where, loads_exact, mapping, plain
+from .entry_fields import Fields, Where, mapping, plain
+from .prompt_entries import loads_exact
 from .run_records import CHOICE_LETTERS, numbers_in
 
 # Each target a column can be mapped to, and what it becomes.

@@ -16,23 +16,23 @@ import orjson
 from ..errors import PromptFileError
 from .column_maps import PRESETS, ColumnMap, ColumnMapError, parse_map
 from .data_rows import DataFile, Row, columns, count_rows, is_data_file, open_data, rows
+from .entry_fields import Fields, Where, mapping, reject_unknown
 from .prompt_entries import (
     GREEDY_FIELDS,
+    OWN_FIELDS,
     REQUEST_KEYS,
-    Fields,
+    Defaults,
     RequestOptions,
     SourceOptions,
-    Where,
     build_prompt,
-    mapping,
-    reject_unknown,
+    read_defaults,
 )
 from .run_records import Prompt
 
 SOURCE_KEYS = {"source", "preset", "map", "template", "system", "category", "expect",
                "defaults", "sample", "seed", "name", "description"}
 # A request body's fields that are the project's own (docs/prompts.md), not sent.
-PROJECT_FIELDS = ("id", "category", "tags", "expect", "haystack", "extra")
+PROJECT_FIELDS = tuple(key for key in OWN_FIELDS if key not in ("messages", "prompt"))
 # Fields quantcheck sets on every request itself: the endpoint's model, streaming,
 # logprobs, one answer per request.
 SET_BY_QUANTCHECK = ("model", "stream", "stream_options", "logprobs", "top_logprobs", "n")
@@ -62,7 +62,7 @@ class _Recipe:
     """What a data file needs besides its rows: the mapping, request defaults, sample."""
 
     columns: ColumnMap
-    defaults: Fields
+    defaults: Defaults
     sample: int | None
     seed: int
 
@@ -77,7 +77,7 @@ def load_data_source(path: Path, options: RequestOptions,
     """The prompts of a data file (or of the data file a YAML source file names, whose
     parsed top level is `source_file`)."""
     if source_file is None:
-        return _load(open_data(path), _recipe(options.source, ColumnMap(), {}), options)
+        return _load(open_data(path), _recipe(options.source, ColumnMap(), Defaults()), options)
     data_path, recipe = _source_file(path, source_file, options.source)
     try:
         loaded = _load(open_data(data_path), recipe, options)
@@ -89,7 +89,7 @@ def load_data_source(path: Path, options: RequestOptions,
     return loaded
 
 
-def _recipe(source: SourceOptions, base: ColumnMap, defaults: Fields,
+def _recipe(source: SourceOptions, base: ColumnMap, defaults: Defaults,
             file_sample: int | None = None, file_seed: int | None = None,
             file_map: list[str] | None = None, file_preset: str | None = None) -> _Recipe:
     preset = source.preset or file_preset
@@ -107,7 +107,7 @@ def _recipe(source: SourceOptions, base: ColumnMap, defaults: Fields,
 def _load(data: DataFile, recipe: _Recipe, options: RequestOptions) -> LoadedSource:
     names = columns(data)
     cmap = recipe.columns
-    api = options.api or recipe.defaults.get("api") or "chat"
+    api = options.api or recipe.defaults.api or "chat"
     if names is not None:
         if not cmap.given and "prompt" not in names and "messages" not in names:
             raise ColumnMapError(_which_prompt(data, names, cmap, str(api)))
@@ -195,7 +195,7 @@ def _reads(cmap: ColumnMap, names: list[str], first: list[Row], base: ColumnMap,
         fitted = cmap.with_named_columns(names).fitted(names, "")
         for row in first:
             entry, _ = _entry(row, fitted, api, fit=False)
-            build_prompt(row.where, {"id": "-", **entry}, {}, RequestOptions(api=api))
+            build_prompt(row.where, {"id": "-", **entry}, Defaults(), RequestOptions(api=api))
     except PromptFileError:
         return False
     return bool(first)
@@ -301,19 +301,15 @@ def _source_file(path: Path, fields: Fields, source: SourceOptions) -> tuple[Pat
         raise where.error("preset", f"unknown preset {preset!r}; the presets are "
                           f"{', '.join(sorted(PRESETS))}")
     expect = fields.get("expect") or {}
-    defaults = fields.get("defaults") or {}
-    expect_fields, default_fields = mapping(expect), mapping(defaults)
+    expect_fields, defaults = mapping(expect), read_defaults(where, fields.get("defaults"))
     if expect_fields is None:
         raise where.error("expect", "must be a mapping merged into every prompt's expect, "
                           "e.g. {tolerance: 0.01}")
-    if default_fields is None:
-        raise where.error("defaults", "must be a mapping of request fields, as a prompt "
-                          "set's defaults")
     base = ColumnMap(template=_optional_text(where, fields, "template"),
                      system=_optional_text(where, fields, "system"),
                      category=_optional_text(where, fields, "category"), expect=expect_fields)
     try:
-        recipe = _recipe(source, base, default_fields,
+        recipe = _recipe(source, base, defaults,
                          _optional_count(where, fields, "sample"),
                          _optional_int(where, fields, "seed"),
                          _map_entries(where, fields.get("map")), preset)

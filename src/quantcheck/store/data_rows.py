@@ -6,8 +6,10 @@ files.
 Every file read is a regular file (files.open_regular: a FIFO or a device, even one
 named *.parquet inside a folder, is refused before it is opened for reading); text is
 UTF-8, and a byte that is not is one error naming its line and column, with the command
-that converts the file, wherever in the file it is; a JSON integer beyond 64 bits is
-read exactly (prompt_entries.loads_exact), never as a float."""
+that converts the file, wherever in the file it is; a line of JSONL, CSV or TSV holds at
+most MAX_LINE_BYTES (a longer one is one error naming the file and the line, read no
+further: files.bounded_lines); a JSON integer beyond 64 bits is read exactly
+(prompt_entries.loads_exact), never as a float."""
 
 from __future__ import annotations
 
@@ -30,9 +32,10 @@ from typing import Protocol, TypeVar
 import orjson
 
 from ..errors import PromptFileError
-from .files import UnreadableFile, open_regular
-from .prompt_entries import Where, loads_exact, mapping
-from .yamlfile import not_utf8_at
+from .entry_fields import Where, mapping
+from .files import UnreadableFile, bounded_lines, open_regular
+from .prompt_entries import loads_exact
+from .yamlfile import MAX_YAML_BYTES, not_utf8_at
 
 T = TypeVar("T")
 LINE_SUFFIXES = (".jsonl", ".ndjson")
@@ -40,7 +43,10 @@ TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 COLUMNAR_SUFFIXES = (".parquet", ".arrow")
 SUFFIXES = (*LINE_SUFFIXES, *TABLE_SUFFIXES, *COLUMNAR_SUFFIXES)
 DATA_EXTRA = "pip install 'quantcheck[data]'"
-CSV_FIELD_LIMIT = 1 << 30  # a long prompt (a haystack) is one field
+# A line (and a CSV field): a long prompt (a haystack of 1,000,000 tokens is about 5 MB)
+# is one; a YAML prompt set holds at most as much (yamlfile.MAX_YAML_BYTES).
+MAX_LINE_BYTES = MAX_YAML_BYTES
+CSV_FIELD_LIMIT = MAX_LINE_BYTES
 
 
 @dataclass
@@ -224,9 +230,11 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of each line that is not blank."""
     try:
         with _opened(path) as stream:
-            for number, line in enumerate(stream, 1):
+            for number, line in bounded_lines(stream, path, MAX_LINE_BYTES, "data file"):
                 if not line.isspace():  # a blank line is no row
                     yield number, line
+    except UnreadableFile as exc:
+        raise PromptFileError(str(exc)) from None
     except OSError as exc:
         raise PromptFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
@@ -263,7 +271,16 @@ class _TextFile:
 
     def __enter__(self) -> Iterator[str]:
         self.stream = io.TextIOWrapper(_opened(self.path), encoding="utf-8-sig", newline="")
-        return self.stream
+        return self._lines()
+
+    def _lines(self) -> Iterator[str]:
+        """The file's lines, each of at most MAX_LINE_BYTES characters (a longer one is
+        read no further)."""
+        try:
+            for _, line in bounded_lines(self.stream, self.path, MAX_LINE_BYTES, "data file"):
+                yield line
+        except UnreadableFile as exc:
+            raise PromptFileError(str(exc)) from None
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  *rest: object) -> None:
@@ -280,12 +297,16 @@ def _first_bad_byte(path: Path) -> str:
     chunks, so its own error says little), as the error to show."""
     with _opened(path) as stream:
         utf16 = stream.peek(2)[:2] in (b"\xff\xfe", b"\xfe\xff")
-        for number, line in enumerate(stream, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as bad:
-                return not_utf8_at(path, number, bad.start + 1,
-                                   line[bad.start:bad.start + 1], "data file", utf16=utf16)
+        try:
+            for number, line in bounded_lines(stream, path, MAX_LINE_BYTES, "data file"):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    return not_utf8_at(path, number, bad.start + 1,
+                                       line[bad.start:bad.start + 1], "data file",
+                                       utf16=utf16)
+        except UnreadableFile as exc:
+            return str(exc)
     return f"{path}: not UTF-8 text"
 
 

@@ -16,12 +16,16 @@
   file, a link to it, a hard link, a file inside an input folder), `--force` or not.
 - `resolved`: a path with its symbolic links followed; links that lead in a loop are a
   `StorageError` naming the path.
+- `csv_rows`: the one way every CSV (pairs.csv, determinism.csv, matrix.csv) ends its
+  rows, so that any text in a cell, a bare carriage return too, is quoted and read back.
 
 And every read of a user's file: `open_regular` opens regular files only (a FIFO, a
 device such as /dev/zero, a socket is refused before a byte is read, so nothing blocks
 or reads without end), checked again on the opened descriptor, so a file swapped for a
 FIFO between the check and the open is refused too; `read_regular` reads one whole,
-within a size cap.
+within a size cap; `bounded_lines` reads one line at a time, each within a cap (a line
+of 1 GB, or a file without a newline, is one error naming the file and the line, never
+held whole).
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, TypeVar
 
 from ..errors import QuantcheckError
 
@@ -101,6 +105,44 @@ def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
         raise UnreadableFile(f"{path}: the {what} is larger than the {limit // (1 << 20)} MiB "
                              "quantcheck reads for it")
     return data
+
+
+class LineTooLong(UnreadableFile):
+    """A line longer than its reader holds."""
+
+
+Line = TypeVar("Line", str, bytes, covariant=True)
+
+
+class Lines(Protocol[Line]):
+    """A stream read line by line: a binary file, or a text one (a TextIOWrapper)."""
+
+    def readline(self, size: int = -1, /) -> Line: ...
+
+
+def bounded_lines(stream: Lines[Line], path: Path, limit: int, what: str = "file"
+                  ) -> Iterator[tuple[int, Line]]:
+    """(line number, line) for each line of `stream`, its newline kept (the last line
+    may have none). A line (its newline counted) of more than `limit` bytes (characters,
+    from a text stream) is a LineTooLong naming the file and the line: no more than
+    `limit` of it are read."""
+    number = 0
+    while True:
+        try:
+            line = stream.readline(limit + 1)
+        except OSError as exc:
+            raise UnreadableFile(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        if not line:
+            return
+        number += 1
+        if len(line) > limit:
+            raise LineTooLong(f"{path}:{number}: a line of more than {_size(limit)}, more "
+                              f"than a line of a {what} holds (is this the right file?)")
+        yield number, line
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20:,} MiB" if limit >= 1 << 20 else f"{limit:,} bytes"
 
 
 def resolved(path: Path) -> Path:
@@ -228,6 +270,23 @@ def _unlink_quietly(name: str) -> None:
         os.unlink(name)
     except OSError:
         pass
+
+
+# The csv module (and pandas through it) quotes a cell for the characters of its line
+# terminator only: written with "\n", a cell holding a bare "\r" stayed unquoted and
+# every reader split the row there. CSVs are written with CSV_WRITTEN_WITH, so such a
+# cell is quoted, then `csv_rows` ends the rows with "\n" again.
+CSV_WRITTEN_WITH = "\r\n"
+
+
+def csv_rows(written: str) -> str:
+    """CSV text written with CSV_WRITTEN_WITH as its line terminator, each row ended
+    with "\n": a line end outside quotes is a row's (an unquoted cell holds no line
+    break), one inside quotes is a cell's and stays as written. Splitting at every
+    quote mark alternates outside and inside (a doubled quote leaves an empty piece)."""
+    pieces = written.split('"')
+    pieces[::2] = [piece.replace(CSV_WRITTEN_WITH, "\n") for piece in pieces[::2]]
+    return '"'.join(pieces)
 
 
 def make_directory(path: Path) -> None:

@@ -11,9 +11,15 @@ formats were named reads as version 1, which it is."""
 from __future__ import annotations
 
 from importlib import resources
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
+
+import msgspec
 
 from ..errors import QuantcheckError
+
+# A field that counts (or a token's position): never negative, read back or written;
+# its schema says minimum 0.
+Count = Annotated[int, msgspec.Meta(ge=0)]
 
 SummaryFormat = Literal["quantcheck-summary/1"]
 SUMMARY_FORMAT: Final[SummaryFormat] = "quantcheck-summary/1"
@@ -41,6 +47,8 @@ LadderFormat = Literal["quantcheck-ladder/1"]
 LADDER_FORMAT: Final[LadderFormat] = "quantcheck-ladder/1"
 LadderPlanFormat = Literal["quantcheck-ladder-plan/1"]
 LADDER_PLAN_FORMAT: Final[LadderPlanFormat] = "quantcheck-ladder-plan/1"
+ReproFormat = Literal["quantcheck-repro/1"]
+REPRO_FORMAT: Final[ReproFormat] = "quantcheck-repro/1"
 PAIRS_FORMAT: Final = "quantcheck-pairs/1"
 
 # Each shipped schema: its name, and the file it describes.
@@ -58,6 +66,7 @@ SCHEMAS: Final = {
     "certificate": "certificate.json (determinism --certify)",
     "ladder": "DIR/ladder.json (quantcheck ladder)",
     "ladder-plan": "DIR/plan.json (quantcheck ladder)",
+    "repro": "DIR/repro.json (repro)",
     "pairs": "REPORT_DIR/pairs.csv: its columns and their types",
 }
 

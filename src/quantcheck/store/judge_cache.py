@@ -1,7 +1,8 @@
 """The judge's replies, kept by key so a rerun asks only what is new: a JSONL file of
 JudgeReply lines (by default REPORT_DIR/judge-cache.jsonl), each appended in one write
 as its reply arrives, so Ctrl-C or a kill loses nothing already answered (a torn last
-line is skipped when read, and the next line starts on a line of its own)."""
+line is skipped when read, and the next line starts on a line of its own). A line holds
+at most MAX_LINE_BYTES (files.bounded_lines): a longer one is one error naming it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import msgspec
 
 from .files import (
     append,
+    bounded_lines,
     check_target,
     make_directory,
     open_append,
@@ -21,6 +23,7 @@ from .files import (
 from .judge_records import JudgeReply
 
 JUDGE_CACHE = "judge-cache.jsonl"
+MAX_LINE_BYTES = 64 << 20  # a reply: a verdict, a reason, the judge's answer (capped)
 
 _decode = msgspec.json.Decoder(JudgeReply)
 _encode = msgspec.json.Encoder()
@@ -42,7 +45,8 @@ class JudgeCache:
     def _read(self) -> None:
         try:
             with open_regular(self.path, "judge cache") as handle:
-                for line in handle:
+                for _, line in bounded_lines(handle, self.path, MAX_LINE_BYTES,
+                                             "judge cache"):
                     if not line.endswith(b"\n"):
                         self._torn = True  # cut by a kill: that reply is asked again
                         break

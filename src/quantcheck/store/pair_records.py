@@ -85,6 +85,10 @@ class PairRow(msgspec.Struct, kw_only=True):
     a_tool_calls: str | None = None
     b_tool_calls: str | None = None
     flip_cause: str | None = None  # a flip's class (FLIP_CAUSES); "" without a flip
+    # a side's repeat 0 alone differs, its later repeats agree (two repeats or more): the
+    # mark of a prefix cache a repeat finds warm
+    a_only_first_differs: bool | None = None
+    b_only_first_differs: bool | None = None
 
     @property
     def compared(self) -> bool:
@@ -156,10 +160,25 @@ def new_degenerate_on_b(rows: list[PairRow]) -> list[str]:
 
 def nondeterministic(row: PairRow, side: str) -> bool:
     """Whether a side's repeats of the prompt gave more than one text or token signature
-    ("a" or "b"): the one definition the summary and the gate count."""
-    texts, signatures = ((row.a_texts, row.a_signatures) if side == "a"
-                         else (row.b_texts, row.b_signatures))
-    return (texts or 0) > 1 or (signatures or 0) > 1
+    ("a" or "b"): summary.json's `nondeterministic`."""
+    return text_varies(row, side) or logprobs_only(row, side)
+
+
+def text_varies(row: PairRow, side: str) -> bool:
+    """Whether a side's repeats of the prompt gave more than one text: the one definition
+    the headline and the gate count."""
+    return ((row.a_texts if side == "a" else row.b_texts) or 0) > 1
+
+
+def logprobs_only(row: PairRow, side: str) -> bool:
+    """Whether a side's repeats gave one text and more than one token signature: only
+    the logprobs moved (said beside the texts that vary, never counted with them)."""
+    signatures = row.a_signatures if side == "a" else row.b_signatures
+    return not text_varies(row, side) and (signatures or 0) > 1
+
+
+def only_first_differs(row: PairRow, side: str) -> bool:
+    return bool(row.a_only_first_differs if side == "a" else row.b_only_first_differs)
 
 
 class RoutingGrid(msgspec.Struct):

@@ -2,13 +2,17 @@
 its exact request body; shared by the YAML prompt sets and the data-file sources.
 
 Values come from users' files, so they are `object` until validated: each check
-narrows one field and names the file, line (or row), prompt and field it refuses.
+narrows one field and names the file, line (or row), prompt and field it refuses
+(entry_fields.py; an `expect`: expect_entries.py).
 
-An `expect.regex` is compiled here by the engine its check searches with (the `regex`
-module, triage/expects.py) and by Python's `re`, whose syntax the docs promise: a
-pattern either refuses (`[[` is an unterminated set to `regex`; `\\p{L}` or a
-variable-width look-behind is beyond `re`) is refused naming where, never accepted to
-fail every check later. `re`'s FutureWarnings about sets are never shown or raised.
+A file's `defaults:` are read once (`read_defaults`) and apply to every prompt, a
+prompt's own value winning: the request fields are sent with every request; the keys
+quantcheck reads itself are never sent, each applied as the prompt's own would be:
+`category` and `haystack` (a prompt's own replaces it), `tags` (added to a prompt's
+own), `expect` (merged check by check, a prompt's own check winning), `extra` (its
+fields sent). `id`, `messages` and `prompt` are each prompt's own and refused there. A
+field quantcheck reads is refused where only request fields go (a prompt's `extra`,
+--extra-body): sent, it would check nothing.
 """
 
 from __future__ import annotations
@@ -17,19 +21,24 @@ import hashlib
 import json
 import math
 import re
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import cast
 
 import orjson
-import regex as regex_engine
-from jsonschema.validators import validator_for
 
-from ..errors import PromptFileError
+from .entry_fields import (
+    Fields,
+    Where,
+    mapping,
+    plain,
+    positive_int,
+    reject_unknown,
+    string,
+    string_list,
+)
+from .expect_entries import check_schema, expect_of
 from .haystack import LANGUAGES, PLACEHOLDER, filler_text, sentences_for
-from .run_records import CHOICE_LETTERS, CodeExpect, Expect, JsonValue, Prompt, ToolCallExpect
+from .run_records import Expect, Prompt
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -59,11 +68,13 @@ PROMPT_KEYS = {"id", "category", "messages", "prompt", "max_tokens", "tags", "ex
 REQUEST_KEYS = ("stop", "chat_template_kwargs", "tools", "tool_choice")
 HAYSTACK_KEYS = {"tokens", "sentences", "depth", "needle", "seed", "language"}
 TOOL_CHOICES = ("auto", "none", "required")
-EXPECT_KEYS = set(Expect.__dataclass_fields__)
-TOOL_CALL_KEYS = {"name", "arguments_schema", "arguments"}
 APIS = ("chat", "completions")
-
-Fields = dict[str, object]
+# The keys of a prompt quantcheck reads itself: never sent as request fields.
+OWN_FIELDS = ("id", "category", "tags", "expect", "haystack", "extra", "messages", "prompt")
+# Of those, each prompt's own, never a default.
+NOT_DEFAULTS = ("id", "messages", "prompt")
+# The keys of `defaults` that are not sent as they are (the rest are request fields).
+READ_DEFAULTS = {"api", "max_tokens", "category", "tags", "expect", "haystack", "extra"}
 
 
 @dataclass
@@ -109,76 +120,74 @@ def loads_exact(data: bytes | str) -> object:
     return value
 
 
-def mapping(value: object) -> Fields | None:
-    """`value` as a mapping with string keys, or None when it is not a mapping."""
-    if not isinstance(value, dict):
-        return None
-    return cast(Fields, value)
+@dataclass(frozen=True)
+class Defaults:
+    """A file's `defaults:`, read once (`read_defaults`; the module docstring says how
+    each key applies)."""
+
+    request: Fields = field(default_factory=dict)  # sent with every request
+    api: str | None = None
+    max_tokens: int | None = None
+    category: str | None = None
+    tags: tuple[str, ...] = ()
+    expect: Fields = field(default_factory=dict)  # each prompt's own checks merged over
+    checks: Expect | None = None  # `expect` read: a prompt without its own
+    haystack: object = None
 
 
-def line_of(value: object) -> int:
-    """The line a YAML mapping starts on (prompt_sets' loader records it), else 0."""
-    line = getattr(value, "line", 0)
-    return line if isinstance(line, int) else 0
+def read_defaults(where: Where, value: object) -> Defaults:
+    """The `defaults:` mapping `value` of the file or mapping `where` is (None: none),
+    each key checked once, refused naming its field."""
+    fields = mapping(value if value is not None else {})
+    if fields is None:
+        raise where.error("defaults", "must be a mapping of request fields, e.g. "
+                          "{max_tokens: 64, expect: {not_contains: 'As an AI'}}")
+    at = where.inside(value, "defaults.")
+    for key in NOT_DEFAULTS:
+        if key in fields:
+            raise at.error(key, "is each prompt's own, not a default: set it on each "
+                           "prompt")
+    api = fields.get("api")
+    if api is not None and api not in APIS:
+        raise at.error("api", f"must be one of {', '.join(APIS)}, not {api!r}")
+    if fields.get("haystack") is not None:
+        _haystack_spec(at, fields["haystack"])
+    expect = fields.get("expect")
+    request = {k: plain(v) for k, v in fields.items() if k not in READ_DEFAULTS}
+    return Defaults(
+        request={**request, **_request_fields(at, fields.get("extra"))},
+        api=str(api) if api is not None else None,
+        max_tokens=positive_int(at, fields, "max_tokens", 1) if "max_tokens" in fields
+        else None,
+        category=string(at, fields, "category") if "category" in fields else None,
+        tags=tuple(string_list(at, fields, "tags")),
+        expect=dict(mapping(expect) or {}),
+        checks=expect_of(at, expect) if expect is not None else None,
+        haystack=fields.get("haystack"))
 
 
-def key_lines_of(value: object) -> Mapping[str, int]:
-    lines = getattr(value, "key_lines", None)
-    return cast(Mapping[str, int], lines) if isinstance(lines, dict) else {}
+def own_field_problem(fields: Mapping[str, object]) -> str:
+    """Why request fields hold one quantcheck reads itself ("" when they do not): sent,
+    it would check or change nothing the way it says."""
+    found = next((key for key in fields if key in OWN_FIELDS), None)
+    if found is None:
+        return ""
+    return (f"{found!r} is a prompt's own field, which quantcheck reads and never sends: "
+            "give it on the prompt in the prompt file (or in its defaults: for every "
+            "prompt)")
 
 
-@dataclass
-class Where:
-    """Builds error messages that name the file, line (or row), prompt and field."""
-
-    path: Path
-    line: int = 0  # 0: not known
-    key_lines: Mapping[str, int] = field(default_factory=dict)
-    prompt: str | None = None
-    prefix: str = ""  # "expect.": the mapping's keys are named expect.KEY
-    row: int = 0  # a row of a columnar file (Parquet, Arrow), which has no lines
-
-    @classmethod
-    def of(cls, path: Path, value: object, prompt: str | None = None,
-           prefix: str = "") -> Where:
-        """Where a YAML mapping is, from the lines its loader recorded."""
-        return cls(path, line_of(value), key_lines_of(value), prompt, prefix)
-
-    def inside(self, value: object, prefix: str = "") -> Where:
-        """A mapping nested in this one: its own lines when it has them."""
-        line = line_of(value)
-        return Where(self.path, line or self.line, key_lines_of(value) if line else {},
-                     self.prompt, prefix, self.row)
-
-    @property
-    def place(self) -> str:
-        """FILE:LINE, FILE:LINE (row N), FILE: row N, or FILE."""
-        if self.row and self.line:
-            return f"{self.path}:{self.line} (row {self.row})"
-        if self.row:
-            return f"{self.path}: row {self.row}"
-        return f"{self.path}:{self.line}" if self.line else str(self.path)
-
-    def error(self, key: str | None, message: str) -> PromptFileError:
-        line = self.line
-        if key is not None:
-            line = self.key_lines.get(key.split(".")[-1], line)
-        parts = [Where(self.path, line, row=self.row).place]
-        if self.prompt:
-            parts.append(f"prompt {self.prompt}")
-        if key is not None:
-            name = f"{self.prefix}{key}"
-            parts.append(f"field '{name}'" if name.isprintable() else f"field {name!r}")
-        return PromptFileError(": ".join(parts + [message]))
+def _request_fields(where: Where, value: object) -> Fields:
+    """An `extra:` mapping: request fields, sent as given."""
+    fields = mapping(value if value is not None else {})
+    if fields is None:
+        raise where.error("extra", "must be a mapping of extra request fields")
+    if problem := own_field_problem(fields):
+        raise where.error("extra", problem)
+    return {str(k): plain(v) for k, v in fields.items()}
 
 
-def reject_unknown(where: Where, entry: Mapping[str, object], allowed: set[str]) -> None:
-    for key in entry:
-        if key not in allowed:
-            raise where.error(str(key), f"unknown field; allowed: {', '.join(sorted(allowed))}")
-
-
-def build_prompt(where: Where, entry: object, defaults: Mapping[str, object],
+def build_prompt(where: Where, entry: object, defaults: Defaults,
                  options: RequestOptions, source: str | None = None) -> Prompt:
     """The Prompt of one entry (`{id, messages | prompt, expect, ...}`)."""
     fields = mapping(entry)
@@ -190,28 +199,28 @@ def build_prompt(where: Where, entry: object, defaults: Mapping[str, object],
     where.prompt = str(prompt_id)
     reject_unknown(where, fields, PROMPT_KEYS)
     api, body = _request_body(where, fields, defaults, options)
+    tags = string_list(where, fields, "tags")
+    expect = fields.get("expect")
     return Prompt(
         id=str(prompt_id),
-        category=_string(where, fields, "category", default="general"),
+        category=string(where, fields, "category", default=defaults.category or "general"),
         request=body,
         api=api,
         hash=request_hash(body),
-        tags=_string_list(where, fields, "tags"),
-        expect=_expect(where, fields),
+        tags=list(dict.fromkeys([*defaults.tags, *tags])),
+        expect=defaults.checks if expect is None else expect_of(where, expect,
+                                                                defaults.expect),
         source=source if source is not None else where.place,
     )
 
 
-def _request_body(where: Where, entry: Fields, defaults: Mapping[str, object],
+def _request_body(where: Where, entry: Fields, defaults: Defaults,
                   options: RequestOptions) -> tuple[str, Fields]:
-    set_where = Where.of(where.path, defaults)
-    api = options.api or defaults.get("api")
-    if api is not None and api not in APIS:
-        raise set_where.error("api", f"must be one of {', '.join(APIS)}, not {api!r}")
+    api = options.api or defaults.api
     has_messages, has_prompt = "messages" in entry, "prompt" in entry
     if has_messages == has_prompt:
         raise where.error(None, "needs exactly one of 'messages' (chat) or 'prompt' (completions)")
-    fill = _haystack(where, entry.get("haystack"))
+    fill = _haystack(where, entry.get("haystack", defaults.haystack))
     body: Fields
     if has_messages:
         if api == "completions":
@@ -221,25 +230,18 @@ def _request_body(where: Where, entry: Fields, defaults: Mapping[str, object],
             {**m, "content": fill(content)} if isinstance(content := m.get("content"), str)
             else m for m in messages_of(where, entry["messages"])]}
     else:
-        text = fill(_string(where, entry, "prompt"))
+        text = fill(string(where, entry, "prompt"))
         api = api or "completions"
         body = {"prompt": text} if api == "completions" else {
             "messages": [{"role": "user", "content": text}]}
-
-    extra = {k: plain(v) for k, v in defaults.items() if k not in {"api", "max_tokens"}}
-    body["max_tokens"] = options.max_tokens or _positive_int(
-        where, entry, "max_tokens", _positive_int(set_where, defaults, "max_tokens",
-                                                  DEFAULT_MAX_TOKENS))
+    body["max_tokens"] = options.max_tokens or positive_int(
+        where, entry, "max_tokens", defaults.max_tokens or DEFAULT_MAX_TOKENS)
     body.update(GREEDY_FIELDS)
-    body.update(extra)
+    body.update(defaults.request)
     for key in REQUEST_KEYS:
         if key in entry:
             body[key] = plain(entry[key])
-    per_prompt_extra = entry.get("extra") or {}
-    extra_fields = mapping(per_prompt_extra)
-    if extra_fields is None:
-        raise where.error("extra", "must be a mapping of extra request fields")
-    body.update(extra_fields)
+    body.update(_request_fields(where, entry.get("extra")))
     body.update(options.extra_body)
     if "stop" in body and not _is_stop(body["stop"]):
         raise where.error("stop", "must be a string or a list of strings")
@@ -273,6 +275,18 @@ def _haystack(where: Where, spec: object) -> Callable[[str], str]:
     """What fills `{haystack}` in the prompt's text (haystack.py), or the identity."""
     if spec is None:
         return lambda text: text
+    filler = filler_text(*_haystack_spec(where, spec))
+
+    def fill(text: str) -> str:
+        if PLACEHOLDER not in text:
+            raise where.error("haystack", f"the prompt's text has no {PLACEHOLDER} to fill")
+        return text.replace(PLACEHOLDER, filler)
+    return fill
+
+
+def _haystack_spec(where: Where, spec: object) -> tuple[int, float, str, int, str]:
+    """A `haystack:` mapping's sentences (`sentences`, or as many as make about
+    `tokens`), depth, needle (none: an absent needle), seed and language."""
     fields = mapping(spec)
     if fields is None or len({"tokens", "sentences"} & set(fields)) != 1:
         raise where.error("haystack", "must be {tokens: N, needle: SENTENCE, depth: 0..1, "
@@ -292,47 +306,7 @@ def _haystack(where: Where, spec: object) -> Callable[[str], str]:
         raise where.error("haystack", f"language must be one of {', '.join(LANGUAGES)}, "
                           f"not {language!r}")
     sentences = size if size_key == "sentences" else sentences_for(size, language, seed)
-    filler = filler_text(sentences, float(depth), needle, seed, language)
-
-    def fill(text: str) -> str:
-        if PLACEHOLDER not in text:
-            raise where.error("haystack", f"the prompt's text has no {PLACEHOLDER} to fill")
-        return text.replace(PLACEHOLDER, filler)
-    return fill
-
-
-def regex_problem(pattern: str) -> str:
-    """Why `pattern` cannot be an expect.regex ("" when it can): see the module
-    docstring."""
-    try:
-        regex_engine.compile(pattern)
-    except (regex_engine.error, ValueError, OverflowError, RecursionError) as exc:
-        return f"invalid regular expression: {exc}"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a FutureWarning on sets `regex` reads as written
-        try:
-            re.compile(pattern)
-        except (re.error, ValueError, OverflowError, RecursionError) as exc:
-            return (f"invalid regular expression in Python's re syntax: {exc} (only the "
-                    "regex module's extensions read it; write it in re's syntax)")
-    return ""
-
-
-def check_schema(schema: object) -> str:
-    """Why `schema` is not a JSON Schema ("" when it is), for the prompt loader."""
-    fields = mapping(schema)
-    if fields is None:
-        return "must be a mapping (a JSON Schema object)"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # re's FutureWarnings on a pattern's sets
-            validator_for(fields).check_schema(fields)
-    except Exception as exc:  # noqa: BLE001 - jsonschema raises SchemaError and others
-        message = str(getattr(exc, "message", exc))
-        if len(message) > 240:
-            message = message[:240] + "..."
-        return f"not a valid JSON Schema: {message}"
-    return ""
+    return sentences, float(depth), needle, seed, language
 
 
 def _check_tools(where: Where, body: Fields, api: str) -> None:
@@ -397,156 +371,3 @@ def messages_of(where: Where, value: object) -> list[Fields]:
     return messages
 
 
-def _string(where: Where, entry: Mapping[str, object], key: str,
-            default: str | None = None) -> str:
-    value = entry.get(key, default)
-    if not isinstance(value, str) or not value:
-        raise where.error(key, "must be a non-empty string")
-    return value
-
-
-def _string_list(where: Where, entry: Mapping[str, object], key: str) -> list[str]:
-    value = entry.get(key)
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise where.error(key, "must be a string or a list of strings")
-    return [str(v) for v in value]
-
-
-def _positive_int(where: Where, entry: Mapping[str, object], key: str, default: int) -> int:
-    value = entry.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise where.error(key, f"must be a positive integer, not {value!r}")
-    return value
-
-
-def _expect(where: Where, entry: Fields) -> Expect | None:
-    spec = entry.get("expect")
-    if spec is None:
-        return None
-    fields = mapping(spec)
-    if fields is None or not fields:
-        raise where.error("expect", "must be a mapping, e.g. {contains: Canberra}")
-    at = where.inside(spec, "expect.")
-    for key in fields:
-        if key not in EXPECT_KEYS:
-            raise at.error(str(key),
-                           f"unknown check; allowed: {', '.join(sorted(EXPECT_KEYS))}")
-    number = fields.get("number")
-    if number is not None and (isinstance(number, bool) or not isinstance(number, int | float)):
-        raise at.error("number", "must be a number")
-    if number is not None and not _finite(number):
-        raise at.error("number", f"must be a finite number, not {number} (nothing can "
-                       "be checked against it: fill the answer in or drop the prompt)")
-    tolerance = fields.get("tolerance", 0.0)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0 \
-            or not _finite(tolerance):
-        raise at.error("tolerance", "must be a finite number >= 0")
-    regex = fields.get("regex")
-    if regex is not None and (problem := regex_problem(str(regex))):
-        raise at.error("regex", problem)
-    json_schema = fields.get("json_schema")
-    if json_schema is not None and (problem := check_schema(json_schema)):
-        raise at.error("json_schema", problem)
-    return Expect(
-        contains=_string_list(at, fields, "contains"),
-        any_of=_string_list(at, fields, "any_of"),
-        not_contains=_string_list(at, fields, "not_contains"),
-        regex=str(regex) if regex is not None else None,
-        number=float(number) if number is not None else None,
-        tolerance=float(tolerance),
-        case_sensitive=_flag(at, fields, "case_sensitive"),
-        json=_flag(at, fields, "json"),
-        json_schema=plain_mapping(json_schema),
-        tool_call=_tool_call_expect(at, fields.get("tool_call")),
-        ordered=_flag(at, fields, "ordered"),
-        code=_code_expect(at, fields.get("code")),
-        choice=_choice(at, fields.get("choice")),
-    )
-
-
-def _finite(value: int | float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer beyond a float's range
-        return False
-
-
-def _flag(at: Where, spec: Mapping[str, object], key: str) -> bool:
-    value = spec.get(key, False)
-    if not isinstance(value, bool):
-        raise at.error(key, "must be true or false")
-    return value
-
-
-def plain(value: object) -> JsonValue:
-    """A YAML or JSON value without the line bookkeeping (plain dicts and lists)."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return cast(JsonValue, value)  # a scalar, as the file's parser read it
-
-
-def plain_mapping(value: object) -> dict[str, JsonValue] | None:
-    fields = mapping(value)
-    return None if fields is None else {str(k): plain(v) for k, v in fields.items()}
-
-
-def _tool_call_expect(at: Where, value: object) -> list[ToolCallExpect] | None:
-    if value is None:
-        return None
-    calls = value if isinstance(value, list) else [value]
-    if not calls or not all(mapping(call) is not None for call in calls):
-        raise at.error("tool_call", "must be a mapping {name, arguments_schema, "
-                       "arguments}, or a list of them")
-    expected = []
-    for call in calls:
-        fields = cast(Fields, call)
-        reject_unknown(at.inside(call, "expect.tool_call."), fields, TOOL_CALL_KEYS)
-        if "name" not in fields:
-            raise at.error("tool_call", "each call needs 'name' (null: no call at all)")
-        name = fields["name"]
-        if name is not None and (not isinstance(name, str) or not name):
-            raise at.error("tool_call", f"name must be a tool's name or null, not {name!r}")
-        schema = fields.get("arguments_schema")
-        if schema is not None and (problem := check_schema(schema)):
-            raise at.error("tool_call", f"arguments_schema: {problem}")
-        arguments = fields.get("arguments")
-        if arguments is not None and mapping(arguments) is None:
-            raise at.error("tool_call", "arguments must be a mapping of argument values")
-        if name is None and (schema is not None or arguments is not None or len(calls) > 1):
-            raise at.error("tool_call", "name: null (no call) stands alone")
-        expected.append(ToolCallExpect(name, plain_mapping(schema), plain_mapping(arguments)))
-    return expected
-
-
-def _code_expect(at: Where, value: object) -> CodeExpect | None:
-    if value is None:
-        return None
-    fields = mapping(value)
-    if fields is None or set(fields) != {"entry_point", "tests"}:
-        raise at.error("code", "must be {entry_point: NAME, tests: 'assert NAME(...)...'}")
-    entry_point, tests = fields["entry_point"], fields["tests"]
-    if not isinstance(entry_point, str) or not entry_point.isidentifier():
-        raise at.error("code", f"entry_point must be a Python name, not {entry_point!r}")
-    if not isinstance(tests, str) or not tests.strip():
-        raise at.error("code", "tests must be Python code (asserts)")
-    try:
-        compile(tests, "tests", "exec")
-    except SyntaxError as exc:
-        raise at.error("code", f"tests are not valid Python: {exc.msg} (line "
-                       f"{exc.lineno})") from None
-    return CodeExpect(entry_point, tests)
-
-
-def _choice(at: Where, value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) != 1 or value not in CHOICE_LETTERS:
-        raise at.error("choice", f"must be one letter {CHOICE_LETTERS[0]} to "
-                       f"{CHOICE_LETTERS[-1]}, not {value!r}")
-    return value

@@ -13,21 +13,21 @@ import yaml
 from ..errors import PromptFileError
 from .data_prompts import LoadedSource, is_data_source, load_data_source
 from .data_rows import SUFFIXES as DATA_SUFFIXES
-from .files import UnreadableFile, open_regular
+from .entry_fields import Where, mapping, reject_unknown
+from .files import UnreadableFile, bounded_lines, open_regular
 from .prompt_entries import (
     APIS,
     DEFAULT_MAX_TOKENS,
     GREEDY_FIELDS,
     RequestOptions,
     SourceOptions,
-    Where,
     build_prompt,
-    mapping,
-    reject_unknown,
+    own_field_problem,
+    read_defaults,
     request_hash,
 )
 from .run_records import Prompt
-from .yamlfile import SafeLoader, read_yaml
+from .yamlfile import MAX_YAML_BYTES, SafeLoader, read_yaml
 
 __all__ = ["APIS", "DEFAULT_MAX_TOKENS", "GREEDY_FIELDS", "LoadedSource", "RequestOptions",
            "SourceOptions", "file_sha256", "load_prompts", "load_sources", "request_hash",
@@ -94,6 +94,8 @@ def load_sources(paths: Iterable[str | Path],
                  options: RequestOptions | None = None) -> list[LoadedSource]:
     """Each file's prompts and what was read to make them (`quantcheck prompts check`)."""
     options = options or RequestOptions()
+    if problem := own_field_problem(options.extra_body):
+        raise PromptFileError(f"--extra-body: {problem}")
     files = [Path(path) for path in paths]
     _check_mapping_has_a_file(files, options.source)
     sources: list[LoadedSource] = []
@@ -127,8 +129,9 @@ def _is_source_file(path: Path) -> bool:
         return False
     try:
         with open_regular(path) as stream:
-            return any(line.startswith(b"source:") for line in stream)
-    except (OSError, UnreadableFile):
+            return any(line.startswith(b"source:")
+                       for _, line in bounded_lines(stream, path, MAX_YAML_BYTES))
+    except (OSError, UnreadableFile):  # read again as a prompt set, which says why not
         return False
 
 
@@ -145,14 +148,11 @@ def _load_file(path: Path, options: RequestOptions) -> LoadedSource:
     if "source" in fields and "prompts" not in fields:
         return load_data_source(path, options, fields)
     reject_unknown(top, fields, TOP_KEYS)
-    defaults = fields.get("defaults") or _Located()
-    default_fields = mapping(defaults)
-    if default_fields is None:
-        raise top.error("defaults", "must be a mapping")
+    defaults = read_defaults(top, fields.get("defaults"))
     entries = fields.get("prompts")
     if not isinstance(entries, list) or not entries:
         raise top.error("prompts", "must be a non-empty list of prompts")
-    prompts = [build_prompt(Where.of(path, entry, f"#{n}"), entry, default_fields, options)
+    prompts = [build_prompt(Where.of(path, entry, f"#{n}"), entry, defaults, options)
                for n, entry in enumerate(entries, 1)]
     return LoadedSource(path, "YAML prompt set", prompts, len(entries), read=[path])
 

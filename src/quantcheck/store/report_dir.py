@@ -26,7 +26,16 @@ import orjson
 import pandas as pd
 
 from ..errors import RunFormatError
-from .files import AtomicFile, make_directory
+from .files import CSV_WRITTEN_WITH, AtomicFile, csv_rows, make_directory
+from .folder_kinds import CANDIDATES as CANDIDATES  # the report's file names, re-exported
+from .folder_kinds import CANDIDATES_OVERVIEW, REPORT, require_kind
+from .folder_kinds import DETAILS as DETAILS
+from .folder_kinds import FORCED_JSON as FORCED_JSON
+from .folder_kinds import FORCED_JSONL as FORCED_JSONL
+from .folder_kinds import OVERVIEW as OVERVIEW
+from .folder_kinds import PAIRS as PAIRS
+from .folder_kinds import SUMMARY as SUMMARY
+from .labels import is_label, shown
 from .pair_records import (
     ENUMERATED,
     PAIR_COLUMNS,
@@ -46,14 +55,9 @@ from .run_dir import (
     write_jsonl_atomic,
 )
 
-PAIRS = "pairs.csv"
-DETAILS = "details.jsonl"
-SUMMARY = "summary.json"
 REVIEWS = "reviews"
 GATE_JSON = "gate.json"
 JUNIT_XML = "junit.xml"
-OVERVIEW = "overview.json"  # several candidates: DIR/overview.json,
-CANDIDATES = "candidates"  # and each one's report in DIR/candidates/LABEL/
 MATRIX = "matrix.csv"
 PAIRS_READ_AT_ONCE = 2000  # rows of pairs.csv read at a time where it is streamed
 # Pairs held, written and forgotten at a time while pairs.csv and details.jsonl are
@@ -61,9 +65,6 @@ PAIRS_READ_AT_ONCE = 2000  # rows of pairs.csv read at a time where it is stream
 # prompt count (a chunk is about 1 MB of rows and details at 128-token answers). The
 # files are the same whatever the chunk size.
 CHUNK_PAIRS = 256
-
-FORCED_JSON = "forced.json"
-FORCED_JSONL = "forced.jsonl"
 
 
 def read_forced(folder: Path) -> tuple[ForcedSummary, dict[str, ForcedLine]]:
@@ -120,7 +121,8 @@ def _column(values: Sequence[object], dtype: str) -> pd.Series:
 
 def pairs_csv(rows: Sequence[PairRow], header: bool = True) -> bytes:
     """Rows of pairs.csv, with the header line first when asked."""
-    return pair_frame(rows).to_csv(index=False, header=header).encode("utf-8")
+    return csv_rows(pair_frame(rows).to_csv(index=False, header=header,
+                                            lineterminator=CSV_WRITTEN_WITH)).encode("utf-8")
 
 
 def details_jsonl(details: Iterable[PairDetails]) -> bytes:
@@ -250,21 +252,27 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
 
 
 def _checked(path: Path, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    """The frames, each once its enumerated columns hold only their values."""
+    """The frames, each once its enumerated columns hold only their values and its
+    integer columns (counts and token positions, all of them) no negative number."""
     rows = 0
     for frame in frames:
-        for column in frame.columns.intersection(list(ENUMERATED)):
-            allowed = ENUMERATED[column]
-            wrong = ~frame[column].isin(allowed)
+        for column in frame.columns:
+            values = frame[column]
+            if column in ENUMERATED:
+                wrong, why = ~values.isin(ENUMERATED[column]), (
+                    "is not one of its values ("
+                    + ", ".join(repr(v) if v else "empty" for v in ENUMERATED[column]) + ")")
+            elif PAIR_DTYPES[column] == "Int64":
+                wrong, why = (values < 0).fillna(False), "is negative (a count or a position)"
+            else:
+                continue
             if wrong.any():
                 at = int(np.argmax(wrong.to_numpy()))
                 which = (f" (prompt {frame['prompt_id'].iloc[at]!r})"
                          if "prompt_id" in frame.columns else "")
-                raise RunFormatError(
-                    f"{path}: row {rows + at + 1}{which}, column {column}: "
-                    f"{frame[column].iloc[at]!r} is not one of its values ("
-                    f"{', '.join(repr(v) if v else 'empty' for v in allowed)}); edited by "
-                    "hand? re-run compare")
+                raise RunFormatError(f"{path}: row {rows + at + 1}{which}, column {column}: "
+                                     f"{values.tolist()[at]!r} {why}; edited by hand? re-run "
+                                     "compare")
         rows += len(frame)
         yield frame
 
@@ -309,7 +317,16 @@ class DetailsReader:
 
 
 def read_overview(folder: Path) -> Overview:
-    return read_record(folder / OVERVIEW, Overview, " (re-run compare)")
+    """overview.json; each candidate's report is its folder's candidates/LABEL (a row
+    naming another folder would have the gate read a report it was not given)."""
+    require_kind(folder, CANDIDATES_OVERVIEW)
+    overview = read_record(folder / OVERVIEW, Overview, " (re-run compare)")
+    for row in overview.candidates:
+        if not is_label(row.label) or row.report != f"{CANDIDATES}/{row.label}":
+            raise RunFormatError(f"{folder / OVERVIEW}: candidate {shown(row.label)}: report "
+                                 f"{shown(row.report)} is not {CANDIDATES}/LABEL, where "
+                                 "compare writes it (edited? re-run compare)")
+    return overview
 
 
 def write_overview(folder: Path, overview: Overview) -> None:
@@ -317,6 +334,8 @@ def write_overview(folder: Path, overview: Overview) -> None:
 
 
 def require_report(report_dir: Path) -> tuple[list[PairRow], Summary]:
-    """The pairs and the summary of a report, or one clear RunFormatError."""
+    """The pairs and the summary of a report, or one clear RunFormatError (also for a
+    folder that holds another output beside it)."""
+    require_kind(report_dir, REPORT)
     summary = read_summary(report_dir)
     return read_pair_rows(report_dir), summary

@@ -11,6 +11,7 @@ from .formats import (
     FORCED_FORMAT,
     OVERVIEW_FORMAT,
     SUMMARY_FORMAT,
+    Count,
     DeterminismFormat,
     ForcedFormat,
     OverviewFormat,
@@ -33,8 +34,8 @@ class SideIdentity(msgspec.Struct, kw_only=True):
 
 
 class PerSide(msgspec.Struct):
-    a: int
-    b: int
+    a: Count
+    b: Count
 
 
 class Flips(msgspec.Struct):
@@ -95,6 +96,12 @@ class Counts(msgspec.Struct, kw_only=True):
     # flip_cause: unstable_a, unstable_b, near_tie, confident); improvements alike
     flip_causes: dict[str, int] = {}
     improvement_causes: dict[str, int] = {}
+    # `nondeterministic` split (None in a report made before): prompts whose repeats gave
+    # more than one text, those whose texts agree and only logprobs moved, and the
+    # varying prompts whose first request alone differs
+    text_varies: PerSide | None = None
+    logprobs_only: PerSide | None = None
+    only_first_differs: PerSide | None = None
 
 
 class TemplateSigns(msgspec.Struct, kw_only=True):
@@ -140,9 +147,17 @@ class Cells(msgspec.Struct, kw_only=True):
     warning: str | None = None
 
 
-class SideDeterminism(msgspec.Struct):
+class SideDeterminism(msgspec.Struct, kw_only=True):
+    """How a side's repeats were made (summary.json's `determinism.a` / `.b`): the repeat
+    mode, how many, how their requests met the prefix cache (`cache_off`, `cache`; None
+    and "" for a run that did not record it), and whether most varying prompts show the
+    first-request pattern of a warm prefix cache (`first_request_pattern`)."""
+
     mode: str
     repeats: int | None = None
+    cache_off: bool | None = None
+    cache: str = ""
+    first_request_pattern: bool = False
 
 
 class Spread(msgspec.Struct):
@@ -362,6 +377,13 @@ class ForcedSummary(msgspec.Struct, kw_only=True):
     b_self: ForcedStats | None = None  # B scoring its own tokens against B's run
     b_noise_floor: ForcedStats | None = None  # B against B's own repeats
     within_floor: WithinFloor | None = None
+    # How the scoring requests met B's prefix cache, in words ("" in a file made before)
+    cache: str = ""
+    # Where B cannot turn its prefix cache off per request: A's tokens scored again in
+    # the reverse order, against the first scoring (the cache's own floor), and whether
+    # the A-vs-B KL mean lies within it (then it is not called drift)
+    order_floor: ForcedStats | None = None
+    within_order_floor: bool | None = None
 
 
 class DeterminismRow(msgspec.Struct, kw_only=True):

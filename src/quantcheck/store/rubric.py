@@ -1,7 +1,9 @@
-"""Rubrics: the review question and its labels, loaded and validated from YAML."""
+"""Rubrics: the review question and its labels, loaded and validated from YAML, in time
+linear in the file; a rubric holds at most MAX_LABELS labels."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -12,6 +14,7 @@ LABEL_KEYS = {"id", "name", "description", "key", "blocking", "automatic", "asks
               "approvable"}
 RUBRIC_KEYS = {"name", "question", "labels", "judge"}
 RESERVED_KEYS = {"j", "k", "n", "/", "?"}  # the sheet's own shortcuts
+MAX_LABELS = 100  # a reviewer picks one at a glance (the default rubric has 5)
 
 
 @dataclass
@@ -71,6 +74,10 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
     entries = data.get("labels")
     if not isinstance(entries, list) or not entries:
         raise ConfigFileError(f"{path}: field 'labels': required, a non-empty list")
+    if len(entries) > MAX_LABELS:
+        raise ConfigFileError(f"{path}: field 'labels': {len(entries):,} labels; a rubric "
+                              f"holds at most {MAX_LABELS} (a reviewer picks one at a "
+                              "glance): merge the labels that mean the same")
     labels = [_label(path, n, entry) for n, entry in enumerate(entries, 1)]
     _check_unique(path, labels)
     return Rubric(name=str(data.get("name") or path.stem), question=question.strip(),
@@ -84,7 +91,7 @@ def _judge_mapping(path: Path, mapping: object, labels: list[Label]) -> dict[str
     if not isinstance(mapping, dict):
         raise ConfigFileError(f"{path}: field 'judge': a mapping of the judge's class to a "
                               "label id, e.g. contradiction: factual_flip")
-    askable = [label.id for label in labels if not label.automatic]
+    askable = {label.id: None for label in labels if not label.automatic}
     chosen = {}
     for judge_class, label in mapping.items():
         if not isinstance(judge_class, str) or not isinstance(label, str) or label not in askable:
@@ -110,8 +117,9 @@ def _label(path: Path, position: int, entry: object) -> Label:
 
 def _check_unique(path: Path, labels: list[Label]) -> None:
     for attribute in ("id", "key"):
-        values = [getattr(label, attribute) for label in labels if getattr(label, attribute)]
-        duplicates = {v for v in values if values.count(v) > 1}
+        counts = Counter(getattr(label, attribute) for label in labels
+                         if getattr(label, attribute))
+        duplicates = {value for value, count in counts.items() if count > 1}
         if duplicates:
             raise ConfigFileError(f"{path}: labels: {attribute} {sorted(duplicates)[0]!r} is "
                                   "used twice")

@@ -10,7 +10,10 @@ a line never points at a blob that is not there; a blob without a line is ignore
 Every file of a run or report directory is read as a regular file only (files.
 open_regular): one that is a link to a device such as /dev/zero, a FIFO or a folder is
 refused naming it (exit 2), before a byte is read; a JSON file is read whole within
-`MAX_JSON_BYTES` (`MAX_SMALL_JSON_BYTES` for reviews and approvals).
+`MAX_JSON_BYTES` (`MAX_SMALL_JSON_BYTES` for reviews and approvals), a JSON lines file
+one line at a time, each within `MAX_LINE_BYTES` (`run_lines`: a longer line is one
+error naming the file and the line, read no further). A record whose line would be
+longer is not written: it fails (RecordNotStorable), and the run stays readable.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .files import (
     DirectoryLock,
     UnreadableFile,
     append,
+    bounded_lines,
     make_directory,
     open_append,
     open_regular,
@@ -43,6 +47,10 @@ from .files import (
     storage_error,
     write_atomic,
 )
+from .folder_kinds import COMPLETIONS as COMPLETIONS  # their names, re-exported
+from .folder_kinds import MANIFEST as MANIFEST
+from .folder_kinds import PROMPTS as PROMPTS
+from .folder_kinds import RUN, claim
 from .formats import MANIFEST_FORMAT, THROUGHPUT_FORMAT, ManifestFormat, ThroughputFormat
 from .preflight_records import Preflight
 from .prompt_sets import RequestOptions
@@ -61,12 +69,12 @@ if TYPE_CHECKING:  # pandas is imported by Run.frame alone: reading records neve
     import pandas as pd
 
 RecordT = TypeVar("RecordT", bound=msgspec.Struct)
-MANIFEST = "manifest.json"
-PROMPTS = "prompts.jsonl"
-COMPLETIONS = "completions.jsonl"
 THROUGHPUT = "throughput.json"
 MAX_JSON_BYTES = 1 << 30  # a manifest names each prompt's hash: 10 MB at 100,000 prompts
 MAX_SMALL_JSON_BYTES = 64 << 20  # a review or an approvals file
+# A line of a JSON lines file of a run or report: a record holds an answer's text, which
+# is at most the answer (256 MiB unless --max-response-mb raises the cap).
+MAX_LINE_BYTES = DEFAULT_MAX_RESPONSE_MB << 20
 
 FRAME_COLUMNS = ["prompt_id", "prompt_hash", "repeat", "text", "reasoning", "finish_reason",
                  "n_tokens", "prompt_tokens", "completion_tokens", "ttft_s", "e2e_s", "error"]
@@ -92,6 +100,11 @@ class Parameters(msgspec.Struct, kw_only=True):
     shard: str | None = None  # "I/N": this run holds shard I of N of the prompt set
     routed_experts: bool = False  # ask for MoE routing (forces non-streamed requests)
     routed_experts_shape: list[int] | None = None  # [layers, k] of a flat (SGLang) routing
+    # Every request sent with the engine's prefix cache off, where its profile can do it
+    # per request (llama.cpp: `cache_prompt: false`): a repeat then cannot find its
+    # prompt cached and be computed otherwise than the first request. `determinism`
+    # measures the server as it serves, cache included (False).
+    cache_off: bool = True
 
 
 class ServerInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -117,6 +130,15 @@ Cell = dict[str, CellValue]  # a serving cell: axis -> what is known of it (tria
 class PromptFile(msgspec.Struct):
     path: str
     sha256: str
+
+
+class CacheControl(msgspec.Struct, kw_only=True):
+    """How a run's requests met the engine's prefix cache: `off` when no request could
+    reuse a cached prefix, and `how` in words ("llama.cpp: cache_prompt false in every
+    request", "left on: SGLang cannot turn its prefix cache off per request")."""
+
+    off: bool
+    how: str
 
 
 class RunCounts(msgspec.Struct):
@@ -146,6 +168,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     cell_key: str | None = None
     preflight: Preflight | None = None
     counts: RunCounts | None = None
+    cache: CacheControl | None = None  # None: a run made before it was recorded
 
     def identity(self) -> dict[str, object]:
         """What must match for a resume: not concurrency, timeouts, retries, repeats or
@@ -160,6 +183,8 @@ class Manifest(msgspec.Struct, kw_only=True):
             identity["routed_experts"] = True
         if parameters.routed_experts_shape is not None:
             identity["routed_experts_shape"] = parameters.routed_experts_shape
+        if not parameters.cache_off:
+            identity["cache_off"] = False
         return identity
 
 
@@ -230,6 +255,8 @@ def read_throughput(run_dir: Path) -> Throughput | None:
 
 
 def write_throughput(run_dir: Path, throughput: Throughput) -> None:
+    """RUN_DIR/throughput.json, beside a run (or in a folder of its own)."""
+    claim(run_dir, RUN)
     make_directory(run_dir)
     write_json_atomic(run_dir / THROUGHPUT, msgspec.to_builtins(throughput))
 
@@ -288,12 +315,21 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, data
 
 
+def run_lines(handle: BinaryIO, path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a run or report file opened by open_run_file, each of at
+    most MAX_LINE_BYTES; a longer line is a RunFormatError naming the file and the line."""
+    try:
+        yield from bounded_lines(handle, path, MAX_LINE_BYTES, "run or report file")
+    except UnreadableFile as exc:
+        raise RunFormatError(str(exc)) from None
+
+
 def jsonl_lines(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """(line number, the line's length in bytes, object), as iter_jsonl reads them; a
     file that is missing or cannot be read is a RunFormatError naming it."""
     try:
         with open_run_file(path) as handle:
-            for number, line in enumerate(handle, 1):
+            for number, line in run_lines(handle, path):
                 if not line.endswith(b"\n"):
                     return  # written while the process was killed
                 try:
@@ -346,6 +382,9 @@ class RunWriter:
             line = orjson.dumps(data) + b"\n"
         except orjson.JSONEncodeError as exc:
             raise RecordNotStorable(str(exc)) from None
+        if len(line) > MAX_LINE_BYTES:
+            raise RecordNotStorable(f"its line would be {len(line):,} bytes, more than the "
+                                    f"{MAX_LINE_BYTES >> 20} MiB a run's line holds")
         if blob is not None:
             append(self._blobs, blob, self.run_dir / TOKENS_FILE)
         append(self._lines, line, self.run_dir / COMPLETIONS)
@@ -478,7 +517,7 @@ def completed_keys(run_dir: Path) -> set[tuple[str, int]]:
     keys: set[tuple[str, int]] = set()
     dropped = False
     with open_run_file(path) as handle:
-        for line in handle:
+        for _, line in run_lines(handle, path):
             record = decode_line(line)
             key = (record.prompt_id, record.repeat) if record else None
             if record is None or key is None or record.error or key in keys:

@@ -65,6 +65,12 @@ def context_length(info: ServerInfo, model: str) -> int | None:
             or whole_number(settings.get("n_ctx")))
 
 
+def server_slots(info: ServerInfo) -> int | None:
+    """llama.cpp's `total_slots` (requests served at once, `--parallel`; each holds the
+    `n_ctx` that context_length reads); None when not revealed."""
+    return whole_number(mapping(info.props).get("total_slots"))
+
+
 def identify_runtime(info: ServerInfo) -> str:
     """By the `owned_by` of its models, else by the info endpoints it answers (the
     profiles asked last to first, so that vLLM's plain `/version` counts last), else,

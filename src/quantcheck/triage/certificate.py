@@ -2,14 +2,21 @@
 per prompt, factor and level, the factor that explains the variation, and the
 statement with its statistics.
 
-A comparison is one answer against its baseline: a prompt's first answer alone (for
-`repeat`, `stream`, `batch`), its first answer after a shared prefix with the
-cache off (for `prefix` and `cache` at that length), or its first sampled answer with
-the plan's seed (for `seed`). Two answers match when their tokens, chosen logprobs
-and top-k alternatives are equal bit for bit (the text, when the server sent no
-logprobs). With no mismatch in N comparisons, the mismatch rate is
-below 3/N at 95% confidence (the rule of three); the exact binomial bound
+A comparison is one answer against its baseline (certificate_coverage.HELD_TO): a
+prompt's first answer alone (for `repeat`, `stream`, `batch`), its first answer after a
+shared prefix with the cache off (for `prefix` and `cache` at that length), or its
+first sampled answer with the plan's seed (for `seed`). Two answers match when their
+tokens, chosen logprobs and top-k alternatives are equal bit for bit, or, when either
+carries no logprobs, their texts (a comparison on text only, counted and said per
+factor: never a bit-for-bit claim). With no mismatch in N comparisons, the mismatch
+rate is below 3/N at 95% confidence (the rule of three); the exact binomial bound
 1 - 0.05^(1/N) is given beside it.
+
+A level planned and not tested (its reason from the sender) makes no comparison; the
+certificate names it, and certifies only what was tested ("certified in part"). An
+example says what differed (triage/certificate_difference.py).
+
+The control's result: triage/certificate_control.py.
 
 MoE routing (answers collected with --routed-experts): a comparison's routing differs
 when any token both answers generated alike (up to and including the first that
@@ -21,14 +28,13 @@ finalize), as `compare` says for A against B.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..store.certificate_records import (
     FACTORS,
     Answer,
     Certificate,
-    ControlResult,
     Example,
     Factor,
     FactorResult,
@@ -36,6 +42,15 @@ from ..store.certificate_records import (
     Plan,
     PromptResult,
 )
+from .certificate_coverage import (
+    HELD_TO,
+    not_tested_phrase,
+    scope,
+    untested_levels,
+    verdict,
+    why_untested,
+)
+from .certificate_difference import Difference, difference
 
 EXAMPLES_PER_FACTOR = 3
 EXAMPLE_CHARS = 300
@@ -57,6 +72,8 @@ class Comparison:
     text: str
     routing_differs: bool | None = None  # None: routing not on both answers
     routing_token: int | None = None  # the first token routed elsewhere
+    by_text: bool = False  # either answer carried no logprobs: the texts were compared
+    difference: Difference | None = None  # what differed, when they differ
 
 
 def answer_key(answer: Answer) -> object:
@@ -84,28 +101,33 @@ def compare_answers(baseline: Answer, other: Answer
     return same, first, max(deltas, default=None)
 
 
-def comparisons(answers: Iterable[Answer]) -> list[Comparison]:
-    """Every answered probe that is not a baseline, against its baseline."""
-    listed = [a for a in answers if a.error is None]
-    alone = {a.prompt_id: a for a in listed if a.factor == "repeat" and a.baseline}
-    ladder = {(a.prompt_id, a.level): a for a in listed if a.factor == "prefix" and a.baseline}
-    seeded = {a.prompt_id: a for a in listed if a.factor == "seed" and a.baseline}
+def baseline_key(answer: Answer) -> tuple[str, str]:
+    """The baseline an answer is held to: (its factor's baseline factor, the level)."""
+    held_to, per_level = HELD_TO.get(answer.factor, (answer.factor, False))
+    return held_to, answer.level if per_level else ""
+
+
+def comparisons(answers: Iterable[Answer],
+                untested: Mapping[tuple[Factor, str], str] | None = None) -> list[Comparison]:
+    """Every answered probe that is not a baseline, against its baseline; none of a
+    level not tested (`untested`: why, by factor and level)."""
+    listed = [a for a in answers if a.error is None
+              and why_untested(a.factor, a.level, untested or {}) is None]
+    baselines = {(a.prompt_id, *baseline_key(a)): a for a in listed if a.baseline}
     found = []
     for answer in listed:
-        if answer.baseline:
-            continue
-        baseline = ladder.get((answer.prompt_id, answer.level)) \
-            if answer.factor in ("prefix", "cache") else seeded.get(answer.prompt_id) \
-            if answer.factor == "seed" else alone.get(answer.prompt_id)
-        if baseline is None:
+        baseline = baselines.get((answer.prompt_id, *baseline_key(answer)))
+        if answer.baseline or baseline is None:
             continue
         same, first, delta = compare_answers(baseline, answer)
-        keys = (answer_key(answer), answer_key(baseline)) if answer.tokens and \
-            baseline.tokens else (answer.text, baseline.text)
+        by_text = not (answer.tokens and baseline.tokens)
+        keys = (answer.text, baseline.text) if by_text else (answer_key(answer),
+                                                             answer_key(baseline))
         found.append(Comparison(answer.prompt_id, answer.factor, answer.level, same, first,
                                 delta, *keys,
                                 baseline.text, answer.text,
-                                *routing_difference(baseline, answer, first)))
+                                *routing_difference(baseline, answer, first), by_text,
+                                None if same else difference(baseline, answer)))
     return found
 
 
@@ -160,7 +182,10 @@ def _unique(found: Sequence[Comparison]) -> int:
     return len({c.key for c in found} | {c.baseline_key for c in found})
 
 
-def level_results(found: Sequence[Comparison], levels: Sequence[str]) -> list[LevelResult]:
+def level_results(found: Sequence[Comparison], levels: Sequence[str],
+                  why_not: Mapping[str, str | None] | None = None) -> list[LevelResult]:
+    """Each planned level's figures; `why_not[level]`: why it was not tested (a level
+    without a comparison and without a reason: no answer could be compared)."""
     results = []
     for level in levels:
         at = [c for c in found if c.level == level]
@@ -173,7 +198,9 @@ def level_results(found: Sequence[Comparison], levels: Sequence[str]) -> list[Le
             most_unique_outputs=max(uniques, default=0),
             mean_unique_outputs=round(sum(uniques) / len(uniques), 4) if uniques else 0.0,
             first_divergence=_min(c.first_divergence for c in at if not c.same),
-            max_logprob_delta=_max(c.max_logprob_delta for c in at)))
+            max_logprob_delta=_max(c.max_logprob_delta for c in at),
+            not_tested=(why_not or {}).get(level) or ("" if at else
+                                                      "no answer could be compared")))
     return results
 
 
@@ -272,86 +299,91 @@ def _examples(found: Sequence[Comparison]) -> list[Example]:
             if c.factor != factor or c.same or (c.prompt_id, c.level) in seen:
                 continue
             seen.add((c.prompt_id, c.level))
+            said = c.difference or Difference("")
             examples.append(Example(prompt_id=c.prompt_id, factor=c.factor, level=c.level,
                                     first_divergence=c.first_divergence,
                                     baseline=c.baseline_text[:EXAMPLE_CHARS],
                                     other=c.text[:EXAMPLE_CHARS],
-                                    max_logprob_delta=c.max_logprob_delta))
+                                    max_logprob_delta=c.max_logprob_delta,
+                                    difference=said.said[:EXAMPLE_CHARS],
+                                    position=said.position,
+                                    baseline_token=said.baseline_token,
+                                    other_token=said.other_token,
+                                    baseline_logprob=said.baseline_logprob,
+                                    other_logprob=said.other_logprob))
             if len(seen) == EXAMPLES_PER_FACTOR:
                 break
     return examples
 
 
-def _levels_of(plan: Plan, factor: Factor) -> list[str]:
-    if factor == "repeat":
-        return ["alone"]
-    if factor == "stream":
-        return ["streamed"]
-    if factor == "seed":
-        return ["seeded"]
-    if factor == "batch":
-        return [f"batch={size}" for size in plan.batch_sizes]
-    return [f"prefix={length}" for length in plan.prefix_lengths]
+def compared(found: Sequence[Comparison]) -> str:
+    """What a factor's matches mean: bit for bit only where both answers carried
+    logprobs; the texts alone where either did not."""
+    by_text = sum(c.by_text for c in found)
+    exact = "tokens, logprobs and top-k alternatives, bit for bit"
+    if not found:
+        return ""
+    if not by_text:
+        return exact
+    if by_text == len(found):
+        return "text only (the answers carried no logprobs)"
+    return (f"text only in {by_text} of {len(found)} comparisons (answers without "
+            f"logprobs); {exact} in the others")
+
+
+def factor_result(factor: Factor, found: Sequence[Comparison], levels: list[LevelResult],
+                  prefix_levels: Sequence[LevelResult]) -> FactorResult:
+    grouped = _by_prompt(found)
+    varying = sum(any(not c.same for c in g) for g in grouped.values())
+    return FactorResult(
+        factor=factor, comparisons=len(found), mismatches=sum(not c.same for c in found),
+        prompts=len(grouped), prompts_varying=varying,
+        share_varying=round(varying / len(grouped), 4) if grouped else 0.0,
+        levels=levels, explanation=explain_factor(factor, levels, prefix_levels),
+        routing_compared=sum(c.routing_differs is not None for c in found),
+        routing_differing=sum(bool(c.routing_differs) for c in found),
+        routing=routing_sentence(found), compared=compared(found),
+        text_only=sum(c.by_text for c in found))
 
 
 def certify(answers: Sequence[Answer], plan: Plan, failed: int, endpoint: str, model: str,
-            runtime: str | None, cache_control: str, seed_control: str = "") -> Certificate:
-    """The certificate of one endpoint's answers to `plan`."""
-    found = comparisons(answers)
+            runtime: str | None, cache_control: str, seed_control: str = "",
+            untested: Mapping[tuple[Factor, str], str] | None = None) -> Certificate:
+    """The certificate of one endpoint's answers to `plan`; `untested`: why each level
+    not sent (or refused) was not tested."""
+    untested = untested or {}
+    found = comparisons(answers, untested)
     factors: list[FactorResult] = []
     by_factor: dict[Factor, list[LevelResult]] = {}
     for factor in FACTORS:
         of = [c for c in found if c.factor == factor]
-        levels = level_results(of, _levels_of(plan, factor))
+        planned = plan.levels(factor)
+        levels = level_results(of, planned, {level: why_untested(factor, level, untested)
+                                             for level in planned})
         by_factor[factor] = levels
-        grouped = _by_prompt(of)
-        varying = sum(any(not c.same for c in g) for g in grouped.values())
-        factors.append(FactorResult(
-            factor=factor, comparisons=len(of), mismatches=sum(not c.same for c in of),
-            prompts=len(grouped), prompts_varying=varying,
-            share_varying=round(varying / len(grouped), 4) if grouped else 0.0,
-            levels=levels, explanation=explain_factor(factor, levels,
-                                                      by_factor.get("prefix", [])),
-            routing_compared=sum(c.routing_differs is not None for c in of),
-            routing_differing=sum(bool(c.routing_differs) for c in of),
-            routing=routing_sentence(of)))
+        factors.append(factor_result(factor, of, levels, by_factor.get("prefix", [])))
     mismatches = sum(not c.same for c in found)
     prompts = len({a.prompt_id for a in answers})
     varying = len({c.prompt_id for c in found if not c.same})
     explanation = explain(factors)
-    bound, exact = rule_of_three(len(found)) if found and not mismatches and not failed \
-        else (None, None)
+    certified = not mismatches and not failed and bool(found)
+    not_tested = untested_levels(factors)
+    bound, exact = rule_of_three(len(found)) if certified else (None, None)
+    batch_sizes = sum(not level.not_tested for level in by_factor["batch"])
+    said = statement(mismatches, len(found), failed, batch_sizes, explanation, varying,
+                     prompts)
+    if certified and not_tested:
+        said += f"; certified for {scope(factors)} only"
+    if not_tested:
+        said += f"; NOT TESTED: {not_tested_phrase(not_tested)}"
     return Certificate(
-        endpoint=endpoint, model=model, runtime=runtime,
-        certified=not mismatches and not failed and bool(found),
-        statement=statement(mismatches, len(found), failed, len(plan.batch_sizes),
-                            explanation, varying, prompts),
+        endpoint=endpoint, model=model, runtime=runtime, certified=certified,
+        verdict=verdict(certified, not_tested), scope=scope(factors), not_tested=not_tested,
+        statement=said,
         comparisons=len(found), mismatches=mismatches, failed_requests=failed,
         prompts=prompts, prompts_varying=varying, rate_bound=bound, rate_bound_exact=exact,
         explanation=explanation, batch_sizes=plan.batch_sizes,
         prefix_lengths=plan.prefix_lengths, trials=plan.trials, seed=plan.seed,
-        requests=plan.requests, cache_control=cache_control, seed_control=seed_control,
-        factors=factors,
+        requests=plan.requests, planned_requests=plan.requests, cache_control=cache_control,
+        seed_control=seed_control, factors=factors,
         prompt_results=prompt_results(found), examples=_examples(found))
-
-
-def control_result(control: Certificate) -> ControlResult:
-    """The control run, as the certificate reports it: detected when it varied."""
-    return ControlResult(endpoint=control.endpoint, detected=control.mismatches > 0,
-                         statement=control.statement, mismatches=control.mismatches,
-                         comparisons=control.comparisons)
-
-
-NO_CONTROL = ("no control was run: this certificate does not show that the test would "
-              "have seen variation on this setup (give --control URL of a configuration "
-              "expected to vary)")
-
-
-def control_note(control: ControlResult | None) -> str:
-    if control is None:
-        return NO_CONTROL
-    if control.detected:
-        return (f"the control {control.endpoint} was detected as varying "
-                f"({control.mismatches} mismatches in {control.comparisons} comparisons)")
-    return (f"the control {control.endpoint} was NOT detected as varying: this test could "
-            "not tell a varying configuration on this setup, so a pass says little")

@@ -10,20 +10,46 @@ each trial (`batch`), then the prefix ladder: each prompt after a shared prefix 
 each length, twice with the prefix cache off or emptied (`prefix`; the first is that
 prompt's baseline at that length), then with the cache on: a sibling sharing the
 prefix computes it, and the prompt is asked twice (`cache`).
+
+Every level of the ladder is planned, whatever the server; a round is sent where each
+of its requests fits the endpoint's context (`fits`: the tokens a word takes there, as
+the warm-up measured them, the answer's tokens and CONTEXT_MARGIN more), and the levels
+of a round that does not fit are said not tested. The fillers are sized to fit the
+smallest context of the endpoints a plan is sent to (a certificate and its control).
+`plan_requests` counts a plan's requests by arithmetic, before anything is built.
+
+`estimate_seconds`: a round takes its requests' seconds (an answer alone, plus each
+prompt word beyond the prompt's own that is not cached) over the answers the server
+computes at once, all of them measured in the warm-up (`Pace`).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..store.certificate_records import Plan, Probe, Round
 
 BATCH_SIZES = (2, 4, 8, 16, 32, 64, 128, 256)
-# Shared prefixes in words (about a token each): one word, then SGLang's ladder.
+# Shared prefixes in words (a token each on Gemma 3's tokenizer, measured with
+# llama-server's /tokenize): one word, then SGLang's ladder.
 PREFIX_LENGTHS = (1, 511, 2048, 4097)
-UNKNOWN_CONTEXT_PREFIXES = (1, 256, 1024)
+# A word is allowed two tokens where the server does not count them (the plan's words
+# are a token each on Gemma 3, measured with llama-server's /tokenize), else what the
+# warm-up measured and a tenth more; the server's template and the question this many
+# more: a level is sent only where it fits so.
+TOKENS_PER_WORD = 2
+MEASURED_SLACK = 1.1
+CONTEXT_MARGIN = 256
+# A server that does not say its context is sent what fits this many tokens
+ASSUMED_CONTEXT = 2048
 SHORT_FILLER = (8, 64)  # words
+FILLER_HEAD = "Repeat these words: "
+# the prefix ladder's rounds per prompt and length: two cache off, the cache's sibling
+# and two cached
+LADDER_REQUESTS = 5
 SEED_TEMPERATURE = 1.0
 LONG_FILLER_WORDS = 1500  # near a chunked-prefill size (llama.cpp's batch is 2048)
 WORDS = ("river stone lamp orange window garden paper silver music winter bridge "
@@ -35,13 +61,37 @@ def batch_sizes(max_batch: int) -> list[int]:
     return [size for size in BATCH_SIZES if size <= max_batch]
 
 
+def fits(words: int, context_tokens: int | None, max_tokens: int,
+         per_word: float = TOKENS_PER_WORD) -> bool:
+    """Whether a request of `words` words (`per_word` tokens each) and its answer fit
+    the context; a context not said is taken as ASSUMED_CONTEXT."""
+    context = ASSUMED_CONTEXT if context_tokens is None else context_tokens
+    return math.ceil(per_word * words) + max_tokens + CONTEXT_MARGIN <= context
+
+
+def tokens_per_word(measured: float | None) -> float:
+    """The tokens a plan's word is allowed: what the server counted and a tenth more
+    (one at least), or TOKENS_PER_WORD where it counted nothing."""
+    if measured is None:
+        return float(TOKENS_PER_WORD)
+    return min(float(TOKENS_PER_WORD), max(1.0, measured)) * MEASURED_SLACK
+
+
+def words_that_fit(context_tokens: int | None, max_tokens: int) -> int:
+    context = ASSUMED_CONTEXT if context_tokens is None else context_tokens
+    return max(0, (context - max_tokens - CONTEXT_MARGIN) // TOKENS_PER_WORD)
+
+
 def prefix_lengths(context_tokens: int | None, max_tokens: int) -> list[int]:
-    """The ladder's lengths that fit the context twice over (a word may be more than
-    one token), and the answer; without a known context, a short ladder."""
-    if context_tokens is None:
-        return list(UNKNOWN_CONTEXT_PREFIXES)
-    room = (context_tokens - max_tokens - 256) // 2
-    return [length for length in PREFIX_LENGTHS if length <= room] or [1]
+    """The ladder's lengths that fit the context (a prompt's own words aside)."""
+    return [length for length in PREFIX_LENGTHS if fits(length, context_tokens, max_tokens)]
+
+
+def plan_requests(prompts: int, trials: int, max_batch: int) -> int:
+    """The requests `make_plan` would make, counted without making it."""
+    alone = 3 * trials * prompts  # repeat, stream, seed
+    batches = trials * prompts * sum(batch_sizes(max_batch))
+    return alone + batches + len(PREFIX_LENGTHS) * prompts * LADDER_REQUESTS
 
 
 def words(rng: random.Random, count: int) -> str:
@@ -54,19 +104,23 @@ def filler_text(rng: random.Random, long_words: int) -> str:
         count = rng.randint(long_words // 2, long_words)
     else:
         count = rng.randint(*SHORT_FILLER)
-    return "Repeat these words: " + words(rng, count)
+    return FILLER_HEAD + words(rng, count)
+
+
+def long_filler_words(context_tokens: int | None, max_tokens: int) -> int:
+    """The longest filler: near a prefill chunk where the context holds it."""
+    room = words_that_fit(context_tokens, max_tokens) - len(FILLER_HEAD.split())
+    return max(SHORT_FILLER[1], min(LONG_FILLER_WORDS, room))
 
 
 def make_plan(prompt_ids: Sequence[str], trials: int, max_batch: int, seed: int,
-              context_tokens: int | None = None, max_tokens: int = 64,
-              cache_factor: bool = True) -> Plan:
-    """`cache_factor=False` (the requests themselves turn the prefix cache off): the
-    ladder is asked with the cache off only."""
+              context_tokens: int | None = None, max_tokens: int = 64) -> Plan:
+    """`context_tokens`: the smallest context of the endpoints it is sent to (sizes
+    the fillers; None when none says it)."""
     rng = random.Random(seed)
     sizes = batch_sizes(max_batch)
-    lengths = prefix_lengths(context_tokens, max_tokens)
-    long_words = LONG_FILLER_WORDS if context_tokens is None else \
-        max(SHORT_FILLER[1], min(LONG_FILLER_WORDS, (context_tokens - max_tokens) // 3))
+    lengths = list(PREFIX_LENGTHS)
+    long_words = long_filler_words(context_tokens, max_tokens)
     rounds: list[Round] = []
     for trial in range(trials):
         rounds += [Round(probes=[Probe(factor="repeat", level="alone", trial=trial,
@@ -96,8 +150,6 @@ def make_plan(prompt_ids: Sequence[str], trials: int, max_batch: int, seed: int,
                 rounds.append(Round(action="flush", probes=[Probe(
                     factor="prefix", level=level, trial=trial, prompt_id=prompt_id,
                     prefix=shared, baseline=trial == 0)]))
-            if not cache_factor:
-                continue
             rounds.append(Round(probes=[Probe(
                 factor="cache", level=level, cache=True,
                 filler=f"{shared}\n\nName a colour.")]))
@@ -106,3 +158,44 @@ def make_plan(prompt_ids: Sequence[str], trials: int, max_batch: int, seed: int,
                        for trial in range(2)]
     return Plan(seed=seed, trials=trials, batch_sizes=sizes, prefix_lengths=lengths,
                 prompts=len(prompt_ids), rounds=rounds)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """What the warm-up measured: seconds for one answer alone, seconds per prompt word
+    beyond the prompt's own (prefill), and how many answers the server computes at once
+    out of `tried` sent together (1: one after another)."""
+
+    answer: float
+    per_word: float = 0.0
+    at_once: float = 1.0
+    tried: int = 1
+    slots: int | None = None  # the server's own limit, where it says it
+
+    def parallel(self, requests: int) -> float:
+        """Answers computed at once in a round of `requests`: the share measured with
+        `tried`, over as many as the server has slots for."""
+        share = self.at_once / max(self.tried, 1)
+        return max(1.0, share * min(requests, self.slots or requests))
+
+
+def probe_words(probe: Probe) -> int:
+    """The words a probe adds to its prompt (a prefix), or a filler's whole text."""
+    return len(probe.prefix.split()) + len(probe.filler.split())
+
+
+def computed_words(probe: Probe) -> int:
+    """The words a probe's server computes beyond its prompt: none of a prefix a
+    sibling already computed into the cache (the `cache` factor's prompts)."""
+    return 0 if probe.cache and probe.prompt_id else probe_words(probe)
+
+
+def round_seconds(round_: Round, pace: Pace) -> float:
+    seconds = [pace.answer + pace.per_word * computed_words(p) for p in round_.probes]
+    if not seconds:
+        return 0.0
+    return max(max(seconds), sum(seconds) / pace.parallel(len(seconds)))
+
+
+def estimate_seconds(rounds: Sequence[Round], pace: Pace) -> float:
+    return sum(round_seconds(round_, pace) for round_ in rounds)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..store.report_records import DeterminismRow, SideDeterminism
@@ -40,7 +42,7 @@ def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[Determinis
             first_text_divergence=text_first, first_logprob_divergence=logprob_first,
             max_logprob_spread=spread,
             verdict=_verdict(texts, signatures),
-            only_first_differs=_only_first_differs(
+            only_first_differs=only_first_differs(
                 [r.signature if signatures else r.text_hash for r in ok]),
             routing=routed.kind if routed else "",
             routing_sentence=routed.sentence if routed else ""))
@@ -55,12 +57,36 @@ def _verdict(texts: int, signatures: int | None) -> str:
     return "deterministic"
 
 
-def _only_first_differs(outcomes: list[object]) -> bool:
+def only_first_differs(outcomes: list[object], fewest: int = 3) -> bool:
     """The first request alone differs and every repeat after it agrees: what a prompt
     cache does (the first request evaluates the whole prompt, the repeats find it
-    cached). Two repeats cannot show it: three at least."""
-    return len(outcomes) >= 3 and outcomes[0] != outcomes[1] \
+    cached). Two repeats cannot tell it from other variation (the first always differs
+    from the only other): three at least, unless `fewest` says otherwise."""
+    return len(outcomes) >= max(fewest, 2) and outcomes[0] != outcomes[1] \
         and len(set(outcomes[1:])) == 1
+
+
+def cached_prompt_tokens(usage: Mapping[str, object] | None) -> int | None:
+    """How many of the prompt's tokens the server read from its prefix cache, as its usage
+    says it (OpenAI's `prompt_tokens_details.cached_tokens`: llama-server always, vLLM
+    and SGLang when started to report it); None when it does not say."""
+    details = (usage or {}).get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if type(cached) is int and cached >= 0 else None
+
+
+def first_request_cached(outcomes: list[object], cached: list[int | None]) -> bool:
+    """The first-request pattern of a warm prefix cache over one prompt's repeats (in
+    order): repeat 0 alone differs and the repeats after it agree, seen over three
+    repeats or more, or over two when the server says the later repeat read more of its
+    prompt from the cache than the first (two repeats alone cannot tell it from other
+    variation)."""
+    if not only_first_differs(outcomes, fewest=2):
+        return False
+    if len(outcomes) >= 3:
+        return True
+    first, later = cached[0], cached[1:]
+    return first is not None and all(n is not None and n > first for n in later)
 
 
 def _positions(repeats: list[Tokens], sig_digits: int
@@ -87,7 +113,16 @@ def _positions(repeats: list[Tokens], sig_digits: int
     return text_first, logprob_first, spread
 
 
-def side_determinism(side: Side) -> SideDeterminism:
-    """The compare summary's view: which mode made the repeats, and how many."""
-    return SideDeterminism(side.repeat_mode,
-                           side.manifest.parameters.repeats if side.manifest else None)
+def side_determinism(side: Side, varying: int = 0, first_alone: int = 0) -> SideDeterminism:
+    """The compare summary's view: which mode made the repeats, how many, how they met
+    the prefix cache, and whether the first-request pattern explains the variation:
+    more than half of the `varying` prompts have their first request alone differing
+    (`first_alone`), and the cache was not off (a request that cannot reuse a cached
+    prefix cannot be moved by one)."""
+    manifest = side.manifest
+    cache = manifest.cache if manifest else None
+    return SideDeterminism(
+        mode=side.repeat_mode, repeats=manifest.parameters.repeats if manifest else None,
+        cache_off=cache.off if cache else None, cache=cache.how if cache else "",
+        first_request_pattern=bool(varying) and 2 * first_alone > varying
+        and not (cache and cache.off))

@@ -16,9 +16,12 @@ The rules a reviewer needs to predict a result:
   case-sensitive).
 - `code`: see `code_of` for which part of the answer is run, sandbox.py for how.
 - `choice`: see `choice_of`.
-- `regex`: Python's regular expression syntax, searched for within REGEX_SECONDS per
-  answer (see `regex_failure`): a pattern that backtracks without end fails its check,
-  saying so, and never stalls the comparison.
+- `regex`, and a schema's `pattern` and `patternProperties`: Python's regular
+  expression syntax, searched within the comparison's bounds (searches.py): a search
+  that is stopped skips its check with the reason, never stalls the comparison, and a
+  pattern stopped once is not searched again. A schema that cannot be searched within
+  them (store/expect_entries.py `schema_search_problem`, for a run file nothing
+  checked) skips its check too.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from jsonschema.exceptions import ValidationError, best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import extend, validator_for
 
+from ..store.expect_entries import schema_search_problem
 from ..store.run_records import (
     CHOICE_LETTERS,
     CodeExpect,
@@ -45,13 +49,10 @@ from ..store.run_records import (
     ToolCallExpect,
     first_number,
 )
+from .searches import SearchSkipped, current
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 _REASON_CHARS = 240
-# An expect.regex search on one answer may take this long. A search takes microseconds
-# unless the pattern backtracks catastrophically ("^(a|aa)+$" on 60 a's then a b),
-# when it would run for years.
-REGEX_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,11 @@ def check_answer(expect: Expect, text: str, calls: list[ToolCall] | None = None,
     if expect.json or expect.json_schema is not None:
         results += _json_checks(expect, text)
     if expect.tool_call is not None:
-        reason = tool_call_failure(expect.tool_call, calls or [], expect.ordered)
-        results.append(CheckResult("tool_call", FAIL if reason else PASS, reason or ""))
+        try:
+            reason = tool_call_failure(expect.tool_call, calls or [], expect.ordered)
+            results.append(CheckResult("tool_call", FAIL if reason else PASS, reason))
+        except SearchSkipped as skipped:
+            results.append(CheckResult("tool_call", SKIPPED, _short(str(skipped))))
     if expect.code is not None:
         results.append(_code_check(expect.code, text, run_code))
     if expect.choice is not None:
@@ -109,8 +113,11 @@ def _text_checks(expect: Expect, text: str) -> list[CheckResult]:
                                                 for s in expect.not_contains
                                                 if fold(s) in haystack]))
     if expect.regex is not None:
-        failure = regex_failure(expect.regex, text, expect.case_sensitive)
-        results.append(_result("regex", [failure] if failure else []))
+        try:
+            failure = regex_failure(expect.regex, text, expect.case_sensitive)
+            results.append(_result("regex", [failure] if failure else []))
+        except SearchSkipped as skipped:
+            results.append(CheckResult("regex", SKIPPED, _short(str(skipped))))
     if expect.number is not None:
         number = first_number(text)
         near = number is not None and abs(number - expect.number) <= expect.tolerance
@@ -121,18 +128,11 @@ def _text_checks(expect: Expect, text: str) -> list[CheckResult]:
 
 
 def regex_failure(pattern: str, text: str, case_sensitive: bool = False) -> str:
-    """Why `pattern` is not found in `text` ("" when it is). Searched with the `regex`
-    module (the syntax of Python's `re`), which unlike `re` can be stopped: a search
-    still running after REGEX_SECONDS ends, and the check fails saying so."""
+    """Why `pattern` is not found in `text` ("" when it is), searched within the
+    comparison's bounds (searches.py); SearchSkipped when it was not searched."""
     flags = 0 if case_sensitive else regex.IGNORECASE
-    try:
-        found: object = regex.search(pattern, text, flags, timeout=REGEX_SECONDS)
-    except TimeoutError:
-        return (f"/{pattern}/ was stopped after {REGEX_SECONDS:g} s on this answer (the "
-                "pattern backtracks without end: rewrite it, e.g. (a+)+ as a+)")
-    except (regex.error, ValueError, OverflowError) as exc:
-        return f"/{pattern}/ cannot be searched: {_short(str(exc))}"
-    return "" if found is not None else f"no match for /{pattern}/"
+    found = current().found(pattern, text, flags, " on an answer")
+    return "" if found else f"no match for /{pattern}/"
 
 
 # --- JSON ---------------------------------------------------------------------------
@@ -165,34 +165,25 @@ def schema_failure(schema: Mapping[str, JsonValue], value: JsonValue) -> str:
     """Where and why `value` breaks `schema` ("" when it does not): the JSON path, the
     message and the violated keyword. The schema's patterns (`pattern`,
     `patternProperties`, `additionalProperties` beside them) are searched as an
-    expect.regex is, within REGEX_SECONDS each."""
+    expect.regex is; SearchSkipped when one was not searched, or the schema holds what
+    cannot be searched within a bound."""
+    if problem := schema_search_problem(schema):
+        raise SearchSkipped(f"the schema cannot be checked: {problem}")
     validator = _bounded(validator_for(schema))(schema, format_checker=FormatChecker())
     try:
         error = best_match(validator.iter_errors(value))
     except RecursionError:
         return "nested too deeply to validate"
-    except _PatternStopped as stopped:
-        return (f"the schema's pattern /{stopped.pattern}/ was stopped after "
-                f"{REGEX_SECONDS:g} s on this answer (it backtracks without end: rewrite it)")
+    except SearchSkipped as skipped:
+        raise SearchSkipped(f"the schema's pattern {skipped}") from None
     if error is None:
         return ""
     return f"{error.json_path}: {_short(error.message)} ({error.validator})"
 
 
-class _PatternStopped(Exception):
-    def __init__(self, pattern: str) -> None:
-        super().__init__(pattern)
-        self.pattern = pattern
-
-
 def _found(pattern: str, text: str) -> bool:
-    """jsonschema's `re.search(pattern, text)`, stopped after REGEX_SECONDS."""
-    try:
-        return regex.search(pattern, text, timeout=REGEX_SECONDS) is not None
-    except TimeoutError:
-        raise _PatternStopped(pattern) from None
-    except regex.error:  # a pattern only `re` reads: searched as jsonschema would
-        return re.search(pattern, text) is not None
+    """jsonschema's `re.search(pattern, text)`, within the comparison's bounds."""
+    return current().found(pattern, text, where=" on an answer")
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any
@@ -254,8 +245,11 @@ def _json_checks(expect: Expect, text: str) -> list[CheckResult]:
     if expect.json:
         results.append(_result("json", [problem] if problem else []))
     if expect.json_schema is not None:
-        reason = problem or schema_failure(expect.json_schema, value)
-        results.append(_result("json_schema", [reason] if reason else []))
+        try:
+            reason = problem or schema_failure(expect.json_schema, value)
+            results.append(_result("json_schema", [reason] if reason else []))
+        except SearchSkipped as skipped:
+            results.append(CheckResult("json_schema", SKIPPED, _short(str(skipped))))
     return results
 
 

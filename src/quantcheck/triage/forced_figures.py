@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -207,7 +207,35 @@ def top_k_of(completions: list[Completion]) -> int:
 
 FLOOR_NAMES = {"a_repeats": "A against its own repeats",
                "b_repeats": "B against its own repeats",
-               "b_self": "B scoring its own tokens"}
+               "b_self": "B scoring its own tokens",
+               "b_order": "B scoring A's tokens in another order"}
+# One position as B scored it: its logprob of A's token (None: beyond its top-k) and its
+# top-k alternatives
+Scored = tuple[float | None, TopList]
+
+
+def order_floor(first: Mapping[str, Sequence[Scored]], second: Mapping[str, Sequence[Scored]],
+                tokens: Mapping[str, Sequence[str]], quarter: int = 0) -> ForcedStats:
+    """B's scoring of A's tokens in one order against its scoring of them in another,
+    position by position (the first as the reference): how far a prefix cache that
+    cannot be turned off moves the figures by itself. Prompts scored in both only."""
+    floor = Positions()
+    for prompt_id, one in first.items():
+        other = second.get(prompt_id)
+        for token, (first_logprob, first_top), (logprob, top) in zip(
+                tokens.get(prompt_id, ()), one, other or (), strict=False):
+            floor.add(score_position(token, first_logprob, first_top, logprob, top, quarter))
+    if not floor.kl:
+        return ForcedStats(positions=0, note="no prompt was scored in both orders")
+    return floor.stats()
+
+
+def within_order(overall: ForcedStats, floor: ForcedStats | None) -> bool | None:
+    """Whether the A-vs-B KL mean is at most the scoring-order floor's: what scoring the
+    same tokens twice moves is not called drift (None: no such floor)."""
+    if floor is None or not floor.positions or floor.kl is None or overall.kl is None:
+        return None
+    return overall.kl.mean <= floor.kl.mean
 
 
 def within_floor(kl: list[float], floors: dict[str, ForcedStats]) -> WithinFloor | None:
@@ -217,7 +245,8 @@ def within_floor(kl: list[float], floors: dict[str, ForcedStats]) -> WithinFloor
                 if stats.positions and stats.kl is not None]
     if not kl or not measured:
         return None
-    floor_mean, floor_p99, name = max(measured)
+    # ties go to the floor named first (FLOOR_NAMES' order)
+    floor_mean, floor_p99, name = max(measured, key=lambda found: found[:2])
     mean = float(np.mean(kl))
     share = min(1.0, floor_mean / mean) if mean > 0 else 1.0
     within = float(np.mean(np.array(kl) <= floor_p99))

@@ -1,15 +1,18 @@
 """Scan server logs for known failure signatures (a shipped file, plus the user's own).
 
-A `regex: true` pattern is Python's `re` syntax, searched with the `regex` module within
-LINE_SECONDS per log line: a pattern that backtracks without end on a line the engine
-wrote is refused (ConfigFileError naming the signature, the log and the line), never a
+A `regex: true` pattern is Python's `re` syntax, searched within the bounds of
+searches.py (a second a line, a budget for the whole scan): a pattern that backtracks
+without end on a line the engine wrote, or patterns slow enough to spend the budget,
+are refused (ConfigFileError naming the signature, the log and the line), never a
 hang. A log is read as a regular file only (a device such as /dev/zero, a FIFO or a
-folder is refused naming it: files.open_regular)."""
+folder is refused naming it: files.open_regular), a line of at most MAX_LOG_LINE_BYTES
+(files.bounded_lines)."""
 
 from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,13 +21,14 @@ import msgspec
 import regex
 
 from ..errors import ConfigFileError, RunFormatError
-from ..store.files import UnreadableFile, open_regular
+from ..store.files import UnreadableFile, bounded_lines, open_regular
 from ..store.report_records import LogMatch
 from ..store.yamlfile import read_yaml, reject_unknown, require_bools, require_text
+from .searches import Searches, SearchSkipped
 
 SHIPPED = Path(__file__).parent / "signatures.yaml"
 SIGNATURE_KEYS = {"id", "pattern", "regex", "meaning", "action", "reference", "blocking"}
-LINE_SECONDS = 1.0  # a pattern's search on one log line (microseconds, unless it backtracks)
+MAX_LOG_LINE_BYTES = 64 << 20  # a server's log line (one quoting a long prompt: a few MB)
 
 
 @dataclass
@@ -80,9 +84,13 @@ def _signature(path: Path, position: int, entry: object) -> Signature:
     return signature
 
 
-def scan_log(path: Path, signatures: list[Signature]) -> list[LogMatch]:
-    """Every signature found in the log, with its first line and number of occurrences."""
-    compiled = [(s, s.compiled()) for s in signatures]
+def scan_log(path: Path, signatures: list[Signature], searches: Searches | None = None
+             ) -> list[LogMatch]:
+    """Every signature found in the log, with its first line and number of occurrences.
+    Its regular expressions are searched within `searches`' bounds (a new budget when
+    none is given)."""
+    searches = searches or Searches()
+    literals = {s.id: s.compiled() for s in signatures if not s.regex}
     found: dict[str, LogMatch] = {}
     try:
         handle = io.TextIOWrapper(open_regular(path, "log"), encoding="utf-8",
@@ -90,17 +98,9 @@ def scan_log(path: Path, signatures: list[Signature]) -> list[LogMatch]:
     except UnreadableFile as exc:
         raise RunFormatError(str(exc)) from None
     with handle:
-        for number, line in enumerate(handle, 1):
-            for signature, pattern in compiled:
-                try:
-                    hit = (pattern.search(line, timeout=LINE_SECONDS) if signature.regex
-                           else pattern.search(line))
-                except TimeoutError:
-                    raise ConfigFileError(
-                        f"signature {signature.id!r}: its pattern /{signature.pattern}/ was "
-                        f"stopped after {LINE_SECONDS:g} s on {path}:{number} (it backtracks "
-                        "without end: rewrite it, e.g. (a+)+ as a+)") from None
-                if hit is None:
+        for number, line in _log_lines(handle, path):
+            for signature in signatures:
+                if not _found(signature, line, literals, searches, f"{path}:{number}"):
                     continue
                 if signature.id in found:
                     found[signature.id].count += 1
@@ -113,9 +113,29 @@ def scan_log(path: Path, signatures: list[Signature]) -> list[LogMatch]:
     return list(found.values())
 
 
+def _log_lines(handle: io.TextIOWrapper, path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        yield from bounded_lines(handle, path, MAX_LOG_LINE_BYTES, "log")
+    except UnreadableFile as exc:
+        raise RunFormatError(str(exc)) from None
+
+
+def _found(signature: Signature, line: str, literals: dict[str, Any], searches: Searches,
+           where: str) -> bool:
+    """Whether the signature is in the line: a substring by `re` (it cannot backtrack),
+    a regular expression within the searches' bounds, or refused naming where."""
+    if not signature.regex:
+        return literals[signature.id].search(line) is not None
+    try:
+        return searches.found(signature.pattern, line, where=f" on {where}")
+    except SearchSkipped as skipped:
+        reason = str(skipped) if where in str(skipped) else f"{skipped} (on {where})"
+        raise ConfigFileError(f"signature {signature.id!r}: its pattern {reason}") from None
+
+
 def scan_logs(logs: dict[str, Path | None], extra: list[Path] | tuple[Path, ...] = ()
               ) -> dict[str, list[LogMatch]]:
     """{"a": [...], "b": [...]} for the sides that have a log."""
-    signatures = load_signatures(extra)
-    return {side: scan_log(path, signatures) for side, path in logs.items()
+    signatures, searches = load_signatures(extra), Searches()
+    return {side: scan_log(path, signatures, searches) for side, path in logs.items()
             if path is not None}

@@ -12,6 +12,7 @@ from msgspec import UNSET
 from ..store.pair_records import CheckCells, PairDetails, PairRow, RoutingDetails, RoutingGrid
 from ..store.run_records import Prompt
 from . import routing
+from .determinism import cached_prompt_tokens, first_request_cached
 from .expects import CheckResult, CodeRunner, check_answer, parse_calls
 from .sides import Side, SideRecord
 from .signals import (
@@ -45,6 +46,7 @@ def judge_pair(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
     a_ok, b_ok = _successful(a_records), _successful(b_records)
     row.a_repeats, row.a_texts, row.a_signatures = _repeat_counts(a_ok)
     row.b_repeats, row.b_texts, row.b_signatures = _repeat_counts(b_ok)
+    row.a_only_first_differs, row.b_only_first_differs = _first_alone(a_ok), _first_alone(b_ok)
     details.a_variants, details.b_variants = _variants(a_ok), _variants(b_ok)
     a_first, b_first = _repeat_zero(a_ok), _repeat_zero(b_ok)
     row.status = _status(a_records, b_records, a_first, b_first)
@@ -175,6 +177,20 @@ def _repeat_counts(ok: list[SideRecord] | None) -> tuple[int | None, int | None,
         return None, None, None
     signatures = {r.signature for r in ok if r.signature is not None}
     return len(ok), len({r.text_hash for r in ok}), len(signatures) if signatures else None
+
+
+def _first_alone(ok: list[SideRecord] | None) -> bool | None:
+    """Whether repeat 0 alone differs, the later repeats agree (by signature, or by text
+    where a repeat has none) and a warm prefix cache explains it
+    (determinism.first_request_cached); None below two repeats or without repeat 0."""
+    if not ok or len(ok) < 2:
+        return None
+    ordered = sorted(ok, key=lambda r: r.repeat)
+    if ordered[0].repeat != 0:
+        return None
+    signed = all(r.signature is not None for r in ordered)
+    return first_request_cached([r.signature if signed else r.text_hash for r in ordered],
+                                [cached_prompt_tokens(r.line.usage) for r in ordered])
 
 
 # A prompt longer than this (a long-context haystack) is shown in the sheet by its

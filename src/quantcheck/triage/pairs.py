@@ -25,6 +25,7 @@ from .forced_figures import NOT_SCORED, ForcedColumns, all_kl, pair_columns
 from .one_pair import judge_pair
 from .parallel import ordered_chunks
 from .sandbox import Limits, code_execution, code_runner
+from .searches import begin
 from .sides import Side, load_side
 from .signals import NEAR_TIE_NATS
 from .summary import PairTotals
@@ -83,6 +84,7 @@ def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: in
 
     a.close()  # each worker opens the runs' files itself (a shared offset would race)
     b.close()
+    begin()  # the comparison's pattern searches: one budget, before the workers fork
     order = cast("Sequence[int]", prompt_order(a, b))  # an array slices as a sequence does
     for judged in ordered_chunks(judge, order, jobs, CHUNK_PAIRS):
         yield [row for row, _ in judged], [details for _, details in judged]

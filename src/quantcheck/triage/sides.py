@@ -30,6 +30,7 @@ from ..store.preflight_records import Fingerprint, Preflight
 from ..store.report_records import SidePerformance
 from ..store.run_dir import (
     COMPLETIONS,
+    MAX_LINE_BYTES,
     PROMPTS,
     Blobs,
     CompletionLine,
@@ -41,6 +42,7 @@ from ..store.run_dir import (
     prompt_key,
     read_json,
     read_manifest,
+    run_lines,
     shared_key,
 )
 from ..store.run_records import Prompt, Tokens
@@ -218,7 +220,7 @@ class Side:
             self._lines = open_run_file(self.completions_path)
             self._blobs = Blobs(self.completions_path.parent)
         self._lines.seek(offset)
-        line = decode_line(self._lines.readline())
+        line = decode_line(self._lines.readline(MAX_LINE_BYTES + 1))
         if line is None:
             raise RunFormatError(f"{self.completions_path}: changed while it was read "
                                  f"(no record at byte {offset}); compare again")
@@ -376,13 +378,15 @@ class _Requests:
         timed = ~np.isnan(e2e)
         counted = ~np.isnan(tokens)
         seconds = float(e2e[timed].sum())
+        # in Python floats: a hostile run's subnormal latencies make the rate inf, not a
+        # numpy overflow warning; an infinite rate is no rate
+        rate = float(np.nansum(tokens[timed])) / seconds if timed.any() and seconds > 0 else None
         return SidePerformance(
             requests=len(ok), failed=int((~ok).sum()),
             output_tokens=int(tokens[counted].sum()) if counted.any() else None,
             ttft_p50_s=_percentile(ttft[~np.isnan(ttft)], 50),
             e2e_p50_s=_percentile(e2e[timed], 50), e2e_p99_s=_percentile(e2e[timed], 99),
-            output_tokens_per_s=float(np.nansum(tokens[timed]) / seconds)
-            if timed.any() and seconds > 0 else None)
+            output_tokens_per_s=rate if rate is not None and math.isfinite(rate) else None)
 
     def answered(self) -> tuple[np.ndarray, np.ndarray]:
         """The successful requests' keys and repeats."""
@@ -442,7 +446,7 @@ def _index_rows(path: Path) -> Iterator[_Row]:
     the signatures)."""
     offset = 0
     with open_run_file(path) as handle:
-        for number, raw in enumerate(handle, 1):
+        for number, raw in run_lines(handle, path):
             start, offset = offset, offset + len(raw)
             if not raw.endswith(b"\n"):
                 return  # torn by a kill: a resume collects it again

@@ -11,7 +11,14 @@ import msgspec
 import numpy as np
 
 from .._version import __version__
-from ..store.pair_records import FLIP_CAUSES, PairRow, nondeterministic
+from ..store.pair_records import (
+    FLIP_CAUSES,
+    PairRow,
+    logprobs_only,
+    nondeterministic,
+    only_first_differs,
+    text_varies,
+)
 from ..store.report_records import (
     Cells,
     CheckCounts,
@@ -84,6 +91,11 @@ class PairTotals:
         for side in "ab":
             self.counts[f"{side}_nondeterministic"] += sum(
                 nondeterministic(row, side) for row in rows)
+            self.counts[f"{side}_text_varies"] += sum(text_varies(row, side) for row in rows)
+            self.counts[f"{side}_logprobs_only"] += sum(
+                logprobs_only(row, side) for row in rows)
+            self.counts[f"{side}_only_first_differs"] += sum(
+                nondeterministic(row, side) and only_first_differs(row, side) for row in rows)
         compared = [row for row in rows if row.compared]
         self.compared += len(compared)
         self._count(compared)
@@ -153,7 +165,9 @@ class PairTotals:
             quantcheck_version=__version__, a=_identity(a), b=_identity(b),
             counts=self._counts(a, b), comparison=comparison_notes(self, a, b),
             cells=_cells(a, b),
-            determinism={"a": side_determinism(a), "b": side_determinism(b)},
+            determinism={name: side_determinism(side, self.counts[f"{name}_nondeterministic"],
+                                                self.counts[f"{name}_only_first_differs"])
+                         for name, side in (("a", a), ("b", b))},
             drift=self._drift(), stats=self.statistics() if statistics else Stats(None, {}),
             performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b))
 
@@ -176,6 +190,10 @@ class PairTotals:
             length_capped_new_on_b=counts["length_capped_new_on_b"],
             nondeterministic=PerSide(counts["a_nondeterministic"],
                                      counts["b_nondeterministic"]),
+            text_varies=PerSide(counts["a_text_varies"], counts["b_text_varies"]),
+            logprobs_only=PerSide(counts["a_logprobs_only"], counts["b_logprobs_only"]),
+            only_first_differs=PerSide(counts["a_only_first_differs"],
+                                       counts["b_only_first_differs"]),
             divergence_kinds=_ranked(self.values["divergence_kind"]),
             status=_ranked(self.values["status"]),
             unanswered=PerSide(a.unanswered, b.unanswered),

@@ -17,7 +17,6 @@ has credentials cut out (store.redaction).
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import random
 import re
@@ -26,13 +25,20 @@ import warnings
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import orjson
 
 from ..errors import EndpointError, ParameterRejected
-from ..store.redaction import CredentialsIgnored, redact
+from ..store.redaction import (
+    CredentialsIgnored,
+    basic_token,
+    password_forms,
+    redact,
+    redact_url_path,
+    url_secrets,
+)
 from ..store.run_records import DEFAULT_MAX_RESPONSE_MB
 from .dialects import (
     EventStream,
@@ -110,10 +116,22 @@ def server_root(endpoint: str) -> str:
     return api_base(endpoint)[: -len("/v1")]
 
 
+def generation_url(endpoint: str, api: str) -> str:
+    """Where a generation of this API (`chat`, `completions`) is posted."""
+    return api_base(endpoint) + ("/chat/completions" if api == "chat" else "/completions")
+
+
+def streamed(body: Mapping[str, object]) -> dict[str, object]:
+    """A generation body as it is sent streamed: the usage asked for in the last chunk."""
+    return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+
 def public_url(endpoint: str) -> str:
-    """The endpoint without credentials or query string, safe to write to a manifest
-    (an IPv6 address keeps its brackets). A URL that cannot be split (api_base refuses
-    it) is shown as its scheme only, `http://?`: nothing else of it is known to be safe."""
+    """The endpoint without credentials, query string or fragment, and with each path
+    segment that looks like a key cut (`http://host/sk-.../v1` -> `http://host/***/v1`;
+    store.redaction.key_like): safe to write to a manifest (an IPv6 address keeps its
+    brackets). A URL that cannot be split (api_base refuses it) is shown as its scheme
+    only, `http://?`: nothing else of it is known to be safe."""
     try:
         parts = urlsplit(endpoint)
         port = parts.port
@@ -124,7 +142,7 @@ def public_url(endpoint: str) -> str:
         host = f"[{host}]"
     if port:
         host = f"{host}:{port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return redact_url_path(urlunsplit((parts.scheme, host, parts.path, "", "")))
 
 
 def split_credentials(endpoint: str) -> tuple[str, str | None]:
@@ -150,9 +168,7 @@ def authorization(endpoint: str, api_key: str | None) -> str | None:
     userinfo = split_credentials(endpoint)[1]
     if userinfo is None:
         return None
-    user, _, password = userinfo.partition(":")
-    pair = f"{unquote(user)}:{unquote(password)}".encode()
-    return "Basic " + base64.b64encode(pair).decode("ascii")
+    return "Basic " + basic_token(userinfo)
 
 
 class HTTPStatusError(Exception):
@@ -182,11 +198,11 @@ class EndpointClient:
             warnings.warn(CredentialsIgnored(
                 f"{public_url(endpoint)}: the user and password in the endpoint's URL are "
                 "not sent; the API key is, as a Bearer token"), stacklevel=2)
-        # cut from every message made here: a server may quote what it was sent (the
-        # user's name is no secret: cut, it would blank that word in every message)
-        password = (userinfo or "").partition(":")[2]
+        # cut from every message made here: a server may quote what it was sent, in
+        # any form it was sent in (the user's name is no secret: cut, it would blank
+        # that word in every message)
         self._secrets = [secret for secret in (
-            api_key, password and userinfo, password, unquote(password)) if secret]
+            api_key, *password_forms(userinfo or ""), *url_secrets(endpoint)) if secret]
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         # one endpoint, one host: its proxy (HTTP(S)_PROXY, NO_PROXY; never loopback)
@@ -290,9 +306,9 @@ class EndpointClient:
                        ) -> tuple[Generation, Timing]:
         """One attempt, bounded by --timeout as a whole. Raises RetryableError,
         RequestFailed, ParameterRejected or EndpointError."""
-        url = self.base_url + ("/chat/completions" if api == "chat" else "/completions")
+        url = generation_url(self.base_url, api)
         if stream:
-            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+            body = streamed(body)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout):

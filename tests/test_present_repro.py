@@ -1,0 +1,99 @@
+"""What a repro folder's replay.sh is made of (present/repro.py): a text quoted for bash
+comes back as written, and the answer's text is read back exactly from any answer,
+whole or streamed, as quantcheck records it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.present.repro import TEXT_OF, _double_quoted, replay_script, url_variable
+from quantcheck.store.repro_records import Repro, ReproDivergence, ReproRequest
+
+from .conftest import Serve
+
+TEXTS = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
+                max_size=40)
+
+
+@settings(max_examples=40, deadline=None)
+@given(TEXTS)
+def test_a_text_in_bash_double_quotes_is_taken_literally(text: str) -> None:
+    shown = subprocess.run(["bash", "-c", f'printf %s "{_double_quoted(text)}"'],
+                           capture_output=True, timeout=30).stdout.decode("utf-8")
+    assert shown == "".join(" " if ord(c) < 32 or c == "\x7f" else c for c in text)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(TEXTS, min_size=1, max_size=5), st.booleans(), st.booleans())
+def test_the_answer_text_is_read_back_exactly_whole_or_streamed(
+        tmp_path_factory: pytest.TempPathFactory, pieces: list[str], chat: bool,
+        stream: bool) -> None:
+    folder = tmp_path_factory.mktemp("answer")
+    if stream:
+        chunks = [{"choices": [{"index": 0, "delta": {"content": piece}} if chat
+                               else {"index": 0, "text": piece}]} for piece in pieces]
+        chunks.append({"choices": [], "usage": {"prompt_tokens": 3}})
+        raw = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+    else:
+        choice = ({"index": 0, "message": {"role": "assistant", "content": "".join(pieces)}}
+                  if chat else {"index": 0, "text": "".join(pieces)})
+        raw = json.dumps({"choices": [choice]})
+    (folder / "response").write_text(raw, encoding="utf-8")
+    subprocess.run([sys.executable, "-c", TEXT_OF, str(folder / "response"),
+                    str(folder / "text")], check=True, timeout=30)
+    assert (folder / "text").read_bytes() == "".join(pieces).encode("utf-8")
+
+
+def test_a_response_that_is_no_answer_says_so(tmp_path: Path) -> None:
+    folder = tmp_path
+    (folder / "response").write_text("404: Not Found")
+    done = subprocess.run([sys.executable, "-c", TEXT_OF, str(folder / "response"),
+                           str(folder / "text")], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "not an answer" in done.stderr
+    assert not (folder / "text").exists()
+
+
+def test_each_request_has_its_own_endpoint_variable() -> None:
+    assert [url_variable(n) for n in ("a", "b", "alone", "batch=8")] == \
+        ["A_URL", "B_URL", "ALONE_URL", "BATCH_8_URL"]
+
+
+def test_a_request_sent_with_others_at_once_is_replayed_with_them(
+        serve: Serve, tmp_path: Path) -> None:
+    """More requests than an A/B's two fit: a certificate's "alone" and "batch=3", the
+    batch's other members sent at the same moment."""
+    server = serve(ScriptedModel({"capital": " Canberra.", "colour": " Blue."}), "vllm")
+    url = server.url + "/v1/completions"
+
+    def body(prompt: str) -> bytes:
+        return orjson.dumps({"model": "scripted-model", "prompt": prompt, "max_tokens": 8,
+                             "temperature": 0})
+
+    files = {"alone.json": body("Q: capital"), "batch.json": body("Q: capital"),
+             "filler-1.json": body("Q: colour"), "filler-2.json": body("Q: colour, again"),
+             "alone.txt": b" Canberra.", "batch.txt": b" Canberra."}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    repro = Repro(source="certificate", prompt_id="capital", requests=[
+        ReproRequest(name="alone", url=url, body="alone.json", answer="alone.txt"),
+        ReproRequest(name="batch=3", url=url, body="batch.json", answer="batch.txt",
+                     together=["filler-1.json", "filler-2.json"])],
+        divergence=ReproDivergence(sentence="the two answers are the same text"))
+    (tmp_path / "replay.sh").write_text(replay_script(repro))
+    done = subprocess.run(["bash", str(tmp_path / "replay.sh")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "alone: the same answer as recorded" in done.stdout
+    assert "batch=3: the same answer as recorded" in done.stdout
+    assert "alone and batch=3: the same answer now" in done.stdout
+    assert sorted(body["prompt"] for body in server.requests) == [
+        "Q: capital", "Q: capital", "Q: colour", "Q: colour, again"]
