@@ -431,10 +431,10 @@ def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
     only in the KV cache: lengths measured on the server's tokenizer, the dtype named as
     the one differing axis, B's teacher-forced KL measured at every rung (a 4-bit cache
     moves it at any length); and A against itself states no onset (one slot, greedy:
-    its repeats and its own answer agree). Measured: 759 s on two cores shared with other
-    heavy jobs (load average 13). Its three prompts (3,584 tokens) go four times to each
-    ladder, but a repeat and the scoring reuse the slot's prompt: the 4-bit server
-    prefills 3,584 tokens, the f16 one 7,168."""
+    its repeats and its own answer agree). Measured: 276 s on two cores shared with other
+    jobs (load average 4 to 5; 759 s at 13). Each answer takes its whole prompt (3,584
+    tokens over the three rungs), the scoring reuses B's slot: the 4-bit server prefills
+    3,584 tokens, the f16 one 17,920 (A twice in each ladder, and B once in the second)."""
     common = ("--lengths", "512,1k,2k", "--depths", "0", "--no-absent", "--max-tokens", "12",
               "--a-cell", "kv_cache_dtype=f16")
     result = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["q4_0"],
