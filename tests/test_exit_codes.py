@@ -130,6 +130,17 @@ def in_use(*args: str) -> Callable[[World, Path], int]:
     return scenario
 
 
+def ladder_args(a: str, b: str, out: Path) -> list[object]:
+    return ["ladder", "--a", a, "--b", b, "--out", out, "--lengths", "512", "--depths", "0",
+            "--no-absent"]
+
+
+def ladder_that_departs(w: World, tmp: Path) -> Result:
+    """B sees only the last 100 words of a prompt: the code at its start is lost."""
+    with ScriptedServer(ScriptedModel(ANSWERS), faults=Faults(sliding_window=100)) as forgets:
+        return invoke(*ladder_args(w.same.url, forgets.url, tmp / "l"))
+
+
 def shards(w: World, tmp: Path) -> Result:
     for index in (1, 2):
         collect([w.prompts], tmp / f"s{index}", CollectSettings(
@@ -190,6 +201,9 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("determinism", 2): lambda w, t: invoke("determinism", "--endpoint", w.same.url,
                                             "--prompts", w.prompts, "--modes", "sideways",
                                             "--out", t),
+    ("ladder", 0): lambda w, t: invoke(*ladder_args(w.same.url, w.same.url, t / "l")),
+    ("ladder", 1): ladder_that_departs,
+    ("ladder", 2): lambda w, t: invoke(*ladder_args(NOWHERE, w.same.url, t / "l")),
     ("logscan", 0): lambda w, t: invoke("logscan", FIXTURES / "logs" / "clean.log"),
     ("logscan", 1): lambda w, t: invoke("logscan",
                                         FIXTURES / "logs" / "sglang-lmhead-prefix.log"),
@@ -245,6 +259,7 @@ CRASH_SITES = {
     "preflight": "quantcheck.pipeline.checking.check_endpoint",
     "probe": "quantcheck.pipeline.checking.ask_server",
     "determinism": "quantcheck.pipeline.determinism.analyze_side",
+    "ladder": "quantcheck.pipeline.ladder.compare_runs",
     "logscan": "quantcheck.triage.log_signatures.scan_log",
     "gate": "quantcheck.gate.verdict.decide",
     "approve": "quantcheck.triage.approvals.approve",
@@ -296,6 +311,7 @@ def planted_arguments(w: World, command: str, tmp: Path) -> list[object]:
         "determinism": ["determinism", "--endpoint", w.same.url, "--prompts", w.prompts,
                         "--repeats", "2", "--modes", "sequential", "--out", tmp / "d",
                         "--no-preflight"],
+        "ladder": ladder_args(w.same.url, w.same.url, tmp / "l"),
         "logscan": ["logscan", FIXTURES / "logs" / "clean.log"],
         "gate": ["gate", w.reports["same"]],
         "approve": ["approve", w.reports["same"], "--approvals", tmp / "approvals.json"],

@@ -78,13 +78,13 @@ def python_server(model: Path, log: Path, *extra: str) -> tuple[subprocess.Popen
     return process, f"http://127.0.0.1:{port}"
 
 
-def cpp_server(model: Path, log: Path, context: int = 512
+def cpp_server(model: Path, log: Path, context: int = 512, *extra: str
                ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     # --swa-full: Gemma 3's sliding-window cache otherwise re-evaluates several tokens
     # per teacher-forced position instead of one
     command = ["llama-server", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-               "-c", str(context), "-t", "1", "-np", "1", "--swa-full"]
+               "-c", str(context), "-t", "1", "-np", "1", "--swa-full", *extra]
     with log.open("wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
     return process, f"http://127.0.0.1:{port}"
@@ -432,6 +432,54 @@ def test_an_unchanged_batching_server_passes_and_a_regressed_one_fails(tmp_path:
     assert gate["reference"]["repeats"] == 2 and gate["reference"]["prompts"] == 6
 
 
+@pytest.fixture
+def kv_servers(gguf_files: dict[str, Path], tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The shipped weights twice on llama-server: an f16 KV cache, and a 4-bit one
+    (`--cache-type-k q4_0 --cache-type-v q4_0`, which needs flash attention)."""
+    require_llama_server()
+    kinds = {"f16": ("-fa", "on"), "q4_0": ("-fa", "on", "--cache-type-k", "q4_0",
+                                            "--cache-type-v", "q4_0")}
+    started = {kind: cpp_server(gguf_files["Q4_K_M"], tmp_path / f"{kind}.log", 4096, *flags)
+               for kind, flags in kinds.items()}
+    try:
+        for kind, (process, url) in started.items():
+            wait_until_healthy(url, process, tmp_path / f"{kind}.log", timeout=300)
+        yield {kind: url for kind, (_, url) in started.items()}
+    finally:
+        for process, _ in started.values():
+            process.terminate()
+            process.wait(30)
+
+
+def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    """A small ladder (512 to 2,048 tokens, one needle) on real llama-servers that differ
+    only in the KV cache: lengths measured on the server's tokenizer, the dtype named as
+    the one differing axis, B's teacher-forced KL measured at every rung (a 4-bit cache
+    moves it at any length); and A against itself states no onset (one slot, greedy:
+    its repeats and its own answer agree). Measured: 276 s on two cores shared with other
+    jobs (load average 4 to 5; 759 s at 13). Each answer takes its whole prompt (3,584
+    tokens over the three rungs), the scoring reuses B's slot: the 4-bit server prefills
+    3,584 tokens, the f16 one 17,920 (A twice in each ladder, and B once in the second)."""
+    common = ("--lengths", "512,1k,2k", "--depths", "0", "--no-absent", "--max-tokens", "12",
+              "--a-cell", "kv_cache_dtype=f16")
+    result = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["q4_0"],
+                    "--b-cell", "kv_cache_dtype=q4_0", "--out", tmp_path / "kv", *common)
+    assert result.exit_code in (0, 1), result.output  # 1: an onset (the gate's rule)
+    ladder = json.loads((tmp_path / "kv" / "ladder.json").read_text())
+    assert ladder["cells"]["differs"] == ["kv_cache_dtype"]
+    assert "one axis of the serving cell, kv_cache_dtype (f16 on A, q4_0 on B)" in ladder["axes"]
+    assert ladder["length_measure"].startswith("measured on A's tokenizer (/tokenize)")
+    assert [rung["tokens"] for rung in ladder["rungs"]] == [512, 1024, 2048]
+    for rung in ladder["rungs"]:
+        assert rung["tokens"] - 40 <= rung["prompt_tokens"] <= rung["tokens"]
+        assert rung["checked"] == 1 and rung["a_recall"] is not None
+        assert rung["kl_mean"] is not None and rung["kl_mean"] > 0, rung
+    assert ladder["complete"] and (ladder["onset"] is None) == ladder["gate"]["passed"]
+    itself = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["f16"],
+                    "--b-cell", "kv_cache_dtype=f16", "--out", tmp_path / "self", *common)
+    assert itself.exit_code == 0, itself.output
+    assert "onset: no departure up to 2,048 tokens" in itself.output
 def test_a_repro_replays_the_recorded_answers_byte_for_byte_on_llama_server(
         gguf_files: dict[str, Path], write_prompts: Any, tmp_path: Path) -> None:
     """llama-server with one slot and the prompt cache off in each request (collect sends

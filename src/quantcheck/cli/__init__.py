@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     _collecting,
     _demo,
     _evals,
+    _ladder,
     _planning,
     _probing,
     _prompts,

@@ -227,6 +227,7 @@ class LabServer:
         app.router.add_get("/get_server_info", self._sglang_info)
         app.router.add_get("/server_info", self._sglang_info)
         app.router.add_get("/props", self._props)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/info", self._tgi_info)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/extras/tokenize", self._tokenize)
@@ -345,6 +346,21 @@ class LabServer:
         props = {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1,
                  "model_path": f"/models/{self.engine.name}.gguf", "build_info": "b6000-abc1234"}
         return _json({**props, **self.server_info})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """A Prometheus page naming the KV cache's dtype, as the engine that tells it
+        there does (vLLM's `vllm:cache_config_info`); `server_info["metrics"]` is sent
+        verbatim instead (a recorded page), `server_info["kv_cache_dtype"]` sets it."""
+        at = self.profile.kv_cache_dtype_metric
+        if at is None or request.path != at[0]:
+            raise web.HTTPNotFound()
+        text = self.server_info.get("metrics")
+        if not isinstance(text, str):
+            kv = self.server_info.get("kv_cache_dtype", "auto")
+            text = (f"# HELP {at[1]} Information of the LLMEngine CacheConfig\n"
+                    f"# TYPE {at[1]} gauge\n"
+                    f'{at[1]}{{block_size="16",{at[2]}="{kv}",engine="0"}} 1.0\n')
+        return web.Response(text=text, content_type="text/plain")
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         """vLLM (`prompt` or `messages`), llama.cpp (`content`) and llama-cpp-python

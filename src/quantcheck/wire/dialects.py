@@ -668,3 +668,29 @@ def _boundary(tokens: list[str], prompt_chars: int) -> int:
             return n
         seen += len(token)
     return len(tokens)
+
+
+_METRIC_LABEL = re.compile(r'[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"'
+                           r'[ \t]*(,?)')
+_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+
+
+def metric_labels(text: str, metric: str) -> dict[str, str] | None:
+    """The labels of the first sample of `metric` on a Prometheus text page (vLLM's
+    `/metrics`: `vllm:cache_config_info{cache_dtype="fp8_e4m3",...} 1.0`), unescaped;
+    None when the page has no well-formed sample of it."""
+    start = metric + "{"
+    for line in text.split("\n"):  # the format's only line break (values escape theirs)
+        if not line.startswith(start):
+            continue
+        labels: dict[str, str] = {}
+        position = len(start)
+        while match := _METRIC_LABEL.match(line, position):
+            labels[match.group(1)] = re.sub(r"\\(.)", lambda m: _ESCAPES.get(
+                m.group(1), "\\" + m.group(1)), match.group(2))
+            position = match.end()
+            if not match.group(3):
+                break
+        if line[position:].lstrip(" \t").startswith("}"):
+            return labels
+    return None
