@@ -3,8 +3,9 @@
 A loopback server (its own process) answers instantly with one stored vLLM-format
 chat response: 256 tokens with top-20 logprobs, streamed or not. The limit is
 bench/raw_client.py (aiohttp + orjson, every logprob read; for the whole process, each
-answer written as a JSONL line of columns). Every client runs as a process of its own, in interleaved
-rounds (the order alternates), and two ratios are taken per mode, median of rounds:
+answer written as a JSONL line of columns). Every client runs as a process of its own,
+in interleaved rounds (the order alternates), and two ratios are taken per mode, median
+of rounds:
 
 - first request to last answer: the raw client's window (parsing every answer, writing
   nothing) over quantcheck's (the library's `collect`, timed from the first request to

@@ -142,21 +142,21 @@ def _near_loop(tail: str, short: bool = False) -> bool:
     words = _FILLER.findall(tail)
     # a short (capped) answer: three periods and half the answer are enough
     copies, least, share = (3, 12, CAPPED_LOOP_SHARE) if short else (4, 48, 0.3)
-    least = max(least, share * len(full_shape))
+    shortest = max(least, share * len(full_shape))  # the run, whatever its period
     trims, longest = min(16, len(full_shape) // 2), min(64, len(full_shape) // copies)
-    if not _may_repeat(full_shape, math.ceil(least), longest, trims):
+    if not _may_repeat(full_shape, math.ceil(shortest), longest, trims):
         return False
     # what `_tail_repeats` asks of each period, asked once here: this loop runs up to
     # 16 cuts times 64 periods on every capped answer
-    needed = [0] + [max(math.ceil(max(copies * period, least)) - period, 1)
+    needed = [0] + [max(math.ceil(max(copies * period, shortest)) - period, 1)
                     for period in range(1, longest + 1)]
     for trimmed in range(trims):
         shape = full_shape[:len(full_shape) - trimmed]
         size = len(shape)
         for period in _candidate_periods(shape, min(64, size // copies)):
-            tail = needed[period]
-            if tail <= size - period and \
-                    shape[size - tail:] == shape[size - tail - period:size - period]:
+            repeated = needed[period]
+            if repeated <= size - period and \
+                    shape[size - repeated:] == shape[size - repeated - period:size - period]:
                 run = _periodic_tail(shape, period)
                 inside = shape[-run:].count("\0")
                 after = full_shape[len(shape):].count("\0")
