@@ -7,7 +7,7 @@ import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain, islice
 
 import msgspec
 import numpy as np
@@ -377,16 +377,27 @@ def kl_per_position(a: Tokens, b: Tokens, positions: int) -> list[float]:
     prefix) the bound is computed for all such positions at once with numpy.
     """
     same = [i for i in range(positions) if a.top_text[i] == b.top_text[i]]
-    a_rows = a.top_text
-    widths = {len(a_rows[i]) for i in same}
+    widths = {len(a.top_text[i]) for i in same}
     values: dict[int, float] = {}
     if same and len(widths) == 1 and widths != {0}:
-        a_lp = np.array([a.top_logprob[i] for i in same], dtype=float)
-        b_lp = np.array([b.top_logprob[i] for i in same], dtype=float)
-        values = dict(zip(same, _kl_aligned(a_lp, b_lp).tolist(), strict=True))
+        width = widths.pop()
+        aligned = _kl_aligned(_rows([a.top_logprob[i] for i in same], width),
+                              _rows([b.top_logprob[i] for i in same], width)).tolist()
+        if len(same) == positions:  # every position aligned
+            return aligned
+        values = dict(zip(same, aligned, strict=True))
     return [values[i] if i in values else kl_lower_bound(
         a.top_text[i], a.top_logprob[i], b.top_text[i], b.top_logprob[i])
         for i in range(positions)]
+
+
+def _rows(rows: list[list[float]], width: int) -> np.ndarray:
+    """Rows of `width` values as a 2-D float array, made from one flat list: numpy
+    reads nested lists at half the speed (this runs for every compared pair)."""
+    flat = list(chain.from_iterable(rows))
+    if len(flat) != len(rows) * width:  # rows of other lengths: as numpy reads them
+        return np.array(rows, dtype=float)
+    return np.array(flat, dtype=float).reshape(len(rows), width)
 
 
 # A probability is at most 1 (logprob 0); below this floor (vLLM sends -9999 for -inf)
