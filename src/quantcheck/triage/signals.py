@@ -381,8 +381,9 @@ def kl_per_position(a: Tokens, b: Tokens, positions: int) -> list[float]:
     values: dict[int, float] = {}
     if same and len(widths) == 1 and widths != {0}:
         width = widths.pop()
-        aligned = _kl_aligned(_rows([a.top_logprob[i] for i in same], width),
-                              _rows([b.top_logprob[i] for i in same], width)).tolist()
+        aligned: list[float] = _kl_aligned(_rows([a.top_logprob[i] for i in same], width),
+                                           _rows([b.top_logprob[i] for i in same],
+                                                 width)).tolist()
         if len(same) == positions:  # every position aligned
             return aligned
         values = dict(zip(same, aligned, strict=True))
