@@ -25,9 +25,11 @@ from quantcheck.store.run_dir import load_run
 
 from .conftest import FIXTURES, assert_one_clear_line, invoke, skip_module_without_extra
 from .harnesses import (
+    LmEvalRun,
     llama_server,
     run_inspect,
     run_lm_eval,
+    run_lm_evals,
     write_inspect_task,
     write_lm_eval_task,
 )
@@ -72,15 +74,13 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logs]:
     write_lm_eval_task(tasks, "arith", ROWS, shots=SHOTS)
     write_lm_eval_task(tasks, "arith_copy", ROWS, shots=SHOTS)
     a_server, b_server = servers(ScriptedModel(A_SAYS), ScriptedModel(B_SAYS))
-    try:
-        yield Logs(a=run_lm_eval(tasks, "arith", a_server.url, folder / "a"),
-                   b=run_lm_eval(tasks, "arith", b_server.url, folder / "b"),
-                   b_few_shot=run_lm_eval(tasks, "arith", b_server.url, folder / "b-shot",
-                                          "--num_fewshot", "1"),
-                   b_limited=run_lm_eval(tasks, "arith", b_server.url, folder / "b-limit",
-                                         "--limit", "4"),
-                   b_other_task=run_lm_eval(tasks, "arith_copy", b_server.url,
-                                            folder / "b-copy"))
+    try:  # the five runs in one lm_eval process
+        yield Logs(*run_lm_evals(
+            LmEvalRun(tasks, "arith", a_server.url, folder / "a"),
+            LmEvalRun(tasks, "arith", b_server.url, folder / "b"),
+            LmEvalRun(tasks, "arith", b_server.url, folder / "b-shot", ("--num_fewshot", "1")),
+            LmEvalRun(tasks, "arith", b_server.url, folder / "b-limit", ("--limit", "4")),
+            LmEvalRun(tasks, "arith_copy", b_server.url, folder / "b-copy")))
     finally:
         a_server.stop()
         b_server.stop()
