@@ -1,7 +1,8 @@
 """The real eval harnesses, run by the tests on data the tests write (nothing is
 downloaded): lm-evaluation-harness (`lm_eval run`'s own command line, several runs to
 a process, its `local-completions` model) and Inspect AI (`python -m inspect_ai eval`,
-its `openai-api` provider), each against a loopback server. The versions are the `evals`
+its `openai-api` provider), each against a loopback server; the real servers (llama.cpp's
+llama-server, llama-cpp-python's) started side by side. The versions are the `evals`
 extra's."""
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,6 +145,13 @@ def run_lm_evals(*runs: LmEvalRun) -> list[Path]:
     return [run.out for run in runs]
 
 
+def run_lm_evals_side_by_side(*runs: LmEvalRun) -> list[Path]:
+    """Each run in an lm_eval process of its own, all at once (each against a server of
+    its own: on two cores two such runs take about the time of one); each one's `out`."""
+    with ThreadPoolExecutor(len(runs)) as pool:
+        return [out for (out,) in pool.map(run_lm_evals, runs)]
+
+
 def run_lm_eval(tasks: Path, task: str, url: str, out: Path, *options: str,
                 model: str = "scripted-model", tokenizer: Path | None = None) -> Path:
     """One `lm_eval run` (see LmEvalRun); `out`."""
@@ -234,3 +245,25 @@ def llama_cpp_python_server(model: Path, log: Path) -> tuple[subprocess.Popen[by
         raise
     return process, url
 
+
+Server = Callable[[Path, Path], tuple["subprocess.Popen[bytes]", str]]
+
+
+@contextmanager
+def serving(start: Server, models: dict[str, Path], logs: Path) -> Iterator[dict[str, str]]:
+    """A server per model (`llama_server` or `llama_cpp_python_server`), started side by
+    side, each logging to LOGS/NAME.log; their URLs by name; every one stopped at the end."""
+    with ThreadPoolExecutor(len(models)) as pool:
+        futures = {name: pool.submit(start, model, logs / f"{name}.log")
+                   for name, model in models.items()}
+    started = {name: future.result() for name, future in futures.items()
+               if future.exception() is None}
+    try:
+        for future in futures.values():
+            future.result()  # a server that did not start fails here
+        yield {name: url for name, (_, url) in started.items()}
+    finally:
+        for process, _ in started.values():
+            process.terminate()
+        for process, _ in started.values():
+            process.wait(30)
