@@ -1,9 +1,9 @@
 """The real eval harnesses, run by the tests on data the tests write (nothing is
-downloaded): lm-evaluation-harness (`lm_eval run`'s own command line, several runs to
-a process, its `local-completions` model) and Inspect AI (`python -m inspect_ai eval`,
-its `openai-api` provider), each against a loopback server; the real servers (llama.cpp's
-llama-server, llama-cpp-python's) started side by side. The versions are the `evals`
-extra's."""
+downloaded): lm-evaluation-harness (`lm_eval run`'s own command line, its
+`local-completions` model) and Inspect AI (`inspect eval`'s own command line, its
+`openai-api` provider), several runs to a process, each against a loopback server;
+the real servers (llama.cpp's llama-server, llama-cpp-python's) started side by side.
+The versions are the `evals` extra's."""
 
 from __future__ import annotations
 
@@ -180,21 +180,62 @@ def write_inspect_task(folder: Path, name: str, rows: list[dict[str, Any]]) -> P
     return path
 
 
+@dataclass(frozen=True)
+class InspectRun:
+    """One `inspect eval` of `task_file` against the chat endpoint at `url` (its
+    openai-api provider, the URL as --model-base-url), greedy, its log written into the
+    folder `logs` as `log_format`; `options` are more of its arguments."""
+
+    task_file: Path
+    url: str
+    logs: Path
+    options: tuple[str, ...] = ()
+    model: str = "scripted-model"
+    log_format: str = "eval"
+
+    def arguments(self) -> list[str]:
+        return ["eval", self.task_file.name, "--model", f"openai-api/lab/{self.model}",
+                "--model-base-url", f"{self.url}/v1", "--log-dir", str(self.logs.resolve()),
+                "--log-format", self.log_format, "--temperature", "0", "--max-tokens", "24",
+                "--display", "plain", *self.options]
+
+
+# Inspect's own command line, the runs one after the other in one process (its imports,
+# 3.5 of a run's 4.5 s, once). Each run names its server by --model-base-url: Inspect
+# keeps a model per name and base URL for the process, so a base URL from the
+# environment would send a later run to the first one's server.
+INSPECT_COMMAND = """\
+import json, os, sys
+from inspect_ai._cli.main import inspect
+for folder, arguments in json.loads(sys.argv[1]):
+    os.chdir(folder)  # Inspect finds a task by a path relative to where it runs
+    if code := inspect.main(arguments, standalone_mode=False, auto_envvar_prefix="INSPECT"):
+        sys.exit(code)
+"""
+
+
+def run_inspects(*runs: InspectRun) -> list[Path]:
+    """The runs in one Inspect process, in order; the log each one wrote."""
+    require_harness("inspect_ai")
+    before = {}
+    for run in runs:
+        run.logs.mkdir(parents=True, exist_ok=True)
+        before[run] = set(run.logs.iterdir())
+    command = [sys.executable, "-c", INSPECT_COMMAND, json.dumps(
+        [(str(run.task_file.parent), run.arguments()) for run in runs])]
+    home = runs[0].logs.with_name(f"{runs[0].logs.name}-home")
+    _run(command, harness_environment(home, LAB_API_KEY="not-a-secret"))
+    written = []
+    for run in runs:
+        (log,) = set(run.logs.iterdir()) - before[run]
+        written.append(log)
+    return written
+
+
 def run_inspect(task_file: Path, url: str, logs: Path, *options: str,
                 model: str = "scripted-model", log_format: str = "eval") -> Path:
-    """`inspect eval` of the task file against the chat endpoint at `url` (its
-    openai-api provider), greedy; the log it wrote."""
-    require_harness("inspect_ai")
-    logs.mkdir(parents=True, exist_ok=True)
-    before = set(logs.iterdir())
-    # Inspect finds a task by a path relative to where it runs
-    command = [sys.executable, "-m", "inspect_ai", "eval", task_file.name,
-               "--model", f"openai-api/lab/{model}", "--log-dir", str(logs.resolve()),
-               "--log-format", log_format, "--temperature", "0", "--max-tokens", "24",
-               "--display", "plain", *options]
-    _run(command, harness_environment(logs.parent, LAB_BASE_URL=f"{url}/v1",
-                                      LAB_API_KEY="not-a-secret"), task_file.parent)
-    (written,) = set(logs.iterdir()) - before
+    """One `inspect eval` (see InspectRun); the log it wrote."""
+    (written,) = run_inspects(InspectRun(task_file, url, logs, options, model, log_format))
     return written
 
 

@@ -25,9 +25,10 @@ from quantcheck.store.run_dir import load_run
 
 from .conftest import FIXTURES, assert_one_clear_line, invoke
 from .harnesses import (
+    InspectRun,
     LmEvalRun,
     llama_server,
-    run_inspect,
+    run_inspects,
     run_lm_evals,
     run_lm_evals_side_by_side,
     serving,
@@ -239,9 +240,10 @@ def inspect_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     task = write_inspect_task(folder / "task", "arith", INSPECT_ROWS)
     a_server, b_server = servers(ScriptedModel(A_SAYS), ScriptedModel(B_SAYS))
     try:
-        yield {"a": run_inspect(task, a_server.url, folder / "a"),
-               "a_json": run_inspect(task, a_server.url, folder / "a-json", log_format="json"),
-               "b": run_inspect(task, b_server.url, folder / "b")}
+        yield dict(zip(("a", "a_json", "b"), run_inspects(  # in one Inspect process
+            InspectRun(task, a_server.url, folder / "a"),
+            InspectRun(task, a_server.url, folder / "a-json", log_format="json"),
+            InspectRun(task, b_server.url, folder / "b")), strict=True))
     finally:
         a_server.stop()
         b_server.stop()
