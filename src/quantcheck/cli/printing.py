@@ -21,12 +21,14 @@ from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
     agreement_sentence,
+    backends_warning,
     collecting_speed,
     headline,
     judge_sentence,
     order_floor_sentence,
     plural,
     repeats_sent,
+    replicas_lines,
     template_warning,
 )
 from ..store.preflight_records import Preflight
@@ -131,6 +133,10 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(f"warning: {summary.cells.warning}")
     if template := template_warning(summary):
         click.echo(f"warning: {template}")
+    if mixed := backends_warning(summary):
+        click.echo(f"warning: {mixed}")
+    for line in replicas_lines(summary):
+        click.echo(f"replicas: {line}")
     for side, found in sorted(summary.log_matches.items()):
         for match in found:
             kind = "BLOCKING" if match.blocking else "warning"

@@ -109,6 +109,10 @@ class Faults:
     no_logprobs_under_load: bool = False
     # One request computed at a time (a server with one slot): latency_s each, in turn.
     one_at_a_time: bool = False
+    # Several builds behind one URL, as during a rollout: generation request n is
+    # answered with the fields of rollout[n % len(rollout)] in its body (and each
+    # chunk), e.g. [{"system_fingerprint": "b6123"}, {"system_fingerprint": "b6124"}].
+    rollout: list[dict[str, object]] = field(default_factory=list)
 
 
 CHAT_TEMPLATES = {
@@ -306,9 +310,12 @@ class LabServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving (connections are refused from then on); a second stop does
+        nothing."""
         if self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+            self._loop = None
 
     def __enter__(self) -> LabServer:
         return self.start()
@@ -490,6 +497,8 @@ class LabServer:
             content_type = "text/event-stream" if stream else "application/json"
             return web.Response(body=self.replay[kind], content_type=content_type)
         render = _Renderer(self, body, chat)
+        if self.faults.rollout:
+            render.envelope.update(self.faults.rollout[number % len(self.faults.rollout)])
         render.cached = self._cache_hit(_keep_last(body, self.faults.sliding_window))
         if self.faults.no_logprobs_under_load and number in self._overlapped:
             render.logprobs = False

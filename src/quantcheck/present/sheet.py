@@ -34,12 +34,14 @@ from ..triage.cells import CELL_AXES
 from ..triage.forced_figures import llama_cpp_sentence
 from .sentences import (
     agreement_sentence,
+    backends_warning,
     collecting_speed,
     headline,
     judge_sentence,
     order_floor_sentence,
     repeats_phrases,
     repeats_sent,
+    replicas_lines,
     template_warning,
 )
 from .templating import embed_json, environment
@@ -154,6 +156,7 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         nonce=secrets.token_urlsafe(16), a=summary.a, b=summary.b, rubric=rubric,
         axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
         template_warning=template_warning(summary),
+        backends_warning=backends_warning(summary), replicas_lines=replicas_lines(summary),
         count_tiles=_count_tiles(summary.counts),
         throughput_note="; ".join(collecting_speed(summary)),
         repeats_lines=[line for line in (repeats_sent(summary), *repeats_phrases(summary)[1:])

@@ -326,6 +326,10 @@ class Completion:
     tool_calls: list[ToolCall] | None = None
     # why MoE routing sent with the answer was not kept (the answer itself was)
     routing_unusable: str | None = None
+    # which weights answered, where the engine names them (SGLang's weight_version)
+    weight_version: str | None = None
+    # the replica that answered (its public URL), when the side has several
+    replica: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -337,8 +341,10 @@ class Completion:
         data["tokens"] = self.tokens.to_json() if self.tokens is not None else None
         if self.tool_calls is not None:
             data["tool_calls"] = [call.to_json() for call in self.tool_calls]
-        if self.routing_unusable is not None:  # written only when there is a reason
-            data["routing_unusable"] = self.routing_unusable
+        for name in _WRITTEN_WHEN_SET:  # a run that has none reads as it always did
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
         return data
 
     @classmethod
@@ -348,8 +354,15 @@ class Completion:
         fields["tokens"] = Tokens.from_json(tokens) if tokens else None
         calls = data.get("tool_calls")
         fields["tool_calls"] = [ToolCall.from_json(call) for call in calls] if calls else None
-        return cls(**fields, routing_unusable=data.get("routing_unusable"))
+        for name in _WRITTEN_WHEN_SET:
+            fields[name] = _text_or_none(data.get(name))
+        return cls(**fields)
 
 
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+_WRITTEN_WHEN_SET = ("routing_unusable", "weight_version", "replica")
 _COMPLETION_FIELDS = [name for name in Completion.__dataclass_fields__
-                      if name != "routing_unusable"]
+                      if name not in _WRITTEN_WHEN_SET]

@@ -169,7 +169,9 @@ class PairTotals:
                                                 self.counts[f"{name}_only_first_differs"])
                          for name, side in (("a", a), ("b", b))},
             drift=self._drift(), stats=self.statistics() if statistics else Stats(None, {}),
-            performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b))
+            performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b),
+            backends={name: side.backends for name, side in (("a", a), ("b", b))
+                      if side.backends is not None})
 
     def statistics(self) -> Stats:
         return paired_statistics(self.pass_counts.tolist(),
