@@ -149,6 +149,8 @@ def test_the_repeat_spread_tells_whether_the_replicas_agree(
     assert [(r["requests"], r["backends"]) for r in b["replicas"]] == [(12, 1), (12, 1)]
     assert "B: 2 of 2 replicas answered (each prompt's repeats on different replicas); one " \
            "backend; the 12 prompts answered on several replicas agree" in result.output
+    sheet = (tmp_path / "same" / "index.html").read_text()
+    assert '<p class="replicas">Replicas: B: 2 of 2 replicas answered' in sheet
 
     # a replica that answers one prompt otherwise: named, and said not to agree
     other = ScriptedModel(responses={"question 7": " Something else entirely."})
@@ -163,7 +165,10 @@ Q4 = {"model_ftype": "Q4_K - Medium"}
 MISMATCHES = [
     # (what the second replica does otherwise, the first's server info, the second's
     # server arguments, the words refused)
-    ("another model", {}, {"model": ScriptedModel(name="other-model")}, "does not serve"),
+    # llama.cpp names a model by its file, whose path may differ between machines: the
+    # model's name read from it decides
+    ("another model", {}, {"model": ScriptedModel(name="other-model")},
+     "model 'other-model' (replica 1: 'scripted-model')"),
     ("another context size", {},
      {"server_info": {"default_generation_settings": {"n_ctx": 4096}}},
      "context_len 4096 (replica 1: 8192)"),
@@ -188,6 +193,16 @@ def test_a_replica_of_another_configuration_is_refused_before_any_request(
     assert said in str(refused.value) and "No prompt was sent" in str(refused.value)
     assert first.requests == second.requests == []  # nothing generated at all
     assert not (tmp_path / "run" / "completions.jsonl").exists()
+
+
+def test_a_replica_that_does_not_list_the_model_is_refused_before_any_request(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    first, second = serve(), serve(ScriptedModel(name="other-model"))  # vLLM's dialect
+    with pytest.raises(ReplicaMismatch, match="replica 2 .* does not serve 'scripted-model', "
+                       "which replica 1 serves \\(it lists: other-model\\)"):
+        collect([write_prompts(PROMPTS)], tmp_path / "run",
+                CollectSettings(endpoint=urls(first, second), label="b"))
+    assert first.requests == second.requests == []
 
 
 PROBED = [

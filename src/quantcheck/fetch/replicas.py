@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import EndpointError, QuantcheckError, RequestsFailed
+from ..store.engines import profile_of
 from ..store.preflight_records import Fingerprint
 from ..store.run_dir import Cell, Replica, Replication, RunWriter, ServerInfo
 from ..store.run_records import Completion, Prompt
@@ -138,14 +139,21 @@ async def _describe(client: EndpointClient, label: str, number: int, count: int,
     except EndpointError as exc:
         raise EndpointError(f"{label}: replica {number} of {count} ({endpoint}): {exc}; "
                             "start it, or leave it out of the list") from None
+    server = await describe_server(client, models)
     listed = [str(entry["id"]) for entry in models]
-    if model not in listed:
+    profile = profile_of(server.runtime)
+    if model in listed:
+        own = model
+    elif profile is not None and profile.gguf_names and len(listed) == 1:
+        # named by its file's path, which may differ between machines; it serves its one
+        # model whatever a request names: its cell's model and quantization decide
+        own = listed[0]
+    else:
         raise ReplicaMismatch(
             f"{label}: replica {number} ({endpoint}) does not serve {model!r}, which "
             f"replica 1 serves (it lists: {', '.join(listed) or 'nothing'}). No prompt "
             "was sent; replicas of a side serve one model")
-    server = await describe_server(client, models)
-    return _Described(endpoint, server, cell_from_server(server, model, concurrency))
+    return _Described(endpoint, server, cell_from_server(server, own, concurrency))
 
 
 def _cell_differences(first: _Described, other: _Described) -> list[str]:

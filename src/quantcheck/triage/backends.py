@@ -107,12 +107,16 @@ def _spread_agreement(found: SideBackends, keys: np.ndarray, codes: np.ndarray,
                       prompt_id: PromptId) -> None:
     """The prompts answered on more than one replica, and those whose replicas gave
     other token signatures (None when the records hold no tokens)."""
-    order = np.lexsort((codes, keys))
-    keys, codes, signatures, rows = keys[order], codes[order], signatures[order], rows[order]
+    named = codes != NO_REPLICA  # a record made before the side had replicas: unknown
+    order = np.lexsort((codes[named], keys[named]))
+    keys, codes = keys[named][order], codes[named][order]
+    signatures, rows = signatures[named][order], rows[named][order]
+    if not len(keys):
+        return
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     ends = np.r_[starts[1:], len(keys)]
     spread = [(start, end) for start, end in zip(starts, ends, strict=True)
-              if codes[start] != codes[end - 1] and codes[start] != NO_REPLICA]
+              if codes[start] != codes[end - 1]]
     found.spread_prompts = len(spread)
     if spread and all(signatures[start] == missing for start, _ in spread):
         found.spread_differing = None
