@@ -65,6 +65,29 @@ def test_the_backends_of_a_side_are_counted_from_its_records(
     assert (said is not None) == found.mixed
 
 
+def test_a_server_naming_a_new_backend_in_every_answer_is_held_within_bounds(
+        tmp_path: Path) -> None:
+    """A distinct 5,000-character fingerprint in each of 600 answers: compare tells 256
+    apart, each cut to 200 characters, and counts the rest; the side is mixed."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"parameters": {"repeats": 600}}))
+    (run / "prompts.jsonl").write_text(json.dumps({
+        "id": "p", "category": "c", "api": "completions", "hash": "h", "tags": [],
+        "expect": None, "request": {"prompt": "p"}}) + "\n")
+    (run / "completions.jsonl").write_text("".join(json.dumps({
+        "prompt_id": "p", "repeat": n, "model": "m",
+        "system_fingerprint": f"{n:04d}" + "x" * 5000}) + "\n" for n in range(600)))
+    with sides.load_side(run) as side:
+        found = side.backends
+    assert found is not None and found.mixed
+    assert len(found.backends) == 256 and found.other_backends == 600 - 256
+    assert {len(b.system_fingerprint or "") for b in found.backends} == {200}
+    said = mixed_sentence("B", found) or ""
+    assert said.startswith("B was answered by more than 256 backends, not one server: ")
+    assert said.endswith("; and 252 more; 344 requests of still more, not told apart")
+
+
 def test_two_builds_behind_one_url_are_named_and_fail_the_gate_by_default(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     """A rollout: one URL, its answers alternating between two system fingerprints."""

@@ -469,7 +469,9 @@ class SideBackends(msgspec.Struct, kw_only=True):
     every distinct backend (`model`, `system_fingerprint`, `weight_version` as the
     answers named them); `mixed` when a field named by the answers takes more than one
     value (`differs` names those fields; a field an answer leaves out is no
-    difference); for a side served by several URLs, each replica, how many prompts
+    difference; `other_backends`: the requests of backends beyond the 256 told apart,
+    each field kept to its first 200 characters); for a side served by several URLs,
+    each replica, how many prompts
     were answered on more than one (`spread_prompts`) and how many of those gave other
     answers on one replica than on another (`spread_differing`, by token signature;
     null without logprobs)."""
@@ -477,6 +479,7 @@ class SideBackends(msgspec.Struct, kw_only=True):
     backends: list[Backend] = []
     mixed: bool = False
     differs: list[str] = []
+    other_backends: Count = 0  # requests of backends beyond the first 256 told apart
     replicas: list[ReplicaAnswers] = []
     spread: str | None = None  # the run's replica spread: prompt | repeat
     spread_prompts: Count = 0

@@ -30,6 +30,11 @@ BackendKey = tuple[str | None, str | None, str | None]  # model, fingerprint, we
 FIELDS = ("model", "system_fingerprint", "weight_version")
 NAMED_IDS = 10  # prompt ids named in `spread_differing_ids`
 NO_REPLICA = -1
+# What a hostile server can make compare hold: each field is kept to its first
+# FIELD_CHARACTERS characters, and at most DISTINCT (replica, backend) pairs are told
+# apart; the requests of any further one are counted in `other_backends`.
+FIELD_CHARACTERS = 200
+DISTINCT = 256
 
 
 class BackendTally:
@@ -40,15 +45,22 @@ class BackendTally:
     def __init__(self) -> None:
         self.answered: Counter[tuple[str | None, BackendKey]] = Counter()
         self.failed: Counter[str | None] = Counter()
+        self.other = 0  # requests of backends beyond DISTINCT
         self.codes = array("h")
         self._replicas: dict[str, int] = {}
 
     def add(self, ok: bool, replica: str | None, backend: BackendKey) -> None:
+        replica = _kept(replica)
         if ok:
-            self.answered[(replica, backend)] += 1
-        else:
+            key = (replica, (_kept(backend[0]), _kept(backend[1]), _kept(backend[2])))
+            if key in self.answered or len(self.answered) < DISTINCT:
+                self.answered[key] += 1
+            else:
+                self.other += 1
+        elif replica in self.failed or len(self.failed) < DISTINCT:
             self.failed[replica] += 1
-        if replica is None:
+        if replica is None or (replica not in self._replicas
+                               and len(self._replicas) >= DISTINCT):
             self.codes.append(NO_REPLICA)
         else:
             self.codes.append(self._replicas.setdefault(replica, len(self._replicas)))
@@ -62,7 +74,8 @@ class BackendTally:
         named = [backend for _, backend in self.answered]
         differs = [name for n, name in enumerate(FIELDS)
                    if len({backend[n] for backend in named if backend[n] is not None}) > 1]
-        found = SideBackends(backends=backends, mixed=bool(differs), differs=differs)
+        found = SideBackends(backends=backends, mixed=bool(differs or self.other),
+                             differs=differs, other_backends=self.other)
         if self._replicas or (manifest is not None and manifest.replication is not None):
             found.replicas = self._replica_answers(manifest)
             found.spread = manifest.replication.spread if manifest and manifest.replication \
@@ -86,6 +99,10 @@ class BackendTally:
                                             if replica == name),
                 failed=self.failed[name], backends=len(named), dropped=dropped.get(name)))
         return answers
+
+
+def _kept(value: str | None) -> str | None:
+    return value[:FIELD_CHARACTERS] if value is not None else None
 
 
 def _backends(answered: Counter[tuple[str | None, BackendKey]]) -> list[Backend]:
@@ -153,5 +170,10 @@ def mixed_sentence(name: str, found: SideBackends) -> str | None:
         parts.append(f"{named} ({backend.requests} request{'s' * (backend.requests != 1)}"
                      f"{where})")
     more = len(found.backends) - SHOWN_BACKENDS
-    return (f"{name} was answered by {len(found.backends)} backends, not one server: "
-            + "; ".join(parts) + (f"; and {more} more" if more > 0 else ""))
+    if more > 0:
+        parts.append(f"and {more} more")
+    if found.other_backends:
+        parts.append(f"{found.other_backends} requests of still more, not told apart")
+    many = f"more than {len(found.backends)}" if found.other_backends \
+        else str(len(found.backends))
+    return f"{name} was answered by {many} backends, not one server: " + "; ".join(parts)
