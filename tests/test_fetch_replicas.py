@@ -177,6 +177,11 @@ MISMATCHES = [
     ("other slots", {}, {"server_info": {"total_slots": 4}}, "slots 4 (replica 1: 1"),
     ("another GGUF", Q4, {"server_info": {"model_ftype": "Q2_K - Medium"}},
      "quantization 'Q2_K' (replica 1: 'Q4_K_M')"),
+    # the same GGUF at another path: llama-server lists it (and answers) by that path
+    ("one GGUF by another name", Q4,
+     {"model": ScriptedModel(name="/data/scripted-model.gguf"), "server_info": Q4},
+     "the name it lists its model by, '/data/scripted-model.gguf' (replica 1: "
+     "'scripted-model')"),
 ]
 
 

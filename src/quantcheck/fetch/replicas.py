@@ -91,6 +91,7 @@ class _Described:
     """One replica as its GETs and its probe showed it."""
 
     endpoint: str
+    model: str  # as it lists it
     server: ServerInfo
     cell: Cell
     fingerprint: Fingerprint = field(default_factory=Fingerprint)
@@ -108,13 +109,14 @@ async def check_replicas(clients: Sequence[EndpointClient], label: str, model: s
                          spread: str) -> Replication:
     """The replicas checked against the first (`first`: its server info, described
     already); ReplicaMismatch names the first difference found."""
-    described = [_Described(public_url(clients[0].endpoint), first,
+    described = [_Described(public_url(clients[0].endpoint), model, first,
                             cell_from_server(first, model, concurrency))]
     for number, client in enumerate(clients[1:], 2):
         described.append(await _describe(client, label, number, len(clients), model,
                                          concurrency))
     checked = ["model", "serving cell"]
     _refuse(label, described, _cell_differences)
+    _refuse(label, described, _name_differences)
     for replica, client in zip(described, clients, strict=True):
         replica.fingerprint, answer = await replica_probe(client, model, shape,
                                                           replica.server.runtime)
@@ -153,7 +155,7 @@ async def _describe(client: EndpointClient, label: str, number: int, count: int,
             f"{label}: replica {number} ({endpoint}) does not serve {model!r}, which "
             f"replica 1 serves (it lists: {', '.join(listed) or 'nothing'}). No prompt "
             "was sent; replicas of a side serve one model")
-    return _Described(endpoint, server, cell_from_server(server, own, concurrency))
+    return _Described(endpoint, own, server, cell_from_server(server, own, concurrency))
 
 
 def _cell_differences(first: _Described, other: _Described) -> list[str]:
@@ -163,6 +165,16 @@ def _cell_differences(first: _Described, other: _Described) -> list[str]:
     if None not in slots and slots[0] != slots[1]:
         found.append(f"slots {slots[1]} (replica 1: {slots[0]}; llama.cpp --parallel)")
     return found
+
+
+def _name_differences(first: _Described, other: _Described) -> list[str]:
+    """One model under two names (llama.cpp names it by the path it was started with):
+    every answer names it, so the side would read as answered by two backends."""
+    if other.model == first.model:
+        return []
+    return [f"the name it lists its model by, {other.model!r} (replica 1: {first.model!r}), "
+            "which every answer carries: start each replica with one name (llama-server: "
+            "the same path, or --alias NAME)"]
 
 
 def _probe_differences(first: _Described, other: _Described) -> list[str]:
