@@ -301,7 +301,11 @@ def test_a_replica_that_stops_answering_hands_its_requests_to_the_others(
     dropped = {r.endpoint: r.dropped for r in run.manifest.replication.replicas}
     assert dropped[f"{first.url}/v1"] is None
     assert "stopped answering" in (dropped[f"{second.url}/v1"] or "")
-    assert any("its requests go to the 1 other" in said for said in heard.said)
+    assert any(said.startswith(f"b: {second.url}/v1 stopped answering (") and
+               said.endswith("; its requests go to the 1 other replica") for said in heard.said)
+    result = invoke("compare", tmp_path / "run", tmp_path / "run", "--out", tmp_path / "report")
+    assert f"mid-run, {second.url}/v1 stopped answering (" in result.output
+    assert "); its requests went to the others" in result.output
 
 
 def test_a_resumed_run_with_the_same_replicas_sends_nothing_twice(

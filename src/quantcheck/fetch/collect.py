@@ -596,7 +596,7 @@ class _Session:
         silent_for = time.monotonic() - self._last_answer
         if self._unreachable >= GIVE_UP_AFTER_FAILURES and silent_for >= GIVE_UP_AFTER_SECONDS:
             raise EndpointDown(
-                f"{public_url(self.settings.endpoint)} stopped answering "
+                f"{self.replica or public_url(self.settings.endpoint)} stopped answering "
                 f"({self._unreachable} connection failures in a row over {silent_for:.0f} s; "
                 f"last: {exc})")
 

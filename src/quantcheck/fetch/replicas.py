@@ -293,9 +293,9 @@ class Spread:
         finally:
             self.writer.close()
         if self._left:
-            reasons = "; ".join(f"{lane.sender.replica}: {lane.dropped}" for lane in self.lanes)
-            raise EveryReplicaDown(f"every replica of {self.label} stopped answering "
-                                   f"({reasons})")
+            reasons = "; ".join(str(lane.dropped) for lane in self.lanes)
+            raise EveryReplicaDown(f"every replica of {self.label} stopped answering: "
+                                   f"{reasons}")
         self.finished = True
 
     def _place(self, jobs: list[_Job]) -> None:
@@ -354,11 +354,9 @@ class Spread:
         if lane.dropped is None:
             lane.dropped = reason
             live = sum(other.dropped is None for other in self.lanes)
-            self.warn(f"{self.label}: replica {lane.sender.replica} stopped answering "
-                      f"({reason}); its requests go to the {live} other"
-                      f"{'s' * (live != 1)}" if live else
-                      f"{self.label}: replica {lane.sender.replica} stopped answering "
-                      f"({reason}), the last one")
+            self.warn(f"{self.label}: {reason}; its requests go to the {live} other "
+                      f"replica{'s' * (live != 1)}" if live else
+                      f"{self.label}: {reason}, the last replica")
         held = [job, *lane.held]
         lane.held.clear()
         by_prompt: dict[str, list[_Job]] = {}

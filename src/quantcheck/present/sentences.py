@@ -259,6 +259,6 @@ def _replicas_line(name: str, found: SideBackends) -> str:
                      "replicas agree")
     for replica in found.replicas:
         if replica.dropped:
-            parts.append(f"{replica.endpoint} stopped answering mid-run ({replica.dropped}); "
+            parts.append(f"mid-run, {replica.dropped}; "
                          "its requests went to the others")
     return "; ".join(parts)
