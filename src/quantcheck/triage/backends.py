@@ -46,24 +46,41 @@ class BackendTally:
         self.answered: Counter[tuple[str | None, BackendKey]] = Counter()
         self.failed: Counter[str | None] = Counter()
         self.other = 0  # requests of backends beyond DISTINCT
-        self.codes = array("h")
+        self.rows = 0
+        self.codes: array[int] | None = None  # made when a record first names a replica
         self._replicas: dict[str, int] = {}
 
     def add(self, ok: bool, replica: str | None, backend: BackendKey) -> None:
-        replica = _kept(replica)
-        if ok:
-            key = (replica, (_kept(backend[0]), _kept(backend[1]), _kept(backend[2])))
-            if key in self.answered or len(self.answered) < DISTINCT:
-                self.answered[key] += 1
-            else:
-                self.other += 1
-        elif replica in self.failed or len(self.failed) < DISTINCT:
-            self.failed[replica] += 1
+        """One record (the common case, a backend seen before, costs a lookup)."""
+        self.rows += 1
+        if replica is not None or self.codes is not None:
+            self._code(replica)
+        key = (replica, backend)
+        if ok and key in self.answered:
+            self.answered[key] += 1
+        elif ok:
+            self._first(key)
+        elif (kept := _kept(replica)) in self.failed or len(self.failed) < DISTINCT:
+            self.failed[kept] += 1
+
+    def _first(self, key: tuple[str | None, BackendKey]) -> None:
+        """A backend not seen before: its fields cut, told apart while there is room."""
+        replica, backend = key
+        key = (_kept(replica), (_kept(backend[0]), _kept(backend[1]), _kept(backend[2])))
+        if key in self.answered or len(self.answered) < DISTINCT:
+            self.answered[key] += 1
+        else:
+            self.other += 1
+
+    def _code(self, replica: str | None) -> None:
+        if self.codes is None:  # the records before named none
+            self.codes = array("h", [NO_REPLICA]) * (self.rows - 1)
         if replica is None or (replica not in self._replicas
                                and len(self._replicas) >= DISTINCT):
             self.codes.append(NO_REPLICA)
         else:
-            self.codes.append(self._replicas.setdefault(replica, len(self._replicas)))
+            self.codes.append(self._replicas.setdefault(_kept(replica) or "",
+                                                        len(self._replicas)))
 
     def side(self, manifest: Manifest | None, keys: np.ndarray, ok: np.ndarray,
              signatures: np.ndarray, missing: int, prompt_id: PromptId) -> SideBackends:
@@ -80,8 +97,8 @@ class BackendTally:
             found.replicas = self._replica_answers(manifest)
             found.spread = manifest.replication.spread if manifest and manifest.replication \
                 else None
-            codes = np.frombuffer(self.codes, np.int16) if len(self.codes) else \
-                np.zeros(0, np.int16)
+            codes = np.frombuffer(self.codes, np.int16) if self.codes else \
+                np.full(self.rows, NO_REPLICA, np.int16)
             _spread_agreement(found, keys[ok], codes[ok], signatures[ok], missing,
                               np.flatnonzero(ok), prompt_id)
         return found
