@@ -295,7 +295,7 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
         if finish_reasons else None,
         model=_last([body.model for body in bodies]),
         system_fingerprint=_last([body.system_fingerprint for body in bodies]),
-        weight_version=_last([_weight_version(body.metadata) for body in bodies]),
+        weight_version=_weight_version(_last([body.metadata for body in bodies])),
         usage=_storable_usage(_last([body.usage for body in bodies])),
         tool_calls=_tool_calls([m for m in messages if m]))
     logprobs = [choice.logprobs for choice in choices if choice.logprobs]
