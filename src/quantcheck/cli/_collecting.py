@@ -343,7 +343,8 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
               help="Exit 1 when any prompt gives more than one signature (or text).")
 @click.option("--certify", is_flag=True,
               help="Instead of --modes: a certificate (batch-size sweep, prefix ladder with "
-                   "the prefix cache off and on, streamed vs whole, seeded sampling) in "
+                   "the prefix cache off and on, cold against warm, cache blocks, co-batched "
+                   "and reordered requests, streamed vs whole, seeded sampling) in "
                    "OUT/certificate.json.")
 @click.option("--max-batch", default=32, show_default=True, type=click.IntRange(2),
               help="--certify: the largest concurrent batch (sizes 2, 4, 8, ... up to it).")
@@ -361,6 +362,10 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
               help="--certify: exit 0 when no more prompts than this vary (default 0: exit 1 "
                    "unless CERTIFIED; the gate's policy key of the same name, also "
                    "`quantcheck gate OUT`).")
+@click.option("--max-untested-levels", type=click.IntRange(0),
+              help="--certify: exit 0 with no more levels planned and not tested than this "
+                   "(default 0: CERTIFIED IN PART exits 1; the gate's policy key "
+                   "max_untested_levels, also `quantcheck gate OUT`).")
 @sig_digits_option
 @determinism_request_options
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
@@ -369,7 +374,8 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                         parameters: Parameters, certify: bool = False, max_batch: int = 32,
                         trials: int = 3, plan_seed: int = 0,
                         max_requests: int = DEFAULT_MAX_REQUESTS, control: str | None = None,
-                        max_nondeterministic_prompts: int | None = None) -> None:
+                        max_nondeterministic_prompts: int | None = None,
+                        max_untested_levels: int | None = None) -> None:
     """Is this endpoint deterministic? Repeated identical greedy requests, per mode.
 
     Reports per prompt and mode "k distinct of n" for texts and logprob signatures,
@@ -389,7 +395,7 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
           --prompts prompts/spot-check.yaml --max-batch 16 --out reports/certificate
     """
     refuse_without("--certify", certify, "max_batch", "trials", "plan_seed", "max_requests",
-                   "control", "max_nondeterministic_prompts")
+                   "control", "max_nondeterministic_prompts", "max_untested_levels")
     if certify:
         refuse_with("--certify", "modes", "repeats", "force")
         from ..pipeline.certify import CertifyRun
@@ -399,7 +405,7 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
             certify_settings(endpoint, model, api_key_env, parameters), prompt_files, out,
             parameters.request, trials, max_batch, plan_seed, max_requests, control,
             0 if fail_on_nondeterminism or max_nondeterministic_prompts is None
-            else max_nondeterministic_prompts))
+            else max_nondeterministic_prompts, max_untested_levels or 0))
         return
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]

@@ -67,8 +67,9 @@ def certify_settings(endpoint: str, model: str | None, api_key_env: str | None,
 def certify_command(job: CertifyRun) -> None:
     """Exit 1 unless CERTIFIED (a CI step that certifies an engine fails on it): when the
     gate's certificate rules fail (a request without an answer, more prompts varying
-    than `max_nondeterministic_prompts`), and, with no prompt allowed to vary, whenever
-    the certificate says NOT CERTIFIED."""
+    than `max_nondeterministic_prompts`, more levels planned and not tested than
+    `max_untested_levels`), and, with no prompt allowed to vary, whenever the
+    certificate says NOT CERTIFIED."""
     certificate, verdict, page = run_guarded(lambda: run_certify(job, CertifyLines()),
                                              "Nothing was written.")
     echo_certificate(certificate, job.out, page)

@@ -477,6 +477,7 @@ class PolicyOverrides:
     max_new_degenerate: int | None = None
     max_nondeterministic: int | None = None
     max_nondeterministic_prompts: int | None = None
+    max_untested_levels: int | None = None
     require_review: bool | None = None
     min_identical_share: float | None = None
     max_not_compared: int | None = None

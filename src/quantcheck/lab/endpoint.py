@@ -8,6 +8,14 @@ load-dependent logprobs, logprobs that move with the batch size or a cached pref
 `seed` accepted and ignored).
 It can also replay a recorded response body verbatim.
 
+A prefix cache (lab/prefix_cache.py) that the engines' own ways empty: vLLM's POST
+/reset_prefix_cache (with `Faults.dev_mode`, as vLLM serves it in development mode
+only), SGLang's POST /flush_cache (refused while a request runs); llama.cpp's requests
+with `cache_prompt: false` read none of it. Its block is the dialect's (vLLM's says it in
+GET /metrics, SGLang's as `page_size`; `server_info` sets either). Planted on it: a
+corrupted block (`block_corruption`) and a prefix written by a request computed at the
+same time (`cobatch_writer`).
+
 MoE routing (`Faults.routing`, as a server started to return it): a pretend mixture
 of ROUTING_EXPERTS experts, ROUTING_LAYERS layers, ROUTING_K per token, each forward
 pass routed by a hash of its token and position, sent as vLLM does (non-streamed
@@ -46,6 +54,7 @@ from ..store.engines import (
     TOKEN_IDS,
     LabDialect,
 )
+from .prefix_cache import PrefixCache, shared_start
 from .request_body import json_has, json_int, json_items, json_object, prompt_text_of
 
 DIALECTS = ENGINE_NAMES  # the runtimes whose wire formats the lab speaks (their profiles)
@@ -109,6 +118,22 @@ class Faults:
     no_logprobs_under_load: bool = False
     # One request computed at a time (a server with one slot): latency_s each, in turn.
     one_at_a_time: bool = False
+    # Not a fault: vLLM started with VLLM_SERVER_DEV_MODE=1, whose POST
+    # /reset_prefix_cache empties its cache (without it the path is not there)
+    dev_mode: bool = False
+    # A corrupted cache block: a request that reads a cached prefix of exactly one block
+    # (the start it shares with a cached prompt ends on the block's edge) gets its first
+    # token replaced by the runner-up
+    block_corruption: bool = False
+    # A prefix written by another request computed at the same time: a request that
+    # shares its first COBATCH_SHARED tokens or more with another in flight comes back
+    # with its logprobs moved (5e-7 relative); give latency_s so that they overlap
+    cobatch_writer: bool = False
+
+
+COBATCH_SHARED = 8
+SGLANG_FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there "
+                  "are running or waiting requests, the operation will not be performed.)\n")
 
 
 CHAT_TEMPLATES = {
@@ -164,6 +189,17 @@ class Step:
     reasoning: bool = False  # part of the reasoning, not of the answer
     call: int | None = None  # part of tool call number `call`: its name, or its arguments
     call_name: str | None = None  # set on a call's first step (the name's token)
+
+
+@dataclass(frozen=True)
+class CacheRead:
+    """What one request read of the lab's prefix cache: its tokens, how many were
+    served from the cache, and whether that was a corrupted block."""
+
+    number: int
+    ids: list[int]
+    read: int
+    corrupted: bool
 
 
 @dataclass
@@ -226,6 +262,9 @@ class LabServer:
         self._cached: set[str] = set()  # prompt texts seen (prompt_cache fault)
         self._last_cached_prompt = ""  # prefix_cache_shift fault
         self._scored_starts: dict[tuple[int, ...], int] = {}  # scoring_cache_shift fault
+        self.prefix_cache = PrefixCache(self._block())
+        self._writing: dict[int, list[int]] = {}  # prompts in flight, by request number
+        self._cowritten: set[int] = set()  # requests in flight with one sharing their prefix
         self._flying: set[int] = set()  # request numbers in flight
         self._overlapped: set[int] = set()  # those that were in flight with another
         self._one_slot = asyncio.Lock()  # one_at_a_time
@@ -255,6 +294,9 @@ class LabServer:
         app.router.add_post("/completion", self._native_completion)
         app.router.add_post("/apply-template", self._apply_template)
         app.router.add_post("/detokenize", self._detokenize)
+        app.router.add_post("/reset_prefix_cache", self._flush)
+        app.router.add_route("*", "/flush_cache", self._flush)
+        app.router.add_get("/metrics", self._metrics)
         return app
 
     @web.middleware
@@ -344,7 +386,7 @@ class LabServer:
             raise web.HTTPNotFound()
         info = {"model_path": self.engine.name, "tp_size": 1, "quantization": None,
                 "kv_cache_dtype": "auto", "attention_backend": "flashinfer",
-                "context_length": 8192, "version": "0.5.9"}
+                "context_length": 8192, "page_size": 1, "version": "0.5.9"}
         return _json({**info, **self.server_info})
 
     async def _tgi_info(self, request: web.Request) -> web.Response:
@@ -357,6 +399,38 @@ class LabServer:
                 "router": "text-generation-router", "version": self.profile.lab.version,
                 "sha": None, "docker_label": None}
         return _json({**info, **self.server_info})
+
+    def _block(self) -> int:
+        """The dialect's cache block, as its server says it (`server_info`) or by default."""
+        blocks = self.profile.cache_blocks
+        if blocks is None:
+            return 1
+        said = self.server_info.get(blocks.metrics[1] if blocks.metrics else
+                                    blocks.info_field or "")
+        return said if isinstance(said, int) and said > 0 else blocks.tokens
+
+    async def _flush(self, request: web.Request) -> web.Response:
+        """The profile's way of emptying the prefix cache (vLLM's in development mode)."""
+        if request.path != self.profile.cache_flush_path or (
+                request.path == "/reset_prefix_cache" and not self.faults.dev_mode):
+            raise web.HTTPNotFound()
+        if request.path == "/flush_cache":
+            if self.in_flight:
+                return web.Response(status=400, text="Cache not flushed because there are "
+                                    "pending requests.")
+            self.prefix_cache.empty()
+            return web.Response(text=SGLANG_FLUSHED)
+        self.prefix_cache.empty()
+        return web.Response(status=200)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        blocks = self.profile.cache_blocks
+        if blocks is None or blocks.metrics is None:
+            raise web.HTTPNotFound()
+        name, label = blocks.metrics
+        return web.Response(text=f"# HELP {name} Information of the LLMEngine CacheConfig\n"
+                                 f"# TYPE {name} gauge\n{name}{{{label}=\"{self._block()}\","
+                                 'cache_dtype="auto",enable_prefix_caching="True"} 1.0\n')
 
     async def _props(self, request: web.Request) -> web.Response:
         if request.path not in self.profile.info_paths:
@@ -463,6 +537,7 @@ class LabServer:
         finally:
             self.in_flight -= 1
             self._flying.discard(number)
+            self._writing.pop(number, None)
 
     async def _respond(self, request: web.Request, body: Mapping[str, object], number: int
                        ) -> web.StreamResponse:
@@ -473,6 +548,7 @@ class LabServer:
             injected = self._injected_status(number)
             return injected if injected is not None else await self._scored(body)
         stream = bool(body.get("stream"))
+        read = self._cache_read(body, number)  # in flight from here, as it computes
         if self.faults.latency_s and self.faults.one_at_a_time:
             async with self._one_slot:
                 await asyncio.sleep(self.faults.latency_s)
@@ -491,6 +567,7 @@ class LabServer:
             return web.Response(body=self.replay[kind], content_type=content_type)
         render = _Renderer(self, body, chat)
         render.cached = self._cache_hit(_keep_last(body, self.faults.sliding_window))
+        render.read = read
         if self.faults.no_logprobs_under_load and number in self._overlapped:
             render.logprobs = False
         if stream:
@@ -501,7 +578,7 @@ class LabServer:
             steps.append(step)
 
         finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, keep,
-                                        render.cached)
+                                        render.cached, render.read)
         if number in self.faults.drop:
             request.transport.close()  # type: ignore[union-attr]
             return web.Response()
@@ -562,7 +639,7 @@ class LabServer:
         for chunk in render.opening_chunks():
             await write(chunk)
         finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit,
-                                        render.cached)
+                                        render.cached, render.read)
         closing = render.closing_chunks(pending, finish)
         routing = self._routing(body, steps) if self.faults.routing else None
         if routing is not None and self.profile.routing == ROUTING_STREAM_END:  # before usage
@@ -576,7 +653,7 @@ class LabServer:
         return response
 
     async def _run_engine(self, body: Mapping[str, object], chat: bool, emit: Emit,
-                          cached: bool = False) -> str:
+                          cached: bool = False, read: CacheRead | None = None) -> str:
         top_k = _requested_k(body)
         if self.profile.lab.max_alternatives is not None:  # fewer alternatives than asked
             top_k = min(top_k, self.profile.lab.max_alternatives)
@@ -588,18 +665,65 @@ class LabServer:
             and self.in_flight >= self.faults.batch_variant_at
         emit = self._shifted(emit, 1e-7 * self.in_flight) if batched else emit
         emit = self._shifted(emit, 3e-7) if self._prefix_hit(body) else emit
+        if read is not None and read.corrupted:
+            emit = self._corrupted(emit)
+        if read is not None and self._written_alongside(read):
+            emit = self._shifted(emit, 5e-7)
         if self.faults.ignore_seed:
             body = {key: value for key, value in body.items() if key != "seed"}
         return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
 
     def _cache_hit(self, body: Mapping[str, object]) -> bool:
-        """Whether the prompt_cache fault finds this prompt cached (and caches it)."""
-        if not self.faults.prompt_cache or body.get("cache_prompt") is False:
+        """Whether the prompt_cache fault finds this prompt cached (and caches it: also
+        a request that does not read the cache leaves its prompt there, as llama-server
+        does)."""
+        if not self.faults.prompt_cache:
             return False
         text = prompt_text_of(body)
-        seen = text in self._cached
+        seen = text in self._cached and body.get("cache_prompt") is not False
         self._cached.add(text)
         return seen
+
+    def _cache_read(self, body: Mapping[str, object], number: int) -> CacheRead | None:
+        """What this request reads of the prefix cache (nothing where its body turns the
+        cache off), its prompt written there and counted in flight; None (nothing kept)
+        unless a cache fault needs it."""
+        if not (self.faults.block_corruption or self.faults.cobatch_writer):
+            return None
+        ids = self.tokenize(prompt_text_of(body))
+        field = self.profile.cache_off_field
+        reads = field is None or body.get(field) is not False
+        shared = self.prefix_cache.shared(ids)
+        read = self.prefix_cache.read(ids) if reads else 0
+        block = self.prefix_cache.block
+        self.prefix_cache.write(ids)
+        alongside = {other for other, written in self._writing.items()
+                     if shared_start(ids, written) >= COBATCH_SHARED}
+        if alongside:
+            self._cowritten |= alongside | {number}
+        self._writing[number] = ids
+        return CacheRead(number, ids, read, self.faults.block_corruption and reads
+                         and read == block == shared)
+
+    def _written_alongside(self, read: CacheRead) -> bool:
+        """The cobatch_writer fault: another request sharing this one's prefix was in
+        flight with it (each reads what the other writes, whichever came first)."""
+        return self.faults.cobatch_writer and read.number in self._cowritten
+
+    @staticmethod
+    def _corrupted(emit: Emit) -> Emit:
+        """The first token replaced by its runner-up (a corrupted block's answer)."""
+        first = True
+
+        async def replaced(step: Step) -> None:
+            nonlocal first
+            if first and len(step.top) > 1:
+                token, logprob = step.top[1]
+                step = replace(step, token=token, raw=token.encode(), content=token,
+                               logprob=logprob)
+            first = False
+            await emit(step)
+        return replaced
 
     def _scoring_shift(self, body: Mapping[str, object], ids: list[int]) -> float:
         """The scoring_cache_shift fault's relative move for this scoring request (and the
@@ -778,6 +902,9 @@ class _Renderer:
         self.no_usage = server.faults.no_usage
         self.reports_cache = server.faults.prompt_cache
         self.cached = False  # the prompt_cache fault found this prompt cached
+        # what it read of the prefix cache, said in usage with the cache faults
+        self.read: CacheRead | None = None
+        self.reports_read = server.faults.block_corruption or server.faults.cobatch_writer
         self.completion_tokens = 0
         self.envelope: dict[str, object] = {"id": "cmpl-scripted", "created": int(time.time()),
                                             "model": self.model}
@@ -791,6 +918,8 @@ class _Renderer:
         if self.reports_cache:  # as llama-server says what its prompt cache held
             usage["prompt_tokens_details"] = {
                 "cached_tokens": self.prompt_tokens - 1 if self.cached else 0}
+        elif self.reports_read and self.read is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.read.read}
         return usage
 
     def whole(self, steps: list[Step], finish: str, routing: np.ndarray | None = None
