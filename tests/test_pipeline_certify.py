@@ -51,13 +51,13 @@ def test_the_lab_model_is_certified_and_its_nondeterministic_twin_detected_as_co
                                   "--no-preflight")
     assert result.exit_code == 0, result.output
     n = certificate.comparisons
-    assert certificate.certified and certificate.mismatches == 0 and n == 44
+    assert certificate.certified and certificate.mismatches == 0 and n == 74
     assert certificate.verdict == "certified" and certificate.not_tested == []
     assert certificate.rate_bound == pytest.approx(3 / n)
     assert certificate.rate_bound_exact == pytest.approx(1 - 0.05 ** (1 / n))
     assert f"0 mismatches in {n} comparisons over 3 batch sizes" in certificate.statement
     assert "CERTIFIED: 0 mismatches" in result.output
-    assert "below 3/44" in result.output and "rule of three" in result.output
+    assert "below 3/74" in result.output and "rule of three" in result.output
     assert certificate.control is not None and certificate.control.detected
     assert "was detected as varying" in certificate.control_note
     assert certificate.cache_control.startswith("llama.cpp: cache_prompt false")
@@ -68,13 +68,13 @@ def test_the_lab_model_is_certified_and_its_nondeterministic_twin_detected_as_co
     assert not control.certified and control.prompts_varying == 2
     # the plan was printed before it was sent, and every request was the plan's
     assert "plan for " + clean.url in result.output
-    assert certificate.requests == certificate.planned_requests == 108
+    assert certificate.requests == certificate.planned_requests == 172
     # and the seed's try and the warm-up: alone twice, a filler, a prefixed prompt
     assert len(clean.requests) == certificate.requests + 5
     page = (tmp_path / "c" / "index.html").read_text()
     assert "<svg" in page and "certified" in page
     junit = (tmp_path / "c" / "junit.xml").read_text()
-    assert junit.count("<testcase") == 6 and "<failure" not in junit
+    assert junit.count("<testcase") == 10 and "<failure" not in junit
 
 
 def test_without_a_control_the_certificate_says_so(
@@ -126,7 +126,7 @@ def test_the_gate_applies_max_nondeterministic_prompts_to_a_certificate(
     assert gate["verdict"] == "fail" and rule["count"] == 2 and rule["limit"] == 1
     assert rule["prompts"] == ["p0", "p1"]
     junit = (out / "junit.xml").read_text()
-    assert junit.count('classname="quantcheck.determinism"') == 6  # a case per factor stays
+    assert junit.count('classname="quantcheck.determinism"') == 10  # a case per factor stays
     assert '<failure type="nondeterministic_prompts"' in junit
     # the option overrides the policy file
     assert invoke("gate", out, "--policy", policy, "--max-nondeterministic-prompts", "2"
@@ -194,16 +194,18 @@ def test_a_shifting_prefix_cache_is_attributed_to_the_cache(
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
     assert result.exit_code == 1, result.output  # NOT CERTIFIED
-    assert certificate.explanation == "varies only when a shared prefix is cached (prefix >= " \
-        "511 words)"
     explained = factors(certificate)
-    assert [explained[f] for f in ("repeat", "stream", "batch", "prefix")] == \
-        ["no variation"] * 4
+    assert explained["cache"] == "varies only when a shared prefix is cached (prefix >= 511 " \
+        "words)"
+    assert certificate.explanation.startswith(explained["cache"])
+    assert [explained[f] for f in ("repeat", "stream", "batch", "prefix", "warm")] == \
+        ["no variation"] * 5
 
 
 def test_a_server_that_ignores_the_seed_is_named_seed_not_honoured(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
-    server = serve(ScriptedModel(), dialect="vllm", faults=Faults(ignore_seed=True))
+    server = serve(ScriptedModel(), dialect="vllm", faults=Faults(ignore_seed=True,
+                                                                  dev_mode=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--trials", "4")
     assert result.exit_code == 1, result.output  # NOT CERTIFIED
@@ -217,7 +219,7 @@ def test_a_server_that_ignores_the_seed_is_named_seed_not_honoured(
     seeded = [body for body in server.requests if body.get("temperature") == 1.0]
     assert seeded and all(body["seed"] == 0 for body in seeded)
     # the same lab server honouring the seed: certified, the seed factor tested
-    honest = serve(ScriptedModel(), dialect="vllm")
+    honest = serve(ScriptedModel(), dialect="vllm", faults=Faults(dev_mode=True))
     result, certificate = certify(honest.url, write_prompts(PROMPTS), tmp_path / "d",
                                   "--trials", "4")
     assert result.exit_code == 0 and certificate.certified, result.output
@@ -229,7 +231,8 @@ def test_a_server_that_refuses_a_seed_leaves_the_seed_factor_untested(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(reject_fields={"seed"}))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
-                                  "--extra-body", '{"seed": null}')
+                                  "--extra-body", '{"seed": null}', "--max-untested-levels",
+                                  "1")
     assert result.exit_code == 0, result.output
     assert certificate.certified and factors(certificate)["seed"] == "not tested"
     assert certificate.seed_control.startswith("not tested: the server refused a seeded "
@@ -277,7 +280,7 @@ def test_moe_routing_says_variation_begins_in_the_gating(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = serve(ScriptedModel(), dialect="vllm",
                    faults=Faults(routing=True, nondeterministic=True,
-                                 gating_nondeterministic=True))
+                                 gating_nondeterministic=True, dev_mode=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--routed-experts")
     assert result.exit_code == 1, result.output  # NOT CERTIFIED
@@ -286,7 +289,7 @@ def test_moe_routing_says_variation_begins_in_the_gating(
                                                  "(first at token 1)")
     # gating that moves while every answer matches is said too
     quiet = serve(ScriptedModel(), dialect="vllm",
-                  faults=Faults(routing=True, gating_nondeterministic=True))
+                  faults=Faults(routing=True, gating_nondeterministic=True, dev_mode=True))
     result, certificate = certify(quiet.url, write_prompts(PROMPTS), tmp_path / "d",
                                   "--routed-experts")
     assert result.exit_code == 0 and certificate.certified, result.output
@@ -298,34 +301,44 @@ def test_moe_routing_says_variation_begins_in_the_gating(
     assert set(routing_of(certificate).values()) == {""}
 
 
-def test_requests_that_turn_the_cache_off_leave_the_cache_factor_untested(
+CACHE_LEVELS = [
+    ("cache", ["prefix=1", "prefix=511", "prefix=2048", "prefix=4097"]),
+    ("warm", ["cold", "warm"]), ("block", ["block=15", "block=16", "block=17"]),
+    ("cobatch", ["prefix=1", "prefix=511", "prefix=2048", "prefix=4097"]),
+    ("order", ["reordered"])]
+
+
+def test_requests_that_turn_the_cache_off_leave_the_cache_factors_untested(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--extra-body", '{"cache_prompt": false}')
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # 14 levels not tested, none allowed
     assert certificate.certified and factors(certificate)["cache"] == "not tested"
     assert all(body.get("cache_prompt") is False for body in server.requests)
     assert certificate.cache_control == (
         "llama.cpp: cache_prompt false in each request, as the requests themselves ask "
-        "(--extra-body): the cache factor is not tested")
+        "(--extra-body): the cache factors are not tested")
     assert certificate.verdict == "certified in part"
+    reason = "the requests turn the prefix cache off (cache_prompt: false)"
     assert [(u.factor, u.levels, u.reason) for u in certificate.not_tested] == [
-        ("cache", ["prefix=1", "prefix=511", "prefix=2048", "prefix=4097"],
-         "the requests turn the prefix cache off (cache_prompt: false)")]
+        (factor, levels, reason) for factor, levels in CACHE_LEVELS]
+    assert "FAIL: 14 planned levels not tested: cached shared prefixes of 1, 511" in \
+        result.output
 
 
-def test_a_prompt_set_that_turns_the_cache_off_leaves_the_cache_factor_untested(
+def test_a_prompt_set_that_turns_the_cache_off_leaves_the_cache_factors_untested(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     """The prompts' own fields turn the cache off as --extra-body does: the plan then has
     no cache factor, never one that claims no variation for a cache never turned on."""
     server = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prefix_cache_shift=True))
     own = PROMPTS.replace("prompt: 'question 1'",
                           "prompt: 'question 1', extra: {cache_prompt: false}")
-    result, certificate = certify(server.url, write_prompts(own), tmp_path / "c")
+    result, certificate = certify(server.url, write_prompts(own), tmp_path / "c",
+                                  "--max-untested-levels", "14")
     assert result.exit_code == 0, result.output
-    assert factors(certificate)["cache"] == "not tested"
-    assert "the cache factor is not tested" in certificate.cache_control
+    assert {factors(certificate)[f] for f, _ in CACHE_LEVELS} == {"not tested"}
+    assert "the cache factors are not tested" in certificate.cache_control
 
 
 def test_the_certificate_names_the_endpoint_without_its_password(
@@ -358,16 +371,25 @@ def test_an_option_the_mode_would_ignore_is_refused(write_prompts: WritePrompts,
 
 def test_a_runtime_whose_cache_cannot_be_emptied_is_named(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
-    server = serve(ScriptedModel(), dialect="vllm")
-    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
+    server = serve(ScriptedModel(), dialect="vllm")  # not in development mode
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--max-untested-levels", "14")
     assert result.exit_code == 0, result.output
     assert certificate.cache_control.startswith(
         "none could be: POST /reset_prefix_cache answered HTTP 404"), certificate.cache_control
+    assert certificate.cache_control.endswith(
+        "(vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1)")
     assert all("cache_prompt" not in body for body in server.requests)
-    # cached and cold answers cannot be told apart: the cache factor is not certified
+    # cached and cold answers cannot be told apart: the cache factors are not certified
     assert certificate.verdict == "certified in part"
-    assert {u.factor for u in certificate.not_tested} == {"cache"}
+    assert [(u.factor, u.levels) for u in certificate.not_tested] == CACHE_LEVELS
     assert "the prefix cache could not be emptied" in certificate.not_tested[0].reason
+    # in development mode it empties its cache before each cold request: all tested
+    dev = serve(ScriptedModel(), dialect="vllm", faults=Faults(dev_mode=True))
+    result, certificate = certify(dev.url, write_prompts(PROMPTS), tmp_path / "d")
+    assert result.exit_code == 0 and certificate.verdict == "certified", result.output
+    assert certificate.cache_control == ("vllm: POST /reset_prefix_cache before each "
+                                         "cache-off request (its answer computed cold)")
 
 
 def test_failed_requests_are_no_certificate(
@@ -387,7 +409,7 @@ def test_a_plan_over_the_request_limit_is_refused_before_sending(
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--max-requests", "50")
     assert result.exit_code == 2, result.output
-    assert "the plan has 108 requests, more than --max-requests 50" in result.output
+    assert "the plan has 172 requests, more than --max-requests 50" in result.output
     assert certificate is None and server.hits == 0  # counted before anything was asked
 
 
@@ -398,16 +420,31 @@ def test_levels_that_do_not_fit_a_slot_are_named_not_tested_never_a_plain_certif
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     """As llama-server -c 4096 --parallel 4 says of itself (1,024 tokens a slot): the
     prefix ladder's levels that do not fit are planned, not sent, and named with why;
-    the certificate covers what was tested only."""
+    the certificate covers what was tested only, and exits 1 unless the levels not
+    tested are allowed (--max-untested-levels: a team that accepts a server's small
+    slots says so)."""
     server = serve(ScriptedModel(), dialect="llama.cpp", server_info=SLOTS_OF_1024)
     prompts = write_prompts(PROMPTS.replace("prompts:", "defaults: {max_tokens: 16}\nprompts:"))
     result, certificate = certify(server.url, prompts, tmp_path / "c")
+    assert result.exit_code == 1, result.output
+    assert result.output.endswith(
+        "FAIL: 6 planned levels not tested: shared prefixes of 2048, 4097 words with the "
+        "prefix cache off and cached shared prefixes of 2048, 4097 words and shared prefixes "
+        "of 2048, 4097 words sent at once with a sibling writing them (a slot holds 1,024 "
+        "tokens)\n")
+    assert certificate.max_untested_levels == 0
+    gate = invoke("gate", tmp_path / "c")  # the gate agrees with the command
+    assert gate.exit_code == 1 and "| untested_levels | 6 | 0 | **fail** |" in gate.stdout
+    result, certificate = certify(server.url, prompts, tmp_path / "d",
+                                  "--max-untested-levels", "6")
     assert result.exit_code == 0, result.output
+    assert certificate.max_untested_levels == 6
     assert certificate.certified and certificate.verdict == "certified in part"
     reason = "a slot holds 1,024 tokens"
     assert [(u.factor, u.levels, u.reason) for u in certificate.not_tested] == [
         ("prefix", ["prefix=2048", "prefix=4097"], reason),
-        ("cache", ["prefix=2048", "prefix=4097"], reason)]
+        ("cache", ["prefix=2048", "prefix=4097"], reason),
+        ("cobatch", ["prefix=2048", "prefix=4097"], reason)]
     prefix = next(f for f in certificate.factors if f.factor == "prefix")
     assert [(level.level, level.not_tested) for level in prefix.levels] == [
         ("prefix=1", ""), ("prefix=511", ""), ("prefix=2048", reason), ("prefix=4097", reason)]
@@ -419,9 +456,13 @@ def test_levels_that_do_not_fit_a_slot_are_named_not_tested_never_a_plain_certif
     assert first.startswith("CERTIFIED IN PART: 0 mismatches")
     assert ("certified for repeats alone, streamed answers, batch sizes 2, 4, 8, shared "
             "prefixes of 1, 511 words with the prefix cache off, cached shared prefixes of "
-            "1, 511 words, seeded sampling only; NOT TESTED: shared prefixes of 2048, 4097 "
-            "words with the prefix cache off and cached shared prefixes of 2048, 4097 words "
-            "(a slot holds 1,024 tokens)") in first
+            "1, 511 words, cold against warm requests (its own prompt cached), cached "
+            "prefixes of 15, 16, 17 tokens (a cache block and a token either side), shared "
+            "prefixes of 1, 511 words sent at once with a sibling writing them, requests in "
+            "other orders after a cached shared prefix, seeded sampling only; NOT TESTED: "
+            "shared prefixes of 2048, 4097 words with the prefix cache off and cached shared "
+            "prefixes of 2048, 4097 words and shared prefixes of 2048, 4097 words sent at "
+            "once with a sibling writing them (a slot holds 1,024 tokens)") in first
     assert "prefix NOT TESTED at prefix=2048, prefix=4097: a slot holds 1,024 tokens" in \
         result.output
     page = (tmp_path / "c" / "index.html").read_text()
@@ -436,15 +477,17 @@ def test_a_level_the_server_refuses_as_too_long_is_not_tested_not_a_failure(
     on and the rest is certified."""
     server = serve(ScriptedModel(), dialect="llama.cpp",
                    faults=Faults(refuse_over_tokens=1600))  # it says 8,192
-    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c")
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--max-untested-levels", "6")
     assert result.exit_code == 0, result.output
     assert certificate.verdict == "certified in part" and certificate.failed_requests == 0
     refused = ("the server refused a request of this level as too long: the request "
                "exceeds the available context size, try increasing it")
+    held = f"its baseline (prefix at the same level) was not tested: {refused}"
     assert [(u.factor, u.levels, u.reason) for u in certificate.not_tested] == [
         ("prefix", ["prefix=2048", "prefix=4097"], refused),
-        ("cache", ["prefix=2048", "prefix=4097"],
-         f"its baseline (prefix at the same level) was not tested: {refused}")]
+        ("cache", ["prefix=2048", "prefix=4097"], held),
+        ("cobatch", ["prefix=2048", "prefix=4097"], held)]
     # the first refusal ends the level: one request of each length was sent
     prompts = [str(body.get("prompt")) for body in server.requests]
     sent = [p for p in prompts if p.endswith(("question 0", "question 1"))
@@ -513,12 +556,13 @@ def test_a_control_that_stops_mid_plan_leaves_the_targets_certificate(
     result, certificate = certify(clean.url, write_prompts(PROMPTS), tmp_path / "c",
                                   "--control", control.url, "--no-preflight")
     assert result.exit_code == 0, result.output
-    assert certificate.verdict == "certified" and certificate.comparisons == 44
+    assert certificate.verdict == "certified" and certificate.comparisons == 74
     assert certificate.control is not None and not certificate.control.tested
     assert certificate.control.statement.startswith("its run stopped: ")
     assert "Unrecognized request argument" in certificate.control_note
-    # every target answer: 28 a prompt (alone, streamed, seeded, 6 batches, 16 ladder)
-    assert (tmp_path / "c" / "answers.jsonl").read_text().count("\n") == 56
+    # every target answer: 48 a prompt (alone, streamed, seeded, 6 batches, 24 ladder, 4
+    # warm, 6 block, 2 order)
+    assert (tmp_path / "c" / "answers.jsonl").read_text().count("\n") == 96
     assert not (tmp_path / "c" / "control" / "certificate.json").exists()
 
 
@@ -534,14 +578,14 @@ def test_the_plan_fits_both_endpoints_and_each_says_its_own_untested_levels(
                     faults=Faults(refuse_over_tokens=1024, nondeterministic=True))
     prompts = write_prompts(PROMPTS.replace("prompts:", "defaults: {max_tokens: 16}\nprompts:"))
     result, certificate = certify(target.url, prompts, tmp_path / "c", "--control",
-                                  control.url)
+                                  control.url, "--max-untested-levels", "3")
     assert result.exit_code == 0, result.output
     assert certificate.failed_requests == 0 and certificate.verdict == "certified in part"
-    assert [u.levels for u in certificate.not_tested] == [["prefix=4097"]] * 2
+    assert [u.levels for u in certificate.not_tested] == [["prefix=4097"]] * 3
     assert certificate.control is not None and certificate.control.detected
     assert [(u.factor, u.levels, u.reason) for u in certificate.control.not_tested] == [
-        ("prefix", ["prefix=2048", "prefix=4097"], "a slot holds 1,024 tokens"),
-        ("cache", ["prefix=2048", "prefix=4097"], "a slot holds 1,024 tokens")]
+        (factor, ["prefix=2048", "prefix=4097"], "a slot holds 1,024 tokens")
+        for factor in ("prefix", "cache", "cobatch")]
     assert "the control's levels not tested: shared prefixes of 2048, 4097 words" in \
         certificate.control_note
     # the fillers were sized for the smaller context: the control refused none
@@ -595,7 +639,7 @@ def test_a_plan_too_large_is_refused_by_arithmetic_in_the_library(
         run_certify(job)
     job.trials, job.max_requests = 1000, 100_000
     job.max_batch = 256
-    with pytest.raises(PlanTooLarge, match="the plan has 1026040 requests"):
+    with pytest.raises(PlanTooLarge, match="the plan has 1033090 requests"):
         run_certify(job)
     assert server.hits == 0
 
@@ -607,7 +651,7 @@ def test_the_time_is_estimated_from_the_warm_up_and_the_real_time_said(
         slots: int) -> None:
     """0.05 s an answer, one at a time or eight at once: the warm-up measures the
     server, and the estimate lands near the time taken. Rounds times one answer, as it
-    once was, reads short where a batch queues (108 requests in 64 rounds on one slot)."""
+    once was, reads short where a batch queues (172 requests in 112 rounds on one slot)."""
     server = serve(ScriptedModel(), dialect="llama.cpp", server_info={"total_slots": slots},
                    faults=Faults(latency_s=0.05, one_at_a_time=one_at_a_time))
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
@@ -615,9 +659,9 @@ def test_the_time_is_estimated_from_the_warm_up_and_the_real_time_said(
     assert result.exit_code == 0, result.output
     estimated, seconds = certificate.estimated_seconds, certificate.seconds
     assert estimated is not None and seconds is not None
-    assert certificate.requests == 108 and 0.05 * 64 < seconds
+    assert certificate.requests == 172 and 0.05 * 112 < seconds
     if one_at_a_time:
-        assert 0.05 * 108 < seconds
+        assert 0.05 * 172 < seconds
     assert 0.75 < estimated / seconds < 1.6, (estimated, seconds)
     assert re.search(r"about \d+ s \(measured in the warm-up: 0\.\d\d s an answer, "
                      r"[\d.]+ ms a prompt word, [\d.]+ of \d answered at once\)", result.output)
@@ -631,8 +675,11 @@ def test_the_plan_is_reproducible_from_its_seed_and_bounded() -> None:
     other = make_plan(["a", "b"], trials=3, max_batch=32, seed=8, context_tokens=8192)
     assert one != other and one.requests == other.requests
     assert one.batch_sizes == [2, 4, 8, 16, 32]
-    # alone, streamed and seeded per trial, the batches' members, 5 per prompt and prefix
-    assert one.requests == 2 * 3 * 3 + 2 * 3 * sum(one.batch_sizes) + 2 * 5 * 4
+    # alone, streamed and seeded per trial, the batches' members, 9 per prompt and prefix
+    # (5 on the ladder, 4 co-batched), 2 per prompt and trial cold and warm, 9 per prompt
+    # on the block's edge, and each order of the prompts and a sibling
+    assert one.requests == 2 * 3 * 3 + 2 * 3 * sum(one.batch_sizes) + 2 * 9 * 4 + \
+        2 * 3 * 2 + 9 * 2 + 3 * 3
     seeded = [p for r in one.rounds for p in r.probes if p.factor == "seed"]
     assert {(p.seed, p.temperature) for p in seeded} == {(7, 1.0)} and len(seeded) == 6
     batch_rounds = [r for r in one.rounds if r.probes[0].factor == "batch"]
@@ -773,9 +820,11 @@ def test_a_certificate_asks_each_engine_as_collect_does(
     `top_p: 1.0` it refuses, TensorRT-LLM's without the `repeat_penalty` it refuses."""
     server = serve(ScriptedModel(), dialect=dialect)
     result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
-                                  "--top-logprobs", "3", "--retries", "0")
+                                  "--top-logprobs", "3", "--retries", "0",
+                                  "--max-untested-levels", "16")  # none empties its cache
     assert result.exit_code == 0, result.output
     assert certificate.certified and certificate.failed_requests == 0
+    assert {u.factor for u in certificate.not_tested} >= {f for f, _ in CACHE_LEVELS}
     sent = [body for body in server.requests if "prompt" in body or "messages" in body]
     assert sent and not any(field in body for body in sent
                             for field in ("top_p", "presence_penalty", "repeat_penalty")

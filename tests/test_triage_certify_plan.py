@@ -40,7 +40,8 @@ def test_the_plan_is_counted_as_it_is_built(prompts: int, trials: int, max_batch
 
 
 def test_a_huge_plan_is_counted_without_being_built() -> None:
-    assert plan_requests(20, 1_000_000, 256) == 20 * 1_000_000 * (3 + 510) + 4 * 20 * 5
+    assert plan_requests(20, 1_000_000, 256) == 20 * 1_000_000 * (3 + 510 + 2) + \
+        4 * 20 * 9 + 9 * 20 + 1_000_000 * 21
 
 
 def test_what_fits_a_context() -> None:
