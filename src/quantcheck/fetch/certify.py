@@ -351,8 +351,8 @@ class PlanSender:
                 raise RequestsFailed(f"the prefix cache could not be emptied: {problem}")
             action = f"POST {self.flush_path}"
         built = [self.body(probe) for probe in round_.probes]
-        numbers = [self.recorded(probe, body, api, action) for probe, (body, api)
-                   in zip(round_.probes, built, strict=True)]
+        numbers = [self.recorded(probe, body, api, (action, round_.action == "flush"))
+                   for probe, (body, api) in zip(round_.probes, built, strict=True)]
         answered = await all_or_none(self.one(probe, sent) for probe, sent
                                      in zip(round_.probes, built, strict=True))
         self.sent += len(round_.probes)
@@ -367,8 +367,10 @@ class PlanSender:
                 answer.round, answer.request = self.rounds_sent - 1, number
         return [answer for answer in answered if isinstance(answer, Answer)]
 
-    def recorded(self, probe: Probe, body: dict[str, object], api: str, action: str) -> int:
-        """Record a request as it is sent (its credentials cut); its number."""
+    def recorded(self, probe: Probe, body: dict[str, object], api: str,
+                 action: tuple[str, bool]) -> int:
+        """Record a request as it is sent (its credentials cut), after `action` (the
+        request made before its round, and whether the round starts cold); its number."""
         number = self.requests_sent
         self.requests_sent += 1
         if self.record is None:
@@ -378,7 +380,8 @@ class PlanSender:
         shown = redact(raw, environment_secrets())
         role: Role = "target" if probe.target else "sibling" if probe.sibling else "filler"
         self.record(SentRequest(
-            index=number, round=self.rounds_sent, action=action, factor=probe.factor,
+            index=number, round=self.rounds_sent, action=action[0], starts_cold=action[1],
+            factor=probe.factor,
             level=probe.level, trial=probe.trial, prompt_id=probe.prompt_id, role=role,
             api="chat" if api == "chat" else "completions", stream=probe.stream,
             body=_json_object(shown), redacted=shown != raw))

@@ -98,14 +98,18 @@ def replay_script(repro: Repro) -> str:
 
 
 def _replayed(request: ReproRequest) -> list[str]:
-    """One request's lines: its `before`, then it and its `together` at once."""
+    """One request's lines: its `before`, the requests that preceded it one after
+    another, then it and its `together` at once."""
     name, variable = request.name, url_variable(request.name)
     lines = [f"# {name}: {_comment(request.url)}",
              f'{variable}="${{{variable}:-{_double_quoted(request.url)}}}"']
     if request.before:
         method, path = request.before.split(" ", 1)
-        lines.append(f'curl -sS -X {method} "${{{variable}%%/v1/*}}{_double_quoted(path)}" '
+        lines.append(f'curl -sS -X {shlex.quote(method)} '
+                     f'"${{{variable}%%/v1/*}}{_double_quoted(path)}" '
                      '"${auth[@]+"${auth[@]}"}" -o /dev/null')
+    lines += [f'send {shlex.quote(f"{name}.before.{n}")} "${variable}" {shlex.quote(body)}'
+              for n, body in enumerate(request.preceded, 1)]
     quoted, said = shlex.quote(name), _double_quoted(name)
     sent = f'send {quoted} "${variable}" {shlex.quote(request.body)}'
     if request.together:  # all at once; its own answer waited for first

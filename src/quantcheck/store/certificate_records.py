@@ -156,12 +156,16 @@ Role = Literal["target", "filler", "sibling"]
 class SentRequest(msgspec.Struct, kw_only=True):
     """One request as it was sent (requests.jsonl): in `round`, after `action` ("POST
     /flush_cache" once before the round's requests, "" for none), all of a round's
-    requests at once; `body` exactly as it was sent (streaming fields included), every
-    value a credential could take cut out (`redacted` says so)."""
+    requests at once; `starts_cold` where the plan empties the cache before the round
+    (by `action`, or, where the engine cannot, by computing its requests cold: their
+    bodies say so, as llama.cpp's `cache_prompt: false`); `body` exactly as it was sent
+    (streaming fields included), every value a credential could take cut out
+    (`redacted` says so)."""
 
     index: Count  # its line, 0 first
     round: Count
     action: str = ""
+    starts_cold: bool = False
     factor: Factor
     level: str
     trial: Count = 0
