@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from markupsafe import escape
 
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.certificate_records import Answer, Certificate
+from quantcheck.store.certificate_records import Answer, Certificate, SentRequest
 from quantcheck.store.engines import ENGINES
 from quantcheck.triage.certificate import compare_answers, rule_of_three
 from quantcheck.triage.certify_plan import make_plan, prefix_lengths
@@ -829,3 +829,111 @@ def test_a_certificate_asks_each_engine_as_collect_does(
     assert sent and not any(field in body for body in sent
                             for field in ("top_p", "presence_penalty", "repeat_penalty")
                             if field in ENGINES[dialect].left_out)
+
+
+@pytest.mark.parametrize(("dialect", "info", "block"), [
+    ("vllm", {}, "the server says: block_size 16 (GET /metrics)"),
+    ("sglang", {"page_size": 16}, "the server says: page_size 16")], ids=["vllm", "sglang"])
+def test_a_corrupted_cache_block_is_named_and_a_clean_lab_certifies_beside_it(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, dialect: str,
+        info: dict[str, int], block: str) -> None:
+    """A prefix of exactly one block (16 tokens, as the server says its block) read from
+    the cache changes the answer: the control is detected at block=16 alone, and the
+    clean lab beside it certifies, every cache factor tested."""
+    clean = serve(ScriptedModel(), dialect=dialect, server_info=info,
+                  faults=Faults(dev_mode=True))
+    corrupt = serve(ScriptedModel(), dialect=dialect, server_info=info,
+                    faults=Faults(dev_mode=True, block_corruption=True))
+    result, certificate = certify(clean.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--control", corrupt.url)
+    assert result.exit_code == 0, result.output
+    assert certificate.verdict == "certified" and certificate.not_tested == []
+    assert certificate.cache_block_tokens == 16
+    assert certificate.cache_block == (f"{block}; the block factor's cached prefixes: 15, "
+                                       "16, 17 tokens")
+    control = certificate.control
+    assert control is not None and control.detected
+    varying = {(f.factor, level.level): level for f in control.factors
+               for level in f.levels if level.mismatches}
+    assert list(varying) == [("block", "block=16")]
+    assert varying["block", "block=16"].first_divergence == 0  # the first token changed
+    own = msgspec.json.decode((tmp_path / "c" / "control" / "certificate.json").read_bytes(),
+                              type=Certificate)
+    assert own.explanation == "varies when a cached prefix of 16 tokens is read (not at 15, 17)"
+    # the control's figures beside the target's, on the terminal and the page
+    assert "    control: block=16 2 of 2 mismatch (first token 0)" in result.output
+    page = (tmp_path / "c" / "index.html").read_text()
+    assert "control: first differing token" in page and ">2 of 2</td>" in page
+    # each block answer says the tokens it shared with its sibling and read from the cache
+    answers = [msgspec.json.decode(line, type=Answer) for line in
+               (tmp_path / "c" / "control" / "answers.jsonl").read_bytes().splitlines()]
+    read = {(a.level, a.baseline): a.cached_tokens for a in answers if a.factor == "block"}
+    assert read == {("block=15", False): 0, ("block=15", True): 0, ("block=16", False): 16,
+                    ("block=16", True): 0, ("block=17", False): 16, ("block=17", True): 0}
+    assert {a.shared_tokens for a in answers if a.factor == "block"} == {15, 16, 17}
+
+
+def test_a_cobatched_writer_and_a_warm_cache_are_each_named_by_their_factor(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A prefix written by a request computed at the same time (vLLM): the cobatch
+    factor, where the prefix is long enough to share; llama.cpp's prompt cache read warm
+    (the request before it cold with cache_prompt false): the warm factor, not its cold
+    repeats; with cache_prompt false in every request, the warm factor is not tested."""
+    writer = serve(ScriptedModel(), dialect="vllm",
+                   faults=Faults(dev_mode=True, cobatch_writer=True, latency_s=0.02))
+    result, certificate = certify(writer.url, write_prompts(PROMPTS), tmp_path / "c")
+    assert result.exit_code == 1, result.output
+    varied = {f.factor: f.explanation for f in certificate.factors if f.mismatches}
+    assert varied == {"cobatch": "varies when a sibling writing the shared prefix into the "
+                                 "cache is sent at once (prefix >= 511 words)"}
+    cobatch = next(f for f in certificate.factors if f.factor == "cobatch")
+    assert [level.mismatches for level in cobatch.levels] == [0, 4, 4, 4]
+    flushed = [json.loads(line) for line in
+               (tmp_path / "c" / "requests.jsonl").read_text().splitlines()]
+    pairs = [r for r in flushed if r["factor"] == "cobatch"]
+    assert {r["action"] for r in pairs if r["starts_cold"]} == {"POST /reset_prefix_cache"}
+    assert {(r["round"], r["role"]) for r in pairs} == {
+        (r["round"], role) for r in pairs for role in ("target", "sibling")}
+
+    cached = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prompt_cache=True))
+    result, certificate = certify(cached.url, write_prompts(PROMPTS), tmp_path / "d")
+    warm = next(f for f in certificate.factors if f.factor == "warm")
+    assert warm.explanation == ("varies only when a request is served warm, from its own "
+                                "cached prompt")
+    assert [(level.level, level.mismatches) for level in warm.levels] == [("cold", 0),
+                                                                        ("warm", 4)]
+    off = serve(ScriptedModel(), dialect="llama.cpp", faults=Faults(prompt_cache=True))
+    result, certificate = certify(off.url, write_prompts(PROMPTS), tmp_path / "e",
+                                  "--extra-body", '{"cache_prompt": false}',
+                                  "--max-untested-levels", "14")
+    assert result.exit_code == 0 and certificate.mismatches == 0, result.output
+    assert factors(certificate)["warm"] == "not tested"
+
+
+def test_every_request_is_recorded_as_sent_and_each_answer_names_its_own(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    server = serve(ScriptedModel(), dialect="llama.cpp")
+    result, certificate = certify(server.url, write_prompts(PROMPTS), tmp_path / "c",
+                                  "--no-preflight")
+    assert result.exit_code == 0, result.output
+    sent = [msgspec.json.decode(line, type=SentRequest) for line in
+            (tmp_path / "c" / "requests.jsonl").read_bytes().splitlines()]
+    # the plan's requests in the order sent, after the seed's try and the warm-up
+    assert [r.index for r in sent] == list(range(certificate.requests))
+    plan_bodies = server.requests[5:]
+    assert [r.body for r in sent] == [
+        {**body, **({"stream": True, "stream_options": {"include_usage": True}}
+                    if body.get("stream") else {})} for body in plan_bodies]
+    assert [r.round for r in sent] == sorted(r.round for r in sent)
+    answers = [msgspec.json.decode(line, type=Answer) for line in
+               (tmp_path / "c" / "answers.jsonl").read_bytes().splitlines()]
+    for answer in answers:
+        request = sent[answer.request or 0]
+        assert (request.prompt_id, request.factor, request.level, request.round,
+                request.role) == (answer.prompt_id, answer.factor, answer.level,
+                                  answer.round, "target")
+    # cold where the plan empties the cache, warm where it reads it
+    warm = [(r.level, r.starts_cold, r.body["cache_prompt"]) for r in sent
+            if r.factor == "warm"]
+    assert set(warm) == {("cold", True, False), ("warm", False, True)}
+    assert {r.role for r in sent if r.factor == "batch"} == {"target", "filler"}

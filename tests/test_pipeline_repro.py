@@ -165,11 +165,3 @@ def test_what_a_repro_cannot_rebuild_is_one_clear_error(
     result = invoke("repro", tmp_path / "report", prompt_id, "--out", tmp_path / "repro")
     assert result.exit_code == 2 and message in result.output, result.output
     assert not (tmp_path / "repro").exists()
-
-
-def test_a_certificate_is_refused_naming_what_it_does_not_record(tmp_path: Path) -> None:
-    (tmp_path / "certificate").mkdir()
-    (tmp_path / "certificate" / "certificate.json").write_text("{}")
-    result = invoke("repro", tmp_path / "certificate", "capital", "--out", tmp_path / "repro")
-    assert result.exit_code == 2
-    assert "do not record the requests' bodies" in result.output

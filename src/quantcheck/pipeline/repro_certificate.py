@@ -145,13 +145,15 @@ def _request(probe: Probe, sent: Sequence[SentRequest], endpoint: str, model: st
     preceded = before_it(request, sent)
     started = preceded[0] if preceded else request
     together = [r for r in sent if r.round == request.round and r.index != request.index]
-    redacted = False
-    for file, body in [(f"{name}.request.json", request.body),
-                       *((f"{name}.before.{n}.json", r.body) for n, r in enumerate(preceded, 1)),
-                       *((f"{name}.with.{n}.json", r.body) for n, r in enumerate(together, 1))]:
-        written = orjson.dumps(body).decode("utf-8")
+    redacted = False  # cut when it was recorded, or now
+    for file, sent_request in [(f"{name}.request.json", request),
+                               *((f"{name}.before.{n}.json", r) for n, r in
+                                 enumerate(preceded, 1)),
+                               *((f"{name}.with.{n}.json", r) for n, r in
+                                 enumerate(together, 1))]:
+        written = orjson.dumps(sent_request.body).decode("utf-8")
         shown = redact(written, secrets)
-        redacted |= shown != written
+        redacted |= shown != written or sent_request.redacted
         files[file] = shown.encode("utf-8")
     return ReproRequest(
         name=name, url=redact(public_url(generation_url(endpoint, request.api))),
