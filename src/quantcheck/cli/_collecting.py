@@ -384,8 +384,10 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
     \b
     With --certify: a determinism certificate (docs/collecting.md): each prompt alone,
     inside concurrent batches, after shared prefixes with the prefix cache off and on,
-    streamed, and sampled with a seed; the statement with its bound, the factor that
-    explains any variation.
+    cold against warm, after a cached prefix of one cache block, sent at once with a
+    sibling writing its prefix, in other orders, streamed, and sampled with a seed; the
+    statement with its bound, the factor that explains any variation. It exits 1
+    unless CERTIFIED (--max-nondeterministic-prompts, --max-untested-levels relax it).
 
     \b
     Example:
