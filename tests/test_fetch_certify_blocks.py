@@ -112,3 +112,12 @@ def test_the_fewest_words_that_share_exactly_n_tokens_or_why_none(
         assert tokens not in counts
     else:
         assert counts[words] == tokens and tokens not in counts[:words]
+
+
+def test_a_block_said_beyond_reason_is_not_taken(serve: Serve) -> None:
+    """A server saying a page of a billion tokens would have the plan draw a prefix as
+    long: the engine's default is taken instead."""
+    said = run_blocking(_cache_block(serve(dialect="sglang",
+                                           server_info={"page_size": 10**9}).url))
+    assert said == (1, "SGLang's --page-size (1 unless started otherwise), the server does "
+                       "not say")

@@ -358,6 +358,7 @@ def test_the_certificate_names_the_endpoint_without_its_password(
 @pytest.mark.parametrize(("args", "said"), [
     (["--trials", "3"], "--trials needs --certify"),
     (["--control", "http://127.0.0.1:9/v1"], "--control needs --certify"),
+    (["--max-untested-levels", "2"], "--max-untested-levels needs --certify"),
     (["--certify", "--modes", "burst"], "--modes does not apply with --certify"),
     (["--certify", "--repeats", "4"], "--repeats does not apply with --certify"),
 ])

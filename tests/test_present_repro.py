@@ -97,3 +97,22 @@ def test_a_request_sent_with_others_at_once_is_replayed_with_them(
     assert "alone and batch=3: the same answer now" in done.stdout
     assert sorted(body["prompt"] for body in server.requests) == [
         "Q: capital", "Q: capital", "Q: colour", "Q: colour, again"]
+
+
+def test_what_preceded_a_request_is_sent_after_its_flush_and_before_it() -> None:
+    """A certificate's warm request: the cache emptied, its cold request sent, then it;
+    a method that is not one bash keeps as a word is quoted, never run."""
+    request = ReproRequest(name="warm", url="http://h/v1/completions", body="warm.request.json",
+                           answer="warm.answer.txt", before="POST /flush_cache",
+                           preceded=["warm.before.1.json", "warm.before.2.json"])
+    script = replay_script(Repro(source="c", prompt_id="p", requests=[request],
+                                 divergence=ReproDivergence(sentence="s")))
+    flush = script.index("/flush_cache")
+    first, second = script.index("warm.before.1.json"), script.index("warm.before.2.json")
+    own = script.index("send warm \"$WARM_URL\" warm.request.json")
+    assert flush < first < second < own
+    hostile = ReproRequest(name="x", url="http://h/v1/completions", body="b.json",
+                           answer="a.txt", before="$(touch pwned) /flush_cache")
+    script = replay_script(Repro(source="c", prompt_id="p", requests=[hostile],
+                                 divergence=ReproDivergence(sentence="s")))
+    assert "-X '$(touch pwned)'" in script

@@ -376,7 +376,10 @@ class PlanSender:
         if self.record is None:
             return number
         sent = streamed(body) if probe.stream else body
-        raw = orjson.dumps(sent).decode("utf-8")
+        try:
+            raw = orjson.dumps(sent).decode("utf-8")
+        except orjson.JSONEncodeError as exc:  # the client cannot send it either
+            raw = orjson.dumps({"unrecordable": str(exc)}).decode("utf-8")
         shown = redact(raw, environment_secrets())
         role: Role = "target" if probe.target else "sibling" if probe.sibling else "filler"
         self.record(SentRequest(

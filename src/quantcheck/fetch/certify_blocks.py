@@ -24,6 +24,9 @@ from ..wire.client import TRANSPORT_ERRORS, EndpointClient, HTTPStatusError, ser
 from ..wire.dialects import MalformedResponse
 
 METRICS_BYTES = 4 << 20  # a /metrics answer read at most (vLLM's is some 100 KB)
+# A block said larger than this is not taken (the plan draws a prefix of as many words):
+# vLLM's are 16 to 256 tokens, SGLang's pages 1 to a few hundred
+MAX_BLOCK_TOKENS = 4096
 
 
 async def cache_block(client: EndpointClient, info: ServerInfo | None, runtime: str | None
@@ -36,12 +39,12 @@ async def cache_block(client: EndpointClient, info: ServerInfo | None, runtime: 
         return None, "not known: the server does not say what it is"
     if blocks.info_field and info is not None:
         said = whole_number(mapping(info.server_info).get(blocks.info_field))
-        if said:
+        if said and said <= MAX_BLOCK_TOKENS:
             return said, f"the server says: {blocks.info_field} {said}"
     if blocks.metrics:
         text = await client.get_text("/metrics", METRICS_BYTES)
         said = metrics_label(text or "", *blocks.metrics)
-        if said:
+        if said and said <= MAX_BLOCK_TOKENS:
             return said, f"the server says: {blocks.metrics[1]} {said} (GET /metrics)"
     return blocks.tokens, f"{blocks.said}, the server does not say"
 
