@@ -115,4 +115,4 @@ def test_what_preceded_a_request_is_sent_after_its_flush_and_before_it() -> None
                            answer="a.txt", before="$(touch pwned) /flush_cache")
     script = replay_script(Repro(source="c", prompt_id="p", requests=[hostile],
                                  divergence=ReproDivergence(sentence="s")))
-    assert "-X '$(touch pwned)'" in script
+    assert "-X '$(touch' \"${X_URL%%/v1/*}pwned) /flush_cache\"" in script
