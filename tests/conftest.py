@@ -83,7 +83,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The real-model and real-engine tests are also `slow`: `pytest -m "not slow"` is
     the contributor's fast loop (docs/development.md)."""
     for item in items:
-        if item.get_closest_marker("model") or item.get_closest_marker("llamacpp"):
+        if any(item.get_closest_marker(name) for name in ("model", "llamacpp", "evals")):
             item.add_marker(pytest.mark.slow)
 
 

@@ -7,6 +7,7 @@ rot."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from quantcheck.lab.scripted import ScriptedModel
 from .conftest import (
     A_ANSWERS,
     B_ANSWERS,
+    FIXTURES,
     REPO,
     RUNNER_UPS,
     Serve,
@@ -216,3 +218,31 @@ def test_outputs_are_written_in_the_delimiter_form(
     assert len(blocks) == 6  # report, artifact-name; exit-code; exit-code, verdict, junit
     delimiters = [line.split("<<", 1)[1] for line in blocks]
     assert len(set(delimiters)) == 6 and all(len(d) >= 32 for d in delimiters)
+
+
+def test_two_eval_logs_are_compared_as_they_ran_and_gated(workspace: Path,
+                                                          bin_dir: Path) -> None:
+    """a-log and b-log: nothing is collected; the logs pair (here an lm-eval log with
+    itself) and the gate passes."""
+    logs = workspace / "evals"
+    shutil.copytree(FIXTURES / "evals" / "lm-eval-0.4.5", logs / "a")
+    shutil.copytree(FIXTURES / "evals" / "lm-eval-0.4.5", logs / "b")
+    ran = run_action({"a-log": "evals/a", "b-log": "evals/b\n", "install": "none"},
+                     workspace, bin_dir)
+    assert set(ran.outcomes.values()) == {"0"}, ran.logs
+    assert ran.action_outputs["verdict"] == "pass"
+    assert (workspace / "quantcheck-report" / "runs" / "a" / "manifest.json").exists()
+    assert ran.summary.startswith("## quantcheck: PASS")
+
+
+@pytest.mark.parametrize("inputs", [
+    {"b": "http://127.0.0.1:1/v1", "a-log": "evals/a", "b-log": "evals/b"},
+    {"a-log": "evals/a"},
+    {},
+], ids=["both", "a-log alone", "neither"])
+def test_endpoints_or_logs_one_of_the_two(workspace: Path, bin_dir: Path,
+                                          inputs: dict[str, str]) -> None:
+    ran = run_action({**inputs, "install": "none"}, workspace, bin_dir)
+    assert ran.outcomes["Check the inputs"] == "2", ran.logs
+    assert "b, a-log, b-log: give b (the candidate endpoints to collect), or a-log and " \
+           "b-log" in ran.logs

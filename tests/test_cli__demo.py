@@ -19,8 +19,11 @@ def test_the_scripted_demo_is_a_single_variable_ab_that_says_why_it_fails(
     assert summary["cells"]["a"]["quantization"] == "bf16"
     assert summary["cells"]["b"]["quantization"] == "fp8"
     assert summary["cells"]["warning"] is None
-    assert ("gate (default policy): FAIL: 2 factual flips (capital-au, author-hamlet), "
-            "1 degenerate output new on B (author-hamlet)") in result.output
+    # capital-au forks at a near tie on A: listed for review, named, not counted
+    assert ("gate (default policy): FAIL: 1 confident flip (author-hamlet), 1 degenerate "
+            "output new on B (author-hamlet); 1 near-tie flip to review (capital-au); "
+            "reference: 2 repeats a prompt, 0 of 8 prompts varied on A (0 in their text)"
+            ) in result.output
     # the context probe is off on purpose (a small model cannot recall a code): said so
     assert "a context probe of 0 tokens" not in result.output
     assert "context    not checked: turned off (--context-tokens 0)" in result.output

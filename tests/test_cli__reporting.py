@@ -24,4 +24,4 @@ def test_compare_takes_the_map_its_data_file_error_suggests(tmp_path: Path) -> N
     assert mapped.exit_code == 1, mapped.output
     rows = {row["prompt_id"]: row for row in read_csv(tmp_path / "report" / "pairs.csv")}
     assert set(rows) == {"au", "author"}
-    assert "1 factual flip (au)" in mapped.output
+    assert "1 confident flip (of them 1 fork unverified) (au)" in mapped.output

@@ -35,12 +35,14 @@ def test_run_says_why_it_exits_1(candidate_endpoints: dict[str, str],
                     candidate_endpoints["flips"], "--prompts", prompts, "--no-preflight",
                     "--out", tmp_path / "flips")
     assert failed.exit_code == 1, failed.output
-    assert gate_line(failed.output) == "FAIL: 1 factual flip (capital)"
+    assert gate_line(failed.output) == ("FAIL: 1 confident flip (capital); reference: 1 "
+                                         "answer a prompt, its own instability not measured "
+                                         "(collect it with --repeats 2 or more)")
     passed = invoke("run", "--a", candidate_endpoints["bf16"], "--b",
                     candidate_endpoints["clean"], "--prompts", prompts, "--no-preflight",
                     "--out", tmp_path / "clean")
     assert passed.exit_code == 0, passed.output
-    assert gate_line(passed.output) == "PASS: no rule broken"
+    assert gate_line(passed.output).startswith("PASS: no rule broken; reference: 1 answer")
 
 
 def test_compare_says_why_it_exits_1_for_one_candidate_or_several(
@@ -48,12 +50,12 @@ def test_compare_says_why_it_exits_1_for_one_candidate_or_several(
     a, b = ab_runs
     one = invoke("compare", a, b, "--out", tmp_path / "one")
     assert one.exit_code == 1, one.output
-    assert gate_line(one.output).startswith("FAIL: 1 factual flip (flip), ")
+    assert gate_line(one.output).startswith("FAIL: 1 confident flip (flip), ")
     other = copy_run(a, tmp_path / "runs" / "same", "same")
     several = invoke("compare", a, b, other, "--out", tmp_path / "several")
     assert several.exit_code == 1, several.output
     said = gate_line(several.output)
-    assert said.startswith("FAIL: b: 1 factual flip (flip), ") and "same" not in said
+    assert said.startswith("FAIL: b: 1 confident flip (flip), ") and "same" not in said
 
 
 def test_run_with_several_candidates_names_each_failing_one(
@@ -65,7 +67,7 @@ def test_run_with_several_candidates_names_each_failing_one(
                     "--prompts", write_prompts(CANDIDATE_PROMPTS), "--no-preflight",
                     "--out", tmp_path / "quants")
     assert result.exit_code == 1, result.output
-    assert gate_line(result.output) == "FAIL: flips: 1 factual flip (capital)"
+    assert gate_line(result.output) == "FAIL: flips: 1 confident flip (capital)"
 
 
 def test_the_speed_line_says_what_it_compares_and_where_the_throughput_phase_is(

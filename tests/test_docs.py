@@ -36,11 +36,13 @@ def test_readme_documents_every_expect_check_with_an_example_that_loads(
     import yaml
 
     from quantcheck.store.prompt_sets import load_prompts
-    from quantcheck.store.run_records import CHECKS
+    from quantcheck.store.run_records import CHECKS, IMPORTED_CHECKS
 
     rows = re.findall(r"^\| `(\w+)`(?: \([^)]*\))? \| `(\{.*?\})` \|", DOCS["prompts.md"],
                       re.MULTILINE)
-    assert {name for name, _ in rows} == set(CHECKS)
+    assert {name for name, _ in rows} == set(CHECKS) - set(IMPORTED_CHECKS)
+    assert all(f"| `{name}` | set by `quantcheck import`" in DOCS["prompts.md"]
+               for name in IMPORTED_CHECKS)
     for n, (name, example) in enumerate(rows):
         expect = yaml.safe_load(example)
         assert name in expect

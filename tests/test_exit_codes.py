@@ -130,6 +130,17 @@ def in_use(*args: str) -> Callable[[World, Path], int]:
     return scenario
 
 
+def ladder_args(a: str, b: str, out: Path) -> list[object]:
+    return ["ladder", "--a", a, "--b", b, "--out", out, "--lengths", "512", "--depths", "0",
+            "--no-absent"]
+
+
+def ladder_that_departs(w: World, tmp: Path) -> Result:
+    """B sees only the last 100 words of a prompt: the code at its start is lost."""
+    with ScriptedServer(ScriptedModel(ANSWERS), faults=Faults(sliding_window=100)) as forgets:
+        return invoke(*ladder_args(w.same.url, forgets.url, tmp / "l"))
+
+
 def shards(w: World, tmp: Path) -> Result:
     for index in (1, 2):
         collect([w.prompts], tmp / f"s{index}", CollectSettings(
@@ -190,6 +201,9 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("determinism", 2): lambda w, t: invoke("determinism", "--endpoint", w.same.url,
                                             "--prompts", w.prompts, "--modes", "sideways",
                                             "--out", t),
+    ("ladder", 0): lambda w, t: invoke(*ladder_args(w.same.url, w.same.url, t / "l")),
+    ("ladder", 1): ladder_that_departs,
+    ("ladder", 2): lambda w, t: invoke(*ladder_args(NOWHERE, w.same.url, t / "l")),
     ("logscan", 0): lambda w, t: invoke("logscan", FIXTURES / "logs" / "clean.log"),
     ("logscan", 1): lambda w, t: invoke("logscan",
                                         FIXTURES / "logs" / "sglang-lmhead-prefix.log"),
@@ -221,6 +235,12 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("init", 2): lambda w, t: [invoke("init", t / "repository") for _ in range(2)][-1],
     ("schema", 0): lambda w, t: invoke("schema", "gate"),
     ("schema", 2): lambda w, t: invoke("schema", "gates"),
+    ("import", 0): lambda w, t: invoke("import", FIXTURES / "evals" / "lm-eval-0.4.5",
+                                       "--out", t / "run"),
+    ("import", 2): lambda w, t: invoke("import", w.prompts, "--out", t / "run"),
+    ("export", 0): lambda w, t: invoke("export", w.reports["flipped"], "--model-card",
+                                       t / "card.md"),
+    ("export", 2): lambda w, t: invoke("export", w.runs["a"], "--model-card", t / "card.md"),
     ("plan", 0): lambda w, t: invoke("plan", "--detect", "2", "--disagreement", "10"),
     ("plan", 2): lambda w, t: invoke("plan", "--detect", "20", "--disagreement", "10"),
 }
@@ -239,6 +259,7 @@ CRASH_SITES = {
     "preflight": "quantcheck.pipeline.checking.check_endpoint",
     "probe": "quantcheck.pipeline.checking.ask_server",
     "determinism": "quantcheck.pipeline.determinism.analyze_side",
+    "ladder": "quantcheck.pipeline.ladder.compare_runs",
     "logscan": "quantcheck.triage.log_signatures.scan_log",
     "gate": "quantcheck.gate.verdict.decide",
     "approve": "quantcheck.triage.approvals.approve",
@@ -249,6 +270,8 @@ CRASH_SITES = {
     "schema": "quantcheck.store.formats.shipped_schema",
     "init": "quantcheck.cli._starter.write_starter_kit",
     "plan": "quantcheck.cli._planning.paired_prompts_needed",
+    "import": "quantcheck.pipeline.evals.write_eval_run",
+    "export": "quantcheck.pipeline.evals.model_card",
     "prompts check": "quantcheck.cli._prompts.load_sources",
     "prompts convert": "quantcheck.cli._prompts.convert_prompt_files",
 }
@@ -288,6 +311,7 @@ def planted_arguments(w: World, command: str, tmp: Path) -> list[object]:
         "determinism": ["determinism", "--endpoint", w.same.url, "--prompts", w.prompts,
                         "--repeats", "2", "--modes", "sequential", "--out", tmp / "d",
                         "--no-preflight"],
+        "ladder": ladder_args(w.same.url, w.same.url, tmp / "l"),
         "logscan": ["logscan", FIXTURES / "logs" / "clean.log"],
         "gate": ["gate", w.reports["same"]],
         "approve": ["approve", w.reports["same"], "--approvals", tmp / "approvals.json"],
@@ -300,6 +324,8 @@ def planted_arguments(w: World, command: str, tmp: Path) -> list[object]:
         "prompts convert": ["prompts", "convert", w.prompts, "--out", tmp / "p.yaml"],
         "init": ["init", tmp / "repository"],
         "plan": ["plan", "--detect", "2", "--disagreement", "10"],
+        "import": ["import", FIXTURES / "evals" / "lm-eval-0.4.5", "--out", tmp / "run"],
+        "export": ["export", w.reports["same"], "--model-card", tmp / "card.md"],
     }[command]
 
 

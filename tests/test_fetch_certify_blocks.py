@@ -1,6 +1,6 @@
 """fetch/certify_blocks.py: the cache block as each engine says it (or its default),
-a Prometheus label read from any text, the prompt's tokens as the server counts them,
-and the fewest words of a prefix that share exactly N tokens with a sibling."""
+the prompt's tokens as the server counts them, and the fewest words of a prefix that
+share exactly N tokens with a sibling."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from quantcheck.fetch.certify_blocks import (
     CannotTokenize,
     cache_block,
-    metrics_label,
     prompt_tokens,
     words_for,
 )
@@ -28,23 +27,6 @@ from .conftest import Serve
 GAUGE = 'vllm:cache_config_info{block_size="32",cache_dtype="auto",num_gpu_blocks="9"} 1.0'
 
 
-def test_a_gauges_label_is_read_and_anything_else_is_none() -> None:
-    text = "# HELP vllm:cache_config_info x\n# TYPE vllm:cache_config_info gauge\n" + GAUGE
-    assert metrics_label(text, "vllm:cache_config_info", "block_size") == 32
-    assert metrics_label(text, "vllm:cache_config_info", "num_gpu_blocks") == 9
-    assert metrics_label(text, "vllm:other", "block_size") is None
-    assert metrics_label(GAUGE.replace('"32"', '"0"'), "vllm:cache_config_info",
-                         "block_size") is None
-    assert metrics_label(GAUGE.replace("block_size", "x_block_size"),
-                         "vllm:cache_config_info", "block_size") is None
-
-
-@given(st.text(max_size=300))
-def test_any_metrics_text_reads_to_a_positive_number_or_none(text: str) -> None:
-    found = metrics_label(text, "vllm:cache_config_info", "block_size")
-    assert found is None or found > 0
-
-
 async def _cache_block(url: str) -> tuple[int | None, str]:
     async with EndpointClient(url) as client:
         info = await describe_server(client, await client.list_models())
@@ -53,6 +35,12 @@ async def _cache_block(url: str) -> tuple[int | None, str]:
 
 @pytest.mark.parametrize(("dialect", "info", "said"), [
     ("vllm", {"block_size": 32}, (32, "the server says: block_size 32 (GET /metrics)")),
+    ("vllm", {"metrics": "# a recorded page\n" + GAUGE + "\n"},
+     (32, "the server says: block_size 32 (GET /metrics)")),
+    ("vllm", {"metrics": GAUGE.replace("32", "x")},
+     (16, "vLLM's --block-size (16 unless started otherwise), the server does not say")),
+    ("vllm", {"metrics": GAUGE.replace('"32"', '"99999999999"')},
+     (16, "vLLM's --block-size (16 unless started otherwise), the server does not say")),
     ("sglang", {"page_size": 64}, (64, "the server says: page_size 64")),
     ("sglang", {}, (1, "the server says: page_size 1")),
     ("llama.cpp", {}, (1, "llama.cpp reuses a slot's cached tokens token by token (their "

@@ -416,3 +416,33 @@ def test_a_cache_that_cannot_be_turned_off_is_scored_in_two_orders(
     rule = json.loads((tmp_path / "report" / "gate.json").read_text())["rules"]
     forced_kl = next(r for r in rule if r["name"] == "forced_kl")
     assert forced_kl["passed"] and "not called drift" in forced_kl["description"]
+
+
+def test_kl_by_position_names_where_a_long_answer_departs(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """A 1,400-token answer that B scores like A for 1,100 tokens and otherwise after:
+    forced.jsonl places each position after its prompt, the summary gives 0-1K and
+    1K-4K, and the terminal, summary.json and the sheet say KL rises after 1K."""
+    answer = " early" * 1100 + " late" * 300
+    a = serve(ScriptedModel({"story": answer}))
+    b = serve(ScriptedModel({"story": answer}, runner_ups={" late": [" later"]}))
+    prompts = write_prompts("""
+        prompts:
+          - {id: story, prompt: "Tell the story", max_tokens: 2000}
+          - {id: other, prompt: "Q: name a colour\\nA:"}
+    """)
+    out = tmp_path / "report"
+    result = invoke("run", "--a", a.url, "--b", b.url, "--prompts", prompts, "--out", out,
+                    "--repeats", "2", "--forced", "--context-tokens", "0")
+    assert result.exit_code == 0, result.output
+    story = lines(next(out.rglob("forced.jsonl")).parent)["story"]
+    assert story["prompt_tokens"] == 3 and story["positions"] == 1400
+    forced = json.loads((out / "summary.json").read_text())["forced"]
+    spans = {span["label"]: span for span in forced["by_position"]}
+    assert set(spans) == {"0-1K", "1K-4K"}
+    assert spans["0-1K"]["positions"] == (1024 - 3) + 9  # the story's first 1,021, "other"'s 9
+    assert spans["0-1K"]["kl"]["max"] == 0.0 and spans["1K-4K"]["kl"]["mean"] > 0.1
+    assert "KL rises after 1K" in forced["by_position_sentence"]
+    assert forced["by_position_sentence"] + "." in result.output
+    sheet = (out / "index.html").read_text()
+    assert 'id="forced-by-position"' in sheet and 'data-span="1K-4K"' in sheet

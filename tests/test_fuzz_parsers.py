@@ -37,6 +37,7 @@ from quantcheck.wire.dialects import (
     MalformedResponse,
     StreamAccumulator,
     StreamError,
+    metric_labels,
     parse_echo,
     parse_native_next,
     parse_prompt_logprobs,
@@ -200,7 +201,8 @@ INFO = st.fixed_dictionaries({}, optional={
         {"id": st.sampled_from(["m", "x"]) | ANY_JSON},
         optional={"owned_by": st.sampled_from(["vllm", "me", "sglang"]) | ANY_JSON,
                   "max_model_len": ANY_JSON}) | ANY_JSON, max_size=3) | ANY_JSON),
-    "version": ANY_JSON, "server_info": ANY_JSON, "props": ANY_JSON})
+    "version": ANY_JSON, "server_info": ANY_JSON, "props": ANY_JSON,
+    "metrics": st.fixed_dictionaries({"vllm:cache_config_info": ANY_JSON}) | ANY_JSON})
 
 
 def mostly(right: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -251,7 +253,8 @@ def test_any_server_description_is_read_without_error(info: dict[str, Any]) -> N
         models=[m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
         if isinstance(listed, list) else [],
         version=answer(info.get("version")), server_info=answer(info.get("server_info")),
-        props=answer(info.get("props")))
+        props=answer(info.get("props")),
+        answers={"/metrics": answer(info.get("metrics"))} if "metrics" in info else {})
     server.runtime = identify_runtime(server)
     server.runtime_version = runtime_version(server)
     cell = cell_from_server(server, "m", 1)
@@ -263,6 +266,30 @@ def test_any_server_description_is_read_without_error(info: dict[str, Any]) -> N
         choose_model(server.models, None, "http://x")
     except EndpointError:
         pass
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+METRIC = "vllm:cache_config_info"
+
+
+@FUZZ
+@seed(17)
+@given(st.dictionaries(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True),
+                       st.text(max_size=12), max_size=5),
+       st.text(max_size=120), st.integers(0, 400))
+def test_a_metrics_page_gives_its_labels_back_or_nothing(labels: dict[str, str], noise: str,
+                                                         cut: int) -> None:
+    """Any label values (quotes, backslashes, line breaks escaped as Prometheus escapes
+    them) come back as written; a page cut anywhere or full of noise gives labels or
+    None, never an error."""
+    line = METRIC + "{" + ",".join(f'{k}="{_escaped(v)}"' for k, v in labels.items()) + "} 1"
+    page = "\n".join(n for n in noise.replace(METRIC, "").split("\n")) + "\n" + line + "\n"
+    assert metric_labels(page, METRIC) == labels
+    found = metric_labels(page[:cut] + noise, METRIC)
+    assert found is None or all(isinstance(v, str) for v in found.values())
 
 
 @pytest.mark.parametrize("k", [70_000], ids=["counts-beyond-uint16"])

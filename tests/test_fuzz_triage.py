@@ -21,12 +21,14 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import QuantcheckError
+from quantcheck.store.ladder_records import LadderProbe
 from quantcheck.store.pair_records import ENUMERATED, PairRow
 from quantcheck.store.preflight_records import Fingerprint
 from quantcheck.store.report_dir import pair_rows, pairs_csv, read_pair_rows
 from quantcheck.store.reviews import Review, ReviewVerdict
 from quantcheck.store.run_records import (
     CodeExpect,
+    Completion,
     Expect,
     Prompt,
     ToolCall,
@@ -62,6 +64,8 @@ from quantcheck.triage.judging import (
     question_text,
     read_reply,
 )
+from quantcheck.triage.ladder import needle_positions, probe_result
+from quantcheck.triage.ladder_plan import ABSENT_PATTERN
 from quantcheck.triage.log_signatures import load_signatures, scan_log
 from quantcheck.triage.pairs import compare
 from quantcheck.triage.searches import PATTERN_SECONDS, SearchSkipped, begin
@@ -131,6 +135,10 @@ CALLS = st.lists(st.fixed_dictionaries({
     | st.builds(json.dumps, ANY_JSON)}), max_size=3)
 
 
+ABSENT_PROBE = LadderProbe(id="absent", kind="absent")
+NEEDLE_PROBE = LadderProbe(id="needle-d0", kind="needle", depth=0.0, code="48213")
+
+
 # --- numbers ------------------------------------------------------------------------
 
 @FUZZ
@@ -150,6 +158,27 @@ def test_a_number_written_out_is_read_back(number: float, words: str) -> None:
     assert numbers_in(f"{words} {number!r} {words}") == [number]
     whole = int(abs(number)) % 10**15
     assert numbers_in(f"{words} {whole:,} {words}") == [float(whole)]
+
+
+# --- the context ladder -----------------------------------------------------------------
+
+@FUZZ
+@seed(39)
+@given(ANSWERS, ANSWERS, st.lists(st.text(max_size=6), max_size=20))
+def test_a_ladder_probe_reads_any_answers_in_bounded_time(a: str, b: str,
+                                                         pieces: list[str]) -> None:
+    """Either verdict, or none, for any answer (the absent needle's pattern on any text
+    ends in time), and any token pieces give the needle's span or none."""
+    for probe, expect in ((ABSENT_PROBE, Expect(regex=ABSENT_PATTERN)),
+                          (NEEDLE_PROBE, Expect(contains=["48213"]))):
+        started = time.monotonic()
+        result = probe_result(probe, "r", expect, [Completion("p", "h", 0, text=a)],
+                              [Completion("p", "h", 0, text=b)], None, None)
+        assert time.monotonic() - started < 5
+        assert result.a_passed in (True, False) and result.b_passed in (True, False)
+        assert result.departs == (result.a_passed != result.b_passed)
+    span = needle_positions(pieces, "48")
+    assert all(0 <= n < len(pieces) for n in span)
 
 
 # --- triage ---------------------------------------------------------------------------

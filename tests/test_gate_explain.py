@@ -46,11 +46,14 @@ def test_junit_names_the_check_both_answers_and_the_pairs_link(planted_report: P
     (flip,) = cases["flip"]
     assert flip.type == "factual_flips"
     assert flip.message == 'factual flips: check contains passes on A, fails on B: ' \
-                           'contains: missing "Canberra"; flip cause: confident'
+                           'contains: missing "Canberra"; flip cause: confident; fork at ' \
+                           "token 5 (A ' Canberra.', B ' Sydney.'): B's token not in A's " \
+                           "top-k (both sure)"
     assert flip.text.splitlines() == [
         "flip: breaks rule factual_flips (limit 0)",
         'why: check contains passes on A, fails on B: contains: missing "Canberra"; '
-        "flip cause: confident",
+        "flip cause: confident; fork at token 5 (A ' Canberra.', B ' Sydney.'): B's token "
+        "not in A's top-k (both sure)",
         "A (a):  The capital of Australia is Canberra.",
         "B (b):  The capital of Australia is Sydney.",
         "review sheet: index.html#pair-flip"]
@@ -72,7 +75,8 @@ def test_the_step_summary_says_why_each_prompt_fails(planted_report: Path,
     assert "### Why" in text
     row = next(line for line in text.splitlines() if line.startswith("| `flip` |"))
     assert row == ('| `flip` | factual_flips | check contains passes on A, fails on B: '
-                   'contains: missing "Canberra"; flip cause: confident | '
+                   'contains: missing "Canberra"; flip cause: confident; fork at token 5 '
+                   "(A ' Canberra.', B ' Sydney.'): B's token not in A's top-k (both sure) | "
                    'The capital of Australia is Canberra. | '
                    'The capital of Australia is Sydney. | `index.html#pair-flip` |')
 

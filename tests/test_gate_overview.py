@@ -36,13 +36,13 @@ def test_the_overview_recommends_the_fastest_candidate_that_passes(
     decision = overview["recommendation"]
     assert decision["label"] == "clean"
     assert decision["reason"].startswith("the fastest candidate that passes the gate")
-    assert decision["not_picked"]["flips"] == "1 factual flip (capital)"
+    assert decision["not_picked"]["flips"] == "1 confident flip (capital)"
     assert decision["not_picked"]["slow"].startswith("passes too, but slower")
     assert decision["not_picked"]["verbose"].startswith(
         "throughput not comparable, token counts differ")
 
     assert "recommended: clean, the fastest candidate that passes the gate" in result.output
-    assert "not flips: 1 factual flip (capital)" in result.output
+    assert "not flips: 1 confident flip (capital)" in result.output
     page = (out / "index.html").read_text()
     assert 'href="candidates/clean/index.html"' in page and "Recommended: <b>clean</b>" in page
 
@@ -77,7 +77,7 @@ def test_the_gate_on_an_overview_gates_every_candidate(
     run_candidates(candidate_endpoints, write_prompts(CANDIDATE_PROMPTS), out)
     result = invoke("gate", out)
     assert result.exit_code == 1
-    assert "| flips | fail | 1 factual flip (capital) |" in result.output
+    assert "| flips | fail | 1 confident flip (capital) |" in result.output
     assert "Recommended: **clean**" in result.output
     suite = next(iter(JUnitXml.fromfile(str(out / "junit.xml"))))
     cases = {case.name: case for case in suite}

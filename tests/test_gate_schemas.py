@@ -37,7 +37,7 @@ BY_NAME = {"summary.json": "summary", "overview.json": "overview",
            "approvals.json": "approvals", "manifest.json": "manifest",
            "determinism.json": "determinism", "forced.json": "forced",
            "throughput.json": "throughput", "certificate.json": "certificate",
-           "repro.json": "repro"}
+           "repro.json": "repro", "ladder.json": "ladder", "plan.json": "ladder-plan"}
 
 
 def schema_of(path: Path) -> str:
@@ -97,8 +97,8 @@ def outputs(serve: Serve, write_prompts: WritePrompts, tmp_path: Path
             ) -> Iterator[Path]:
     """Every kind of JSON file: the scripted demo (runs, report, gate), a two-candidate
     run with throughput and the overview's gate, teacher forcing, determinism, a
-    review saved by the review server, approvals made from it, and a determinism
-    certificate."""
+    review saved by the review server, approvals made from it, a determinism
+    certificate and a context ladder."""
     demo = tmp_path / "demo"
     made("demo", "--engine", "scripted", "--out", demo)
     a, b = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS)), serve(ScriptedModel(B_ANSWERS))
@@ -114,6 +114,8 @@ def outputs(serve: Serve, write_prompts: WritePrompts, tmp_path: Path
          "--repeats", "2", "--out", tmp_path / "determinism", "--no-preflight")
     made("determinism", "--certify", "--endpoint", a.url, "--prompts", prompts,
          "--max-batch", "2", "--trials", "2", "--out", tmp_path / "certificate")
+    made("ladder", "--a", a.url, "--b", clean.url, "--lengths", "512", "--depths", "0",
+         "--no-absent", "--out", tmp_path / "ladder")
     flips = two / "candidates" / "flips"
     save_a_review(flips)
     made("approve", flips)
@@ -133,7 +135,8 @@ def test_every_json_output_names_its_format_and_validates_against_its_schema(
         jsonschema.Draft202012Validator(json.loads(shipped_schema(name))).validate(document)
         seen[name] = seen.get(name, 0) + 1
     assert set(seen) == set(SCHEMAS) - {"pairs"}, seen  # every kind was made and checked
-    assert seen["summary"] == 3 and seen["gate"] == 3  # the demo's, each candidate's
+    # the demo's, each candidate's (and the ladder's probe's summary)
+    assert seen["summary"] == 4 and seen["gate"] == 3
 
 
 def test_a_file_of_a_later_format_version_is_refused_naming_it(planted_report: Path) -> None:

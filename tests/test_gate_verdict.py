@@ -74,7 +74,7 @@ def test_default_policy_fails_on_flip_and_new_degenerate(planted_report: Path) -
     assert found["factual_flips"]["prompts"] == ["flip"]
     assert found["factual_flips"]["count"] == 1 and found["factual_flips"]["limit"] == 0
     assert found["new_degenerate_on_b"]["prompts"] == ["loop", "empty"]  # not "capped"
-    assert "FAIL: 1 factual flip (flip), 2 degenerate outputs new on B (loop, empty)" in \
+    assert "FAIL: 1 confident flip (flip), 2 degenerate outputs new on B (loop, empty)" in \
         result.output
     assert json.loads((planted_report / "gate.json").read_text())["verdict"] == "fail"
 
@@ -245,7 +245,7 @@ def test_the_shipped_example_policy_is_a_valid_policy(planted_report: Path) -> N
     shipped = Path(__file__).parents[1] / "prompts" / "policy.yaml"
     result = invoke("gate", planted_report, "--policy", shipped)
     assert result.exit_code == 1, result.output  # the planted flip fails it: not exit 2
-    assert "factual flip" in result.output
+    assert "1 confident flip" in result.output
 
 
 # --- run and compare end as the gate would, under their own --rubric ----------------------

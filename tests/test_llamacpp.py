@@ -78,13 +78,13 @@ def python_server(model: Path, log: Path, *extra: str) -> tuple[subprocess.Popen
     return process, f"http://127.0.0.1:{port}"
 
 
-def cpp_server(model: Path, log: Path, context: int = 512
+def cpp_server(model: Path, log: Path, context: int = 512, *extra: str
                ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     # --swa-full: Gemma 3's sliding-window cache otherwise re-evaluates several tokens
     # per teacher-forced position instead of one
     command = ["llama-server", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-               "-c", str(context), "-t", "1", "-np", "1", "--swa-full"]
+               "-c", str(context), "-t", "1", "-np", "1", "--swa-full", *extra]
     with log.open("wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
     return process, f"http://127.0.0.1:{port}"
@@ -406,6 +406,80 @@ def test_forced_kl_ranks_quants_as_llama_perplexity_does(tmp_path: Path) -> None
         assert rung.quantcheck_quarter_mean <= rung.quantcheck_mean  # a lower bound at K/4
 
 
+def test_an_unchanged_batching_server_passes_and_a_regressed_one_fails(tmp_path: Path) -> None:
+    """bench/false_alarms.py, small: F16 of the demo's model on llama-server `--parallel 4
+    -cb` (a request's logprobs depend on its batch), its reference collected as docs/ci.md
+    says, collected again twice: each rerun passes the default gate (a flip there is the
+    reference's own near tie, listed for review, never counted); Q2_K of the same model
+    fails it with confident flips."""
+    require_llama_server()
+    if not shutil.which("llama-quantize"):
+        if os.environ.get("CI"):
+            pytest.fail("CI must have llama-quantize beside llama-server (.ci/build-llama-server)")
+        pytest.skip("no llama-quantize on PATH (.ci/build-llama-server builds it)")
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    from false_alarms import Settings, measure
+
+    figures = measure(tmp_path, Settings(questions=6, reruns=2, regressed=1, threads=1),
+                      progress=False)
+    for rerun in figures.of("F16"):
+        assert rerun.exit_code == 0 and rerun.default_passed, rerun
+        assert rerun.confident_flips == []
+    (regressed,) = figures.of("Q2_K")
+    assert regressed.exit_code == 1 and not regressed.default_passed
+    assert regressed.confident_flips and not regressed.all_flips_passed
+    gate = json.loads((tmp_path / "reports" / "F16-00" / "gate.json").read_text())
+    assert gate["reference"]["repeats"] == 2 and gate["reference"]["prompts"] == 6
+
+
+@pytest.fixture
+def kv_servers(gguf_files: dict[str, Path], tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The shipped weights twice on llama-server: an f16 KV cache, and a 4-bit one
+    (`--cache-type-k q4_0 --cache-type-v q4_0`, which needs flash attention)."""
+    require_llama_server()
+    kinds = {"f16": ("-fa", "on"), "q4_0": ("-fa", "on", "--cache-type-k", "q4_0",
+                                            "--cache-type-v", "q4_0")}
+    started = {kind: cpp_server(gguf_files["Q4_K_M"], tmp_path / f"{kind}.log", 4096, *flags)
+               for kind, flags in kinds.items()}
+    try:
+        for kind, (process, url) in started.items():
+            wait_until_healthy(url, process, tmp_path / f"{kind}.log", timeout=300)
+        yield {kind: url for kind, (_, url) in started.items()}
+    finally:
+        for process, _ in started.values():
+            process.terminate()
+            process.wait(30)
+
+
+def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    """A small ladder (512 to 2,048 tokens, one needle) on real llama-servers that differ
+    only in the KV cache: lengths measured on the server's tokenizer, the dtype named as
+    the one differing axis, B's teacher-forced KL measured at every rung (a 4-bit cache
+    moves it at any length); and A against itself states no onset (one slot, greedy:
+    its repeats and its own answer agree). Measured: 276 s on two cores shared with other
+    jobs (load average 4 to 5; 759 s at 13). Each answer takes its whole prompt (3,584
+    tokens over the three rungs), the scoring reuses B's slot: the 4-bit server prefills
+    3,584 tokens, the f16 one 17,920 (A twice in each ladder, and B once in the second)."""
+    common = ("--lengths", "512,1k,2k", "--depths", "0", "--no-absent", "--max-tokens", "12",
+              "--a-cell", "kv_cache_dtype=f16")
+    result = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["q4_0"],
+                    "--b-cell", "kv_cache_dtype=q4_0", "--out", tmp_path / "kv", *common)
+    assert result.exit_code in (0, 1), result.output  # 1: an onset (the gate's rule)
+    ladder = json.loads((tmp_path / "kv" / "ladder.json").read_text())
+    assert ladder["cells"]["differs"] == ["kv_cache_dtype"]
+    assert "one axis of the serving cell, kv_cache_dtype (f16 on A, q4_0 on B)" in ladder["axes"]
+    assert ladder["length_measure"].startswith("measured on A's tokenizer (/tokenize)")
+    assert [rung["tokens"] for rung in ladder["rungs"]] == [512, 1024, 2048]
+    for rung in ladder["rungs"]:
+        assert rung["tokens"] - 40 <= rung["prompt_tokens"] <= rung["tokens"]
+        assert rung["checked"] == 1 and rung["a_recall"] is not None
+        assert rung["kl_mean"] is not None and rung["kl_mean"] > 0, rung
+    assert ladder["complete"] and (ladder["onset"] is None) == ladder["gate"]["passed"]
+    itself = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["f16"],
+                    "--b-cell", "kv_cache_dtype=f16", "--out", tmp_path / "self", *common)
+    assert itself.exit_code == 0, itself.output
+    assert "onset: no departure up to 2,048 tokens" in itself.output
 def test_a_repro_replays_the_recorded_answers_byte_for_byte_on_llama_server(
         gguf_files: dict[str, Path], write_prompts: Any, tmp_path: Path) -> None:
     """llama-server with one slot and the prompt cache off in each request (collect sends

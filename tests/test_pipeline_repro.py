@@ -15,7 +15,7 @@ import pytest
 
 from quantcheck.lab.scripted import ScriptedModel
 
-from .conftest import Serve, WritePrompts, invoke
+from .conftest import FIXTURES, Serve, WritePrompts, assert_one_clear_line, invoke
 
 PROMPTS = """
 prompts:
@@ -164,4 +164,18 @@ def test_what_a_repro_cannot_rebuild_is_one_clear_error(
         completions.write_text("".join(line + "\n" for line in kept))
     result = invoke("repro", tmp_path / "report", prompt_id, "--out", tmp_path / "repro")
     assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "repro").exists()
+
+
+def test_a_report_of_eval_logs_is_refused_naming_the_harness(tmp_path: Path) -> None:
+    """An imported run's requests were sent by the eval harness, not by quantcheck:
+    nothing to rebuild, said in one line (not an empty endpoint's URL error)."""
+    inspect = FIXTURES / "evals" / "inspect-0.3.150"
+    assert invoke("compare", inspect / "default-or-not.json", inspect / "default-or-not.eval",
+                  "--out", tmp_path / "report").exit_code == 0
+    result = invoke("repro", tmp_path / "report", "default_or_not/q1", "--out",
+                    tmp_path / "repro")
+    assert result.exit_code == 2
+    assert_one_clear_line(result.output, "was imported from a log of inspect_ai: quantcheck "
+                                         "sent none of its requests")
     assert not (tmp_path / "repro").exists()

@@ -538,7 +538,7 @@ def test_the_path_a_team_follows_runs_as_docs_ci_md_writes_it(
             server.wait(timeout=30)
     ran = {command: text for command, text in outputs.items()
            if command.startswith("quantcheck run") and "--print-config" not in command}
-    assert len(ran) == 2 and all("gate (default policy): FAIL: 1 factual flip (capital)"
+    assert len(ran) == 2 and all("gate (default policy): FAIL: 1 confident flip (capital)"
                                  in text for text in ran.values()), ran
     assert "a-label: null" in (workspace / "ab.yaml").read_text()
     assert (workspace / "runs" / "reference" / "manifest.json").is_file()

@@ -4,14 +4,24 @@ to a user's own (`--matrix`), without duplicates; a file of other columns refuse
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.present.matrix import COLUMNS, append_matrix
 
-from .conftest import CANDIDATE_PROMPTS, WritePrompts, read_csv, run_candidates
+from .conftest import (
+    CANDIDATE_ANSWERS,
+    CANDIDATE_PROMPTS,
+    Serve,
+    WritePrompts,
+    invoke,
+    read_csv,
+    run_candidates,
+)
 
 
 def test_the_matrix_has_the_seeds_columns_and_appends_without_duplicates(
@@ -53,6 +63,28 @@ def test_a_matrix_with_other_columns_is_refused(candidate_endpoints: dict[str, s
     assert mine.read_text() == "model,speed\nx,1\n"
 
 
+def test_the_kv_cache_dtype_is_named_in_the_rows_and_tells_cells_apart(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """Two candidates on one engine that differ only in their KV cache (as vLLM's
+    metrics page tells it): a row each, the dtype in its column and in its cell key."""
+    endpoints = {
+        "bf16": serve(ScriptedModel(CANDIDATE_ANSWERS)).url,
+        "kv-fp8": serve(ScriptedModel(CANDIDATE_ANSWERS),
+                        server_info={"kv_cache_dtype": "fp8_e4m3"}).url,
+        "kv-nvfp4": serve(ScriptedModel(CANDIDATE_ANSWERS),
+                          server_info={"kv_cache_dtype": "nvfp4"}).url}
+    result = invoke("run", "--a", endpoints["bf16"], "--a-label", "bf16",
+                    "--b", endpoints["kv-fp8"], "--b-label", "kv-fp8",
+                    "--b", endpoints["kv-nvfp4"], "--b-label", "kv-nvfp4",
+                    "--prompts", write_prompts(CANDIDATE_PROMPTS), "--out", tmp_path / "kv",
+                    "--no-preflight")
+    assert result.exit_code == 0, result.output
+    rows = read_csv(tmp_path / "kv" / "matrix.csv")
+    assert [row["kv_cache_dtype"] for row in rows] == ["auto", "fp8_e4m3", "nvfp4"]
+    overview = json.loads((tmp_path / "kv" / "overview.json").read_text())
+    keys = [candidate["cell_key"] for candidate in overview["candidates"]]
+    assert keys == ["scripted-model__vllm-0.11.0__kv-fp8_e4m3",
+                    "scripted-model__vllm-0.11.0__kv-nvfp4"]
 @settings(max_examples=100, deadline=None)
 @given(st.text(), st.text())
 def test_any_text_a_server_names_round_trips_the_matrix(model: str, runtime: str) -> None:

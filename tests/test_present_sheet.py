@@ -52,7 +52,7 @@ def test_pair_shows_diff_divergence_determinism_and_flags(page: Any,
     numbers = card(page, "numbers")
     assert numbers.locator("ins.d.num").inner_text() == "80"
     near = card(page, "near-tie")
-    assert "near tie" in near.locator(".divergence").inner_text()
+    assert "fork: both sides unsure" in near.locator(".divergence").inner_text()
     assert near.locator("table.topk td.chosen").count() == 2
     noisy = card(page, "noisy")
     assert "2 distinct outputs across 2 repeats" in noisy.locator("details.variants").inner_text()

@@ -74,3 +74,18 @@ def test_any_schema_is_walked_to_an_answer(schema: dict[str, object]) -> None:
     text = json.dumps(schema)
     assert problem == "" or problem.startswith("the pattern ") or (
         "unevaluatedProperties" in text and "patternProperties" in text)
+
+
+@pytest.mark.parametrize("where", ["prompt", "defaults"])
+def test_a_prompt_file_cannot_claim_a_verdict(write_prompts: WritePrompts, where: str) -> None:
+    """`verdict` is an eval harness's own score, set only by `quantcheck import`: a prompt
+    file claiming one, in a prompt's expect or in its defaults, is refused naming it."""
+    expect = "expect: {verdict: {metric: exact_match}}"
+    path = write_prompts(f"defaults: {{{expect}}}\nprompts: [{{id: x, prompt: q}}]\n"
+                         if where == "defaults" else
+                         f"prompts:\n  - id: x\n    prompt: q\n    {expect}\n")
+    with pytest.raises(PromptFileError) as caught:
+        load_prompts([path])
+    field = "defaults.expect.verdict" if where == "defaults" else "expect.verdict"
+    assert f"field '{field}': set by `quantcheck import` from an eval harness's log" \
+        in str(caught.value), str(caught.value)

@@ -135,6 +135,13 @@ def test_hash_is_stable_and_tracks_the_request(write_prompts: WritePrompts) -> N
         ("prompts:\n  - id: a\n    prompt: '{haystack}'\n"
          "    haystack: {tokens: 9, needle: N., depth: 2}\n",
          "field 'haystack': depth must be from 0 (start) to 1 (end)"),
+        ("prompts:\n  - id: a\n    prompt: '{haystack}'\n"
+         "    haystack: {tokens: 9, sentences: 3, needle: N.}\n",
+         "field 'haystack': must be {tokens: N, needle: SENTENCE, depth: 0..1, seed: N} "
+         "(or sentences: N in place of tokens)"),
+        ("prompts:\n  - id: a\n    prompt: '{haystack}'\n"
+         "    haystack: {sentences: 3, language: fr}\n",
+         "field 'haystack': language must be one of en, de, zh, not 'fr'"),
         ("prompts:\n  - id: a\n    prompt: x\n    max_tokens: 99999999999999999999999\n",
          ":4: prompt a: field 'max_tokens': the integer 99999999999999999999999 does not fit"),
         ("prompts:\n  - id: a\n    prompt: x\n    extra: {logit_bias: {'7': .inf}}\n",
@@ -144,7 +151,8 @@ def test_hash_is_stable_and_tracks_the_request(write_prompts: WritePrompts) -> N
          "bad-regex", "unknown-check", "bad-message", "bad-api", "empty", "yaml", "not-mapping",
          "bad-schema", "call-without-name", "no-call-with-others", "bad-tests", "bad-choice",
          "tools-on-completions", "bad-tools", "bad-tool-choice", "no-placeholder",
-         "bad-depth", "integer-beyond-64-bits", "infinity"],
+         "bad-depth", "tokens-and-sentences", "bad-language", "integer-beyond-64-bits",
+         "infinity"],
 )
 def test_bad_prompt_files_name_file_line_and_field(
     write_prompts: WritePrompts, text: str, message: str
@@ -191,3 +199,23 @@ def test_tools_and_haystack_shape_the_request(write_prompts: WritePrompts) -> No
     assert text.startswith("Before. ") and text.endswith(" After.")
     assert 200 < text.index("heron-7") < len(text) - 200  # in the middle
     assert load_prompts([path])[1].hash == needle.hash  # the filler is the same every time
+
+
+def test_a_haystack_of_sentences_in_another_language_or_without_a_needle(
+        write_prompts: WritePrompts) -> None:
+    """The context ladder's probes: N sentences exactly, German or Chinese filler, and
+    an absent-needle probe with no sentence planted."""
+    path = write_prompts("""
+        prompts:
+          - id: de
+            prompt: "{haystack} Wo?"
+            haystack: {sentences: 30, depth: 0, needle: The secret code is 48213., language: de}
+          - id: absent
+            prompt: "{haystack} Wo?"
+            haystack: {sentences: 30, language: zh}
+    """)
+    german, absent = load_prompts([path])
+    assert german.request["prompt"].startswith("The secret code is 48213. ")
+    assert german.request["prompt"].count(".") == 30 + 1  # 30 sentences and the needle
+    assert absent.request["prompt"].count("。") == 30 and "secret" not in absent.request[
+        "prompt"]

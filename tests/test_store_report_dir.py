@@ -77,7 +77,7 @@ def test_forced_scores_that_cannot_be_read_are_one_clear_line(
 @pytest.mark.parametrize(("column", "value"), [
     ("flip", "no"), ("suggested_label", "fine"), ("status", "Compared"),
     ("b_degenerate", "loop"), ("judge_class", "maybe"), ("b_expect", "PASS"),
-    ("flip_cause", "noise")])
+    ("flip_cause", "noise"), ("unsure_side", "A")])
 def test_a_value_outside_an_enumerated_column_is_refused_naming_row_column_and_values(
         planted_report: Path, column: str, value: str) -> None:
     pairs = pd.read_csv(planted_report / PAIRS, keep_default_na=False, dtype=str)

@@ -13,6 +13,7 @@ from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.store.run_dir import ServerInfo
 from quantcheck.triage.cells import (
+    axes_sentence,
     cell_from_server,
     cell_key,
     confound_warning,
@@ -154,3 +155,68 @@ def test_probe_prints_aligned_known_axes_and_names_the_unknown_once(serve: Serve
     assert "gpu" not in named and "concurrency" not in named  # given; not a server fact
     assert [line for line in lines if line.startswith("cell key")][0].split()[-1] == \
         "scripted-model__vllm-0.11.0"
+
+
+def test_vllm_tells_its_kv_cache_dtype_on_its_metrics_page(serve: Serve) -> None:
+    """vLLM's `vllm:cache_config_info` (its page recorded from vLLM's own code) names the
+    KV cache's dtype; the key then carries it, so two cells that differ only in it have
+    other keys. `auto` (the model's own dtype) keeps the key as it was."""
+    recorded = (FIXTURES / "wire" / "vllm-metrics.txt").read_text()
+    fp8 = serve(ScriptedModel(), "vllm", server_info={"metrics": recorded})
+    found = json.loads(invoke("probe", fp8.url, "--json").output)
+    assert found["cell"]["kv_cache_dtype"] == "fp8_e4m3"
+    assert found["cell_key"] == "scripted-model__vllm-0.11.0__kv-fp8_e4m3"
+    assert found["server"]["answers"]["/metrics"]["vllm:cache_config_info"][
+        "block_size"] == "16"  # the metric's labels kept, not the whole page
+    default = json.loads(invoke("probe", serve(ScriptedModel(), "vllm").url, "--json").output)
+    assert default["cell"]["kv_cache_dtype"] == "auto"
+    assert default["cell_key"] == "scripted-model__vllm-0.11.0"
+
+
+def test_llama_server_does_not_tell_its_kv_cache_dtype_and_the_cell_says_it(
+        serve: Serve) -> None:
+    """llama-server's /props, /slots and /v1/models say nothing of --cache-type-k/v
+    (checked on the real binary): the dtype is unknown unless --cell gives it."""
+    server = serve(ScriptedModel(), "llama.cpp")
+    found = json.loads(invoke("probe", server.url, "--json").output)
+    assert found["cell"]["kv_cache_dtype"] is None
+    given = json.loads(invoke("probe", server.url, "--json", "--cell",
+                              "kv_cache_dtype=q4_0").output)
+    assert given["cell"]["kv_cache_dtype"] == "q4_0"
+    assert given["cell_key"].endswith("__kv-q4_0")
+
+
+def test_a_kv_cache_dtype_alone_is_a_one_axis_change_as_a_weight_quantization_is() -> None:
+    a, b = llama_server_cell("q4_k_m"), llama_server_cell("q4_k_m")
+    a["kv_cache_dtype"], b["kv_cache_dtype"] = "f16", "q4_0"
+    differing = differing_axes(a, b)
+    assert differing == ["kv_cache_dtype"] and confound_warning(differing) is None
+    assert axes_sentence(a, b, differing) == (
+        "A and B differ in one axis of the serving cell, kv_cache_dtype (f16 on A, q4_0 on "
+        "B): a one-axis change")
+    weights = llama_server_cell("q2_k")
+    weights["kv_cache_dtype"] = "f16"
+    assert axes_sentence(a, weights, differing_axes(a, weights)).startswith(
+        "A and B differ in one axis of the serving cell, quantization (Q4_K_M on A, Q2_K on B)")
+    both = {**weights, "kv_cache_dtype": "q4_0"}
+    assert "differ in 2 axes (quantization, kv_cache_dtype)" in axes_sentence(
+        a, both, differing_axes(a, both))
+    unsaid = {k: v for k, v in b.items() if k != "kv_cache_dtype"}
+    assert axes_sentence(a, unsaid, differing_axes(a, unsaid)) == (
+        "A and B differ in no recorded axis of the serving cell; known on one side only: "
+        "kv_cache_dtype (say it for the other with --a-cell or --b-cell)")
+
+
+def test_the_sheet_calls_a_kv_cache_change_a_one_axis_change(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    prompts = write_prompts("prompts:\n  - {id: p, prompt: hi}\n")
+    for label, kv in (("a", "f16"), ("b", "q4_0")):
+        collect([prompts], tmp_path / label, CollectSettings(
+            endpoint=serve(dialect="llama.cpp").url, label=label,
+            cell={"kv_cache_dtype": kv}))
+    summary = compare_runs(tmp_path / "a", tmp_path / "b", tmp_path / "report")
+    assert summary.cells.differs == ["kv_cache_dtype"] and summary.cells.warning is None
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert "A and B differ in one axis, kv_cache_dtype: a one-axis change" in html
+    assert 'tr class="differs" data-axis="kv_cache_dtype"><th>kv_cache_dtype</th><td>f16' \
+        in html

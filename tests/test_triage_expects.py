@@ -17,8 +17,9 @@ import pytest
 from quantcheck import CollectSettings, Expect, collect, load_run
 from quantcheck.lab.scripted import DIALECTS, ScriptedModel
 from quantcheck.store.engines import ENGINES
-from quantcheck.store.run_records import ToolCall, ToolCallExpect
+from quantcheck.store.run_records import ToolCall, ToolCallExpect, VerdictExpect
 from quantcheck.triage.expects import (
+    Graded,
     check_answer,
     choice_of,
     code_of,
@@ -416,3 +417,26 @@ def test_a_schema_jsonschema_would_search_with_re_is_skipped_never_a_hang() -> N
     status, reason = json.loads(result.stdout)
     assert status == "skipped" and reason.startswith(
         "the schema cannot be checked: unevaluatedProperties beside patternProperties"), reason
+
+
+# --- verdict: an eval harness's own score of an imported answer -------------------------
+
+
+def verdict_of(scores: dict[str, float] | None, answer: str | None = "9") -> tuple[str, str]:
+    expect = Expect(verdict=VerdictExpect("exact_match,strict-match", "8"))
+    (result,) = check_answer(expect, " It is 9.", graded=Graded(scores, answer))
+    return result.status, result.reason
+
+
+def test_a_verdict_is_the_harness_s_score_with_what_it_scored() -> None:
+    """1 passes, 0 fails (the answer and target said either way, with no "; " that
+    would split a side's failures apart); partial credit and no score decide nothing."""
+    assert verdict_of({"exact_match,strict-match": 1.0}, "8") == (
+        "pass", 'exact_match,strict-match = 1 (scored answer "8", target "8")')
+    assert verdict_of({"exact_match,strict-match": 0.0}) == (
+        "fail", 'exact_match,strict-match = 0 (scored answer "9", target "8")')
+    assert verdict_of({"exact_match,strict-match": 0.5})[0] == "skipped"
+    assert verdict_of({"acc,none": 1.0}) == (
+        "skipped", "no exact_match,strict-match score for this answer")
+    assert verdict_of(None) == ("skipped", "no exact_match,strict-match score for this answer")
+    assert verdict_of({"exact_match,strict-match": 0.0}, "x" * 300)[1].endswith('..., target "8")')

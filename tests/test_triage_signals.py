@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import difflib
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from quantcheck.store.haystack import haystack
 from quantcheck.store.run_dir import Blobs
 from quantcheck.store.run_records import Tokens
 from quantcheck.store.token_columns import round_significant
@@ -145,6 +147,89 @@ def test_answers_cut_by_the_cap_are_not_loops(text: str) -> None:
     assert degenerate_reason(text, "length", "stop") == "length"
 
 
+# Long answers: 3,000 good tokens, then a fault that runs to the length limit
+GOOD = haystack(3000, 0.5, "The ledger closed at dusk.", seed=3)
+PARAGRAPH = " " + haystack(80, 0, "A gull called.", seed=9).replace("\n\n", " ")
+LATE_FAULTS = {
+    "phrase-loop": GOOD + " and then the ship sailed on" * 100,
+    "paragraph-loop": GOOD + PARAGRAPH * 10,
+    "bang-run": GOOD + "!" * 1000,
+    "spaced-bang-run": GOOD + " !" * 400,
+    "bang-only": "!" * 4000,
+    "cjk-loop": GOOD + "好的" * 300,
+}
+LONG_FINE = {
+    "prose": haystack(16000, 0.5, "The ledger closed at dusk.", seed=4),
+    "counting-code": "\n\n".join(f'def step_{n}(x):\n    """Return x times {n} plus {n}."""\n'
+                                  f"    return x * {n} + {n}" for n in range(1, 400)),
+    "squares": "\n".join(f"{n}: {n * n}" for n in range(1, 2000)),
+    "table": "| n | square |\n|---|---|\n" + "\n".join(f"| {n} | {n * n} |"
+                                                   for n in range(1, 1000)),
+    "dict-literal": "NUMBERS = {\n" + "\n".join(f"    {n}: 'word{n}'," for n in range(1, 900)),
+    "counting": " ".join(str(n) for n in range(5000)),
+}
+
+
+@pytest.mark.parametrize("finish", ["length", "stop"])
+@pytest.mark.parametrize("text", LATE_FAULTS.values(), ids=LATE_FAULTS.keys())
+def test_a_loop_that_starts_late_is_degenerate(text: str, finish: str) -> None:
+    """A loop after 3,000 good tokens covers a small share of the answer: past 200
+    repeated words (or 154 characters of one symbol) it is a loop whatever its share."""
+    assert degenerate_reason(text, finish, "stop") == "repetition"
+
+
+def test_a_loop_the_cap_cuts_mid_word_is_a_loop() -> None:
+    """Seen on llama-server (Gemma 3 270M behind the ChatML fallback): the question
+    repeated to the cap, which cut its last copy at "`1" of "`12:"."""
+    question = ("Write the squares of the whole numbers from 1 to 200, one per line, in the "
+                "form `N: N squared` (for example `12: 144`). Write all 200 lines and nothing "
+                "else.<|im_end|>\n<|im_start|>user\n")
+    text = (question * 30)[:-len(question) + question.index("`12") + 2]
+    assert text.endswith("(for example `1")
+    assert degenerate_reason(text, "length", "stop") == "repetition"
+
+
+@pytest.mark.parametrize("text", LONG_FINE.values(), ids=LONG_FINE.keys())
+def test_long_answers_cut_by_the_cap_are_not_loops(text: str) -> None:
+    """Prose, and code, lists and tables whose items repeat their shape while they
+    count on, are no loop however long they run."""
+    assert degenerate_reason(text, "length", "stop") == "length"
+    assert degenerate_reason(text, "stop", "stop") == ""
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**16), st.lists(st.integers(0, 10**9), min_size=16, max_size=80,
+                                       unique=True))
+def test_any_late_loop_past_two_hundred_words_is_found(seed: int, numbers: list[int]) -> None:
+    """A passage of 16 to 80 distinct words repeated back to back for 200 words or
+    more, after 3,000 good tokens."""
+    phrase = [f"w{number}" for number in numbers]
+    copies = max(3, -(-201 // len(phrase)))
+    text = haystack(3000, 0.5, "x.", seed) + (" " + " ".join(phrase)) * copies
+    assert is_repetition_loop(text)
+
+
+def _fastest(check: Any, text: str) -> float:
+    """The least CPU time of 3 calls (the wall clock counts other work on a busy machine)."""
+    best = math.inf
+    for _ in range(3):
+        started = time.process_time()
+        check(text)
+        best = min(best, time.process_time() - started)
+    return best
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.text(min_size=1, max_size=60), st.text(max_size=60), st.booleans())
+def test_the_check_is_linear_on_16k_token_answers(piece: str, ending: str, capped: bool) -> None:
+    """Any piece repeated to a 16,000-token answer (about 64,000 characters) and any
+    ending: checked in at most 25 times the CPU time of a plain pass over its words,
+    plus 5 ms (the benchmark, bench/degenerate_long.py, measures 0.4x to 1.9x)."""
+    text = (piece * (64_000 // len(piece) + 1))[:64_000] + ending
+    check = _fastest(lambda t: is_repetition_loop(t, capped), text)
+    assert check <= 25 * _fastest(lambda t: set(t.split()), text) + 0.005
+
+
 def test_first_divergence() -> None:
     assert first_divergence(["a", "b"], ["a", "b"]) is None
     assert first_divergence(["a", "b"], ["a", "c"]) == 1
@@ -159,26 +244,87 @@ def test_near_tie_and_confident_flip() -> None:
     assert (result.position, result.kind, result.a_token, result.b_token) == (
         0, "near_tie", "The", "Ottawa")
     assert result.gap == pytest.approx(0.2) and result.b_gap == pytest.approx(0.1)
+    assert result.unsure == "both"
+    # A's token is not in B's top-k: read on A's side, A was unsure all the same
     far = tokens(("Ottawa", -0.5, {"Paris": -0.9}))
-    assert classify_divergence(a, far).kind == "confident"  # A's token not in B's top-k
+    assert (classify_divergence(a, far).kind, classify_divergence(a, far).unsure) == (
+        "near_tie", "a")
     unseen = tokens(("Quebec", -0.5, {"The": -0.9}))
-    result = classify_divergence(a, unseen)
-    assert result.kind == "confident" and result.gap is None
+    result = classify_divergence(a, unseen)  # B's token below all of A's top-k
+    assert result.kind == "unverified" and result.gap is None  # ... which ends 0.2 down
     assert classify_divergence(a, a).kind == "none"
     assert classify_divergence(a, tokens(("The", -0.1, {}))).kind == "ended"
 
 
-@pytest.mark.parametrize(("a_gap", "b_gap", "kind"), [
-    (0.0, 0.0, "near_tie"), (0.25, 0.25, "near_tie"), (0.24, 0.01, "near_tie"),
-    (0.26, 0.01, "confident"), (0.01, 0.26, "confident"), (0.48, 0.48, "confident"),
-    (2.3, 0.4, "confident"),
-], ids=["tie", "at-the-margin", "inside", "a-beyond", "b-beyond", "0.48-nats", "far"])
-def test_near_tie_needs_both_gaps_within_the_margin(a_gap: float, b_gap: float,
-                                                    kind: str) -> None:
+def test_a_token_below_all_of_a_deep_top_k_is_a_sure_a() -> None:
+    a = tokens(("The", -0.1, {"It": -2.0, "A": -3.0}))
+    result = classify_divergence(a, tokens(("Quebec", -0.5, {"The": -0.6})))
+    assert (result.kind, result.gap, result.unsure) == ("confident", None, "b")
+    bare = Tokens()  # no top-k on A: nothing to read
+    bare.append("The", -0.1, [], [])
+    assert classify_divergence(bare, tokens(("Quebec", -0.5, {}))).kind == "unverified"
+
+
+@pytest.mark.parametrize(("a_gap", "b_gap", "kind", "unsure"), [
+    (0.0, 0.0, "near_tie", "both"), (0.25, 0.25, "near_tie", "both"),
+    (0.24, 0.01, "near_tie", "both"), (0.26, 0.01, "confident", "b"),
+    (0.012, 0.69, "near_tie", "a"), (0.69, 0.012, "confident", "b"),
+    (0.48, 0.48, "confident", "neither"), (2.3, 0.4, "confident", "neither"),
+], ids=["tie", "at-the-margin", "inside", "a-beyond", "a-unsure-b-sure", "a-sure-b-unsure",
+        "0.48-nats", "far"])
+def test_the_reference_side_decides_a_near_tie(a_gap: float, b_gap: float, kind: str,
+                                               unsure: str) -> None:
+    """A near tie is read on A's side (the reference): A unsure is noise a small nudge
+    can cause, whatever B's margin; A sure is never one. `unsure` names the sides."""
     assert NEAR_TIE_NATS == 0.25
     a = tokens(("The", -0.5, {"Ottawa": -0.5 - a_gap}))
     b = tokens(("Ottawa", -0.5, {"The": -0.5 - b_gap}))
-    assert classify_divergence(a, b).kind == kind
+    result = classify_divergence(a, b, "The", "Ottawa")
+    assert (result.kind, result.unsure) == (kind, unsure)
+
+
+def test_logprobs_that_do_not_spell_the_answer_leave_the_fork_unverified() -> None:
+    """A server whose logprob tokens are not its answer's (here B's text says Sydney,
+    its tokens a near tie on A's second choice) gives no near tie: unverified."""
+    a = tokens((" The", -0.5, {" Yes": -0.55}), (" capital", -0.1, {}))
+    b = tokens((" Yes", -0.5, {" The": -0.55}), (",", -0.1, {}))
+    assert classify_divergence(a, b, " The capital", " Yes,").kind == "near_tie"
+    assert classify_divergence(a, b, " The capital", " Sydney.").kind == "unverified"
+    assert classify_divergence(a, b, " It is Canberra", " Yes,").kind == "unverified"
+    assert classify_divergence(a, b, " The capital", " Sydney.").unsure == ""
+    # the tokens after the fork need not spell anything: only those up to it are read
+    assert classify_divergence(a, b, " The", " Yes").kind == "near_tie"
+    # bytes split across tokens spell the text by their bytes
+    split = tokens(("\ufffd", -0.1, {"x": -0.2}), ("\ufffd", -0.1, {}), raw=[[195], [169]])
+    other = tokens(("x", -0.1, {"\ufffd": -0.2}))
+    assert classify_divergence(split, other, "é", "x").kind == "near_tie"
+    assert classify_divergence(split, other, "a", "x").kind == "unverified"
+
+
+@given(st.lists(st.sampled_from(["a", "b", " c", "dd"]), min_size=1, max_size=6),
+       st.lists(st.sampled_from(["a", "b", " c", "dd"]), min_size=1, max_size=6),
+       st.text(max_size=12), st.floats(0, 3), st.floats(0, 3))
+def test_a_label_comes_from_tokens_that_spell_the_answers(
+        a_pieces: list[str], b_pieces: list[str], b_text: str, a_gap: float,
+        b_gap: float) -> None:
+    def side(pieces: list[str], other: list[str], gap: float) -> Tokens:
+        steps = []
+        for n, piece in enumerate(pieces):
+            rival = other[n] if n < len(other) and other[n] != piece else "zz"
+            steps.append((piece, -0.5, {rival: -0.5 - gap}))
+        return tokens(*steps)
+
+    a, b = side(a_pieces, b_pieces, a_gap), side(b_pieces, a_pieces, b_gap)
+    unread = classify_divergence(a, b)
+    found = classify_divergence(a, b, "".join(a_pieces), b_text)
+    fork = unread.position
+    if fork is None or unread.kind == "ended":
+        assert found.kind == unread.kind
+    elif b_text.startswith("".join(b_pieces[:fork + 1])):
+        assert found.kind == unread.kind and found.kind in ("near_tie", "confident")
+        assert (found.kind == "near_tie") == (a_gap <= NEAR_TIE_NATS)
+    else:
+        assert found.kind == "unverified" and found.unsure == ""
 
 
 def test_split_bytes_are_compared_by_bytes() -> None:

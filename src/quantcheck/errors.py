@@ -57,3 +57,9 @@ class RunMismatch(QuantcheckError):
 
 class RunFormatError(QuantcheckError):
     """A run or report directory that is missing files or holds malformed ones."""
+
+
+class EvalLogError(QuantcheckError):
+    """An eval harness's log (lm-evaluation-harness, Inspect, Every Eval Ever) that
+    cannot be read, or two that do not pair; the message names the file, the line or
+    entry, the field and the fix."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 from . import (  # noqa: F401
     _collecting,
     _demo,
+    _evals,
+    _ladder,
     _planning,
     _probing,
     _prompts,

@@ -121,6 +121,9 @@ def lab_group() -> None:
 ROUTING_FAULTS: dict[str, tuple[str, ...]] = {  # lab.scripted.Faults flags set
     "none": (), "stable": ("routing",), "finalize": ("routing", "nondeterministic"),
     "gating": ("routing", "gating_nondeterministic")}
+OUTPUT_FAULTS: dict[str, dict[str, object]] = {  # lab.scripted.Faults fields set
+    "none": {}, "late-loop": {"late_loop_after": 3000}, "bang-run": {"bang_run": True},
+    "collapse": {"collapse": True}}
 
 
 def _served_options(command: Command) -> Command:
@@ -151,8 +154,14 @@ def _served_options(command: Command) -> Command:
                    "default answer.")
 @click.option("--prompts", "prompt_files", multiple=True, type=PROMPT_SOURCE,
               help="The prompt set whose ids --answers may name.")
+@click.option("--fault", type=click.Choice(list(OUTPUT_FAULTS)), default="none",
+              show_default=True,
+              help="Long answers gone wrong, with HTTP 200: late-loop (after 3,000 tokens, "
+                   "or at the answer's end, its last 8 tokens repeat to the length limit), "
+                   "bang-run (every answer `!` to the length limit), collapse (one answer "
+                   "to every prompt).")
 def lab_scripted(dialect: str, host: str, port: int, routing: str, answers_file: Path | None,
-                 prompt_files: tuple[Path, ...]) -> None:
+                 prompt_files: tuple[Path, ...], fault: str) -> None:
     """Serve scripted answers in a runtime's OpenAI-compatible dialect (no model).
 
     It is the loopback server the tests use: handy to try collect and compare, and,
@@ -163,6 +172,7 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str, answers_file:
     Example:
       quantcheck lab scripted --dialect sglang --port 8001
       quantcheck lab scripted --routing gating --port 8002
+      quantcheck lab scripted --fault bang-run --port 8003
       quantcheck lab scripted --answers answers-a.yaml --prompts prompts/default.yaml \\
           --port 8000
     """
@@ -183,6 +193,8 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str, answers_file:
     faults = Faults()
     for flag in ROUTING_FAULTS[routing]:
         setattr(faults, flag, True)
+    for flag, value in OUTPUT_FAULTS[fault].items():
+        setattr(faults, flag, value)
     server = ScriptedServer(model, dialect=dialect, host=host, port=port, faults=faults)
 
     _serve(server, f"scripted {dialect} server", host, port)

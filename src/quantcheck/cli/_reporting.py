@@ -72,8 +72,10 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
     """Triage every pair of A (the reference) and B (a candidate); with several B runs,
     one report each and an overview that recommends one.
 
-    A side is a run directory from collect, or a JSON list of texts in prompt order
-    (`*.texts.json`) for text-only triage.
+    A side is a run directory from collect, a JSON list of texts in prompt order
+    (`*.texts.json`) for text-only triage, or an eval harness's log (lm-evaluation-
+    harness output, an Inspect log, an Every Eval Ever record: docs/evals.md),
+    imported into OUT/runs/ first.
 
     With --judge, a model suggests a label for every pair that differs and no expect
     decided (docs/review.md, The judge).
@@ -88,6 +90,7 @@ def compare_command(a_run: Path, b_runs: tuple[Path, ...], out: Path,
           --out reports/texts
       quantcheck compare bf16.texts.json fp8.texts.json --prompts qa.csv \\
           --map prompt=question --map expect.contains=answer --out reports/texts
+      quantcheck compare lm-eval/bf16 lm-eval/fp8 --out reports/fp8-evals
     """
     source = request_settings(None, None, {}, column_map, map_preset, sample, seed).source
     refuse_without("two or more B runs", len(b_runs) > 1, "matrix")
@@ -198,11 +201,15 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-factual-flips", type=click.IntRange(0),
               help="Expect regressions plus reviewer-labelled blocking pairs (default 0).")
 @click.option("--confident-flips-only/--all-flips", default=None,
-              help="Count only the expect regressions nothing measured explains (flip "
-                   "cause `confident`), not those where A's or B's own repeats disagree "
-                   "on the check or the answers fork at a near tie (default: all flips).")
+              help="Leave out of factual flips the expect regressions the reference's "
+                   "own doubt explains (A's repeats disagree on the check, or a near tie "
+                   "on A's side at the fork): listed for review instead (the default). "
+                   "--all-flips counts every expect regression.")
 @click.option("--max-new-degenerate", type=click.IntRange(0),
               help="Repetition loops or empty answers on B that A did not have (default 0).")
+@click.option("--max-collapsed-on-b", type=click.IntRange(0),
+              help="Distinct prompts B answers alike (the same first 512 characters, at "
+                   "least 64) while A answers them differently (default 0).")
 @click.option("--max-nondeterministic", type=click.IntRange(0),
               help="Prompts whose repeats' texts vary, per side (those whose logprobs "
                    "alone moved are said beside, not counted; default off).")
@@ -306,7 +313,8 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     def work() -> tuple[gate.GateResult, Summary, list[Failure]]:
         result, summary = gate.gate_report(report_dir, settings(), load_rubric(rubric),
                                            review_files)
-        return result, summary, report_failures(report_dir, result.rules)
+        return result, summary, report_failures(report_dir, result.rules,
+                                                listed=result.flips_to_review)
 
     verdict, summary, failures = run_guarded(work, "Nothing was written.")
     text = gate.markdown(verdict, summary, failures)

@@ -276,7 +276,8 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
         click.option("--repeats", default=repeats, show_default=True,
                      type=click.IntRange(least_repeats),
                      help="Identical requests per prompt, compared to tell whether the server "
-                          "answers them alike (the determinism signature)."),
+                          "answers them alike (the determinism signature); a reference for "
+                          "CI: 2 or more, so that the gate knows where A itself wavers."),
         *([click.option("--repeat-mode", type=click.Choice(REPEAT_MODES), default="pool",
                         show_default=True,
                         help="pool: everything at --concurrency; sequential: one request at "
@@ -475,6 +476,7 @@ class PolicyOverrides:
 
     max_factual_flips: int | None = None
     max_new_degenerate: int | None = None
+    max_collapsed_on_b: int | None = None
     max_nondeterministic: int | None = None
     max_nondeterministic_prompts: int | None = None
     max_untested_levels: int | None = None

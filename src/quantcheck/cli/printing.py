@@ -17,11 +17,14 @@ import msgspec
 from ..errors import ExitCode
 from ..gate.explain import Failure, markdown_table, markdown_text
 from ..gate.overview import CandidatesGate
+from ..gate.verdict import review_phrase
 from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
     agreement_sentence,
+    collapse_warning,
     collecting_speed,
+    evaluation_sentences,
     headline,
     judge_sentence,
     order_floor_sentence,
@@ -91,6 +94,8 @@ def echo_forced(forced: ForcedSummary) -> None:
         click.echo(f"Prefix cache: {forced.cache}.")
     if floor := order_floor_sentence(forced):
         click.echo(floor + ".")
+    if forced.by_position_sentence:
+        click.echo(forced.by_position_sentence + ".")
     if forced.tokenizer:
         click.echo(f"Tokenizer: {forced.tokenizer}.")
 
@@ -117,6 +122,8 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(summary.stats.pass_rate.sentence + ".")
         if summary.stats.pass_rate.resolution_sentence:
             click.echo(summary.stats.pass_rate.resolution_sentence + ".")
+    for line in evaluation_sentences(summary):
+        click.echo(line + ("" if line.startswith("note:") else "."))
     if summary.forced is not None and summary.forced.scored:
         echo_forced(summary.forced)
     if sent := repeats_sent(summary):
@@ -131,6 +138,10 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(f"warning: {summary.cells.warning}")
     if template := template_warning(summary):
         click.echo(f"warning: {template}")
+    if collapse := collapse_warning(summary):
+        click.echo(f"warning: {collapse}.")
+    for session in summary.sessions:
+        click.echo(session.sentence[0].upper() + session.sentence[1:] + ".")
     for side, found in sorted(summary.log_matches.items()):
         for match in found:
             kind = "BLOCKING" if match.blocking else "warning"
@@ -289,8 +300,9 @@ def candidates_markdown(decision: CandidatesGate, overview: Overview,
              f"{len(decision.candidates)} candidates", "",
              "| candidate | verdict | why |", "|---|---|---|"]
     for label, result in decision.candidates.items():
+        why = [*result.reasons(), review_phrase(result.flips_to_review)]
         lines.append(f"| {markdown_text(label)} | {result.verdict} | "
-                     f"{markdown_text('; '.join(result.reasons()))} |")
+                     f"{markdown_text('; '.join(filter(None, why)))} |")
     choice = decision.recommendation
     lines += ["", f"Recommended: **{markdown_text(choice.label)}**, "
               f"{markdown_text(choice.reason)}." if choice.label

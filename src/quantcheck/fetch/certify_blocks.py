@@ -1,8 +1,9 @@
 """A certificate's cache block, and prefixes cut to a number of tokens.
 
 The block: where the server says it (SGLang's `page_size` in /get_server_info; vLLM's
-`block_size` label of the `vllm:cache_config_info` gauge at GET /metrics), else its
-engine's default (store/engines.py `CacheBlocks`); None for an engine not known.
+`block_size` label of the `vllm:cache_config_info` gauge at GET /metrics, as
+fetch/server_info.py keeps it, else read here), else its engine's default
+(store/engines.py `CacheBlocks`); None for an engine not known.
 
 A prefix of exactly N tokens (the `block` factor): the prompt's request and its sibling
 (the same request asking another question) after the first k words of a prefix share
@@ -14,14 +15,13 @@ shares more, a word of several tokens across N), the level is not tested, and wh
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping
 
 from ..store.engines import APPLY_TEMPLATE, EngineProfile, profile_of
 from ..store.run_dir import ServerInfo
-from ..store.runtimes import mapping, whole_number
+from ..store.runtimes import info_answer, mapping, whole_number
 from ..wire.client import TRANSPORT_ERRORS, EndpointClient, HTTPStatusError, server_root
-from ..wire.dialects import MalformedResponse
+from ..wire.dialects import MalformedResponse, metric_labels
 
 METRICS_BYTES = 4 << 20  # a /metrics answer read at most (vLLM's is some 100 KB)
 # A block said larger than this is not taken (the plan draws a prefix of as many words):
@@ -42,23 +42,23 @@ async def cache_block(client: EndpointClient, info: ServerInfo | None, runtime: 
         if said and said <= MAX_BLOCK_TOKENS:
             return said, f"the server says: {blocks.info_field} {said}"
     if blocks.metrics:
-        text = await client.get_text("/metrics", METRICS_BYTES)
-        said = metrics_label(text or "", *blocks.metrics)
+        said = await metric_number(client, info, *blocks.metrics)
         if said and said <= MAX_BLOCK_TOKENS:
-            return said, f"the server says: {blocks.metrics[1]} {said} (GET /metrics)"
+            return said, f"the server says: {blocks.metrics[2]} {said} (GET {blocks.metrics[0]})"
     return blocks.tokens, f"{blocks.said}, the server does not say"
 
 
-def metrics_label(text: str, name: str, label: str) -> int | None:
-    """A whole-number label of a Prometheus gauge in a /metrics text
-    (`vllm:cache_config_info{block_size="16",...} 1.0` -> 16); None when absent."""
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        found = re.search(r'(?:^|[{,])\s*' + re.escape(label) + r'="(\d{1,9})"', line)
-        if found and int(found.group(1)) > 0:
-            return int(found.group(1))
-    return None
+async def metric_number(client: EndpointClient, info: ServerInfo | None, path: str,
+                        metric: str, label: str) -> int | None:
+    """A whole-number label of a Prometheus metric: as the server's description kept its
+    labels (`answers[path]`), else read from the page; None when it is not there."""
+    labels = mapping(mapping(info_answer(info, path) if info else None).get(metric))
+    if not labels:
+        text = await client.get_text(path, METRICS_BYTES)
+        labels = (metric_labels(text, metric) or {}) if text is not None else {}
+    value = labels.get(label)
+    return int(value) if isinstance(value, str) and value.isdigit() and len(value) < 10 \
+        and int(value) > 0 else None
 
 
 class CannotTokenize(Exception):

@@ -33,6 +33,9 @@ called drift (`within_order_floor`). `cache` says which.
 The figures are llama.cpp's (`llama-perplexity --kl-divergence`: triage/forced_figures.py
 says each one); KL is estimated from the top-k (a lower bound), and again from each
 side's top K/4 so that a reader sees whether the estimate has converged.
+Each line records the prompt's length in tokens as B scored it (`prompt_tokens`), so
+that every position has its place in the context; forced.json gives the figures by
+span of the context (0-1K, 1K-4K, 4K-16K, ...: triage/forced_positions.py).
 
 Noise floors: the same figures for A against A's own repeats (over their common prefix
 and the first position where they part); with B's run (`b_run`), for B against B's own
@@ -82,6 +85,7 @@ from ..triage.forced_figures import (
     within_floor,
     within_order,
 )
+from ..triage.forced_positions import by_position, position_sentence
 from ..triage.tokenizers import tokenizer_agreement
 from ..wire.client import (
     RETRYABLE_STATUS,
@@ -107,6 +111,9 @@ from .server_info import describe_server
 
 MODES = ("auto", "prompt-logprobs", "token-ids", "echo")
 GIVE_UP_AFTER = 5  # prompts that failed, none scored: B cannot score
+# What a way of scoring gives: each position of A's answer scored, whether B re-tokenized
+# A's text (approximate), and the prompt's length in tokens as B scored it
+Scoring = tuple[list[ScoredPosition], bool, int]
 # What one prompt's scoring can fail with (an answer of the wrong shape included)
 SCORING_ERRORS = (HTTPStatusError, MalformedResponse, KeyError, IndexError, AttributeError,
                   TypeError, ValueError, *TRANSPORT_ERRORS)
@@ -177,7 +184,9 @@ async def score_run_async(a_run: str | Path, out: str | Path, settings: ForcedSe
         within_floor=within_floor(overall.kl, {name: stats for name, stats in floors.items()
                                                if stats is not None}),
         cache=_cache_words(cache_field, mode, server),
-        order_floor=by_order, within_order_floor=within_order(overall.stats(), by_order))
+        order_floor=by_order, within_order_floor=within_order(overall.stats(), by_order),
+        by_position=(spans := by_position(lines)),
+        by_position_sentence=position_sentence(spans, _largest_floor(floors)))
     write_forced(Path(out), summary, list(lines))
     return summary
 
@@ -267,6 +276,13 @@ async def _b_floors(client: EndpointClient, model: str, mode: str, settings: For
     return b_self, noise_floor(with_tokens, "B", quarter)
 
 
+def _largest_floor(floors: Mapping[str, ForcedStats | None]) -> ForcedStats | None:
+    """The measured noise floor with the largest KL mean (None: none measured)."""
+    measured = [stats for stats in floors.values()
+                if stats is not None and stats.positions and stats.kl is not None]
+    return max(measured, key=lambda stats: stats.kl.mean if stats.kl else 0.0, default=None)
+
+
 def _estimator(a_top_k: int, top_k: int, quarter: int) -> str:
     return (f"KL(A||B) over A's top-{a_top_k} alternatives that B's top-{top_k} holds, plus "
             "one bucket for the rest: a lower bound on the full-vocabulary KL that "
@@ -347,14 +363,14 @@ class _Scorer:
         scoring = {"prompt-logprobs": self._by_ids, "token-ids": self._by_native_ids,
                    "echo": self._by_echo}[self.mode]
         try:
-            forced, approximate = await scoring(prompt, record)
+            forced, approximate, prompt_tokens = await scoring(prompt, record)
         except SCORING_ERRORS as exc:
             return self._failed(prompt, exc)
         self.scored += 1
         if self.keep:
             self.scored_positions[prompt.id] = forced
         line = self._line(prompt, record, forced)
-        line.approximate = approximate
+        line.approximate, line.prompt_tokens = approximate, prompt_tokens
         return line
 
     def _failed(self, prompt: Prompt, exc: Exception) -> ForcedLine:
@@ -390,8 +406,7 @@ class _Scorer:
                                         each.same_top)
         return line
 
-    async def _by_ids(self, prompt: Prompt, record: Completion
-                      ) -> tuple[list[ScoredPosition], bool]:
+    async def _by_ids(self, prompt: Prompt, record: Completion) -> Scoring:
         """Exact on A's own token ids; approximate (True) when A's run has none and B
         re-tokenizes A's text, which may cut it into other tokens than A generated."""
         request = ({"messages": prompt.request["messages"], "add_generation_prompt": True}
@@ -405,7 +420,8 @@ class _Scorer:
         answer = await self._post("/v1/completions", {
             "model": self.model, "prompt": prompt_ids + ids, "max_tokens": 1,
             "temperature": 0, "prompt_logprobs": self.top_k})
-        return parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k), not own
+        return (parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k), not own,
+                len(prompt_ids))
 
     async def _tokenize(self, request: Mapping[str, object]) -> list[int]:
         endpoint = with_forced_mode(PROMPT_LOGPROBS).tokenize  # the mode is vLLM's
@@ -426,8 +442,7 @@ class _Scorer:
                     "score with --forced-mode echo")
         return None
 
-    async def _by_native_ids(self, prompt: Prompt, record: Completion
-                             ) -> tuple[list[ScoredPosition], bool]:
+    async def _by_native_ids(self, prompt: Prompt, record: Completion) -> Scoring:
         if prompt.api == "chat":
             template = await self._post("/apply-template", dict(prompt.request),
                                         scoring=False)
@@ -447,7 +462,7 @@ class _Scorer:
                 "prompt": prompt_ids + ids[:n], "n_predict": 1, "n_probs": self.top_k,
                 "temperature": 0})
             scored.append(parse_native_next(answer, token_id, token_text, self.top_k))
-        return scored, False
+        return scored, False, len(prompt_ids)
 
     async def _native_tokenize(self, text: str, special: bool) -> list[int]:
         answer = await self._post("/tokenize", {"content": text, "add_special": special},
@@ -457,10 +472,10 @@ class _Scorer:
             raise MalformedResponse("/tokenize answered without token ids")
         return tokens
 
-    async def _by_echo(self, prompt: Prompt, record: Completion
-                       ) -> tuple[list[ScoredPosition], bool]:
+    async def _by_echo(self, prompt: Prompt, record: Completion) -> Scoring:
         text = str(prompt.request["prompt"])
         answer = await self._post("/v1/completions", {
             "model": self.model, "prompt": text + (record.text or ""), "echo": True,
             "logprobs": self.top_k, "max_tokens": 1, "temperature": 0})
-        return parse_echo(answer, len(text), self.top_k), True
+        scored, prompt_tokens = parse_echo(answer, len(text), self.top_k)
+        return scored, True, prompt_tokens

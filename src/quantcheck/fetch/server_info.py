@@ -3,10 +3,11 @@ as sent (store/runtimes.py reads them)."""
 
 from __future__ import annotations
 
-from ..store.engines import INFO_PATHS
+from ..store.engines import INFO_PATHS, profile_of
 from ..store.run_dir import ServerInfo
 from ..store.runtimes import choose_model, identify_runtime, runtime_version, with_info_answer
 from ..wire.client import EndpointClient, api_key_from_env, public_url
+from ..wire.dialects import metric_labels
 
 
 async def describe_server(client: EndpointClient, models: list[dict[str, object]]
@@ -20,7 +21,22 @@ async def describe_server(client: EndpointClient, models: list[dict[str, object]
         with_info_answer(info, path, await client.get_json(path))
     info.runtime = identify_runtime(info)
     info.runtime_version = runtime_version(info)
+    await _with_metric(client, info)
     return info
+
+
+async def _with_metric(client: EndpointClient, info: ServerInfo) -> None:
+    """The labels of the metric the runtime tells its KV cache's dtype in (vLLM's
+    `vllm:cache_config_info` on `/metrics`), kept as `answers[path] = {metric: labels}`:
+    the page itself is large and changes with every request."""
+    profile = profile_of(info.runtime)
+    if profile is None or profile.kv_cache_dtype_metric is None:
+        return
+    path, metric, _ = profile.kv_cache_dtype_metric
+    text = await client.get_text(path)
+    labels = metric_labels(text, metric) if text is not None else None
+    if labels is not None:
+        info.answers[path] = {metric: labels}
 
 
 async def ask_server(endpoint: str, model: str | None, api_key_env: str | None = None

@@ -24,6 +24,18 @@ STATUS_WORDS = {"not_comparable": "the prompt differs between A and B (another h
                 "a_failed": "A has no answer", "b_failed": "B has no answer"}
 
 
+REVIEW = "flips_to_review"  # the flips listed for review (gate.json's flips_to_review)
+UNSURE_WORDS = {"a": "A unsure, B sure", "b": "A sure, B unsure", "both": "both unsure",
+                "neither": "both sure"}
+
+
+class Listed(Protocol):
+    """A flip listed for review (verdict.FlipToReview)."""
+
+    @property
+    def prompt_id(self) -> str: ...
+
+
 class BrokenRule(Protocol):
     """What is read of a gate rule (verdict.Rule)."""
 
@@ -80,15 +92,27 @@ def failures(rules: Iterable[BrokenRule], rows: Sequence[PairRow], report: str =
     return found
 
 
-def report_failures(report_dir: Path, rules: Iterable[BrokenRule], report: str = ""
-                    ) -> list[Failure]:
-    """The failures of a report gated earlier, its pairs read back."""
-    return failures(rules, read_pair_rows(report_dir), report)
+def reviews(listed: Iterable[Listed], rows: Sequence[PairRow], report: str = ""
+            ) -> list[Failure]:
+    """Each flip listed for review, explained as a failure is (rule `flips_to_review`)."""
+    by_id = {row.prompt_id: row for row in rows}
+    return [Failure(flip.prompt_id, REVIEW, None, what_broke(REVIEW, row),
+                    answer(row.a_text, row.a_tool_calls), answer(row.b_text, row.b_tool_calls),
+                    sheet_link(flip.prompt_id, report))
+            for flip in listed if (row := by_id.get(flip.prompt_id)) is not None]
+
+
+def report_failures(report_dir: Path, rules: Iterable[BrokenRule], report: str = "",
+                    listed: Iterable[Listed] = ()) -> list[Failure]:
+    """The flips listed for review (first), then the failures, of a report gated
+    earlier, its pairs read back."""
+    rows = read_pair_rows(report_dir)
+    return reviews(listed, rows, report) + failures(rules, rows, report)
 
 
 def what_broke(rule: str, row: PairRow) -> str:
-    """In words, what makes this pair break this rule."""
-    if rule == "factual_flips":
+    """In words, what makes this pair break this rule (or be listed for review)."""
+    if rule in ("factual_flips", REVIEW):
         if row.flip == "regression" and row.flipped_checks:
             checks = row.flipped_checks.split()
             reasons = [reason for reason in (row.b_expect_failures or "").split("; ")
@@ -98,7 +122,7 @@ def what_broke(rule: str, row: PairRow) -> str:
                     else f"checks {', '.join(checks)} pass on A, fail on B")
             cause = (f"; flip cause: {FLIP_CAUSE_WORDS[row.flip_cause]}"
                      if row.flip_cause in FLIP_CAUSE_WORDS else "")
-            return said + because + cause
+            return said + because + cause + fork_words(row)
         return "a reviewer labelled it a factual flip"
     if rule == "new_degenerate_on_b":
         return f"B's answer is degenerate ({row.b_degenerate}), A's is not"
@@ -118,7 +142,25 @@ def what_broke(rule: str, row: PairRow) -> str:
         return f"check {' '.join(skipped)} did not run (compare with --allow-code-exec)"
     if rule == "routing_determinism":
         return "B's repeats were routed to other MoE experts"
+    if rule == "collapsed_on_b":
+        return ("B answers this prompt as it answers another prompt (the same first 512 "
+                "characters), where A's answers to them differ")
     return rule.replace("_", " ")
+
+
+def fork_words(row: PairRow) -> str:
+    """'; fork at token 0 (A " Amsterdam", B " 100"): 0.005 nats apart on A, 0.690 on B
+    (A unsure, B sure)', or "" where the streams were not compared by token."""
+    if row.first_divergence is None or row.divergence_a_token is None:
+        return ""
+    gaps = [f"{row.divergence_gap:.3f} nats apart on A" if row.divergence_gap is not None
+            else "B's token not in A's top-k"]
+    if row.divergence_b_gap is not None:
+        gaps.append(f"{row.divergence_b_gap:.3f} on B")
+    unsure = UNSURE_WORDS.get(row.unsure_side or "")
+    return (f"; fork at token {row.first_divergence} (A {row.divergence_a_token!r}, B "
+            f"{row.divergence_b_token!r})" + (f": {', '.join(gaps)}" if gaps else "")
+            + (f" ({unsure})" if unsure else ""))
 
 
 def answer(text: str | None, tool_calls: str | None) -> str:

@@ -21,8 +21,8 @@ from ..store.report_dir import GATE_JSON, JUNIT_XML, OVERVIEW, read_overview
 from ..store.report_records import CandidateRow, Overview, Recommendation, SideIdentity, Summary
 from ..store.rubric import Rubric
 from ..store.run_dir import CellValue, Throughput, write_json_atomic
-from .explain import Failure, junit_text, report_failures
-from .verdict import GateResult, Policy, gate_report, xml_text
+from .explain import REVIEW, Failure, junit_text, report_failures
+from .verdict import GateResult, Policy, gate_report, review_phrase, xml_text
 
 
 def candidate_row(label: str, report: str, summary: Summary, result: GateResult
@@ -145,6 +145,12 @@ def candidates_junit(results: dict[str, GateResult],
                 why = [junit_text(found, reference, label) for found in
                        (explained or {}).get(label, []) if found.rule == rule.name]
                 failure.text = xml_text("\n\n".join([f"{label}: {rule.description}", *why]))
+        if result.flips_to_review:  # not counted, never passed unseen: a skipped case
+            case = ElementTree.SubElement(suite, "testcase", name=xml_text(f"{label}: {REVIEW}"),
+                                          classname=xml_text(f"quantcheck.{label}"))
+            said = review_phrase(result.flips_to_review)
+            ElementTree.SubElement(case, "skipped", type=REVIEW, message=xml_text(said)).text = \
+                xml_text(f"{label}: {said}")
     suite.set("tests", str(len(suite)))
     suite.set("failures", str(failures))
     return b'<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(suite)

@@ -15,6 +15,7 @@ import msgspec
 
 from ..store.certificate_records import Certificate
 from ..store.formats import PAIRS_FORMAT, SCHEMAS, schema_file
+from ..store.ladder_records import Ladder, LadderPlan
 from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
 from ..store.report_records import DeterminismReport, ForcedSummary, Overview, Summary
 from ..store.repro_records import Repro
@@ -28,7 +29,8 @@ RECORDS: dict[str, type[msgspec.Struct]] = {
     "summary": Summary, "gate": GateResult, "candidates-gate": CandidatesGate,
     "overview": Overview, "review": Review, "approvals": ApprovalsFile,
     "manifest": Manifest, "determinism": DeterminismReport, "forced": ForcedSummary,
-    "throughput": Throughput, "certificate": Certificate, "repro": Repro,
+    "throughput": Throughput, "certificate": Certificate, "repro": Repro, "ladder": Ladder,
+    "ladder-plan": LadderPlan,
 }
 COLUMN_TYPES = {"Int64": "integer", "float64": "number", "boolean": "boolean",
                 "object": "string"}

@@ -18,10 +18,13 @@ from ..store.formats import GATE_FORMAT, GateFormat
 from ..store.judge_records import Agreement
 from ..store.pair_records import (
     FLIP_CAUSE_WORDS,
+    REVIEW_CAUSES,
     PairRow,
     logprobs_only,
     new_degenerate_on_b,
+    nondeterministic,
     text_varies,
+    to_review,
 )
 from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
 from ..store.report_records import Summary
@@ -30,9 +33,11 @@ from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import write_json_atomic
 from ..store.yamlfile import read_yaml, reject_unknown
 from ..triage.agreement import agreement, agreement_sentence
+from ..triage.collapse import collapsed_on_b, collapsed_prompts
 from ..triage.expects import SKIPPED
 from ..triage.stats import pass_rate_of, row_pass_counts
 from .explain import (
+    REVIEW,
     Failure,
     code_cell,
     failures,
@@ -40,6 +45,7 @@ from .explain import (
     junit_text,
     markdown_table,
     markdown_text,
+    reviews,
 )
 
 
@@ -53,6 +59,8 @@ class Policy:
 
     max_factual_flips: int | None = 0
     max_new_degenerate: int | None = 0
+    # distinct prompts B answers alike while A answers them differently (silent breakage)
+    max_collapsed_on_b: int | None = 0
     max_nondeterministic: int | None = None
     # a determinism certificate's prompts that vary under any factor: none, by default,
     # as `determinism --certify` says NOT CERTIFIED of one
@@ -71,8 +79,11 @@ class Policy:
     require_routing_determinism: bool = False  # no prompt whose B repeats route differently
     max_template_problems: int | None = None  # chat template signs (off: reported only)
     max_judge_flips: int | None = None  # unreviewed pairs the judge calls blocking (off)
-    # count only the expect regressions nothing measured explains (flip_cause confident)
-    confident_flips_only: bool = False
+    # leave out of factual_flips the expect regressions the reference's own doubt
+    # explains (flip_cause unstable_a, near_tie): listed for review instead. Measured on
+    # a batching llama-server (docs/gate.md): counting them failed 3 of 14 reruns of an
+    # unchanged build; without them 0 of the reruns, and every regressed build still fails
+    confident_flips_only: bool = True
 
 
 class Rule(msgspec.Struct):
@@ -92,8 +103,37 @@ class ApprovedPair(msgspec.Struct):
     approved_at: str
 
 
+class FlipToReview(msgspec.Struct):
+    """An expect regression the reference's own doubt explains, not counted: a person
+    decides it (`flip_cause`: unstable_a or near_tie)."""
+
+    prompt_id: str
+    flip_cause: str
+
+
+class ReferenceStability(msgspec.Struct, kw_only=True):
+    """What the reference (A) showed of its own instability: its repeats per prompt
+    (None: a texts file), the prompts it has, and those whose repeats gave more than one
+    text or logprob signature (`varying`), more than one text (`varying_text`)."""
+
+    repeats: int | None
+    prompts: int
+    varying: int
+    varying_text: int
+
+    def sentence(self) -> str:
+        """'reference: 2 repeats a prompt, 3 of 40 prompts varied on A (1 in its
+        text)', or why its stability is not known."""
+        if not self.repeats or self.repeats < 2:
+            return ("reference: 1 answer a prompt, its own instability not measured "
+                    "(collect it with --repeats 2 or more)")
+        return (f"reference: {self.repeats} repeats a prompt, {self.varying} of "
+                f"{self.prompts} prompts varied on A ({self.varying_text} in their text)")
+
+
 class GateResult(msgspec.Struct, kw_only=True):
-    """gate.json: the verdict, every rule, who reviewed, which pairs were approved."""
+    """gate.json: the verdict, every rule, who reviewed, which pairs were approved,
+    the flips listed for review and the reference's own stability."""
 
     format: GateFormat = GATE_FORMAT
     verdict: str  # pass | fail
@@ -101,6 +141,8 @@ class GateResult(msgspec.Struct, kw_only=True):
     reviewers: list[str] = []
     approved: list[ApprovedPair] = []
     judge_agreement: Agreement | None = None  # a judged report with reviews
+    flips_to_review: list[FlipToReview] = []  # not counted, never passed unseen
+    reference: ReferenceStability | None = None  # an A/B report's (None: a certificate)
 
     @property
     def passed(self) -> bool:
@@ -152,8 +194,25 @@ def decide(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     approved = [ApprovedPair(r.prompt_id, r.approved_label, r.approved_at) for r in rows
                 if r.needs_review and r.approved_label]
     reviewers = sorted({v.reviewer for given in verdicts.values() for v in given})
+    listed = ([FlipToReview(r.prompt_id, r.flip_cause or "") for r in rows
+               if r.compared and to_review(r) and not _reviewer_blocks(r, verdicts, blocking)]
+              if policy.confident_flips_only else [])
     return GateResult(verdict="pass" if all(rule.passed for rule in rules) else "fail",
-                      rules=rules, reviewers=reviewers, approved=approved)
+                      rules=rules, reviewers=reviewers, approved=approved,
+                      flips_to_review=listed, reference=reference_stability(rows, summary))
+
+
+def reference_stability(rows: Sequence[PairRow], summary: Summary) -> ReferenceStability:
+    """The reference's repeats and the prompts whose repeats varied on A."""
+    return ReferenceStability(
+        repeats=summary.determinism["a"].repeats if "a" in summary.determinism else None,
+        prompts=len(rows), varying=sum(nondeterministic(r, "a") for r in rows),
+        varying_text=sum(text_varies(r, "a") for r in rows))
+
+
+def _reviewer_blocks(row: PairRow, verdicts: dict[str, list[ReviewVerdict]],
+                     blocking: set[str]) -> bool:
+    return any(_blocks(v, blocking) for v in verdicts.get(row.prompt_id, []))
 
 
 def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
@@ -163,7 +222,7 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     to_review = [r for r in compared if r.needs_review]
     flips = [r.prompt_id for r in compared
              if (r.flip == "regression" and _counted(r, policy.confident_flips_only))
-             or any(_blocks(v, blocking) for v in verdicts.get(r.prompt_id, []))]
+             or _reviewer_blocks(r, verdicts, blocking)]
     unreviewed = [r.prompt_id for r in to_review
                   if not verdicts.get(r.prompt_id) and not r.approved_label]
     identical_share = (len(compared) - len(to_review)) / len(compared) if compared else 1.0
@@ -172,6 +231,9 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
         _rule("new_degenerate_on_b", "degenerate output new on B",
               "degenerate outputs new on B", new_degenerate_on_b(compared),
               policy.max_new_degenerate),
+        _rule("collapsed_on_b", *_with("B answers like another prompt while A answers "
+                                       "them differently (collapse)"),
+              collapsed_prompts(collapsed_on_b(compared)), policy.max_collapsed_on_b),
     ]
     for side in ("a", "b"):
         rules.append(_nondeterminism_rule(rows, side, policy.max_nondeterministic))
@@ -219,28 +281,57 @@ def _nondeterminism_rule(rows: Sequence[PairRow], side: str, limit: int | None) 
     return rule
 
 
-NOISY_CAUSES = ("unstable_a", "unstable_b", "near_tie")
-
-
 def _counted(row: PairRow, confident_only: bool) -> bool:
-    """Whether an expect regression counts: always by default; with confident_flips_only
-    unless its repeats or a near tie explain it (an empty flip_cause counts)."""
-    return not confident_only or row.flip_cause not in NOISY_CAUSES
+    """Whether an expect regression counts: with confident_flips_only (the default)
+    unless the reference's own doubt explains it (REVIEW_CAUSES: A's repeats disagree,
+    or a near tie on A's side); every one with --all-flips."""
+    return not confident_only or row.flip_cause not in REVIEW_CAUSES
 
 
 def _flips_rule(flips: list[str], compared: list[PairRow], policy: Policy) -> Rule:
-    """Factual flips; with confident_flips_only the description also says which expect
-    regressions were not counted and what explains them."""
-    rule = _rule("factual_flips", "factual flip", "factual flips", flips,
+    """Factual flips: "2 confident flips" under the default policy, saying which of them
+    are counted for another reason than a sure A (the flips left for review are the
+    gate's `flips_to_review`); "2 factual flips" with --all-flips."""
+    if not policy.confident_flips_only:
+        return _rule("factual_flips", "factual flip", "factual flips", flips,
+                     policy.max_factual_flips)
+    rule = _rule("factual_flips", "confident flip", "confident flips", flips,
                  policy.max_factual_flips)
-    if policy.confident_flips_only:
-        set_aside = Counter(r.flip_cause for r in compared if r.flip == "regression"
-                            and r.prompt_id not in flips and r.flip_cause in NOISY_CAUSES)
-        explained = ", ".join(f"{n} {FLIP_CAUSE_WORDS[cause]}" for cause, n in
-                              sorted(set_aside.items()))
-        rule.description += (f" (confident only; not counted: {explained})" if explained
-                             else " (confident only)")
+    counted = set(flips)
+    others = Counter(_why_counted(r) for r in compared if r.prompt_id in counted)
+    others.pop("", None)
+    if others:
+        rule.description += " (of them " + ", ".join(
+            f"{n} {what}" for what, n in sorted(others.items())) + ")"
     return rule
+
+
+def _why_counted(row: PairRow) -> str:
+    """Why a counted flip is counted when not for a sure A: its cause's words, or a
+    reviewer's label; "" for a confident one."""
+    if row.flip == "regression" and _counted(row, True):
+        return "" if row.flip_cause == "confident" else FLIP_CAUSE_WORDS.get(
+            row.flip_cause or "", "")
+    return "labelled by a reviewer"
+
+
+def review_phrase(listed: Sequence[FlipToReview], prompts: bool = True) -> str:
+    """'1 near-tie flip to review (cap-nl)', '2 flips to review (1 A's repeats disagree,
+    1 near tie on A: p1, p2)': the flips the reference's own doubt explains, not
+    counted; "" without any."""
+    if not listed:
+        return ""
+    causes = Counter(flip.flip_cause for flip in listed)
+    ids = ", ".join(flip.prompt_id for flip in listed[:3]) + (", ..." if len(listed) > 3
+                                                                else "")
+    many = len(listed) != 1
+    if set(causes) == {"near_tie"}:
+        said = f"{len(listed)} near-tie flip{'s' if many else ''} to review"
+        return f"{said} ({ids})" if prompts else said
+    kinds = ", ".join(f"{n} {FLIP_CAUSE_WORDS.get(cause, cause)}"
+                      for cause, n in sorted(causes.items()))
+    said = f"{len(listed)} flip{'s' if many else ''} to review ({kinds}"
+    return f"{said}: {ids})" if prompts else f"{said})"
 
 
 def _judge_rule(compared: list[PairRow], verdicts: dict[str, list[ReviewVerdict]],
@@ -370,16 +461,24 @@ def junitxml_text(verdict: GateResult, rows: Sequence[PairRow],
     failing: dict[str, list[Failure]] = {}
     for found in failures(verdict.rules, rows):
         failing.setdefault(found.prompt_id, []).append(found)
+    listed = {found.prompt_id: found for found in reviews(verdict.flips_to_review, rows)}
     on_prompts = {found.rule for explained in failing.values() for found in explained}
     suite = ElementTree.Element("testsuite", name="quantcheck", tests=str(len(rows)),
-                                failures=str(sum(1 for r in rows if r.prompt_id in failing)))
-    for row in rows:
+                                failures=str(sum(1 for r in rows if r.prompt_id in failing)),
+                                skipped=str(len(listed)))
+    # the flips listed for review first, each a skipped test saying why: never passed unseen
+    for row in sorted(rows, key=lambda r: r.prompt_id not in listed):
         case = ElementTree.SubElement(suite, "testcase", name=xml_text(row.prompt_id),
                                       classname=xml_text(f"quantcheck.{row.category or 'general'}"))
         for explained in failing.get(row.prompt_id, []):
             failure = ElementTree.SubElement(case, "failure", type=explained.rule,
                                              message=xml_text(junit_message(explained)))
             failure.text = xml_text(junit_text(explained, *labels))
+        if row.prompt_id in listed and row.prompt_id not in failing:
+            review = listed[row.prompt_id]
+            skipped = ElementTree.SubElement(case, "skipped", type=REVIEW,
+                                             message=xml_text(junit_message(review)))
+            skipped.text = xml_text(junit_text(review, *labels))
     for rule in verdict.rules:  # broken by the report as a whole (or by log lines)
         if not rule.passed and rule.name not in on_prompts:
             case = ElementTree.SubElement(suite, "testcase", name=rule.name,
@@ -410,12 +509,17 @@ def rule_table(rules: Sequence[Rule]) -> list[str]:
 
 
 def markdown(verdict: GateResult, summary: Summary, found: Sequence[Failure] = ()) -> str:
-    """The verdict as the Markdown the step summary gets: every rule, then why each
-    failing prompt fails (`found`, from explain.failures)."""
+    """The verdict as the Markdown the step summary gets: the flips counted apart from
+    those left for review and the reference's stability, the flips to review, every
+    rule, then why each failing prompt fails (`found`, from explain.report_failures)."""
     icon = "PASS" if verdict.passed else "FAIL"
+    a, b = summary.a.label, summary.b.label
     lines = [f"## quantcheck: {icon}", "",
-             f"**{markdown_text(summary.a.label)}** (A) vs **{markdown_text(summary.b.label)}** "
-             "(B)", "", *rule_table(verdict.rules)]
+             f"**{markdown_text(a)}** (A) vs **{markdown_text(b)}** (B)", "",
+             flips_sentence(verdict)]
+    lines += markdown_table([f for f in found if f.rule == REVIEW], a, b,
+                            "Flips to review (not counted: the reference itself was unsure)")
+    lines += ["", *rule_table(verdict.rules)]
     if verdict.approved:
         lines += ["", f"{len(verdict.approved)} pairs approved earlier (no second review): "
                   + ", ".join(f"{code_cell(a.prompt_id)} ({markdown_text(a.label)}, "
@@ -426,14 +530,30 @@ def markdown(verdict: GateResult, summary: Summary, found: Sequence[Failure] = (
         said = agreement_sentence(verdict.judge_agreement, sum(summary.judge.labels.values()))
         judge = summary.judge.model or summary.judge.endpoint
         lines += ["", f"Judge ({markdown_text(judge)}): {markdown_text(said)}."]
-    lines += markdown_table(found, summary.a.label, summary.b.label)
+    lines += markdown_table([f for f in found if f.rule != REVIEW], a, b)
     return "\n".join(lines) + "\n"
 
 
+def flips_sentence(verdict: GateResult) -> str:
+    """'Flips: 0 confident flips; 1 near-tie flip to review; reference: 2 repeats a
+    prompt, 3 of 40 prompts varied on A (1 in their text).' (escaped: a rule's words
+    may quote a file)"""
+    rule = next((r for r in verdict.rules if r.name == "factual_flips"), None)
+    parts = [rule.description if rule is not None else "",
+             review_phrase(verdict.flips_to_review, prompts=False)
+             or "no flip to review",
+             verdict.reference.sentence() if verdict.reference is not None else ""]
+    return "Flips: " + markdown_text("; ".join(filter(None, parts)) + ".")
+
+
 def one_line(verdict: GateResult) -> str:
-    if verdict.passed:
-        return "PASS: no rule broken"
-    return "FAIL: " + ", ".join(verdict.reasons())
+    """The verdict in one line: the broken rules, then the flips left for review and
+    the reference's own stability (an A/B report's)."""
+    said = ("PASS: no rule broken" if verdict.passed
+            else "FAIL: " + ", ".join(verdict.reasons()))
+    extras = [review_phrase(verdict.flips_to_review),
+              verdict.reference.sentence() if verdict.reference is not None else ""]
+    return "; ".join([said, *filter(None, extras)])
 
 
 def write_junit(verdict: GateResult, rows: Sequence[PairRow], path: Path,

@@ -5,7 +5,7 @@ speaks the wire format of vllm, sglang, llama.cpp or llama-cpp-python, streams, 
 injects the faults a real deployment shows (latency, 429, 5xx, dropped connections,
 a top_logprobs limit, missing logprobs, rejected parameters, nondeterministic or
 load-dependent logprobs, logprobs that move with the batch size or a cached prefix, a
-`seed` accepted and ignored).
+`seed` accepted and ignored, and long answers gone wrong: output_faults.py).
 It can also replay a recorded response body verbatim.
 
 A prefix cache (lab/prefix_cache.py) that the engines' own ways empty: vLLM's POST
@@ -34,7 +34,7 @@ import io
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -54,8 +54,10 @@ from ..store.engines import (
     TOKEN_IDS,
     LabDialect,
 )
+from .output_faults import LateLoop, bang_run, collapsed
 from .prefix_cache import PrefixCache, shared_start
 from .request_body import json_has, json_int, json_items, json_object, prompt_text_of
+from .steps import Emit, Scored, Step
 
 DIALECTS = ENGINE_NAMES  # the runtimes whose wire formats the lab speaks (their profiles)
 
@@ -118,6 +120,11 @@ class Faults:
     no_logprobs_under_load: bool = False
     # One request computed at a time (a server with one slot): latency_s each, in turn.
     one_at_a_time: bool = False
+    # Long answers gone wrong (output_faults.py): a loop after this many tokens, `!` to
+    # the length limit, one answer to every prompt
+    late_loop_after: int | None = None
+    bang_run: bool = False
+    collapse: bool = False
     # Not a fault: vLLM started with VLLM_SERVER_DEV_MODE=1, whose POST
     # /reset_prefix_cache empties its cache (without it the path is not there)
     dev_mode: bool = False
@@ -129,6 +136,7 @@ class Faults:
     # shares its first COBATCH_SHARED tokens or more with another in flight comes back
     # with its logprobs moved (5e-7 relative); give latency_s so that they overlap
     cobatch_writer: bool = False
+
 
 
 COBATCH_SHARED = 8
@@ -177,20 +185,6 @@ def lab_routing(forwarded: list[str]) -> np.ndarray:
     return np.array(rows, np.int32).reshape(len(rows), ROUTING_LAYERS, ROUTING_K)
 
 
-@dataclass
-class Step:
-    """One generated token: its string, bytes, the content it adds, logprob, top-k."""
-
-    token: str
-    raw: bytes
-    content: str
-    logprob: float
-    top: list[tuple[str, float]]
-    reasoning: bool = False  # part of the reasoning, not of the answer
-    call: int | None = None  # part of tool call number `call`: its name, or its arguments
-    call_name: str | None = None  # set on a call's first step (the name's token)
-
-
 @dataclass(frozen=True)
 class CacheRead:
     """What one request read of the lab's prefix cache: its tokens, how many were
@@ -200,18 +194,6 @@ class CacheRead:
     ids: list[int]
     read: int
     corrupted: bool
-
-
-@dataclass
-class Scored:
-    """One forced position: the logprob of the given token, and the top-k (id, text,
-    logprob) the model had there."""
-
-    logprob: float
-    top: list[tuple[int, str, float]]
-
-
-Emit = Callable[[Step], Awaitable[None]]
 
 
 class Engine(Protocol):
@@ -285,6 +267,7 @@ class LabServer:
         app.router.add_get("/get_server_info", self._sglang_info)
         app.router.add_get("/server_info", self._sglang_info)
         app.router.add_get("/props", self._props)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/info", self._tgi_info)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/extras/tokenize", self._tokenize)
@@ -296,7 +279,6 @@ class LabServer:
         app.router.add_post("/detokenize", self._detokenize)
         app.router.add_post("/reset_prefix_cache", self._flush)
         app.router.add_route("*", "/flush_cache", self._flush)
-        app.router.add_get("/metrics", self._metrics)
         return app
 
     @web.middleware
@@ -405,7 +387,7 @@ class LabServer:
         blocks = self.profile.cache_blocks
         if blocks is None:
             return 1
-        said = self.server_info.get(blocks.metrics[1] if blocks.metrics else
+        said = self.server_info.get(blocks.metrics[2] if blocks.metrics else
                                     blocks.info_field or "")
         return said if isinstance(said, int) and said > 0 else blocks.tokens
 
@@ -423,21 +405,28 @@ class LabServer:
         self.prefix_cache.empty()
         return web.Response(status=200)
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        blocks = self.profile.cache_blocks
-        if blocks is None or blocks.metrics is None:
-            raise web.HTTPNotFound()
-        name, label = blocks.metrics
-        return web.Response(text=f"# HELP {name} Information of the LLMEngine CacheConfig\n"
-                                 f"# TYPE {name} gauge\n{name}{{{label}=\"{self._block()}\","
-                                 'cache_dtype="auto",enable_prefix_caching="True"} 1.0\n')
-
     async def _props(self, request: web.Request) -> web.Response:
         if request.path not in self.profile.info_paths:
             raise web.HTTPNotFound()
         props = {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1,
                  "model_path": f"/models/{self.engine.name}.gguf", "build_info": "b6000-abc1234"}
         return _json({**props, **self.server_info})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """A Prometheus page naming the KV cache's dtype and its block, as the engine that
+        tells them there does (vLLM's `vllm:cache_config_info`); `server_info["metrics"]`
+        is sent verbatim instead (a recorded page), `server_info["kv_cache_dtype"]` and
+        `server_info["block_size"]` set them."""
+        at = self.profile.kv_cache_dtype_metric
+        if at is None or request.path != at[0]:
+            raise web.HTTPNotFound()
+        text = self.server_info.get("metrics")
+        if not isinstance(text, str):
+            kv = self.server_info.get("kv_cache_dtype", "auto")
+            text = (f"# HELP {at[1]} Information of the LLMEngine CacheConfig\n"
+                    f"# TYPE {at[1]} gauge\n"
+                    f'{at[1]}{{block_size="{self._block()}",{at[2]}="{kv}",engine="0"}} 1.0\n')
+        return web.Response(text=text, content_type="text/plain")
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         """vLLM (`prompt` or `messages`), llama.cpp (`content`) and llama-cpp-python
@@ -671,6 +660,14 @@ class LabServer:
             emit = self._shifted(emit, 5e-7)
         if self.faults.ignore_seed:
             body = {key: value for key, value in body.items() if key != "seed"}
+        if self.faults.bang_run:
+            return await bang_run(body, top_k, emit)
+        if self.faults.collapse:
+            return await collapsed(body, top_k, emit)
+        if self.faults.late_loop_after is not None:
+            loop = LateLoop(self.faults.late_loop_after, emit)
+            await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, loop.emit))
+            return await loop.finish(body)
         return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
 
     def _cache_hit(self, body: Mapping[str, object]) -> bool:

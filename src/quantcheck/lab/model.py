@@ -27,10 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from .endpoint import Emit, Scored, Step
 from .launch import require_demo_dependencies
 from .numerics import PRECISIONS, ROUND_TRIPS, bf16_round_trip, chunked_matmul, unscaled_fp8
 from .request_body import json_int, json_items, json_str, message_contents
+from .steps import Emit, Scored, Step
 
 if TYPE_CHECKING:
     import torch

@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..store.engines import ENGINES
-from .endpoint import DIALECTS, Emit, Faults, LabServer, Scored, Step, token_id
+from .endpoint import DIALECTS, Faults, LabServer, token_id
 from .request_body import json_int, prompt_text_of
+from .steps import Emit, Scored, Step
 
 __all__ = ["DIALECTS", "Faults", "ScriptedEngine", "ScriptedModel", "ScriptedServer", "Step"]
 

@@ -27,12 +27,14 @@ from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import MANIFEST, load_run, read_throughput
 from ..store.run_records import Prompt
 from ..triage.approvals import Approval, default_approvals_path, load_approvals
+from ..triage.evaluations import add_averages
 from ..triage.judging import label_map
 from ..triage.log_signatures import scan_logs
 from ..triage.pairs import resolve_sides, write_pairs
 from ..triage.parallel import available_cores
 from ..triage.sandbox import Limits
 from ..triage.summary import PairTotals
+from .evals import imported_sides, is_eval_log
 from .judging import check_settings, judge_reports, report_agreement, staging
 
 
@@ -182,6 +184,8 @@ def _finish(job: ReportJob, summary: Summary, totals: PairTotals, read: _Inputs,
     """The statistics, logs and sources; summary.json and the review sheet."""
     options, out = job.options, job.out
     summary.stats = totals.statistics()
+    if summary.evaluation is not None:
+        add_averages(summary.evaluation, summary.stats)
     summary.log_matches = read.log_matches
     summary.sources = {"a": str(job.a), "b": str(job.b)}
     summary.sig_digits = options.sig_digits
@@ -200,9 +204,13 @@ def compare_all(a: Path, bs: Sequence[Path], out: Path, options: CompareOptions,
                 ) -> Summary | Overview:
     """A with every B (`quantcheck compare`): one B's summary, or the overview of
     several B; the prompts of `prompt_files` (data files read as `source` says) name a
-    text side's prompts. `written` follows which reports were replaced."""
+    text side's prompts; a side that is an eval harness's log is imported into
+    OUT/runs/LABEL first. `written` follows which reports were replaced."""
     prompts = {p.id: p for p in load_prompts(prompt_files, RequestOptions(
         source=source or SourceOptions()))} if prompt_files else None
+    if any(is_eval_log(side) for side in (a, *bs)):
+        claim(out, CANDIDATES_OVERVIEW if len(bs) > 1 else REPORT)  # before OUT/runs/
+        a, bs = imported_sides(a, bs, out)
     if len(bs) > 1:
         return compare_candidates(a, bs, out, options, matrix=matrix, prompts=prompts,
                                   written=written)

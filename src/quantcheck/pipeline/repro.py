@@ -88,6 +88,12 @@ def _run(source: Path, name: str, recorded: str | None) -> Run:
 def _sent(name: str, run: Run, prompt_id: str) -> Sent:
     """A side's request of the prompt, rebuilt by collect's own body builder."""
     side = name.upper()
+    imported = run.manifest.evaluation
+    if imported is not None:
+        raise ReproUnavailable(
+            f"{run.path} ({side}) was imported from a log of {imported.harness}: quantcheck "
+            "sent none of its requests, so there is none to rebuild; the harness's log "
+            f"({imported.path}) holds what it sent")
     prompt = run.prompts.get(prompt_id)
     if prompt is None:
         raise ReproUnavailable(f"{run.path} ({side}) holds no prompt {prompt_id!r}")

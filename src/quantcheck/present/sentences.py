@@ -3,15 +3,17 @@ the plurals and phrases it is made of. Triage counts; these say it in words."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..store.judge_records import JudgeFigures
-from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES
+from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES, REVIEW_CAUSES
 from ..store.report_records import Counts, ForcedSummary, Summary
 from ..store.run_records import DEGENERATE_KINDS
 from ..triage.agreement import agreement_sentence
 
-__all__ = ["agreement_sentence", "collecting_speed", "degenerate_phrase",
-           "flip_causes_phrase", "headline", "order_floor_sentence", "repeats_phrases",
-           "repeats_sent",
+__all__ = ["agreement_sentence", "collapse_warning", "collecting_speed", "degenerate_phrase",
+           "evaluation_sentences", "flip_causes_phrase", "headline", "order_floor_sentence",
+           "repeats_phrases", "repeats_sent", "task_lines",
            "judge_sentence", "plural", "template_warning", "PROMPT_CACHE_HINT"]
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
@@ -45,14 +47,21 @@ def headline(summary: Summary) -> str:
                 if c.regressions]
     if len(counts.checks) > 1 and by_check:
         parts.append("flips by check: " + ", ".join(by_check))
-    skipped = sum(c.skipped for c in counts.checks.values())
+    skipped = sum(c.skipped for check, c in counts.checks.items() if check != "verdict")
     if skipped:
         parts.append(f"{plural(skipped, 'check')} skipped (code: compare with "
                      "--allow-code-exec to run them)")
+    undecided = counts.checks["verdict"].skipped if "verdict" in counts.checks else 0
+    if undecided:
+        parts.append(f"{plural(undecided, 'verdict')} neither pass nor fail (partial "
+                     "credit, or no score on a side)")
     if counts.tool_calls:
         parts.append("tool calls: " + ", ".join(f"{v} {k.replace('_', ' ')}"
                                                 for k, v in counts.tool_calls.items()))
     parts.append(degenerate_phrase(counts))
+    if counts.collapse is not None and counts.collapse.new_on_b:
+        parts.append(f"{plural(counts.collapse.new_on_b, 'prompt')} collapsed on B (the same "
+                     "answer to distinct prompts)")
     if counts.length_capped_new_on_b:
         parts.append(f"{plural(counts.length_capped_new_on_b, 'more answer')} on B cut by "
                      "max_tokens where A stopped")
@@ -113,6 +122,8 @@ def collecting_speed(summary: Summary) -> list[str]:
     """What was measured of speed, each in a line that says what it compares: output
     tokens per second while collecting (logprobs asked), B against A when the compared
     answers generated as many tokens; then the throughput phase's figures, when it ran."""
+    if summary.evaluation is not None:  # nothing was sent: the eval harnesses ran it
+        return ["speed: not measured (both sides were imported from eval logs)"]
     performance = summary.performance
     a, b = performance.a, performance.b
     what = "output tokens per second while collecting (logprobs on)"
@@ -134,14 +145,20 @@ def collecting_speed(summary: Summary) -> list[str]:
 
 
 def flip_causes_phrase(causes: dict[str, int]) -> str:
-    """'what can explain the flips: 1 unstable on A, 1 confident' (the classes with
-    flips, in FLIP_CAUSES order), or "" without flips."""
-    found = [f"{causes[cause]} {FLIP_CAUSE_WORDS[cause]}" for cause in FLIP_CAUSES
-             if causes.get(cause)]
-    if not found:
+    """'of the flips, 1 confident, 1 B's repeats disagree (counted); 1 near tie on A
+    (to review: the reference itself unsure)' (the classes with flips, in FLIP_CAUSES
+    order), or "" without flips."""
+    def listed(kinds: tuple[str, ...]) -> str:
+        return ", ".join(f"{causes[cause]} {FLIP_CAUSE_WORDS[cause]}" for cause in kinds
+                         if causes.get(cause))
+
+    counted = listed(tuple(c for c in FLIP_CAUSES if c not in REVIEW_CAUSES))
+    review = listed(REVIEW_CAUSES)
+    parts = ([f"{counted} (counted)"] if counted else []) + (
+        [f"{review} (to review: the reference itself unsure)"] if review else [])
+    if not parts:
         return ""
-    return (f"what can explain the flip{'' if sum(causes.values()) == 1 else 's'}: "
-            + ", ".join(found))
+    return f"of the flip{'' if sum(causes.values()) == 1 else 's'}, " + "; ".join(parts)
 
 
 PROMPT_CACHE_HINT = (
@@ -194,6 +211,28 @@ def _whose(sides: list[str]) -> str:
     return " and ".join(f"{side}'s" for side in sides) + " server" + "s" * (len(sides) > 1)
 
 
+def collapse_warning(summary: Summary) -> str | None:
+    """Distinct prompts B answers alike while A answers them differently, group by group
+    (the first ids, the answer's start); also when A collapses where B does not. None
+    when neither does."""
+    collapse = summary.counts.collapse
+    if collapse is None or not (collapse.new_on_b or collapse.new_on_a):
+        return None
+    found = []
+    if collapse.new_on_b:
+        groups = "; ".join(
+            f"{plural(group.prompts, 'prompt')} ({', '.join(group.ids)}"
+            f"{', ...' if group.prompts > len(group.ids) else ''}) answer "
+            f"\"{' '.join(group.answer.split())}{'...' if len(group.answer) == 80 else ''}\""
+            for group in collapse.groups)
+        found.append(f"B gives {plural(collapse.new_on_b, 'distinct prompt')} the same answer "
+                     f"while A answers them differently (collapse): {groups}")
+    if collapse.new_on_a:
+        found.append(f"A gives {plural(collapse.new_on_a, 'distinct prompt')} the same answer "
+                     "while B answers them differently")
+    return ". ".join(found)
+
+
 def judge_sentence(judge: JudgeFigures) -> str:
     """"judge qwen (quantcheck-factuality/1) on 6 pairs no expect decided: 2 factual_flip,
     ...; 12 requests, 0 from the cache, in 3.1 s, 2,400 tokens"."""
@@ -209,3 +248,78 @@ def judge_sentence(judge: JudgeFigures) -> str:
     stopped = f"; {judge.error}" if judge.error else ""
     return f"{who} {said} ({cost}){stopped}"
 
+
+
+@dataclass
+class TaskLine:
+    """One task of two imported eval logs, in the words and figures the terminal and
+    the sheet show (the sheet's eval-task table, one row)."""
+
+    task: str
+    metric: str
+    shots: str
+    paired: str
+    a_rate: str
+    b_rate: str
+    a_reported: str
+    b_reported: str
+    flips: str
+    mcnemar: str
+    detectable: str
+    recovery: str
+
+
+def figure(value: float | None) -> str:
+    """A share as its shortest exact decimal (repr): compared digit for digit with
+    what the harness reported."""
+    return "-" if value is None else repr(float(value))
+
+
+def task_lines(summary: Summary) -> list[TaskLine]:
+    """Each task of an imported pair of eval logs: its verdict metric, the paired pass
+    rates beside the harness's own figures, the flips, McNemar, the detectable change
+    and the recovery."""
+    evaluation = summary.evaluation
+    if evaluation is None:
+        return []
+    lines = []
+    for task in evaluation.tasks:
+        rate = summary.stats.categories.get(task.task) if task.metric else None
+        lines.append(TaskLine(
+            task=task.task, metric=task.metric or "no pass/fail metric",
+            shots="-" if task.few_shot is None else f"{task.few_shot}-shot",
+            paired=(f"{rate.checked} of {task.a_samples} / {task.b_samples}" if rate
+                    else f"0 of {task.a_samples} / {task.b_samples}"),
+            a_rate=figure(rate.a_pass_rate if rate else None),
+            b_rate=figure(rate.b_pass_rate if rate else None),
+            a_reported=figure(task.a_reported), b_reported=figure(task.b_reported),
+            flips=(f"{rate.regressions} / {rate.improvements}" if rate else "-"),
+            mcnemar=f"{rate.mcnemar_p:.3g}" if rate else "-",
+            detectable=(f"{100 * rate.detectable_change:.2g} points"
+                        if rate and rate.detectable_change is not None
+                        else "none detectable" if rate else "-"),
+            recovery=(f"{rate.recovery_percent:.2f}%" if rate and rate.recovery_percent
+                      is not None else "-")))
+    return lines
+
+
+def evaluation_sentences(summary: Summary) -> list[str]:
+    """The terminal's lines on imported eval logs: a line per task, the average, the
+    imports' notes."""
+    evaluation = summary.evaluation
+    if evaluation is None:
+        return []
+    harness = evaluation.harness
+    said = []
+    for line in task_lines(summary):
+        said.append(f"Task {line.task} ({line.metric}, {line.shots}, {line.paired} samples "
+                    f"paired): A {line.a_rate} ({harness}: {line.a_reported}), B {line.b_rate} "
+                    f"({harness}: {line.b_reported}); flips A pass B fail / improvements "
+                    f"{line.flips}; McNemar p = {line.mcnemar}; detectable change "
+                    f"{line.detectable}; recovery {line.recovery}")
+    if evaluation.recovery_percent is not None and len(evaluation.tasks) > 1:
+        said.append(f"Average over {plural(len(evaluation.tasks), 'task')}: A "
+                    f"{figure(evaluation.a_average)}, B {figure(evaluation.b_average)}; "
+                    f"recovery {evaluation.recovery_percent:.2f}%")
+    said += [f"note: {note}" for note in evaluation.notes]
+    return said

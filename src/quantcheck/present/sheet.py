@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from ..store.files import AtomicFile, write_atomic
 from ..store.judge_records import Agreement
-from ..store.pair_records import FLIP_CAUSE_TEXT, PAIR_COLUMNS
+from ..store.pair_records import FLIP_CAUSE_TEXT, PAIR_COLUMNS, REVIEW_CAUSES
 from ..store.report_dir import (
     PAIRS_READ_AT_ONCE,
     DetailsReader,
@@ -34,12 +34,15 @@ from ..triage.cells import CELL_AXES
 from ..triage.forced_figures import llama_cpp_sentence
 from .sentences import (
     agreement_sentence,
+    collapse_warning,
     collecting_speed,
+    figure,
     headline,
     judge_sentence,
     order_floor_sentence,
     repeats_phrases,
     repeats_sent,
+    task_lines,
     template_warning,
 )
 from .templating import embed_json, environment
@@ -105,6 +108,7 @@ def _sheet_head(report_dir: Path, rubric: Rubric, live: dict[str, str] | None,
                  "b": msgspec.to_builtins(summary.b)},
         "rubric": rubric.to_json(),
         "flip_causes": FLIP_CAUSE_TEXT,
+        "review_causes": REVIEW_CAUSES,
         "reviews": {name: msgspec.to_builtins(review) for name, review in reviews.items()},
         "refused_reviews": refused,
         "live": live,
@@ -154,12 +158,15 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         nonce=secrets.token_urlsafe(16), a=summary.a, b=summary.b, rubric=rubric,
         axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
         template_warning=template_warning(summary),
+        collapse_warning=collapse_warning(summary),
+        sessions=summary.sessions,
         count_tiles=_count_tiles(summary.counts),
         throughput_note="; ".join(collecting_speed(summary)),
         repeats_lines=[line for line in (repeats_sent(summary), *repeats_phrases(summary)[1:])
                        if line],
         log_matches=summary.log_matches, summary_counts=summary.counts,
         pass_rate=summary.stats.pass_rate, determinism=summary.determinism,
+        evaluation=summary.evaluation, task_lines=task_lines(summary), figure=figure,
         preflight=summary.preflight, plots=_plots(overview.plotted, forced),
         forced=forced if forced is not None and forced.scored else None,
         forced_llama_cpp=_forced_llama_cpp(forced),
@@ -242,12 +249,14 @@ def _axes(summary: Summary) -> list[dict[str, object]]:
 
 
 def _count_tiles(counts: Counts) -> list[tuple[str, object]]:
+    collapsed = counts.collapse.new_on_b if counts.collapse else 0
     return [("pairs compared", counts.pairs), ("identical", counts.identical),
             ("wording (suggested)", counts.wording_similar),
             ("to review", counts.divergent),
             ("expect regressions", counts.flips.regression),
             ("expect improvements", counts.flips.improvement),
             ("degenerate new on B", counts.degenerate_new_on_b),
+            *([("collapsed on B", collapsed)] if collapsed else []),  # a tile when it counts
             _repeats_tile(counts),
             ("not compared", counts.prompts - counts.pairs)]
 

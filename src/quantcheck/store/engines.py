@@ -49,14 +49,14 @@ class TokenizeEndpoint:
 class CacheBlocks:
     """How an engine's prefix cache is cut: `tokens` a block unless the server says
     otherwise (1: token by token, no block edge), where the server says its own size (a
-    field of its info answer, `info_field`, or a label of a Prometheus gauge at GET
-    /metrics, `metrics`: the gauge's name and the label), and `said`: where the size
-    comes from, in words."""
+    field of its info answer, `info_field`, or a label of a Prometheus gauge, `metrics`:
+    the page's path, the gauge's name and the label), and `said`: where the size comes
+    from, in words."""
 
     tokens: int
     said: str
     info_field: str | None = None
-    metrics: tuple[str, str] | None = None
+    metrics: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,10 @@ class EngineProfile:
     ownerless_models: bool = False
     info_paths: tuple[str, ...] = ()  # GET endpoints that describe the server
     version_at: tuple[str, str] | None = None  # info endpoint and field of its version
+    # where its KV cache's dtype is told: an info endpoint and its field, or a
+    # Prometheus page, its metric and the label (None: the engine does not tell)
+    kv_cache_dtype_at: tuple[str, str] | None = None
+    kv_cache_dtype_metric: tuple[str, str, str] | None = None
     tokenize: TokenizeEndpoint | None = None
     detokenize: tuple[str, str] | None = None  # path, and the field the text comes in
     chat_template: str | None = None  # APPLY_TEMPLATE, TOKENIZE_MESSAGES or None
@@ -171,10 +175,11 @@ VLLM = EngineProfile(
     tokenize=TokenizeEndpoint("/tokenize", "prompt", wants_model=True, accepts_messages=True),
     detokenize=("/detokenize", "prompt"), chat_template=TOKENIZE_MESSAGES,
     forced_mode=PROMPT_LOGPROBS, routing=ROUTING_WHOLE, cache_flush_path="/reset_prefix_cache",
+    kv_cache_dtype_metric=("/metrics", "vllm:cache_config_info", "cache_dtype"),
     # vllm/entrypoints/serve/cache: the route is added in development mode only
     cache_flush_needs="vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1",
     cache_blocks=CacheBlocks(16, "vLLM's --block-size (16 unless started otherwise)",
-                             metrics=("vllm:cache_config_info", "block_size")),
+                             metrics=("/metrics", "vllm:cache_config_info", "block_size")),
     top_logprobs_note="--max-logprobs, 20 unless started otherwise",
     lab=LabDialect(tool_call_id_prefix="chatcmpl-tool-", empty_tool_calls=True,
                    arguments_with_name=False, reasoning_always=True,
@@ -182,6 +187,7 @@ VLLM = EngineProfile(
 SGLANG = EngineProfile(
     name="sglang", label="SGLang", owned_by=("sglang",),
     info_paths=("/get_server_info", "/server_info"), version_at=("/get_server_info", "version"),
+    kv_cache_dtype_at=("/get_server_info", "kv_cache_dtype"),
     detokenize=("/detokenize", "text"), chat_template=TOKENIZE_MESSAGES,
     tokenize=TokenizeEndpoint("/tokenize", "prompt", wants_model=True),
     routing=ROUTING_STREAM_END, routing_request="return_routed_experts",

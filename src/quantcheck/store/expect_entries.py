@@ -36,9 +36,10 @@ from .entry_fields import (
     reject_unknown,
     string_list,
 )
-from .run_records import CHOICE_LETTERS, CodeExpect, Expect, ToolCallExpect
+from .run_records import CHOICE_LETTERS, IMPORTED_CHECKS, CodeExpect, Expect, ToolCallExpect
 
-EXPECT_KEYS = set(Expect.__dataclass_fields__)
+# An imported check (`verdict`: an eval harness's own score) is never a prompt file's.
+EXPECT_KEYS = set(Expect.__dataclass_fields__) - set(IMPORTED_CHECKS)
 TOOL_CALL_KEYS = {"name", "arguments_schema", "arguments"}
 # A schema's keywords whose values map names to schemas, and those whose values are data.
 _NAMED_SCHEMAS = ("properties", "patternProperties", "$defs", "definitions",
@@ -58,6 +59,10 @@ def expect_of(where: Where, spec: object, base: Mapping[str, object] | None = No
     if base:
         fields = {**base, **fields}
     for key in fields:
+        if key in IMPORTED_CHECKS:
+            raise at.error(key, "set by `quantcheck import` from an eval harness's log (its "
+                           "own score of each answer), never in a prompt file "
+                           "(docs/evals.md)")
         if key not in EXPECT_KEYS:
             raise at.error(str(key),
                            f"unknown check; allowed: {', '.join(sorted(EXPECT_KEYS))}")
@@ -87,7 +92,7 @@ def expect_of(where: Where, spec: object, base: Mapping[str, object] | None = No
         case_sensitive=flag(at, fields, "case_sensitive"),
         json=flag(at, fields, "json"),
         json_schema=plain_mapping(json_schema),
-        tool_call=_tool_call_expect(at, fields.get("tool_call")),
+        tool_call=tool_call_expect(at, fields.get("tool_call")),
         ordered=flag(at, fields, "ordered"),
         code=_code_expect(at, fields.get("code")),
         choice=_choice(at, fields.get("choice")),
@@ -185,30 +190,33 @@ def _finite(value: int | float) -> bool:
         return False
 
 
-def _tool_call_expect(at: Where, value: object) -> list[ToolCallExpect] | None:
+def tool_call_expect(at: Where, value: object, field: str = "tool_call"
+                     ) -> list[ToolCallExpect] | None:
+    """Expected tool calls as written (`field`: what the errors name them: an expect's
+    `tool_call`, a tool session step's `calls`)."""
     if value is None:
         return None
     calls = value if isinstance(value, list) else [value]
     if not calls or not all(mapping(call) is not None for call in calls):
-        raise at.error("tool_call", "must be a mapping {name, arguments_schema, "
+        raise at.error(field, "must be a mapping {name, arguments_schema, "
                        "arguments}, or a list of them")
     expected = []
     for call in calls:
         fields = cast(Fields, call)
-        reject_unknown(at.inside(call, "expect.tool_call."), fields, TOOL_CALL_KEYS)
+        reject_unknown(at.inside(call, f"{at.prefix}{field}."), fields, TOOL_CALL_KEYS)
         if "name" not in fields:
-            raise at.error("tool_call", "each call needs 'name' (null: no call at all)")
+            raise at.error(field, "each call needs 'name' (null: no call at all)")
         name = fields["name"]
         if name is not None and (not isinstance(name, str) or not name):
-            raise at.error("tool_call", f"name must be a tool's name or null, not {name!r}")
+            raise at.error(field, f"name must be a tool's name or null, not {name!r}")
         schema = fields.get("arguments_schema")
         if schema is not None and (problem := expect_schema_problem(schema)):
-            raise at.error("tool_call", f"arguments_schema: {problem}")
+            raise at.error(field, f"arguments_schema: {problem}")
         arguments = fields.get("arguments")
         if arguments is not None and mapping(arguments) is None:
-            raise at.error("tool_call", "arguments must be a mapping of argument values")
+            raise at.error(field, "arguments must be a mapping of argument values")
         if name is None and (schema is not None or arguments is not None or len(calls) > 1):
-            raise at.error("tool_call", "name: null (no call) stands alone")
+            raise at.error(field, "name: null (no call) stands alone")
         expected.append(ToolCallExpect(name, plain_mapping(schema), plain_mapping(arguments)))
     return expected
 

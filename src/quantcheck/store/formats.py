@@ -43,6 +43,10 @@ ThroughputFormat = Literal["quantcheck-throughput/1"]
 THROUGHPUT_FORMAT: Final[ThroughputFormat] = "quantcheck-throughput/1"
 CertificateFormat = Literal["quantcheck-certificate/1"]
 CERTIFICATE_FORMAT: Final[CertificateFormat] = "quantcheck-certificate/1"
+LadderFormat = Literal["quantcheck-ladder/1"]
+LADDER_FORMAT: Final[LadderFormat] = "quantcheck-ladder/1"
+LadderPlanFormat = Literal["quantcheck-ladder-plan/1"]
+LADDER_PLAN_FORMAT: Final[LadderPlanFormat] = "quantcheck-ladder-plan/1"
 ReproFormat = Literal["quantcheck-repro/1"]
 REPRO_FORMAT: Final[ReproFormat] = "quantcheck-repro/1"
 PAIRS_FORMAT: Final = "quantcheck-pairs/1"
@@ -60,6 +64,8 @@ SCHEMAS: Final = {
     "forced": "forced.json",
     "throughput": "RUN_DIR/throughput.json",
     "certificate": "certificate.json (determinism --certify)",
+    "ladder": "DIR/ladder.json (quantcheck ladder)",
+    "ladder-plan": "DIR/plan.json (quantcheck ladder)",
     "repro": "DIR/repro.json (repro)",
     "pairs": "REPORT_DIR/pairs.csv: its columns and their types",
 }

@@ -89,6 +89,7 @@ class PairRow(msgspec.Struct, kw_only=True):
     # mark of a prefix cache a repeat finds warm
     a_only_first_differs: bool | None = None
     b_only_first_differs: bool | None = None
+    unsure_side: str | None = None  # UNSURE_SIDES at the fork; "" where it cannot be read
 
     @property
     def compared(self) -> bool:
@@ -101,21 +102,38 @@ class PairRow(msgspec.Struct, kw_only=True):
 
 
 PAIR_COLUMNS = list(PairRow.__struct_fields__)
-# What can explain a flip, in the order it is decided: A's own repeats disagree on the
-# flipped check, B's do, the streams part at a near tie, or nothing measured does.
-FLIP_CAUSES = ("unstable_a", "unstable_b", "near_tie", "confident")
+# What can explain a flip, in the order it is decided (triage.signals.flip_cause). Only
+# the reference's own doubt is noise: A's repeats disagree on the flipped check, or A
+# was unsure at the fork (a near tie on A's side). B's repeats disagreeing, a fork that
+# cannot be read from tokens that spell the answers, or a sure A: a regression.
+FLIP_CAUSES = ("unstable_a", "near_tie", "unstable_b", "unverified", "confident")
+REVIEW_CAUSES = ("unstable_a", "near_tie")  # flips listed for review, not counted by default
 # Each cause in words, and the sentence the sheet shows over its badge
 FLIP_CAUSE_TEXT: dict[str, tuple[str, str]] = {
-    "unstable_a": ("unstable on A", "A's own repeats disagree on the flipped check: A's "
-                   "answer is not stable either"),
-    "unstable_b": ("unstable on B", "B's own repeats disagree on the flipped check: B's "
-                   "answer is not stable either"),
-    "near_tie": ("near tie", "the answers fork at a near tie (the other side's token is "
-                 "within the near-tie margin on both sides)"),
-    "confident": ("confident", "nothing measured explains this flip: no repeat disagrees on "
-                  "the check and the fork is not a near tie"),
+    "unstable_a": ("A's repeats disagree", "A's own repeats disagree on the flipped check: "
+                   "the reference itself gives B's answer at times. Listed for review; the "
+                   "default gate does not count it"),
+    "near_tie": ("near tie on A", "A was unsure at the fork: on A's side B's token is within "
+                 "the near-tie margin of A's own, so a small numeric nudge can cause it. "
+                 "Listed for review; the default gate does not count it"),
+    "unstable_b": ("B's repeats disagree", "B's own repeats disagree on the flipped check "
+                   "while A's agree: B is unstable on a fact A holds. Counted as a "
+                   "regression"),
+    "unverified": ("fork unverified", "A's margin at the fork cannot be read: no logprobs, "
+                   "logprobs whose tokens do not spell the answer, or one side stopped "
+                   "there. Counted as a regression"),
+    "confident": ("confident", "A was sure at the fork (B's token is beyond the near-tie "
+                  "margin on A's side) and A's repeats agree. Counted as a regression"),
 }
 FLIP_CAUSE_WORDS = {cause: words for cause, (words, _) in FLIP_CAUSE_TEXT.items()}
+# Which sides had the other side's token within the near-tie margin at the fork
+UNSURE_SIDES = ("a", "b", "both", "neither")
+
+
+def to_review(row: PairRow) -> bool:
+    """An expect regression the reference's own doubt explains: listed for review."""
+    return row.flip == "regression" and row.flip_cause in REVIEW_CAUSES
+
 
 STATUSES = ("compared", "not_comparable", "only_a", "only_b", "a_failed", "b_failed")
 _EXPECT_RESULTS = ("", "pass", "fail", "skipped")
@@ -126,7 +144,8 @@ _ROUTING = ("", "identical", "after_routing", "gating")
 # is refused on reading, never taken for another.
 ENUMERATED: dict[str, tuple[str, ...]] = {
     "status": STATUSES,
-    "divergence_kind": ("", "none", "near_tie", "confident", "ended"),
+    "divergence_kind": ("", "none", "near_tie", "confident", "unverified", "ended"),
+    "unsure_side": ("", *UNSURE_SIDES),
     "a_expect": _EXPECT_RESULTS, "b_expect": _EXPECT_RESULTS,
     "flip": ("", "regression", "improvement"),
     "tool_call_change": ("", "identical", "arguments_changed", "different_tool",

@@ -37,7 +37,7 @@ from .entry_fields import (
     string_list,
 )
 from .expect_entries import check_schema, expect_of
-from .haystack import PLACEHOLDER, haystack
+from .haystack import LANGUAGES, PLACEHOLDER, filler_text, sentences_for
 from .run_records import Expect, Prompt
 
 DEFAULT_MAX_TOKENS = 256
@@ -66,7 +66,7 @@ PROMPT_KEYS = {"id", "category", "messages", "prompt", "max_tokens", "tags", "ex
                "chat_template_kwargs", "extra", "tools", "tool_choice", "haystack"}
 # The request fields a prompt entry names itself (the rest go to `extra`).
 REQUEST_KEYS = ("stop", "chat_template_kwargs", "tools", "tool_choice")
-HAYSTACK_KEYS = {"tokens", "depth", "needle", "seed"}
+HAYSTACK_KEYS = {"tokens", "sentences", "depth", "needle", "seed", "language"}
 TOOL_CHOICES = ("auto", "none", "required")
 APIS = ("chat", "completions")
 # The keys of a prompt quantcheck reads itself: never sent as request fields.
@@ -275,8 +275,7 @@ def _haystack(where: Where, spec: object) -> Callable[[str], str]:
     """What fills `{haystack}` in the prompt's text (haystack.py), or the identity."""
     if spec is None:
         return lambda text: text
-    tokens, depth, needle, seed = _haystack_spec(where, spec)
-    filler = haystack(tokens, depth, needle, seed)
+    filler = filler_text(*_haystack_spec(where, spec))
 
     def fill(text: str) -> str:
         if PLACEHOLDER not in text:
@@ -285,22 +284,29 @@ def _haystack(where: Where, spec: object) -> Callable[[str], str]:
     return fill
 
 
-def _haystack_spec(where: Where, spec: object) -> tuple[int, float, str, int]:
-    """A `haystack:` mapping's tokens, depth, needle and seed."""
+def _haystack_spec(where: Where, spec: object) -> tuple[int, float, str, int, str]:
+    """A `haystack:` mapping's sentences (`sentences`, or as many as make about
+    `tokens`), depth, needle (none: an absent needle), seed and language."""
     fields = mapping(spec)
-    if fields is None or not {"tokens", "needle"} <= set(fields):
+    if fields is None or len({"tokens", "sentences"} & set(fields)) != 1:
         raise where.error("haystack", "must be {tokens: N, needle: SENTENCE, depth: 0..1, "
-                          "seed: N}")
+                          "seed: N} (or sentences: N in place of tokens)")
     reject_unknown(where.inside(spec), fields, HAYSTACK_KEYS)
-    tokens, depth, seed = fields["tokens"], fields.get("depth", 0.5), fields.get("seed", 0)
-    needle = fields["needle"]
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 < tokens <= 1_000_000:
-        raise where.error("haystack", f"tokens must be 1 to 1,000,000, not {tokens!r}")
+    depth, seed = fields.get("depth", 0.5), fields.get("seed", 0)
+    needle, language = fields.get("needle", ""), fields.get("language", "en")
+    size_key = "tokens" if "tokens" in fields else "sentences"
+    size = fields[size_key]
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= 1_000_000:
+        raise where.error("haystack", f"{size_key} must be 1 to 1,000,000, not {size!r}")
     if isinstance(depth, bool) or not isinstance(depth, int | float) or not 0 <= depth <= 1:
         raise where.error("haystack", f"depth must be from 0 (start) to 1 (end), not {depth!r}")
-    if not isinstance(needle, str) or not isinstance(seed, int):
+    if not isinstance(needle, str) or not isinstance(seed, int) or isinstance(seed, bool):
         raise where.error("haystack", "needle must be a sentence and seed an integer")
-    return tokens, float(depth), needle, seed
+    if language not in LANGUAGES:
+        raise where.error("haystack", f"language must be one of {', '.join(LANGUAGES)}, "
+                          f"not {language!r}")
+    sentences = size if size_key == "sentences" else sentences_for(size, language, seed)
+    return sentences, float(depth), needle, seed, language
 
 
 def _check_tools(where: Where, body: Fields, api: str) -> None:

@@ -19,6 +19,7 @@ from .prompt_entries import (
     APIS,
     DEFAULT_MAX_TOKENS,
     GREEDY_FIELDS,
+    Defaults,
     RequestOptions,
     SourceOptions,
     build_prompt,
@@ -27,6 +28,7 @@ from .prompt_entries import (
     request_hash,
 )
 from .run_records import Prompt
+from .sessions import expand_session
 from .yamlfile import MAX_YAML_BYTES, SafeLoader, read_yaml
 
 __all__ = ["APIS", "DEFAULT_MAX_TOKENS", "GREEDY_FIELDS", "LoadedSource", "RequestOptions",
@@ -152,9 +154,25 @@ def _load_file(path: Path, options: RequestOptions) -> LoadedSource:
     entries = fields.get("prompts")
     if not isinstance(entries, list) or not entries:
         raise top.error("prompts", "must be a non-empty list of prompts")
-    prompts = [build_prompt(Where.of(path, entry, f"#{n}"), entry, defaults, options)
-               for n, entry in enumerate(entries, 1)]
+    prompts = [prompt for n, entry in enumerate(entries, 1)
+               for prompt in _entry_prompts(Where.of(path, entry, f"#{n}"), entry,
+                                            defaults, options)]
     return LoadedSource(path, "YAML prompt set", prompts, len(entries), read=[path])
+
+
+def _entry_prompts(where: Where, entry: object, defaults: Defaults,
+                   options: RequestOptions) -> list[Prompt]:
+    """An entry's prompt, or a tool session's, one per turn (sessions.py)."""
+    fields = mapping(entry)
+    if fields is None or "session" not in fields:
+        return [build_prompt(where, entry, defaults, options)]
+    prompts = []
+    for turn_entry, turn in expand_session(where, fields):
+        prompt = build_prompt(Where.of(where.path, entry, str(turn_entry["id"])), turn_entry,
+                              defaults, options, source=where.place)
+        prompt.session = turn
+        prompts.append(prompt)
+    return prompts
 
 
 def read_located_yaml(path: Path, what: str) -> object:

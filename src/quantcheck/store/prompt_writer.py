@@ -58,9 +58,13 @@ def prompt_entry(prompt: Prompt) -> dict[str, object]:
 
 def prompt_set_yaml(prompts: Sequence[Prompt], heading: str = "") -> str:
     """A YAML prompt set holding `prompts`; `heading` becomes its first comment lines."""
-    document = {"prompts": [prompt_entry(prompt) for prompt in prompts]}
-    text = yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True,
-                     width=100)
+    return entries_yaml([prompt_entry(prompt) for prompt in prompts], heading)
+
+
+def entries_yaml(entries: Sequence[dict[str, object]], heading: str = "") -> str:
+    """A YAML prompt set of these entries; `heading` becomes its first comment lines."""
+    text = yaml.dump({"prompts": list(entries)}, Dumper=_Dumper, sort_keys=False,
+                     allow_unicode=True, width=100)
     comment = "".join(f"# {line}\n".replace("# \n", "#\n") for line in heading.splitlines())
     return comment + text
 

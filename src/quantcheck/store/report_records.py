@@ -93,7 +93,7 @@ class Counts(msgspec.Struct, kw_only=True):
     routing: RoutingCounts | None = None  # when either side recorded MoE routing
     template: TemplateSigns | None = None  # when an answer showed a template gone wrong
     # factual flips (expect regressions) by what can explain them (pairs.csv's
-    # flip_cause: unstable_a, unstable_b, near_tie, confident); improvements alike
+    # flip_cause: unstable_a, near_tie, unstable_b, unverified, confident); improvements alike
     flip_causes: dict[str, int] = {}
     improvement_causes: dict[str, int] = {}
     # `nondeterministic` split (None in a report made before): prompts whose repeats gave
@@ -102,6 +102,27 @@ class Counts(msgspec.Struct, kw_only=True):
     text_varies: PerSide | None = None
     logprobs_only: PerSide | None = None
     only_first_differs: PerSide | None = None
+    collapse: Collapse | None = None  # distinct prompts answered alike (a summary before: None)
+
+
+class CollapseGroup(msgspec.Struct, kw_only=True):
+    """Distinct prompts one side answers alike: how many, the first ids (at most 10),
+    and the start of the answer they share (its first 80 characters)."""
+
+    prompts: int
+    ids: list[str]
+    answer: str
+
+
+class Collapse(msgspec.Struct, kw_only=True):
+    """Cross-prompt collapse (triage/collapse.py): `new_on_b` compared prompts whose B
+    answer is the same as another prompt's while their A answers differ (the gate's
+    `collapsed_on_b`), `new_on_a` the same with the sides swapped, and B's `groups`,
+    largest first (at most 10)."""
+
+    new_on_b: int
+    new_on_a: int
+    groups: list[CollapseGroup] = []
 
 
 class TemplateSigns(msgspec.Struct, kw_only=True):
@@ -230,6 +251,39 @@ class Bootstrap(msgspec.Struct):
 class Stats(msgspec.Struct):
     pass_rate: PassRate | None
     drift: dict[str, Bootstrap]
+    # the same change within each category (an imported eval log's task) that has
+    # prompts checked on both sides
+    categories: dict[str, PassRate] = {}
+
+
+class TaskFigures(msgspec.Struct, kw_only=True):
+    """One task of two runs imported from eval logs: its verdict metric and settings,
+    the harness's own figure for that metric in each log, and how many samples each
+    side holds; quantcheck's paired figures are `stats.categories[task]`."""
+
+    task: str
+    metric: str | None = None
+    few_shot: int | None = None
+    higher_is_better: bool = True
+    a_reported: float | None = None  # the harness's figure over A's own samples
+    b_reported: float | None = None
+    a_samples: int = 0
+    b_samples: int = 0
+
+
+class Evaluation(msgspec.Struct, kw_only=True):
+    """summary.json's `evaluation`, when both sides were imported from eval logs: the
+    harness and its versions, each task, and the average over tasks as model cards
+    give it (each task's paired pass rate averaged, B's average over A's)."""
+
+    harness: str
+    a_version: str = "unknown"
+    b_version: str = "unknown"
+    tasks: list[TaskFigures] = []
+    a_average: float | None = None
+    b_average: float | None = None
+    recovery_percent: float | None = None
+    notes: list[str] = []  # what the imports noticed, and which samples did not pair
 
 
 class SidePerformance(msgspec.Struct, kw_only=True):
@@ -325,7 +379,9 @@ class PerPosition(msgspec.Struct):
 
 
 class ForcedLine(ForcedStats, kw_only=True, omit_defaults=True):
-    """A line of forced.jsonl: one prompt's figures, and each position's."""
+    """A line of forced.jsonl: one prompt's figures, and each position's. `prompt_tokens`:
+    the prompt's length in tokens as B scored it, so that answer position n is token
+    `prompt_tokens + n` of the context (None: a line written before it was recorded)."""
 
     prompt_id: str
     mode: str
@@ -333,6 +389,17 @@ class ForcedLine(ForcedStats, kw_only=True, omit_defaults=True):
     aligned: bool | None = None
     approximate: bool | None = None  # B re-tokenized A's text (echo, or no token ids)
     per_position: PerPosition | None = None
+    prompt_tokens: int | None = None
+
+
+class PositionBucket(ForcedStats, kw_only=True, omit_defaults=True):
+    """The teacher-forced figures of the positions whose place in the context (prompt
+    tokens before them plus their index in the answer) lies from `start` up to `end`
+    (None: no end): forced.json's `by_position`, labelled "0-1K", "1K-4K", ..."""
+
+    label: str
+    start: int
+    end: int | None = None
 
 
 class KLHistogram(msgspec.Struct):
@@ -384,6 +451,10 @@ class ForcedSummary(msgspec.Struct, kw_only=True):
     # the A-vs-B KL mean lies within it (then it is not called drift)
     order_floor: ForcedStats | None = None
     within_order_floor: bool | None = None
+    # the figures in spans of the context (0-1K, 1K-4K, 4K-16K, ...), those with a
+    # scored position, and in words where they add to the overall figures ("" otherwise)
+    by_position: list[PositionBucket] = []
+    by_position_sentence: str = ""
 
 
 class DeterminismRow(msgspec.Struct, kw_only=True):
@@ -440,6 +511,21 @@ class ThroughputPair(msgspec.Struct, kw_only=True):
     note: str = ""
 
 
+class ToolSession(msgspec.Struct, kw_only=True):
+    """A tool session replayed turn by turn (a prompt entry's `session`): its `turns`,
+    how many were `compared`, the first turn whose calls fail on A and on B (None: none
+    did), B's failing prompt and its reason, and a `sentence` saying it."""
+
+    session: str
+    turns: int
+    compared: int
+    a_first_break: int | None = None
+    b_first_break: int | None = None
+    b_break_prompt: str | None = None
+    b_break_reason: str = ""
+    sentence: str
+
+
 class Summary(msgspec.Struct, kw_only=True):
     """summary.json: every total a reader shows (terminal, sheet, gate)."""
 
@@ -466,6 +552,8 @@ class Summary(msgspec.Struct, kw_only=True):
     code_execution: CodeExecution | None = None  # when a prompt has a code check
     reviews_set_aside: list[str] = []  # review files of the report this one replaced
     judge: JudgeFigures | None = None  # with --judge
+    sessions: list[ToolSession] = []  # tool sessions the prompt sets replay, turn by turn
+    evaluation: Evaluation | None = None  # both sides imported from eval logs
 
 
 class CandidateRow(msgspec.Struct, kw_only=True):

@@ -35,6 +35,7 @@ import orjson
 import zstandard
 
 from ..errors import QuantcheckError, RunFormatError
+from .eval_records import EvalSource
 from .files import (
     DirectoryLock,
     UnreadableFile,
@@ -168,7 +169,8 @@ class Manifest(msgspec.Struct, kw_only=True):
     cell_key: str | None = None
     preflight: Preflight | None = None
     counts: RunCounts | None = None
-    cache: CacheControl | None = None  # None: a run made before it was recorded
+    cache: CacheControl | None = None  # None: a run made before it was recorded, or imported
+    evaluation: EvalSource | None = None  # a run imported from an eval harness's log
 
     def identity(self) -> dict[str, object]:
         """What must match for a resume: not concurrency, timeouts, retries, repeats or
@@ -205,6 +207,8 @@ class CompletionLine(msgspec.Struct, kw_only=True):
     error: str | None = None
     tool_calls: list[dict[str, object]] | None = None  # ToolCall.to_json
     routing_unusable: str | None = None  # why a routing that came could not be right
+    scores: dict[str, float] | None = None  # an imported eval log's scores (Completion)
+    answer: str | None = None
 
     @property
     def n_tokens(self) -> int | None:

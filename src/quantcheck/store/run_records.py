@@ -60,9 +60,21 @@ class CodeExpect:
     tests: str
 
 
+@dataclass
+class VerdictExpect:
+    """An eval harness's own verdict on each answer (a run imported from its log): the
+    answer passes when the record's score for `metric` is 1 (full credit) and fails
+    when it is 0; `target` is the reference answer the harness scored against."""
+
+    metric: str
+    target: str = ""
+
+
 # The checks an expect can name, in the order results are given.
 CHECKS = ("contains", "any_of", "not_contains", "regex", "number", "json", "json_schema",
-          "tool_call", "code", "choice")
+          "tool_call", "code", "choice", "verdict")
+# Checks only `quantcheck import` sets (from an eval harness's log), never a prompt file.
+IMPORTED_CHECKS = ("verdict",)
 CHOICE_LETTERS = "ABCDEFGHIJ"  # the options a `choice` expect names
 
 
@@ -85,6 +97,7 @@ class Expect:
     ordered: bool = False
     code: CodeExpect | None = None
     choice: str | None = None
+    verdict: VerdictExpect | None = None  # made by `quantcheck import`, not by prompt files
 
     def to_json(self) -> dict[str, object]:
         defaults = asdict(Expect())
@@ -100,6 +113,8 @@ class Expect:
             fields["tool_call"] = [ToolCallExpect(**call) for call in fields["tool_call"]]
         if fields.get("code") is not None:
             fields["code"] = CodeExpect(**fields["code"])
+        if fields.get("verdict") is not None:
+            fields["verdict"] = VerdictExpect(**fields["verdict"])
         return cls(**fields)
 
 
@@ -126,6 +141,23 @@ def first_number(text: str) -> float | None:
     return numbers[0] if numbers else None
 
 
+@dataclass
+class SessionTurn:
+    """Where a prompt sits in a tool session (a prompt entry's `session`, sessions.py):
+    the session's id, the turn whose calls the prompt asks for (from 1), and how many
+    turns the session has."""
+
+    session: str
+    turn: int
+    turns: int
+
+
+class SessionJson(TypedDict):
+    session: str
+    turn: int
+    turns: int
+
+
 class PromptJson(TypedDict):
     """A line of prompts.jsonl."""
 
@@ -137,6 +169,7 @@ class PromptJson(TypedDict):
     expect: NotRequired[dict[str, object] | None]  # Expect.to_json
     request: dict[str, object]  # the request body, as the user's prompt set makes it
     source: NotRequired[str]
+    session: NotRequired[SessionJson]  # a turn of a tool session
 
 
 @dataclass
@@ -151,9 +184,10 @@ class Prompt:
     tags: list[str] = field(default_factory=list)
     expect: Expect | None = None
     source: str = ""
+    session: SessionTurn | None = None
 
     def to_json(self) -> PromptJson:
-        return {
+        data: PromptJson = {
             "id": self.id,
             "category": self.category,
             "api": self.api,
@@ -163,6 +197,10 @@ class Prompt:
             "request": self.request,
             "source": self.source,
         }
+        if self.session is not None:
+            data["session"] = {"session": self.session.session, "turn": self.session.turn,
+                               "turns": self.session.turns}
+        return data
 
     @classmethod
     def from_json(cls, data: PromptJson) -> Prompt:
@@ -176,7 +214,21 @@ class Prompt:
             expect=Expect.from_json(expect) if expect else None,
             request=data["request"],
             source=data.get("source", ""),
+            session=_session_turn(data.get("session")),
         )
+
+
+def _session_turn(value: object) -> SessionTurn | None:
+    """A prompts.jsonl line's `session`, checked field by field (TypeError: malformed)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"session", "turn", "turns"}:
+        raise TypeError("session must be {session, turn, turns}")
+    session, turn, turns = value["session"], value["turn"], value["turns"]
+    if not isinstance(session, str) or not all(
+            type(n) is int and n >= 1 for n in (turn, turns)) or turn > turns:
+        raise TypeError("session must name its id and a turn from 1 to its turns")
+    return SessionTurn(session, turn, turns)
 
 
 class TokensJson(TypedDict):
@@ -326,6 +378,10 @@ class Completion:
     tool_calls: list[ToolCall] | None = None
     # why MoE routing sent with the answer was not kept (the answer itself was)
     routing_unusable: str | None = None
+    # a run imported from an eval log: every score the harness gave this answer, by
+    # metric, and the part of the answer it scored (its filtered response)
+    scores: dict[str, float] | None = None
+    answer: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -337,8 +393,9 @@ class Completion:
         data["tokens"] = self.tokens.to_json() if self.tokens is not None else None
         if self.tool_calls is not None:
             data["tool_calls"] = [call.to_json() for call in self.tool_calls]
-        if self.routing_unusable is not None:  # written only when there is a reason
-            data["routing_unusable"] = self.routing_unusable
+        for name in _WRITTEN_WHEN_SET:  # written only when there is one
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
         return data
 
     @classmethod
@@ -348,8 +405,10 @@ class Completion:
         fields["tokens"] = Tokens.from_json(tokens) if tokens else None
         calls = data.get("tool_calls")
         fields["tool_calls"] = [ToolCall.from_json(call) for call in calls] if calls else None
-        return cls(**fields, routing_unusable=data.get("routing_unusable"))
+        fields.update({name: data.get(name) for name in _WRITTEN_WHEN_SET})
+        return cls(**fields)
 
 
+_WRITTEN_WHEN_SET = ("routing_unusable", "scores", "answer")
 _COMPLETION_FIELDS = [name for name in Completion.__dataclass_fields__
-                      if name != "routing_unusable"]
+                      if name not in _WRITTEN_WHEN_SET]

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from ..errors import QuantcheckError
 from ..store.engines import profile_of
 from ..store.run_dir import Cell, CellValue, ServerInfo
-from ..store.runtimes import context_length, mapping, whole_number
+from ..store.runtimes import context_length, info_answer, mapping, whole_number
 
 CELL_AXES = ["model", "model_shape", "runtime", "runtime_version", "quantization",
              "kv_cache_dtype", "tp", "backend", "gpu", "vram_gb", "context_len", "concurrency",
@@ -78,7 +78,7 @@ def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> Cell:
         "quantization": _text(sglang.get("quantization")) or ftype_quantization(
             props.get("model_ftype") or meta.get("ftype")) or _quant_from_name(
             model_path or (model if gguf else "")),
-        "kv_cache_dtype": _text(sglang.get("kv_cache_dtype")),
+        "kv_cache_dtype": kv_cache_dtype(info),
         "tp": whole_number(sglang.get("tp_size")),
         "backend": _text(sglang.get("attention_backend")),
         "gpu": None,
@@ -86,6 +86,23 @@ def cell_from_server(info: ServerInfo, model: str, concurrency: int) -> Cell:
         "context_len": context_length(info, model),
         "concurrency": concurrency,
     }
+
+
+def kv_cache_dtype(info: ServerInfo) -> str | None:
+    """The KV cache's dtype where the runtime tells it (store/engines.py: SGLang's
+    server info, vLLM's `vllm:cache_config_info` metric; `auto` is the model's own
+    dtype). llama-server does not tell it (not in `/props`, `/slots` or `/v1/models`):
+    `--cell kv_cache_dtype=q4_0` says it."""
+    profile = profile_of(info.runtime)
+    if profile is None:
+        return None
+    if profile.kv_cache_dtype_at is not None:
+        path, key = profile.kv_cache_dtype_at
+        return _text(mapping(info_answer(info, path)).get(key))
+    if profile.kv_cache_dtype_metric is not None:
+        path, metric, label = profile.kv_cache_dtype_metric
+        return _text(mapping(mapping(info_answer(info, path)).get(metric)).get(label))
+    return None
 
 
 def gguf_model_name(path: str) -> str:
@@ -137,14 +154,20 @@ def _quant_from_name(path: str) -> str | None:
 
 
 KEY_AXES = ("model", "runtime", "runtime_version", "quantization", "tp")
+DEFAULT_KV = "auto"  # vLLM's and SGLang's word for the model's own dtype
+# The axes a serving change is made in: one known on one side only may differ unseen
+CHANGE_AXES = ("quantization", "kv_cache_dtype", "backend", "tp")
 
 
 def cell_key(cell: Mapping[str, CellValue]) -> str:
     """`model__runtime-version__quant__tpN` from the parts that are known (an unknown
     part is left out, not written as "unknown": `unknown_key_axes` names those), every
-    character outside A-Za-z0-9.+/- as _."""
+    character outside A-Za-z0-9.+/- as _. A KV cache dtype other than the model's own
+    adds `kv-DTYPE` before the tp (two cells that differ only in it differ in key)."""
     runtime = "-".join(str(cell[k]) for k in ("runtime", "runtime_version") if cell.get(k))
+    kv = cell.get("kv_cache_dtype")
     fields = [str(cell.get("model") or ""), runtime, str(cell.get("quantization") or ""),
+              f"kv-{kv}" if kv and kv != DEFAULT_KV else "",
               f"tp{cell['tp']}" if cell.get("tp") else ""]
     return "__".join(re.sub(r"[^A-Za-z0-9.+/-]", "_", field) for field in fields if field)
 
@@ -166,6 +189,26 @@ def differing_axes(a: Mapping[str, CellValue], b: Mapping[str, CellValue]) -> li
         differing = [k for k in differing if k != "model"]
         differing = ["model" if k == "model_shape" else k for k in differing]
     return differing
+
+
+def axes_sentence(a: Mapping[str, CellValue], b: Mapping[str, CellValue],
+                  differing: list[str]) -> str:
+    """Which axes of the serving cell differ, in words: one axis (a weight quantization,
+    a KV cache dtype, ...) is a one-axis change; axes known on one side only are named,
+    as they may differ unseen."""
+    if len(differing) == 1:
+        axis = differing[0]
+        shown = "" if axis == "model" else f" ({a.get(axis)} on A, {b.get(axis)} on B)"
+        said = f"A and B differ in one axis of the serving cell, {axis}{shown}: a one-axis change"
+    elif differing:
+        said = confound_warning(differing) or ""
+    else:
+        said = "A and B differ in no recorded axis of the serving cell"
+    one_sided = [k for k in CHANGE_AXES if (a.get(k) is None) != (b.get(k) is None)]
+    if one_sided:
+        said += (f"; known on one side only: {', '.join(one_sided)} (say it for the other "
+                 "with --a-cell or --b-cell)")
+    return said
 
 
 def confound_warning(differing: list[str]) -> str | None:

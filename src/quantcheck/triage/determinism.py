@@ -14,6 +14,9 @@ from .routing import problem as routing_problem
 from .sides import Side
 from .signals import first_divergence, token_keys
 
+# A run imported from an eval log: quantcheck sent none of its requests (manifest cache null).
+IMPORTED_CACHE = "not known: imported from an eval log (the harness sent the requests)"
+
 
 def analyze_side(side: Side, mode: str, sig_digits: int = 12) -> list[DeterminismRow]:
     """One row per prompt: how many distinct texts and signatures its repeats gave."""
@@ -123,6 +126,8 @@ def side_determinism(side: Side, varying: int = 0, first_alone: int = 0) -> Side
     cache = manifest.cache if manifest else None
     return SideDeterminism(
         mode=side.repeat_mode, repeats=manifest.parameters.repeats if manifest else None,
-        cache_off=cache.off if cache else None, cache=cache.how if cache else "",
+        cache_off=cache.off if cache else None,
+        cache=cache.how if cache else (IMPORTED_CACHE if manifest and manifest.evaluation
+                                       else ""),
         first_request_pattern=bool(varying) and 2 * first_alone > varying
         and not (cache and cache.off))

@@ -16,6 +16,9 @@ The rules a reviewer needs to predict a result:
   case-sensitive).
 - `code`: see `code_of` for which part of the answer is run, sandbox.py for how.
 - `choice`: see `choice_of`.
+- `verdict` (a run imported from an eval log): the harness's own score of the answer
+  for the metric named, read from the record (`scores`): 1 passes, 0 fails; partial
+  credit, or no score, is skipped (it decides neither way).
 - `regex`, and a schema's `pattern` and `patternProperties`: Python's regular
   expression syntax, searched within the comparison's bounds (searches.py): a search
   that is stopped skips its check with the reason, never stalls the comparison, and a
@@ -47,6 +50,7 @@ from ..store.run_records import (
     JsonValue,
     ToolCall,
     ToolCallExpect,
+    VerdictExpect,
     first_number,
 )
 from .searches import SearchSkipped, current
@@ -66,8 +70,18 @@ class CheckResult:
 CodeRunner = Callable[[str, CodeExpect], tuple[bool, str]]
 
 
+@dataclass(frozen=True)
+class Graded:
+    """What an eval harness said of an answer (a record imported from its log): every
+    score by metric, and the part of the answer it scored."""
+
+    scores: Mapping[str, float] | None = None
+    answer: str | None = None
+
+
 def check_answer(expect: Expect, text: str, calls: list[ToolCall] | None = None,
-             run_code: CodeRunner | None = None) -> list[CheckResult]:
+                 run_code: CodeRunner | None = None, graded: Graded | None = None
+                 ) -> list[CheckResult]:
     """One result per check the expect names, in CHECKS order."""
     results = _text_checks(expect, text)
     if expect.json or expect.json_schema is not None:
@@ -85,7 +99,27 @@ def check_answer(expect: Expect, text: str, calls: list[ToolCall] | None = None,
         ok = found == expect.choice
         results.append(CheckResult("choice", PASS if ok else FAIL, "" if ok else (
             f"chose {found}, expected {expect.choice}" if found else "no choice found")))
+    if expect.verdict is not None:
+        results.append(verdict_check(expect.verdict, graded or Graded()))
     return results
+
+
+def verdict_check(expect: VerdictExpect, graded: Graded) -> CheckResult:
+    """The harness's own verdict: its score for the metric, with the answer it scored
+    and the target (shown on either outcome: the reviewer reads what was compared)."""
+    score = (graded.scores or {}).get(expect.metric)
+    scored = f"scored answer {_brief(graded.answer)}" if graded.answer is not None \
+        else "no scored answer"
+    # no "; " inside: a side's failures are joined with it (pairs.csv's a_expect_failures)
+    said = f"{expect.metric} = {score:g} ({scored}, target {_brief(expect.target)})" \
+        if score is not None else ""
+    if score == 1:
+        return CheckResult("verdict", PASS, said)
+    if score == 0:
+        return CheckResult("verdict", FAIL, said)
+    if score is None:
+        return CheckResult("verdict", SKIPPED, f"no {expect.metric} score for this answer")
+    return CheckResult("verdict", SKIPPED, f"partial credit, neither pass nor fail: {said}")
 
 
 def overall(results: list[CheckResult]) -> str:
@@ -259,6 +293,12 @@ def quoted(value: object) -> str:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(value)
+
+
+def _brief(value: str) -> str:
+    """A value quoted, cut to 100 characters (an answer can be a whole generation)."""
+    text = quoted(value)
+    return text if len(text) <= 100 else text[:100] + "..."
 
 
 def _short(message: str) -> str:

@@ -13,7 +13,7 @@ from ..store.pair_records import CheckCells, PairDetails, PairRow, RoutingDetail
 from ..store.run_records import Prompt
 from . import routing
 from .determinism import cached_prompt_tokens, first_request_cached
-from .expects import CheckResult, CodeRunner, check_answer, parse_calls
+from .expects import CheckResult, CodeRunner, Graded, check_answer, parse_calls
 from .sides import Side, SideRecord
 from .signals import (
     classify_divergence,
@@ -94,8 +94,10 @@ def _compare_answers(row: PairRow, details: PairDetails, a_first: SideRecord,
     row.b_template_signs = template_signs(question, b_text or "")
     row.divergence_kind = ""  # until the tokens say where the streams part
     if expect is not None:
-        a_results = check_answer(expect, a_text, parse_calls(a_calls), run_code)
-        b_results = check_answer(expect, b_text, parse_calls(b_calls), run_code)
+        a_results = check_answer(expect, a_text, parse_calls(a_calls), run_code,
+                                 _graded(a_first))
+        b_results = check_answer(expect, b_text, parse_calls(b_calls), run_code,
+                                 _graded(b_first))
         _set_expectations(row, a_results, b_results)
         details.checks = _check_cells(a_results), _check_cells(b_results)
     row.suggested_label = suggested_label(
@@ -124,10 +126,17 @@ def _flip_cause(row: PairRow, details: PairDetails, prompt: Prompt | None,
     expect = prompt.expect
 
     def unstable(ok: list[SideRecord], first: dict[str, str]) -> bool:
-        return repeats_disagree([check_answer(expect, r.text, parse_calls(_calls(r)), run_code)
+        return repeats_disagree([check_answer(expect, r.text, parse_calls(_calls(r)), run_code,
+                                              _graded(r))
                                  for r in _other_answers(ok)], first)
 
     return flip_cause(unstable(a_ok, a_first), unstable(b_ok, b_first), row.divergence_kind)
+
+
+def _graded(record: SideRecord) -> Graded | None:
+    """What an eval harness said of the record's answer (an imported run), or None."""
+    line = record.line
+    return Graded(line.scores, line.answer) if line.scores is not None else None
 
 
 def _other_answers(ok: list[SideRecord]) -> list[SideRecord]:
@@ -234,13 +243,14 @@ def _compare_tokens(a: Side, b: Side, a_first: SideRecord, b_first: SideRecord,
     a_tokens, b_tokens = a.tokens_at(a_first.offset), b.tokens_at(b_first.offset)
     if not a_tokens or not b_tokens:
         return
-    divergence = classify_divergence(a_tokens, b_tokens)
+    divergence = classify_divergence(a_tokens, b_tokens, a_first.text, b_first.text)
     position = divergence.position
     if position is not None and position < len(a_tokens):
         details.a_top = a_tokens.top(position)
     if position is not None and position < len(b_tokens):
         details.b_top = b_tokens.top(position)
     row.first_divergence, row.divergence_kind = position, divergence.kind
+    row.unsure_side = divergence.unsure
     row.divergence_gap, row.divergence_b_gap = divergence.gap, divergence.b_gap
     row.divergence_a_token, row.divergence_b_token = divergence.a_token, divergence.b_token
     measured = drift(a_tokens, b_tokens, position)

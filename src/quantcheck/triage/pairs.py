@@ -20,13 +20,14 @@ from ..store.report_records import ForcedSummary, KLHistogram, Summary
 from ..store.run_dir import first_seen
 from ..store.run_records import Prompt
 from .approvals import Approval, apply_approvals, load_approvals
+from .evaluations import check_pairing, evaluation_of
 from .expects import CodeRunner
 from .forced_figures import NOT_SCORED, ForcedColumns, all_kl, pair_columns
 from .one_pair import judge_pair
 from .parallel import ordered_chunks
 from .sandbox import Limits, code_execution, code_runner
 from .searches import begin
-from .sides import Side, load_side
+from .sides import Side, load_side, prompt_id_of
 from .signals import NEAR_TIE_NATS
 from .summary import PairTotals
 from .tokenizers import tokenizer_agreement
@@ -54,7 +55,9 @@ def resolve_sides(a: str | Path | Side, b: str | Path | Side, sig_digits: int,
     side_b = None if _is_texts(b) else _side(b, sig_digits, None, jobs)
     known = prompts or (side_a.prompts if side_a else None) or (
         side_b.prompts if side_b else None)
-    return side_a or _side(a, sig_digits, known), side_b or _side(b, sig_digits, known)
+    side_a, side_b = side_a or _side(a, sig_digits, known), side_b or _side(b, sig_digits, known)
+    check_pairing(side_a.manifest, side_b.manifest)
+    return side_a, side_b
 
 
 def _side(source: str | Path | Side, sig_digits: int, prompts: Mapping[str, Prompt] | None,
@@ -76,7 +79,7 @@ def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: in
         judged = []
         for key in map(int, keys):
             prompt = a.prompt_by_key(key) or b.prompt_by_key(key)
-            prompt_id = prompt.id if prompt else _record_id(a, key) or _record_id(b, key)
+            prompt_id = prompt_id_of(a, b, key)
             assert prompt_id is not None  # every key in the order has a prompt or records
             judged.append(judge_pair(prompt_id, prompt, a, b, a.records(prompt_id, key),
                                      b.records(prompt_id, key), token_level, run_code))
@@ -96,12 +99,6 @@ def prompt_order(a: Side, b: Side) -> np.ndarray:
     keys = np.concatenate([a.prompt_keys(), a.index.order, b.prompt_keys(), b.index.order])
     order: np.ndarray = keys[first_seen(keys)]
     return order
-
-
-def _record_id(side: Side, key: int) -> str | None:
-    """The prompt id of a side's records under this key (a prompt outside the sets)."""
-    rows = side.index.rows(key)
-    return side.record_id(rows[0]) if rows else None
 
 
 class Digest(Protocol):
@@ -163,6 +160,7 @@ def write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, Appr
         summary.forced = forced_summary
         summary.near_tie_nats = NEAR_TIE_NATS
         summary.identity = identity.hexdigest()[:20]
+        summary.evaluation = evaluation_of(side_a.manifest, side_b.manifest)
         if any(p.expect and p.expect.code for side in (side_a, side_b)
                for p in side.prompts.values()):
             summary.code_execution = code_execution(code_exec)

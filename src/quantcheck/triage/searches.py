@@ -51,23 +51,28 @@ class Searches:
             raise SearchSkipped(f"{self.stopped[key]}; not searched again")
         left = self.budget - self.spent
         if left <= 0:
-            slowest = max(self.took, key=self.took.__getitem__)
-            raise SearchSkipped(f"/{pattern}/ not searched: the {self.budget:g} s all "
-                                "pattern searches may take together are spent "
-                                f"(/{slowest}/ took {self.took[slowest]:.1f} s of them: "
-                                "rewrite it)")
+            raise SearchSkipped(self._spent(pattern))
         compiled = self._compile(pattern, flags)
         seconds = min(PATTERN_SECONDS, left)
         started = time.perf_counter()
         try:
             return compiled.search(text, timeout=seconds) is not None
         except TimeoutError:
+            if seconds < PATTERN_SECONDS:  # the budget's rest ran out, not the pattern's own
+                self.spent = self.budget
+                raise SearchSkipped(self._spent(pattern)) from None
             self.stopped[key] = f"/{pattern}/ was stopped after {seconds:g} s{where} ({REWRITE})"
             raise SearchSkipped(self.stopped[key]) from None
         finally:
-            seconds = time.perf_counter() - started
-            self.spent += seconds
-            self.took[pattern] = self.took.get(pattern, 0.0) + seconds
+            took = time.perf_counter() - started
+            self.spent += took
+            self.took[pattern] = self.took.get(pattern, 0.0) + took
+
+    def _spent(self, pattern: str) -> str:
+        slowest = max(self.took, key=self.took.__getitem__) if self.took else pattern
+        return (f"/{pattern}/ not searched: the {self.budget:g} s all pattern searches may "
+                f"take together are spent (/{slowest}/ took "
+                f"{self.took.get(slowest, 0.0):.1f} s of them: rewrite it)")
 
     def _compile(self, pattern: str, flags: int) -> Any:
         key = (pattern, flags)

@@ -271,6 +271,19 @@ class Side:
 _ATTEMPTS = re.compile(r" \(after \d+ attempts\)$")
 
 
+def prompt_id_of(a: Side, b: Side, key: int) -> str | None:
+    """The id of the prompt under this key (run_dir.prompt_key): from either side's
+    prompt set, else from its records (a prompt outside the sets); None: neither has it."""
+    prompt = a.prompt_by_key(key) or b.prompt_by_key(key)
+    if prompt is not None:
+        return prompt.id
+    for side in (a, b):
+        rows = side.index.rows(key)
+        if rows:
+            return side.record_id(rows[0])
+    return None
+
+
 def signature(reference: Mapping[str, object] | None, blobs: Blobs, digits: int) -> str | None:
     """Digest of the token sequence and every position's top-k, logprobs rounded
     (the same for inline arrays and tokens.bin blobs of the same content)."""
@@ -378,13 +391,15 @@ class _Requests:
         timed = ~np.isnan(e2e)
         counted = ~np.isnan(tokens)
         seconds = float(e2e[timed].sum())
+        # in Python floats: a hostile run's subnormal latencies make the rate inf, not a
+        # numpy overflow warning; an infinite rate is no rate
+        rate = float(np.nansum(tokens[timed])) / seconds if timed.any() and seconds > 0 else None
         return SidePerformance(
             requests=len(ok), failed=int((~ok).sum()),
             output_tokens=int(tokens[counted].sum()) if counted.any() else None,
             ttft_p50_s=_percentile(ttft[~np.isnan(ttft)], 50),
             e2e_p50_s=_percentile(e2e[timed], 50), e2e_p99_s=_percentile(e2e[timed], 99),
-            output_tokens_per_s=float(np.nansum(tokens[timed]) / seconds)
-            if timed.any() and seconds > 0 else None)
+            output_tokens_per_s=rate if rate is not None and math.isfinite(rate) else None)
 
     def answered(self) -> tuple[np.ndarray, np.ndarray]:
         """The successful requests' keys and repeats."""

@@ -22,6 +22,8 @@ from ..store.pair_records import (
 from ..store.report_records import (
     Cells,
     CheckCounts,
+    Collapse,
+    CollapseGroup,
     Comparison,
     Counts,
     DriftSpreads,
@@ -38,14 +40,17 @@ from ..store.report_records import (
     Summary,
     TemplateSigns,
     ThroughputPair,
+    ToolSession,
 )
-from ..store.run_dir import Throughput, read_throughput
+from ..store.run_dir import Throughput, prompt_key, read_throughput
 from ..store.run_records import CHECKS, DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
 from .cells import confound_warning, differing_axes
+from .collapse import SHOWN_GROUPS, collapsed_groups, collapsed_prompts, row_keys
 from .determinism import side_determinism
 from .expects import FAIL, PASS, SKIPPED
-from .sides import Side
-from .stats import BOOTSTRAPPED, paired_statistics, row_pass_counts
+from .sessions import TurnResult, tool_sessions
+from .sides import Side, prompt_id_of
+from .stats import BOOTSTRAPPED, paired_statistics, pass_rate_of, row_pass_counts
 from .templates import template_agreement
 from .tokenizers import tokenizer_agreement
 
@@ -68,8 +73,9 @@ def drift_values(compared: Sequence[PairRow]) -> dict[str, np.ndarray]:
 
 class PairTotals:
     """What summary.json says of the pairs, gathered chunk by chunk (compare forgets a
-    chunk once it is written): counts, the ids of the prompts not compared, and the
-    compared pairs' drift values (48 bytes a pair: percentiles need every value)."""
+    chunk once it is written): counts, the ids of the prompts not compared, the
+    compared pairs' drift values (48 bytes a pair: percentiles need every value) and
+    their answers' collapse keys (40 bytes a pair: collapse.py)."""
 
     def __init__(self) -> None:
         self.prompts = self.compared = 0
@@ -78,8 +84,11 @@ class PairTotals:
         self.not_compared: dict[str, list[str]] = defaultdict(list)  # ids by status
         self.checks: dict[str, CheckCounts] = {}
         self.pass_counts = np.zeros(4, np.int64)  # see stats.row_pass_counts
+        self.category_counts: dict[str, np.ndarray] = {}  # the same, per category
         self.numbers: dict[str, list[np.ndarray]] = defaultdict(list)
         self.routing: Counter[str] | None = None
+        self.collapse_keys: list[np.ndarray] = []  # a chunk's (prompt key, row_keys...)
+        self.tool_turns: list[tuple[str, str, str, str]] = []  # with a tool_call check
 
     def add(self, rows: Sequence[PairRow]) -> PairTotals:
         """Count the next pairs in prompt order."""
@@ -102,8 +111,15 @@ class PairTotals:
         for column, values in drift_values(compared).items():
             self.numbers[column].append(values)
         self.pass_counts += row_pass_counts(compared)
+        for category in {row.category for row in compared}:
+            counts = self.category_counts.setdefault(category, np.zeros(4, np.int64))
+            counts += row_pass_counts(row for row in compared if row.category == category)
         _add_checks(self.checks, compared)
         self._add_routing(compared)
+        self._add_tool_turns(compared)
+        self.collapse_keys.append(np.array(
+            [(prompt_key(row.prompt_id), *row_keys(row)) for row in compared], np.int64
+        ).reshape(-1, 5))
         return self
 
     def _count(self, compared: list[PairRow]) -> None:
@@ -148,6 +164,38 @@ class PairTotals:
             routing[f"b_{kind}"] += sum(row.b_routing == kind for row in compared)
         routing["ab_differs"] += sum(row.routing_first_token is not None for row in compared)
 
+    def _add_tool_turns(self, compared: list[PairRow]) -> None:
+        """Each pair with a tool_call check: its id, both statuses and B's reason (the
+        session turns among them are found once the prompts are at hand)."""
+        for row in compared:
+            a, b = _statuses(row.a_checks), _statuses(row.b_checks)
+            if "tool_call" in a or "tool_call" in b:
+                reason = (row.b_expect_failures or "").removeprefix("tool_call: ")
+                self.tool_turns.append((row.prompt_id, a.get("tool_call", ""),
+                                        b.get("tool_call", ""), reason))
+
+    def sessions(self, a: Side, b: Side) -> list[ToolSession]:
+        """The tool sessions among the compared prompts, each with its first broken turn."""
+        found = []
+        for prompt_id, a_status, b_status, reason in self.tool_turns:
+            key = prompt_key(prompt_id)
+            prompt = a.prompt_by_key(key) or b.prompt_by_key(key)
+            if prompt is not None and prompt.session is not None:
+                found.append(TurnResult(prompt.session, prompt_id, a_status, b_status, reason))
+        return tool_sessions(found)
+
+    def collapse(self, a: Side, b: Side) -> Collapse:
+        """Cross-prompt collapse over every compared pair: B's groups (the first
+        SHOWN_GROUPS, each named by its first ids and answer) and the counts."""
+        table = np.concatenate(self.collapse_keys).tolist() if self.collapse_keys else []
+        on_b = collapsed_groups((key, a_key, b_key if b_long else None)
+                                for key, a_key, b_key, _, b_long in table)
+        on_a = collapsed_groups((key, b_key, a_key if a_long else None)
+                                for key, a_key, b_key, a_long, _ in table)
+        return Collapse(new_on_b=len(collapsed_prompts(on_b)),
+                        new_on_a=len(collapsed_prompts(on_a)),
+                        groups=[_group(a, b, group) for group in on_b[:SHOWN_GROUPS]])
+
     def number_column(self, column: str) -> np.ndarray:
         """A drift column's values over the compared pairs that have one, in order; one
         that is not finite (a run made by hand can hold an infinite logprob) counts as
@@ -169,11 +217,17 @@ class PairTotals:
                                                 self.counts[f"{name}_only_first_differs"])
                          for name, side in (("a", a), ("b", b))},
             drift=self._drift(), stats=self.statistics() if statistics else Stats(None, {}),
-            performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b))
+            performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b),
+            sessions=self.sessions(a, b))
 
     def statistics(self) -> Stats:
-        return paired_statistics(self.pass_counts.tolist(),
-                                 {c: self.number_column(c) for c in BOOTSTRAPPED})
+        stats = paired_statistics(self.pass_counts.tolist(),
+                                  {c: self.number_column(c) for c in BOOTSTRAPPED})
+        for category in sorted(self.category_counts):
+            change = pass_rate_of(*self.category_counts[category].tolist())
+            if change is not None:
+                stats.categories[category] = change
+        return stats
 
     def _counts(self, a: Side, b: Side) -> Counts:
         counts, new = self.counts, self.values["new_on_b"]
@@ -205,7 +259,8 @@ class PairTotals:
             flip_causes={cause: self.values["regression_causes"][cause]
                          for cause in FLIP_CAUSES},
             improvement_causes={cause: self.values["improvement_causes"][cause]
-                                for cause in FLIP_CAUSES})
+                                for cause in FLIP_CAUSES},
+            collapse=self.collapse(a, b))
 
     def _drift(self) -> DriftSpreads:
         drift = DriftSpreads()
@@ -220,6 +275,14 @@ class PairTotals:
             drift.first_divergence = FirstDivergence(median=float(np.median(divergence)),
                                                      min=int(divergence.min()))
         return drift
+
+
+def _group(a: Side, b: Side, keys: list[int]) -> CollapseGroup:
+    """A group of prompts B answers alike: its size, first ids, and that answer's start."""
+    ids = [prompt_id_of(a, b, key) or "" for key in keys[:SHOWN_GROUPS]]
+    first = next((r for r in b.records(ids[0], keys[0]) or [] if r.repeat == 0
+                  and r.error is None), None)
+    return CollapseGroup(prompts=len(keys), ids=ids, answer=first.text[:80] if first else "")
 
 
 def _ranked(counts: Counter[str]) -> dict[str, int]:

@@ -241,24 +241,24 @@ class EndpointClient:
             return None
         return data if isinstance(data, dict | list) else None
 
-    async def get_text(self, path: str, limit: int) -> str | None:
-        """GET a path under the server root as text (a Prometheus /metrics); None when it
-        is not there, cannot be reached, or holds more than `limit` bytes."""
-        url = server_root(self.endpoint) + path
-        data = bytearray()
+    async def get_text(self, path: str, max_bytes: int = 4 << 20) -> str | None:
+        """GET a text path under the server root (a Prometheus `/metrics` page), cut at
+        `max_bytes`; None when it is not there or not text."""
         try:
             async with asyncio.timeout(self.timeout):
-                async with self.session.get(url, headers=self._headers,
+                async with self.session.get(server_root(self.endpoint) + path,
+                                            headers=self._headers,
                                             proxy=self._proxy) as response:
                     if response.status >= 400:
                         return None
-                    async for chunk in response.content.iter_chunked(1 << 16):
-                        data += chunk
-                        if len(data) > limit:
-                            return None
-        except (TimeoutError, *TRANSPORT_ERRORS):
+                    raw = bytearray()
+                    async for chunk in response.content.iter_chunked(64 << 10):
+                        raw += chunk[:max_bytes - len(raw)]
+                        if len(raw) >= max_bytes:
+                            break
+        except TRANSPORT_ERRORS:
             return None
-        return data.decode("utf-8", "replace")
+        return raw.decode("utf-8", "replace")
 
     async def post_json(self, url: str, body: Mapping[str, object]) -> Any:
         """POST a JSON body; the decoded JSON answer. Raises HTTPStatusError,

@@ -600,9 +600,11 @@ def parse_prompt_logprobs(answer: object, ids: list[int], start: int, top_k: int
     return scored
 
 
-def parse_echo(answer: object, prompt_chars: int, top_k: int) -> list[ScoredPosition]:
+def parse_echo(answer: object, prompt_chars: int, top_k: int
+               ) -> tuple[list[ScoredPosition], int]:
     """Legacy completions with `echo`: the logprobs of the echoed text after the first
-    `prompt_chars` characters, without the tokens generated past it."""
+    `prompt_chars` characters, without the tokens generated past it; and how many
+    echoed tokens come before them (the prompt's length in tokens)."""
     choice, usage = _scored_choice(answer)
     logprobs = choice.logprobs
     if logprobs is None or logprobs.tokens is None:
@@ -613,7 +615,8 @@ def parse_echo(answer: object, prompt_chars: int, top_k: int) -> list[ScoredPosi
     generated = usage.get("completion_tokens")
     end = len(tokens) - (generated if isinstance(generated, int) and generated > 0 else 0)
     scored = []
-    for n in range(_boundary(tokens, prompt_chars), end):
+    start = _boundary(tokens, prompt_chars)
+    for n in range(start, end):
         alternatives = (tops[n] if n < len(tops) else None) or {}
         for value in [values[n] if n < len(values) else None, *alternatives.values()]:
             if value is not None:
@@ -622,7 +625,7 @@ def parse_echo(answer: object, prompt_chars: int, top_k: int) -> list[ScoredPosi
                      key=lambda kv: -kv[1])[:top_k]
         scored.append((values[n] if n < len(values) else None,
                        ([t for t, _ in top], [v for _, v in top])))
-    return scored
+    return scored, start
 
 
 class _NativeAlternative(msgspec.Struct):
@@ -665,3 +668,29 @@ def _boundary(tokens: list[str], prompt_chars: int) -> int:
             return n
         seen += len(token)
     return len(tokens)
+
+
+_METRIC_LABEL = re.compile(r'[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"'
+                           r'[ \t]*(,?)')
+_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+
+
+def metric_labels(text: str, metric: str) -> dict[str, str] | None:
+    """The labels of the first sample of `metric` on a Prometheus text page (vLLM's
+    `/metrics`: `vllm:cache_config_info{cache_dtype="fp8_e4m3",...} 1.0`), unescaped;
+    None when the page has no well-formed sample of it."""
+    start = metric + "{"
+    for line in text.split("\n"):  # the format's only line break (values escape theirs)
+        if not line.startswith(start):
+            continue
+        labels: dict[str, str] = {}
+        position = len(start)
+        while match := _METRIC_LABEL.match(line, position):
+            labels[match.group(1)] = re.sub(r"\\(.)", lambda m: _ESCAPES.get(
+                m.group(1), "\\" + m.group(1)), match.group(2))
+            position = match.end()
+            if not match.group(3):
+                break
+        if line[position:].lstrip(" \t").startswith("}"):
+            return labels
+    return None
