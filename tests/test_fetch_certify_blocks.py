@@ -4,8 +4,6 @@ share exactly N tokens with a sibling."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -95,7 +93,7 @@ def test_the_fewest_words_that_share_exactly_n_tokens_or_why_none(
     for step in steps:
         counts.append(counts[-1] + step)
     try:
-        words = asyncio.run(words_for(tokens, len(steps), shared_after(counts)))
+        words = run_blocking(words_for(tokens, len(steps), shared_after(counts)))
     except CannotTokenize:
         assert tokens not in counts
     else:
