@@ -788,6 +788,10 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
             started["one"][1], write_prompts(LLAMA_PROMPTS.split("  - id: legs")[0]),
             tmp_path / "w", "--top-logprobs", "5", "--max-batch", "2", "--no-preflight",
             "--context-tokens", "700")
+        made = invoke("repro", tmp_path / "w", "capital", "--out", tmp_path / "r")
+        replayed = subprocess.run(["bash", str(tmp_path / "r" / "replay.sh")],
+                                  capture_output=True, text=True, timeout=300) \
+            if made.exit_code == 0 and shutil.which("curl") else None
     finally:
         for process, _ in started.values():
             process.terminate()
@@ -826,6 +830,12 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
     assert read["cold"] == 0 and read["warm"], read  # llama-server says what it read
     print(f"cache on, one prompt: {warm_certificate.requests} requests sent in "
           f"{warm_certificate.seconds} s")
+    # the first answer that differed, replayed with curl after what preceded it: both
+    # answers come back as recorded, and still differ from each other
+    assert made.exit_code == 0, made.output
+    if replayed is not None:
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        assert "baseline: the same answer as recorded" in replayed.stdout, replayed.stdout
     slot = [u.levels for u in control.not_tested if u.reason == "a slot holds 1,024 tokens"]
     assert ["prefix=2048", "prefix=4097"] in slot, control.not_tested
     assert "the control's levels not tested: " in certificate.control_note
