@@ -10,8 +10,8 @@ not tested. A sibling probe is its prompt's request asking SIBLING_QUESTION afte
 same prefix; a probe with `shared_tokens` has its prefix cut so that it and its sibling
 share exactly that many tokens (certify_blocks.py), or its level is not tested.
 
-Every request sent is recorded (`PlanSender.record`, a `SentRequest`: its round, the
-action before the round, its exact body) and each answer names its round and request.
+Every request sent is recorded (`PlanSender.log`, certify_requests.py) and each answer
+names its round and request.
 
 Seeded sampling (`seed` probes): the probe's `temperature` and `seed` replace the
 greedy ones in its body. One seeded request is tried first (not counted): a server
@@ -34,12 +34,10 @@ the experts it was routed to. Routing that cannot be this answer's is not kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
-import orjson
 
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed
 from ..store.certificate_records import (
@@ -48,12 +46,9 @@ from ..store.certificate_records import (
     Factor,
     Plan,
     Probe,
-    Role,
     Round,
-    SentRequest,
 )
 from ..store.engines import known, profile_of
-from ..store.redaction import environment_secrets, redact
 from ..store.run_dir import ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.runtimes import context_length, server_slots
@@ -79,11 +74,11 @@ from ..wire.client import (
     public_url,
     server_root,
     sleep_backoff,
-    streamed,
 )
 from ..wire.dialects import Generation, MalformedResponse
 from ..wire.routing import RoutingUnusable, generated_routing
 from .certify_blocks import CannotTokenize, cache_block, prompt_tokens, shared_start, words_for
+from .certify_requests import RequestLog, with_prefix
 from .collect import fields_body, request_body
 from .server_info import describe_server
 
@@ -134,33 +129,6 @@ async def server_facts(client: EndpointClient, requested: str | None) -> ServerF
                        models, info, await cache_block(client, info, runtime))
 
 
-def with_prefix(request: Mapping[str, object], prefix: str, question: str | None = None
-                ) -> dict[str, object]:
-    """The request with `prefix` and a blank line before its prompt's text (the first
-    user message's, on chat), that text replaced by `question` when given."""
-    body = dict(request)
-    if not prefix and question is None:
-        return body
-
-    def changed(text: str) -> str:
-        text = text if question is None else question
-        return f"{prefix}\n\n{text}" if prefix else text
-
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        listed, done = [], False
-        for message in messages:
-            if not done and isinstance(message, dict) and message.get("role") == "user" \
-                    and isinstance(message.get("content"), str):
-                message = {**message, "content": changed(message["content"])}
-                done = True
-            listed.append(message)
-        body["messages"] = listed
-    elif isinstance(body.get("prompt"), str):
-        body["prompt"] = changed(str(body["prompt"]))
-    return body
-
-
 def prompt_words(prompt: Prompt) -> int:
     """Words of a prompt's messages or text (as JSON: every string it holds)."""
     asked = prompt.request.get("messages", prompt.request.get("prompt", ""))
@@ -203,11 +171,8 @@ class PlanSender:
         self.cache_untested = ""  # why the cache factors cannot be tested
         self.seed_untested = ""
         self.cuts: dict[tuple[str, str], str] = {}  # prefixes cut to tokens, by prompt, level
-        self.record: Callable[[SentRequest], None] | None = None  # each request as sent
         self.rounds_sent = 0
-        self.requests_sent = 0  # recorded, the plan's and none else
-        self.secrets = environment_secrets()  # cut from every body recorded
-        self.clean: dict[tuple[str, bool], bool] = {}  # prompts' bodies with nothing to cut
+        self.log = RequestLog(lambda probe: self.body(probe)[0])  # every request, as sent
 
     def body(self, probe: Probe) -> tuple[dict[str, object], str]:
         """A probe's request body and api."""
@@ -353,7 +318,8 @@ class PlanSender:
                 raise RequestsFailed(f"the prefix cache could not be emptied: {problem}")
             action = f"POST {self.flush_path}"
         built = [self.body(probe) for probe in round_.probes]
-        numbers = [self.recorded(probe, body, api, (action, round_.action == "flush"))
+        numbers = [self.log.recorded(probe, body, api, (self.rounds_sent, action,
+                                                        round_.action == "flush"))
                    for probe, (body, api) in zip(round_.probes, built, strict=True)]
         answered = await all_or_none(self.one(probe, sent) for probe, sent
                                      in zip(round_.probes, built, strict=True))
@@ -368,45 +334,6 @@ class PlanSender:
             if isinstance(answer, Answer):
                 answer.round, answer.request = self.rounds_sent - 1, number
         return [answer for answer in answered if isinstance(answer, Answer)]
-
-    def recorded(self, probe: Probe, body: dict[str, object], api: str,
-                 action: tuple[str, bool]) -> int:
-        """Record a request as it is sent (its credentials cut), after `action` (the
-        request made before its round, and whether the round starts cold); its number."""
-        number = self.requests_sent
-        self.requests_sent += 1
-        if self.record is None:
-            return number
-        sent = streamed(body) if probe.stream else body
-        try:
-            raw = orjson.dumps(sent).decode("utf-8")
-        except orjson.JSONEncodeError as exc:  # the client cannot send it either
-            raw = orjson.dumps({"unrecordable": str(exc)}).decode("utf-8")
-        role: Role = "target" if probe.target else "sibling" if probe.sibling else "filler"
-        shown = raw if not self.may_hold_secrets(probe) else redact(raw, self.secrets)
-        self.record(SentRequest(
-            index=number, round=self.rounds_sent, action=action[0], starts_cold=action[1],
-            factor=probe.factor,
-            level=probe.level, trial=probe.trial, prompt_id=probe.prompt_id, role=role,
-            api="chat" if api == "chat" else "completions", stream=probe.stream,
-            body=_json_object(shown), redacted=shown != raw))
-        return number
-
-    def may_hold_secrets(self, probe: Probe) -> bool:
-        """Whether a body must be searched for credentials: a filler's holds the plan's
-        own words and the model's name, and a prompt's request differs from its bare body
-        (no prefix, greedy, whole) by the plan's words and fields alone, so it is searched
-        whole only where the bare one held something to cut (redacting every long prefix
-        took 5 of 22 s of a 5,000-request plan on the lab)."""
-        if not probe.prompt_id:
-            return False
-        key = (probe.prompt_id, probe.sibling)
-        if key not in self.clean:
-            bare, _ = self.body(Probe(factor=probe.factor, level="", prompt_id=probe.prompt_id,
-                                      sibling=probe.sibling))
-            text = orjson.dumps(bare).decode("utf-8")
-            self.clean[key] = redact(text, self.secrets) == text
-        return not self.clean[key]
 
     async def cut_prefixes(self, round_: Round) -> bool:
         """Cut the prefixes of a round's probes that share a number of tokens with their
@@ -497,16 +424,6 @@ class PlanSender:
             except Exception as exc:  # an answer no parser foresaw: that request fails
                 return f"unreadable answer ({type(exc).__name__}: {exc})"
         return error
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    """A body read back from its JSON text (after its credentials were cut); one whose
-    cut left no JSON object holds only what says so."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        value = None
-    return value if isinstance(value, dict) else {"unreadable": "credentials were cut"}
 
 
 @dataclass(frozen=True)

@@ -229,7 +229,7 @@ async def _certify_recording(side: Side, plan: Plan, prompts: list[Prompt],
                              ) -> tuple[Certificate, list[Answer]]:
     sender = PlanSender(side.client, side.settings, side.facts, prompts)
     encoder = msgspec.json.Encoder()
-    sender.record = lambda sent: requests.write(encoder.encode(sent) + b"\n")
+    sender.log.record = lambda sent: requests.write(encoder.encode(sent) + b"\n")
     cache_control = await sender.check_cache_control()
     seed_control = await sender.check_seed(plan)
     endpoint = public_url(side.settings.endpoint)
