@@ -196,6 +196,40 @@ def test_a_stream_split_anywhere_parses_or_is_refused(data: st.DataObject,
     assert_storable(generation)
 
 
+ALTERNATIVES = st.lists(st.tuples(st.text(max_size=3), st.none() | st.floats(-30, 0)),
+                        max_size=6)
+ENTRIES = st.lists(st.tuples(st.text(max_size=3), ALTERNATIVES,
+                             st.none() | st.just("utf-8") | st.lists(st.integers(0, 255),
+                                                                      max_size=3)),
+                   min_size=1, max_size=12)
+
+
+@FUZZ
+@seed(16)
+@given(ENTRIES, st.integers(0, 4))
+def test_chat_alternatives_come_out_ranked_and_bytes_kept_where_they_differ(
+        entries: list[tuple[str, list[tuple[str, float | None]], Any]], top_k: int) -> None:
+    """Each position's alternatives: those with a logprob, highest first (a stable sort:
+    ties keep the server's order), cut to k; a token's bytes kept where they are not its
+    text in UTF-8. The same whether the server sent them ranked or not."""
+    sent = [{"token": token, "logprob": -0.5,
+             "bytes": list(token.encode()) if raw == "utf-8" else raw,
+             "top_logprobs": [{"token": t, "logprob": v} for t, v in alternatives]}
+            for token, alternatives, raw in entries]
+    body = {"choices": [{"index": 0, "message": {"content": "x"},
+                         "logprobs": {"content": sent}, "finish_reason": "stop"}]}
+    tokens = parse_response(orjson.dumps(body), top_k).tokens
+    ranked = []
+    for _, alternatives, _ in entries:
+        kept = sorted([(t, v) for t, v in alternatives if v is not None], key=lambda p: -p[1])
+        ranked.append(kept[:top_k] if 0 < top_k < len(kept) else kept)
+    assert tokens.top_text == [[t for t, _ in row] for row in ranked]
+    assert tokens.top_logprob == [[v for _, v in row] for row in ranked]
+    differing = [e["bytes"] if e["bytes"] is not None
+                 and e["bytes"] != list(e["token"].encode()) else None for e in sent]
+    assert tokens.raw_bytes == (differing if any(d is not None for d in differing) else None)
+
+
 INFO = st.fixed_dictionaries({}, optional={
     "models": (st.lists(st.fixed_dictionaries(
         {"id": st.sampled_from(["m", "x"]) | ANY_JSON},

@@ -158,6 +158,17 @@ def test_importing_the_package_loads_neither_pandas_nor_the_network() -> None:
     assert quantcheck.load_run.__module__ == "quantcheck.store.run_dir"  # loaded on first use
 
 
+def test_the_command_line_starts_without_the_table_schema_and_template_libraries() -> None:
+    """Every command loads on `quantcheck ...`; pandas (and pyarrow), jsonschema and
+    jinja2 load where a frame is made, a schema checked, a page rendered: a third of
+    `quantcheck collect`'s start-up before (bench/collect_throughput.py)."""
+    probe = ("import sys, json, quantcheck.cli; print(json.dumps([m for m in ("
+             "'pandas', 'pyarrow', 'jsonschema', 'jinja2') if m in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert json.loads(done.stdout) == []
+
+
 # --- the tests mirror the house ----------------------------------------------------------
 
 TESTS = Path(__file__).parent

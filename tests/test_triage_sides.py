@@ -4,6 +4,7 @@ timings match the lines, and two prompt ids that share a key are refused, not me
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import tempfile
@@ -17,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import RunFormatError
-from quantcheck.store.run_dir import PromptLines, prompt_key
+from quantcheck.store.run_dir import Blobs, PromptLines, RunWriter, prompt_key
+from quantcheck.store.run_records import Completion, Tokens
 from quantcheck.triage import sides
 
 from .conftest import cli_in_child, replace_with
@@ -90,6 +92,45 @@ def check_side(side: sides.Side, lines: list[dict[str, Any]], written: list[byte
                                                and math.isfinite(rate) else None)
     asked = {(i, r) for i, r in answered if i in ("p1", "p2", "p\u00e9") and r < repeats}
     assert side.unanswered == 3 * repeats - len(asked)
+
+
+ANSWERS = [Tokens(text=[" a", " b"], logprob=[-0.1, -0.2], top_text=[[" a", " c"], [" b"]],
+                  top_logprob=[[-0.1, -2.0], [-0.2]]),
+           Tokens(text=[" a", " c"], logprob=[-0.1, -2.0], top_text=[[" a", " c"], [" c"]],
+                  top_logprob=[[-0.1, -2.0], [-2.0]]),
+           # the first, a logprob 1e-14 away: another blob, the same signature at 12 digits
+           Tokens(text=[" a", " b"], logprob=[-0.1, -0.2 + 1e-14],
+                  top_text=[[" a", " c"], [" b"]], top_logprob=[[-0.1, -2.0], [-0.2 + 1e-14]])]
+ALIKE = {0: 0, 1: 1, 2: 0, None: None}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(range(len(ANSWERS))) | st.none(), min_size=1, max_size=12))
+def test_each_record_gets_its_own_blobs_signature_however_often_a_blob_repeats(
+        answers: list[int | None]) -> None:
+    """Records whose blobs are the same bytes (repeats that agree) share one unpacking,
+    yet each gets the signature of its own blob, as a record read alone gets it."""
+    with tempfile.TemporaryDirectory() as folder:
+        run = Path(folder)
+        (run / "manifest.json").write_text(json.dumps({"parameters": {"repeats": 1}}))
+        (run / "prompts.jsonl").write_text("")
+        writer = RunWriter(run)
+        writer.open()
+        for number, answer in enumerate(answers):
+            writer.append(Completion(prompt_id=f"p{number}", prompt_hash="h", repeat=0,
+                                     text="t", tokens=None if answer is None
+                                     else copy.deepcopy(ANSWERS[answer])))
+        writer.close()
+        references = [orjson.loads(line).get("tokens")
+                      for line in (run / "completions.jsonl").read_bytes().splitlines()]
+        with Blobs(run) as blobs:
+            alone = [sides._digest64(sides.signature(reference, blobs, 12))
+                     for reference in references]
+        with sides.load_side(run, sig_digits=12) as side:
+            assert [side.records(f"p{n}")[0].signature  # type: ignore[index]
+                    for n in range(len(answers))] == [
+                None if digest == sides.MISSING_DIGEST else digest for digest in alone]
+        assert len(set(alone)) == len({ALIKE[answer] for answer in answers})
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

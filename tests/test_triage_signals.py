@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import math
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,11 @@ from quantcheck.store.token_columns import round_significant
 from quantcheck.triage.expects import CheckResult
 from quantcheck.triage.sides import signature
 from quantcheck.triage.signals import (
+    _FILLER,
     NEAR_TIE_NATS,
+    _near_loop,
+    _periodic_tail,
+    _tail_repeats,
     classify_divergence,
     degenerate_reason,
     drift,
@@ -228,6 +233,52 @@ def test_the_check_is_linear_on_16k_token_answers(piece: str, ending: str, cappe
     text = (piece * (64_000 // len(piece) + 1))[:64_000] + ending
     check = _fastest(lambda t: is_repetition_loop(t, capped), text)
     assert check <= 25 * _fastest(lambda t: set(t.split()), text) + 0.005
+
+
+# Loop checks: the fast forms against their definitions, item by item
+
+LOOP_PIECES = ["yes ", "Yes", " given here because its", "<i>", "<b>", "</i>", "na", "mi",
+               "—", " ", "\n", ",", "1,200", "3.5", "的", "。", "x", "ab", "| a | b |\n"]
+loop_texts = (st.lists(st.sampled_from(LOOP_PIECES), max_size=90).map("".join)
+              | st.builds(lambda head, piece, copies, end: head + piece * copies + end,
+                          st.text(max_size=40), st.sampled_from(LOOP_PIECES),
+                          st.integers(1, 90), st.text(alphabet=" .,)>]\n", max_size=15)))
+
+
+def near_loop_by_definition(tail: str, short: bool) -> bool:
+    """`_near_loop` as its docstring defines it: every cut of up to 15 closing characters,
+    every period, the periodic run counted item by item."""
+    encoded = tail.encode("utf-8", "surrogatepass")
+    if not short and (len(encoded) < 96 or len(zlib.compress(encoded)) > 0.4 * len(encoded)):
+        return False
+    full_shape, words = _FILLER.sub("\0", tail), _FILLER.findall(tail)
+    copies, least, share = (3, 12, 0.5) if short else (4, 48, 0.3)
+    for trimmed in range(min(16, len(full_shape) // 2)):
+        shape = full_shape[:len(full_shape) - trimmed]
+        for period in range(1, min(64, len(shape) // copies) + 1):
+            run = _periodic_tail(shape, period)
+            if run >= max(copies * period, least, share * len(full_shape)):
+                inside = shape[-run:].count("\0")
+                after = full_shape[len(shape):].count("\0")
+                region = words[len(words) - after - inside:len(words) - after]
+                half = len(region) // 2
+                return len(region) >= 3 and len(set(region)) <= max(3, len(region) // 4) \
+                    and len(set(region[half:]) - set(region[:half])) <= 1
+    return False
+
+
+@settings(max_examples=600)
+@given(loop_texts, st.booleans())
+def test_near_loops_are_found_as_defined(text: str, short: bool) -> None:
+    tail = text.rstrip()[-512:]
+    assert _near_loop(tail, short=short) is near_loop_by_definition(tail, short)
+
+
+@given(st.text(alphabet="ab\0 ", max_size=80) | st.lists(st.sampled_from("xyz"), max_size=80),
+       st.integers(1, 90), st.floats(0.5, 120))
+def test_a_tail_repeats_as_its_run_counted_item_by_item(items: str | list[str], period: int,
+                                                        least: float) -> None:
+    assert _tail_repeats(items, period, least) is (_periodic_tail(items, period) >= least)
 
 
 def test_first_divergence() -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Protocol
 
 import msgspec
-import pandas as pd
 
 from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..present.determinism_page import render_determinism
@@ -101,6 +100,8 @@ def determinism_report(run_dirs: dict[str, Path], out: Path, endpoint: str, mode
     report = DeterminismReport(sig_digits=sig_digits, modes=modes, prompts=rows)
     claim(out, DETERMINISM)
     make_directory(out)
+    import pandas as pd  # here alone: importing this module (the CLI does) stays light
+
     frame = pd.DataFrame([msgspec.structs.asdict(row) for row in rows],
                          columns=list(DeterminismRow.__struct_fields__))
     text = csv_rows(frame.to_csv(index=False, lineterminator=CSV_WRITTEN_WITH))

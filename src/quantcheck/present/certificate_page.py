@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..store.certificate_records import Certificate, FactorResult, LevelResult
 from ..store.files import write_atomic
-from .templating import environment
+from .templating import template
 
 BAR_WIDTH, BAR_GAP, GROUP_GAP, PLOT_HEIGHT = 26, 6, 30, 120
 
@@ -70,7 +70,7 @@ def control_levels(certificate: Certificate) -> dict[tuple[str, str], LevelResul
 
 
 def render_certificate(out: Path, certificate: Certificate) -> Path:
-    html = environment.get_template("certificate.html").render(
+    html = template("certificate.html").render(
         certificate=certificate, sweep=sweep(certificate.factors), bar_width=BAR_WIDTH,
         plot_height=PLOT_HEIGHT, control=control_levels(certificate))
     write_atomic(out / "index.html", html.encode("utf-8"))

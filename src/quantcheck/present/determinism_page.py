@@ -7,12 +7,12 @@ from pathlib import Path
 from ..store.files import write_atomic
 from ..store.report_records import DeterminismReport
 from .sentences import PROMPT_CACHE_HINT
-from .templating import environment
+from .templating import template
 
 
 def render_determinism(out: Path, report: DeterminismReport, endpoint: str,
                        model: str) -> Path:
-    html = environment.get_template("determinism.html").render(
+    html = template("determinism.html").render(
         rows=report.prompts, modes=report.modes, sig_digits=report.sig_digits,
         endpoint=endpoint, model=model, routed=any(row.routing for row in report.prompts),
         cache_hint=PROMPT_CACHE_HINT)

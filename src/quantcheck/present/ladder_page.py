@@ -12,7 +12,7 @@ from pathlib import Path
 from ..store.files import write_atomic
 from ..store.ladder_records import Ladder, Rung
 from ..triage.cells import CELL_AXES
-from .templating import environment
+from .templating import template
 
 WIDTH, HEIGHT, LEFT, TOP, PLOT_W, PLOT_H = 560, 220, 56, 16, 470, 160
 
@@ -114,7 +114,7 @@ def cell_rows(ladder: Ladder) -> list[dict[str, object]]:
 
 
 def render_ladder(out: Path, ladder: Ladder) -> Path:
-    html = environment.get_template("ladder.html").render(
+    html = template("ladder.html").render(
         ladder=ladder, plots=plots(ladder), cells=cell_rows(ladder), width=WIDTH,
         height=HEIGHT, left=LEFT, top=TOP, plot_w=PLOT_W, plot_h=PLOT_H)
     write_atomic(out / "index.html", html.encode("utf-8"))

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-import pandas as pd
 from markupsafe import Markup
 
 from ..store.files import AtomicFile, write_atomic
@@ -45,7 +44,7 @@ from .sentences import (
     task_lines,
     template_warning,
 )
-from .templating import embed_json, environment
+from .templating import embed_json, template
 
 SHEET = "index.html"
 AXES = ["model", "runtime", "runtime_version"]
@@ -83,6 +82,8 @@ class PairsOverview:
 
     @classmethod
     def read(cls, report_dir: Path) -> PairsOverview:
+        import pandas as pd  # here alone: importing this module (the CLI does) stays light
+
         pairs, categories, keys = 0, set(), []
         plotted: dict[str, list[np.ndarray]] = {column: [] for column in PLOTTED}
         for frame in iter_pairs(report_dir, PAIRS_READ_AT_ONCE, OVERVIEW_COLUMNS):
@@ -153,8 +154,7 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
     placeholder = f"\0{secrets.token_hex(16)}\0"
     head = _sheet_head(report_dir, rubric, live, summary, overview.prompt_ids)
     forced = summary.forced
-    template = environment.get_template("sheet.html")
-    page = template.render(
+    page = template("sheet.html").render(
         nonce=secrets.token_urlsafe(16), a=summary.a, b=summary.b, rubric=rubric,
         axes=_axes(summary), axes_warning=summary.cells.warning, headline=headline(summary),
         template_warning=template_warning(summary),
@@ -221,7 +221,7 @@ def write_sheet(report_dir: str | Path, rubric: Rubric | str | Path | None = Non
 
 def write_overview_page(folder: Path, overview: Overview) -> Path:
     """DIR/index.html of several candidates: one row each, linking to its sheet."""
-    html = environment.get_template("overview.html").render(overview=overview)
+    html = template("overview.html").render(overview=overview)
     write_atomic(folder / SHEET, html.encode("utf-8"))
     return folder / SHEET
 

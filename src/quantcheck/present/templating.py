@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-import jinja2
+from functools import cache
+from typing import TYPE_CHECKING
+
 import orjson
 from markupsafe import Markup
 
-environment = jinja2.Environment(
-    loader=jinja2.PackageLoader("quantcheck.present", "templates"),
-    autoescape=True, undefined=jinja2.StrictUndefined)
+if TYPE_CHECKING:
+    import jinja2
+
+
+def template(name: str) -> jinja2.Template:
+    """One of the package's templates (`sheet.html`), rendered with autoescape."""
+    return _environment().get_template(name)
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    import jinja2  # here: a command that renders no page never loads it
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("quantcheck.present", "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined)
 
 
 def embed_json(data: object) -> Markup:

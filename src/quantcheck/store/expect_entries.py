@@ -25,7 +25,6 @@ from collections.abc import Iterator, Mapping
 from typing import cast
 
 import regex as regex_engine
-from jsonschema.validators import validator_for
 
 from .entry_fields import (
     Fields,
@@ -121,6 +120,8 @@ def check_schema(schema: object) -> str:
     fields = mapping(schema)
     if fields is None:
         return "must be a mapping (a JSON Schema object)"
+    from jsonschema.validators import validator_for  # here: a set without one never loads it
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # re's FutureWarnings on a pattern's sets

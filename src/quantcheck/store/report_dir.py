@@ -19,11 +19,11 @@ import csv
 from collections.abc import Container, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 import orjson
-import pandas as pd
 
 from ..errors import RunFormatError
 from .files import CSV_WRITTEN_WITH, AtomicFile, csv_rows, make_directory
@@ -54,6 +54,9 @@ from .run_dir import (
     write_json_atomic,
     write_jsonl_atomic,
 )
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: `collect` never loads it
+    import pandas as pd
 
 REVIEWS = "reviews"
 GATE_JSON = "gate.json"
@@ -107,6 +110,8 @@ def write_summary(report_dir: Path, summary: Summary) -> None:
 def pair_frame(rows: Sequence[PairRow]) -> pd.DataFrame:
     """Pairs as a frame with PAIR_COLUMNS, each of its own type (PAIR_DTYPES); an empty
     cell is NA, or NaN in a text column."""
+    import pandas as pd
+
     columns = list(zip(*map(msgspec.structs.astuple, rows), strict=True)) or [()] * len(
         PAIR_COLUMNS)
     return pd.DataFrame({name: _column(values, PAIR_DTYPES[name])
@@ -114,6 +119,8 @@ def pair_frame(rows: Sequence[PairRow]) -> pd.DataFrame:
 
 
 def _column(values: Sequence[object], dtype: str) -> pd.Series:
+    import pandas as pd
+
     if dtype == "object":
         values = [np.nan if value is None else value for value in values]
     return pd.Series(values, dtype=dtype)
@@ -226,6 +233,8 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
     RunFormatError naming it, wherever it breaks: a column of a few values
     (pair_records.ENUMERATED) holding another names the row, the column, the value and
     the values allowed."""
+    import pandas as pd
+
     path = report_dir / PAIRS
     if not path.exists():
         raise RunFormatError(f"{path}: missing; run `quantcheck compare` first")
@@ -286,6 +295,8 @@ def _header(path: Path) -> list[str]:
 def pair_rows(pairs: pd.DataFrame) -> list[PairRow]:
     """The typed rows of a pairs frame of PAIR_COLUMNS (an empty cell, NA or NaN in
     pandas, is None)."""
+    import pandas as pd
+
     columns = [[None if value is pd.NA or value != value else value
                 for value in pairs[name].tolist()] for name in PAIR_COLUMNS]
     return [PairRow(**dict(zip(PAIR_COLUMNS, values, strict=True)))

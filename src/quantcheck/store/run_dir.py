@@ -460,10 +460,13 @@ class Blobs:
         except (ValueError, IndexError, TypeError, KeyError) as exc:
             raise self._not_a_blob(cast("TokenBlob", reference), exc) from None
 
-    def packed(self, reference: Mapping[str, object]) -> PackedTokens:
+    def packed(self, reference: Mapping[str, object], blob: bytes | None = None
+               ) -> PackedTokens:
+        """A record's token columns; `blob`: its blob, when `blob()` read it already."""
         if "file" not in reference:
             return packed_from_tokens(Tokens.from_json(cast("TokensJson", reference)))
-        blob = self._read(cast("TokenBlob", reference))
+        if blob is None:
+            blob = self._read(cast("TokenBlob", reference))
         try:
             return unpack(blob)
         except (zstandard.ZstdError, struct.error, ValueError, IndexError, TypeError,

@@ -34,13 +34,9 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import regex
-from jsonschema import FormatChecker
-from jsonschema.exceptions import ValidationError, best_match
-from jsonschema.protocols import Validator
-from jsonschema.validators import extend, validator_for
 
 from ..store.expect_entries import schema_search_problem
 from ..store.run_records import (
@@ -54,6 +50,10 @@ from ..store.run_records import (
     first_number,
 )
 from .searches import SearchSkipped, current
+
+if TYPE_CHECKING:  # jsonschema is imported where a schema is checked: start-up skips it
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 _REASON_CHARS = 240
@@ -203,6 +203,10 @@ def schema_failure(schema: Mapping[str, JsonValue], value: JsonValue) -> str:
     cannot be searched within a bound."""
     if problem := schema_search_problem(schema):
         raise SearchSkipped(f"the schema cannot be checked: {problem}")
+    from jsonschema import FormatChecker
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
     validator = _bounded(validator_for(schema))(schema, format_checker=FormatChecker())
     try:
         error = best_match(validator.iter_errors(value))
@@ -222,6 +226,8 @@ def _found(pattern: str, text: str) -> bool:
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any
              ) -> Iterator[ValidationError]:
+    from jsonschema.exceptions import ValidationError
+
     if validator.is_type(instance, "string") and not _found(pattern, instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
@@ -239,6 +245,8 @@ def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any,
 def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any
                            ) -> Iterator[ValidationError]:
     """jsonschema's keyword (the same messages), its patterns searched by `_found`."""
+    from jsonschema.exceptions import ValidationError
+
     if not validator.is_type(instance, "object"):
         return
     properties, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
@@ -267,6 +275,8 @@ _BOUNDED_KEYWORDS = {"pattern": _pattern, "patternProperties": _pattern_properti
 @cache
 def _bounded(validator: type[Validator]) -> type[Validator]:
     """The schema's draft with its pattern keywords searched within REGEX_SECONDS."""
+    from jsonschema.validators import extend
+
     known = validator.VALIDATORS
     extended: type[Validator] = extend(  # type: ignore[no-untyped-call]
         validator, {k: v for k, v in _BOUNDED_KEYWORDS.items() if k in known})

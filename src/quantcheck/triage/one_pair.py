@@ -89,7 +89,8 @@ def _compare_answers(row: PairRow, details: PairDetails, a_first: SideRecord,
     a_finish, b_finish = a_first.finish_reason, b_first.finish_reason
     row.a_finish_reason, row.b_finish_reason = a_finish, b_finish
     row.a_degenerate = degenerate_reason(a_content, a_finish, b_finish)
-    row.b_degenerate = degenerate_reason(b_content, b_finish, a_finish)
+    row.b_degenerate = row.a_degenerate if (b_content, b_finish) == (a_content, a_finish) \
+        else degenerate_reason(b_content, b_finish, a_finish)  # the same answer: once
     row.a_template_signs = template_signs(question, a_text or "")
     row.b_template_signs = template_signs(question, b_text or "")
     row.divergence_kind = ""  # until the tokens say where the streams part

@@ -7,11 +7,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 import orjson
-import pandas as pd
 
 from ..store.files import make_directory
 from ..store.pair_records import PairDetails, PairRow
@@ -31,6 +30,9 @@ from .sides import Side, load_side, prompt_id_of
 from .signals import NEAR_TIE_NATS
 from .summary import PairTotals
 from .tokenizers import tokenizer_agreement
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
