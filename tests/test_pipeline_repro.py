@@ -83,7 +83,7 @@ def test_a_repro_holds_the_bodies_sent_and_replays_them_byte_for_byte(
     else:
         assert (folder / "a.answer.txt").read_text() == A_ANSWERS["colour"]
         assert repro["divergence"]["sentence"].startswith("the two answers are the same text")
-        assert "a and b: the same answer now" in replayed.stdout
+        assert "a and b: the same text, as recorded" in replayed.stdout
 
 
 def _prompt_of(body: dict[str, object]) -> object:

@@ -67,6 +67,8 @@ def test_a_warm_answer_is_replayed_after_its_cold_request_byte_for_byte(
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "baseline: the same answer as recorded" in replayed.stdout
     assert "cache-prefix-1: the same answer as recorded" in replayed.stdout
+    # they parted in a logprob: equal texts again are what was recorded
+    assert "baseline and cache-prefix-1: the same text, as recorded" in replayed.stdout
 
 
 @needs_curl
