@@ -10,7 +10,7 @@ import click
 import msgspec
 
 from ..errors import ExitCode
-from ..fetch.collect import REPEAT_MODES
+from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
 from ..pipeline.ab import ABRun, ThroughputSettings
@@ -27,12 +27,14 @@ from .options import (
     EXISTING_DIR,
     EXTRA_BODY_OPTION,
     FORCED_TOP_LOGPROBS_HELP,
+    REPLICA_SPREAD_OPTION,
     RETRIES_OPTION,
     FiniteFloat,
     apply_options,
     compare_inputs,
     compare_options,
     determinism_request_options,
+    endpoints_option,
     forced_options,
     prompt_options,
     refuse_with,
@@ -42,6 +44,7 @@ from .options import (
     request_settings,
     side_settings,
     sig_digits_option,
+    single_endpoint,
     source_options,
 )
 from .printing import (
@@ -59,10 +62,14 @@ from .progress import (
     run_with_progress,
 )
 
+REPLICAS = "replicas (URLs joined by commas)"
+
 
 @cli.command("collect")
 @config_options
-@click.option("--endpoint", required=True, help="Base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--endpoint", required=True, callback=endpoints_option,
+              help="Base URL, e.g. http://127.0.0.1:8000/v1; replicas of one configuration "
+                   "joined by commas (URL1,URL2): checked alike, requests spread over them.")
 @click.option("--label", help="Name of this side, e.g. bf16: 1 to 64 letters, digits, '.', "
               "'_' or '-' (default: the --out folder's name, other characters as '_').")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
@@ -71,9 +78,10 @@ from .progress import (
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--cell", multiple=True, metavar="KEY=VALUE",
               help="Serving-cell facts the server cannot tell, e.g. gpu=H100 vram_gb=80.")
+@REPLICA_SPREAD_OPTION
 @request_options
 def collect_command(endpoint: str, label: str | None, out: Path, model: str | None,
-                    api_key_env: str | None, cell: tuple[str, ...],
+                    api_key_env: str | None, cell: tuple[str, ...], replica_spread: str,
                     prompt_files: tuple[Path, ...], force: bool, parameters: Parameters) -> None:
     """Collect greedy generations with top-k logprobs from one endpoint.
 
@@ -88,9 +96,13 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
           --out runs/bf16-suites
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --prompts traffic.jsonl \\
           --sample 500 --out runs/bf16-traffic
+      quantcheck collect --endpoint http://gpu1:8000/v1,http://gpu2:8000/v1 \\
+          --prompts prompts/default.yaml --out runs/fp8-fleet
     """
     label = label if label is not None else label_from_name(out.name)
-    settings = side_settings(parameters, endpoint, label, model, api_key_env, cell)
+    settings = side_settings(parameters, endpoint, label, model, api_key_env, cell,
+                             replica_spread)
+    refuse_without(REPLICAS, len(settings.urls) > 1, "replica_spread")
     result = collect_with_progress(prompt_files, out, settings, force)
     click.echo(f"{settings.label}: {result.collected} collected, {result.skipped} already there, "
                f"{result.failed} failed -> {out}", err=True)
@@ -102,12 +114,15 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 
 @cli.command("run")
 @config_options
-@click.option("--a", "a_url", help="Reference endpoint (e.g. BF16).")
+@click.option("--a", "a_url", callback=endpoints_option,
+              help="Reference endpoint (e.g. BF16); replicas of one configuration joined by "
+                   "commas.")
 @click.option("--a-run", type=EXISTING_DIR,
               help="A reference run collected earlier (e.g. on the main branch): reused, "
                    "A is not collected again; B must be asked as it was (instead of --a).")
-@click.option("--b", "b_urls", required=True, multiple=True,
-              help="Candidate endpoint (e.g. FP8); repeat for several candidates.")
+@click.option("--b", "b_urls", required=True, multiple=True, callback=endpoints_option,
+              help="Candidate endpoint (e.g. FP8); repeat for several candidates; one "
+                   "candidate's replicas joined by commas (URL1,URL2).")
 @click.option("--a-label", help="Label of A (default: a; a stored reference keeps its own).")
 @click.option("--b-label", "b_labels", multiple=True,
               help="Label of each --b, in order (default: b; with several, b1, b2, ...).")
@@ -135,6 +150,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
               type=FiniteFloat(0), help="Least duration of the throughput phase.")
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several candidates).")
+@REPLICA_SPREAD_OPTION
 @forced_options
 @compare_options
 @request_options
@@ -144,7 +160,7 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
                 out: Path, one_side_at_a_time: bool, api_key_env: str | None,
                 a_cell: tuple[str, ...], b_cell: tuple[str, ...], score_forced: bool,
                 measure_throughput: bool, throughput_concurrency: int,
-                throughput_seconds: float, matrix: Path | None,
+                throughput_seconds: float, matrix: Path | None, replica_spread: str,
                 forced_top_logprobs: int | None, forced_mode: str,
                 forced_concurrency: int, compare: CompareOptions,
                 prompt_files: tuple[Path, ...], force: bool, parameters: Parameters) -> None:
@@ -172,6 +188,9 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
           --prompts gsm8k/test.parquet --map-preset gsm8k --sample 300 --out reports/gsm8k
       quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
           --prompts prompts/default.yaml --judge http://gpu:8009/v1 --out reports/fp8
+      quantcheck run --a http://gpu1:8000/v1,http://gpu2:8000/v1 \\
+          --b http://gpu3:8000/v1,http://gpu4:8000/v1 --prompts prompts/default.yaml \\
+          --out reports/fp8-fleet
     """
     refuse_without("--throughput", measure_throughput, "throughput_concurrency",
                    "throughput_seconds")
@@ -183,10 +202,13 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
     labels = _candidate_labels(b_urls, b_labels)
     a = _reference(a_url, a_run, a_label, a_model, a_cell) or side_settings(
         parameters, a_url or "", "a" if a_label is None else a_label, a_model, api_key_env,
-        a_cell)
-    bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell))
+        a_cell, replica_spread)
+    bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell),
+                        replica_spread)
           for url, label in zip(b_urls, labels, strict=True)]
-    forced = ForcedSettings(endpoint=b_urls[0], mode=forced_mode,
+    refuse_without(REPLICAS, any(len(side.urls) > 1 for side in [*bs, a]
+                                 if isinstance(side, CollectSettings)), "replica_spread")
+    forced = ForcedSettings(endpoint=bs[0].endpoint, mode=forced_mode,
                             concurrency=forced_concurrency,
                             top_k=forced_top_logprobs or 20,
                             top_k_fixed=forced_top_logprobs is not None)
@@ -234,7 +256,7 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @cli.command("throughput")
-@click.argument("endpoint")
+@click.argument("endpoint", callback=single_endpoint)
 @prompt_options
 @apply_options(source_options())
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
@@ -291,7 +313,8 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
 
 @cli.command("forced")
 @click.argument("a_run", type=EXISTING_DIR)
-@click.option("--endpoint", required=True, help="B's endpoint, which scores A's tokens.")
+@click.option("--endpoint", required=True, callback=single_endpoint,
+              help="B's endpoint, which scores A's tokens.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for forced.jsonl and forced.json (give it to compare --forced).")
 @click.option("--model", help="Model name on B (default: the one it lists).")
@@ -332,7 +355,8 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 
 
 @cli.command("determinism")
-@click.option("--endpoint", required=True, help="Base URL, e.g. http://127.0.0.1:8000/v1.")
+@click.option("--endpoint", required=True, callback=single_endpoint,
+              help="Base URL, e.g. http://127.0.0.1:8000/v1.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder: one run per mode, determinism.csv/.json, index.html.")
 @click.option("--modes", default="sequential,burst,loaded", show_default=True,
@@ -355,7 +379,7 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 @click.option("--max-requests", default=DEFAULT_MAX_REQUESTS, show_default=True,
               type=click.IntRange(1, MAX_REQUESTS),
               help="--certify: refuse a plan with more requests than this.")
-@click.option("--control", metavar="URL",
+@click.option("--control", metavar="URL", callback=single_endpoint,
               help="--certify: run the same plan against a configuration expected to vary "
                    "and report whether the test detected it.")
 @click.option("--max-nondeterministic-prompts", type=click.IntRange(0),

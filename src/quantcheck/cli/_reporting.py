@@ -229,6 +229,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-failed-requests", type=click.IntRange(0),
               help="Requests without an answer on either side: failed after retries, or "
                    "never sent (default 0).")
+@click.option("--max-mixed-backends", type=click.IntRange(0),
+              help="Sides whose answers name more than one backend (model, "
+                   "system_fingerprint or weight_version: two builds behind one URL, "
+                   "replicas that are not one configuration; default 0).")
 @click.option("--max-skipped-checks", type=click.IntRange(0),
               help="Prompts whose code check did not run (no --allow-code-exec when "
                    "comparing; default 0: a check that did not run never passes).")

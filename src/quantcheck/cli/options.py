@@ -17,9 +17,11 @@ import click
 import msgspec
 from click.core import ParameterSource
 
+from ..errors import EndpointError
 from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import MODES
 from ..fetch.judging import JudgeSettings
+from ..fetch.replicas import SPREADS, check_distinct, split_endpoints
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, code_limits
 from ..store.column_maps import PRESETS, ColumnMapError, parse_map
@@ -349,13 +351,46 @@ def layers_and_k(context: click.Context, parameter: click.Parameter, value: str 
 
 
 def side_settings(parameters: Parameters, endpoint: str, label: str, model: str | None,
-                  api_key_env: str | None, cell: tuple[str, ...] = ()) -> CollectSettings:
-    """One endpoint's collection: the request options, where, and its --cell facts."""
-    return CollectSettings(
-        endpoint=endpoint, label=label,
-        cell=run_guarded(lambda: parse_cell_options(cell), ""),
+                  api_key_env: str | None, cell: tuple[str, ...] = (),
+                  replica_spread: str = "prompt") -> CollectSettings:
+    """One side's collection: the request options, where (an endpoint, or replicas
+    joined by commas), and its --cell facts."""
+    return run_guarded(lambda: CollectSettings(
+        endpoint=endpoint, label=label, cell=parse_cell_options(cell),
+        replica_spread=replica_spread,
         **msgspec.structs.asdict(msgspec.structs.replace(
-            parameters, model=model, api_key_env=api_key_env)))
+            parameters, model=model, api_key_env=api_key_env))), "")
+
+
+# --- where requests go: an endpoint, or replicas --------------------------------------
+
+def endpoints_option(context: click.Context, parameter: click.Parameter,
+                     value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+    """An endpoint, or replicas of one configuration joined by commas (each URL once);
+    checked before anything is read or sent."""
+    for given in (value,) if isinstance(value, str) else value or ():
+        try:
+            check_distinct(split_endpoints(given))
+        except EndpointError as exc:
+            raise click.BadParameter(str(exc), context, parameter) from None
+    return value
+
+
+def single_endpoint(context: click.Context, parameter: click.Parameter, value: str | None
+                    ) -> str | None:
+    """An endpoint of a command that measures one server: a list of replicas refused."""
+    if value is not None and len(split_endpoints(value)) > 1:
+        raise click.BadParameter("takes one server's URL; replicas joined by commas are "
+                                 "for collect and run (measure each replica on its own)",
+                                 context, parameter)
+    return value
+
+
+REPLICA_SPREAD_OPTION = click.option(
+    "--replica-spread", type=click.Choice(SPREADS), default="prompt", show_default=True,
+    help="With replicas (URLs joined by commas): prompt sends a prompt's repeats to one "
+         "replica; repeat sends them to different replicas, so the repeats also tell "
+         "whether the replicas agree.")
 
 
 # --- what a comparison reads: CompareOptions -----------------------------------------
@@ -492,6 +527,7 @@ class PolicyOverrides:
     max_template_problems: int | None = None
     max_judge_flips: int | None = None
     confident_flips_only: bool | None = None
+    max_mixed_backends: int | None = None
 
     def applied(self, policy: Policy) -> Policy:
         chosen = replace(policy)

@@ -33,6 +33,7 @@ from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import write_json_atomic
 from ..store.yamlfile import read_yaml, reject_unknown
 from ..triage.agreement import agreement, agreement_sentence
+from ..triage.backends import mixed_sentence
 from ..triage.collapse import collapsed_on_b, collapsed_prompts
 from ..triage.expects import SKIPPED
 from ..triage.stats import pass_rate_of, row_pass_counts
@@ -84,6 +85,8 @@ class Policy:
     # a batching llama-server (docs/gate.md): counting them failed 3 of 14 reruns of an
     # unchanged build; without them 0 of the reruns, and every regressed build still fails
     confident_flips_only: bool = True
+    # sides whose answers name more than one backend (two builds behind one URL)
+    max_mixed_backends: int | None = 0
 
 
 class Rule(msgspec.Struct):
@@ -248,6 +251,7 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     rules.append(_rule("not_compared", "prompt not compared", "prompts not compared",
                        [r.prompt_id for r in rows if not r.compared], policy.max_not_compared))
     rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
+    rules.append(_mixed_backends_rule(summary, policy.max_mixed_backends))
     skipped = [r.prompt_id for r in compared if SKIPPED in (r.a_expect, r.b_expect)]
     rules.append(_rule("skipped_checks", *_with(
         "with a skipped expect check (its reason says why: code runs with "
@@ -384,6 +388,20 @@ def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:
                    f"(A {a}, B {b}; failed after retries or never sent: rerun the "
                    "collection to retry them)")
     return Rule("failed_requests", description, count, limit, limit is None or count <= limit)
+
+
+def _mixed_backends_rule(summary: Summary, limit: int | None) -> Rule:
+    """Sides whose answers name more than one backend (two builds behind one URL during
+    a rollout, replicas that are not one configuration): what was compared is not one
+    server, so by default the gate fails; n/a in a report made before it was counted."""
+    if not summary.backends:
+        return Rule("mixed_backends", "which backends answered is not in this report "
+                    "(compared before it was recorded)", None, limit, True)
+    said = [sentence for name, found in sorted(summary.backends.items())
+            if (sentence := mixed_sentence(name.upper(), found))]
+    count = len(said)
+    description = "; ".join(said) if said else "each side answered by one backend"
+    return Rule("mixed_backends", description, count, limit, limit is None or count <= limit)
 
 
 def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None, summary: Summary) -> Rule:

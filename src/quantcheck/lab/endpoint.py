@@ -137,7 +137,10 @@ class Faults:
     # shares its first COBATCH_SHARED tokens or more with another in flight comes back
     # with its logprobs moved (5e-7 relative); give latency_s so that they overlap
     cobatch_writer: bool = False
-
+    # Several builds behind one URL, as during a rollout: generation request n is
+    # answered with the fields of rollout[n % len(rollout)] in its body (and each
+    # chunk), e.g. [{"system_fingerprint": "b6123"}, {"system_fingerprint": "b6124"}].
+    rollout: list[dict[str, object]] = field(default_factory=list)
 
 
 COBATCH_SHARED = 8
@@ -333,9 +336,12 @@ class LabServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving (connections are refused from then on); a second stop does
+        nothing."""
         if self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+            self._loop = None
 
     def __enter__(self) -> LabServer:
         return self.start()
@@ -558,6 +564,8 @@ class LabServer:
             content_type = "text/event-stream" if stream else "application/json"
             return web.Response(body=self.replay[kind], content_type=content_type)
         render = _Renderer(self, body, chat)
+        if self.faults.rollout:
+            render.envelope.update(self.faults.rollout[number % len(self.faults.rollout)])
         render.cached = self._cache_hit(_keep_last(body, self.faults.sliding_window))
         render.read = read
         if self.faults.no_logprobs_under_load and number in self._overlapped:
