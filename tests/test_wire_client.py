@@ -255,3 +255,22 @@ def test_a_server_quoting_basic_credentials_in_base64_has_them_cut(
         assert "proxy: rejected Authorization: Basic ***, credentials *** (***) do not" \
             in shown, shown
         assert sent not in shown and url_safe not in shown
+
+
+def test_a_text_answer_is_read_up_to_its_limit(serve: Serve) -> None:
+    """GET /metrics as text: what a server says, cut at the limit; None on a 404 or where
+    nothing answers."""
+    from quantcheck.lab.launch import free_port
+    from quantcheck.pipeline.event_loop import run_blocking
+    from quantcheck.wire.client import EndpointClient
+
+    async def text(url: str, path: str, limit: int) -> str | None:
+        async with EndpointClient(url, timeout=5) as client:
+            return await client.get_text(path, limit)
+
+    server = serve(dialect="vllm")
+    said = run_blocking(text(server.url, "/metrics", 1 << 20))
+    assert said is not None and 'vllm:cache_config_info{block_size="16"' in said
+    assert run_blocking(text(server.url, "/metrics", 10)) == said[:10]
+    assert run_blocking(text(server.url, "/nowhere", 1 << 20)) is None
+    assert run_blocking(text(f"http://127.0.0.1:{free_port()}", "/metrics", 100)) is None

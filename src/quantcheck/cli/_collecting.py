@@ -367,7 +367,8 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
               help="Exit 1 when any prompt gives more than one signature (or text).")
 @click.option("--certify", is_flag=True,
               help="Instead of --modes: a certificate (batch-size sweep, prefix ladder with "
-                   "the prefix cache off and on, streamed vs whole, seeded sampling) in "
+                   "the prefix cache off and on, cold against warm, cache blocks, co-batched "
+                   "and reordered requests, streamed vs whole, seeded sampling) in "
                    "OUT/certificate.json.")
 @click.option("--max-batch", default=32, show_default=True, type=click.IntRange(2),
               help="--certify: the largest concurrent batch (sizes 2, 4, 8, ... up to it).")
@@ -385,6 +386,10 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
               help="--certify: exit 0 when no more prompts than this vary (default 0: exit 1 "
                    "unless CERTIFIED; the gate's policy key of the same name, also "
                    "`quantcheck gate OUT`).")
+@click.option("--max-untested-levels", type=click.IntRange(0),
+              help="--certify: exit 0 with no more levels planned and not tested than this "
+                   "(default 0: CERTIFIED IN PART exits 1; the gate's policy key "
+                   "max_untested_levels, also `quantcheck gate OUT`).")
 @sig_digits_option
 @determinism_request_options
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
@@ -393,7 +398,8 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                         parameters: Parameters, certify: bool = False, max_batch: int = 32,
                         trials: int = 3, plan_seed: int = 0,
                         max_requests: int = DEFAULT_MAX_REQUESTS, control: str | None = None,
-                        max_nondeterministic_prompts: int | None = None) -> None:
+                        max_nondeterministic_prompts: int | None = None,
+                        max_untested_levels: int | None = None) -> None:
     """Is this endpoint deterministic? Repeated identical greedy requests, per mode.
 
     Reports per prompt and mode "k distinct of n" for texts and logprob signatures,
@@ -402,8 +408,10 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
     \b
     With --certify: a determinism certificate (docs/collecting.md): each prompt alone,
     inside concurrent batches, after shared prefixes with the prefix cache off and on,
-    streamed, and sampled with a seed; the statement with its bound, the factor that
-    explains any variation.
+    cold against warm, after a cached prefix of one cache block, sent at once with a
+    sibling writing its prefix, in other orders, streamed, and sampled with a seed; the
+    statement with its bound, the factor that explains any variation. It exits 1
+    unless CERTIFIED (--max-nondeterministic-prompts, --max-untested-levels relax it).
 
     \b
     Example:
@@ -413,7 +421,7 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
           --prompts prompts/spot-check.yaml --max-batch 16 --out reports/certificate
     """
     refuse_without("--certify", certify, "max_batch", "trials", "plan_seed", "max_requests",
-                   "control", "max_nondeterministic_prompts")
+                   "control", "max_nondeterministic_prompts", "max_untested_levels")
     if certify:
         refuse_with("--certify", "modes", "repeats", "force")
         from ..pipeline.certify import CertifyRun
@@ -423,7 +431,7 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
             certify_settings(endpoint, model, api_key_env, parameters), prompt_files, out,
             parameters.request, trials, max_batch, plan_seed, max_requests, control,
             0 if fail_on_nondeterminism or max_nondeterministic_prompts is None
-            else max_nondeterministic_prompts))
+            else max_nondeterministic_prompts, max_untested_levels or 0))
         return
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]

@@ -42,7 +42,8 @@ from .printing import candidates_markdown, exit_like_the_gate, print_result
 from .serving import serve_until_stopped, url_of
 
 # The gate's options that apply to a determinism certificate
-CERTIFICATE_RULES = ("policy", "max_nondeterministic_prompts", "max_failed_requests")
+CERTIFICATE_RULES = ("policy", "max_nondeterministic_prompts", "max_untested_levels",
+                     "max_failed_requests")
 GATED = (REPORT, CANDIDATES_OVERVIEW, CERTIFICATE)  # the kinds of folder the gate reads
 
 
@@ -215,6 +216,10 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
               help="A determinism certificate's prompts that vary under any factor "
                    "(REPORT_DIR holds certificate.json; default 0).")
+@click.option("--max-untested-levels", type=click.IntRange(0),
+              help="A determinism certificate's levels planned and not tested (a level "
+                   "that did not fit the server's context, a cache that cannot be emptied; "
+                   "default 0: \"certified in part\" fails).")
 @click.option("--require-review/--no-require-review", default=None,
               help="Fail while a non-identical pair has no verdict and no approval.")
 @click.option("--min-identical-share", type=FiniteFloat(0, 1),
@@ -264,8 +269,9 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     """Fail the build on any factual flip: exit 0 pass, 1 fail, 2 input error.
 
     REPORT_DIR may also be a determinism certificate (`determinism --certify`, with
-    certificate.json): then only --policy, --max-nondeterministic-prompts and
-    --max-failed-requests apply (any other option given is refused).
+    certificate.json): then only --policy, --max-nondeterministic-prompts,
+    --max-untested-levels and --max-failed-requests apply (any other option given is
+    refused).
 
     Writes REPORT_DIR/gate.json and junit.xml, prints a Markdown summary (also
     appended to $GITHUB_STEP_SUMMARY) and a one-line verdict on stderr. On an overview
@@ -290,7 +296,8 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     if kind == CERTIFICATE:
         refuse_given_options(CERTIFICATE_RULES, (
             f"{report_dir} is a determinism certificate (no pairs to review, no candidates): "
-            "only --policy, --max-nondeterministic-prompts and --max-failed-requests apply "
+            "only --policy, --max-nondeterministic-prompts, --max-untested-levels and "
+            "--max-failed-requests apply "
             "to it"))
         _gate_certificate(report_dir, settings)
         return

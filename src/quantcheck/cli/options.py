@@ -514,6 +514,7 @@ class PolicyOverrides:
     max_collapsed_on_b: int | None = None
     max_nondeterministic: int | None = None
     max_nondeterministic_prompts: int | None = None
+    max_untested_levels: int | None = None
     require_review: bool | None = None
     min_identical_share: float | None = None
     max_not_compared: int | None = None

@@ -66,6 +66,9 @@ class Policy:
     # a determinism certificate's prompts that vary under any factor: none, by default,
     # as `determinism --certify` says NOT CERTIFIED of one
     max_nondeterministic_prompts: int | None = 0
+    # a determinism certificate's levels planned and not tested: none, by default, so a
+    # certificate "certified in part" does not pass unless the policy allows it
+    max_untested_levels: int | None = 0
     require_review: bool = False
     min_identical_share: float | None = None
     max_not_compared: int | None = 0
