@@ -49,6 +49,7 @@ from ..store.certificate_records import (
     Round,
 )
 from ..store.engines import known, profile_of
+from ..store.redaction import public_url
 from ..store.run_dir import ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.runtimes import context_length, server_slots
@@ -71,7 +72,6 @@ from ..wire.client import (
     all_or_none,
     api_key_from_env,
     context_overflow,
-    public_url,
     server_root,
     sleep_backoff,
 )

@@ -21,6 +21,7 @@ from ..store.folder_kinds import RUN, claim
 from ..store.labels import check_label
 from ..store.preflight_records import Preflight
 from ..store.prompt_sets import file_sha256, load_prompts
+from ..store.redaction import public_url
 from ..store.run_dir import (
     COMPLETIONS,
     MANIFEST,
@@ -49,7 +50,6 @@ from ..wire.client import (
     RetryableError,
     api_key_from_env,
     context_overflow,
-    public_url,
     rejection_advice,
     sleep_backoff,
 )

@@ -70,6 +70,7 @@ from ..store.engines import (
 )
 from ..store.folder_kinds import FORCED, claim
 from ..store.preflight_records import Fingerprint
+from ..store.redaction import public_url
 from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
 from ..store.run_dir import Run, ServerInfo, load_run
@@ -95,7 +96,6 @@ from ..wire.client import (
     HTTPStatusError,
     all_or_none,
     api_key_from_env,
-    public_url,
     server_root,
     sleep_backoff,
 )

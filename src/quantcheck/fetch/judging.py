@@ -14,13 +14,13 @@ from pathlib import Path
 from ..errors import EndpointError, QuantcheckError
 from ..store.judge_cache import JudgeCache
 from ..store.judge_records import JudgeReply
+from ..store.redaction import public_url
 from ..triage.judging import PROMPT_VERSION, REPLY_CHARS, JudgeQuestion
 from ..wire.client import (
     EndpointClient,
     RequestFailed,
     RetryableError,
     all_or_none,
-    public_url,
     sleep_backoff,
 )
 

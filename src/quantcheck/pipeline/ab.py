@@ -18,13 +18,14 @@ from ..gate.verdict import Policy
 from ..store.folder_kinds import CANDIDATES_OVERVIEW, FORCED, REPORT, RUN, claim
 from ..store.labels import check_label
 from ..store.prompt_sets import load_prompts
+from ..store.redaction import public_url
 from ..store.reference import ReferenceMismatch, open_reference, reference_differences
 from ..store.report_dir import CANDIDATES
 from ..store.report_records import Overview, Summary
 from ..store.rubric import load_rubric
 from ..store.run_dir import Throughput, write_throughput
 from ..store.shards import shard_prompts
-from ..wire.client import all_or_none, public_url
+from ..wire.client import all_or_none
 from .comparing import (
     CompareOptions,
     ReportJob,

@@ -55,6 +55,7 @@ from ..store.folder_kinds import CERTIFICATE, claim
 from ..store.preflight_records import Preflight
 from ..store.prompt_entries import RequestOptions
 from ..store.prompt_sets import load_prompts
+from ..store.redaction import public_url
 from ..store.run_records import Prompt
 from ..triage.certificate import certify
 from ..triage.certificate_control import control_note, control_result, untested_control
@@ -65,7 +66,7 @@ from ..triage.certify_plan import (
     make_plan,
     plan_requests,
 )
-from ..wire.client import EndpointClient, public_url
+from ..wire.client import EndpointClient
 from .event_loop import run_blocking
 
 DEFAULT_MAX_REQUESTS = 20000

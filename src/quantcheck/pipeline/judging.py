@@ -27,6 +27,7 @@ from ..present.sheet import write_sheet
 from ..store.judge_cache import JUDGE_CACHE, JudgeCache
 from ..store.judge_records import Agreement, JudgeDetails, JudgeFigures, JudgeReply
 from ..store.pair_records import PairDetails, PairRow
+from ..store.redaction import public_url
 from ..store.report_dir import (
     CHUNK_PAIRS,
     DETAILS,
@@ -53,7 +54,7 @@ from ..triage.judging import (
     order_verdict,
     read_reply,
 )
-from ..wire.client import EndpointClient, public_url
+from ..wire.client import EndpointClient
 from .event_loop import run_blocking
 
 T = TypeVar("T")

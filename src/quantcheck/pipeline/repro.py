@@ -19,7 +19,7 @@ from ..fetch.collect import collect_body
 from ..present.repro import readme, replay_script
 from ..store.certificate_records import CERTIFICATE_JSON
 from ..store.files import make_directory, write_atomic
-from ..store.redaction import environment_secrets, redact
+from ..store.redaction import environment_secrets, public_url, redact
 from ..store.report_dir import read_summary
 from ..store.repro_records import (
     REPRO_JSON,
@@ -31,7 +31,7 @@ from ..store.repro_records import (
 from ..store.run_dir import MANIFEST, Run, load_run
 from ..store.run_records import Completion, Tokens
 from ..triage.signals import first_divergence, token_keys
-from ..wire.client import generation_url, public_url, streamed
+from ..wire.client import generation_url, streamed
 from .repro_certificate import write_certificate_repro
 
 

@@ -34,7 +34,7 @@ from ..store.certificate_records import (
     read_lines_of,
 )
 from ..store.files import make_directory, write_atomic
-from ..store.redaction import environment_secrets, redact
+from ..store.redaction import environment_secrets, public_url, redact
 from ..store.repro_records import (
     REPRO_JSON,
     Repro,
@@ -44,7 +44,7 @@ from ..store.repro_records import (
 )
 from ..triage.certificate import baseline_key, compare_answers
 from ..triage.certificate_difference import difference
-from ..wire.client import generation_url, public_url
+from ..wire.client import generation_url
 
 # what may be sent before a round: a request to a path of the server (a flush)
 ACTION = re.compile(r"(POST|GET) /[A-Za-z0-9_./-]{1,200}")

@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -35,8 +35,8 @@ from ..store.redaction import (
     CredentialsIgnored,
     basic_token,
     password_forms,
+    public_url,
     redact,
-    redact_url_path,
     url_secrets,
 )
 from ..store.run_records import DEFAULT_MAX_RESPONSE_MB
@@ -124,25 +124,6 @@ def generation_url(endpoint: str, api: str) -> str:
 def streamed(body: Mapping[str, object]) -> dict[str, object]:
     """A generation body as it is sent streamed: the usage asked for in the last chunk."""
     return {**body, "stream": True, "stream_options": {"include_usage": True}}
-
-
-def public_url(endpoint: str) -> str:
-    """The endpoint without credentials, query string or fragment, and with each path
-    segment that looks like a key cut (`http://host/sk-.../v1` -> `http://host/***/v1`;
-    store.redaction.key_like): safe to write to a manifest (an IPv6 address keeps its
-    brackets). A URL that cannot be split (api_base refuses it) is shown as its scheme
-    only, `http://?`: nothing else of it is known to be safe."""
-    try:
-        parts = urlsplit(endpoint)
-        port = parts.port
-    except ValueError:
-        return endpoint.split("://", 1)[0] + "://?"
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if port:
-        host = f"{host}:{port}"
-    return redact_url_path(urlunsplit((parts.scheme, host, parts.path, "", "")))
 
 
 def split_credentials(endpoint: str) -> tuple[str, str | None]:
