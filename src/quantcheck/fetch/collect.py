@@ -48,13 +48,13 @@ from ..wire.client import (
     EndpointClient,
     RequestFailed,
     RetryableError,
-    api_key_from_env,
     context_overflow,
     rejection_advice,
     sleep_backoff,
 )
 from ..wire.dialects import Generation, chosen_as_top, with_logprobs
 from ..wire.routing import RoutingUnusable, generated_routing
+from .clients import api_key_from_env
 from .preflight import PreflightFailed, ProbeShape, run_preflight, without_misread
 from .replicas import (
     SPREAD_MODES,

@@ -94,8 +94,6 @@ from ..wire.client import (
     UNREACHABLE,
     EndpointClient,
     HTTPStatusError,
-    all_or_none,
-    api_key_from_env,
     server_root,
     sleep_backoff,
 )
@@ -106,6 +104,7 @@ from ..wire.dialects import (
     parse_native_next,
     parse_prompt_logprobs,
 )
+from .clients import all_or_none, api_key_from_env
 from .preflight import TOKENIZER_PROBES
 from .server_info import describe_server
 

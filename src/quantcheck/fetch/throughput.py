@@ -26,10 +26,9 @@ from ..wire.client import (
     EndpointClient,
     RequestFailed,
     RetryableError,
-    all_or_none,
-    api_key_from_env,
     sleep_backoff,
 )
+from .clients import all_or_none, api_key_from_env
 from .collect import request_body
 
 DEFAULT_CONCURRENCY = 32

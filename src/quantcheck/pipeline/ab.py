@@ -11,6 +11,7 @@ from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import QuantcheckError
+from ..fetch.clients import all_or_none
 from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
@@ -25,7 +26,6 @@ from ..store.report_records import Overview, Summary
 from ..store.rubric import load_rubric
 from ..store.run_dir import Throughput, write_throughput
 from ..store.shards import shard_prompts
-from ..wire.client import all_or_none
 from .comparing import (
     CompareOptions,
     ReportJob,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..fetch.clients import api_key_from_env
 from ..fetch.preflight import ProbeShape, check_endpoint
 from ..fetch.server_info import ask_server
 from ..store.preflight_records import Check, Preflight
@@ -18,7 +19,6 @@ from ..store.run_records import DEFAULT_CONTEXT_TOKENS
 from ..triage.cells import cell_from_server, cell_key
 from ..triage.templates import template_agreement
 from ..triage.tokenizers import tokenizer_agreement
-from ..wire.client import api_key_from_env
 from .event_loop import run_blocking
 
 

@@ -17,14 +17,13 @@ has credentials cut out (store.redaction).
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 import time
 import warnings
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -532,28 +531,3 @@ def rejection_advice(message: str, body: Mapping[str, object]) -> ParameterRejec
         return ParameterRejected(f"the server rejected a request parameter: {message}",
                                  f"--extra-body '{{{drop}}}' to leave it out.")
     return ParameterRejected(f"the server rejected the request (HTTP 400): {message}")
-
-
-T = TypeVar("T")
-
-
-async def all_or_none(coroutines: Iterable[Awaitable[T]]) -> list[T]:
-    """asyncio.gather that cancels the others when one fails, and raises that error.
-    gather leaves them running: inside `async with EndpointClient` one of them could
-    start a request after the client closed, opening a session nothing closes."""
-    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
-    try:
-        return await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def api_key_from_env(variable: str | None) -> str | None:
-    if not variable:
-        return None
-    key = os.environ.get(variable)
-    if key is None:
-        raise EndpointError(f"--api-key-env {variable}: that environment variable is not set")
-    return key
