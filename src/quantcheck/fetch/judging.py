@@ -84,7 +84,7 @@ class Judge:
 
     def asking(self, cache: JudgeCache) -> JudgeClient | None:
         """Questions asked to this judge with this cache; None when it cannot be asked."""
-        if self.model is None:
+        if not self.model:
             return None
         return JudgeClient(self.client, self.model, self.settings, cache)
 
