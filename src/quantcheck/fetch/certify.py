@@ -49,6 +49,8 @@ from ..store.certificate_records import (
     Round,
 )
 from ..store.engines import known, profile_of
+from ..store.preflight_records import Preflight
+from ..store.redaction import public_url
 from ..store.run_dir import ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.runtimes import context_length, server_slots
@@ -68,10 +70,7 @@ from ..wire.client import (
     HTTPStatusError,
     RequestFailed,
     RetryableError,
-    all_or_none,
-    api_key_from_env,
     context_overflow,
-    public_url,
     server_root,
     sleep_backoff,
 )
@@ -79,6 +78,7 @@ from ..wire.dialects import Generation, MalformedResponse
 from ..wire.routing import RoutingUnusable, generated_routing
 from .certify_blocks import CannotTokenize, cache_block, prompt_tokens, shared_start, words_for
 from .certify_requests import RequestLog, with_prefix
+from .clients import all_or_none, api_key_from_env
 from .collect import fields_body, request_body
 from .server_info import describe_server
 
@@ -431,6 +431,16 @@ class Refused:
     """A request the server refused as too long for its context."""
 
     reason: str
+
+
+@dataclass
+class Side:
+    """One endpoint, reached: its client, what it said of itself, its preflight."""
+
+    settings: CertifySettings
+    client: EndpointClient
+    facts: ServerFacts
+    preflight: Preflight | None
 
 
 def client_for(settings: CertifySettings) -> EndpointClient:

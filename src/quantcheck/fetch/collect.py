@@ -21,6 +21,7 @@ from ..store.folder_kinds import RUN, claim
 from ..store.labels import check_label
 from ..store.preflight_records import Preflight
 from ..store.prompt_sets import file_sha256, load_prompts
+from ..store.redaction import public_url
 from ..store.run_dir import (
     COMPLETIONS,
     MANIFEST,
@@ -47,14 +48,13 @@ from ..wire.client import (
     EndpointClient,
     RequestFailed,
     RetryableError,
-    api_key_from_env,
     context_overflow,
-    public_url,
     rejection_advice,
     sleep_backoff,
 )
 from ..wire.dialects import Generation, chosen_as_top, with_logprobs
 from ..wire.routing import RoutingUnusable, generated_routing
+from .clients import api_key_from_env
 from .preflight import PreflightFailed, ProbeShape, run_preflight, without_misread
 from .replicas import (
     SPREAD_MODES,

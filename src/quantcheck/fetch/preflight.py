@@ -29,6 +29,7 @@ from ..errors import EndpointError, ParameterRejected, QuantcheckError
 from ..store.engines import UNKNOWN, EngineProfile, profile_of, tokenizers_first
 from ..store.preflight_records import Check, Fingerprint, Preflight
 from ..store.prompt_sets import GREEDY_FIELDS
+from ..store.redaction import public_url
 from ..store.run_dir import ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.runtimes import context_length
@@ -38,7 +39,6 @@ from ..wire.client import (
     HTTPStatusError,
     RequestFailed,
     RetryableError,
-    public_url,
     rejection_advice,
     server_root,
 )

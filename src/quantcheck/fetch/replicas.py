@@ -37,12 +37,13 @@ from typing import Protocol
 from ..errors import EndpointError, QuantcheckError, RequestsFailed
 from ..store.engines import profile_of
 from ..store.preflight_records import Fingerprint
+from ..store.redaction import public_url
 from ..store.run_dir import Cell, Replica, Replication, RunWriter, ServerInfo
 from ..store.run_records import Completion, Prompt
 from ..store.runtimes import server_slots
 from ..triage.cells import cell_from_server, cell_key, differing_axes
 from ..triage.tokenizers import tokenizer_agreement
-from ..wire.client import EndpointClient, public_url
+from ..wire.client import EndpointClient
 from .preflight import ProbeShape, replica_probe
 from .server_info import describe_server
 from .template_check import rendering_cell_value, template_check

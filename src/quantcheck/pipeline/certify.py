@@ -31,7 +31,7 @@ from ..errors import EndpointError, QuantcheckError
 from ..fetch.certify import (
     CertifySettings,
     PlanSender,
-    ServerFacts,
+    Side,
     client_for,
     max_tokens_of,
     send_rounds,
@@ -55,6 +55,7 @@ from ..store.folder_kinds import CERTIFICATE, claim
 from ..store.preflight_records import Preflight
 from ..store.prompt_entries import RequestOptions
 from ..store.prompt_sets import load_prompts
+from ..store.redaction import public_url
 from ..store.run_records import Prompt
 from ..triage.certificate import certify
 from ..triage.certificate_control import control_note, control_result, untested_control
@@ -65,7 +66,6 @@ from ..triage.certify_plan import (
     make_plan,
     plan_requests,
 )
-from ..wire.client import EndpointClient, public_url
 from .event_loop import run_blocking
 
 DEFAULT_MAX_REQUESTS = 20000
@@ -116,16 +116,6 @@ class CertifyProgress(Protocol):
     def planned(self, outline: Outline) -> None: ...
     def sent(self, requests: int) -> None: ...
     def finished(self, endpoint: str, seconds: float, estimated: float) -> None: ...
-
-
-@dataclass
-class Side:
-    """One endpoint, reached: its client, what it said of itself, its preflight."""
-
-    settings: CertifySettings
-    client: EndpointClient
-    facts: ServerFacts
-    preflight: Preflight | None
 
 
 def run_certify(job: CertifyRun, progress: CertifyProgress | None = None
@@ -186,8 +176,8 @@ async def _reach(stack: AsyncExitStack, settings: CertifySettings, prompts: list
     (or fails its preflight) stops the run before any request of the plan."""
     client = await stack.enter_async_context(client_for(settings))
     try:
-        facts = await server_facts(client, settings.model)
-        preflight = await _preflight(client, settings, facts, prompts, progress)
+        side = Side(settings, client, await server_facts(client, settings.model), None)
+        side.preflight = await _preflight(side, prompts, progress)
     except PreflightFailed:
         raise
     except EndpointError as exc:
@@ -195,16 +185,16 @@ async def _reach(stack: AsyncExitStack, settings: CertifySettings, prompts: list
             raise
         raise EndpointError(f"{who}{public_url(settings.endpoint)}: {exc} (nothing was "
                             "sent to either endpoint)") from None
-    return Side(settings, client, facts, preflight)
+    return side
 
 
-async def _preflight(client: EndpointClient, settings: CertifySettings, facts: ServerFacts,
-                     prompts: list[Prompt], progress: CertifyProgress | None
+async def _preflight(side: Side, prompts: list[Prompt], progress: CertifyProgress | None
                      ) -> Preflight | None:
     """collect's preflight, its probes shaped like the first prompt's request."""
+    settings, facts = side.settings, side.facts
     if not settings.preflight or facts.info is None:
         return None
-    report = await run_preflight(client, facts.model, facts.models, facts.info,
+    report = await run_preflight(side.client, facts.model, facts.models, facts.info,
                                  ProbeShape.like(prompts[0]), settings.top_logprobs,
                                  settings.context_tokens)
     if progress is not None:

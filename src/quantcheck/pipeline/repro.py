@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 import orjson
 
+from ..fetch.clients import posted_body, posted_url
 from ..fetch.collect import collect_body
 from ..present.repro import readme, replay_script
 from ..store.certificate_records import CERTIFICATE_JSON
@@ -31,7 +32,6 @@ from ..store.repro_records import (
 from ..store.run_dir import MANIFEST, Run, load_run
 from ..store.run_records import Completion, Tokens
 from ..triage.signals import first_divergence, token_keys
-from ..wire.client import generation_url, public_url, streamed
 from .repro_certificate import write_certificate_repro
 
 
@@ -107,10 +107,10 @@ def _sent(name: str, run: Run, prompt_id: str) -> Sent:
     if manifest.cache is None:  # made before the cache was recorded: never turned off
         parameters = msgspec.structs.replace(parameters, cache_off=False)
     body = collect_body(prompt, manifest.model, parameters, manifest.server.runtime)
-    written = orjson.dumps(streamed(body) if parameters.stream else body)
+    written = orjson.dumps(posted_body(body, parameters.stream))
     shown = redact(written.decode("utf-8"), environment_secrets(os.environ))
     request = ReproRequest(
-        name=name, url=redact(public_url(generation_url(manifest.endpoint, prompt.api))),
+        name=name, url=redact(posted_url(manifest.endpoint, prompt.api)),
         body=f"{name}.request.json", answer=f"{name}.answer.txt", stream=parameters.stream,
         model=manifest.model, runtime=manifest.server.runtime,
         cell={key: redact(value) if isinstance(value, str) else value

@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 import orjson
 
+from ..fetch.clients import posted_url
 from ..present.repro import readme, replay_script
 from ..store.certificate_records import (
     ANSWERS_JSONL,
@@ -44,7 +45,6 @@ from ..store.repro_records import (
 )
 from ..triage.certificate import baseline_key, compare_answers
 from ..triage.certificate_difference import difference
-from ..wire.client import generation_url, public_url
 
 # what may be sent before a round: a request to a path of the server (a flush)
 ACTION = re.compile(r"(POST|GET) /[A-Za-z0-9_./-]{1,200}")
@@ -156,7 +156,7 @@ def _request(probe: Probe, sent: Sequence[SentRequest], endpoint: str, model: st
         redacted |= shown != written or sent_request.redacted
         files[file] = shown.encode("utf-8")
     return ReproRequest(
-        name=name, url=redact(public_url(generation_url(endpoint, request.api))),
+        name=name, url=redact(posted_url(endpoint, request.api)),
         body=f"{name}.request.json", answer=f"{name}.answer.txt", stream=request.stream,
         together=[f"{name}.with.{n}.json" for n in range(1, len(together) + 1)],
         before=started.action, preceded=[f"{name}.before.{n}.json"
