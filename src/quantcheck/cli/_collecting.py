@@ -13,6 +13,7 @@ from ..errors import ExitCode
 from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
+from ..gate.limits import BY_KEY
 from ..pipeline.ab import ABRun, ThroughputSettings
 from ..pipeline.certify import DEFAULT_MAX_REQUESTS, MAX_REQUESTS, MAX_TRIALS
 from ..pipeline.comparing import CompareOptions
@@ -36,6 +37,7 @@ from .options import (
     determinism_request_options,
     endpoints_option,
     forced_options,
+    limit_option,
     prompt_options,
     refuse_with,
     refuse_without,
@@ -382,11 +384,11 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 @click.option("--control", metavar="URL", callback=single_endpoint,
               help="--certify: run the same plan against a configuration expected to vary "
                    "and report whether the test detected it.")
-@click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
+@limit_option(BY_KEY["max_nondeterministic_prompts"],
               help="--certify: exit 0 when no more prompts than this vary (default 0: exit 1 "
                    "unless CERTIFIED; the gate's policy key of the same name, also "
                    "`quantcheck gate OUT`).")
-@click.option("--max-untested-levels", type=click.IntRange(0),
+@limit_option(BY_KEY["max_untested_levels"],
               help="--certify: exit 0 with no more levels planned and not tested than this "
                    "(default 0: CERTIFIED IN PART exits 1; the gate's policy key "
                    "max_untested_levels, also `quantcheck gate OUT`).")

@@ -1,0 +1,137 @@
+"""The policy table: every gate limit declared once, and everything else made from it
+(Policy's defaults, the policy file's checks and JSON Schema, the gate's options and so
+--print-config, the docs table); a limit written by hand anywhere fails here."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quantcheck.cli import cli
+from quantcheck.errors import ConfigFileError
+from quantcheck.gate.limits import BY_KEY, LIMITS, markdown_table, policy_schema, value_problem
+from quantcheck.gate.schemas import generated
+from quantcheck.gate.verdict import Policy, load_policy
+
+ROOT = Path(__file__).parents[1]
+PACKAGE = ROOT / "src" / "quantcheck"
+TABLE_FILE = PACKAGE / "gate" / "limits.py"
+
+
+def test_policy_has_one_field_per_limit_with_the_tables_default() -> None:
+    declared = dataclasses.fields(Policy)
+    assert [f.name for f in declared] == [limit.key for limit in LIMITS]
+    assert {f.name: f.default for f in declared} == {limit.key: limit.default
+                                                                    for limit in LIMITS}
+
+
+def test_policy_defaults_are_read_from_the_table_not_written() -> None:
+    """Each Policy field's default is `default("key")` of its own key."""
+    tree = ast.parse((PACKAGE / "gate" / "verdict.py").read_text(encoding="utf-8"))
+    policy = next(node for node in ast.walk(tree)
+                  if isinstance(node, ast.ClassDef) and node.name == "Policy")
+    for field in (n for n in policy.body if isinstance(n, ast.AnnAssign)):
+        assert isinstance(field.target, ast.Name)
+        assert ast.unparse(field.value or ast.Constant(None)) == \
+            f"default({field.target.id!r})", field.target.id
+
+
+def _gate_options() -> dict[str, object]:
+    command = cli.commands["gate"]
+    return {param.name: param for param in command.params if param.name}
+
+
+def test_the_gate_has_one_option_per_limit_from_its_row() -> None:
+    options = _gate_options()
+    for limit in LIMITS:
+        option = options[limit.key]
+        names = [*option.opts, *option.secondary_opts]  # type: ignore[attr-defined]
+        assert "/".join(names) == limit.flag
+        assert option.help == limit.help  # type: ignore[attr-defined]
+
+
+def test_no_limit_option_is_written_by_hand() -> None:
+    """Any string naming a limit's option in a click.option call outside the table is a
+    second declaration (the table is the only place a limit's flag is spelled)."""
+    flags = {part for limit in LIMITS for part in limit.flag.split("/")}
+    for path in PACKAGE.rglob("*.py"):
+        if path == TABLE_FILE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("option"):
+                spelled = {arg.value for arg in node.args if isinstance(arg, ast.Constant)
+                           and isinstance(arg.value, str)}
+                spelled |= {part for value in spelled for part in value.split("/")}
+                assert not spelled & flags, f"{path}: {sorted(spelled & flags)}"
+
+
+def test_print_config_lists_every_limit(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["gate", str(tmp_path), "--print-config"])
+    assert result.exit_code == 0, result.output
+    printed = [line.split(":")[0] for line in result.output.splitlines()[1:]]
+    assert [key for key in printed if key.replace("-", "_") in BY_KEY] == \
+        [limit.key.replace("_", "-") for limit in LIMITS]
+
+
+def test_an_option_overrides_the_file_for_each_limit(tmp_path: Path) -> None:
+    """Every limit's option reaches the Policy under its own key."""
+    from quantcheck.cli.options import PolicyOverrides
+
+    for limit in LIMITS:
+        value = (not limit.default) if limit.kind == "switch" else 7 if \
+            limit.kind == "count" else 0.5
+        chosen = PolicyOverrides({limit.key: value}).applied(Policy())
+        assert getattr(chosen, limit.key) == value
+        setattr(chosen, limit.key, limit.default)
+        assert chosen == Policy()  # no other limit moved
+
+
+def test_the_docs_table_is_the_tables() -> None:
+    text = (ROOT / "docs" / "gate.md").read_text(encoding="utf-8")
+    start = text.index("<!-- policy table: made from gate/limits.py -->\n")
+    end = text.index("<!-- end of policy table -->")
+    written = text[start:end].splitlines()[1:]
+    assert written == markdown_table()
+
+
+def test_the_shipped_schema_is_the_tables() -> None:
+    shipped = PACKAGE / "store" / "schemas" / "policy.schema.json"
+    assert shipped.read_text(encoding="utf-8") == generated("policy")
+    assert set(json.loads(shipped.read_text())["properties"]) == set(BY_KEY)
+
+
+def test_the_shipped_example_policy_is_valid_and_complete() -> None:
+    example = ROOT / "prompts" / "policy.yaml"
+    assert set(dataclasses.asdict(load_policy(example))) == set(BY_KEY)
+
+
+VALUES = st.none() | st.booleans() | st.integers(-5, 200) | st.floats(-2, 200) | \
+    st.text(max_size=3) | st.lists(st.integers(), max_size=2)
+
+
+@given(key=st.sampled_from(sorted(BY_KEY)), value=VALUES)
+def test_the_file_check_and_the_schema_agree(key: str, value: object) -> None:
+    """The check load_policy makes and the shipped JSON Schema, both made from the
+    table, take and refuse the same values."""
+    schema = policy_schema()
+    valid = jsonschema.Draft202012Validator(schema).is_valid({key: value})
+    if isinstance(value, float) and value.is_integer() and BY_KEY[key].kind == "count":
+        valid = False  # JSON Schema counts 3.0 an integer; a policy limit of 3.0 is refused
+    assert (value_problem(key, value) is None) == valid
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: limit.key)
+def test_a_bad_file_value_names_the_file_and_the_key(limit: object, tmp_path: Path) -> None:
+    key = limit.key  # type: ignore[attr-defined]
+    path = tmp_path / "policy.yaml"
+    path.write_text(f"{key}: -1\n", encoding="utf-8")
+    with pytest.raises(ConfigFileError, match=f"{path}: field '{key}'"):
+        load_policy(path)
