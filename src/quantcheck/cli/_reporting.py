@@ -19,7 +19,15 @@ from ..store.folder_kinds import CANDIDATES_OVERVIEW, CERTIFICATE, REPORT, kind_
 from ..store.report_dir import require_report
 from ..store.report_records import Overview, Summary
 from ..store.reviews import load_verdicts, review_path
-from ._group import cli
+from ._group import (
+    COMPARE,
+    FORCED,
+    JUDGE,
+    OUTPUT,
+    PROMPTS,
+    cli,
+    section,
+)
 from .config import config_options
 from .guard import run_guarded
 from .options import (
@@ -50,17 +58,21 @@ GATED = (REPORT, CANDIDATES_OVERVIEW, CERTIFICATE)  # the kinds of folder the ga
 @config_options
 @click.argument("a_run", type=click.Path(exists=True, path_type=Path))
 @click.argument("b_runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@section(OUTPUT)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Report directory (pairs.csv, summary.json); with several B runs, the "
                    "overview and OUT/candidates/LABEL/ for each.")
+@section(PROMPTS)
 @click.option("--prompts", "prompt_files", multiple=True,
               type=PROMPT_SOURCE,
               help="Prompt set naming the texts of a *.texts.json side (and its expects); "
                    "a data file or folder is read as --map, --map-preset, --sample and "
                    "--seed say, as it was when collected.")
 @apply_options(source_options())
+@section(FORCED)
 @click.option("--forced", type=EXISTING_DIR,
               help="Teacher-forced scores of A on B, from `quantcheck forced` (one B).")
+@section(OUTPUT)
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several B runs).")
 @compare_options
@@ -196,11 +208,13 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @config_options
 @click.argument("report_dir", type=EXISTING_DIR)
 @policy_options
+@section(JUDGE)
 @click.option("--review", "review_files", multiple=True,
               type=EXISTING_FILE,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
 @click.option("--rubric", type=EXISTING_FILE,
               help="Rubric YAML naming the blocking labels (default: rubrics/default.yaml).")
+@section(COMPARE)
 @click.option("--candidate", metavar="LABEL",
               help="With an overview of several candidates: gate this one only.")
 def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path, ...],

@@ -33,6 +33,7 @@ from ..store.run_dir import Parameters
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB
 from ..triage.cells import parse_cell_options
 from ..triage.sandbox import Limits
+from ._group import FORCED, JUDGE, POLICY, PROMPTS, SEND, in_section
 from .guard import run_guarded
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -273,9 +274,7 @@ def prompt_options(function: F) -> F:
 
 def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode: bool) -> F:
     options: list[Callable[[F], F]] = [
-        PROMPTS_OPTION,
-        *source_options(),
-        SUITE_OPTION,
+        in_section(PROMPTS, PROMPTS_OPTION, *source_options(), SUITE_OPTION),
         click.option("--repeats", default=repeats, show_default=True,
                      type=click.IntRange(least_repeats),
                      help="Identical requests per prompt, compared to tell whether the server "
@@ -324,7 +323,7 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
                           "sends routing without its shape."),
     ]
     command = _with_suites(gathered("parameters", _parameters)(function))
-    return _apply(options, command)
+    return in_section(SEND, *options)(command)
 
 
 def _shard_option(context: click.Context, parameter: click.Parameter, value: str | None
@@ -470,7 +469,7 @@ def compare_options(function: F) -> F:
     ]
     # --judge's options become one JudgeSettings first, then part of CompareOptions
     command = gathered("judge", _judge_settings)(gathered("compare", _compare_options)(function))
-    return _apply(options, command)
+    return in_section(JUDGE, *options)(command)
 
 
 def sig_digits_option(function: F) -> F:
@@ -495,7 +494,7 @@ def forced_options(function: F) -> F:
                      help="Scoring requests in flight at once (token-ids: at most "
                           "llama-server's slots)."),
     ]
-    return _apply(options, function)
+    return in_section(FORCED, *options)(function)
 
 
 FORCED_TOP_LOGPROBS_HELP = (
@@ -543,4 +542,4 @@ def policy_options(function: F) -> F:
     options = [click.option("--policy", type=EXISTING_FILE,
                             help="Policy YAML; the options below override it."),
                *map(limit_option, LIMITS)]
-    return _apply(options, cast(F, command))
+    return in_section(POLICY, *options)(cast(F, command))
