@@ -7,6 +7,10 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -135,3 +139,59 @@ def test_a_bad_file_value_names_the_file_and_the_key(limit: object, tmp_path: Pa
     path.write_text(f"{key}: -1\n", encoding="utf-8")
     with pytest.raises(ConfigFileError, match=f"{path}: field '{key}'"):
         load_policy(path)
+
+
+SCRATCH_CHECK = """
+import json, sys
+from pathlib import Path
+from click.testing import CliRunner
+from quantcheck.cli import cli
+from quantcheck.gate.limits import markdown_table, policy_schema
+from quantcheck.gate.verdict import load_policy
+policy = Path(sys.argv[1])
+policy.write_text("max_imaginary: 3\\n")
+bad = policy.with_name("bad.yaml")
+bad.write_text("max_imaginary: -3\\n")
+try:
+    load_policy(bad)
+    refused = ""
+except Exception as exc:
+    refused = str(exc)
+print(json.dumps({
+    "help": CliRunner().invoke(cli, ["gate", "--help"], terminal_width=200).output,
+    "config": CliRunner().invoke(cli, ["gate", str(policy.parent), "--print-config"]).output,
+    "loaded": load_policy(policy).max_imaginary,
+    "refused": refused,
+    "schema": policy_schema()["properties"].get("max_imaginary"),
+    "table": [line for line in markdown_table() if "max_imaginary" in line]}))
+"""
+
+
+def test_a_new_limit_is_a_row_of_the_table_and_its_policy_field(tmp_path: Path) -> None:
+    """On a scratch copy of the package: a limit added as one row of LIMITS and its
+    Policy field is a policy key with its check, an option in --help and
+    --print-config, a property of the schema and a row of the docs table."""
+    copy = tmp_path / "src" / "quantcheck"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    table = copy / "gate" / "limits.py"
+    table.write_text(table.read_text(encoding="utf-8").replace(
+        "\n)\nBY_KEY", '\n    Limit("max_imaginary", "count", None, '
+        '"Imaginary things (default off).", ("imaginary",)),\n)\nBY_KEY'), encoding="utf-8")
+    verdict = copy / "gate" / "verdict.py"
+    verdict.write_text(verdict.read_text(encoding="utf-8").replace(
+        '    max_judge_flips: int | None = default("max_judge_flips")\n',
+        '    max_judge_flips: int | None = default("max_judge_flips")\n'
+        '    max_imaginary: int | None = default("max_imaginary")\n'), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-c", SCRATCH_CHECK, str(tmp_path / "p.yaml")],
+                         capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(copy.parent), "PATH": "/usr/bin:/bin"})
+    found = json.loads(run.stdout)
+    limits = found["help"].split("Gate limits:")[1]
+    assert re.search(r"\n  --max-imaginary INTEGER RANGE +Imaginary things \(default off\)",
+                     limits)
+    assert "max-imaginary: null" in found["config"]
+    assert found["loaded"] == 3
+    assert "field 'max_imaginary': a whole number >= 0, or null (off)" in found["refused"]
+    assert found["schema"]["type"] == ["integer", "null"]
+    assert found["table"] == ["| `max_imaginary` | `--max-imaginary` | off | Imaginary "
+                              "things (default off). | `imaginary` |"]
