@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 
 from quantcheck.cli import cli
 from quantcheck.errors import ConfigFileError
-from quantcheck.gate.limits import BY_KEY, LIMITS, markdown_table, policy_schema, value_problem
+from quantcheck.gate.limits import (
+    BY_KEY,
+    CERTIFICATE_LIMITS,
+    LIMITS,
+    markdown_table,
+    policy_schema,
+    value_problem,
+)
 from quantcheck.gate.schemas import generated
 from quantcheck.gate.verdict import Policy, load_policy
 
@@ -195,3 +202,25 @@ def test_a_new_limit_is_a_row_of_the_table_and_its_policy_field(tmp_path: Path) 
     assert found["schema"]["type"] == ["integer", "null"]
     assert found["table"] == ["| `max_imaginary` | `--max-imaginary` | off | Imaginary "
                               "things (default off). | `imaginary` |"]
+
+
+def _policy_fields_read(module: Path) -> set[str]:
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "policy"}
+
+
+def test_the_limits_marked_for_a_certificate_are_those_its_gate_reads() -> None:
+    """The gate refuses on a certificate every option but these (cli/_reporting.py):
+    they must be the very limits gate/certificate_gate.py applies."""
+    assert set(CERTIFICATE_LIMITS) == _policy_fields_read(PACKAGE / "gate" /
+                                                          "certificate_gate.py")
+
+
+def test_every_limit_is_read_by_a_rule() -> None:
+    """A row of the table with no rule reading its Policy field would be a limit that
+    limits nothing."""
+    read = set()
+    for module in ("verdict.py", "certificate_gate.py", "overview.py"):
+        read |= _policy_fields_read(PACKAGE / "gate" / module)
+    assert set(BY_KEY) <= read, set(BY_KEY) - read

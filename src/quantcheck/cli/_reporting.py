@@ -12,6 +12,7 @@ import click
 
 from ..errors import ExitCode
 from ..gate.explain import Failure, report_failures
+from ..gate.limits import BY_KEY, CERTIFICATE_LIMITS
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, Written, compare_all
 from ..present.sentences import agreement_sentence
@@ -49,8 +50,7 @@ from .printing import candidates_markdown, exit_like_the_gate, print_result
 from .serving import serve_until_stopped, url_of
 
 # The gate's options that apply to a determinism certificate
-CERTIFICATE_RULES = ("policy", "max_nondeterministic_prompts", "max_untested_levels",
-                     "max_failed_requests")
+CERTIFICATE_RULES = ("policy", *CERTIFICATE_LIMITS)
 GATED = (REPORT, CANDIDATES_OVERVIEW, CERTIFICATE)  # the kinds of folder the gate reads
 
 
@@ -250,9 +250,8 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     if kind == CERTIFICATE:
         refuse_given_options(CERTIFICATE_RULES, (
             f"{report_dir} is a determinism certificate (no pairs to review, no candidates): "
-            "only --policy, --max-nondeterministic-prompts, --max-untested-levels and "
-            "--max-failed-requests apply "
-            "to it"))
+            f"only {_listed(['--policy', *(BY_KEY[key].flag for key in CERTIFICATE_LIMITS)])} "
+            "apply to it"))
         _gate_certificate(report_dir, settings)
         return
 
@@ -280,6 +279,11 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     gate.append_step_summary(text)
     click.echo(gate.one_line(verdict), err=True)
     sys.exit(ExitCode.PASS if verdict.passed else ExitCode.FAIL)
+
+
+def _listed(names: list[str]) -> str:
+    """'a, b and c'."""
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _gate_certificate(folder: Path, policy: Callable[[], Policy]) -> None:

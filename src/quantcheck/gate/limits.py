@@ -9,7 +9,9 @@ the policy file's JSON Schema (`policy_schema`) and the table in docs/gate.md
 Kinds: `count` a whole number >= 0 or null (off); `share` a number from 0 to 1 or null;
 `points` a number >= 0 or null (the option takes 0 to 100); `number` a number >= 0 or
 null; `switch` true or false. A limit's `rules` are the `gate.json` rule names it
-governs (gate/verdict.py's `_rules` applies them)."""
+governs (gate/verdict.py's `_rules` applies them); `certificate`: the limit applies to
+a determinism certificate too (gate/certificate_gate.py), the gate refusing the others
+there."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ class Limit:
     rules: tuple[str, ...]
     off_flag: str = ""  # a switch's second name (`--all-flips`); else --no-KEY
     metavar: str | None = None
+    certificate: bool = False  # applied to a determinism certificate too
 
     @property
     def flag(self) -> str:
@@ -70,12 +73,12 @@ LIMITS: tuple[Limit, ...] = (
     Limit("max_nondeterministic_prompts", "count", 0,
           "A determinism certificate's prompts that vary under any factor "
           "(REPORT_DIR holds certificate.json; default 0).",
-          ("nondeterministic_prompts",)),
+          ("nondeterministic_prompts",), certificate=True),
     Limit("max_untested_levels", "count", 0,
           "A determinism certificate's levels planned and not tested (a level "
           "that did not fit the server's context, a cache that cannot be emptied; "
           "default 0: \"certified in part\" fails).",
-          ("untested_levels",)),
+          ("untested_levels",), certificate=True),
     Limit("require_review", "switch", False,
           "Fail while a non-identical pair has no verdict and no approval.",
           ("unreviewed",)),
@@ -88,7 +91,7 @@ LIMITS: tuple[Limit, ...] = (
     Limit("max_failed_requests", "count", 0,
           "Requests without an answer on either side: failed after retries, or "
           "never sent (default 0).",
-          ("failed_requests",)),
+          ("failed_requests",), certificate=True),
     Limit("max_mixed_backends", "count", 0,
           "Sides whose answers name more than one backend (model, "
           "system_fingerprint or weight_version: two builds behind one URL, "
@@ -125,6 +128,8 @@ LIMITS: tuple[Limit, ...] = (
           ("judge_flips",)),
 )
 BY_KEY = {limit.key: limit for limit in LIMITS}
+# what a determinism certificate is gated on (gate/certificate_gate.py)
+CERTIFICATE_LIMITS = tuple(limit.key for limit in LIMITS if limit.certificate)
 
 
 def default(key: str) -> Any:
