@@ -224,3 +224,34 @@ def test_every_limit_is_read_by_a_rule() -> None:
     for module in ("verdict.py", "certificate_gate.py", "overview.py"):
         read |= _policy_fields_read(PACKAGE / "gate" / module)
     assert set(BY_KEY) <= read, set(BY_KEY) - read
+
+
+def _limit_of_rule() -> dict[str, str]:
+    """Each gate.json rule and the default its limit gives it, as the docs say it: 0,
+    or off (null, or a require_ switch that is false)."""
+    said = {}
+    for limit in LIMITS:
+        if limit.kind == "switch" and limit.default:
+            continue  # confident_flips_only says how factual_flips counts, not its limit
+        for rule in limit.rules:
+            off = limit.default is None or limit.default is False
+            said[rule] = "off" if off else limit.default_words()
+    return said
+
+
+def test_the_docs_rule_tables_say_each_rules_default_as_the_table() -> None:
+    """docs/gate.md's tables of rules (what each counts) say each rule's default limit
+    in their last cell: it must be the policy table's, and every rule is described."""
+    text = (ROOT / "docs" / "gate.md").read_text(encoding="utf-8")
+    generated_start = text.index("<!-- policy table: made from gate/limits.py -->")
+    generated_end = text.index("<!-- end of policy table -->")
+    text = text[:generated_start] + text[generated_end:]
+    said = _limit_of_rule()
+    described = set()
+    for row in (line for line in text.splitlines() if line.startswith("| `")):
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        for rule in re.findall(r"`([a-z_]+)`", cells[0]):
+            if rule in said:
+                described.add(rule)
+                assert re.match(rf"{said[rule]}\b", cells[-1]), (rule, cells[-1])
+    assert described == set(said)
