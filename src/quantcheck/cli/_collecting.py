@@ -13,13 +13,26 @@ from ..errors import ExitCode
 from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
+from ..gate.limits import BY_KEY
 from ..pipeline.ab import ABRun, ThroughputSettings
 from ..pipeline.certify import DEFAULT_MAX_REQUESTS, MAX_REQUESTS, MAX_TRIALS
 from ..pipeline.comparing import CompareOptions
 from ..pipeline.determinism import DeterminismRun
 from ..store.labels import label_from_name
 from ..store.run_dir import Parameters
-from ._group import cli
+from ._group import (
+    CERTIFY,
+    COMPARE,
+    FORCED,
+    JUDGE,
+    OUTPUT,
+    POLICY,
+    PROMPTS,
+    SEND,
+    THROUGHPUT,
+    cli,
+    section,
+)
 from .config import config_options
 from .guard import run_guarded
 from .options import (
@@ -36,6 +49,7 @@ from .options import (
     determinism_request_options,
     endpoints_option,
     forced_options,
+    limit_option,
     prompt_options,
     refuse_with,
     refuse_without,
@@ -67,17 +81,21 @@ REPLICAS = "replicas (URLs joined by commas)"
 
 @cli.command("collect")
 @config_options
+@section(COMPARE)
 @click.option("--endpoint", required=True, callback=endpoints_option,
               help="Base URL, e.g. http://127.0.0.1:8000/v1; replicas of one configuration "
                    "joined by commas (URL1,URL2): checked alike, requests spread over them.")
 @click.option("--label", help="Name of this side, e.g. bf16: 1 to 64 letters, digits, '.', "
               "'_' or '-' (default: the --out folder's name, other characters as '_').")
+@section(OUTPUT)
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Run directory (created; an existing one is resumed).")
+@section(COMPARE)
 @click.option("--model", help="Model name (default: the one model /v1/models lists).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--cell", multiple=True, metavar="KEY=VALUE",
               help="Serving-cell facts the server cannot tell, e.g. gpu=H100 vram_gb=80.")
+@section(SEND)
 @REPLICA_SPREAD_OPTION
 @request_options
 def collect_command(endpoint: str, label: str | None, out: Path, model: str | None,
@@ -114,6 +132,7 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 
 @cli.command("run")
 @config_options
+@section(COMPARE)
 @click.option("--a", "a_url", callback=endpoints_option,
               help="Reference endpoint (e.g. BF16); replicas of one configuration joined by "
                    "commas.")
@@ -128,19 +147,24 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
               help="Label of each --b, in order (default: b; with several, b1, b2, ...).")
 @click.option("--a-model", help="Model name on A (default: the one it lists).")
 @click.option("--b-model", help="Model name on every B (default: the one each lists).")
+@section(OUTPUT)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Report directory; runs go to OUT/a and OUT/b (several candidates: "
                    "OUT/candidates/LABEL/).")
+@section(SEND)
 @click.option("--one-side-at-a-time", is_flag=True,
               help="Collect A fully, then each B (when they cannot be served at once).")
+@section(COMPARE)
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--a-cell", multiple=True, metavar="KEY=VALUE", help="Cell facts for A.")
 @click.option("--b-cell", multiple=True, metavar="[LABEL:]KEY=VALUE",
               help="Cell facts for B (LABEL: for one candidate only).")
+@section(FORCED)
 @click.option("--forced", "score_forced", is_flag=True,
               help="Also score A's tokens on each B (teacher-forced drift).")
 @click.option("--forced-top-logprobs", type=click.IntRange(1), metavar="K",
               help=FORCED_TOP_LOGPROBS_HELP + " Default: B's --top-logprobs.")
+@section(THROUGHPUT)
 @click.option("--throughput", "measure_throughput", is_flag=True,
               help="After collecting, measure each endpoint's throughput without logprobs "
                    "(one endpoint at a time).")
@@ -148,8 +172,10 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
               type=click.IntRange(1), help="Requests in flight in the throughput phase.")
 @click.option("--throughput-seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
               type=FiniteFloat(0), help="Least duration of the throughput phase.")
+@section(OUTPUT)
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several candidates).")
+@section(SEND)
 @REPLICA_SPREAD_OPTION
 @forced_options
 @compare_options
@@ -257,13 +283,17 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
 
 @cli.command("throughput")
 @click.argument("endpoint", callback=single_endpoint)
+@section(PROMPTS)
 @prompt_options
 @apply_options(source_options())
+@section(OUTPUT)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="A run directory of this endpoint: writes OUT/throughput.json, which "
                    "compare then shows next to the other side's.")
+@section(COMPARE)
 @click.option("--label", help="Name of this endpoint in the figures.")
 @click.option("--model", help="Model name (default: the one it lists).")
+@section(SEND)
 @click.option("--concurrency", default=DEFAULT_CONCURRENCY, show_default=True,
               type=click.IntRange(1), help="Requests in flight.")
 @click.option("--seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
@@ -272,7 +302,9 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
               help="Cap for every prompt (use the run's own).")
 @API_OPTION
 @EXTRA_BODY_OPTION
+@section(COMPARE)
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@section(SEND)
 @click.option("--timeout", default=600.0, show_default=True, type=FiniteFloat(0.1),
               help="Seconds a request may take as a whole.")
 @RETRIES_OPTION
@@ -355,16 +387,22 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 
 
 @cli.command("determinism")
+@section(COMPARE)
 @click.option("--endpoint", required=True, callback=single_endpoint,
               help="Base URL, e.g. http://127.0.0.1:8000/v1.")
+@section(OUTPUT)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder: one run per mode, determinism.csv/.json, index.html.")
+@section(SEND)
 @click.option("--modes", default="sequential,burst,loaded", show_default=True,
               help="Comma-separated repeat modes: sequential, burst, loaded, pool.")
+@section(COMPARE)
 @click.option("--model", help="Model name (default: the one model /v1/models lists).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@section(POLICY)
 @click.option("--fail-on-nondeterminism", is_flag=True,
               help="Exit 1 when any prompt gives more than one signature (or text).")
+@section(CERTIFY)
 @click.option("--certify", is_flag=True,
               help="Instead of --modes: a certificate (batch-size sweep, prefix ladder with "
                    "the prefix cache off and on, cold against warm, cache blocks, co-batched "
@@ -382,14 +420,15 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 @click.option("--control", metavar="URL", callback=single_endpoint,
               help="--certify: run the same plan against a configuration expected to vary "
                    "and report whether the test detected it.")
-@click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
+@limit_option(BY_KEY["max_nondeterministic_prompts"],
               help="--certify: exit 0 when no more prompts than this vary (default 0: exit 1 "
                    "unless CERTIFIED; the gate's policy key of the same name, also "
                    "`quantcheck gate OUT`).")
-@click.option("--max-untested-levels", type=click.IntRange(0),
+@limit_option(BY_KEY["max_untested_levels"],
               help="--certify: exit 0 with no more levels planned and not tested than this "
                    "(default 0: CERTIFIED IN PART exits 1; the gate's policy key "
                    "max_untested_levels, also `quantcheck gate OUT`).")
+@section(JUDGE)
 @sig_digits_option
 @determinism_request_options
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,

@@ -42,6 +42,7 @@ import yaml
 
 from ..errors import ConfigFileError
 from ..store.yamlfile import read_yaml
+from ._group import CONFIG, in_section
 from .options import endpoints_option, json_object_option, layers_and_k
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -59,15 +60,16 @@ def config_options(function: F) -> F:
             return None
         return function(**values)
 
-    with_print = click.option(
-        "--print-config", is_flag=True,
-        help="Print the effective options (the --config file, flags and defaults) as a "
-             "--config file, and stop.")(command)
-    return cast(F, click.option(
-        "--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        is_eager=True, expose_value=True, callback=_load,
-        help="A YAML file of this command's options, by name (e.g. `repeats: 3`); flags "
-             "given override it.")(with_print))
+    return in_section(
+        CONFIG,
+        click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     is_eager=True, expose_value=True, callback=_load,
+                     help="A YAML file of this command's options, by name (e.g. `repeats: "
+                          "3`); flags given override it."),
+        click.option("--print-config", is_flag=True,
+                     help="Print the effective options (the --config file, flags and "
+                          "defaults) as a --config file, and stop."),
+    )(cast(F, command))
 
 
 def option_name(parameter: click.Parameter) -> str:
