@@ -236,13 +236,19 @@ def requantized(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pat
 def converted_gemma() -> Path:
     """The demo's model as transformers reads it (`lab.model.prepare_model`: converted
     from the shipped GGUF once a machine, its 262k-token tokenizer included, about a
-    minute), the folder the lab's model tests and the demo load too."""
+    minute), the folder the lab's model tests and the demo load too. A worker that finds
+    another converting waits for its copy instead of converting one of its own."""
+    import fcntl
+
     from quantcheck.lab.launch import DemoDependenciesMissing, require_demo_dependencies
-    from quantcheck.lab.model import prepare_model
+    from quantcheck.lab.model import cache_dir, prepare_model
 
     try:
         require_demo_dependencies()
     except DemoDependenciesMissing:
         skip_module_without_extra("the demo extra (torch, transformers, the model package) "
                                   "is not installed")
-    return prepare_model()
+    cache_dir().parent.mkdir(parents=True, exist_ok=True)
+    with (cache_dir().parent / f"{cache_dir().name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return prepare_model()

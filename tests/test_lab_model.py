@@ -39,9 +39,10 @@ prompts:
 """
 
 @pytest.fixture(scope="session")
-def lab() -> Iterator[Any]:
+def lab(converted_gemma: Path) -> Iterator[Any]:
     """A lab server per (precision, fault), started once for the whole session: the
-    process loads the model once and shares its weights between them (lab/model.py)."""
+    process loads the model once and shares its weights between them (lab/model.py),
+    converted once for every worker (`converted_gemma`)."""
     return_freed_memory()  # as every quantcheck command does, `lab serve` included
     servers: dict[tuple[str, str], LabServer] = {}
 
