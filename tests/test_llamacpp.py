@@ -439,7 +439,7 @@ def kv_servers(gguf_files: dict[str, Path], tmp_path: Path) -> Iterator[dict[str
     require_llama_server()
     kinds = {"f16": ("-fa", "on"), "q4_0": ("-fa", "on", "--cache-type-k", "q4_0",
                                             "--cache-type-v", "q4_0")}
-    started = {kind: cpp_server(gguf_files["Q4_K_M"], tmp_path / f"{kind}.log", 4096, *flags)
+    started = {kind: cpp_server(gguf_files["Q4_K_M"], tmp_path / f"{kind}.log", 1024, *flags)
                for kind, flags in kinds.items()}
     try:
         for kind, (process, url) in started.items():
@@ -453,15 +453,16 @@ def kv_servers(gguf_files: dict[str, Path], tmp_path: Path) -> Iterator[dict[str
 
 def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
                                                   tmp_path: Path) -> None:
-    """A small ladder (512 to 2,048 tokens, one needle) on real llama-servers that differ
+    """A small ladder (128 to 512 tokens, one needle) on real llama-servers that differ
     only in the KV cache: lengths measured on the server's tokenizer, the dtype named as
     the one differing axis, B's teacher-forced KL measured at every rung (a 4-bit cache
-    moves it at any length); and A against itself states no onset (one slot, greedy:
-    its repeats and its own answer agree). Measured: 276 s on two cores shared with other
-    jobs (load average 4 to 5; 759 s at 13). Each answer takes its whole prompt (3,584
-    tokens over the three rungs), the scoring reuses B's slot: the 4-bit server prefills
-    3,584 tokens, the f16 one 17,920 (A twice in each ladder, and B once in the second)."""
-    common = ("--lengths", "512,1k,2k", "--depths", "0", "--no-absent", "--max-tokens", "12",
+    moves it at any length: KL 0.05, 0.03, 0.02 here); and A against itself states no
+    onset (one slot, greedy: its repeats and its own answer agree). Each answer takes its
+    whole prompt (896 tokens over the three rungs), the scoring reuses B's slot: the
+    4-bit server prefills 896 tokens, the f16 one 4,480 (A twice in each ladder, and B
+    once in the second). Measured: 59 s on two cores shared with other jobs (load
+    average 2 to 4); 198 s at load 4 for 512 to 2,048 tokens, which prove no more."""
+    common = ("--lengths", "128,256,512", "--depths", "0", "--no-absent", "--max-tokens", "12",
               "--a-cell", "kv_cache_dtype=f16")
     result = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["q4_0"],
                     "--b-cell", "kv_cache_dtype=q4_0", "--out", tmp_path / "kv", *common)
@@ -470,7 +471,7 @@ def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
     assert ladder["cells"]["differs"] == ["kv_cache_dtype"]
     assert "one axis of the serving cell, kv_cache_dtype (f16 on A, q4_0 on B)" in ladder["axes"]
     assert ladder["length_measure"].startswith("measured on A's tokenizer (/tokenize)")
-    assert [rung["tokens"] for rung in ladder["rungs"]] == [512, 1024, 2048]
+    assert [rung["tokens"] for rung in ladder["rungs"]] == [128, 256, 512]
     for rung in ladder["rungs"]:
         assert rung["tokens"] - 40 <= rung["prompt_tokens"] <= rung["tokens"]
         assert rung["checked"] == 1 and rung["a_recall"] is not None
@@ -479,7 +480,7 @@ def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
     itself = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["f16"],
                     "--b-cell", "kv_cache_dtype=f16", "--out", tmp_path / "self", *common)
     assert itself.exit_code == 0, itself.output
-    assert "onset: no departure up to 2,048 tokens" in itself.output
+    assert "onset: no departure up to 512 tokens" in itself.output
 def test_a_repro_replays_the_recorded_answers_byte_for_byte_on_llama_server(
         gguf_files: dict[str, Path], write_prompts: Any, tmp_path: Path) -> None:
     """llama-server with one slot and the prompt cache off in each request (collect sends
