@@ -425,7 +425,8 @@ def test_forced_kl_ranks_quants_as_llama_perplexity_does(f16_gguf: Path,
         assert rung.quantcheck_quarter_mean <= rung.quantcheck_mean  # a lower bound at K/4
 
 
-def test_an_unchanged_batching_server_passes_and_a_regressed_one_fails(tmp_path: Path) -> None:
+def test_an_unchanged_batching_server_passes_and_a_regressed_one_fails(
+        gguf_files: dict[str, Path], f16_gguf: Path, tmp_path: Path) -> None:
     """bench/false_alarms.py, small: F16 of the demo's model on llama-server `--parallel 4
     -cb` (a request's logprobs depend on its batch), its reference collected as docs/ci.md
     says, collected again twice: each rerun passes the default gate (a flip there is the
@@ -439,6 +440,9 @@ def test_an_unchanged_batching_server_passes_and_a_regressed_one_fails(tmp_path:
     sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
     from false_alarms import Settings, measure
 
+    (tmp_path / "models").mkdir()  # the benchmark keeps models already made
+    (tmp_path / "models" / "F16.gguf").symlink_to(f16_gguf)
+    (tmp_path / "models" / "Q2_K.gguf").symlink_to(gguf_files["Q2_K"])
     figures = measure(tmp_path, Settings(questions=6, reruns=2, regressed=1, threads=1),
                       progress=False)
     for rerun in figures.of("F16"):
