@@ -8,6 +8,7 @@ quantizer. Slow: llama-cpp-python computes logprobs over the full vocabulary.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -23,11 +24,12 @@ import pandas as pd
 import pytest
 
 from quantcheck import CollectSettings, RequestOptions, collect, compare, load_run
-from quantcheck.fetch.forced_scoring import ForcedSettings
+from quantcheck.fetch.forced_scoring import ForcedSettings, score_run_async
 from quantcheck.fetch.preflight import check_endpoint
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.pipeline.collecting import score_run
 from quantcheck.pipeline.event_loop import run_blocking
+from quantcheck.store.report_records import ForcedSummary
 
 from .conftest import invoke, skip_module_without_extra
 
@@ -252,15 +254,23 @@ def test_forced_scoring_is_exact_on_llama_server(servers: dict[str, Any], write_
 def test_forced_scoring_on_the_real_engine(servers: dict[str, Any], write_prompts: Any,
                                            tmp_path: Path) -> None:
     """B (Q2_K) scores A's (Q4_K_M) own tokens by echo (llama-server scores by token
-    ids, above); A scoring itself is the floor."""
+    ids, above); A scoring itself is the floor. Echo took 0.7 to 1.6 s a token here
+    (load 3 to 4: llama-cpp-python sorts the whole vocabulary in Python at each of the
+    59 positions, prompts included), so the two servers score at once, each a process of
+    its own, and A is collected without the preflight (17 s of its 23 on this server;
+    test_greedy_matches_the_engine_and_is_really_greedy runs it here)."""
     prompts = write_prompts(PROMPTS)
     collect([prompts], tmp_path / "a", CollectSettings(
         endpoint=servers["Q4_K_M"], label="a", top_logprobs=5, repeats=2, concurrency=1,
-        context_tokens=0))
-    on_b = score_run(tmp_path / "a", tmp_path / "on-b",
-                     ForcedSettings(endpoint=servers["Q2_K"], top_k=5, concurrency=1))
-    on_a = score_run(tmp_path / "a", tmp_path / "on-a",
-                     ForcedSettings(endpoint=servers["Q4_K_M"], top_k=5, concurrency=1))
+        preflight=False))
+
+    async def score_on_both() -> list[ForcedSummary]:
+        return await asyncio.gather(*(score_run_async(
+            tmp_path / "a", tmp_path / f"on-{side}",
+            ForcedSettings(endpoint=servers[model], top_k=5, concurrency=1))
+            for side, model in (("b", "Q2_K"), ("a", "Q4_K_M"))))
+
+    on_b, on_a = run_blocking(score_on_both())
     assert on_b.mode == "echo" and on_b.approximate and on_b.scored == 3
     # the same engine on the same tokens: all in one batch instead of token by token,
     # which moves a near-tie now and then (measured here: 12 of 13 positions agree)
