@@ -156,9 +156,11 @@ def post(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
 def test_run_compare_render_gate(servers: dict[str, Any], write_prompts: Any,
                                  tmp_path: Path) -> None:
     out = tmp_path / "report"
+    # A and B collected at once, as `run` does by default: two servers, each a process of
+    # its own (--one-side-at-a-time: tests/test_pipeline_ab.py)
     result = invoke("run", "--a", servers["Q4_K_M"], "--a-label", "q4_k_m", "--b", servers["Q2_K"],
                     "--b-label", "q2_k", "--prompts", write_prompts(PROMPTS), "--out", out,
-                    "--top-logprobs", "5", "--concurrency", "1", "--one-side-at-a-time")
+                    "--top-logprobs", "5", "--concurrency", "1")
     assert result.exit_code in (0, 1), result.output  # 1: Q2_K fails the default gate
     assert "q4_k_m (A) vs q2_k (B):" in result.output
     # two quantizations of one model: a single-axis A/B, named as the files name them
