@@ -159,9 +159,12 @@ def candidate_endpoints(serve: Serve) -> dict[str, str]:
 CHROMIUM = Path("/usr/bin/chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's headless Chromium driven by Playwright (CI installs both)."""
+    """Debian's headless Chromium driven by Playwright (CI installs both), for one test
+    module: while Playwright runs, its event loop is the thread's, and a command's own
+    asyncio.run in a later module (in whatever order pytest-xdist hands modules out)
+    would be refused."""
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
             pytest.fail("CI must have /usr/bin/chromium (apt-get install chromium)")

@@ -99,6 +99,24 @@ def test_a_flip_fails_the_gate_step_says_why_and_the_report_is_still_uploaded(
     assert ran.uploads[0]["name"] == "ab" and ran.uploads[0]["path"].startswith("reports/pr")
 
 
+def test_a_candidate_served_by_replicas_is_one_line_of_b(
+        serve: Serve, workspace: Path, bin_dir: Path) -> None:
+    """A candidate's replicas joined by commas on its line of `b`: one candidate, its
+    requests spread over both."""
+    a = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))
+    b1, b2 = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS)), serve(ScriptedModel(A_ANSWERS,
+                                                                             RUNNER_UPS))
+    ran = run_action({"a": a.url, "b": f"{b1.url}/v1,{b2.url}/v1\n", "b-label": "fp8",
+                      "prompts": "prompts/ab.yaml", "policy": "prompts/policy.yaml",
+                      "args": "--no-preflight --repeats 2 --replica-spread repeat",
+                      "install": "none"}, workspace, bin_dir)
+    assert set(ran.outcomes.values()) == {"0"}, ran.logs
+    assert b1.requests and b2.requests  # each replica answered
+    summary = (workspace / "quantcheck-report" / "summary.json").read_text()
+    assert '"spread":"repeat"' in summary.replace(" ", "").replace("\n", "")
+    assert not (workspace / "quantcheck-report" / "candidates").exists()  # one candidate
+
+
 def test_a_candidate_that_does_not_match_the_reference_stops_the_job(
         serve: Serve, workspace: Path, bin_dir: Path) -> None:
     a = serve(ScriptedModel(A_ANSWERS, RUNNER_UPS))

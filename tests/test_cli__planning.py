@@ -77,3 +77,19 @@ def test_every_value_in_the_options_ranges_is_sized_or_a_usage_error(
     detect_too_large = asked[0] == "--detect" and float(asked[1]) > disagreement
     assert result.exit_code == (2 if detect_too_large else 0), result.output
     assert "paired prompts" in result.output or detect_too_large
+
+
+def test_the_count_is_named_count_and_its_former_name_still_works() -> None:
+    """--count N sizes what --prompts N did; --prompts N, hidden, says the new name."""
+    result = invoke("plan", "--count", "500", "--disagreement", "6")
+    assert result.exit_code == 0, result.output
+    assert "500 paired prompts detect a change of 3.1 points" in result.output
+    assert "--prompts" not in result.output
+    former = invoke("plan", "--prompts", "500", "--disagreement", "6")
+    assert former.exit_code == 0, former.output
+    assert former.stdout == result.stdout
+    assert former.stderr == "note: plan's --prompts N is now --count N\n"
+    both = invoke("plan", "--count", "5", "--prompts", "5", "--disagreement", "6")
+    assert both.exit_code == 2 and "give --count N once" in both.output
+    shown = invoke("plan", "--help").output
+    assert "--count N" in shown and "--prompts" not in shown

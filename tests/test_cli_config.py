@@ -141,6 +141,33 @@ def test_one_value_for_a_repeatable_option_is_a_list_of_one(tmp_path: Path) -> N
         ["http://127.0.0.1:10/v1"], ["fp8"], [str(prompts)])
 
 
+def test_replicas_are_a_list_of_urls_or_urls_joined_by_commas(tmp_path: Path) -> None:
+    """A side's replicas: a list for A (`a`, `endpoint`), a list in the list of
+    candidates for one candidate (`b`); printed back joined, as the command line has them."""
+    config = tmp_path / "ab.yaml"
+    config.write_text("a: [http://r1:8000/v1, http://r2:8000/v1]\n"
+                      "b: [[http://r3:8000/v1, http://r4:8000/v1], http://r5:8000/v1]\n"
+                      "suite: [facts]\nout: reports/x\nreplica-spread: repeat\n")
+    result = invoke("run", "--config", config, "--print-config")
+    assert result.exit_code == 0, result.output
+    printed = yaml.safe_load(result.output)
+    assert printed["a"] == "http://r1:8000/v1,http://r2:8000/v1"
+    assert printed["b"] == ["http://r3:8000/v1,http://r4:8000/v1", "http://r5:8000/v1"]
+    assert printed["replica-spread"] == "repeat"
+    again = tmp_path / "again.yaml"
+    again.write_text(result.output)
+    assert invoke("run", "--config", again, "--print-config").output == result.output
+
+    config.write_text("endpoint: [http://r1:8000/v1, http://r1:8000/v1]\nout: run\n")
+    twice = invoke("collect", "--config", config, "--print-config")
+    assert twice.exit_code == 2 and "named twice" in twice.output
+    config.write_text("endpoint: [http://r1:8000/v1, 3]\nout: run\n")
+    wrong = invoke("collect", "--config", config, "--print-config")
+    assert wrong.exit_code == 2
+    assert "'endpoint' is [\"http://r1:8000/v1\", 3] (a list); wanted a URL, or a list of " \
+           "replicas' URLs" in wrong.output
+
+
 # --- any YAML value for any key: applied, or an error naming the key -------------------
 
 PRINTABLE = sorted(name for name, command in cli.commands.items()

@@ -124,7 +124,8 @@ def test_every_documented_command_parses_as_printed(where: str, command: str,
     for folder in ("prompts", "rubrics"):
         shutil.copytree(REPO / folder, tmp_path / folder)
     monkeypatch.chdir(tmp_path)
-    words = shlex.split(command)[1:]
+    # a shell variable stands for a value the job sets (a Slurm array task's index)
+    words = shlex.split(re.sub(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", "1", command))[1:]
     group: click.Group = cli
     while isinstance(group.commands.get(words[0]), click.Group):
         group, words = group.commands[words[0]], words[1:]  # type: ignore[assignment]

@@ -368,3 +368,55 @@ def test_engine_routing_without_a_row_per_forward_pass_is_unusable(
     assert record.error is None and record.text == "Canberra."  # the answer is kept
     assert record.tokens is not None and record.tokens.routing is None
     assert reason in (record.routing_unusable or "")
+
+
+def vllm_fingerprinted_stream() -> bytes:
+    """vLLM stamps its fingerprint on the last chunk, the usage one when usage is asked."""
+    stream = vllm_chat_stream().decode()
+    usage = vllm_chat.ChatCompletionStreamResponse(
+        id="c", model="m", choices=[], usage=vllm_usage(),
+        system_fingerprint="vllm-0.33.0-1a2b3c4d")
+    last = f"data: {usage.model_dump_json(exclude_unset=True, exclude_none=True)}\n\n"
+    events = stream.split("\n\n")
+    return ("\n\n".join(events[:-3]) + "\n\n" + last + "data: [DONE]\n\n").encode()
+
+
+def vllm_fingerprinted_whole() -> bytes:
+    response = vllm_chat.ChatCompletionResponse(
+        model="m", usage=vllm_usage(), system_fingerprint="vllm-0.33.0-1a2b3c4d",
+        choices=[vllm_chat.ChatCompletionResponseChoice(
+            index=0, message=vllm_chat.ChatMessage(role="assistant", content="Canberra."),
+            finish_reason="stop")])
+    return bytes(JSONResponse(content=response.model_dump()).body)
+
+
+def sglang_weighted_whole() -> bytes:
+    """SGLang names the weights that answered in `metadata` (its weight_version)."""
+    response = sglang.ChatCompletionResponse(
+        id="c", model="m", usage=sglang_usage(), metadata={"weight_version": "v7"},
+        choices=[sglang.ChatCompletionResponseChoice(
+            index=0, message=sglang.ChatMessage(role="assistant", content="Canberra."),
+            finish_reason="stop")])
+    return orjson_response(response)
+
+
+BACKENDS = [("vllm", True, vllm_fingerprinted_stream, ("m", "vllm-0.33.0-1a2b3c4d", None)),
+            ("vllm", False, vllm_fingerprinted_whole, ("m", "vllm-0.33.0-1a2b3c4d", None)),
+            ("sglang", False, sglang_weighted_whole, ("m", None, "v7"))]
+
+
+@pytest.mark.parametrize(("dialect", "stream", "answer", "named"), BACKENDS,
+                         ids=[c[2].__name__ for c in BACKENDS])
+def test_the_backend_an_engine_answer_names_is_recorded(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path, dialect: str,
+        stream: bool, answer: Callable[[], bytes], named: tuple[str | None, ...]) -> None:
+    """What tells two builds or weights behind one URL apart, as each engine sends it:
+    vLLM's `system_fingerprint` (vllm-VERSION-HASH of its configuration, on a stream's
+    last chunk), SGLang's `metadata.weight_version` (whole answers)."""
+    server = serve(dialect=dialect, replay={"chat" + ("-stream" if stream else ""): answer()})
+    collect([write_prompts("prompts:\n  - id: p\n    messages: [{role: user, content: hi}]\n")],
+            tmp_path / "run", CollectSettings(endpoint=server.url, label=dialect,
+                                              stream=stream, top_logprobs=2, preflight=False))
+    (record,) = list(load_run(tmp_path / "run").completions())
+    assert record.error is None
+    assert (record.model, record.system_fingerprint, record.weight_version) == named

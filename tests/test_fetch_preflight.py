@@ -151,7 +151,7 @@ def test_reasoning_problems_warn_with_the_template_switch(serve: Serve, mode: st
 
 
 def test_tokenizer_fingerprints_agree_or_not(serve: Serve) -> None:
-    for dialect in ("vllm", "llama.cpp", "llama-cpp-python"):
+    for dialect in ("vllm", "sglang", "llama.cpp", "llama-cpp-python"):
         same = [run_blocking(check_endpoint(serve(dialect=dialect).url, context_tokens=0))
                 for _ in range(2)]
         # each runtime's own tokenize (llama-server answers vLLM's shape with no ids)
@@ -161,10 +161,10 @@ def test_tokenizer_fingerprints_agree_or_not(serve: Serve) -> None:
         other = run_blocking(check_endpoint(serve(dialect=dialect, faults=Faults(
             other_tokenizer=True)).url, context_tokens=0))
         assert tokenizer_agreement(same[0].tokenizer, other.tokenizer).status == "warn"
-    sglang = [run_blocking(check_endpoint(serve(dialect="sglang").url, context_tokens=0))
-              for _ in range(2)]  # no tokenize endpoint: prompt token counts
-    assert sglang[0].tokenizer.method == "prompt token counts"
-    assert tokenizer_agreement(sglang[0].tokenizer, sglang[1].tokenizer).status == "pass"
+    tgi = [run_blocking(check_endpoint(serve(dialect="tgi").url, context_tokens=0))
+           for _ in range(2)]  # no tokenize endpoint: prompt token counts
+    assert tgi[0].tokenizer.method == "prompt token counts"
+    assert tokenizer_agreement(tgi[0].tokenizer, tgi[1].tokenizer).status == "pass"
 
 
 def test_collect_records_preflight_and_stops_on_a_hard_failure(

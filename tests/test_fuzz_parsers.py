@@ -113,10 +113,12 @@ def shapes(wild: bool) -> st.SearchStrategy[dict[str, Any]]:
         choices = st.lists(choice, min_size=1, max_size=1)
     usage = st.dictionaries(st.sampled_from(["prompt_tokens", "completion_tokens"]),
                             field(st.integers(0, 2**66 if wild else 2**40)), max_size=2)
+    metadata = st.fixed_dictionaries({}, optional={  # SGLang's
+        "weight_version": field(st.text(max_size=4)), "weight_versions": ANY_JSON})
     return st.fixed_dictionaries({"choices": choices}, optional={
         "model": field(st.text(max_size=4)), "usage": field(usage),
         "error": (st.none() | ANY_JSON) if wild else st.none(),
-        "system_fingerprint": field(st.text(max_size=4))})
+        "system_fingerprint": field(st.text(max_size=4)), "metadata": field(metadata)})
 
 
 BODY = st.one_of(shapes(wild=False), shapes(wild=False), shapes(wild=True))
@@ -144,9 +146,18 @@ def assert_storable(generation: Generation) -> None:
     """What a parser lets through is written and read back exactly."""
     record = Completion("p", "h", 0, text=generation.text, reasoning=generation.reasoning,
                         usage=generation.usage, finish_reason=generation.finish_reason,
-                        model=generation.model, tool_calls=generation.tool_calls or None)
+                        model=generation.model, tool_calls=generation.tool_calls or None,
+                        system_fingerprint=generation.system_fingerprint,
+                        weight_version=generation.weight_version, replica="http://r:1/v1")
     stored = orjson.loads(orjson.dumps(record.to_json(), option=orjson.OPT_APPEND_NEWLINE))
-    assert Completion.from_json(stored).tool_calls == record.tool_calls
+    back = Completion.from_json(stored)
+    assert back.tool_calls == record.tool_calls
+    # what names the backend comes back as sent; a weight version is text or absent
+    assert (back.model, back.system_fingerprint, back.weight_version, back.replica) == (
+        record.model, record.system_fingerprint, record.weight_version, record.replica)
+    assert generation.weight_version is None or (isinstance(generation.weight_version, str)
+                                                 and generation.weight_version)
+    assert ("weight_version" in stored) == (generation.weight_version is not None)
     assert all(call.name for call in generation.tool_calls)
     tokens = generation.tokens
     assert all(math.isfinite(v) for v in tokens.logprob if v is not None)

@@ -1,6 +1,6 @@
-"""gate/certificate_gate.py: `quantcheck gate CERT_DIR` applies the two rules that mean
-something for a determinism certificate, refuses the options that do not, and writes a
-step summary whose tables hold any prompt id."""
+"""gate/certificate_gate.py: `quantcheck gate CERT_DIR` applies the three rules that
+mean something for a determinism certificate, refuses the options that do not, and
+writes a step summary whose tables hold any prompt id."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from quantcheck.gate.certificate_gate import certificate_markdown, decide_certificate
 from quantcheck.gate.verdict import Policy
-from quantcheck.store.certificate_records import Certificate, FactorResult, PromptResult
+from quantcheck.store.certificate_records import (
+    Certificate,
+    FactorResult,
+    PromptResult,
+    Untested,
+)
 
 from .conftest import (
     MARKDOWN_ATTACKS,
@@ -80,9 +85,65 @@ def test_options_that_do_not_apply_to_a_certificate_are_refused_naming_them(
     result = invoke("gate", "certificate", *args)
     assert result.exit_code == 2, result.output
     assert (f"Error: {named}: certificate is a determinism certificate (no pairs to "
-            "review, no candidates): only --policy, --max-nondeterministic-prompts and "
-            "--max-failed-requests apply to it") in result.output
+            "review, no candidates): only --policy, --max-nondeterministic-prompts, "
+            "--max-untested-levels and --max-failed-requests apply to it") in result.output
     assert not (folder / "gate.json").exists()
+
+
+def certified_in_part(folder: Path) -> Path:
+    """A certificate on which nothing varied, three planned levels not tested."""
+    folder.mkdir()
+    results = [PromptResult(prompt_id=f"p{n}", factor="repeat", unique_outputs=1,
+                            comparisons=2, mismatches=0, varying_levels=[]) for n in range(2)]
+    repeat = FactorResult(factor="repeat", comparisons=4, mismatches=0, prompts=2,
+                          prompts_varying=0, share_varying=0.0, levels=[],
+                          explanation="no variation")
+    certificate = Certificate(
+        endpoint="http://127.0.0.1:8000/v1", model="m", certified=True,
+        verdict="certified in part", statement="0 mismatches in 4 comparisons",
+        not_tested=[Untested(factor="warm", levels=["cold", "warm"], reason="no flush"),
+                    Untested(factor="prefix", levels=["prefix=4097"],
+                             reason="a slot holds 1,024 tokens")],
+        comparisons=4, mismatches=0, failed_requests=0, prompts=2, prompts_varying=0,
+        explanation="no variation", batch_sizes=[2], prefix_lengths=[1], trials=2, seed=0,
+        requests=8, cache_control="none", factors=[repeat], prompt_results=results,
+        examples=[])
+    (folder / "certificate.json").write_bytes(msgspec.json.encode(certificate))
+    return folder
+
+
+def test_levels_not_tested_fail_the_gate_unless_the_policy_allows_them(
+        tmp_path: Path) -> None:
+    """A certificate "certified in part" fails by default (untested_levels, limit 0);
+    --max-untested-levels or the policy key max_untested_levels lets it pass, null turns
+    the rule off."""
+    folder = certified_in_part(tmp_path / "certificate")
+    failed = invoke("gate", folder)
+    assert failed.exit_code == 1, failed.output
+    assert ("| untested_levels | 3 | 0 | **fail** |" in failed.stdout)
+    assert ("3 planned levels not tested: cold against warm requests (its own prompt "
+            "cached) (no flush); shared prefixes of 4097 words with the prefix cache off (a "
+            "slot holds 1,024 tokens)") in failed.output
+    assert '<failure type="untested_levels"' in (folder / "junit.xml").read_text()
+    assert invoke("gate", folder, "--max-untested-levels", "2").exit_code == 1
+    assert invoke("gate", folder, "--max-untested-levels", "3").exit_code == 0
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("max_untested_levels: null\n")
+    assert invoke("gate", folder, "--policy", policy).exit_code == 0
+    policy.write_text("max_untested_levels: -1\n")
+    refused = invoke("gate", folder, "--policy", policy)
+    assert refused.exit_code == 2 and "max_untested_levels" in refused.output
+
+
+def test_the_untested_levels_rule_counts_every_level_named(tmp_path: Path) -> None:
+    certificate = msgspec.json.decode(
+        (certified_in_part(tmp_path / "c") / "certificate.json").read_bytes(),
+        type=Certificate)
+    rules = {rule.name: rule for rule in decide_certificate(certificate, Policy()).rules}
+    assert rules["untested_levels"].count == 3 and not rules["untested_levels"].passed
+    certificate.not_tested = []
+    rules = {rule.name: rule for rule in decide_certificate(certificate, Policy()).rules}
+    assert rules["untested_levels"].count == 0 and rules["untested_levels"].passed
 
 
 def test_a_config_file_shared_with_ab_gates_is_taken(tmp_path: Path) -> None:

@@ -103,3 +103,67 @@ def test_the_ignore_seed_fault_answers_the_same_seed_differently() -> None:
         drawn = {tuple(_sampled(server, "Question 1: name a colour.", seed=7))
                  for _ in range(6)}
     assert len(drawn) > 1
+
+
+def _post(url: str, body: object = None) -> tuple[int, str]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else b""
+    request = urllib.request.Request(url, data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_each_engine_empties_its_cache_its_own_way(serve: Serve) -> None:
+    """vLLM's /reset_prefix_cache is there in development mode only (an empty 200);
+    SGLang's /flush_cache answers its sentence, and refuses while a request runs;
+    llama.cpp has neither (cache_prompt false computes a request cold)."""
+    from quantcheck.lab.scripted import Faults
+
+    assert _post(serve(dialect="vllm").url + "/reset_prefix_cache")[0] == 404
+    assert _post(serve(dialect="vllm", faults=Faults(dev_mode=True)).url
+                 + "/reset_prefix_cache") == (200, "")
+    status, said = _post(serve(dialect="sglang").url + "/flush_cache")
+    assert status == 200 and said.startswith("Cache flushed.")
+    assert _post(serve(dialect="llama.cpp").url + "/flush_cache")[0] == 404
+    busy = serve(dialect="sglang", faults=Faults(latency_s=0.5))
+    import threading
+
+    talking = threading.Thread(target=_post, args=(busy.url + "/v1/completions", {
+        "model": "m", "prompt": "question 0", "max_tokens": 2}))
+    talking.start()
+    time.sleep(0.2)
+    assert _post(busy.url + "/flush_cache")[0] == 400
+    talking.join()
+
+
+def test_a_request_reads_its_cached_prefix_in_blocks_and_usage_says_it(serve: Serve) -> None:
+    """With a cache fault on, the lab's cache is kept: vLLM's block as its /metrics says
+    it; a prompt sharing 16 tokens with one cached reads one block, and a flush empties it."""
+    import json
+    import urllib.request
+
+    from quantcheck.lab.scripted import Faults
+
+    server = serve(ScriptedModel(), dialect="vllm", server_info={"block_size": 16},
+                   faults=Faults(dev_mode=True, cobatch_writer=True))
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as response:
+        assert 'vllm:cache_config_info{block_size="16"' in response.read().decode()
+    words = " ".join(f"w{n}" for n in range(16))
+
+    def cached(prompt: str) -> int:
+        status, said = _post(server.url + "/v1/completions",
+                             {"model": "m", "prompt": prompt, "max_tokens": 2})
+        assert status == 200, said
+        return int(json.loads(said)["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    assert cached(words + " first") == 0
+    assert cached(words + " second") == 16
+    assert _post(server.url + "/reset_prefix_cache")[0] == 200
+    assert cached(words + " third") == 0

@@ -544,3 +544,74 @@ def test_a_repro_replays_the_recorded_answers_byte_for_byte_on_llama_server(
         (tmp_path / "repro" / "a.answer.txt").read_bytes()
     sent = json.loads((tmp_path / "repro" / "a.request.json").read_text())
     assert sent["cache_prompt"] is False and sent["stream"] is True
+
+
+TWO_PROMPTS = """
+defaults: {max_tokens: 6, stop: ["\\n"]}
+prompts:
+  - {id: capital, prompt: "Q: What is the capital of France?\\nA:"}
+  - {id: weekdays, prompt: "Monday, Tuesday, Wednesday,"}
+"""
+
+
+@pytest.fixture
+def replicas(gguf_files: dict[str, Path], tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Two llama-servers of one GGUF (the replicas), and one that is not a replica of
+    them: another GGUF (Q2_K) with twice the context (three servers, not four: the
+    refusal names every axis that differs)."""
+    require_llama_server()
+    started = {name: cpp_server(gguf_files[gguf], tmp_path / f"{name}.log", context)
+               for name, gguf, context in (("one", "Q4_K_M", 512), ("two", "Q4_K_M", 512),
+                                           ("other", "Q2_K", 1024))}
+    try:
+        for name, (process, url) in started.items():
+            wait_until_healthy(url, process, tmp_path / f"{name}.log", timeout=300)
+        yield {name: url for name, (_, url) in started.items()}
+    finally:
+        for process, _ in started.values():
+            process.terminate()
+            process.wait(30)
+
+
+def test_two_llama_servers_of_one_gguf_serve_one_side_and_others_are_refused(
+        replicas: dict[str, str], write_prompts: Any, tmp_path: Path) -> None:
+    """Two real llama-servers of one GGUF as one side: checked alike, each prompt's
+    repeats spread over both, and they agree with one server alone token for token; a
+    server of another GGUF and context size is refused before any prompt, both named.
+    Two prompts and no preflight (the replica check probes on its own): each collect
+    costs seconds on two cores."""
+    prompts = write_prompts(TWO_PROMPTS)
+    common = ["--prompts", prompts, "--top-logprobs", "5", "--repeats", "2",
+              "--context-tokens", "0", "--no-preflight", "--extra-body",
+              '{"cache_prompt": false}']
+    assert invoke("collect", "--endpoint", replicas["one"], "--label", "a", "--out",
+                  tmp_path / "a", *common).exit_code == 0
+    both = f"{replicas['one']},{replicas['two']}"
+    result = invoke("collect", "--endpoint", both, "--label", "b", "--replica-spread",
+                    "repeat", "--out", tmp_path / "b", *common)
+    assert result.exit_code == 0, result.output
+    run = load_run(tmp_path / "b")
+    assert {record.replica for record in run.completions()} == {replicas["one"],
+                                                                replicas["two"]}
+    assert run.manifest.replication is not None
+    assert run.manifest.replication.checked == ["model", "serving cell", "tokenizer",
+                                                "backend"]
+    result = invoke("compare", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "report")
+    assert result.exit_code == 0, result.output
+    assert "B: 2 of 2 replicas answered (each prompt's repeats on different replicas); one " \
+           "backend; the 2 prompts answered on several replicas agree" in result.output
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["counts"]["identical"] == 2
+    (backend,) = summary["backends"]["b"]["backends"]
+    assert backend["system_fingerprint"] == summary["backends"]["a"]["backends"][0][
+        "system_fingerprint"]
+
+    out = tmp_path / "other"
+    refused = invoke("collect", "--endpoint", f"{replicas['one']},{replicas['other']}",
+                     "--label", "b", "--out", out, *common)
+    assert refused.exit_code == 2, refused.output
+    assert f"b: replica 2 ({replicas['other']}) is not the configuration of replica 1" \
+           in refused.output
+    assert "context_len 1024 (replica 1: 512)" in refused.output
+    assert "quantization 'Q2_K' (replica 1: 'Q4_K_M')" in refused.output
+    assert not (out / "completions.jsonl").exists()

@@ -234,7 +234,10 @@ def test_each_probe_is_asked_with_the_prompt_cache_off(serve: Serve, tmp_path: P
     # two probes asked three times each (A twice, B once), and each side's warm-up
     assert len(asked) == 2 * 3 + 2 and all(body.get("cache_prompt") is False for body in asked)
     assert ladder.rungs[0].a_floor_kl == 0.0 and ladder.onset is None
-    kept = invoke_ladder_with_cache(a, tmp_path / "kept")
+    # a server of its own: the first ladder's prompts are in a's cache (a request with
+    # the cache off still leaves its prompt there, as llama-server does)
+    fresh = serve(ScriptedModel(), "llama.cpp", faults=Faults(prompt_cache=True))
+    kept = invoke_ladder_with_cache(fresh, tmp_path / "kept")
     assert kept.rungs[0].a_floor_kl is not None and kept.rungs[0].a_floor_kl > 0
 
 

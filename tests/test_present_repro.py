@@ -94,6 +94,54 @@ def test_a_request_sent_with_others_at_once_is_replayed_with_them(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "alone: the same answer as recorded" in done.stdout
     assert "batch=3: the same answer as recorded" in done.stdout
-    assert "alone and batch=3: the same answer now" in done.stdout
+    assert ("alone and batch=3: the same text, as recorded (the recorded texts were equal; "
+            "each answer's logprobs are in replayed/alone.response and "
+            "replayed/batch=3.response)") in done.stdout
     assert sorted(body["prompt"] for body in server.requests) == [
         "Q: capital", "Q: capital", "Q: colour", "Q: colour, again"]
+
+
+def test_what_preceded_a_request_is_sent_after_its_flush_and_before_it() -> None:
+    """A certificate's warm request: the cache emptied, its cold request sent, then it;
+    a method that is not one bash keeps as a word is quoted, never run."""
+    request = ReproRequest(name="warm", url="http://h/v1/completions", body="warm.request.json",
+                           answer="warm.answer.txt", before="POST /flush_cache",
+                           preceded=["warm.before.1.json", "warm.before.2.json"])
+    script = replay_script(Repro(source="c", prompt_id="p", requests=[request],
+                                 divergence=ReproDivergence(sentence="s")))
+    flush = script.index("/flush_cache")
+    first, second = script.index("warm.before.1.json"), script.index("warm.before.2.json")
+    own = script.index("send warm \"$WARM_URL\" warm.request.json")
+    assert flush < first < second < own
+    hostile = ReproRequest(name="x", url="http://h/v1/completions", body="b.json",
+                           answer="a.txt", before="$(touch pwned) /flush_cache")
+    script = replay_script(Repro(source="c", prompt_id="p", requests=[hostile],
+                                 divergence=ReproDivergence(sentence="s")))
+    assert "-X '$(touch' \"${X_URL%%/v1/*}pwned) /flush_cache\"" in script
+
+
+@pytest.mark.parametrize(("recorded_char", "second_prompt", "said"), [
+    (None, "Q: capital", "warm: the same text, as recorded (the recorded texts were equal; "),
+    (None, "Q: colour", "warm: their texts differ now; the recorded texts were equal: "),
+    (0, "Q: capital", "warm: the same answer now"),
+    (0, "Q: colour", "warm: still differ: "),
+], ids=["logprobs-only-as-recorded", "logprobs-only-now-text", "text-gone", "text-kept"])
+def test_the_two_replayed_answers_are_said_against_what_was_recorded(
+        serve: Serve, tmp_path: Path, recorded_char: int | None, second_prompt: str,
+        said: str) -> None:
+    """Recorded answers that part in a logprob only have equal texts: equal texts again
+    are what was recorded (the logprobs are in the responses), never "the same answer
+    now"; recorded texts that differed keep their words."""
+    server = serve(ScriptedModel({"capital": " Canberra.", "colour": " Blue."}), "vllm")
+    for name, prompt in (("baseline", "Q: capital"), ("warm", second_prompt)):
+        (tmp_path / f"{name}.json").write_bytes(orjson.dumps({
+            "model": "scripted-model", "prompt": prompt, "max_tokens": 8, "temperature": 0}))
+    (tmp_path / "answer.txt").write_bytes(b" Canberra.")
+    repro = Repro(source="certificate", prompt_id="capital", requests=[
+        ReproRequest(name=name, url=server.url + "/v1/completions", body=f"{name}.json",
+                     answer="answer.txt") for name in ("baseline", "warm")],
+        divergence=ReproDivergence(char=recorded_char, sentence="s"))
+    (tmp_path / "replay.sh").write_text(replay_script(repro))
+    done = subprocess.run(["bash", str(tmp_path / "replay.sh")], capture_output=True,
+                          text=True, timeout=60)
+    assert f"baseline and {said}" in done.stdout, done.stdout + done.stderr

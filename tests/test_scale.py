@@ -83,6 +83,46 @@ def test_four_shards_merge_into_the_unsharded_run(serve: Serve, write_prompts: W
     assert summaries[0]["counts"] == summaries[1]["counts"]
 
 
+def test_shards_collected_by_separate_processes_over_replicas_merge_into_one_run(
+        serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
+    """The recipe for more than one client: shards of the prompt set, each a `collect
+    --shard I/N` process of its own (a Slurm array task, a Kubernetes Indexed Job pod),
+    all against the same replicas, then `merge`: every request once, each record naming
+    the replica that answered. Two processes of a few prompts make the point (that merged
+    shards compare as the unsharded run is the four-shard test's)."""
+    prompts = write_prompts(prompt_set(8))
+    b1, b2 = serve(ScriptedModel(B)), serve(ScriptedModel(B))
+    replicas = f"{b1.url}/v1,{b2.url}/v1"
+    shards = [tmp_path / f"shard{index}" for index in (1, 2)]
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "quantcheck", "collect", "--endpoint", replicas, "--label", "b",
+         "--prompts", str(prompts), "--repeats", "2", "--context-tokens", "0",
+         "--no-preflight", "--replica-spread", "repeat", "--shard", f"{index}/2",
+         "--out", str(shard)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
+        for index, shard in enumerate(shards, 1)]
+    for process in processes:
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output
+    assert all(load_run(shard).prompts for shard in shards)  # each process had its share
+
+    result = invoke("merge", *shards, "--out", tmp_path / "merged")
+    assert result.exit_code == 0, result.output
+    assert "merged 2 shards: 8 prompts, 16 records" in result.output
+    merged = load_run(tmp_path / "merged")
+    keys = [(r.prompt_id, r.repeat) for r in merged.completions()]
+    assert len(keys) == len(set(keys)) == 16
+    # each prompt's two repeats went to the two replicas (the repeat spread)
+    by_prompt: dict[str, set[str | None]] = {}
+    for record in merged.completions():
+        by_prompt.setdefault(record.prompt_id, set()).add(record.replica)
+    assert all(seen == {f"{b1.url}/v1", f"{b2.url}/v1"} for seen in by_prompt.values())
+    assert merged.manifest.replication is not None
+    assert [r.endpoint for r in merged.manifest.replication.replicas] == [
+        f"{b1.url}/v1", f"{b2.url}/v1"]
+
+
 def test_shards_that_do_not_belong_together_are_refused(
         serve: Serve, write_prompts: WritePrompts, tmp_path: Path) -> None:
     prompts = write_prompts(PROMPTS)

@@ -25,6 +25,7 @@ from quantcheck.store.redaction import (
     environment_secrets,
     key_like,
     password_forms,
+    public_url,
     redact,
     redact_command,
     secret_name,
@@ -287,3 +288,29 @@ def test_a_command_lines_url_gives_its_password_forms_and_path_keys_as_secrets()
     secrets = command_secrets(argv)
     assert {"pa:sswd", "AbCd1234EfGh5678IjKl90", basic_token("u:pa%3Asswd")} <= set(secrets)
     assert redact_command(argv) == "quantcheck run --a http://***@h/***/v1"
+
+
+def test_public_url_keeps_an_ipv6_hosts_brackets_and_drops_credentials() -> None:
+    assert public_url("http://[::1]:8000/v1") == "http://[::1]:8000/v1"
+    assert public_url("https://user:secret@[2001:db8::1]/v1?key=x") == \
+        "https://[2001:db8::1]/v1"
+    assert public_url("http://user:secret@Example.com:8000/v1") == "http://example.com:8000/v1"
+    assert public_url("http://host:abc/v1") == "http://?"  # nothing of it is shown
+
+
+@pytest.mark.parametrize(("endpoint", "shown"), [
+    ("http://h:1/sk-proj-abcdefghijklmnop1234/v1", "http://h:1/***/v1"),
+    ("http://h:1/AbCd1234EfGh5678IjKl90wxyz/v1", "http://h:1/***/v1"),
+    ("https://h/gw/0123456789abcdef0123456789abcdef/openai", "https://h/gw/***/openai"),
+    ("http://h:1/v1", "http://h:1/v1"),
+    ("https://h/openai/deployments/gpt-4o-mini-2024-07-18/v1",
+     "https://h/openai/deployments/gpt-4o-mini-2024-07-18/v1"),
+    ("https://h/v2/vllm-abc123xyz456/openai/v1", "https://h/v2/vllm-abc123xyz456/openai/v1"),
+    ("https://h/run/3fa85f64-5717-4562-b3fc-2c963f66afa6/v1",
+     "https://h/run/3fa85f64-5717-4562-b3fc-2c963f66afa6/v1"),
+    ("https://h/models/Meta-Llama-3.1-8B-Instruct/v1",
+     "https://h/models/Meta-Llama-3.1-8B-Instruct/v1"),
+], ids=["sk-key", "token", "hex-id", "v1", "azure", "runpod", "uuid", "model"])
+def test_public_url_cuts_a_key_in_the_path_and_keeps_a_normal_path(
+        endpoint: str, shown: str) -> None:
+    assert public_url(endpoint) == shown

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,6 +28,7 @@ from quantcheck.store.run_dir import (
     RecordNotStorable,
     RunWriter,
 )
+from quantcheck.store.run_records import Completion
 
 from .conftest import (
     TWO_PROMPTS,
@@ -182,3 +184,26 @@ def test_a_record_whose_line_a_run_cannot_hold_is_refused_before_anything_is_wri
     finally:
         writer.close()
     assert (tmp_path / "completions.jsonl").read_bytes() == b""
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.one_of(st.none(), st.text(max_size=12)), st.one_of(st.none(), st.text(max_size=12)))
+def test_a_records_replica_and_weight_version_are_written_only_when_set(
+        replica: str | None, weights: str | None) -> None:
+    """A side of one URL writes its records as before (no `replica`, no
+    `weight_version`); set, any text comes back as written."""
+    with tempfile.TemporaryDirectory() as folder:
+        run = Path(folder)
+        (run / "manifest.json").write_text("{}")
+        writer = RunWriter(run)
+        writer.open()
+        writer.append(Completion("p", "h", 0, text="t", replica=replica,
+                                 weight_version=weights))
+        writer.close()
+        line = orjson.loads((run / "completions.jsonl").read_bytes())
+        assert ("replica" in line, "weight_version" in line) == (replica is not None,
+                                                                 weights is not None)
+        (record,) = load_run(run).completions()
+        assert (record.replica, record.weight_version) == (replica, weights)
+        (read,) = load_run(run).lines()
+        assert (read.replica, read.weight_version) == (replica, weights)

@@ -11,18 +11,53 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).parents[1] / "src" / "quantcheck"
-# The floors, bottom up (docs/development.md): a module imports only from lower floors
-# or from its own folder. Folders on one floor never import each other.
-FLOORS = {"errors": 0, "_version": 0, "store": 1, "triage": 2, "wire": 2, "lab": 2,
-          "fetch": 3, "gate": 3, "present": 3, "pipeline": 4, "cli": 5, "__main__": 6}
+DEVELOPMENT = PACKAGE.parents[1] / "docs" / "development.md"
+
+
+@dataclass(frozen=True)
+class LayerMap:
+    """docs/development.md's layer map, the one place it is written: each room's floor
+    (a module imports only from lower floors or its own folder; folders on one floor
+    never import each other), and the rules its rows state."""
+
+    floors: dict[str, int]
+    offline: frozenset[str]  # "never imports the network"
+    never_imports: dict[str, frozenset[str]]  # "never imports `wire/`"
+    only_imported_by: dict[str, frozenset[str]]  # "only `cli/` imports it"
+
+
+def read_layer_map(text: str) -> LayerMap:
+    """The map from the table of the section that starts "The house" and ends at
+    "Where a new line goes": rows `| FLOOR | `room/`, `module.py` | what lives there |`."""
+    section = text.split("**The house", 1)[1].split("Where a new line goes", 1)[0]
+    rows = re.findall(r"^\s*\| (\d+) \| ((?:`[\w.]+/?`(?:, )?)+) \| (.+) \|$", section,
+                      re.MULTILINE)
+    floors: dict[str, int] = {}
+    offline: set[str] = set()
+    never: dict[str, frozenset[str]] = {}
+    only: dict[str, frozenset[str]] = {}
+    for floor, cell, says in rows:
+        for name in re.findall(r"`([\w.]+?)(?:/|\.py)`", cell):
+            floors[name] = int(floor)
+            if "never imports the network" in says.lower():
+                offline.add(name)
+            if found := re.findall(r"never imports `(\w+)/`", says, re.IGNORECASE):
+                never[name] = frozenset(found)
+            if found := re.findall(r"only `(\w+)/` imports it", says):
+                only[name] = frozenset(found)
+    return LayerMap(floors, frozenset(offline), never, only)
+
+
+LAYERS = read_layer_map(DEVELOPMENT.read_text(encoding="utf-8"))
+FLOORS = LAYERS.floors
 TOP_LEVEL_MODULES = {"__init__", "__main__", "_version", "errors"}
 LAYER_FOLDERS = {room for room in FLOORS if (PACKAGE / room).is_dir()}
-OFFLINE = ("store", "triage", "gate", "present")  # never load the network
 NETWORK = ["aiohttp", "quantcheck.wire.client", "quantcheck.wire.dialects"]
 
 
@@ -59,8 +94,9 @@ def room(module: str) -> str:
     return module.split(".")[1]
 
 
-def upward_imports(edges: dict[str, set[str]]) -> list[str]:
-    """Every import that does not run down the floors, as 'importer -> imported'."""
+def upward_imports(edges: dict[str, set[str]], layers: LayerMap = LAYERS) -> list[str]:
+    """Every import that does not run down the floors, or that a row of the map forbids
+    ("never imports `wire/`", "only `cli/` imports it"), as 'importer -> imported'."""
     wrong = []
     for importer, imported in edges.items():
         if importer == "quantcheck":
@@ -69,8 +105,10 @@ def upward_imports(edges: dict[str, set[str]]) -> list[str]:
             here, there = room(importer), room(target)
             if here == there:
                 continue
-            down = FLOORS[there] < FLOORS[here]
-            if not down or (there == "lab" and here != "cli"):
+            down = layers.floors[there] < layers.floors[here]
+            forbidden = there in layers.never_imports.get(here, ()) or (
+                there in layers.only_imported_by and here not in layers.only_imported_by[there])
+            if not down or forbidden:
                 wrong.append(f"{importer} -> {target}")
     return sorted(wrong)
 
@@ -86,9 +124,14 @@ def test_each_layer_is_a_folder_and_the_top_level_holds_a_handful() -> None:
 
 
 @pytest.mark.parametrize("folder", sorted(LAYER_FOLDERS))
-def test_each_folder_says_what_lives_there(folder: str) -> None:
+def test_each_folder_says_what_lives_there_and_points_to_the_map(folder: str) -> None:
+    """What a folder may import is written once, in docs/development.md: its docstring
+    points there rather than keeping a copy that can go stale."""
     docstring = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text()))
-    assert docstring and "import" in docstring.lower()
+    assert docstring
+    said = " ".join(docstring.split())
+    assert "the layer map in docs/development.md" in said
+    assert not re.search(r"\bImports (only )?\w", said), said
 
 
 def test_every_import_runs_down_the_floors() -> None:
@@ -105,9 +148,37 @@ def test_a_planted_upward_import_is_found(tmp_path: Path) -> None:
                      "    from ..triage.pairs import compare  # noqa: F401\n")
     lab_user = copy / "fetch" / "collect.py"
     lab_user.write_text(lab_user.read_text() + "\nfrom ..lab.endpoint import LabServer\n")
+    wire_user = copy / "pipeline" / "ab.py"
+    wire_user.write_text(wire_user.read_text() + "\nfrom ..wire.client import EndpointClient\n")
     assert upward_imports(module_imports(copy)) == [
         "quantcheck.fetch.collect -> quantcheck.lab.endpoint",
+        "quantcheck.pipeline.ab -> quantcheck.wire.client",
         "quantcheck.store.files -> quantcheck.triage.pairs"]
+
+
+def test_the_layer_map_is_read_from_the_development_docs() -> None:
+    """The floors and the rules come from docs/development.md's table: every folder of
+    the package is on it, and the rules its rows state are the ones enforced here."""
+    assert {path.name for path in PACKAGE.iterdir()
+            if (path / "__init__.py").exists()} <= set(FLOORS)
+    assert FLOORS["store"] < FLOORS["triage"] == FLOORS["wire"] < FLOORS["fetch"] < \
+        FLOORS["pipeline"] < FLOORS["cli"]
+    assert LAYERS.never_imports == {"pipeline": {"wire"}}
+    assert LAYERS.only_imported_by == {"lab": {"cli"}}
+    assert {"store", "triage", "gate", "present"} <= LAYERS.offline
+    assert not LAYERS.offline & {"wire", "fetch", "pipeline", "cli"}
+
+
+def test_a_rule_written_in_the_map_is_enforced() -> None:
+    """A row's rule changed in the docs changes what is refused: the map cannot drift
+    from what is checked."""
+    text = DEVELOPMENT.read_text(encoding="utf-8").replace(
+        "Never imports `wire/`: it asks `fetch/` for a client",
+        "Never imports `wire/`, never imports `gate/`")
+    edited = read_layer_map(text)
+    assert edited.never_imports["pipeline"] == {"wire", "gate"}
+    assert any(" -> quantcheck.gate." in wrong
+               for wrong in upward_imports(module_imports(), edited))
 
 
 def test_no_module_imports_itself_through_others() -> None:
@@ -129,7 +200,7 @@ def test_no_module_imports_itself_through_others() -> None:
 
 # The review server serves the sheet on 127.0.0.1 (aiohttp's server); it never sends.
 OFFLINE_MODULES = sorted(module for module in module_imports()
-                         if module.count(".") == 2 and room(module) in OFFLINE
+                         if module.count(".") == 2 and room(module) in LAYERS.offline
                          and module != "quantcheck.present.review_server")
 
 

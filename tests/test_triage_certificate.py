@@ -7,11 +7,12 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.store.certificate_records import Answer, Round
+from quantcheck.store.certificate_records import Answer, LevelResult, Round
 from quantcheck.triage.certificate import (
     certify,
     compared,
     comparisons,
+    explain_factor,
 )
 from quantcheck.triage.certify_plan import make_plan
 
@@ -53,6 +54,32 @@ def test_answers_of_a_level_not_tested_are_not_compared() -> None:
     assert said["prefix=1"] == "no answer could be compared"
 
 
+def varying(*levels: tuple[str, int]) -> list[LevelResult]:
+    return [LevelResult(level=name, prompts=2, prompts_varying=min(mismatches, 2),
+                        comparisons=4, mismatches=mismatches, most_unique_outputs=2,
+                        mean_unique_outputs=1.5) for name, mismatches in levels]
+
+
+def test_each_cache_factor_explains_its_variation_by_its_levels() -> None:
+    assert explain_factor("warm", varying(("cold", 0), ("warm", 2))) == (
+        "varies only when a request is served warm, from its own cached prompt")
+    assert explain_factor("warm", varying(("cold", 1), ("warm", 2))).startswith(
+        "cold requests differ from each other")
+    assert explain_factor("block", varying(("block=15", 0), ("block=16", 2),
+                                           ("block=17", 0))) == (
+        "varies when a cached prefix of 16 tokens is read (not at 15, 17)")
+    assert explain_factor("cobatch", varying(("prefix=1", 0), ("prefix=511", 1),
+                                             ("prefix=2048", 1))) == (
+        "varies when a sibling writing the shared prefix into the cache is sent at once "
+        "(prefix >= 511 words)")
+    assert explain_factor("cobatch", varying(("prefix=511", 1)),
+                          varying(("prefix=511", 1))).endswith(
+        ", and with the prefix cache off")
+    assert explain_factor("order", varying(("reordered", 1))).startswith(
+        "varies with the requests' order")
+    assert explain_factor("order", varying(("reordered", 0))) == "no variation"
+
+
 def test_rounds_of_a_plan_name_their_levels_in_order() -> None:
     plan = make_plan(["p", "q"], 2, 8, 0, 8192, 16)
     assert plan.levels("batch") == ["batch=2", "batch=4", "batch=8"]
@@ -61,8 +88,10 @@ def test_rounds_of_a_plan_name_their_levels_in_order() -> None:
     assert isinstance(plan.rounds[0], Round)
 
 
-levels = st.sampled_from(["prefix=1", "prefix=511", "prefix=2048", "batch=2", "alone", "seeded"])
-factors = st.sampled_from(["repeat", "stream", "batch", "prefix", "cache", "seed"])
+levels = st.sampled_from(["prefix=1", "prefix=511", "prefix=2048", "batch=2", "alone", "seeded",
+                          "cold", "warm", "block=16", "reordered"])
+factors = st.sampled_from(["repeat", "stream", "batch", "prefix", "cache", "seed", "warm",
+                           "block", "cobatch", "order"])
 
 
 @given(st.dictionaries(st.tuples(factors, levels), st.text(max_size=30), max_size=6))

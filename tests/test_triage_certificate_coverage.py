@@ -42,7 +42,14 @@ def test_every_factor_has_its_baseline_and_its_words() -> None:
     ("cache", ["prefix=2048"], "cached shared prefixes of 2048 words"),
     ("repeat", ["alone"], "repeats alone"),
     ("seed", ["seeded"], "seeded sampling"),
-], ids=["batch", "one word", "words", "cache", "repeat", "seed"])
+    ("warm", ["cold", "warm"], "cold against warm requests (its own prompt cached)"),
+    ("block", ["block=15", "block=16", "block=17"],
+     "cached prefixes of 15, 16, 17 tokens (a cache block and a token either side)"),
+    ("cobatch", ["prefix=511"], "shared prefixes of 511 words sent at once with a sibling "
+                                "writing them"),
+    ("order", ["reordered"], "requests in other orders after a cached shared prefix"),
+], ids=["batch", "one word", "words", "cache", "repeat", "seed", "warm", "block", "cobatch",
+        "order"])
 def test_levels_read_as_words(factor_name: str, levels: list[str], said: str) -> None:
     assert levels_phrase(factor_name, levels) == said  # type: ignore[arg-type]
 
@@ -59,6 +66,12 @@ def test_a_level_held_to_an_untested_baseline_is_untested_with_that_reason() -> 
     assert why_untested("batch", "batch=8", alone) == (
         "its baseline (repeat) was not tested: the prompt does not fit")
     assert why_untested("seed", "seeded", alone) is None
+    # a co-batch is held to the cold answer after the same prefix; a block and a warm
+    # request to their own cold answers
+    assert why_untested("cobatch", "prefix=2048", untested) == (
+        "its baseline (prefix at the same level) was not tested: a slot holds 1,024 tokens")
+    assert why_untested("block", "block=16", untested) is None
+    assert why_untested("warm", "warm", alone) is None
 
 
 def test_untested_levels_are_grouped_by_reason_and_said_together() -> None:

@@ -40,7 +40,8 @@ def test_the_plan_is_counted_as_it_is_built(prompts: int, trials: int, max_batch
 
 
 def test_a_huge_plan_is_counted_without_being_built() -> None:
-    assert plan_requests(20, 1_000_000, 256) == 20 * 1_000_000 * (3 + 510) + 4 * 20 * 5
+    assert plan_requests(20, 1_000_000, 256) == 20 * 1_000_000 * (3 + 510 + 2) + \
+        4 * 20 * 9 + 9 * 20 + 1_000_000 * 21
 
 
 def test_what_fits_a_context() -> None:
@@ -79,3 +80,33 @@ def test_a_batch_takes_as_long_as_the_server_computes_it() -> None:
                    prefix=" ".join(["w"] * 100))
     assert estimate_seconds([Round(probes=[sibling]), Round(probes=[cached])], prefill) == \
         pytest.approx(3.0)
+
+
+def test_the_cache_factors_rounds_empty_the_cache_where_they_start_cold() -> None:
+    """warm: each cold request after a flush, its warm one right after with the cache
+    on; block: the sibling after a flush, the prompt reading it, then the prompt cold;
+    co-batch: the prompt and its sibling at once after a flush, each first once; order:
+    the prompts and a sibling one at a time, the first of each order cold."""
+    plan = make_plan(["p", "q"], 3, 2, 0, 8192, 16, block_tokens=32)
+    rounds = [r for r in plan.rounds if r.probes[0].factor == "warm"]
+    assert [(r.action, r.probes[0].level, r.probes[0].cache) for r in rounds[:2]] == [
+        ("flush", "cold", False), ("", "warm", True)]
+    assert len(rounds) == 2 * 3 * 2 and plan.levels("warm") == ["cold", "warm"]
+    assert plan.block_lengths == [31, 32, 33] and plan.levels("block") == [
+        "block=31", "block=32", "block=33"]
+    block = [r for r in plan.rounds if r.probes[0].factor == "block"][:3]
+    assert [(r.action, p.sibling, p.cache, p.baseline, p.shared_tokens)
+            for r in block for p in r.probes] == [
+        ("flush", True, True, False, 31), ("", False, True, False, 31),
+        ("flush", False, False, True, 31)]
+    pairs = [r for r in plan.rounds if r.probes[0].factor == "cobatch"][:2]
+    assert [[p.sibling for p in r.probes] for r in pairs] == [[False, True], [True, False]]
+    assert {r.action for r in pairs} == {"flush"}
+    order = [(r.action, r.probes[0].prompt_id, r.probes[0].sibling, r.probes[0].cache)
+             for r in plan.rounds if r.probes[0].factor == "order"]
+    assert order[:6] == [("flush", "p", False, False), ("", "q", False, True),
+                         ("", "p", True, True), ("flush", "p", True, False),
+                         ("", "q", False, True), ("", "p", False, True)]
+    assert len(order) == 3 * 3
+    # a cache kept token by token is tested at vLLM's default block
+    assert make_plan(["p"], 2, 2, 0, block_tokens=1).block_lengths == [15, 16, 17]

@@ -17,7 +17,7 @@ from aiohttp import web
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import EndpointError
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.wire.client import api_base, authorization, public_url, split_credentials
+from quantcheck.wire.client import api_base, authorization, split_credentials
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, assert_one_clear_line, invoke
 from .hostile import HostileServer, Request, http
@@ -39,14 +39,6 @@ def test_an_endpoint_that_cannot_be_used_is_refused_in_one_line(
                     "--out", tmp_path / "run")
     assert result.exit_code == 2, result.output
     assert_one_clear_line(result.output, UNUSABLE[endpoint])
-
-
-def test_public_url_keeps_an_ipv6_hosts_brackets_and_drops_credentials() -> None:
-    assert public_url("http://[::1]:8000/v1") == "http://[::1]:8000/v1"
-    assert public_url("https://user:secret@[2001:db8::1]/v1?key=x") == \
-        "https://[2001:db8::1]/v1"
-    assert public_url("http://user:secret@Example.com:8000/v1") == "http://example.com:8000/v1"
-    assert public_url("http://host:abc/v1") == "http://?"  # nothing of it is shown
 
 
 def test_a_run_on_an_ipv6_loopback_endpoint_records_a_url_that_reads_back(
@@ -195,24 +187,6 @@ class PathKeyServer(ScriptedServer):
         return gateway
 
 
-@pytest.mark.parametrize(("endpoint", "shown"), [
-    ("http://h:1/sk-proj-abcdefghijklmnop1234/v1", "http://h:1/***/v1"),
-    (f"http://h:1/{KEY_IN_PATH}/v1", "http://h:1/***/v1"),
-    ("https://h/gw/0123456789abcdef0123456789abcdef/openai", "https://h/gw/***/openai"),
-    ("http://h:1/v1", "http://h:1/v1"),
-    ("https://h/openai/deployments/gpt-4o-mini-2024-07-18/v1",
-     "https://h/openai/deployments/gpt-4o-mini-2024-07-18/v1"),
-    ("https://h/v2/vllm-abc123xyz456/openai/v1", "https://h/v2/vllm-abc123xyz456/openai/v1"),
-    ("https://h/run/3fa85f64-5717-4562-b3fc-2c963f66afa6/v1",
-     "https://h/run/3fa85f64-5717-4562-b3fc-2c963f66afa6/v1"),
-    ("https://h/models/Meta-Llama-3.1-8B-Instruct/v1",
-     "https://h/models/Meta-Llama-3.1-8B-Instruct/v1"),
-], ids=["sk-key", "token", "hex-id", "v1", "azure", "runpod", "uuid", "model"])
-def test_public_url_cuts_a_key_in_the_path_and_keeps_a_normal_path(
-        endpoint: str, shown: str) -> None:
-    assert public_url(endpoint) == shown
-
-
 def test_a_key_in_the_endpoints_path_reaches_no_file_and_no_line(
         write_prompts: WritePrompts, tmp_path: Path) -> None:
     server = PathKeyServer(ScriptedModel({"capital": " Canberra."})).start()
@@ -255,3 +229,22 @@ def test_a_server_quoting_basic_credentials_in_base64_has_them_cut(
         assert "proxy: rejected Authorization: Basic ***, credentials *** (***) do not" \
             in shown, shown
         assert sent not in shown and url_safe not in shown
+
+
+def test_a_text_answer_is_read_up_to_its_limit(serve: Serve) -> None:
+    """GET /metrics as text: what a server says, cut at the limit; None on a 404 or where
+    nothing answers."""
+    from quantcheck.lab.launch import free_port
+    from quantcheck.pipeline.event_loop import run_blocking
+    from quantcheck.wire.client import EndpointClient
+
+    async def text(url: str, path: str, limit: int) -> str | None:
+        async with EndpointClient(url, timeout=5) as client:
+            return await client.get_text(path, limit)
+
+    server = serve(dialect="vllm")
+    said = run_blocking(text(server.url, "/metrics", 1 << 20))
+    assert said is not None and 'vllm:cache_config_info{block_size="16"' in said
+    assert run_blocking(text(server.url, "/metrics", 10)) == said[:10]
+    assert run_blocking(text(server.url, "/nowhere", 1 << 20)) is None
+    assert run_blocking(text(f"http://127.0.0.1:{free_port()}", "/metrics", 100)) is None

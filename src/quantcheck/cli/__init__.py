@@ -1,5 +1,5 @@
-"""The quantcheck command line: parse, call one library function, print. Imports the
-pipeline and any layer below it (the lab too); nothing imports it."""
+"""The quantcheck command line: parse, call one library function, print; nothing
+imports it. What it may import: the layer map in docs/development.md."""
 
 from __future__ import annotations
 

@@ -10,16 +10,29 @@ import click
 import msgspec
 
 from ..errors import ExitCode
-from ..fetch.collect import REPEAT_MODES
+from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import ForcedSettings
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS
+from ..gate.limits import BY_KEY
 from ..pipeline.ab import ABRun, ThroughputSettings
 from ..pipeline.certify import DEFAULT_MAX_REQUESTS, MAX_REQUESTS, MAX_TRIALS
 from ..pipeline.comparing import CompareOptions
 from ..pipeline.determinism import DeterminismRun
 from ..store.labels import label_from_name
 from ..store.run_dir import Parameters
-from ._group import cli
+from ._group import (
+    CERTIFY,
+    COMPARE,
+    FORCED,
+    JUDGE,
+    OUTPUT,
+    POLICY,
+    PROMPTS,
+    SEND,
+    THROUGHPUT,
+    cli,
+    section,
+)
 from .config import config_options
 from .guard import run_guarded
 from .options import (
@@ -27,13 +40,16 @@ from .options import (
     EXISTING_DIR,
     EXTRA_BODY_OPTION,
     FORCED_TOP_LOGPROBS_HELP,
+    REPLICA_SPREAD_OPTION,
     RETRIES_OPTION,
     FiniteFloat,
     apply_options,
     compare_inputs,
     compare_options,
     determinism_request_options,
+    endpoints_option,
     forced_options,
+    limit_option,
     prompt_options,
     refuse_with,
     refuse_without,
@@ -42,6 +58,7 @@ from .options import (
     request_settings,
     side_settings,
     sig_digits_option,
+    single_endpoint,
     source_options,
 )
 from .printing import (
@@ -59,21 +76,30 @@ from .progress import (
     run_with_progress,
 )
 
+REPLICAS = "replicas (URLs joined by commas)"
+
 
 @cli.command("collect")
 @config_options
-@click.option("--endpoint", required=True, help="Base URL, e.g. http://127.0.0.1:8000/v1.")
+@section(COMPARE)
+@click.option("--endpoint", required=True, callback=endpoints_option,
+              help="Base URL, e.g. http://127.0.0.1:8000/v1; replicas of one configuration "
+                   "joined by commas (URL1,URL2): checked alike, requests spread over them.")
 @click.option("--label", help="Name of this side, e.g. bf16: 1 to 64 letters, digits, '.', "
               "'_' or '-' (default: the --out folder's name, other characters as '_').")
+@section(OUTPUT)
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Run directory (created; an existing one is resumed).")
+@section(COMPARE)
 @click.option("--model", help="Model name (default: the one model /v1/models lists).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--cell", multiple=True, metavar="KEY=VALUE",
               help="Serving-cell facts the server cannot tell, e.g. gpu=H100 vram_gb=80.")
+@section(SEND)
+@REPLICA_SPREAD_OPTION
 @request_options
 def collect_command(endpoint: str, label: str | None, out: Path, model: str | None,
-                    api_key_env: str | None, cell: tuple[str, ...],
+                    api_key_env: str | None, cell: tuple[str, ...], replica_spread: str,
                     prompt_files: tuple[Path, ...], force: bool, parameters: Parameters) -> None:
     """Collect greedy generations with top-k logprobs from one endpoint.
 
@@ -88,9 +114,13 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
           --out runs/bf16-suites
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --prompts traffic.jsonl \\
           --sample 500 --out runs/bf16-traffic
+      quantcheck collect --endpoint http://gpu1:8000/v1,http://gpu2:8000/v1 \\
+          --prompts prompts/default.yaml --out runs/fp8-fleet
     """
     label = label if label is not None else label_from_name(out.name)
-    settings = side_settings(parameters, endpoint, label, model, api_key_env, cell)
+    settings = side_settings(parameters, endpoint, label, model, api_key_env, cell,
+                             replica_spread)
+    refuse_without(REPLICAS, len(settings.urls) > 1, "replica_spread")
     result = collect_with_progress(prompt_files, out, settings, force)
     click.echo(f"{settings.label}: {result.collected} collected, {result.skipped} already there, "
                f"{result.failed} failed -> {out}", err=True)
@@ -102,30 +132,39 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
 
 @cli.command("run")
 @config_options
-@click.option("--a", "a_url", help="Reference endpoint (e.g. BF16).")
+@section(COMPARE)
+@click.option("--a", "a_url", callback=endpoints_option,
+              help="Reference endpoint (e.g. BF16); replicas of one configuration joined by "
+                   "commas.")
 @click.option("--a-run", type=EXISTING_DIR,
               help="A reference run collected earlier (e.g. on the main branch): reused, "
                    "A is not collected again; B must be asked as it was (instead of --a).")
-@click.option("--b", "b_urls", required=True, multiple=True,
-              help="Candidate endpoint (e.g. FP8); repeat for several candidates.")
+@click.option("--b", "b_urls", required=True, multiple=True, callback=endpoints_option,
+              help="Candidate endpoint (e.g. FP8); repeat for several candidates; one "
+                   "candidate's replicas joined by commas (URL1,URL2).")
 @click.option("--a-label", help="Label of A (default: a; a stored reference keeps its own).")
 @click.option("--b-label", "b_labels", multiple=True,
               help="Label of each --b, in order (default: b; with several, b1, b2, ...).")
 @click.option("--a-model", help="Model name on A (default: the one it lists).")
 @click.option("--b-model", help="Model name on every B (default: the one each lists).")
+@section(OUTPUT)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Report directory; runs go to OUT/a and OUT/b (several candidates: "
                    "OUT/candidates/LABEL/).")
+@section(SEND)
 @click.option("--one-side-at-a-time", is_flag=True,
               help="Collect A fully, then each B (when they cannot be served at once).")
+@section(COMPARE)
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
 @click.option("--a-cell", multiple=True, metavar="KEY=VALUE", help="Cell facts for A.")
 @click.option("--b-cell", multiple=True, metavar="[LABEL:]KEY=VALUE",
               help="Cell facts for B (LABEL: for one candidate only).")
+@section(FORCED)
 @click.option("--forced", "score_forced", is_flag=True,
               help="Also score A's tokens on each B (teacher-forced drift).")
 @click.option("--forced-top-logprobs", type=click.IntRange(1), metavar="K",
               help=FORCED_TOP_LOGPROBS_HELP + " Default: B's --top-logprobs.")
+@section(THROUGHPUT)
 @click.option("--throughput", "measure_throughput", is_flag=True,
               help="After collecting, measure each endpoint's throughput without logprobs "
                    "(one endpoint at a time).")
@@ -133,8 +172,11 @@ def collect_command(endpoint: str, label: str | None, out: Path, model: str | No
               type=click.IntRange(1), help="Requests in flight in the throughput phase.")
 @click.option("--throughput-seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
               type=FiniteFloat(0), help="Least duration of the throughput phase.")
+@section(OUTPUT)
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several candidates).")
+@section(SEND)
+@REPLICA_SPREAD_OPTION
 @forced_options
 @compare_options
 @request_options
@@ -144,7 +186,7 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
                 out: Path, one_side_at_a_time: bool, api_key_env: str | None,
                 a_cell: tuple[str, ...], b_cell: tuple[str, ...], score_forced: bool,
                 measure_throughput: bool, throughput_concurrency: int,
-                throughput_seconds: float, matrix: Path | None,
+                throughput_seconds: float, matrix: Path | None, replica_spread: str,
                 forced_top_logprobs: int | None, forced_mode: str,
                 forced_concurrency: int, compare: CompareOptions,
                 prompt_files: tuple[Path, ...], force: bool, parameters: Parameters) -> None:
@@ -172,6 +214,9 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
           --prompts gsm8k/test.parquet --map-preset gsm8k --sample 300 --out reports/gsm8k
       quantcheck run --a http://gpu:8000/v1 --b http://gpu:8001/v1 \\
           --prompts prompts/default.yaml --judge http://gpu:8009/v1 --out reports/fp8
+      quantcheck run --a http://gpu1:8000/v1,http://gpu2:8000/v1 \\
+          --b http://gpu3:8000/v1,http://gpu4:8000/v1 --prompts prompts/default.yaml \\
+          --out reports/fp8-fleet
     """
     refuse_without("--throughput", measure_throughput, "throughput_concurrency",
                    "throughput_seconds")
@@ -183,10 +228,13 @@ def run_command(a_url: str | None, a_run: Path | None, b_urls: tuple[str, ...],
     labels = _candidate_labels(b_urls, b_labels)
     a = _reference(a_url, a_run, a_label, a_model, a_cell) or side_settings(
         parameters, a_url or "", "a" if a_label is None else a_label, a_model, api_key_env,
-        a_cell)
-    bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell))
+        a_cell, replica_spread)
+    bs = [side_settings(parameters, url, label, b_model, api_key_env, _cell_for(label, b_cell),
+                        replica_spread)
           for url, label in zip(b_urls, labels, strict=True)]
-    forced = ForcedSettings(endpoint=b_urls[0], mode=forced_mode,
+    refuse_without(REPLICAS, any(len(side.urls) > 1 for side in [*bs, a]
+                                 if isinstance(side, CollectSettings)), "replica_spread")
+    forced = ForcedSettings(endpoint=bs[0].endpoint, mode=forced_mode,
                             concurrency=forced_concurrency,
                             top_k=forced_top_logprobs or 20,
                             top_k_fixed=forced_top_logprobs is not None)
@@ -234,14 +282,18 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @cli.command("throughput")
-@click.argument("endpoint")
+@click.argument("endpoint", callback=single_endpoint)
+@section(PROMPTS)
 @prompt_options
 @apply_options(source_options())
+@section(OUTPUT)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="A run directory of this endpoint: writes OUT/throughput.json, which "
                    "compare then shows next to the other side's.")
+@section(COMPARE)
 @click.option("--label", help="Name of this endpoint in the figures.")
 @click.option("--model", help="Model name (default: the one it lists).")
+@section(SEND)
 @click.option("--concurrency", default=DEFAULT_CONCURRENCY, show_default=True,
               type=click.IntRange(1), help="Requests in flight.")
 @click.option("--seconds", default=DEFAULT_MIN_SECONDS, show_default=True,
@@ -250,7 +302,9 @@ def _cell_for(label: str, cells: tuple[str, ...]) -> tuple[str, ...]:
               help="Cap for every prompt (use the run's own).")
 @API_OPTION
 @EXTRA_BODY_OPTION
+@section(COMPARE)
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@section(SEND)
 @click.option("--timeout", default=600.0, show_default=True, type=FiniteFloat(0.1),
               help="Seconds a request may take as a whole.")
 @RETRIES_OPTION
@@ -291,7 +345,8 @@ def throughput_command(endpoint: str, prompt_files: tuple[Path, ...], out: Path 
 
 @cli.command("forced")
 @click.argument("a_run", type=EXISTING_DIR)
-@click.option("--endpoint", required=True, help="B's endpoint, which scores A's tokens.")
+@click.option("--endpoint", required=True, callback=single_endpoint,
+              help="B's endpoint, which scores A's tokens.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for forced.jsonl and forced.json (give it to compare --forced).")
 @click.option("--model", help="Model name on B (default: the one it lists).")
@@ -332,18 +387,26 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 
 
 @cli.command("determinism")
-@click.option("--endpoint", required=True, help="Base URL, e.g. http://127.0.0.1:8000/v1.")
+@section(COMPARE)
+@click.option("--endpoint", required=True, callback=single_endpoint,
+              help="Base URL, e.g. http://127.0.0.1:8000/v1.")
+@section(OUTPUT)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder: one run per mode, determinism.csv/.json, index.html.")
+@section(SEND)
 @click.option("--modes", default="sequential,burst,loaded", show_default=True,
               help="Comma-separated repeat modes: sequential, burst, loaded, pool.")
+@section(COMPARE)
 @click.option("--model", help="Model name (default: the one model /v1/models lists).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@section(POLICY)
 @click.option("--fail-on-nondeterminism", is_flag=True,
               help="Exit 1 when any prompt gives more than one signature (or text).")
+@section(CERTIFY)
 @click.option("--certify", is_flag=True,
               help="Instead of --modes: a certificate (batch-size sweep, prefix ladder with "
-                   "the prefix cache off and on, streamed vs whole, seeded sampling) in "
+                   "the prefix cache off and on, cold against warm, cache blocks, co-batched "
+                   "and reordered requests, streamed vs whole, seeded sampling) in "
                    "OUT/certificate.json.")
 @click.option("--max-batch", default=32, show_default=True, type=click.IntRange(2),
               help="--certify: the largest concurrent batch (sizes 2, 4, 8, ... up to it).")
@@ -354,13 +417,18 @@ def forced_command(a_run: Path, endpoint: str, out: Path, model: str | None, top
 @click.option("--max-requests", default=DEFAULT_MAX_REQUESTS, show_default=True,
               type=click.IntRange(1, MAX_REQUESTS),
               help="--certify: refuse a plan with more requests than this.")
-@click.option("--control", metavar="URL",
+@click.option("--control", metavar="URL", callback=single_endpoint,
               help="--certify: run the same plan against a configuration expected to vary "
                    "and report whether the test detected it.")
-@click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
+@limit_option(BY_KEY["max_nondeterministic_prompts"],
               help="--certify: exit 0 when no more prompts than this vary (default 0: exit 1 "
                    "unless CERTIFIED; the gate's policy key of the same name, also "
                    "`quantcheck gate OUT`).")
+@limit_option(BY_KEY["max_untested_levels"],
+              help="--certify: exit 0 with no more levels planned and not tested than this "
+                   "(default 0: CERTIFIED IN PART exits 1; the gate's policy key "
+                   "max_untested_levels, also `quantcheck gate OUT`).")
+@section(JUDGE)
 @sig_digits_option
 @determinism_request_options
 def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
@@ -369,7 +437,8 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
                         parameters: Parameters, certify: bool = False, max_batch: int = 32,
                         trials: int = 3, plan_seed: int = 0,
                         max_requests: int = DEFAULT_MAX_REQUESTS, control: str | None = None,
-                        max_nondeterministic_prompts: int | None = None) -> None:
+                        max_nondeterministic_prompts: int | None = None,
+                        max_untested_levels: int | None = None) -> None:
     """Is this endpoint deterministic? Repeated identical greedy requests, per mode.
 
     Reports per prompt and mode "k distinct of n" for texts and logprob signatures,
@@ -378,8 +447,10 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
     \b
     With --certify: a determinism certificate (docs/collecting.md): each prompt alone,
     inside concurrent batches, after shared prefixes with the prefix cache off and on,
-    streamed, and sampled with a seed; the statement with its bound, the factor that
-    explains any variation.
+    cold against warm, after a cached prefix of one cache block, sent at once with a
+    sibling writing its prefix, in other orders, streamed, and sampled with a seed; the
+    statement with its bound, the factor that explains any variation. It exits 1
+    unless CERTIFIED (--max-nondeterministic-prompts, --max-untested-levels relax it).
 
     \b
     Example:
@@ -389,7 +460,7 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
           --prompts prompts/spot-check.yaml --max-batch 16 --out reports/certificate
     """
     refuse_without("--certify", certify, "max_batch", "trials", "plan_seed", "max_requests",
-                   "control", "max_nondeterministic_prompts")
+                   "control", "max_nondeterministic_prompts", "max_untested_levels")
     if certify:
         refuse_with("--certify", "modes", "repeats", "force")
         from ..pipeline.certify import CertifyRun
@@ -399,7 +470,7 @@ def determinism_command(endpoint: str, out: Path, modes: str, model: str | None,
             certify_settings(endpoint, model, api_key_env, parameters), prompt_files, out,
             parameters.request, trials, max_batch, plan_seed, max_requests, control,
             0 if fail_on_nondeterminism or max_nondeterministic_prompts is None
-            else max_nondeterministic_prompts))
+            else max_nondeterministic_prompts, max_untested_levels or 0))
         return
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in REPEAT_MODES]

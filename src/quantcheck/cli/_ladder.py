@@ -18,7 +18,16 @@ from ..store.ladder_records import NEEDLE, Ladder, LadderPlan, ProbeResult, Rung
 from ..store.prompt_sets import APIS, RequestOptions
 from ..triage.cells import parse_cell_options
 from ..triage.ladder_plan import DEFAULT_DEPTHS
-from ._group import cli
+from ._group import (
+    COMPARE,
+    FORCED,
+    OUTPUT,
+    POLICY,
+    PROMPTS,
+    SEND,
+    cli,
+    section,
+)
 from .guard import run_guarded, say
 from .options import FiniteFloat, json_object_option
 
@@ -140,11 +149,14 @@ def echo_ladder(ladder: Ladder, page: Path) -> None:
 
 
 @cli.command("ladder")
+@section(COMPARE)
 @click.option("--a", "a_url", required=True, help="Reference endpoint (e.g. an f16 KV cache).")
 @click.option("--b", "b_url", required=True, help="Candidate endpoint (e.g. a q4_0 KV cache).")
+@section(OUTPUT)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="The ladder's folder: ladder.json, index.html, plan.json, and each "
                    "probe's runs and report in OUT/rungs/TOKENS/PROBE/.")
+@section(COMPARE)
 @click.option("--a-label", default="a", show_default=True, help="Label of A.")
 @click.option("--b-label", default="b", show_default=True, help="Label of B.")
 @click.option("--a-model", help="Model name on A (default: the one it lists).")
@@ -154,6 +166,7 @@ def echo_ladder(ladder: Ladder, page: Path) -> None:
 @click.option("--b-cell", multiple=True, metavar="KEY=VALUE",
               help="Cell facts for B, e.g. kv_cache_dtype=q4_0.")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@section(PROMPTS)
 @click.option("--lengths", callback=lengths_option, metavar="1k,2k,...",
               help="The rungs in tokens (k: 1,024). Default: 1k, 2k, 4k, ... as long as "
                    "both servers' context holds.")
@@ -166,6 +179,7 @@ def echo_ladder(ladder: Ladder, page: Path) -> None:
               help="An absent-needle probe at every rung (the answer must say none).")
 @click.option("--language", type=click.Choice(list(LANGUAGES)), default="en",
               show_default=True, help="The filler's language.")
+@section(SEND)
 @click.option("--api", type=click.Choice(APIS), default="completions", show_default=True,
               help="The probes' API (chat for an instruction model).")
 @click.option("--max-tokens", default=16, show_default=True, type=click.IntRange(1),
@@ -174,13 +188,17 @@ def echo_ladder(ladder: Ladder, page: Path) -> None:
               help="A's repeats of each probe: A's own floor (B answers once).")
 @click.option("--top-logprobs", default=20, show_default=True, type=click.IntRange(1),
               help="Alternatives per position, for the KL.")
+@section(FORCED)
 @click.option("--forced/--no-forced", default=True, show_default=True,
               help="Score A's answers on B by teacher forcing (the KL).")
+@section(POLICY)
 @click.option("--served-tokens", type=click.IntRange(1), metavar="TOKENS",
               help="The longest prompt you serve: the gate fails on an onset at or below "
                    "it (default: anywhere on the ladder).")
+@section(PROMPTS)
 @click.option("--seed", default=1, show_default=True, type=int,
               help="Picks the codes and the filler.")
+@section(SEND)
 @click.option("--timeout", default=3600.0, show_default=True, type=FiniteFloat(1),
               help="Seconds per request (a long prefill on a CPU takes minutes).")
 @click.option("--retries", default=4, show_default=True, type=click.IntRange(0))

@@ -14,6 +14,7 @@ from .options import FiniteFloat
 # could be sized (a change of 0.001 points already needs billions of prompts)
 PERCENT = FiniteFloat(0.001, 100)
 MOST_PROMPTS = 10**12
+COUNT = click.IntRange(1, MOST_PROMPTS)
 
 
 @cli.command("plan")
@@ -22,27 +23,30 @@ MOST_PROMPTS = 10**12
                    "an earlier A/B's summary says it (stats.pass_rate.discordant_share).")
 @click.option("--detect", type=PERCENT, metavar="POINTS",
               help="The change in pass rate to detect, in points (at most --disagreement).")
-@click.option("--prompts", type=click.IntRange(1, MOST_PROMPTS), metavar="N",
+@click.option("--count", type=COUNT, metavar="N",
               help="Instead of --detect: the smallest change N paired prompts detect.")
+# the count's former name, kept working: every other command's --prompts is a file
+@click.option("--prompts", "former_count", type=COUNT, hidden=True)
 @click.option("--power", default=80.0, show_default=True, type=FiniteFloat(50, 99.999),
               metavar="PERCENT", help="Chance of detecting the change.")
 @click.option("--alpha", default=5.0, show_default=True, type=FiniteFloat(0.001, 50),
               metavar="PERCENT", help="Two-sided significance level.")
-def plan_command(disagreement: float, detect: float | None, prompts: int | None,
-                 power: float, alpha: float) -> None:
+def plan_command(disagreement: float, detect: float | None, count: int | None,
+                 former_count: int | None, power: float, alpha: float) -> None:
     """Size a suite: the paired prompts an A/B needs to detect a change in expect pass
-    rate (--detect), or the smallest change a suite of --prompts N detects, when a share
+    rate (--detect), or the smallest change a suite of --count N prompts detects, when a share
     of prompts (--disagreement) pass on one side only. Connor's paired formula for
     McNemar's test, the one the summary's detectable change uses (docs/gate.md).
 
     \b
     Example:
       quantcheck plan --detect 2 --disagreement 10
-      quantcheck plan --prompts 500 --disagreement 6
+      quantcheck plan --count 500 --disagreement 6
     """
+    prompts = _count(count, former_count)
     if (detect is None) == (prompts is None):
-        raise click.UsageError("give --detect POINTS (prompts needed) or --prompts N (the "
-                               "smallest change they detect)")
+        raise click.UsageError("give --detect POINTS (prompts needed) or --count N (the "
+                               "smallest change N prompts detect)")
     share, level = disagreement / 100, f"{power:g}% power, {alpha:g}% two-sided"
     if detect is not None:
         if detect > disagreement:
@@ -67,3 +71,13 @@ def plan_command(disagreement: float, detect: float | None, prompts: int | None,
     click.echo(f"{prompts:,} paired prompts detect a change of {100 * change:.2g} points in "
                f"expect pass rate when {disagreement:g}% of prompts pass on one side only "
                f"({level}).")
+
+
+def _count(count: int | None, former_count: int | None) -> int | None:
+    """--count N, or its former name --prompts N (said once on stderr)."""
+    if former_count is None:
+        return count
+    if count is not None:
+        raise click.UsageError("give --count N once (--prompts N is its former name)")
+    click.echo("note: plan's --prompts N is now --count N", err=True)
+    return former_count

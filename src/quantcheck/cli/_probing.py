@@ -21,7 +21,7 @@ from ._group import cli
 from .guard import run_guarded
 from .options import EXISTING_FILE, PROMPT_SOURCE, json_object_option
 from .printing import echo_log_matches, echo_preflights, echo_probe
-from .serving import serve_until_stopped
+from .serving import refuse_a_port_in_use, serve_until_stopped
 
 if TYPE_CHECKING:
     from ..lab.endpoint import LabServer
@@ -224,6 +224,7 @@ def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
     from ..lab.endpoint import LabServer
     from ..lab.launch import require_demo_dependencies
 
+    refuse_a_port_in_use(host, port)  # before torch and the model, which take a while
     run_guarded(require_demo_dependencies, "")
     from ..lab.model import ModelEngine
 

@@ -12,6 +12,7 @@ import click
 
 from ..errors import ExitCode
 from ..gate.explain import Failure, report_failures
+from ..gate.limits import BY_KEY, CERTIFICATE_LIMITS
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, Written, compare_all
 from ..present.sentences import agreement_sentence
@@ -19,19 +20,26 @@ from ..store.folder_kinds import CANDIDATES_OVERVIEW, CERTIFICATE, REPORT, kind_
 from ..store.report_dir import require_report
 from ..store.report_records import Overview, Summary
 from ..store.reviews import load_verdicts, review_path
-from ._group import cli
+from ._group import (
+    COMPARE,
+    FORCED,
+    JUDGE,
+    OUTPUT,
+    PROMPTS,
+    cli,
+    section,
+)
 from .config import config_options
 from .guard import run_guarded
 from .options import (
     EXISTING_DIR,
     EXISTING_FILE,
     PROMPT_SOURCE,
-    FiniteFloat,
     PolicyOverrides,
     apply_options,
     compare_inputs,
     compare_options,
-    gathered,
+    policy_options,
     refuse_given_options,
     refuse_without,
     refuse_writing_an_input,
@@ -42,7 +50,7 @@ from .printing import candidates_markdown, exit_like_the_gate, print_result
 from .serving import serve_until_stopped, url_of
 
 # The gate's options that apply to a determinism certificate
-CERTIFICATE_RULES = ("policy", "max_nondeterministic_prompts", "max_failed_requests")
+CERTIFICATE_RULES = ("policy", *CERTIFICATE_LIMITS)
 GATED = (REPORT, CANDIDATES_OVERVIEW, CERTIFICATE)  # the kinds of folder the gate reads
 
 
@@ -50,17 +58,21 @@ GATED = (REPORT, CANDIDATES_OVERVIEW, CERTIFICATE)  # the kinds of folder the ga
 @config_options
 @click.argument("a_run", type=click.Path(exists=True, path_type=Path))
 @click.argument("b_runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@section(OUTPUT)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Report directory (pairs.csv, summary.json); with several B runs, the "
                    "overview and OUT/candidates/LABEL/ for each.")
+@section(PROMPTS)
 @click.option("--prompts", "prompt_files", multiple=True,
               type=PROMPT_SOURCE,
               help="Prompt set naming the texts of a *.texts.json side (and its expects); "
                    "a data file or folder is read as --map, --map-preset, --sample and "
                    "--seed say, as it was when collected.")
 @apply_options(source_options())
+@section(FORCED)
 @click.option("--forced", type=EXISTING_DIR,
               help="Teacher-forced scores of A on B, from `quantcheck forced` (one B).")
+@section(OUTPUT)
 @click.option("--matrix", type=click.Path(dir_okay=False, path_type=Path),
               help="Append the serving matrix's rows to this CSV (several B runs).")
 @compare_options
@@ -195,73 +207,25 @@ def review_command(report_dir: Path, reviewer: str, port: int, host: str,
 @cli.command("gate")
 @config_options
 @click.argument("report_dir", type=EXISTING_DIR)
-@click.option("--policy", type=EXISTING_FILE,
-              help="Policy YAML; the options below override it.")
-@click.option("--max-factual-flips", type=click.IntRange(0),
-              help="Expect regressions plus reviewer-labelled blocking pairs (default 0).")
-@click.option("--confident-flips-only/--all-flips", default=None,
-              help="Leave out of factual flips the expect regressions the reference's "
-                   "own doubt explains (A's repeats disagree on the check, or a near tie "
-                   "on A's side at the fork): listed for review instead (the default). "
-                   "--all-flips counts every expect regression.")
-@click.option("--max-new-degenerate", type=click.IntRange(0),
-              help="Repetition loops or empty answers on B that A did not have (default 0).")
-@click.option("--max-collapsed-on-b", type=click.IntRange(0),
-              help="Distinct prompts B answers alike (the same first 512 characters, at "
-                   "least 64) while A answers them differently (default 0).")
-@click.option("--max-nondeterministic", type=click.IntRange(0),
-              help="Prompts whose repeats' texts vary, per side (those whose logprobs "
-                   "alone moved are said beside, not counted; default off).")
-@click.option("--max-nondeterministic-prompts", type=click.IntRange(0),
-              help="A determinism certificate's prompts that vary under any factor "
-                   "(REPORT_DIR holds certificate.json; default 0).")
-@click.option("--require-review/--no-require-review", default=None,
-              help="Fail while a non-identical pair has no verdict and no approval.")
-@click.option("--min-identical-share", type=FiniteFloat(0, 1),
-              help="Minimum share of identical pairs (default off).")
-@click.option("--max-not-compared", type=click.IntRange(0),
-              help="Prompts not compared: other hash, one side only, failed (default 0).")
-@click.option("--max-failed-requests", type=click.IntRange(0),
-              help="Requests without an answer on either side: failed after retries, or "
-                   "never sent (default 0).")
-@click.option("--max-skipped-checks", type=click.IntRange(0),
-              help="Prompts whose code check did not run (no --allow-code-exec when "
-                   "comparing; default 0: a check that did not run never passes).")
-@click.option("--max-pass-rate-drop", type=FiniteFloat(0, 100), metavar="POINTS",
-              help="Fail when the expect pass rate may drop more than this (the far end of "
-                   "the 95% interval of B minus A; default off).")
-@click.option("--max-forced-kl", type=FiniteFloat(0), metavar="X",
-              help="Fail when the mean teacher-forced KL over all scored positions exceeds X "
-                   "(needs a report made with --forced; default off).")
-@click.option("--require-routing-determinism/--no-require-routing-determinism", default=None,
-              help="Fail when B's repeats of a prompt were routed to other MoE experts "
-                   "(needs runs collected with --routed-experts; default off).")
-@click.option("--max-blocking-log-signatures", type=click.IntRange(0),
-              help="Blocking failure signatures found in --a-log/--b-log (default 0).")
-@click.option("--max-template-problems", type=click.IntRange(0),
-              help="Signs of a chat template the model does not know: the preflight's "
-                   "template warnings and answers that echo the question or carry "
-                   "template markers (default off: reported only).")
-@click.option("--max-judge-flips", type=click.IntRange(0),
-              help="Pairs the judge (compare --judge) labelled with a blocking label and no "
-                   "person has labelled or approved (default off: the judge suggests, "
-                   "people decide).")
+@policy_options
+@section(JUDGE)
 @click.option("--review", "review_files", multiple=True,
               type=EXISTING_FILE,
               help="An exported review file, besides REPORT_DIR/reviews/*.json.")
 @click.option("--rubric", type=EXISTING_FILE,
               help="Rubric YAML naming the blocking labels (default: rubrics/default.yaml).")
+@section(COMPARE)
 @click.option("--candidate", metavar="LABEL",
               help="With an overview of several candidates: gate this one only.")
-@gathered("overrides", PolicyOverrides)
 def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path, ...],
                  rubric: Path | None, candidate: str | None,
                  overrides: PolicyOverrides) -> None:
     """Fail the build on any factual flip: exit 0 pass, 1 fail, 2 input error.
 
     REPORT_DIR may also be a determinism certificate (`determinism --certify`, with
-    certificate.json): then only --policy, --max-nondeterministic-prompts and
-    --max-failed-requests apply (any other option given is refused).
+    certificate.json): then only --policy, --max-nondeterministic-prompts,
+    --max-untested-levels and --max-failed-requests apply (any other option given is
+    refused).
 
     Writes REPORT_DIR/gate.json and junit.xml, prints a Markdown summary (also
     appended to $GITHUB_STEP_SUMMARY) and a one-line verdict on stderr. On an overview
@@ -286,8 +250,8 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     if kind == CERTIFICATE:
         refuse_given_options(CERTIFICATE_RULES, (
             f"{report_dir} is a determinism certificate (no pairs to review, no candidates): "
-            "only --policy, --max-nondeterministic-prompts and --max-failed-requests apply "
-            "to it"))
+            f"only {_listed(['--policy', *(BY_KEY[key].flag for key in CERTIFICATE_LIMITS)])} "
+            "apply to it"))
         _gate_certificate(report_dir, settings)
         return
 
@@ -315,6 +279,11 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
     gate.append_step_summary(text)
     click.echo(gate.one_line(verdict), err=True)
     sys.exit(ExitCode.PASS if verdict.passed else ExitCode.FAIL)
+
+
+def _listed(names: list[str]) -> str:
+    """'a, b and c'."""
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _gate_certificate(folder: Path, policy: Callable[[], Policy]) -> None:

@@ -27,10 +27,16 @@ def repro_command(source: Path, prompt_id: str, out: Path, force: bool) -> None:
     they part, the serving cells, and a five-line README. No key, password or
     credential is written (docs/review.md, "A repro an engine team can run").
 
+    SOURCE may be a determinism certificate (`determinism --certify`): then the
+    prompt's baseline and the first of its answers that differed (alone and batched,
+    cold and warm, ...), as recorded in requests.jsonl, with what was sent beside and
+    before each.
+
     \b
     Example:
       quantcheck repro reports/fp8 facts-capital-australia --out repro/capital
       bash repro/capital/replay.sh
+      quantcheck repro reports/certificate capital --out repro/certificate
     """
     from ..pipeline.repro import write_repro
 

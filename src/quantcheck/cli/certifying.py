@@ -12,7 +12,7 @@ from ..errors import ExitCode
 from ..fetch.certify import CertifySettings
 from ..gate.verdict import one_line
 from ..pipeline.certify import CertifyRun, Outline, run_certify
-from ..store.certificate_records import Certificate
+from ..store.certificate_records import Certificate, FactorResult
 from ..store.preflight_records import Preflight
 from ..store.run_dir import Parameters
 from .guard import run_guarded
@@ -67,8 +67,9 @@ def certify_settings(endpoint: str, model: str | None, api_key_env: str | None,
 def certify_command(job: CertifyRun) -> None:
     """Exit 1 unless CERTIFIED (a CI step that certifies an engine fails on it): when the
     gate's certificate rules fail (a request without an answer, more prompts varying
-    than `max_nondeterministic_prompts`), and, with no prompt allowed to vary, whenever
-    the certificate says NOT CERTIFIED."""
+    than `max_nondeterministic_prompts`, more levels planned and not tested than
+    `max_untested_levels`), and, with no prompt allowed to vary, whenever the
+    certificate says NOT CERTIFIED."""
     certificate, verdict, page = run_guarded(lambda: run_certify(job, CertifyLines()),
                                              "Nothing was written.")
     echo_certificate(certificate, job.out, page)
@@ -80,10 +81,28 @@ def certify_command(job: CertifyRun) -> None:
         sys.exit(ExitCode.FAIL)
 
 
+def levels_figures(factor: FactorResult) -> str:
+    """A factor's varying levels in figures ("block=16 2 of 2 mismatch (first token
+    0)"), or that none varied."""
+    said = []
+    for level in factor.levels:
+        if not level.mismatches:
+            continue
+        detail = [f"first token {level.first_divergence}"] if level.first_divergence \
+            is not None else []
+        if level.max_logprob_delta:
+            detail.append(f"max |delta logprob| {level.max_logprob_delta:.3g}")
+        said.append(f"{level.level} {level.mismatches} of {level.comparisons} mismatch"
+                    + (f" ({', '.join(detail)})" if detail else ""))
+    return "; ".join(said) or f"no variation in {factor.comparisons} comparisons"
+
+
 def echo_certificate(certificate: Certificate, out: Path, page: Path) -> None:
     word = (certificate.verdict or ("certified" if certificate.certified
                                     else "not certified")).upper()
     click.echo(f"{word}: {certificate.statement}")
+    control = {f.factor: f for f in (certificate.control.factors if certificate.control
+                                     else [])}
     for factor in certificate.factors:
         if factor.comparisons:
             click.echo(f"  {factor.factor}: {factor.mismatches} mismatches in "
@@ -92,6 +111,9 @@ def echo_certificate(certificate: Certificate, out: Path, page: Path) -> None:
                        f"{factor.compared}")
             if factor.routing:
                 click.echo(f"    MoE routing: {factor.routing}")
+        beside = control.get(factor.factor)
+        if beside is not None and beside.comparisons:
+            click.echo(f"    control: {levels_figures(beside)}")
         for untested in (u for u in certificate.not_tested if u.factor == factor.factor):
             click.echo(f"  {factor.factor} NOT TESTED at {', '.join(untested.levels)}: "
                        f"{untested.reason}")

@@ -18,7 +18,10 @@ Each value has its option's type, never converted: a whole number for a count
 duration, `true` or `false` for a flag (`stream: false` for --no-stream), text for a
 name, URL or path (a name YAML reads as a number is quoted: `label: '2024'`), a
 mapping for --extra-body, [LAYERS, K] for --routed-experts-shape. An option given
-several times takes a list, or one value for a list of one (`b: http://...`). null
+several times takes a list, or one value for a list of one (`b: http://...`). A side
+served by replicas takes their URLs as a list (`a: [http://r1/v1, http://r2/v1]`; a
+candidate's, in the list of candidates: `b: [[http://r3/v1, http://r4/v1]]`), or
+joined by commas as on the command line. null
 leaves the option at its default. A value that does not fit is an error naming the
 file, the key, the value given and what is wanted. `--print-config` prints the
 effective options (file, flags and defaults together) in this form and stops: its
@@ -39,7 +42,8 @@ import yaml
 
 from ..errors import ConfigFileError
 from ..store.yamlfile import read_yaml
-from .options import json_object_option, layers_and_k
+from ._group import CONFIG, in_section
+from .options import endpoints_option, json_object_option, layers_and_k
 
 F = TypeVar("F", bound=Callable[..., object])
 OWN = ("config", "print_config")
@@ -56,15 +60,16 @@ def config_options(function: F) -> F:
             return None
         return function(**values)
 
-    with_print = click.option(
-        "--print-config", is_flag=True,
-        help="Print the effective options (the --config file, flags and defaults) as a "
-             "--config file, and stop.")(command)
-    return cast(F, click.option(
-        "--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        is_eager=True, expose_value=True, callback=_load,
-        help="A YAML file of this command's options, by name (e.g. `repeats: 3`); flags "
-             "given override it.")(with_print))
+    return in_section(
+        CONFIG,
+        click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     is_eager=True, expose_value=True, callback=_load,
+                     help="A YAML file of this command's options, by name (e.g. `repeats: "
+                          "3`); flags given override it."),
+        click.option("--print-config", is_flag=True,
+                     help="Print the effective options (the --config file, flags and "
+                          "defaults) as a --config file, and stop."),
+    )(cast(F, command))
 
 
 def option_name(parameter: click.Parameter) -> str:
@@ -136,6 +141,10 @@ def _as_given(key: ConfigKey, value: object) -> object:
 
 def _one(key: ConfigKey, value: object, item: int | None) -> object:
     option, kind = key.option, key.option.type
+    if option.callback is endpoints_option and isinstance(value, list):  # replicas
+        if not value or not all(isinstance(url, str) for url in value):
+            raise key.error(value, "a URL, or a list of replicas' URLs (text each)", item)
+        value = ",".join(value)
     if option.callback is json_object_option:  # --extra-body: a mapping (or its JSON)
         if isinstance(value, dict):
             try:

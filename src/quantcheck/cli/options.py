@@ -9,7 +9,7 @@ import inspect
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -17,9 +17,12 @@ import click
 import msgspec
 from click.core import ParameterSource
 
+from ..errors import EndpointError
 from ..fetch.collect import REPEAT_MODES, CollectSettings
 from ..fetch.forced_scoring import MODES
 from ..fetch.judging import JudgeSettings
+from ..fetch.replicas import SPREADS, check_distinct, split_endpoints
+from ..gate.limits import LIMITS, Limit
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, code_limits
 from ..store.column_maps import PRESETS, ColumnMapError, parse_map
@@ -30,6 +33,7 @@ from ..store.run_dir import Parameters
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB
 from ..triage.cells import parse_cell_options
 from ..triage.sandbox import Limits
+from ._group import FORCED, JUDGE, POLICY, PROMPTS, SEND, in_section
 from .guard import run_guarded
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -270,9 +274,7 @@ def prompt_options(function: F) -> F:
 
 def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode: bool) -> F:
     options: list[Callable[[F], F]] = [
-        PROMPTS_OPTION,
-        *source_options(),
-        SUITE_OPTION,
+        in_section(PROMPTS, PROMPTS_OPTION, *source_options(), SUITE_OPTION),
         click.option("--repeats", default=repeats, show_default=True,
                      type=click.IntRange(least_repeats),
                      help="Identical requests per prompt, compared to tell whether the server "
@@ -321,7 +323,7 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
                           "sends routing without its shape."),
     ]
     command = _with_suites(gathered("parameters", _parameters)(function))
-    return _apply(options, command)
+    return in_section(SEND, *options)(command)
 
 
 def _shard_option(context: click.Context, parameter: click.Parameter, value: str | None
@@ -349,13 +351,46 @@ def layers_and_k(context: click.Context, parameter: click.Parameter, value: str 
 
 
 def side_settings(parameters: Parameters, endpoint: str, label: str, model: str | None,
-                  api_key_env: str | None, cell: tuple[str, ...] = ()) -> CollectSettings:
-    """One endpoint's collection: the request options, where, and its --cell facts."""
-    return CollectSettings(
-        endpoint=endpoint, label=label,
-        cell=run_guarded(lambda: parse_cell_options(cell), ""),
+                  api_key_env: str | None, cell: tuple[str, ...] = (),
+                  replica_spread: str = "prompt") -> CollectSettings:
+    """One side's collection: the request options, where (an endpoint, or replicas
+    joined by commas), and its --cell facts."""
+    return run_guarded(lambda: CollectSettings(
+        endpoint=endpoint, label=label, cell=parse_cell_options(cell),
+        replica_spread=replica_spread,
         **msgspec.structs.asdict(msgspec.structs.replace(
-            parameters, model=model, api_key_env=api_key_env)))
+            parameters, model=model, api_key_env=api_key_env))), "")
+
+
+# --- where requests go: an endpoint, or replicas --------------------------------------
+
+def endpoints_option(context: click.Context, parameter: click.Parameter,
+                     value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+    """An endpoint, or replicas of one configuration joined by commas (each URL once);
+    checked before anything is read or sent."""
+    for given in (value,) if isinstance(value, str) else value or ():
+        try:
+            check_distinct(split_endpoints(given))
+        except EndpointError as exc:
+            raise click.BadParameter(str(exc), context, parameter) from None
+    return value
+
+
+def single_endpoint(context: click.Context, parameter: click.Parameter, value: str | None
+                    ) -> str | None:
+    """An endpoint of a command that measures one server: a list of replicas refused."""
+    if value is not None and len(split_endpoints(value)) > 1:
+        raise click.BadParameter("takes one server's URL; replicas joined by commas are "
+                                 "for collect and run (measure each replica on its own)",
+                                 context, parameter)
+    return value
+
+
+REPLICA_SPREAD_OPTION = click.option(
+    "--replica-spread", type=click.Choice(SPREADS), default="prompt", show_default=True,
+    help="With replicas (URLs joined by commas): prompt sends a prompt's repeats to one "
+         "replica; repeat sends them to different replicas, so the repeats also tell "
+         "whether the replicas agree.")
 
 
 # --- what a comparison reads: CompareOptions -----------------------------------------
@@ -434,7 +469,7 @@ def compare_options(function: F) -> F:
     ]
     # --judge's options become one JudgeSettings first, then part of CompareOptions
     command = gathered("judge", _judge_settings)(gathered("compare", _compare_options)(function))
-    return _apply(options, command)
+    return in_section(JUDGE, *options)(command)
 
 
 def sig_digits_option(function: F) -> F:
@@ -459,7 +494,7 @@ def forced_options(function: F) -> F:
                      help="Scoring requests in flight at once (token-ids: at most "
                           "llama-server's slots)."),
     ]
-    return _apply(options, function)
+    return in_section(FORCED, *options)(function)
 
 
 FORCED_TOP_LOGPROBS_HELP = (
@@ -470,32 +505,41 @@ FORCED_TOP_LOGPROBS_HELP = (
 
 # --- the gate's limits from the command line -----------------------------------------
 
+_LIMIT_TYPES: dict[str, Any] = {
+    "count": click.IntRange(0), "share": FiniteFloat(0, 1), "points": FiniteFloat(0, 100),
+    "number": FiniteFloat(0)}
+
+
+def limit_option(limit: Limit, help: str | None = None) -> Callable[[F], F]:
+    """A limit's option, from its row of the policy table (gate/limits.py); `help` where
+    another command applies the limit in its own words (determinism --certify)."""
+    if limit.kind == "switch":
+        return click.option(limit.flag, limit.key, default=None, help=help or limit.help)
+    return click.option(limit.flag, limit.key, type=_LIMIT_TYPES[limit.kind],
+                         metavar=limit.metavar, help=help or limit.help)
+
+
 @dataclass
 class PolicyOverrides:
-    """The gate's --max-*/--require-* options; None: as the policy file says."""
+    """The gate's --max-*/--require-* options by policy key; None: as the policy file
+    says."""
 
-    max_factual_flips: int | None = None
-    max_new_degenerate: int | None = None
-    max_collapsed_on_b: int | None = None
-    max_nondeterministic: int | None = None
-    max_nondeterministic_prompts: int | None = None
-    require_review: bool | None = None
-    min_identical_share: float | None = None
-    max_not_compared: int | None = None
-    max_failed_requests: int | None = None
-    max_skipped_checks: int | None = None
-    max_pass_rate_drop: float | None = None
-    max_forced_kl: float | None = None
-    require_routing_determinism: bool | None = None
-    max_blocking_log_signatures: int | None = None
-    max_template_problems: int | None = None
-    max_judge_flips: int | None = None
-    confident_flips_only: bool | None = None
+    given: dict[str, Any]
 
     def applied(self, policy: Policy) -> Policy:
-        chosen = replace(policy)
-        for limit in fields(self):
-            value = getattr(self, limit.name)
-            if value is not None:
-                setattr(chosen, limit.name, value)
-        return chosen
+        return replace(policy, **{key: value for key, value in self.given.items()
+                                  if value is not None})
+
+
+def policy_options(function: F) -> F:
+    """--policy FILE, then every limit of the policy table as an option; the command gets
+    the limits as one `overrides` (PolicyOverrides)."""
+    @functools.wraps(function)
+    def command(**values: object) -> object:
+        given = {limit.key: values.pop(limit.key) for limit in LIMITS}
+        return function(**values, overrides=PolicyOverrides(given))
+
+    options = [click.option("--policy", type=EXISTING_FILE,
+                            help="Policy YAML; the options below override it."),
+               *map(limit_option, LIMITS)]
+    return in_section(POLICY, *options)(cast(F, command))

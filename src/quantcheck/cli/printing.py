@@ -22,6 +22,7 @@ from ..pipeline.checking import PreflightResult, Probe
 from ..present.sentences import (
     PROMPT_CACHE_HINT,
     agreement_sentence,
+    backends_warning,
     collapse_warning,
     collecting_speed,
     evaluation_sentences,
@@ -30,6 +31,7 @@ from ..present.sentences import (
     order_floor_sentence,
     plural,
     repeats_sent,
+    replicas_lines,
     template_warning,
 )
 from ..store.preflight_records import Preflight
@@ -142,6 +144,10 @@ def print_summary(summary: Summary, out: Path) -> None:
         click.echo(f"warning: {collapse}.")
     for session in summary.sessions:
         click.echo(session.sentence[0].upper() + session.sentence[1:] + ".")
+    if mixed := backends_warning(summary):
+        click.echo(f"warning: {mixed}")
+    for line in replicas_lines(summary):
+        click.echo(f"replicas: {line}")
     for side, found in sorted(summary.log_matches.items()):
         for match in found:
             kind = "BLOCKING" if match.blocking else "warning"

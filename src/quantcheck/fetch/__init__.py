@@ -1,3 +1,3 @@
 """Everything that sends requests: collect, preflight and its template check,
-teacher-forced scoring, throughput, server info, question to the judge (asking the judge). Imports
-wire, judge, store and errors."""
+teacher-forced scoring, throughput, server info, the judge's questions, and every client
+a flow holds. What it may import: the layer map in docs/development.md."""

@@ -2,9 +2,16 @@
 
 Rounds go one after another; a round's probes are sent at once. The prefix cache is
 turned off where the runtime allows it: llama.cpp by `cache_prompt: false` in every
-body but the `cache` factor's; vLLM by POST /reset_prefix_cache and SGLang by POST
-/flush_cache before each "flush" round. What was used, or why nothing could be, is
-said in `cache_control`.
+body but those of a probe that leaves the cache on (the cache factors' cached
+requests); vLLM by POST /reset_prefix_cache and SGLang by POST /flush_cache before each
+"flush" round. What was used, or why nothing could be, is said in `cache_control`;
+where nothing can, the cache factors (store/certificate_records.py CACHE_FACTORS) are
+not tested. A sibling probe is its prompt's request asking SIBLING_QUESTION after the
+same prefix; a probe with `shared_tokens` has its prefix cut so that it and its sibling
+share exactly that many tokens (certify_blocks.py), or its level is not tested.
+
+Every request sent is recorded (`PlanSender.log`, certify_requests.py) and each answer
+names its round and request.
 
 Seeded sampling (`seed` probes): the probe's `temperature` and `seed` replace the
 greedy ones in its body. One seeded request is tried first (not counted): a server
@@ -27,24 +34,35 @@ the experts it was routed to. Routing that cannot be this answer's is not kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
 
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed
-from ..store.certificate_records import Answer, Factor, Plan, Probe, Round
+from ..store.certificate_records import (
+    CACHE_FACTORS,
+    Answer,
+    Factor,
+    Plan,
+    Probe,
+    Round,
+)
 from ..store.engines import known, profile_of
+from ..store.preflight_records import Preflight
+from ..store.redaction import public_url
 from ..store.run_dir import ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.runtimes import context_length, server_slots
 from ..triage.certificate_coverage import why_untested
 from ..triage.certify_plan import (
     ASSUMED_CONTEXT,
+    SIBLING_QUESTION,
     TOKENS_PER_WORD,
     fits,
     probe_words,
 )
+from ..triage.determinism import cached_prompt_tokens
 from ..triage.routing import row_digests
 from ..wire.client import (
     TRANSPORT_ERRORS,
@@ -52,15 +70,15 @@ from ..wire.client import (
     HTTPStatusError,
     RequestFailed,
     RetryableError,
-    all_or_none,
-    api_key_from_env,
     context_overflow,
-    public_url,
     server_root,
     sleep_backoff,
 )
 from ..wire.dialects import Generation, MalformedResponse
 from ..wire.routing import RoutingUnusable, generated_routing
+from .certify_blocks import CannotTokenize, cache_block, prompt_tokens, shared_start, words_for
+from .certify_requests import RequestLog, with_prefix
+from .clients import all_or_none, api_key_from_env
 from .collect import fields_body, request_body
 from .server_info import describe_server
 
@@ -88,6 +106,7 @@ class ServerFacts:
     slots: int | None = None  # llama.cpp's --parallel
     models: list[dict[str, object]] = field(default_factory=list)
     info: ServerInfo | None = None
+    cache_block: tuple[int | None, str] = (None, "")  # its tokens, and where that comes from
 
     def context_phrase(self) -> str:
         """The context a request must fit, in words: why a level was not sent."""
@@ -107,28 +126,7 @@ async def server_facts(client: EndpointClient, requested: str | None) -> ServerF
     info = await describe_server(client, models)
     runtime = info.runtime if known(info.runtime) else None
     return ServerFacts(model, runtime, context_length(info, model), server_slots(info),
-                       models, info)
-
-
-def with_prefix(request: Mapping[str, object], prefix: str) -> dict[str, object]:
-    """The request with `prefix` and a blank line before its prompt's text (the first
-    user message's, on chat)."""
-    body = dict(request)
-    if not prefix:
-        return body
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        changed, done = [], False
-        for message in messages:
-            if not done and isinstance(message, dict) and message.get("role") == "user" \
-                    and isinstance(message.get("content"), str):
-                message = {**message, "content": f"{prefix}\n\n{message['content']}"}
-                done = True
-            changed.append(message)
-        body["messages"] = changed
-    elif isinstance(body.get("prompt"), str):
-        body["prompt"] = f"{prefix}\n\n{body['prompt']}"
-    return body
+                       models, info, await cache_block(client, info, runtime))
 
 
 def prompt_words(prompt: Prompt) -> int:
@@ -170,16 +168,21 @@ class PlanSender:
         self.untested: dict[tuple[Factor, str], str] = {}  # why, by factor and level
         self.sent = 0  # the plan's requests sent
         self.tokens_per_word = float(TOKENS_PER_WORD)  # measured in the warm-up
-        self.cache_untested = ""  # why the cache factor cannot be tested
+        self.cache_untested = ""  # why the cache factors cannot be tested
         self.seed_untested = ""
+        self.cuts: dict[tuple[str, str], str] = {}  # prefixes cut to tokens, by prompt, level
+        self.rounds_sent = 0
+        self.log = RequestLog(lambda probe: self.body(probe)[0])  # every request, as sent
 
     def body(self, probe: Probe) -> tuple[dict[str, object], str]:
         """A probe's request body and api."""
         if probe.prompt_id:
             prompt = self.prompts[probe.prompt_id]
+            prefix = self.cuts.get((probe.prompt_id, probe.level), probe.prefix) \
+                if probe.shared_tokens else probe.prefix
             body = with_prefix(request_body(prompt, self.facts.model,
                                             self.settings.top_logprobs, self.facts.runtime),
-                               probe.prefix)
+                               prefix, SIBLING_QUESTION if probe.sibling else None)
             api = prompt.api
         else:
             api = self.first.api
@@ -235,24 +238,28 @@ class PlanSender:
 
     async def check_cache_control(self) -> str:
         """How the prefix cache will be turned off, tried once now; where it cannot be,
-        the cache factor is not tested (cached and cold answers cannot be told apart)."""
+        the cache factors are not tested (cached and cold answers cannot be told apart)."""
         if self.cache_field:
             if self.cache_off_by_requests:
                 self.cache_untested = (f"the requests turn the prefix cache off "
                                        f"({self.cache_field}: false)")
                 return (f"{self.facts.runtime}: {self.cache_field} false in each request, as "
-                        "the requests themselves ask (--extra-body): the cache factor is not "
-                        "tested")
+                        "the requests themselves ask (--extra-body): the cache factors are "
+                        "not tested")
             return (f"{self.facts.runtime}: {self.cache_field} false in each request (true "
-                    "for the cache factor)")
+                    "for the cache factors' cached requests: a request with it false is "
+                    "computed cold)")
+        needs = f" ({self.profile.cache_flush_needs})" if self.profile and \
+            self.profile.cache_flush_needs else ""
         if self.flush_path is None:
             said = ("none could be: the runtime is not known to empty its prefix cache, so "
                     "the prefix ladder ran with whatever cache the server keeps")
         elif (problem := await self.flush()) is not None:
             self.flush_path = None
-            said = f"none could be: {problem}"
+            said = f"none could be: {problem}{needs}"
         else:
-            return f"{self.facts.runtime}: POST {self.flush_path} before each cache-off request"
+            return (f"{self.facts.runtime}: POST {self.flush_path} before each cache-off "
+                    "request (its answer computed cold)")
         self.cache_untested = ("the prefix cache could not be emptied or turned off, so "
                                "cached and cold answers cannot be told apart")
         return said
@@ -261,7 +268,7 @@ class PlanSender:
         """Why a round cannot be sent to this endpoint; None when it can."""
         if self.seed_refused and any(p.seed is not None for p in round_.probes):
             return self.seed_untested
-        if self.cache_untested and any(p.cache for p in round_.probes):
+        if self.cache_untested and any(p.factor in CACHE_FACTORS for p in round_.probes):
             return self.cache_untested
         if not all(fits(probe_words(p) + self.words.get(p.prompt_id, 0),
                         self.facts.context_tokens, self.max_tokens, self.tokens_per_word)
@@ -300,47 +307,101 @@ class PlanSender:
 
     async def send_round(self, round_: Round) -> list[Answer]:
         """The round's answers; none when the server refuses one of its requests as
-        too long for its context (its levels are then not tested)."""
+        too long for its context, or a prefix cannot be cut to its tokens (its levels
+        are then not tested)."""
+        if not await self.cut_prefixes(round_):
+            return []
+        action = ""
         if round_.action == "flush" and self.flush_path is not None:
             problem = await self.flush()
             if problem is not None:
                 raise RequestsFailed(f"the prefix cache could not be emptied: {problem}")
-        answered = await all_or_none(self.one(probe) for probe in round_.probes)
+            action = f"POST {self.flush_path}"
+        built = [self.body(probe) for probe in round_.probes]
+        numbers = [self.log.recorded(probe, body, api, (self.rounds_sent, action,
+                                                        round_.action == "flush"))
+                   for probe, (body, api) in zip(round_.probes, built, strict=True)]
+        answered = await all_or_none(self.one(probe, sent) for probe, sent
+                                     in zip(round_.probes, built, strict=True))
         self.sent += len(round_.probes)
+        self.rounds_sent += 1
         refusal = next((a for a in answered if isinstance(a, Refused)), None)
         if refusal is not None:
             for probe in round_.probes:
                 self.untested.setdefault((probe.factor, probe.level), refusal.reason)
             return []
+        for answer, number in zip(answered, numbers, strict=True):
+            if isinstance(answer, Answer):
+                answer.round, answer.request = self.rounds_sent - 1, number
         return [answer for answer in answered if isinstance(answer, Answer)]
 
-    async def one(self, probe: Probe) -> Answer | Refused | None:
-        """A probe's answer (None for a filler); its error after the retries; Refused
-        when the server says it does not fit its context."""
-        got = await self.ask(probe)
+    async def cut_prefixes(self, round_: Round) -> bool:
+        """Cut the prefixes of a round's probes that share a number of tokens with their
+        sibling; False (the level not tested, and why) where one cannot be."""
+        for probe in round_.probes:
+            key = (probe.prompt_id, probe.level)
+            if not probe.shared_tokens or key in self.cuts:
+                continue
+            words = probe.prefix.split()
+
+            async def shared_at(count: int, probe: Probe = probe,
+                                words: list[str] = words) -> int:
+                return await self.shared_tokens(probe, words[:count])
+
+            try:
+                count = await words_for(probe.shared_tokens, len(words), shared_at)
+            except CannotTokenize as exc:
+                self.untested.setdefault((probe.factor, probe.level),
+                                         f"{exc}, so a prefix of exactly {probe.shared_tokens} "
+                                         "tokens cannot be built")
+                return False
+            self.cuts[key] = " ".join(words[:count])
+        return True
+
+    async def shared_tokens(self, probe: Probe, words: list[str]) -> int:
+        """The tokens a probe's request and its sibling share after these words."""
+        cut = msgspec.structs.replace(probe, prefix=" ".join(words), shared_tokens=0)
+        ids = []
+        for sibling in (False, True):
+            body, api = self.body(msgspec.structs.replace(cut, sibling=sibling))
+            ids.append(await prompt_tokens(self.client, self.facts.model, self.profile,
+                                           api, body))
+        return shared_start(*ids)
+
+    async def one(self, probe: Probe, sent: tuple[dict[str, object], str] | None = None
+                  ) -> Answer | Refused | None:
+        """A probe's answer (None for a filler or sibling); its error after the retries;
+        Refused when the server says it does not fit its context."""
+        got = await self.ask(probe, sent)
         if isinstance(got, Refused):
             return got
         if isinstance(got, str):
             self.failed += 1
             return Answer(prompt_id=probe.prompt_id, factor=probe.factor, level=probe.level,
                           trial=probe.trial, baseline=probe.baseline, error=got) \
-                if probe.prompt_id else None
-        if not probe.prompt_id:
+                if probe.target else None
+        if not probe.target:
             return None
         tokens = got.tokens if got.has_logprobs else None
+        prefix = self.cuts.get((probe.prompt_id, probe.level), "") if probe.shared_tokens \
+            else probe.prefix
         return Answer(prompt_id=probe.prompt_id, factor=probe.factor, level=probe.level,
-                      trial=probe.trial, prefix_words=len(probe.prefix.split()),
+                      trial=probe.trial, prefix_words=len(prefix.split()),
                       baseline=probe.baseline, text=got.text,
                       tokens=list(tokens.text) if tokens else [],
                       logprobs=list(tokens.logprob) if tokens else [],
                       top=[list(zip(t, v, strict=True)) for t, v in
                            zip(tokens.top_text, tokens.top_logprob, strict=True)]
                       if tokens else [],
-                      routing=self.routing(got, len(tokens) if tokens else 0))
+                      routing=self.routing(got, len(tokens) if tokens else 0),
+                      cached_tokens=cached_prompt_tokens(got.usage),
+                      shared_tokens=probe.shared_tokens or None)
 
-    async def ask(self, probe: Probe) -> Generation | Refused | str:
-        """A probe's generation, Refused, or its error after the retries."""
-        body, api = self.body(probe)
+    async def ask(self, probe: Probe, sent: tuple[dict[str, object], str] | None = None
+                  ) -> Generation | Refused | str:
+        """A probe's generation (its body as built, or `sent`), Refused, or its error
+        after the retries."""
+        body, api = sent or self.body(probe)
         error = ""
         for attempt in range(self.settings.retries + 1):
             try:
@@ -370,6 +431,16 @@ class Refused:
     """A request the server refused as too long for its context."""
 
     reason: str
+
+
+@dataclass
+class Side:
+    """One endpoint, reached: its client, what it said of itself, its preflight."""
+
+    settings: CertifySettings
+    client: EndpointClient
+    facts: ServerFacts
+    preflight: Preflight | None
 
 
 def client_for(settings: CertifySettings) -> EndpointClient:

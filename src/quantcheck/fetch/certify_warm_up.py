@@ -18,9 +18,9 @@ from collections.abc import Awaitable
 
 from ..store.certificate_records import Probe
 from ..triage.certify_plan import FILLER_HEAD, Pace, tokens_per_word, words, words_that_fit
-from ..wire.client import all_or_none
 from ..wire.dialects import Generation
 from .certify import PlanSender
+from .clients import all_or_none
 
 WARM_UP_PREFIX_WORDS = 512
 WARM_UP_AT_ONCE = 4  # requests sent together to see how many the server computes at once

@@ -6,7 +6,7 @@ import asyncio
 import gc
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -14,13 +14,14 @@ from typing import Protocol
 import msgspec
 
 from .._version import __version__
-from ..errors import ParameterRejected, QuantcheckError, RequestsFailed, RunMismatch
+from ..errors import ParameterRejected, QuantcheckError, RunMismatch
 from ..store.engines import ROUTING_STREAM_END, UNKNOWN, profile_of
 from ..store.files import StorageError
 from ..store.folder_kinds import RUN, claim
 from ..store.labels import check_label
 from ..store.preflight_records import Preflight
 from ..store.prompt_sets import file_sha256, load_prompts
+from ..store.redaction import public_url
 from ..store.run_dir import (
     COMPLETIONS,
     MANIFEST,
@@ -47,15 +48,23 @@ from ..wire.client import (
     EndpointClient,
     RequestFailed,
     RetryableError,
-    api_key_from_env,
     context_overflow,
-    public_url,
     rejection_advice,
     sleep_backoff,
 )
 from ..wire.dialects import Generation, chosen_as_top, with_logprobs
 from ..wire.routing import RoutingUnusable, generated_routing
+from .clients import api_key_from_env
 from .preflight import PreflightFailed, ProbeShape, run_preflight, without_misread
+from .replicas import (
+    SPREAD_MODES,
+    SPREADS,
+    Spread,
+    check_distinct,
+    check_replicas,
+    split_endpoints,
+)
+from .replicas import EndpointDown as EndpointDown  # raised here too, re-exported
 from .server_info import describe_server
 from .template_check import rendering_cell_value
 
@@ -69,17 +78,31 @@ GIVE_UP_AFTER_SECONDS = 5.0
 SAME_REJECTION_STOPS_AFTER = 3
 
 
-class EndpointDown(RequestsFailed):
-    """The endpoint stopped answering in the middle of a run."""
-
-
 class CollectSettings(Parameters, kw_only=True):
     """A run's parameters (what is requested, and how), and where: the endpoint, the
-    run's label and what the user says about its serving cell (`--cell`)."""
+    run's label and what the user says about its serving cell (`--cell`). `replicas`:
+    more URLs serving the endpoint's configuration (an endpoint given as `URL1,URL2`
+    is split into them), and `replica_spread` how requests are spread over them
+    (fetch/replicas.py)."""
 
     endpoint: str
     label: str
     cell: Cell = {}
+    replicas: list[str] = []
+    replica_spread: str = "prompt"
+
+    def __post_init__(self) -> None:
+        urls = split_endpoints(self.endpoint)
+        if len(urls) > 1:
+            self.endpoint, self.replicas = urls[0], [*urls[1:], *self.replicas]
+        if self.replica_spread not in SPREADS:
+            raise QuantcheckError(f"replica spread {self.replica_spread!r}: one of "
+                                  f"{', '.join(SPREADS)}")
+
+    @property
+    def urls(self) -> list[str]:
+        """Every URL the side's requests may go to: the endpoint, then its replicas."""
+        return [self.endpoint, *self.replicas]
 
     def parameters(self) -> Parameters:
         return Parameters(**{name: getattr(self, name) for name in Parameters.__struct_fields__})
@@ -217,9 +240,12 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
     prompts = shard_prompts(everything, settings.shard) if settings.shard else everything
     run_dir = Path(out)
     claim(run_dir, RUN)
-    async with EndpointClient(settings.endpoint, api_key_from_env(settings.api_key_env),
-                              settings.timeout, max(settings.concurrency * 2, 16),
-                              settings.max_response_mb) as client:
+    _check_replica_settings(settings)
+    async with AsyncExitStack() as clients:
+        client, *others = [await clients.enter_async_context(EndpointClient(
+            url, api_key_from_env(settings.api_key_env), settings.timeout,
+            max(settings.concurrency * 2, 16), settings.max_response_mb))
+            for url in settings.urls]
         models = await client.list_models()
         model = choose_model(models, settings.model, public_url(settings.endpoint))
         server = await describe_server(client, models)
@@ -227,9 +253,26 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
         manifest = _manifest(settings, model, prompts, prompt_files)
         manifest.server = server
         manifest.cache = cache_control(server.runtime, prompts, settings.cache_off)
+        if others:  # before any prompt is sent: one configuration, or refused
+            manifest.replication = await check_replicas(
+                [client, *others], settings.label, model, server, settings.concurrency,
+                shape, settings.replica_spread)
         with lock_run(run_dir):
             return await _collect_locked(client, run_dir, manifest, settings, model, models,
-                                         prompts, reporter, force, shape)
+                                         prompts, reporter, force, shape, others)
+
+
+def _check_replica_settings(settings: CollectSettings) -> None:
+    """Replicas are named once each, and spread only in the repeat modes that keep
+    their meaning over several servers (burst and loaded shape one server's load)."""
+    if not settings.replicas:
+        return
+    check_distinct(settings.urls)
+    if settings.repeat_mode not in SPREAD_MODES:
+        raise QuantcheckError(
+            f"--repeat-mode {settings.repeat_mode} shapes the load of one server: with "
+            f"replicas ({len(settings.urls)} URLs for {settings.label}) use "
+            f"{' or '.join(SPREAD_MODES)}, or collect one replica at a time")
 
 
 def _streaming_for_routing(settings: CollectSettings, runtime: str, reporter: Reporter
@@ -250,15 +293,18 @@ async def _collect_locked(client: EndpointClient, run_dir: Path, manifest: Manif
                           settings: CollectSettings, model: str,
                           models: list[dict[str, object]],
                           prompts: list[Prompt], reporter: Reporter, force: bool,
-                          shape: ProbeShape) -> CollectResult:
-    """The collection, holding the run directory's lock."""
+                          shape: ProbeShape, others: Sequence[EndpointClient] = ()
+                          ) -> CollectResult:
+    """The collection, holding the run directory's lock; with `others`, spread over
+    them and `client` (replicas)."""
     done = await _start_run(client, run_dir, manifest, settings, model, models, prompts,
                             reporter, force, shape)
     total = len(prompts) * settings.repeats
     jobs = [(p, r) for p in prompts for r in range(settings.repeats) if (p.id, r) not in done]
     reporter.started(total, total - len(jobs))
-    session = _Session(client, settings, model, reporter, RunWriter(run_dir),
-                       manifest.server.runtime, answered_before=bool(done))
+    first = _Session(client, settings, model, reporter, RunWriter(run_dir),
+                     manifest.server.runtime, answered_before=bool(done))
+    session = _spread(first, others, settings, reporter, bool(done)) if others else first
     try:
         with rare_full_collections():
             await session.run(jobs, prompts)
@@ -310,8 +356,20 @@ async def _start_run(client: EndpointClient, run_dir: Path, manifest: Manifest,
     return done
 
 
-def _end_run(run_dir: Path, manifest: Manifest, session: _Session, done_before: int,
-             total: int, failing: bool) -> None:
+def _spread(first: _Session, others: Sequence[EndpointClient], settings: CollectSettings,
+            reporter: Reporter, answered_before: bool) -> Spread:
+    """One session per replica (each records its URL on what it answers), spread."""
+    sessions = [first] + [_Session(other, settings, first.model, reporter, first.writer,
+                                   first.runtime, answered_before) for other in others]
+    for session in sessions:
+        session.replica = public_url(session.client.endpoint)
+    width = 1 if settings.repeat_mode == "sequential" else settings.concurrency
+    return Spread(sessions, settings.replica_spread, width, first.writer, reporter.warn,
+                  settings.label)
+
+
+def _end_run(run_dir: Path, manifest: Manifest, session: _Session | Spread,
+             done_before: int, total: int, failing: bool) -> None:
     """The manifest at the end of a pass. When even that cannot be written while the
     run is failing already (the disk is still full), the one written at the start
     stays, whole: its status `running` with no collector holding the lock reads as
@@ -321,6 +379,10 @@ def _end_run(run_dir: Path, manifest: Manifest, session: _Session, done_before: 
                        else "incomplete" if session.failed else "complete")
     manifest.counts = RunCounts(requests=total, ok=done_before + session.collected,
                                 failed=session.failed)
+    if isinstance(session, Spread) and manifest.replication is not None:
+        dropped = session.dropped()
+        for replica in manifest.replication.replicas:
+            replica.dropped = dropped.get(replica.endpoint)
     try:
         write_manifest(run_dir, manifest)
     except StorageError:
@@ -338,6 +400,7 @@ class _Session:
         self.reporter, self.writer, self.runtime = reporter, writer, runtime
         self.collected = self.failed = 0
         self.finished = False
+        self.replica: str | None = None  # its URL, on a side spread over replicas
         self._rejections = _Rejections(answered_before)
         self._warned_no_logprobs = False
         self._warned_routing: set[str] = set()
@@ -377,12 +440,26 @@ class _Session:
             await self._complete(*queue.get_nowait())
 
     async def _complete(self, prompt: Prompt, repeat: int) -> None:
-        record = self._stored(await self._request(prompt, repeat))
+        self.keep(await self._request(prompt, repeat))
+
+    async def send(self, prompt: Prompt, repeat: int) -> Completion:
+        """One request with its retries, not yet stored (a spread over replicas may
+        send a failed one again elsewhere); EndpointDown when the endpoint is gone."""
+        return await self._request(prompt, repeat)
+
+    def keep(self, record: Completion) -> None:
+        """The record stored, counted and reported."""
+        record = self._stored(record)
         if record.error:
             self.failed += 1
         else:
             self.collected += 1
         self.reporter.completed(record)
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the last failure got no answer at all (nothing answered since)."""
+        return self._unreachable > 0
 
     def _stored(self, record: Completion) -> Completion:
         """`record` appended to the run; an answer holding a value the run's lines cannot
@@ -395,7 +472,8 @@ class _Session:
         except RecordNotStorable as exc:
             record = Completion(prompt_id=record.prompt_id, prompt_hash=record.prompt_hash,
                                 repeat=record.repeat, started_at=record.started_at,
-                                error=f"the answer cannot be stored: {exc}")
+                                error=f"the answer cannot be stored: {exc}",
+                                replica=record.replica)
             self.writer.append(record)
         return record
 
@@ -430,7 +508,7 @@ class _Session:
         body = collect_body(prompt, self.model, self.settings, self.runtime)
         profile = profile_of(self.runtime)
         record = Completion(prompt_id=prompt.id, prompt_hash=prompt.hash, repeat=repeat,
-                            started_at=_now())
+                            started_at=_now(), replica=self.replica)
         for attempt in range(self.settings.retries + 1):
             try:
                 generation, timing = await self.client.generate(
@@ -470,6 +548,7 @@ class _Session:
             record.finish_reason, record.usage = generation.finish_reason, generation.usage
             record.model, record.system_fingerprint = (generation.model,
                                                        generation.system_fingerprint)
+            record.weight_version = generation.weight_version
             record.ttft_s, record.e2e_s = timing.ttft_s, timing.e2e_s
             break
         return record
@@ -517,7 +596,7 @@ class _Session:
         silent_for = time.monotonic() - self._last_answer
         if self._unreachable >= GIVE_UP_AFTER_FAILURES and silent_for >= GIVE_UP_AFTER_SECONDS:
             raise EndpointDown(
-                f"{public_url(self.settings.endpoint)} stopped answering "
+                f"{self.replica or public_url(self.settings.endpoint)} stopped answering "
                 f"({self._unreachable} connection failures in a row over {silent_for:.0f} s; "
                 f"last: {exc})")
 
@@ -592,6 +671,8 @@ def _prepare_run_dir(run_dir: Path, manifest: Manifest, force: bool) -> None:
         return  # nothing collected yet: nothing to protect
     previous = read_manifest(run_dir)
     old, new = previous.identity(), manifest.identity()
+    if set(previous.served_by()) & set(manifest.served_by()):
+        new["endpoint"] = old["endpoint"]  # a replica of the run: the others may change
     held, asked = previous.parameters.repeats, manifest.parameters.repeats
     if old == new and asked >= held:
         manifest.started_at = previous.started_at

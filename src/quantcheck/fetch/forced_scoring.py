@@ -70,6 +70,7 @@ from ..store.engines import (
 )
 from ..store.folder_kinds import FORCED, claim
 from ..store.preflight_records import Fingerprint
+from ..store.redaction import public_url
 from ..store.report_dir import write_forced
 from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
 from ..store.run_dir import Run, ServerInfo, load_run
@@ -93,9 +94,6 @@ from ..wire.client import (
     UNREACHABLE,
     EndpointClient,
     HTTPStatusError,
-    all_or_none,
-    api_key_from_env,
-    public_url,
     server_root,
     sleep_backoff,
 )
@@ -106,6 +104,7 @@ from ..wire.dialects import (
     parse_native_next,
     parse_prompt_logprobs,
 )
+from .clients import all_or_none, api_key_from_env
 from .preflight import TOKENIZER_PROBES
 from .server_info import describe_server
 

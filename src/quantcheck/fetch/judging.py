@@ -7,22 +7,25 @@ after a run of connection failures the judge is given up on for the rest."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EndpointError, QuantcheckError
 from ..store.judge_cache import JudgeCache
 from ..store.judge_records import JudgeReply
+from ..store.redaction import public_url
 from ..triage.judging import PROMPT_VERSION, REPLY_CHARS, JudgeQuestion
 from ..wire.client import (
     EndpointClient,
     RequestFailed,
     RetryableError,
-    all_or_none,
-    public_url,
     sleep_backoff,
 )
+from .clients import all_or_none
 
 # Given up on: this many connection failures in a row, over at least this long since
 # the judge last answered (collect's rule for a dead endpoint).
@@ -67,6 +70,37 @@ async def judge_model(client: EndpointClient, settings: JudgeSettings) -> str:
                             f"{': ' + ', '.join(ids[:5]) if ids else ''}; name one with "
                             "--judge-model")
     return ids[0]
+
+
+@dataclass
+class Judge:
+    """The judge reached: its client and the model asked, or why it cannot be asked
+    (`error`: a judge that fails costs its own figures, never the report)."""
+
+    client: EndpointClient
+    settings: JudgeSettings
+    model: str | None
+    error: str | None
+
+    def asking(self, cache: JudgeCache) -> JudgeClient | None:
+        """Questions asked to this judge with this cache; None when it cannot be asked."""
+        if not self.model:
+            return None
+        return JudgeClient(self.client, self.model, self.settings, cache)
+
+
+@asynccontextmanager
+async def reaching_judge(settings: JudgeSettings) -> AsyncIterator[Judge]:
+    """The judge's client, open while the block runs, and the model it is asked for."""
+    key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+    async with EndpointClient(settings.endpoint, key, settings.timeout,
+                              max(2 * settings.concurrency, 8), JUDGE_RESPONSE_MB) as client:
+        try:
+            model: str | None = await judge_model(client, settings)
+            error = None
+        except QuantcheckError as exc:  # costs the judge's figures, never the report
+            model, error = None, str(exc)
+        yield Judge(client, settings, model, error)
 
 
 @dataclass

@@ -15,16 +15,18 @@ from ..errors import EndpointError
 from ..store.engines import profile_of
 from ..store.haystack import LANGUAGES, filler_text, sentences_for
 from ..store.ladder_records import LadderProbe
+from ..store.redaction import public_url
 from ..store.runtimes import choose_model, context_length, mapping, whole_number
 from ..triage.ladder_plan import needle_sentence, prompt_template
 from ..wire.client import (
     TRANSPORT_ERRORS,
     EndpointClient,
     HTTPStatusError,
-    public_url,
     server_root,
 )
 from ..wire.dialects import MalformedResponse
+from .clients import api_key_from_env
+from .collect import CollectSettings
 from .server_info import describe_server
 
 WARM_UP_TOKENS = 256  # the prompt that times a side's prefill
@@ -138,3 +140,8 @@ async def prefill_rate(client: EndpointClient, server: LadderServer, count: int,
     usage = mapping(mapping(answer).get("usage"))
     prompt_tokens = whole_number(usage.get("prompt_tokens")) or count
     return prompt_tokens / seconds if seconds > 0 else None
+
+
+def ladder_client(side: CollectSettings) -> EndpointClient:
+    """The client the ladder sends one side's probes with."""
+    return EndpointClient(side.endpoint, api_key_from_env(side.api_key_env), side.timeout)

@@ -29,6 +29,7 @@ from ..errors import EndpointError, ParameterRejected, QuantcheckError
 from ..store.engines import UNKNOWN, EngineProfile, profile_of, tokenizers_first
 from ..store.preflight_records import Check, Fingerprint, Preflight
 from ..store.prompt_sets import GREEDY_FIELDS
+from ..store.redaction import public_url
 from ..store.run_dir import ServerInfo
 from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.runtimes import context_length
@@ -38,7 +39,6 @@ from ..wire.client import (
     HTTPStatusError,
     RequestFailed,
     RetryableError,
-    public_url,
     rejection_advice,
     server_root,
 )
@@ -114,11 +114,7 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     started = time.perf_counter()
     report = Preflight(endpoint=public_url(client.endpoint), model=model, api=shape.api,
                        max_model_len=context_length(server, model))
-    profile = profile_of(server.runtime)
-    if profile is not None:
-        shape = replace(shape, legacy_like_chat=profile.legacy_asks_like_chat,
-                        fields=without_misread(shape.fields, profile))
-    probes = _Probes(client, model, shape)
+    probes = _Probes(client, model, _shaped_for(shape, server.runtime))
     report.checks.append(_model_check(model, models, report.max_model_len))
     report.checks += await _logprob_checks(probes, top_k, profile_of(server.runtime))
     report.checks.append(await _context_check(probes, context_tokens, report.max_model_len))
@@ -133,6 +129,26 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     report.seconds = time.perf_counter() - started
     report.settle()
     return report
+
+
+def _shaped_for(shape: ProbeShape, runtime: str) -> ProbeShape:
+    """Probes as the engine takes them: logprobs asked its way, without the greedy
+    fields it misreads."""
+    profile = profile_of(runtime)
+    if profile is None:
+        return shape
+    return replace(shape, legacy_like_chat=profile.legacy_asks_like_chat,
+                   fields=without_misread(shape.fields, profile))
+
+
+async def replica_probe(client: EndpointClient, model: str, shape: ProbeShape,
+                        runtime: str) -> tuple[Fingerprint, Generation]:
+    """What tells two servers of one configuration apart, cheaply: a one-token answer to
+    a fixed probe (its `model`, `system_fingerprint`, `weight_version` and prompt token
+    count) and the tokenizer fingerprint (the tokenize endpoint's ids of fixed texts)."""
+    probes = _Probes(client, model, _shaped_for(shape, runtime))
+    answer = await probes.ask(TOKENIZER_PROBES[0], 1)
+    return await tokenizer_fingerprint(client, model, probes, runtime), answer
 
 
 class _Probes:

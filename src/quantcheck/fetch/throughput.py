@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import QuantcheckError, RequestsFailed
 from ..store.prompt_sets import RequestOptions, load_prompts
+from ..store.redaction import public_url
 from ..store.run_dir import Throughput
 from ..store.run_records import DEFAULT_MAX_RESPONSE_MB, Prompt
 from ..store.runtimes import choose_model
@@ -25,11 +26,9 @@ from ..wire.client import (
     EndpointClient,
     RequestFailed,
     RetryableError,
-    all_or_none,
-    api_key_from_env,
-    public_url,
     sleep_backoff,
 )
+from .clients import all_or_none, api_key_from_env
 from .collect import request_body
 
 DEFAULT_CONCURRENCY = 32

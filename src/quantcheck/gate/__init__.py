@@ -1,2 +1,3 @@
 """The verdict: policy + reviews + report -> pass or fail, its CI files, and the
-candidates' overview and recommendation. Imports judge, store and errors; offline."""
+candidates' overview and recommendation; offline. What it may import: the layer map in
+docs/development.md."""

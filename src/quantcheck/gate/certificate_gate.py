@@ -5,10 +5,12 @@ its explanation and examples) and one per broken rule.
 
 Rules: `nondeterministic_prompts` (prompts that vary under any factor, limit
 `max_nondeterministic_prompts`, 0 by default: a certificate on which a prompt varied
-does not pass) and `failed_requests` (requests the
-plan sent that got no answer, limit `max_failed_requests`, 0 by default: what was not
-answered was not tested). The policy's other rules are about A/B reports and are not
-applied to a certificate.
+does not pass), `untested_levels` (levels the plan holds that were not tested,
+limit `max_untested_levels`, 0 by default: a certificate "certified in part" does not
+pass unless the policy allows its untested levels; null turns it off) and
+`failed_requests` (requests the plan sent that got no answer, limit
+`max_failed_requests`, 0 by default: what was not answered was not tested). The
+policy's other rules are about A/B reports and are not applied to a certificate.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..store.certificate_records import Certificate, read_certificate
 from ..store.files import write_atomic
 from ..store.folder_kinds import CERTIFICATE, require_kind
 from ..store.report_dir import GATE_JSON, JUNIT_XML
+from ..triage.certificate_coverage import not_tested_phrase
 from .explain import markdown_text
 from .verdict import (
     GateResult,
@@ -39,9 +42,15 @@ def certificate_rules(certificate: Certificate, policy: Policy) -> list[Rule]:
     described = (f"{count} prompt{'' if count == 1 else 's'} vary: {certificate.explanation}"
                  if count else "no prompt varies")
     failed = certificate.failed_requests
+    untested = sum(len(u.levels) for u in certificate.not_tested)
+    untested_limit = policy.max_untested_levels
     return [
         Rule("nondeterministic_prompts", described, count, limit,
              limit is None or count <= limit, varying),
+        Rule("untested_levels", f"{untested} planned level{'' if untested == 1 else 's'} "
+             "not tested" + (f": {not_tested_phrase(certificate.not_tested)}" if untested
+                             else ""), untested, untested_limit,
+             untested_limit is None or untested <= untested_limit),
         Rule("failed_requests", f"{failed} request{'' if failed == 1 else 's'} of the plan "
              "without an answer (failed after retries: rerun the certificate)", failed,
              policy.max_failed_requests,

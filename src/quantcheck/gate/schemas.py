@@ -1,6 +1,7 @@
 """The JSON Schemas of every JSON file quantcheck writes, made from the records that
-write them (msgspec.json.schema), and pairs.csv's column table made from PairRow: what
-ships in store/schemas/ (a test checks the shipped files equal these).
+write them (msgspec.json.schema), pairs.csv's column table made from PairRow, and the
+policy file's schema made from the policy table (gate/limits.py): what ships in
+store/schemas/ (a test checks the shipped files equal these).
 
 This is the lowest floor that sees every record (the gate's own, the approvals of the
 judge, the store's). After a record changed, `write_shipped()` writes the shipped files
@@ -22,6 +23,7 @@ from ..store.repro_records import Repro
 from ..store.reviews import Review
 from ..store.run_dir import Manifest, Throughput
 from ..triage.approvals import ApprovalsFile
+from .limits import policy_schema
 from .overview import CandidatesGate
 from .verdict import GateResult
 
@@ -35,6 +37,8 @@ RECORDS: dict[str, type[msgspec.Struct]] = {
 COLUMN_TYPES = {"Int64": "integer", "float64": "number", "boolean": "boolean",
                 "object": "string"}
 SHIPPED = Path(__file__).parents[1] / "store" / "schemas"
+# the policy file's schema: an input quantcheck reads, not an output (so not in SCHEMAS)
+POLICY = "policy"
 
 
 def json_schema(name: str) -> dict[str, object]:
@@ -64,7 +68,8 @@ def pairs_columns() -> dict[str, object]:
 
 def generated(name: str) -> str:
     """A shipped file's text, as it is made now."""
-    document = pairs_columns() if name == "pairs" else json_schema(name)
+    document = (pairs_columns() if name == "pairs" else policy_schema() if name == POLICY
+                else json_schema(name))
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
@@ -72,7 +77,7 @@ def write_shipped(folder: Path = SHIPPED) -> list[Path]:
     """Write every schema into `folder`; the files written."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name in SCHEMAS:
+    for name in [*SCHEMAS, POLICY]:
         path = folder / schema_file(name)
         path.write_text(generated(name), encoding="utf-8")
         written.append(path)

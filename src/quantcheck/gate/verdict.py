@@ -6,7 +6,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -33,6 +33,7 @@ from ..store.rubric import Rubric, load_rubric
 from ..store.run_dir import write_json_atomic
 from ..store.yamlfile import read_yaml, reject_unknown
 from ..triage.agreement import agreement, agreement_sentence
+from ..triage.backends import mixed_sentence
 from ..triage.collapse import collapsed_on_b, collapsed_prompts
 from ..triage.expects import SKIPPED
 from ..triage.stats import pass_rate_of, row_pass_counts
@@ -47,6 +48,7 @@ from .explain import (
     markdown_text,
     reviews,
 )
+from .limits import BY_KEY, default, value_problem
 
 
 class NothingCompared(RunFormatError):
@@ -55,32 +57,28 @@ class NothingCompared(RunFormatError):
 
 @dataclass
 class Policy:
-    """Limits; a count above its limit fails the gate (None: the rule is off)."""
+    """Limits; a count above its limit fails the gate (None: the rule is off). Each
+    field's default, check and help are its row of the policy table (gate/limits.py)."""
 
-    max_factual_flips: int | None = 0
-    max_new_degenerate: int | None = 0
-    # distinct prompts B answers alike while A answers them differently (silent breakage)
-    max_collapsed_on_b: int | None = 0
-    max_nondeterministic: int | None = None
-    # a determinism certificate's prompts that vary under any factor: none, by default,
-    # as `determinism --certify` says NOT CERTIFIED of one
-    max_nondeterministic_prompts: int | None = 0
-    require_review: bool = False
-    min_identical_share: float | None = None
-    max_not_compared: int | None = 0
-    max_failed_requests: int | None = 0  # requests with no answer, on either side
-    max_skipped_checks: int | None = 0  # prompts with an expect check not run (code)
-    max_blocking_log_signatures: int | None = 0
-    max_pass_rate_drop: float | None = None  # points, against the interval's far end
-    max_forced_kl: float | None = None  # mean teacher-forced KL over all scored positions
-    require_routing_determinism: bool = False  # no prompt whose B repeats route differently
-    max_template_problems: int | None = None  # chat template signs (off: reported only)
-    max_judge_flips: int | None = None  # unreviewed pairs the judge calls blocking (off)
-    # leave out of factual_flips the expect regressions the reference's own doubt
-    # explains (flip_cause unstable_a, near_tie): listed for review instead. Measured on
-    # a batching llama-server (docs/gate.md): counting them failed 3 of 14 reruns of an
-    # unchanged build; without them 0 of the reruns, and every regressed build still fails
-    confident_flips_only: bool = True
+    max_factual_flips: int | None = default("max_factual_flips")
+    confident_flips_only: bool = default("confident_flips_only")
+    max_new_degenerate: int | None = default("max_new_degenerate")
+    max_collapsed_on_b: int | None = default("max_collapsed_on_b")
+    max_nondeterministic: int | None = default("max_nondeterministic")
+    max_nondeterministic_prompts: int | None = default("max_nondeterministic_prompts")
+    max_untested_levels: int | None = default("max_untested_levels")
+    require_review: bool = default("require_review")
+    min_identical_share: float | None = default("min_identical_share")
+    max_not_compared: int | None = default("max_not_compared")
+    max_failed_requests: int | None = default("max_failed_requests")
+    max_mixed_backends: int | None = default("max_mixed_backends")
+    max_skipped_checks: int | None = default("max_skipped_checks")
+    max_pass_rate_drop: float | None = default("max_pass_rate_drop")
+    max_forced_kl: float | None = default("max_forced_kl")
+    require_routing_determinism: bool = default("require_routing_determinism")
+    max_blocking_log_signatures: int | None = default("max_blocking_log_signatures")
+    max_template_problems: int | None = default("max_template_problems")
+    max_judge_flips: int | None = default("max_judge_flips")
 
 
 class Rule(msgspec.Struct):
@@ -157,27 +155,11 @@ def load_policy(path: Path | None) -> Policy:
     data = read_yaml(path, "policy") or {}
     if not isinstance(data, dict):
         raise ConfigFileError(f"{path}: a policy is a mapping of rule to limit")
-    reject_unknown(str(path), data, [f.name for f in fields(Policy)])
+    reject_unknown(str(path), data, list(BY_KEY))
     for key, value in data.items():
-        _check_policy_value(path, key, value)
+        if (problem := value_problem(key, value)) is not None:
+            raise ConfigFileError(f"{path}: field '{key}': {problem}")
     return Policy(**data)
-
-
-def _check_policy_value(path: Path, key: str, value: object) -> None:
-    if key in ("require_review", "require_routing_determinism", "confident_flips_only"):
-        if not isinstance(value, bool):
-            raise ConfigFileError(f"{path}: field '{key}': must be true or false")
-    elif key == "min_identical_share":
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not 0 <= value <= 1):
-            raise ConfigFileError(f"{path}: field '{key}': a share from 0 to 1, or null")
-    elif key in ("max_pass_rate_drop", "max_forced_kl"):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or value < 0):
-            raise ConfigFileError(f"{path}: field '{key}': a number >= 0, or null (off)")
-    elif value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                or value < 0):
-        raise ConfigFileError(f"{path}: field '{key}': a whole number >= 0, or null (off)")
 
 
 def decide(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
@@ -245,6 +227,7 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
     rules.append(_rule("not_compared", "prompt not compared", "prompts not compared",
                        [r.prompt_id for r in rows if not r.compared], policy.max_not_compared))
     rules.append(_failed_requests_rule(summary, policy.max_failed_requests))
+    rules.append(_mixed_backends_rule(summary, policy.max_mixed_backends))
     skipped = [r.prompt_id for r in compared if SKIPPED in (r.a_expect, r.b_expect)]
     rules.append(_rule("skipped_checks", *_with(
         "with a skipped expect check (its reason says why: code runs with "
@@ -381,6 +364,20 @@ def _failed_requests_rule(summary: Summary, limit: int | None) -> Rule:
                    f"(A {a}, B {b}; failed after retries or never sent: rerun the "
                    "collection to retry them)")
     return Rule("failed_requests", description, count, limit, limit is None or count <= limit)
+
+
+def _mixed_backends_rule(summary: Summary, limit: int | None) -> Rule:
+    """Sides whose answers name more than one backend (two builds behind one URL during
+    a rollout, replicas that are not one configuration): what was compared is not one
+    server, so by default the gate fails; n/a in a report made before it was counted."""
+    if not summary.backends:
+        return Rule("mixed_backends", "which backends answered is not in this report "
+                    "(compared before it was recorded)", None, limit, True)
+    said = [sentence for name, found in sorted(summary.backends.items())
+            if (sentence := mixed_sentence(name.upper(), found))]
+    count = len(said)
+    description = "; ".join(said) if said else "each side answered by one backend"
+    return Rule("mixed_backends", description, count, limit, limit is None or count <= limit)
 
 
 def _forced_kl_rule(rows: Sequence[PairRow], limit: float | None, summary: Summary) -> Rule:

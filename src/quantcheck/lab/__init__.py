@@ -1,2 +1,2 @@
 """The built-in local endpoints (scripted answers or a real small model) and the demo.
-Imports store and errors; only the CLI imports it."""
+What it may import, and who may import it: the layer map in docs/development.md."""

@@ -8,6 +8,14 @@ load-dependent logprobs, logprobs that move with the batch size or a cached pref
 `seed` accepted and ignored, and long answers gone wrong: output_faults.py).
 It can also replay a recorded response body verbatim.
 
+A prefix cache (lab/prefix_cache.py) that the engines' own ways empty: vLLM's POST
+/reset_prefix_cache (with `Faults.dev_mode`, as vLLM serves it in development mode
+only), SGLang's POST /flush_cache (refused while a request runs); llama.cpp's requests
+with `cache_prompt: false` read none of it. Its block is the dialect's (vLLM's says it in
+GET /metrics, SGLang's as `page_size`; `server_info` sets either). Planted on it: a
+corrupted block (`block_corruption`) and a prefix written by a request computed at the
+same time (`cobatch_writer`).
+
 MoE routing (`Faults.routing`, as a server started to return it): a pretend mixture
 of ROUTING_EXPERTS experts, ROUTING_LAYERS layers, ROUTING_K per token, each forward
 pass routed by a hash of its token and position, sent as vLLM does (non-streamed
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import io
 import random
@@ -47,6 +56,7 @@ from ..store.engines import (
     LabDialect,
 )
 from .output_faults import LateLoop, bang_run, collapsed
+from .prefix_cache import PrefixCache, shared_start
 from .request_body import json_has, json_int, json_items, json_object, prompt_text_of
 from .steps import Emit, Scored, Step
 
@@ -116,6 +126,26 @@ class Faults:
     late_loop_after: int | None = None
     bang_run: bool = False
     collapse: bool = False
+    # Not a fault: vLLM started with VLLM_SERVER_DEV_MODE=1, whose POST
+    # /reset_prefix_cache empties its cache (without it the path is not there)
+    dev_mode: bool = False
+    # A corrupted cache block: a request that reads a cached prefix of exactly one block
+    # (the start it shares with a cached prompt ends on the block's edge) gets its first
+    # token replaced by the runner-up
+    block_corruption: bool = False
+    # A prefix written by another request computed at the same time: a request that
+    # shares its first COBATCH_SHARED tokens or more with another in flight comes back
+    # with its logprobs moved (5e-7 relative); give latency_s so that they overlap
+    cobatch_writer: bool = False
+    # Several builds behind one URL, as during a rollout: generation request n is
+    # answered with the fields of rollout[n % len(rollout)] in its body (and each
+    # chunk), e.g. [{"system_fingerprint": "b6123"}, {"system_fingerprint": "b6124"}].
+    rollout: list[dict[str, object]] = field(default_factory=list)
+
+
+COBATCH_SHARED = 8
+SGLANG_FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there "
+                  "are running or waiting requests, the operation will not be performed.)\n")
 
 
 CHAT_TEMPLATES = {
@@ -149,14 +179,27 @@ def _sglang_routing(routing: np.ndarray) -> dict[str, str]:
 
 def lab_routing(forwarded: list[str]) -> np.ndarray:
     """(tokens, layers, k) experts: each token's forward pass routed by a hash of the
-    token and its position, k distinct experts per layer."""
-    rows = []
-    for position, token in enumerate(forwarded):
-        digest = hashlib.blake2b(f"{position}\0{token}".encode(), digest_size=8).digest()
-        chooser = random.Random(int.from_bytes(digest, "little"))
-        rows.append([sorted(chooser.sample(range(ROUTING_EXPERTS), ROUTING_K))
-                     for _ in range(ROUTING_LAYERS)])
-    return np.array(rows, np.int32).reshape(len(rows), ROUTING_LAYERS, ROUTING_K)
+    token and its position, k distinct experts per layer (the hash's bytes ranked per
+    layer: one hash a token, as fast as the certificate's 4,097-word prefixes need)."""
+    digests = b"".join(
+        hashlib.blake2b(f"{position}\0{token}".encode(),
+                        digest_size=ROUTING_LAYERS * ROUTING_EXPERTS).digest()
+        for position, token in enumerate(forwarded))
+    keys = np.frombuffer(digests, np.uint8).reshape(len(forwarded), ROUTING_LAYERS,
+                                                    ROUTING_EXPERTS)
+    chosen = np.argsort(keys, axis=-1, kind="stable")[..., :ROUTING_K]
+    return np.sort(chosen, axis=-1).astype(np.int32)
+
+
+@dataclass(frozen=True)
+class CacheRead:
+    """What one request read of the lab's prefix cache: its tokens, how many were
+    served from the cache, and whether that was a corrupted block."""
+
+    number: int
+    ids: list[int]
+    read: int
+    corrupted: bool
 
 
 class Engine(Protocol):
@@ -207,6 +250,9 @@ class LabServer:
         self._cached: set[str] = set()  # prompt texts seen (prompt_cache fault)
         self._last_cached_prompt = ""  # prefix_cache_shift fault
         self._scored_starts: dict[tuple[int, ...], int] = {}  # scoring_cache_shift fault
+        self.prefix_cache = PrefixCache(self._block())
+        self._writing: dict[int, list[int]] = {}  # prompts in flight, by request number
+        self._cowritten: set[int] = set()  # requests in flight with one sharing their prefix
         self._flying: set[int] = set()  # request numbers in flight
         self._overlapped: set[int] = set()  # those that were in flight with another
         self._one_slot = asyncio.Lock()  # one_at_a_time
@@ -237,6 +283,8 @@ class LabServer:
         app.router.add_post("/completion", self._native_completion)
         app.router.add_post("/apply-template", self._apply_template)
         app.router.add_post("/detokenize", self._detokenize)
+        app.router.add_post("/reset_prefix_cache", self._flush)
+        app.router.add_route("*", "/flush_cache", self._flush)
         return app
 
     @web.middleware
@@ -288,9 +336,12 @@ class LabServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving (connections are refused from then on); a second stop does
+        nothing."""
         if self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+            self._loop = None
 
     def __enter__(self) -> LabServer:
         return self.start()
@@ -326,7 +377,7 @@ class LabServer:
             raise web.HTTPNotFound()
         info = {"model_path": self.engine.name, "tp_size": 1, "quantization": None,
                 "kv_cache_dtype": "auto", "attention_backend": "flashinfer",
-                "context_length": 8192, "version": "0.5.9"}
+                "context_length": 8192, "page_size": 1, "version": "0.5.9"}
         return _json({**info, **self.server_info})
 
     async def _tgi_info(self, request: web.Request) -> web.Response:
@@ -340,6 +391,29 @@ class LabServer:
                 "sha": None, "docker_label": None}
         return _json({**info, **self.server_info})
 
+    def _block(self) -> int:
+        """The dialect's cache block, as its server says it (`server_info`) or by default."""
+        blocks = self.profile.cache_blocks
+        if blocks is None:
+            return 1
+        said = self.server_info.get(blocks.metrics[2] if blocks.metrics else
+                                    blocks.info_field or "")
+        return said if isinstance(said, int) and said > 0 else blocks.tokens
+
+    async def _flush(self, request: web.Request) -> web.Response:
+        """The profile's way of emptying the prefix cache (vLLM's in development mode)."""
+        if request.path != self.profile.cache_flush_path or (
+                request.path == "/reset_prefix_cache" and not self.faults.dev_mode):
+            raise web.HTTPNotFound()
+        if request.path == "/flush_cache":
+            if self.in_flight:
+                return web.Response(status=400, text="Cache not flushed because there are "
+                                    "pending requests.")
+            self.prefix_cache.empty()
+            return web.Response(text=SGLANG_FLUSHED)
+        self.prefix_cache.empty()
+        return web.Response(status=200)
+
     async def _props(self, request: web.Request) -> web.Response:
         if request.path not in self.profile.info_paths:
             raise web.HTTPNotFound()
@@ -348,9 +422,10 @@ class LabServer:
         return _json({**props, **self.server_info})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        """A Prometheus page naming the KV cache's dtype, as the engine that tells it
-        there does (vLLM's `vllm:cache_config_info`); `server_info["metrics"]` is sent
-        verbatim instead (a recorded page), `server_info["kv_cache_dtype"]` sets it."""
+        """A Prometheus page naming the KV cache's dtype and its block, as the engine that
+        tells them there does (vLLM's `vllm:cache_config_info`); `server_info["metrics"]`
+        is sent verbatim instead (a recorded page), `server_info["kv_cache_dtype"]` and
+        `server_info["block_size"]` set them."""
         at = self.profile.kv_cache_dtype_metric
         if at is None or request.path != at[0]:
             raise web.HTTPNotFound()
@@ -359,7 +434,7 @@ class LabServer:
             kv = self.server_info.get("kv_cache_dtype", "auto")
             text = (f"# HELP {at[1]} Information of the LLMEngine CacheConfig\n"
                     f"# TYPE {at[1]} gauge\n"
-                    f'{at[1]}{{block_size="16",{at[2]}="{kv}",engine="0"}} 1.0\n')
+                    f'{at[1]}{{block_size="{self._block()}",{at[2]}="{kv}",engine="0"}} 1.0\n')
         return web.Response(text=text, content_type="text/plain")
 
     async def _tokenize(self, request: web.Request) -> web.Response:
@@ -460,6 +535,7 @@ class LabServer:
         finally:
             self.in_flight -= 1
             self._flying.discard(number)
+            self._writing.pop(number, None)
 
     async def _respond(self, request: web.Request, body: Mapping[str, object], number: int
                        ) -> web.StreamResponse:
@@ -470,6 +546,7 @@ class LabServer:
             injected = self._injected_status(number)
             return injected if injected is not None else await self._scored(body)
         stream = bool(body.get("stream"))
+        read = self._cache_read(body, number)  # in flight from here, as it computes
         if self.faults.latency_s and self.faults.one_at_a_time:
             async with self._one_slot:
                 await asyncio.sleep(self.faults.latency_s)
@@ -487,7 +564,10 @@ class LabServer:
             content_type = "text/event-stream" if stream else "application/json"
             return web.Response(body=self.replay[kind], content_type=content_type)
         render = _Renderer(self, body, chat)
+        if self.faults.rollout:
+            render.envelope.update(self.faults.rollout[number % len(self.faults.rollout)])
         render.cached = self._cache_hit(_keep_last(body, self.faults.sliding_window))
+        render.read = read
         if self.faults.no_logprobs_under_load and number in self._overlapped:
             render.logprobs = False
         if stream:
@@ -498,7 +578,7 @@ class LabServer:
             steps.append(step)
 
         finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, keep,
-                                        render.cached)
+                                        render.cached, render.read)
         if number in self.faults.drop:
             request.transport.close()  # type: ignore[union-attr]
             return web.Response()
@@ -559,7 +639,7 @@ class LabServer:
         for chunk in render.opening_chunks():
             await write(chunk)
         finish = await self._run_engine(_keep_last(body, self.faults.sliding_window), chat, emit,
-                                        render.cached)
+                                        render.cached, render.read)
         closing = render.closing_chunks(pending, finish)
         routing = self._routing(body, steps) if self.faults.routing else None
         if routing is not None and self.profile.routing == ROUTING_STREAM_END:  # before usage
@@ -573,7 +653,7 @@ class LabServer:
         return response
 
     async def _run_engine(self, body: Mapping[str, object], chat: bool, emit: Emit,
-                          cached: bool = False) -> str:
+                          cached: bool = False, read: CacheRead | None = None) -> str:
         top_k = _requested_k(body)
         if self.profile.lab.max_alternatives is not None:  # fewer alternatives than asked
             top_k = min(top_k, self.profile.lab.max_alternatives)
@@ -585,6 +665,10 @@ class LabServer:
             and self.in_flight >= self.faults.batch_variant_at
         emit = self._shifted(emit, 1e-7 * self.in_flight) if batched else emit
         emit = self._shifted(emit, 3e-7) if self._prefix_hit(body) else emit
+        if read is not None and read.corrupted:
+            emit = self._corrupted(emit)
+        if read is not None and self._written_alongside(read):
+            emit = self._shifted(emit, 5e-7)
         if self.faults.ignore_seed:
             body = {key: value for key, value in body.items() if key != "seed"}
         if self.faults.bang_run:
@@ -598,13 +682,56 @@ class LabServer:
         return await self.engine.run(body, chat, top_k, jitter, self._misbehaving(body, emit))
 
     def _cache_hit(self, body: Mapping[str, object]) -> bool:
-        """Whether the prompt_cache fault finds this prompt cached (and caches it)."""
-        if not self.faults.prompt_cache or body.get("cache_prompt") is False:
+        """Whether the prompt_cache fault finds this prompt cached (and caches it: also
+        a request that does not read the cache leaves its prompt there, as llama-server
+        does)."""
+        if not self.faults.prompt_cache:
             return False
         text = prompt_text_of(body)
-        seen = text in self._cached
+        seen = text in self._cached and body.get("cache_prompt") is not False
         self._cached.add(text)
         return seen
+
+    def _cache_read(self, body: Mapping[str, object], number: int) -> CacheRead | None:
+        """What this request reads of the prefix cache (nothing where its body turns the
+        cache off), its prompt written there and counted in flight; None (nothing kept)
+        unless a cache fault needs it."""
+        if not (self.faults.block_corruption or self.faults.cobatch_writer):
+            return None
+        ids = self.tokenize(prompt_text_of(body))
+        field = self.profile.cache_off_field
+        reads = field is None or body.get(field) is not False
+        shared = self.prefix_cache.shared(ids)
+        read = self.prefix_cache.read(ids) if reads else 0
+        block = self.prefix_cache.block
+        self.prefix_cache.write(ids)
+        alongside = {other for other, written in self._writing.items()
+                     if shared_start(ids, written) >= COBATCH_SHARED}
+        if alongside:
+            self._cowritten |= alongside | {number}
+        self._writing[number] = ids
+        return CacheRead(number, ids, read, self.faults.block_corruption and reads
+                         and read == block == shared)
+
+    def _written_alongside(self, read: CacheRead) -> bool:
+        """The cobatch_writer fault: another request sharing this one's prefix was in
+        flight with it (each reads what the other writes, whichever came first)."""
+        return self.faults.cobatch_writer and read.number in self._cowritten
+
+    @staticmethod
+    def _corrupted(emit: Emit) -> Emit:
+        """The first token replaced by its runner-up (a corrupted block's answer)."""
+        first = True
+
+        async def replaced(step: Step) -> None:
+            nonlocal first
+            if first and len(step.top) > 1:
+                token, logprob = step.top[1]
+                step = replace(step, token=token, raw=token.encode(), content=token,
+                               logprob=logprob)
+            first = False
+            await emit(step)
+        return replaced
 
     def _scoring_shift(self, body: Mapping[str, object], ids: list[int]) -> float:
         """The scoring_cache_shift fault's relative move for this scoring request (and the
@@ -783,6 +910,9 @@ class _Renderer:
         self.no_usage = server.faults.no_usage
         self.reports_cache = server.faults.prompt_cache
         self.cached = False  # the prompt_cache fault found this prompt cached
+        # what it read of the prefix cache, said in usage with the cache faults
+        self.read: CacheRead | None = None
+        self.reports_read = server.faults.block_corruption or server.faults.cobatch_writer
         self.completion_tokens = 0
         self.envelope: dict[str, object] = {"id": "cmpl-scripted", "created": int(time.time()),
                                             "model": self.model}
@@ -796,6 +926,8 @@ class _Renderer:
         if self.reports_cache:  # as llama-server says what its prompt cache held
             usage["prompt_tokens_details"] = {
                 "cached_tokens": self.prompt_tokens - 1 if self.cached else 0}
+        elif self.reports_read and self.read is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.read.read}
         return usage
 
     def whole(self, steps: list[Step], finish: str, routing: np.ndarray | None = None
@@ -955,6 +1087,7 @@ def _keep_last(body: Mapping[str, object], words: int | None) -> Mapping[str, ob
     return {**body, "prompt": kept}
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def token_id(raw: bytes) -> int:
     """A stable id for a token the engine gives no id for (scripted tokens are words)."""
     return int(hashlib.sha256(raw).hexdigest()[:6], 16)

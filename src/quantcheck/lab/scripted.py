@@ -255,8 +255,9 @@ class ScriptedEngine:
         return self.score([*ids, following], len(ids), top_k)[0].top
 
     def tokenize_piece(self, piece: tuple[str, bytes, str]) -> int:
-        self._vocabulary[token_id(piece[1])] = piece
-        return token_id(piece[1])
+        number = token_id(piece[1])
+        self._vocabulary[number] = piece
+        return number
 
     def _answer_start(self, pieces: list[tuple[str, bytes, str]]) -> int | None:
         """Where the prompt ends: the first position whose token is the first token of

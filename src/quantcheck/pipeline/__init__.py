@@ -1,4 +1,4 @@
 """The flows a command runs, each one library call: the A/B (collect, compare, gate
 the candidates), collecting, comparing collected runs, the judge's second opinion, preflight
-and probe, an endpoint's determinism, the starter kit of `init`. Imports every
-layer below (fetch, gate, present, triage, wire, store); the CLI calls it."""
+and probe, an endpoint's determinism, the starter kit of `init`. What it may import: the
+layer map in docs/development.md."""

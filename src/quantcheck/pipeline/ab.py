@@ -11,6 +11,7 @@ from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import QuantcheckError
+from ..fetch.clients import all_or_none
 from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
@@ -18,13 +19,13 @@ from ..gate.verdict import Policy
 from ..store.folder_kinds import CANDIDATES_OVERVIEW, FORCED, REPORT, RUN, claim
 from ..store.labels import check_label
 from ..store.prompt_sets import load_prompts
+from ..store.redaction import public_url
 from ..store.reference import ReferenceMismatch, open_reference, reference_differences
 from ..store.report_dir import CANDIDATES
 from ..store.report_records import Overview, Summary
 from ..store.rubric import load_rubric
 from ..store.run_dir import Throughput, write_throughput
 from ..store.shards import shard_prompts
-from ..wire.client import all_or_none, public_url
 from .comparing import (
     CompareOptions,
     ReportJob,

@@ -1,13 +1,16 @@
 """`quantcheck determinism --certify`: plan, send and judge one endpoint (and a
 control), then write OUT/certificate.json, answers.jsonl, junit.xml and index.html
-(the control's own certificate and answers in OUT/control/). The verdict is the
-gate's (gate/certificate_gate.py), with `max_nondeterministic_prompts` as given.
+and requests.jsonl, every request as it was sent (the control's own certificate,
+answers and requests in OUT/control/). The verdict is the gate's
+(gate/certificate_gate.py), with `max_nondeterministic_prompts` and
+`max_untested_levels` as given.
 
 In order: the plan's size is counted (a plan over --max-requests is refused before
 anything is built or sent); both endpoints are reached and preflighted (as `collect`
 does, unless --no-preflight), so an unreachable control or a fallback template stops
 the run before a request of the plan; the plan is made to fit the smaller context of
-the two (each side's levels that do not fit its own are said not tested); the target's
+the two (each side's levels that do not fit its own are said not tested), its `block`
+factor's prefixes cut at the target's cache block; the target's
 plan is sent and its certificate written whole, saying the control is not run yet;
 then the control's plan, and the certificate again with its result. A control that
 fails on the way leaves the target's certificate, with "control not tested" and why.
@@ -28,7 +31,7 @@ from ..errors import EndpointError, QuantcheckError
 from ..fetch.certify import (
     CertifySettings,
     PlanSender,
-    ServerFacts,
+    Side,
     client_for,
     max_tokens_of,
     send_rounds,
@@ -39,17 +42,30 @@ from ..fetch.preflight import PreflightFailed, ProbeShape, run_preflight
 from ..gate.certificate_gate import certificate_junit, decide_certificate
 from ..gate.verdict import GateResult, Policy
 from ..present.certificate_page import render_certificate
-from ..store.certificate_records import Answer, Certificate, ControlResult, Plan
-from ..store.files import make_directory, write_atomic
+from ..store.certificate_records import (
+    ANSWERS_JSONL,
+    REQUESTS_JSONL,
+    Answer,
+    Certificate,
+    ControlResult,
+    Plan,
+)
+from ..store.files import AtomicFile, make_directory, write_atomic
 from ..store.folder_kinds import CERTIFICATE, claim
 from ..store.preflight_records import Preflight
 from ..store.prompt_entries import RequestOptions
 from ..store.prompt_sets import load_prompts
+from ..store.redaction import public_url
 from ..store.run_records import Prompt
 from ..triage.certificate import certify
 from ..triage.certificate_control import control_note, control_result, untested_control
-from ..triage.certify_plan import Pace, estimate_seconds, make_plan, plan_requests
-from ..wire.client import EndpointClient, public_url
+from ..triage.certify_plan import (
+    DEFAULT_CACHE_BLOCK,
+    Pace,
+    estimate_seconds,
+    make_plan,
+    plan_requests,
+)
 from .event_loop import run_blocking
 
 DEFAULT_MAX_REQUESTS = 20000
@@ -76,6 +92,7 @@ class CertifyRun:
     max_requests: int = DEFAULT_MAX_REQUESTS
     control: str | None = None
     max_nondeterministic_prompts: int | None = 0  # None: the rule off
+    max_untested_levels: int | None = 0  # planned levels not tested; None: the rule off
 
 
 @dataclass(frozen=True)
@@ -99,16 +116,6 @@ class CertifyProgress(Protocol):
     def planned(self, outline: Outline) -> None: ...
     def sent(self, requests: int) -> None: ...
     def finished(self, endpoint: str, seconds: float, estimated: float) -> None: ...
-
-
-@dataclass
-class Side:
-    """One endpoint, reached: its client, what it said of itself, its preflight."""
-
-    settings: CertifySettings
-    client: EndpointClient
-    facts: ServerFacts
-    preflight: Preflight | None
 
 
 def run_certify(job: CertifyRun, progress: CertifyProgress | None = None
@@ -149,8 +156,9 @@ async def _run(job: CertifyRun, prompts: list[Prompt], progress: CertifyProgress
         contexts = [s.facts.context_tokens for s in (target, control)
                     if s is not None and s.facts.context_tokens]
         plan = make_plan([p.id for p in prompts], job.trials, job.max_batch, job.seed,
-                         min(contexts, default=None), max_tokens_of(prompts))
-        certificate, answers = await _certify(target, plan, prompts, progress)
+                         min(contexts, default=None), max_tokens_of(prompts),
+                         target.facts.cache_block[0] or DEFAULT_CACHE_BLOCK)
+        certificate, answers = await _certify(target, plan, prompts, progress, job.out)
         if control is not None:
             certificate.control = untested_control(
                 public_url(control.settings.endpoint), "not run yet: this file was written "
@@ -168,8 +176,8 @@ async def _reach(stack: AsyncExitStack, settings: CertifySettings, prompts: list
     (or fails its preflight) stops the run before any request of the plan."""
     client = await stack.enter_async_context(client_for(settings))
     try:
-        facts = await server_facts(client, settings.model)
-        preflight = await _preflight(client, settings, facts, prompts, progress)
+        side = Side(settings, client, await server_facts(client, settings.model), None)
+        side.preflight = await _preflight(side, prompts, progress)
     except PreflightFailed:
         raise
     except EndpointError as exc:
@@ -177,16 +185,16 @@ async def _reach(stack: AsyncExitStack, settings: CertifySettings, prompts: list
             raise
         raise EndpointError(f"{who}{public_url(settings.endpoint)}: {exc} (nothing was "
                             "sent to either endpoint)") from None
-    return Side(settings, client, facts, preflight)
+    return side
 
 
-async def _preflight(client: EndpointClient, settings: CertifySettings, facts: ServerFacts,
-                     prompts: list[Prompt], progress: CertifyProgress | None
+async def _preflight(side: Side, prompts: list[Prompt], progress: CertifyProgress | None
                      ) -> Preflight | None:
     """collect's preflight, its probes shaped like the first prompt's request."""
+    settings, facts = side.settings, side.facts
     if not settings.preflight or facts.info is None:
         return None
-    report = await run_preflight(client, facts.model, facts.models, facts.info,
+    report = await run_preflight(side.client, facts.model, facts.models, facts.info,
                                  ProbeShape.like(prompts[0]), settings.top_logprobs,
                                  settings.context_tokens)
     if progress is not None:
@@ -197,8 +205,21 @@ async def _preflight(client: EndpointClient, settings: CertifySettings, facts: S
 
 
 async def _certify(side: Side, plan: Plan, prompts: list[Prompt],
-                   progress: CertifyProgress | None) -> tuple[Certificate, list[Answer]]:
+                   progress: CertifyProgress | None, out: Path
+                   ) -> tuple[Certificate, list[Answer]]:
+    """One endpoint's certificate and answers; OUT/requests.jsonl, every request it was
+    sent, written as they go (whole once the plan was sent)."""
+    make_directory(out)
+    with AtomicFile(out / REQUESTS_JSONL) as requests:
+        return await _certify_recording(side, plan, prompts, progress, requests)
+
+
+async def _certify_recording(side: Side, plan: Plan, prompts: list[Prompt],
+                             progress: CertifyProgress | None, requests: AtomicFile
+                             ) -> tuple[Certificate, list[Answer]]:
     sender = PlanSender(side.client, side.settings, side.facts, prompts)
+    encoder = msgspec.json.Encoder()
+    sender.log.record = lambda sent: requests.write(encoder.encode(sent) + b"\n")
     cache_control = await sender.check_cache_control()
     seed_control = await sender.check_seed(plan)
     endpoint = public_url(side.settings.endpoint)
@@ -214,7 +235,8 @@ async def _certify(side: Side, plan: Plan, prompts: list[Prompt],
     if progress is not None:
         progress.finished(endpoint, seconds, estimate)
     certificate = certify(answers, plan, sender.failed, endpoint, side.facts.model,
-                          side.facts.runtime, cache_control, seed_control, sender.untested)
+                          side.facts.runtime, cache_control, seed_control, sender.untested,
+                          side.facts.cache_block)
     certificate.requests = sender.sent
     certificate.seconds, certificate.estimated_seconds = round(seconds, 2), round(estimate, 2)
     certificate.preflight = side.preflight
@@ -225,7 +247,8 @@ async def _control(job: CertifyRun, control: Side, plan: Plan, prompts: list[Pro
                    progress: CertifyProgress | None) -> ControlResult:
     """The control's result; "not tested" and why when its run stops on the way."""
     try:
-        certificate, answers = await _certify(control, plan, prompts, progress)
+        certificate, answers = await _certify(control, plan, prompts, progress,
+                                              job.out / "control")
     except QuantcheckError as exc:
         return untested_control(public_url(control.settings.endpoint),
                                 f"its run stopped: {exc}")
@@ -237,10 +260,12 @@ def _publish(job: CertifyRun, certificate: Certificate, answers: list[Answer] | 
              ) -> tuple[GateResult, Path]:
     """Write the certificate (and its answers, when given), its junit.xml and page."""
     certificate.max_nondeterministic_prompts = job.max_nondeterministic_prompts
+    certificate.max_untested_levels = job.max_untested_levels
     certificate.control_note = control_note(certificate.control)
     _write(job.out, certificate, answers)
     verdict = decide_certificate(certificate, Policy(
-        max_nondeterministic_prompts=job.max_nondeterministic_prompts))
+        max_nondeterministic_prompts=job.max_nondeterministic_prompts,
+        max_untested_levels=job.max_untested_levels))
     write_atomic(job.out / "junit.xml", certificate_junit(certificate, verdict))
     return verdict, render_certificate(job.out, certificate)
 
@@ -252,5 +277,5 @@ def _write(out: Path, certificate: Certificate, answers: list[Answer] | None) ->
     if answers is None:
         return
     encoder = msgspec.json.Encoder()
-    write_atomic(out / "answers.jsonl",
+    write_atomic(out / ANSWERS_JSONL,
                  b"".join(encoder.encode(answer) + b"\n" for answer in answers))

@@ -15,11 +15,11 @@ from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..present.determinism_page import render_determinism
 from ..store.files import CSV_WRITTEN_WITH, csv_rows, make_directory, write_atomic
 from ..store.folder_kinds import DETERMINISM, DETERMINISM_CSV, DETERMINISM_JSON, claim
+from ..store.redaction import public_url
 from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts
 from ..store.run_dir import Parameters, load_run, write_json_atomic
 from ..triage.determinism import analyze_side
 from ..triage.sides import load_side
-from ..wire.client import public_url
 from .event_loop import run_blocking
 
 

@@ -22,11 +22,12 @@ from typing import TypeVar
 import msgspec
 
 from ..errors import QuantcheckError
-from ..fetch.judging import JUDGE_RESPONSE_MB, JudgeClient, JudgeSettings, Tally, judge_model
+from ..fetch.judging import Judge, JudgeClient, JudgeSettings, Tally, reaching_judge
 from ..present.sheet import write_sheet
 from ..store.judge_cache import JUDGE_CACHE, JudgeCache
 from ..store.judge_records import Agreement, JudgeDetails, JudgeFigures, JudgeReply
 from ..store.pair_records import PairDetails, PairRow
+from ..store.redaction import public_url
 from ..store.report_dir import (
     CHUNK_PAIRS,
     DETAILS,
@@ -53,7 +54,6 @@ from ..triage.judging import (
     order_verdict,
     read_reply,
 )
-from ..wire.client import EndpointClient, public_url
 from .event_loop import run_blocking
 
 T = TypeVar("T")
@@ -84,43 +84,36 @@ def judge_reports(reports: Sequence[Path], settings: JudgeSettings,
 async def _judge_all(reports: Sequence[Path], settings: JudgeSettings,
                      mapping: Mapping[str, str], finish: Callable[[int, JudgeFigures], T]
                      ) -> list[T]:
-    key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
-    async with EndpointClient(settings.endpoint, key, settings.timeout,
-                              max(2 * settings.concurrency, 8), JUDGE_RESPONSE_MB) as client:
-        try:
-            model: str | None = await judge_model(client, settings)
-            error = None
-        except QuantcheckError as exc:  # costs the judge's figures, never the report
-            model, error = None, str(exc)
-        return [finish(n, await _judge_report(client, model, error, out, settings, mapping))
+    async with reaching_judge(settings) as judge:
+        return [finish(n, await _judge_report(judge, out, settings, mapping))
                 for n, out in enumerate(reports)]
 
 
-async def _judge_report(client: EndpointClient, model: str | None, error: str | None,
-                        out: Path, settings: JudgeSettings, mapping: Mapping[str, str]
-                        ) -> JudgeFigures:
+async def _judge_report(judge: Judge, out: Path, settings: JudgeSettings,
+                        mapping: Mapping[str, str]) -> JudgeFigures:
     started = time.perf_counter()
     cache_path = settings.cache or out / JUDGE_CACHE
     classes: Counter[str] = Counter()
     with JudgeCache(cache_path, None if settings.cache else out) as cache, \
             writing_pairs(out) as writer:
-        judge_client = JudgeClient(client, model, settings, cache) if model else None
+        judge_client = judge.asking(cache)
         details = DetailsReader(staging(out))
         for rows in iter_pair_rows(staging(out), CHUNK_PAIRS):
             shown = [msgspec.convert(details.get(row.prompt_id) or {"prompt_id": row.prompt_id},
                                      PairDetails) for row in rows]
-            await _judge_chunk(judge_client, error, rows, shown, mapping, classes)
+            await _judge_chunk(judge_client, judge.error, rows, shown, mapping, classes)
             writer.write(rows, shown)
     _remove(staging(out))
     tally = judge_client.tally if judge_client else Tally()
     return JudgeFigures(
-        endpoint=public_url(settings.endpoint), model=model, prompt_version=PROMPT_VERSION,
+        endpoint=public_url(settings.endpoint), model=judge.model,
+        prompt_version=PROMPT_VERSION,
         cache=str(cache_path), pairs=sum(classes.values()),
         labels=_ranked(_labels(classes, mapping)), classes=_ranked(classes),
         requests=tally.requests, cached=tally.cached,
         failed=tally.failed, seconds=round(time.perf_counter() - started, 3),
         prompt_tokens=tally.prompt_tokens, completion_tokens=tally.completion_tokens,
-        error=error or (judge_client.trouble() if judge_client else None))
+        error=judge.error or (judge_client.trouble() if judge_client else None))
 
 
 async def _judge_chunk(judge_client: JudgeClient | None, error: str | None, rows: list[PairRow],

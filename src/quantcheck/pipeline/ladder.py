@@ -28,6 +28,7 @@ from ..fetch.ladder import (
     WARM_UP_TOKENS,
     LadderServer,
     Tokenizer,
+    ladder_client,
     ladder_server,
     prefill_rate,
     probe_text,
@@ -56,7 +57,6 @@ from ..triage.ladder_plan import (
     rung_lengths,
     too_long,
 )
-from ..wire.client import EndpointClient, api_key_from_env
 from .comparing import CompareOptions, compare_runs
 from .event_loop import run_blocking
 from .ladder_progress import Clock, LadderProgress, Notes, SilentProgress, rung_cost
@@ -165,7 +165,7 @@ def settings_of(job: LadderRun, lengths: list[int]) -> LadderSettings:
 async def _prepare(job: LadderRun
                    ) -> tuple[LadderPlan, dict[str, LadderServer], dict[str, float | None]]:
     """Both servers, the plan (read back, or made and written), each side's prefill."""
-    async with _client(job.a) as a_client, _client(job.b) as b_client:
+    async with ladder_client(job.a) as a_client, ladder_client(job.b) as b_client:
         servers = {"a": await ladder_server(a_client, job.a.model),
                    "b": await ladder_server(b_client, job.b.model)}
         lengths = _lengths(job, servers)
@@ -186,10 +186,6 @@ async def _prepare(job: LadderRun
             rates = {side: await prefill_rate(client, servers[side], WARM_UP_TOKENS, warm_up)
                      for side, client in (("a", a_client), ("b", b_client))}
     return plan, servers, rates
-
-
-def _client(side: CollectSettings) -> EndpointClient:
-    return EndpointClient(side.endpoint, api_key_from_env(side.api_key_env), side.timeout)
 
 
 def _lengths(job: LadderRun, servers: dict[str, LadderServer]) -> list[int]:

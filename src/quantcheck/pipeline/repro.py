@@ -1,9 +1,10 @@
 """`quantcheck repro REPORT PROMPT_ID --out DIR`: one prompt's requests, rebuilt exactly
 as collect sent them (fetch.collect.collect_body, from each run's manifest and
 prompts.jsonl), written with the answers they were given, where those part, the
-serving cells, replay.sh and a README (present/repro.py). Nothing in the folder holds
-a credential: endpoints are public URLs, and a body that carries a credential-shaped
-value is written with it cut out (and said so)."""
+serving cells, replay.sh and a README (present/repro.py). A determinism certificate's
+folder is read by pipeline/repro_certificate.py (its requests as recorded). Nothing in
+the folder holds a credential: endpoints are public URLs, and a body that carries a
+credential-shaped value is written with it cut out (and said so)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,24 @@ from pathlib import Path
 import msgspec
 import orjson
 
-from ..errors import QuantcheckError
+from ..fetch.clients import posted_body, posted_url
 from ..fetch.collect import collect_body
 from ..present.repro import readme, replay_script
 from ..store.certificate_records import CERTIFICATE_JSON
 from ..store.files import make_directory, write_atomic
 from ..store.redaction import environment_secrets, redact
 from ..store.report_dir import read_summary
-from ..store.repro_records import REPRO_JSON, Repro, ReproDivergence, ReproRequest
+from ..store.repro_records import (
+    REPRO_JSON,
+    Repro,
+    ReproDivergence,
+    ReproRequest,
+    ReproUnavailable,
+)
 from ..store.run_dir import MANIFEST, Run, load_run
 from ..store.run_records import Completion, Tokens
 from ..triage.signals import first_divergence, token_keys
-from ..wire.client import generation_url, public_url, streamed
-
-
-class ReproUnavailable(QuantcheckError):
-    """What a repro needs is not there: a run, the prompt, or its answer."""
+from .repro_certificate import write_certificate_repro
 
 
 @dataclass
@@ -45,11 +48,7 @@ class Sent:
 def write_repro(source: Path, prompt_id: str, out: Path) -> Repro:
     """The repro folder of one prompt of a report; its repro.json record."""
     if (source / CERTIFICATE_JSON).is_file():
-        raise ReproUnavailable(
-            f"{source} is a determinism certificate: certificate.json and answers.jsonl do "
-            "not record the requests' bodies (nor the prompts, the options and the batch "
-            "fillers they were made of), so they cannot be rebuilt exactly; repro reads "
-            "the report of an A/B (run, compare)")
+        return write_certificate_repro(source, prompt_id, out)
     summary = read_summary(source)
     sent = [_sent(name, _run(source, name, summary.sources.get(name)), prompt_id)
             for name in ("a", "b")]
@@ -108,10 +107,10 @@ def _sent(name: str, run: Run, prompt_id: str) -> Sent:
     if manifest.cache is None:  # made before the cache was recorded: never turned off
         parameters = msgspec.structs.replace(parameters, cache_off=False)
     body = collect_body(prompt, manifest.model, parameters, manifest.server.runtime)
-    written = orjson.dumps(streamed(body) if parameters.stream else body)
+    written = orjson.dumps(posted_body(body, parameters.stream))
     shown = redact(written.decode("utf-8"), environment_secrets(os.environ))
     request = ReproRequest(
-        name=name, url=redact(public_url(generation_url(manifest.endpoint, prompt.api))),
+        name=name, url=redact(posted_url(manifest.endpoint, prompt.api)),
         body=f"{name}.request.json", answer=f"{name}.answer.txt", stream=parameters.stream,
         model=manifest.model, runtime=manifest.server.runtime,
         cell={key: redact(value) if isinstance(value, str) else value

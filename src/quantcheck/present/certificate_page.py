@@ -1,13 +1,15 @@
 """The determinism certificate's page (`quantcheck determinism --certify`: DIR/index.html):
 the statement, the control, the sweep as an inline SVG (the unique outputs per prompt
-at each level of each factor), each factor's levels and the examples that differed."""
+at each level of each factor), each factor's levels with the control's figures beside
+them (its mismatches, first differing token and largest logprob difference at the same
+level), and the examples that differed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store.certificate_records import Certificate, FactorResult
+from ..store.certificate_records import Certificate, FactorResult, LevelResult
 from ..store.files import write_atomic
 from .templating import template
 
@@ -60,9 +62,16 @@ def sweep(factors: list[FactorResult]) -> Sweep:
     return Sweep(bars, groups, max(x, 200), PLOT_HEIGHT + 80, top)
 
 
+def control_levels(certificate: Certificate) -> dict[tuple[str, str], LevelResult]:
+    """The control's figures by factor and level (none without a control that ran)."""
+    control = certificate.control
+    return {(f.factor, level.level): level for f in (control.factors if control else [])
+            for level in f.levels}
+
+
 def render_certificate(out: Path, certificate: Certificate) -> Path:
     html = template("certificate.html").render(
         certificate=certificate, sweep=sweep(certificate.factors), bar_width=BAR_WIDTH,
-        plot_height=PLOT_HEIGHT)
+        plot_height=PLOT_HEIGHT, control=control_levels(certificate))
     write_atomic(out / "index.html", html.encode("utf-8"))
     return out / "index.html"

@@ -81,31 +81,43 @@ def replay_script(repro: Repro) -> str:
     for request in repro.requests:
         lines += _replayed(request)
     if len(repro.requests) >= 2:
-        first, second = (shlex.quote(f"replayed/{r.name}.answer.txt")
-                         for r in repro.requests[:2])
-        both = f"{repro.requests[0].name} and {repro.requests[1].name}"
-        lines += [
-            f"if [ ! -f {first} ] || [ ! -f {second} ]; then",
-            "  :",
-            f"elif cmp -s {first} {second}; then",
-            f'  echo "{_double_quoted(both)}: the same answer now"',
-            "else",
-            f'  echo "{_double_quoted(both)}: still differ: $(cmp {first} {second} 2>&1 '
-            '| head -n 1)"',
-            "fi",
-        ]
+        lines += _compared_with_each_other(repro)
     return "\n".join(lines + ['exit "$status"']) + "\n"
 
 
+def _compared_with_each_other(repro: Repro) -> list[str]:
+    """The first two replayed texts compared. Where the recorded texts were equal (a
+    certificate's answers that parted in a logprob), equal texts now are what was
+    recorded: said so, with where the logprobs are, never "the same answer now"."""
+    first, second = (shlex.quote(f"replayed/{r.name}.answer.txt") for r in repro.requests[:2])
+    both = _double_quoted(f"{repro.requests[0].name} and {repro.requests[1].name}")
+    differ = f"$(cmp {first} {second} 2>&1 | head -n 1)"
+    if repro.divergence.char is None:
+        responses = " and ".join(_double_quoted(f"replayed/{r.name}.response")
+                                 for r in repro.requests[:2])
+        same = (f"the same text, as recorded (the recorded texts were equal; each answer's "
+                f"logprobs are in {responses})")
+        other = f"their texts differ now; the recorded texts were equal: {differ}"
+    else:
+        same, other = "the same answer now", f"still differ: {differ}"
+    return [f"if [ ! -f {first} ] || [ ! -f {second} ]; then", "  :",
+            f"elif cmp -s {first} {second}; then", f'  echo "{both}: {same}"',
+            "else", f'  echo "{both}: {other}"', "fi"]
+
+
 def _replayed(request: ReproRequest) -> list[str]:
-    """One request's lines: its `before`, then it and its `together` at once."""
+    """One request's lines: its `before`, the requests that preceded it one after
+    another, then it and its `together` at once."""
     name, variable = request.name, url_variable(request.name)
     lines = [f"# {name}: {_comment(request.url)}",
              f'{variable}="${{{variable}:-{_double_quoted(request.url)}}}"']
     if request.before:
         method, path = request.before.split(" ", 1)
-        lines.append(f'curl -sS -X {method} "${{{variable}%%/v1/*}}{_double_quoted(path)}" '
+        lines.append(f'curl -sS -X {shlex.quote(method)} '
+                     f'"${{{variable}%%/v1/*}}{_double_quoted(path)}" '
                      '"${auth[@]+"${auth[@]}"}" -o /dev/null')
+    lines += [f'send {shlex.quote(f"{name}.before.{n}")} "${variable}" {shlex.quote(body)}'
+              for n, body in enumerate(request.preceded, 1)]
     quoted, said = shlex.quote(name), _double_quoted(name)
     sent = f'send {quoted} "${variable}" {shlex.quote(request.body)}'
     if request.together:  # all at once; its own answer waited for first

@@ -7,14 +7,15 @@ from dataclasses import dataclass
 
 from ..store.judge_records import JudgeFigures
 from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES, REVIEW_CAUSES
-from ..store.report_records import Counts, ForcedSummary, Summary
+from ..store.report_records import Counts, ForcedSummary, SideBackends, Summary
 from ..store.run_records import DEGENERATE_KINDS
 from ..triage.agreement import agreement_sentence
+from ..triage.backends import mixed_sentence
 
-__all__ = ["agreement_sentence", "collapse_warning", "collecting_speed", "degenerate_phrase",
-           "evaluation_sentences", "flip_causes_phrase", "headline", "order_floor_sentence",
-           "repeats_phrases", "repeats_sent", "task_lines",
-           "judge_sentence", "plural", "template_warning", "PROMPT_CACHE_HINT"]
+__all__ = ["agreement_sentence", "backends_warning", "collapse_warning", "collecting_speed",
+           "degenerate_phrase", "evaluation_sentences", "flip_causes_phrase", "headline",
+           "order_floor_sentence", "replicas_lines", "repeats_phrases", "repeats_sent",
+           "task_lines", "judge_sentence", "plural", "template_warning", "PROMPT_CACHE_HINT"]
 KIND_NAMES = {"repetition": ("loop", "loops"), "empty": ("empty", "empty")}
 
 
@@ -323,3 +324,54 @@ def evaluation_sentences(summary: Summary) -> list[str]:
                     f"recovery {evaluation.recovery_percent:.2f}%")
     said += [f"note: {note}" for note in evaluation.notes]
     return said
+
+
+def backends_warning(summary: Summary) -> str | None:
+    """Once, at the top: a side whose answers name more than one backend; None when each
+    side was answered by one."""
+    said = [sentence for name, found in sorted(summary.backends.items())
+            if (sentence := mixed_sentence(name.upper(), found))]
+    if not said:
+        return None
+    return ("; ".join(said) + ". Its pairs mix what two servers answered: collect again "
+            "once one build serves (the gate's mixed_backends rule fails this report)")
+
+
+SPREAD_WORDS = {"prompt": "each prompt's repeats on one replica",
+                "repeat": "each prompt's repeats on different replicas"}
+
+
+def replicas_lines(summary: Summary) -> list[str]:
+    """A line per side served by several URLs: how many replicas answered, whether they
+    agree, and which stopped answering."""
+    return [_replicas_line(name.upper(), found)
+            for name, found in sorted(summary.backends.items()) if found.replicas]
+
+
+def _replicas_line(name: str, found: SideBackends) -> str:
+    answered = sum(1 for replica in found.replicas if replica.requests)
+    spread = f" ({SPREAD_WORDS[found.spread]})" if found.spread in SPREAD_WORDS else ""
+    parts = [f"{name}: {answered} of {plural(len(found.replicas), 'replica')} answered"
+             f"{spread}",
+             "their answers name more than one backend" if found.mixed
+             else "one backend"]
+    if not found.spread_prompts:
+        parts.append("answers not compared across replicas (no prompt was answered on "
+                     "more than one; --replica-spread repeat compares them)")
+    elif found.spread_differing is None:
+        parts.append(f"{plural(found.spread_prompts, 'prompt')} answered on several "
+                     "replicas, not compared (no logprobs)")
+    elif found.spread_differing:
+        shown = ", ".join(found.spread_differing_ids[:3])
+        parts.append(f"{found.spread_differing} of {plural(found.spread_prompts, 'prompt')} "
+                     f"answered on several replicas differ between them ({shown}"
+                     f"{', ...' if found.spread_differing > 3 else ''}): the replicas "
+                     "do not agree")
+    else:
+        parts.append(f"the {plural(found.spread_prompts, 'prompt')} answered on several "
+                     "replicas agree")
+    for replica in found.replicas:
+        if replica.dropped:
+            parts.append(f"mid-run, {replica.dropped}; "
+                         "its requests went to the others")
+    return "; ".join(parts)

@@ -33,6 +33,7 @@ from ..triage.cells import CELL_AXES
 from ..triage.forced_figures import llama_cpp_sentence
 from .sentences import (
     agreement_sentence,
+    backends_warning,
     collapse_warning,
     collecting_speed,
     figure,
@@ -41,6 +42,7 @@ from .sentences import (
     order_floor_sentence,
     repeats_phrases,
     repeats_sent,
+    replicas_lines,
     task_lines,
     template_warning,
 )
@@ -160,6 +162,7 @@ def sheet_pieces(report_dir: str | Path, rubric: Rubric | str | Path | None = No
         template_warning=template_warning(summary),
         collapse_warning=collapse_warning(summary),
         sessions=summary.sessions,
+        backends_warning=backends_warning(summary), replicas_lines=replicas_lines(summary),
         count_tiles=_count_tiles(summary.counts),
         throughput_note="; ".join(collecting_speed(summary)),
         repeats_lines=[line for line in (repeats_sent(summary), *repeats_phrases(summary)[1:])

@@ -6,23 +6,38 @@ emptied first, where it can be). A probe is a target prompt (`prompt_id`, with
 `prefix` words put before its text) or a filler (`filler` words, no prompt id).
 
 Each answered target probe is an `Answer` (OUT/answers.jsonl, one per line): the
-factor and level it tests, its tokens and their logprobs, or its error.
+factor and level it tests, its tokens and their logprobs, or its error, the round it was
+sent in and its line in OUT/requests.jsonl. Every request sent is a `SentRequest`
+(OUT/requests.jsonl, in the order sent): its round, what was done before the round
+(`action`: "POST /flush_cache"), its exact JSON body (built as collect builds a body,
+streaming fields included) and what it was (a target, a filler, a sibling); a request
+is replayed from there (`quantcheck repro CERT_DIR PROMPT_ID`).
 
 certificate.json (`Certificate`, format "quantcheck-certificate/1"): the verdict, the
 statement and its statistics, each factor's levels (each tested, or not tested with
 its reason) and prompts, what a match meant per factor, examples of what differed,
-the cache control used, the preflight, the time taken and the control run's result.
+the cache control used, the cache's block, the preflight, the time taken and the
+control run's result (with its own figures per factor and level).
 
 Factors: `repeat` (each prompt alone, asked again), `stream` (streamed against whole),
 `batch` (inside a concurrent batch of `batch=B`), `prefix` (after a shared prefix of
 `prefix=L` words, the prefix cache off or emptied), `cache` (the same with the
-prefix cache on and the prefix already computed), `seed` (sampled at a temperature
-above 0 with the same `seed`, held to the first such answer).
+prefix cache on and the prefix already computed by a sibling), `warm` (the same request
+cold, the cache emptied, then warm from its own cached prompt: levels `cold` and
+`warm`, held to the first cold answer), `block` (a cached prefix of exactly `block=T`
+tokens, shared with a sibling that wrote it: one cache block and a token either side,
+held to the same request cold), `cobatch` (after a shared prefix of `prefix=L` words,
+sent at once with a sibling sharing it, both writing the cache, held to the `prefix`
+baseline), `order` (the prompts and a sibling after a shared prefix, one after another
+with the cache on, in other orders: `reordered`, held to the first order's answers),
+`seed` (sampled at a temperature above 0 with the same `seed`, held to the first such
+answer).
 
 A factor has planned levels (the plan's probes name them); each level is tested (it
 made comparisons) or not tested, with the reason (`LevelResult.not_tested`: it did
 not fit the server's context, the server refused it, the runtime cannot do it). A new
-factor is a new `Factor`, its rounds in the plan and its phrase in triage/certificate.py.
+factor is a new `Factor`, its rounds in the plan and its line in HELD_TO and PHRASES
+(triage/certificate_coverage.py).
 """
 
 from __future__ import annotations
@@ -30,7 +45,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -38,10 +53,15 @@ from ..errors import RunFormatError
 from .folder_kinds import CERTIFICATE_JSON as CERTIFICATE_JSON  # re-exported
 from .formats import CERTIFICATE_FORMAT, CertificateFormat, Count
 from .preflight_records import Preflight
-from .run_dir import read_json
+from .run_dir import jsonl_lines, read_json
 
-Factor = Literal["repeat", "stream", "batch", "prefix", "cache", "seed"]
-FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache", "seed")
+Factor = Literal["repeat", "stream", "batch", "prefix", "cache", "warm", "block", "cobatch",
+                 "order", "seed"]
+FACTORS: tuple[Factor, ...] = ("repeat", "stream", "batch", "prefix", "cache", "warm", "block",
+                               "cobatch", "order", "seed")
+# The factors that need the prefix cache emptied (or computed cold) and then on: not
+# tested where it can be neither
+CACHE_FACTORS: frozenset[Factor] = frozenset({"cache", "warm", "block", "cobatch", "order"})
 # "certified": every planned level tested and every comparison matched; "certified in
 # part": every comparison matched, some planned level not tested (`not_tested` says
 # which and why); "not certified": a mismatch, a failed request, or nothing compared
@@ -52,7 +72,7 @@ class Probe(msgspec.Struct, kw_only=True, frozen=True):
     """One request of the plan."""
 
     factor: Factor
-    level: str  # "alone", "streamed", "batch=8", "prefix=511", "seeded"
+    level: str  # "alone", "streamed", "batch=8", "prefix=511", "warm", "block=16", "seeded"
     trial: int = 0
     prompt_id: str = ""  # empty: a filler
     prefix: str = ""  # words before the prompt's text (prefix ladder)
@@ -62,6 +82,17 @@ class Probe(msgspec.Struct, kw_only=True, frozen=True):
     baseline: bool = False  # the answer the others of its prompt (and prefix) are held to
     seed: int | None = None  # sampled: this seed sent at `temperature` (else greedy)
     temperature: float = 0.0
+    # the prompt's request asking SIBLING_QUESTION instead, after the same prefix: it
+    # shares the prefix (and the prompt's template and system message), and is no answer
+    sibling: bool = False
+    # the prefix cut so that the request and its sibling share exactly this many tokens
+    # (the server's tokenizer counts them; `block`); 0: the prefix is sent whole
+    shared_tokens: int = 0
+
+    @property
+    def target(self) -> bool:
+        """A prompt's own request, whose answer is compared (not a filler or sibling)."""
+        return bool(self.prompt_id) and not self.sibling
 
 
 class Round(msgspec.Struct, kw_only=True, frozen=True):
@@ -80,6 +111,7 @@ class Plan(msgspec.Struct, kw_only=True):
     prefix_lengths: list[int]
     prompts: int
     rounds: list[Round]
+    block_lengths: list[int] = msgspec.field(default_factory=list)  # `block`'s tokens
 
     @property
     def requests(self) -> int:
@@ -88,7 +120,7 @@ class Plan(msgspec.Struct, kw_only=True):
     def levels(self, factor: Factor) -> list[str]:
         """The factor's planned levels, in the plan's order."""
         return list(dict.fromkeys(p.level for r in self.rounds for p in r.probes
-                                  if p.factor == factor and p.prompt_id))
+                                  if p.factor == factor and p.target))
 
 
 class Answer(msgspec.Struct, kw_only=True):
@@ -108,6 +140,41 @@ class Answer(msgspec.Struct, kw_only=True):
     # with --routed-experts: per generated token, a digest of the experts each layer
     # chose (equal digests, equal routing); empty when the server sent none
     routing: list[str] = msgspec.field(default_factory=list)
+    # the round it was sent in (0 first) and its line in requests.jsonl (0 first); None
+    # in answers written before requests were recorded
+    round: Count | None = None
+    request: Count | None = None
+    # the prompt tokens the server said it read from its cache (usage's
+    # prompt_tokens_details.cached_tokens); None when it did not say
+    cached_tokens: Count | None = None
+    shared_tokens: Count | None = None  # `block`: the tokens shared with its sibling
+
+
+Role = Literal["target", "filler", "sibling"]
+
+
+class SentRequest(msgspec.Struct, kw_only=True):
+    """One request as it was sent (requests.jsonl): in `round`, after `action` ("POST
+    /flush_cache" once before the round's requests, "" for none), all of a round's
+    requests at once; `starts_cold` where the plan empties the cache before the round
+    (by `action`, or, where the engine cannot, by computing its requests cold: their
+    bodies say so, as llama.cpp's `cache_prompt: false`); `body` exactly as it was sent
+    (streaming fields included), every value a credential could take cut out
+    (`redacted` says so)."""
+
+    index: Count  # its line, 0 first
+    round: Count
+    action: str = ""
+    starts_cold: bool = False
+    factor: Factor
+    level: str
+    trial: Count = 0
+    prompt_id: str = ""  # its prompt's (a sibling's too), "" for a filler
+    role: Role
+    api: Literal["chat", "completions"]
+    stream: bool = False
+    body: dict[str, Any]
+    redacted: bool = False
 
 
 class LevelResult(msgspec.Struct, kw_only=True):
@@ -197,6 +264,8 @@ class ControlResult(msgspec.Struct, kw_only=True):
     comparisons: Count
     tested: bool = True  # False: no answers, or too few to judge (`statement` says why)
     not_tested: list[Untested] = msgspec.field(default_factory=list)  # the control's own
+    # the control's own figures per factor and level, shown beside the target's
+    factors: list[FactorResult] = msgspec.field(default_factory=list)
 
 
 class Certificate(msgspec.Struct, kw_only=True):
@@ -219,6 +288,7 @@ class Certificate(msgspec.Struct, kw_only=True):
     prompts: Count
     prompts_varying: Count
     max_nondeterministic_prompts: int | None = None
+    max_untested_levels: int | None = None  # the limit it was made with (null: off)
     # the mismatch rate's 95% upper bound when none differed: 3/N (rule of three)
     rate_bound: float | None = None
     rate_bound_exact: float | None = None  # 1 - 0.05^(1/N), the exact binomial bound
@@ -232,6 +302,10 @@ class Certificate(msgspec.Struct, kw_only=True):
     seconds: float | None = None  # sending the plan took (its warm-up aside)
     estimated_seconds: float | None = None  # the estimate printed before it was sent
     cache_control: str  # how the prefix cache was turned off, or that it could not be
+    # the cache block the `block` factor's prefixes are cut at (tokens), and where it
+    # comes from ("the server says: ...", the engine's default); None: before it was said
+    cache_block_tokens: Count | None = None
+    cache_block: str = ""
     # how seeded sampling was tested ("seed 0 at temperature 1.0 ..."), or why it was not
     seed_control: str = ""
     factors: list[FactorResult]
@@ -262,6 +336,27 @@ def read_certificate(folder: Path) -> Certificate:
     if problem:
         raise RunFormatError(f"{path}: {problem}{hint}")
     return certificate
+
+
+ANSWERS_JSONL, REQUESTS_JSONL = "answers.jsonl", "requests.jsonl"
+RecordT = TypeVar("RecordT", Answer, SentRequest)
+
+
+def read_lines_of(path: Path, kind: type[RecordT]) -> list[RecordT]:
+    """Every line of a certificate's answers.jsonl or requests.jsonl as its record; a
+    line that is no such record is one RunFormatError naming the file, the line and the
+    field."""
+    if not path.is_file():
+        raise RunFormatError(f"{path}: not there (a certificate written before it was "
+                             "recorded? run `quantcheck determinism --certify` again)")
+    records = []
+    for number, _, data in jsonl_lines(path):
+        try:
+            records.append(msgspec.convert(data, kind))
+        except msgspec.ValidationError as exc:
+            raise RunFormatError(f"{path}:{number}: {exc} (not a line `quantcheck "
+                                 "determinism --certify` writes)") from None
+    return records
 
 
 def _named(ids: Sequence[str]) -> str:

@@ -46,6 +46,20 @@ class TokenizeEndpoint:
 
 
 @dataclass(frozen=True)
+class CacheBlocks:
+    """How an engine's prefix cache is cut: `tokens` a block unless the server says
+    otherwise (1: token by token, no block edge), where the server says its own size (a
+    field of its info answer, `info_field`, or a label of a Prometheus gauge, `metrics`:
+    the page's path, the gauge's name and the label), and `said`: where the size comes
+    from, in words."""
+
+    tokens: int
+    said: str
+    info_field: str | None = None
+    metrics: tuple[str, str, str] | None = None
+
+
+@dataclass(frozen=True)
 class LabDialect:
     """How the lab server writes what only a real client would see."""
 
@@ -103,6 +117,10 @@ class EngineProfile:
     routing_request: str | None = None  # the request field that asks for routing
     cache_off_field: str | None = None  # a body field that turns the prefix cache off
     cache_flush_path: str | None = None  # POST here empties the prefix cache
+    # what the server must be started with to answer the flush path, or why another
+    # way of emptying it is not used ("" when nothing is needed)
+    cache_flush_needs: str = ""
+    cache_blocks: CacheBlocks | None = None  # None: how its cache is cut is not known
     separate_finish_chunk: bool = False  # finish_reason in its own chunk, empty delta
     split_utf8: bool = False  # holds back split UTF-8: a token may not be valid text
     extra_alternative: bool = False  # sends k+1 alternatives (the sampled one added)
@@ -158,6 +176,10 @@ VLLM = EngineProfile(
     detokenize=("/detokenize", "prompt"), chat_template=TOKENIZE_MESSAGES,
     forced_mode=PROMPT_LOGPROBS, routing=ROUTING_WHOLE, cache_flush_path="/reset_prefix_cache",
     kv_cache_dtype_metric=("/metrics", "vllm:cache_config_info", "cache_dtype"),
+    # vllm/entrypoints/serve/cache: the route is added in development mode only
+    cache_flush_needs="vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1",
+    cache_blocks=CacheBlocks(16, "vLLM's --block-size (16 unless started otherwise)",
+                             metrics=("/metrics", "vllm:cache_config_info", "block_size")),
     top_logprobs_note="--max-logprobs, 20 unless started otherwise",
     lab=LabDialect(tool_call_id_prefix="chatcmpl-tool-", empty_tool_calls=True,
                    arguments_with_name=False, reasoning_always=True,
@@ -167,8 +189,12 @@ SGLANG = EngineProfile(
     info_paths=("/get_server_info", "/server_info"), version_at=("/get_server_info", "version"),
     kv_cache_dtype_at=("/get_server_info", "kv_cache_dtype"),
     detokenize=("/detokenize", "text"), chat_template=TOKENIZE_MESSAGES,
+    tokenize=TokenizeEndpoint("/tokenize", "prompt", wants_model=True),
     routing=ROUTING_STREAM_END, routing_request="return_routed_experts",
+    # it refuses while requests are running or waiting; the certificate sends none then
     cache_flush_path="/flush_cache", separate_finish_chunk=True,
+    cache_blocks=CacheBlocks(1, "SGLang's --page-size (1 unless started otherwise)",
+                             info_field="page_size"),
     lab=LabDialect(null_piece_fields=True, max_alternatives=5))
 LLAMA_CPP = EngineProfile(
     name="llama.cpp", label="llama.cpp", owned_by=("llamacpp",), info_paths=("/props",),
@@ -176,6 +202,13 @@ LLAMA_CPP = EngineProfile(
     tokenize=TokenizeEndpoint("/tokenize", "content", special_field="add_special",
                               special_default=False),
     chat_template=APPLY_TEMPLATE, forced_mode=TOKEN_IDS, cache_off_field="cache_prompt",
+    # POST /slots/ID?action=erase answers HTTP 501 unless started with --slot-save-path
+    # (measured here); a request with cache_prompt false reads nothing from the cache
+    # (and leaves its own prompt there for the next)
+    cache_flush_needs="its slot erase (POST /slots/ID?action=erase) needs --slot-save-path: "
+                      "cache_prompt false computes a request cold instead",
+    cache_blocks=CacheBlocks(1, "llama.cpp reuses a slot's cached tokens token by token "
+                                "(their longest common prefix with the prompt)"),
     separate_finish_chunk=True, split_utf8=True, token_ids_in_entries=True,
     legacy_logprobs=ENTRIES, gguf_names=True,
     cannot=("MoE routing",),

@@ -21,6 +21,8 @@ from .files import LOCK_FILE, storage_error
 from .run_dir import (
     Manifest,
     RecordNotStorable,
+    Replica,
+    Replication,
     Run,
     RunCounts,
     RunWriter,
@@ -231,8 +233,21 @@ def _merged_manifest(runs: list[Run], prompts: list[Prompt]) -> Manifest:
         counts=RunCounts(requests=sum(c.requests for c in counts if c),
                          ok=sum(c.ok for c in counts if c),
                          failed=sum(c.failed for c in counts if c))
-        if all(counts) else None)
+        if all(counts) else None,
+        replication=_merged_replication(runs))
     return merged
+
+
+def _merged_replication(runs: list[Run]) -> Replication | None:
+    """The shards' replicas, each once (a shard's records name the one that answered)."""
+    found = [run.manifest.replication for run in runs if run.manifest.replication]
+    if not found:
+        return None
+    replicas: dict[str, Replica] = {}
+    for replication in found:
+        for replica in replication.replicas:
+            replicas.setdefault(replica.endpoint, replica)
+    return msgspec.structs.replace(found[0], replicas=list(replicas.values()))
 
 
 def _status_rank(status: str) -> int:

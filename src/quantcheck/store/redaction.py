@@ -38,7 +38,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 REDACTED = "***"
 MIN_SECRET = 6  # a shorter "secret" (a flag's "1") would blank ordinary text
@@ -118,6 +118,25 @@ def key_like(value: str) -> bool:
     return any(len(run) >= LONG_RUN or (len(run) >= KEY_RUN and not run.isalpha()
                                         and not run.isdigit())
                for run in _RUNS.findall(value))
+
+
+def public_url(endpoint: str) -> str:
+    """The endpoint without credentials, query string or fragment, and with each path
+    segment that looks like a key cut (`http://host/sk-.../v1` -> `http://host/***/v1`;
+    key_like): safe to write to a manifest (an IPv6 address keeps its
+    brackets). A URL that cannot be split (the client's api_base refuses it) is shown as its scheme
+    only, `http://?`: nothing else of it is known to be safe."""
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port
+    except ValueError:
+        return endpoint.split("://", 1)[0] + "://?"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if port:
+        host = f"{host}:{port}"
+    return redact_url_path(urlunsplit((parts.scheme, host, parts.path, "", "")))
 
 
 def redact_url_path(url: str) -> str:

@@ -526,6 +526,61 @@ class ToolSession(msgspec.Struct, kw_only=True):
     sentence: str
 
 
+class Backend(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One backend a side's answers named (summary.json's `backends.X.backends`): the
+    fields that name it as they were sent (absent: not sent), how many successful
+    requests named it, and on which replicas."""
+
+    model: str | None = None
+    system_fingerprint: str | None = None
+    weight_version: str | None = None
+    requests: Count
+    replicas: list[str] = []
+
+
+class ReplicaAnswers(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One replica of a side (summary.json's `backends.X.replicas`): its successful and
+    failed requests, how many backends its answers named, and, when it stopped
+    answering in the middle of the last pass, why."""
+
+    endpoint: str
+    requests: Count
+    failed: Count = 0
+    backends: Count = 0
+    dropped: str | None = None
+
+
+class SideBackends(msgspec.Struct, kw_only=True):
+    """Who answered a side (summary.json's `backends.a` / `.b`), read from its records:
+    every distinct backend (`model`, `system_fingerprint`, `weight_version` as the
+    answers named them); `mixed` when a field named by the answers takes more than one
+    value (`differs` names those fields; a field an answer leaves out is no
+    difference; `other_backends`: the requests of backends beyond the 256 told apart,
+    each field kept to its first 200 characters); for a side served by several URLs,
+    each replica, how many prompts
+    were answered on more than one (`spread_prompts`) and how many of those gave other
+    answers on one replica than on another (`spread_differing`, by token signature;
+    null without logprobs)."""
+
+    backends: list[Backend] = []
+    mixed: bool = False
+    differs: list[str] = []
+    other_backends: Count = 0  # requests of backends beyond the first 256 told apart
+    replicas: list[ReplicaAnswers] = []
+    spread: str | None = None  # the run's replica spread: prompt | repeat
+    spread_prompts: Count = 0
+    spread_differing: Count | None = None
+    spread_differing_ids: list[str] = []  # the first few
+
+    @property
+    def replicas_agree(self) -> bool | None:
+        """The replicas answered as one backend and, where they answered one prompt,
+        alike; None for a side of one URL."""
+        if not self.replicas:
+            return None
+        return not self.mixed and not self.spread_differing
+
+
 class Summary(msgspec.Struct, kw_only=True):
     """summary.json: every total a reader shows (terminal, sheet, gate)."""
 
@@ -554,6 +609,8 @@ class Summary(msgspec.Struct, kw_only=True):
     judge: JudgeFigures | None = None  # with --judge
     sessions: list[ToolSession] = []  # tool sessions the prompt sets replay, turn by turn
     evaluation: Evaluation | None = None  # both sides imported from eval logs
+    # who answered each side ({} in a report made before it was recorded)
+    backends: dict[str, SideBackends] = {}
 
 
 class CandidateRow(msgspec.Struct, kw_only=True):

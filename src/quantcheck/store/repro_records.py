@@ -8,18 +8,26 @@ credentials, no query), the `body` file (the exact JSON body sent, streaming fie
 included when the request streamed), the `answer` file (the recorded answer's text,
 its exact UTF-8 bytes), `together` (body files of the other requests sent at the same
 moment, as a batch's other members), `before` (a request to send first and wait for,
-as "POST /flush_cache"), and the serving `cell`. `divergence` says where the recorded
-answers of the first two requests part.
+as "POST /flush_cache"), `preceded` (body files sent one after another after `before`
+and before it, their answers set aside: what wrote the prefix cache it reads, as a
+certificate's cold request before its warm one), and the serving `cell`. `divergence`
+says where the recorded answers of the first two requests part.
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from ..errors import QuantcheckError
 from .formats import REPRO_FORMAT, ReproFormat
 from .run_dir import Cell
 
 REPRO_JSON = "repro.json"
+
+
+class ReproUnavailable(QuantcheckError):
+    """What a repro needs is not there (a run, the prompt, its answer, a certificate's
+    recorded requests), or is not what quantcheck writes."""
 
 
 class ReproRequest(msgspec.Struct, kw_only=True):
@@ -32,6 +40,7 @@ class ReproRequest(msgspec.Struct, kw_only=True):
     stream: bool = False
     together: list[str] = []
     before: str = ""
+    preceded: list[str] = []
     model: str = ""
     runtime: str | None = None
     cell: Cell = {}

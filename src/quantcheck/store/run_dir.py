@@ -142,6 +142,37 @@ class CacheControl(msgspec.Struct, kw_only=True):
     how: str
 
 
+class Replica(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One URL of a side served by several (manifest.json's `replication.replicas`): its
+    public URL, what it said of itself when it was checked against the first (its
+    runtime and version, its serving cell's key, and the `model`, `system_fingerprint`
+    and `weight_version` its answer to a one-token probe named), and, when it stopped
+    answering in the middle of the pass, why (its requests went to the others)."""
+
+    endpoint: str
+    runtime: str | None = None
+    runtime_version: str | None = None
+    cell_key: str | None = None
+    model: str | None = None
+    system_fingerprint: str | None = None
+    weight_version: str | None = None
+    dropped: str | None = None
+
+
+class Replication(msgspec.Struct, kw_only=True):
+    """How a side's requests were spread over several URLs that serve one configuration
+    (manifest.json's `replication`; null for a side of one URL): `spread` is `prompt`
+    (a prompt's repeats on one replica) or `repeat` (a prompt's repeats on different
+    replicas), `replicas` each URL as it was checked, `checked` what was compared
+    between them before any prompt was sent, and `not_checked` what could not be, and
+    why."""
+
+    spread: str = "prompt"
+    replicas: list[Replica] = []
+    checked: list[str] = []
+    not_checked: list[str] = []
+
+
 class RunCounts(msgspec.Struct):
     requests: int
     ok: int
@@ -171,6 +202,13 @@ class Manifest(msgspec.Struct, kw_only=True):
     counts: RunCounts | None = None
     cache: CacheControl | None = None  # None: a run made before it was recorded, or imported
     evaluation: EvalSource | None = None  # a run imported from an eval harness's log
+    replication: Replication | None = None  # a side served by several URLs
+
+    def served_by(self) -> list[str]:
+        """The public URLs the run's requests went to: its replicas, or its endpoint."""
+        if self.replication is not None and self.replication.replicas:
+            return [replica.endpoint for replica in self.replication.replicas]
+        return [self.endpoint]
 
     def identity(self) -> dict[str, object]:
         """What must match for a resume: not concurrency, timeouts, retries, repeats or
@@ -209,6 +247,11 @@ class CompletionLine(msgspec.Struct, kw_only=True):
     routing_unusable: str | None = None  # why a routing that came could not be right
     scores: dict[str, float] | None = None  # an imported eval log's scores (Completion)
     answer: str | None = None
+    # what names the backend that answered (compare counts the backends of a side)
+    model: str | None = None
+    system_fingerprint: str | None = None
+    weight_version: str | None = None
+    replica: str | None = None  # the replica that answered, on a side with several
 
     @property
     def n_tokens(self) -> int | None:

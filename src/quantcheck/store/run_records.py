@@ -382,6 +382,10 @@ class Completion:
     # metric, and the part of the answer it scored (its filtered response)
     scores: dict[str, float] | None = None
     answer: str | None = None
+    # which weights answered, where the engine names them (SGLang's weight_version)
+    weight_version: str | None = None
+    # the replica that answered (its public URL), when the side has several
+    replica: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -409,6 +413,6 @@ class Completion:
         return cls(**fields)
 
 
-_WRITTEN_WHEN_SET = ("routing_unusable", "scores", "answer")
+_WRITTEN_WHEN_SET = ("routing_unusable", "scores", "answer", "weight_version", "replica")
 _COMPLETION_FIELDS = [name for name in Completion.__dataclass_fields__
                       if name not in _WRITTEN_WHEN_SET]

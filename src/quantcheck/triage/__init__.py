@@ -2,5 +2,4 @@
 expects, the code sandbox, the summary's totals, statistics, teacher-forced figures,
 routing, determinism, serving cells, chat templates, tokenizer agreement, log
 signatures, approvals, the judge's questions and verdicts (judging) and its agreement with
-reviewers.
-Imports store and errors; never the network, never rendering."""
+reviewers. What it may import: the layer map in docs/development.md."""

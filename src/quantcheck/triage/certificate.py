@@ -230,21 +230,32 @@ def _level_number(level: str) -> int:
     return int(level.split("=", 1)[1]) if "=" in level else 0
 
 
+# What a varying factor with levels of no number says
+FIXED_PHRASES: dict[Factor, str] = {
+    "repeat": "varies with no batch factor: identical requests sent one at a time differ",
+    "stream": "streamed and whole answers differ",
+    "seed": "seed not honoured: sampled answers with the same seed differ",
+    "order": "varies with the requests' order: a cached prefix written by another "
+             "request gives another answer",
+}
+
+
 def explain_factor(factor: Factor, levels: Sequence[LevelResult],
                    prefix_levels: Sequence[LevelResult] = ()) -> str:
     """What a factor's levels say, in one phrase."""
     varying = [r.level for r in levels if r.mismatches]
     if not varying:
         return "no variation" if any(r.comparisons for r in levels) else "not tested"
-    if factor == "repeat":
-        return "varies with no batch factor: identical requests sent one at a time differ"
-    if factor == "stream":
-        return "streamed and whole answers differ"
-    if factor == "seed":
-        return "seed not honoured: sampled answers with the same seed differ"
+    if factor in FIXED_PHRASES:
+        return FIXED_PHRASES[factor]
+    if factor == "warm":
+        if "cold" in varying:
+            return "cold requests differ from each other: cold and warm cannot be told apart"
+        return "varies only when a request is served warm, from its own cached prompt"
     numbers = [_level_number(level) for level in varying]
     tested = [_level_number(r.level) for r in levels if r.comparisons]
     from_all = all(n in numbers for n in tested if n >= min(numbers))
+    at = f">= {min(numbers)}" if from_all else ", ".join(map(str, numbers))
     if factor == "batch":
         if from_all:
             return f"varies only when batch size >= {min(numbers)}"
@@ -252,8 +263,15 @@ def explain_factor(factor: Factor, levels: Sequence[LevelResult],
     if factor == "prefix":
         return "varies after a shared prefix of " + ", ".join(map(str, numbers)) + \
             " words with the prefix cache off"
+    if factor == "block":
+        others = [str(n) for n in tested if n not in numbers]
+        return (f"varies when a cached prefix of {', '.join(map(str, numbers))} tokens is "
+                "read" + (f" (not at {', '.join(others)})" if others else ""))
     cache_off_varies = any(r.mismatches for r in prefix_levels)
-    at = f">= {min(numbers)}" if from_all else ", ".join(map(str, numbers))
+    if factor == "cobatch":
+        said = (f"varies when a sibling writing the shared prefix into the cache is sent at "
+                f"once (prefix {at} words)")
+        return said + (", and with the prefix cache off" if cache_off_varies else "")
     if cache_off_varies:
         return f"varies with the prefix cache on (prefix {at} words), and with it off"
     return f"varies only when a shared prefix is cached (prefix {at} words)"
@@ -346,11 +364,23 @@ def factor_result(factor: Factor, found: Sequence[Comparison], levels: list[Leve
         text_only=sum(c.by_text for c in found))
 
 
+def block_phrase(tokens: int | None, said: str, plan: Plan) -> str:
+    """Where the cache block comes from, and the prefixes the `block` factor cut."""
+    lengths = ", ".join(map(str, plan.block_lengths))
+    if not said or not lengths:
+        return said
+    edge = " (no block edge: tested at vLLM's default block)" if tokens is not None \
+        and tokens <= 1 else ""
+    return f"{said}; the block factor's cached prefixes: {lengths} tokens{edge}"
+
+
 def certify(answers: Sequence[Answer], plan: Plan, failed: int, endpoint: str, model: str,
             runtime: str | None, cache_control: str, seed_control: str = "",
-            untested: Mapping[tuple[Factor, str], str] | None = None) -> Certificate:
+            untested: Mapping[tuple[Factor, str], str] | None = None,
+            cache_block: tuple[int | None, str] = (None, "")) -> Certificate:
     """The certificate of one endpoint's answers to `plan`; `untested`: why each level
-    not sent (or refused) was not tested."""
+    not sent (or refused) was not tested; `cache_block`: the block its `block` factor's
+    prefixes were cut at, and where that comes from."""
     untested = untested or {}
     found = comparisons(answers, untested)
     factors: list[FactorResult] = []
@@ -385,5 +415,6 @@ def certify(answers: Sequence[Answer], plan: Plan, failed: int, endpoint: str, m
         explanation=explanation, batch_sizes=plan.batch_sizes,
         prefix_lengths=plan.prefix_lengths, trials=plan.trials, seed=plan.seed,
         requests=plan.requests, planned_requests=plan.requests, cache_control=cache_control,
+        cache_block_tokens=cache_block[0], cache_block=block_phrase(*cache_block, plan),
         seed_control=seed_control, factors=factors,
         prompt_results=prompt_results(found), examples=_examples(found))

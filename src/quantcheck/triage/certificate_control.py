@@ -1,7 +1,8 @@
 """A determinism certificate's control, as the certificate reports it: detected when
 it varied; not tested when it could show nothing (no comparison, or requests
 unanswered where nothing varied: what did not answer might have varied), or when its
-run stopped or has not run yet; its own untested levels said beside its result."""
+run stopped or has not run yet; its own untested levels said beside its result, its
+figures per factor and level kept beside the target's."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def control_result(control: Certificate) -> ControlResult:
     return ControlResult(endpoint=control.endpoint, detected=control.mismatches > 0,
                          statement=why or control.statement, mismatches=control.mismatches,
                          comparisons=control.comparisons, tested=why is None,
-                         not_tested=control.not_tested)
+                         not_tested=control.not_tested, factors=control.factors)
 
 
 def untested_control(endpoint: str, why: str) -> ControlResult:

@@ -18,7 +18,9 @@ from ..store.certificate_records import Factor, FactorResult, Untested, Verdict
 # level where the flag is set (a prefix's length), else at its one level.
 HELD_TO: dict[Factor, tuple[Factor, bool]] = {
     "repeat": ("repeat", False), "stream": ("repeat", False), "batch": ("repeat", False),
-    "seed": ("seed", False), "prefix": ("prefix", True), "cache": ("prefix", True)}
+    "seed": ("seed", False), "prefix": ("prefix", True), "cache": ("prefix", True),
+    "warm": ("warm", False), "block": ("block", True), "cobatch": ("prefix", True),
+    "order": ("order", False)}
 
 # How a factor's levels read: the words before the levels' numbers, their unit and the
 # words after; a level without a number ("alone") reads as the first words alone.
@@ -28,6 +30,10 @@ PHRASES: dict[Factor, tuple[str, str, str]] = {
     "batch": ("batch sizes", "", ""),
     "prefix": ("shared prefixes of", "word", "with the prefix cache off"),
     "cache": ("cached shared prefixes of", "word", ""),
+    "warm": ("cold against warm requests (its own prompt cached)", "", ""),
+    "block": ("cached prefixes of", "token", "(a cache block and a token either side)"),
+    "cobatch": ("shared prefixes of", "word", "sent at once with a sibling writing them"),
+    "order": ("requests in other orders after a cached shared prefix", "", ""),
     "seed": ("seeded sampling", "", ""),
 }
 

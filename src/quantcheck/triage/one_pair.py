@@ -1,4 +1,4 @@
-"""Judge one prompt: A's and B's records of it in, its row of pairs.csv (`PairRow`) and
+"""Triage one prompt: A's and B's records of it in, its row of pairs.csv (`PairRow`) and
 its line of details.jsonl (`PairDetails`) out."""
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from .signals import (
 from .templates import last_user_message, template_signs
 
 
-def judge_pair(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
-               a_records: list[SideRecord] | None, b_records: list[SideRecord] | None,
-               token_level: bool, run_code: CodeRunner | None) -> tuple[PairRow, PairDetails]:
+def triage_pair(prompt_id: str, prompt: Prompt | None, a: Side, b: Side,
+                a_records: list[SideRecord] | None, b_records: list[SideRecord] | None,
+                token_level: bool, run_code: CodeRunner | None) -> tuple[PairRow, PairDetails]:
     """The pair's row and details; only a `compared` pair (both sides answered repeat
     0 of the same prompt) is triaged."""
     row = PairRow(prompt_id=prompt_id, category=prompt.category if prompt else "",

@@ -22,7 +22,7 @@ from .approvals import Approval, apply_approvals, load_approvals
 from .evaluations import check_pairing, evaluation_of
 from .expects import CodeRunner
 from .forced_figures import NOT_SCORED, ForcedColumns, all_kl, pair_columns
-from .one_pair import judge_pair
+from .one_pair import triage_pair
 from .parallel import ordered_chunks
 from .sandbox import Limits, code_execution, code_runner
 from .searches import begin
@@ -44,7 +44,7 @@ def compare(a: str | Path | Side, b: str | Path | Side, sig_digits: int = 12,
     `jobs`: processes for the signatures and the pairs (available_cores(): all)."""
     side_a, side_b = resolve_sides(a, b, sig_digits, prompts, jobs)
     with side_a, side_b:
-        rows = [row for chunk, _ in judged_chunks(side_a, side_b, code_runner(code_exec), jobs)
+        rows = [row for chunk, _ in triaged_chunks(side_a, side_b, code_runner(code_exec), jobs)
                 for row in chunk]
     apply_approvals(rows, load_approvals(Path(approvals) if approvals else None))
     return pair_frame(rows)
@@ -71,28 +71,28 @@ def _is_texts(source: str | Path | Side) -> bool:
     return not isinstance(source, Side) and Path(source).suffix == ".json"
 
 
-def judged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: int = 1
-                  ) -> Iterator[tuple[list[PairRow], list[PairDetails]]]:
-    """The pairs in prompt order, CHUNK_PAIRS at a time: their rows and details; judged
+def triaged_chunks(a: Side, b: Side, run_code: CodeRunner | None = None, jobs: int = 1
+                   ) -> Iterator[tuple[list[PairRow], list[PairDetails]]]:
+    """The pairs in prompt order, CHUNK_PAIRS at a time: their rows and details; triaged
     in `jobs` processes."""
     token_level = token_metrics_withheld(a, b) is None
 
-    def judge(keys: Sequence[int]) -> list[tuple[PairRow, PairDetails]]:
-        judged = []
+    def triage(keys: Sequence[int]) -> list[tuple[PairRow, PairDetails]]:
+        triaged = []
         for key in map(int, keys):
             prompt = a.prompt_by_key(key) or b.prompt_by_key(key)
             prompt_id = prompt_id_of(a, b, key)
             assert prompt_id is not None  # every key in the order has a prompt or records
-            judged.append(judge_pair(prompt_id, prompt, a, b, a.records(prompt_id, key),
-                                     b.records(prompt_id, key), token_level, run_code))
-        return judged
+            triaged.append(triage_pair(prompt_id, prompt, a, b, a.records(prompt_id, key),
+                                       b.records(prompt_id, key), token_level, run_code))
+        return triaged
 
     a.close()  # each worker opens the runs' files itself (a shared offset would race)
     b.close()
     begin()  # the comparison's pattern searches: one budget, before the workers fork
     order = cast("Sequence[int]", prompt_order(a, b))  # an array slices as a sequence does
-    for judged in ordered_chunks(judge, order, jobs, CHUNK_PAIRS):
-        yield [row for row, _ in judged], [details for _, details in judged]
+    for triaged in ordered_chunks(triage, order, jobs, CHUNK_PAIRS):
+        yield [row for row, _ in triaged], [details for _, details in triaged]
 
 
 def prompt_order(a: Side, b: Side) -> np.ndarray:
@@ -151,7 +151,7 @@ def write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, Appr
     totals = PairTotals()
     make_directory(out)
     with side_a, side_b, writing_pairs(out) as writer:
-        for rows, details in judged_chunks(side_a, side_b, code_runner(code_exec), jobs):
+        for rows, details in triaged_chunks(side_a, side_b, code_runner(code_exec), jobs):
             apply_approvals(rows, approvals)
             if forced_summary is not None:
                 _add_forced(rows, forced_columns)

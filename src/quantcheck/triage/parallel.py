@@ -4,7 +4,7 @@ The work function, and the state it closes over (a side's index, its open prompt
 set), reach the workers by fork: copy-on-write, nothing large is pickled; only each
 chunk and its results travel. Results come back in the items' order. With one job, or
 fewer than MIN_ITEMS items, everything runs in this process: starting a pool costs
-about 20 ms per worker here, more than judging a few dozen pairs.
+about 20 ms per worker here, more than triaging a few dozen pairs.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import orjson
 
 from ..errors import RunFormatError
 from ..store.preflight_records import Fingerprint, Preflight
-from ..store.report_records import SidePerformance
+from ..store.report_records import SideBackends, SidePerformance
 from ..store.run_dir import (
     COMPLETIONS,
     MAX_LINE_BYTES,
@@ -46,6 +46,7 @@ from ..store.run_dir import (
     shared_key,
 )
 from ..store.run_records import Prompt, Tokens
+from .backends import BackendKey, BackendTally
 from .parallel import ordered_map
 from .routing import problem as routing_problem
 
@@ -124,6 +125,7 @@ class Side:
     completions_path: Path | None = None
     text_only: bool = False
     unanswered: int = 0  # requests of the run without a successful record
+    backends: SideBackends | None = None  # who answered (a run's records say; None: texts)
     texts: list[str] | None = None  # a texts file's, and the ids it names them by
     text_ids: list[str] | None = None
     _lines: IO[bytes] | None = field(default=None, repr=False)
@@ -335,12 +337,15 @@ def load_side(source: str | Path, sig_digits: int = 12,
                 completions_path=completions)
     _refuse_duplicates(side, requests)
     side.unanswered = requests.unanswered(prompt_lines, manifest.parameters.repeats)
+    side.backends = requests.backends(side)
     return side
 
 
 # A completions.jsonl line as the index reads it: its prompt's key, its offset, its
-# token reference (for the signature), and what the side's request counts need.
-_Row = tuple[int, int, Mapping[str, object] | None, bool, int, float, float, float]
+# token reference (for the signature), what the side's request counts need, and the
+# replica and backend that answered it.
+_Row = tuple[int, int, Mapping[str, object] | None, bool, int, float, float, float,
+             str | None, BackendKey]
 
 
 def _signatures_of(rows: list[_Row], run_dir: Path, digits: int, jobs: int) -> list[int]:
@@ -377,10 +382,12 @@ class _Requests:
         self.keys, self.offsets, self.signatures = array("q"), array("q"), array("q")
         self.ok, self.repeats = array("b"), array("q")
         self.tokens, self.ttft, self.e2e = array("d"), array("d"), array("d")
+        self.tally = BackendTally()
 
     def add(self, rows: list[_Row], signatures: list[int]) -> None:
-        for (key, offset, _, ok, repeat, tokens, ttft, e2e), found in zip(
+        for (key, offset, _, ok, repeat, tokens, ttft, e2e, replica, backend), found in zip(
                 rows, signatures, strict=True):
+            self.tally.add(ok, replica, backend)
             self.keys.append(key)
             self.offsets.append(offset)
             self.signatures.append(found)
@@ -416,6 +423,17 @@ class _Requests:
             ttft_p50_s=_percentile(ttft[~np.isnan(ttft)], 50),
             e2e_p50_s=_percentile(e2e[timed], 50), e2e_p99_s=_percentile(e2e[timed], 99),
             output_tokens_per_s=rate if rate is not None and math.isfinite(rate) else None)
+
+    def backends(self, side: Side) -> SideBackends:
+        """Who answered the side (triage/backends.py)."""
+        offsets = self.column("offsets")
+
+        def prompt_id(row: int) -> str:
+            line = side._line_at(int(offsets[row]))
+            return line.prompt_id if line is not None else ""
+
+        return self.tally.side(side.manifest, self.column("keys"), self.column("ok"),
+                               self.column("signatures"), MISSING_DIGEST, prompt_id)
 
     def answered(self) -> tuple[np.ndarray, np.ndarray]:
         """The successful requests' keys and repeats."""
@@ -484,7 +502,8 @@ def _index_rows(path: Path) -> Iterator[_Row]:
                 raise RunFormatError(f"{path}:{number}: not a completion record")
             yield (prompt_key(line.prompt_id), start, line.tokens, line.error is None,
                    line.repeat, _number(line.n_tokens), _number(line.ttft_s),
-                   _number(line.e2e_s))
+                   _number(line.e2e_s), line.replica,
+                   (line.model, line.system_fingerprint, line.weight_version))
 
 
 def _number(value: float | None) -> float:
@@ -500,8 +519,8 @@ def _texts_side(path: Path, prompts: Mapping[str, Prompt] | None) -> Side:
         raise RunFormatError(f"{path}: {len(texts)} texts for {len(ids)} prompts; a texts "
                              "file lists one text per prompt, in prompt order")
     requests = _Requests()
-    requests.add([(prompt_key(i), n, None, True, 0, math.nan, math.nan, math.nan)
-                  for n, i in enumerate(ids)], [MISSING_DIGEST] * len(ids))
+    requests.add([(prompt_key(i), n, None, True, 0, math.nan, math.nan, math.nan, None,
+                   (None, None, None)) for n, i in enumerate(ids)], [MISSING_DIGEST] * len(ids))
     label = path.name.removesuffix(".json").removesuffix(".texts")
     return Side(label=label, prompts=prompts or {}, text_only=True, index=requests.index(),
                 performance=requests.performance(), texts=texts, text_ids=ids)

@@ -1,4 +1,4 @@
-"""Pure functions that judge one pair: divergence, drift, degenerate output, flips."""
+"""Pure functions that read one pair: divergence, drift, degenerate output, flips."""
 
 from __future__ import annotations
 

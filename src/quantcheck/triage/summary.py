@@ -218,7 +218,9 @@ class PairTotals:
                          for name, side in (("a", a), ("b", b))},
             drift=self._drift(), stats=self.statistics() if statistics else Stats(None, {}),
             performance=performance, preflight=_preflight(a, b), throughput=_throughput(a, b),
-            sessions=self.sessions(a, b))
+            sessions=self.sessions(a, b),
+            backends={name: side.backends for name, side in (("a", a), ("b", b))
+                      if side.backends is not None})
 
     def statistics(self) -> Stats:
         stats = paired_statistics(self.pass_counts.tolist(),

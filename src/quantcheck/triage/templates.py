@@ -1,4 +1,4 @@
-"""Chat templates, judged offline: the turn markers of the common template families,
+"""Chat templates, read offline: the turn markers of the common template families,
 which of them a rendered prompt or an answer holds, whether an answer echoes its
 question, a rendering's identity (for the serving cell), and the runtimes' known
 fallback templates.

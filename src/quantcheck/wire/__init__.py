@@ -1,2 +1,2 @@
 """The HTTP client and every server dialect (requests out, answers normalized).
-Imports store and errors."""
+What it may import: the layer map in docs/development.md."""

@@ -17,15 +17,14 @@ has credentials cut out (store.redaction).
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 import time
 import warnings
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -35,8 +34,8 @@ from ..store.redaction import (
     CredentialsIgnored,
     basic_token,
     password_forms,
+    public_url,
     redact,
-    redact_url_path,
     url_secrets,
 )
 from ..store.run_records import DEFAULT_MAX_RESPONSE_MB
@@ -124,25 +123,6 @@ def generation_url(endpoint: str, api: str) -> str:
 def streamed(body: Mapping[str, object]) -> dict[str, object]:
     """A generation body as it is sent streamed: the usage asked for in the last chunk."""
     return {**body, "stream": True, "stream_options": {"include_usage": True}}
-
-
-def public_url(endpoint: str) -> str:
-    """The endpoint without credentials, query string or fragment, and with each path
-    segment that looks like a key cut (`http://host/sk-.../v1` -> `http://host/***/v1`;
-    store.redaction.key_like): safe to write to a manifest (an IPv6 address keeps its
-    brackets). A URL that cannot be split (api_base refuses it) is shown as its scheme
-    only, `http://?`: nothing else of it is known to be safe."""
-    try:
-        parts = urlsplit(endpoint)
-        port = parts.port
-    except ValueError:
-        return endpoint.split("://", 1)[0] + "://?"
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if port:
-        host = f"{host}:{port}"
-    return redact_url_path(urlunsplit((parts.scheme, host, parts.path, "", "")))
 
 
 def split_credentials(endpoint: str) -> tuple[str, str | None]:
@@ -551,28 +531,3 @@ def rejection_advice(message: str, body: Mapping[str, object]) -> ParameterRejec
         return ParameterRejected(f"the server rejected a request parameter: {message}",
                                  f"--extra-body '{{{drop}}}' to leave it out.")
     return ParameterRejected(f"the server rejected the request (HTTP 400): {message}")
-
-
-T = TypeVar("T")
-
-
-async def all_or_none(coroutines: Iterable[Awaitable[T]]) -> list[T]:
-    """asyncio.gather that cancels the others when one fails, and raises that error.
-    gather leaves them running: inside `async with EndpointClient` one of them could
-    start a request after the client closed, opening a session nothing closes."""
-    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
-    try:
-        return await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def api_key_from_env(variable: str | None) -> str | None:
-    if not variable:
-        return None
-    key = os.environ.get(variable)
-    if key is None:
-        raise EndpointError(f"--api-key-env {variable}: that environment variable is not set")
-    return key

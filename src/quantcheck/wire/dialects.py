@@ -64,6 +64,7 @@ class Generation:
     usage: dict[str, object] | None = None
     model: str | None = None
     system_fingerprint: str | None = None
+    weight_version: str | None = None  # SGLang's metadata.weight_version
     tool_calls: list[ToolCall] = field(default_factory=list)
     # MoE routing as sent: (rows, layers, k) from vLLM, flat int32 from SGLang; or why
     # what was sent is no routing (routing.py)
@@ -146,6 +147,7 @@ class _Body(msgspec.Struct):
     error: object = None
     choices: list[_Choice] | None = None
     sglext: _SglExt | None = None
+    metadata: object = None  # SGLang: {"weight_version": ...}, whole answers only
 
 
 _BODY = msgspec.json.Decoder(_Body)
@@ -293,6 +295,7 @@ def _generation(bodies: list[_Body], top_k: int) -> Generation:
         if finish_reasons else None,
         model=_last([body.model for body in bodies]),
         system_fingerprint=_last([body.system_fingerprint for body in bodies]),
+        weight_version=_weight_version(_last([body.metadata for body in bodies])),
         usage=_storable_usage(_last([body.usage for body in bodies])),
         tool_calls=_tool_calls([m for m in messages if m]))
     logprobs = [choice.logprobs for choice in choices if choice.logprobs]
@@ -481,6 +484,15 @@ def _storable_usage(usage: dict[str, object] | None) -> dict[str, object] | None
     except orjson.JSONEncodeError as exc:
         raise MalformedResponse(f"the usage object cannot be stored: {exc}") from None
     return usage
+
+
+def _weight_version(metadata: object) -> str | None:
+    """SGLang's `metadata.weight_version`: which weights answered (it changes when
+    weights are updated in place); None when the answer names none."""
+    if not isinstance(metadata, dict):
+        return None
+    version = metadata.get("weight_version")
+    return version if isinstance(version, str) and version else None
 
 
 def _last(values: list[_Value | None]) -> _Value | None:
