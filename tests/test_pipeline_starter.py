@@ -388,12 +388,18 @@ def fresh_python(folder: Path) -> Path:
     """A new virtual environment, as setup-python leaves a runner (its own python3 and
     pip, no quantcheck); the test interpreter's packages are visible to it, so that
     quantcheck's dependencies are there and pip downloads at most a build backend. Its
-    bin folder."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)],
-                   check=True, capture_output=True, timeout=300)
+    pip is the test interpreter's pip package run by its own python3 (what ensurepip
+    would copy in: the same release, 3.4 s of the environment's 3.4 s here). Its bin
+    folder."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(folder)], check=True, capture_output=True, timeout=300)
     site = sysconfig.get_paths(vars={"base": str(folder), "platbase": str(folder)})["purelib"]
     (Path(site) / "_test_interpreter.pth").write_text(
         "".join(f"{path}\n" for path in sysconfig_site_packages()))
+    pip = folder / "bin" / "pip"  # the script pip's own installer writes
+    pip.write_text(f"#!{folder / 'bin' / 'python'}\nimport sys\n"
+                   "from pip._internal.cli.main import main\nsys.exit(main())\n")
+    pip.chmod(0o755)
     return folder / "bin"
 
 

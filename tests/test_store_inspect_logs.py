@@ -8,6 +8,7 @@ import io
 import json
 import shutil
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +17,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import EvalLogError, QuantcheckError
-from quantcheck.lab.scripted import ScriptedModel
+from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.store.eval_runs import write_eval_run
 from quantcheck.store.inspect_logs import is_inspect, open_inspect, value_to_float
 
-from .conftest import FIXTURES, Serve
-from .harnesses import run_inspect, write_inspect_task
+from .conftest import FIXTURES
+from .harnesses import InspectRun, run_inspects, write_inspect_task
 
 OLD = FIXTURES / "evals" / "inspect-0.3.150"
 ROWS = [{"id": "add", "input": "What is 2 plus 3?", "target": "5"},
         {"id": "capital", "input": "What is the capital of France?", "target": "Paris"},
         {"id": "double", "input": "What is 4 plus 4?", "target": "8"}]
+FORMATS = ("eval", "json")
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow,
                                        HealthCheck.function_scoped_fixture])
@@ -76,17 +78,28 @@ def test_an_archive_whose_entry_inflates_past_its_size_is_refused(tmp_path: Path
     assert log is None
 
 
+@pytest.fixture(scope="module")
+def current_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """The current Inspect run for real against a scripted server, with logprobs: its
+    log in each format (both runs in one Inspect process), by format."""
+    folder = tmp_path_factory.mktemp("inspect")
+    task = write_inspect_task(folder / "task", "arith", ROWS)
+    with ScriptedServer(ScriptedModel({"2 plus 3": " It is 5.", "capital of France": " Lyon.",
+                                       "4 plus 4": " 8"})) as server:
+        yield dict(zip(FORMATS, run_inspects(*(
+            InspectRun(task, server.url, folder / log_format,
+                       ("--logprobs", "--top-logprobs", "3"), log_format=log_format)
+            for log_format in FORMATS)), strict=True))
+
+
 @pytest.mark.evals
-@pytest.mark.parametrize("log_format", ["eval", "json"])
-def test_the_current_inspect_log_reads_with_its_logprobs(serve: Serve, tmp_path: Path,
+@pytest.mark.parametrize("log_format", FORMATS)
+def test_the_current_inspect_log_reads_with_its_logprobs(current_logs: dict[str, Path],
+                                                         tmp_path: Path,
                                                          log_format: str) -> None:
     """Inspect 0.3.285 run for real: Zstandard entries (or one JSON object), each
     answer's tokens with their top alternatives, the scorer's answer and value."""
-    server = serve(ScriptedModel({"2 plus 3": " It is 5.", "capital of France": " Lyon.",
-                                  "4 plus 4": " 8"}))
-    task = write_inspect_task(tmp_path / "task", "arith", ROWS)
-    path = run_inspect(task, server.url, tmp_path / "logs", "--logprobs",
-                       "--top-logprobs", "3", log_format=log_format)
+    path = current_logs[log_format]
     assert is_inspect(path)
     log = open_inspect(path)
     (found,) = log.source.tasks

