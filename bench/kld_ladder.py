@@ -94,13 +94,15 @@ def run(command: Sequence[str | Path]) -> str:
 
 def build_ladder(shipped: Path, folder: Path, rungs: Sequence[str]) -> dict[str, Path]:
     """F16 from the shipped GGUF (requantized: it holds Q4_K_M's precision, dequantized),
-    then each rung from F16."""
+    then each rung from F16 (each kept when already made)."""
     folder.mkdir(parents=True, exist_ok=True)
     files = {"F16": folder / "F16.gguf"}
-    run(["llama-quantize", "--allow-requantize", shipped, files["F16"], "F16"])
+    if not files["F16"].exists():
+        run(["llama-quantize", "--allow-requantize", shipped, files["F16"], "F16"])
     for quant in rungs:
         files[quant] = folder / f"{quant}.gguf"
-        run(["llama-quantize", files["F16"], files[quant], quant])
+        if not files[quant].exists():
+            run(["llama-quantize", files["F16"], files[quant], quant])
     return files
 
 

@@ -8,6 +8,7 @@ quantizer. Slow: llama-cpp-python computes logprobs over the full vocabulary.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -23,11 +24,12 @@ import pandas as pd
 import pytest
 
 from quantcheck import CollectSettings, RequestOptions, collect, compare, load_run
-from quantcheck.fetch.forced_scoring import ForcedSettings
+from quantcheck.fetch.forced_scoring import ForcedSettings, score_run_async
 from quantcheck.fetch.preflight import check_endpoint
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.pipeline.collecting import score_run
 from quantcheck.pipeline.event_loop import run_blocking
+from quantcheck.store.report_records import ForcedSummary
 
 from .conftest import invoke, skip_module_without_extra
 
@@ -55,17 +57,30 @@ prompts:
 """
 
 
+def requantized(shipped: Path, out: Path, ftype: int) -> Path:
+    """llama.cpp's quantizer on the shipped GGUF: the same bytes as `llama-quantize
+    --allow-requantize SHIPPED OUT TYPE` (checked for F16 and Q2_K)."""
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    assert llama_cpp.llama_model_quantize(str(shipped).encode(), str(out).encode(),
+                                          params) == 0
+    return out
+
+
 @pytest.fixture(scope="session")
 def gguf_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     shipped = Path(assemble())
-    folder = tmp_path_factory.mktemp("gguf")
-    q2 = folder / "gemma-3-270m-Q2_K.gguf"
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K
-    params.allow_requantize = True
-    assert llama_cpp.llama_model_quantize(str(shipped).encode(), str(q2).encode(),
-                                          params) == 0
+    q2 = requantized(shipped, tmp_path_factory.mktemp("gguf") / "gemma-3-270m-Q2_K.gguf",
+                     llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K)
     return {"Q4_K_M": shipped, "Q2_K": q2}
+
+
+@pytest.fixture(scope="session")
+def f16_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """F16 of the shipped GGUF, made once for the benchmarks' tests (each would make it)."""
+    return requantized(Path(assemble()), tmp_path_factory.mktemp("gguf") / "F16.gguf",
+                       llama_cpp.LLAMA_FTYPE_MOSTLY_F16)
 
 
 def python_server(model: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -141,9 +156,11 @@ def post(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
 def test_run_compare_render_gate(servers: dict[str, Any], write_prompts: Any,
                                  tmp_path: Path) -> None:
     out = tmp_path / "report"
+    # A and B collected at once, as `run` does by default: two servers, each a process of
+    # its own (--one-side-at-a-time: tests/test_pipeline_ab.py)
     result = invoke("run", "--a", servers["Q4_K_M"], "--a-label", "q4_k_m", "--b", servers["Q2_K"],
                     "--b-label", "q2_k", "--prompts", write_prompts(PROMPTS), "--out", out,
-                    "--top-logprobs", "5", "--concurrency", "1", "--one-side-at-a-time")
+                    "--top-logprobs", "5", "--concurrency", "1")
     assert result.exit_code in (0, 1), result.output  # 1: Q2_K fails the default gate
     assert "q4_k_m (A) vs q2_k (B):" in result.output
     # two quantizations of one model: a single-axis A/B, named as the files name them
@@ -239,15 +256,23 @@ def test_forced_scoring_is_exact_on_llama_server(servers: dict[str, Any], write_
 def test_forced_scoring_on_the_real_engine(servers: dict[str, Any], write_prompts: Any,
                                            tmp_path: Path) -> None:
     """B (Q2_K) scores A's (Q4_K_M) own tokens by echo (llama-server scores by token
-    ids, above); A scoring itself is the floor."""
+    ids, above); A scoring itself is the floor. Echo took 0.7 to 1.6 s a token here
+    (load 3 to 4: llama-cpp-python sorts the whole vocabulary in Python at each of the
+    59 positions, prompts included), so the two servers score at once, each a process of
+    its own, and A is collected without the preflight (17 s of its 23 on this server;
+    test_greedy_matches_the_engine_and_is_really_greedy runs it here)."""
     prompts = write_prompts(PROMPTS)
     collect([prompts], tmp_path / "a", CollectSettings(
         endpoint=servers["Q4_K_M"], label="a", top_logprobs=5, repeats=2, concurrency=1,
-        context_tokens=0))
-    on_b = score_run(tmp_path / "a", tmp_path / "on-b",
-                     ForcedSettings(endpoint=servers["Q2_K"], top_k=5, concurrency=1))
-    on_a = score_run(tmp_path / "a", tmp_path / "on-a",
-                     ForcedSettings(endpoint=servers["Q4_K_M"], top_k=5, concurrency=1))
+        preflight=False))
+
+    async def score_on_both() -> list[ForcedSummary]:
+        return await asyncio.gather(*(score_run_async(
+            tmp_path / "a", tmp_path / f"on-{side}",
+            ForcedSettings(endpoint=servers[model], top_k=5, concurrency=1))
+            for side, model in (("b", "Q2_K"), ("a", "Q4_K_M"))))
+
+    on_b, on_a = run_blocking(score_on_both())
     assert on_b.mode == "echo" and on_b.approximate and on_b.scored == 3
     # the same engine on the same tokens: all in one batch instead of token by token,
     # which moves a near-tie now and then (measured here: 12 of 13 positions agree)
@@ -378,7 +403,8 @@ def test_determinism_tells_the_prompt_cache_from_the_kernels(
     assert "sequential: 3 prompts: 3 deterministic" in off.output, off.output
 
 
-def test_forced_kl_ranks_quants_as_llama_perplexity_does(tmp_path: Path) -> None:
+def test_forced_kl_ranks_quants_as_llama_perplexity_does(f16_gguf: Path,
+                                                         tmp_path: Path) -> None:
     """Two rungs of bench/kld_ladder.py's ladder (F16 as A; Q8_0 and Q2_K from it), each
     measured by quantcheck's teacher forcing and by llama-perplexity --kl-divergence on
     the same text: both rank Q2_K below Q8_0 (more KL, less often the same top-1), and
@@ -397,7 +423,12 @@ def test_forced_kl_ranks_quants_as_llama_perplexity_does(tmp_path: Path) -> None
     sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
     from kld_ladder import Settings, measure
 
-    q8, q2 = measure(tmp_path, ["Q8_0", "Q2_K"], Settings(), progress=False)
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / "F16.gguf").symlink_to(f16_gguf)  # the ladder keeps it
+    # the benchmark's 16 prompts, answers of 16 tokens instead of 32: 256 positions scored
+    # by quantcheck, 189 by llama-perplexity; ratios 0.80 (Q8_0) and 0.55 (Q2_K) here, the
+    # same on every run (one slot, greedy), against 0.84 and 0.59 at 32 tokens
+    q8, q2 = measure(tmp_path, ["Q8_0", "Q2_K"], Settings(tokens=16), progress=False)
     assert q2.llama_mean > q8.llama_mean and q2.quantcheck_mean > q8.quantcheck_mean
     assert q2.llama_same_top < q8.llama_same_top
     assert q2.quantcheck_same_top < q8.quantcheck_same_top
@@ -406,7 +437,8 @@ def test_forced_kl_ranks_quants_as_llama_perplexity_does(tmp_path: Path) -> None
         assert rung.quantcheck_quarter_mean <= rung.quantcheck_mean  # a lower bound at K/4
 
 
-def test_an_unchanged_batching_server_passes_and_a_regressed_one_fails(tmp_path: Path) -> None:
+def test_an_unchanged_batching_server_passes_and_a_regressed_one_fails(
+        gguf_files: dict[str, Path], f16_gguf: Path, tmp_path: Path) -> None:
     """bench/false_alarms.py, small: F16 of the demo's model on llama-server `--parallel 4
     -cb` (a request's logprobs depend on its batch), its reference collected as docs/ci.md
     says, collected again twice: each rerun passes the default gate (a flip there is the
@@ -420,6 +452,9 @@ def test_an_unchanged_batching_server_passes_and_a_regressed_one_fails(tmp_path:
     sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
     from false_alarms import Settings, measure
 
+    (tmp_path / "models").mkdir()  # the benchmark keeps models already made
+    (tmp_path / "models" / "F16.gguf").symlink_to(f16_gguf)
+    (tmp_path / "models" / "Q2_K.gguf").symlink_to(gguf_files["Q2_K"])
     figures = measure(tmp_path, Settings(questions=6, reruns=2, regressed=1, threads=1),
                       progress=False)
     for rerun in figures.of("F16"):
@@ -439,7 +474,7 @@ def kv_servers(gguf_files: dict[str, Path], tmp_path: Path) -> Iterator[dict[str
     require_llama_server()
     kinds = {"f16": ("-fa", "on"), "q4_0": ("-fa", "on", "--cache-type-k", "q4_0",
                                             "--cache-type-v", "q4_0")}
-    started = {kind: cpp_server(gguf_files["Q4_K_M"], tmp_path / f"{kind}.log", 4096, *flags)
+    started = {kind: cpp_server(gguf_files["Q4_K_M"], tmp_path / f"{kind}.log", 1024, *flags)
                for kind, flags in kinds.items()}
     try:
         for kind, (process, url) in started.items():
@@ -453,15 +488,16 @@ def kv_servers(gguf_files: dict[str, Path], tmp_path: Path) -> Iterator[dict[str
 
 def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
                                                   tmp_path: Path) -> None:
-    """A small ladder (512 to 2,048 tokens, one needle) on real llama-servers that differ
+    """A small ladder (128 to 512 tokens, one needle) on real llama-servers that differ
     only in the KV cache: lengths measured on the server's tokenizer, the dtype named as
     the one differing axis, B's teacher-forced KL measured at every rung (a 4-bit cache
-    moves it at any length); and A against itself states no onset (one slot, greedy:
-    its repeats and its own answer agree). Measured: 276 s on two cores shared with other
-    jobs (load average 4 to 5; 759 s at 13). Each answer takes its whole prompt (3,584
-    tokens over the three rungs), the scoring reuses B's slot: the 4-bit server prefills
-    3,584 tokens, the f16 one 17,920 (A twice in each ladder, and B once in the second)."""
-    common = ("--lengths", "512,1k,2k", "--depths", "0", "--no-absent", "--max-tokens", "12",
+    moves it at any length: KL 0.05, 0.03, 0.02 here); and A against itself states no
+    onset (one slot, greedy: its repeats and its own answer agree). Each answer takes its
+    whole prompt (896 tokens over the three rungs), the scoring reuses B's slot: the
+    4-bit server prefills 896 tokens, the f16 one 4,480 (A twice in each ladder, and B
+    once in the second). Measured: 59 s on two cores shared with other jobs (load
+    average 2 to 4); 198 s at load 4 for 512 to 2,048 tokens, which prove no more."""
+    common = ("--lengths", "128,256,512", "--depths", "0", "--no-absent", "--max-tokens", "12",
               "--a-cell", "kv_cache_dtype=f16")
     result = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["q4_0"],
                     "--b-cell", "kv_cache_dtype=q4_0", "--out", tmp_path / "kv", *common)
@@ -470,7 +506,7 @@ def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
     assert ladder["cells"]["differs"] == ["kv_cache_dtype"]
     assert "one axis of the serving cell, kv_cache_dtype (f16 on A, q4_0 on B)" in ladder["axes"]
     assert ladder["length_measure"].startswith("measured on A's tokenizer (/tokenize)")
-    assert [rung["tokens"] for rung in ladder["rungs"]] == [512, 1024, 2048]
+    assert [rung["tokens"] for rung in ladder["rungs"]] == [128, 256, 512]
     for rung in ladder["rungs"]:
         assert rung["tokens"] - 40 <= rung["prompt_tokens"] <= rung["tokens"]
         assert rung["checked"] == 1 and rung["a_recall"] is not None
@@ -479,7 +515,7 @@ def test_a_context_ladder_across_kv_cache_dtypes(kv_servers: dict[str, str],
     itself = invoke("ladder", "--a", kv_servers["f16"], "--b", kv_servers["f16"],
                     "--b-cell", "kv_cache_dtype=f16", "--out", tmp_path / "self", *common)
     assert itself.exit_code == 0, itself.output
-    assert "onset: no departure up to 2,048 tokens" in itself.output
+    assert "onset: no departure up to 512 tokens" in itself.output
 def test_a_repro_replays_the_recorded_answers_byte_for_byte_on_llama_server(
         gguf_files: dict[str, Path], write_prompts: Any, tmp_path: Path) -> None:
     """llama-server with one slot and the prompt cache off in each request (collect sends
