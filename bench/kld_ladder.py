@@ -34,8 +34,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from _common import COMPLETION_TEXTS, save
@@ -57,6 +58,7 @@ class Settings:
     top_k: int = 20
     context: int = 128  # llama-perplexity's -c: each chunk scores its second half
     threads: int = 1
+    at_once: int = 1  # rungs measured at the same time
 
 
 @dataclass
@@ -187,8 +189,8 @@ def measure(folder: Path, rungs: Sequence[str], settings: Settings,
     say("llama-perplexity on A ...")
     run(["llama-perplexity", "-m", files["F16"], "-f", corpus, "--kl-divergence-base", base,
          *common])
-    found = []
-    for quant in rungs:
+
+    def measure_rung(quant: str) -> Rung:
         say(f"{quant}: quantcheck forced scoring ...")
         with llama_server(files[quant], folder / f"{quant}.log", settings.threads) as url:
             forced = score_run(a_run, folder / f"forced-{quant}", ForcedSettings(
@@ -199,15 +201,19 @@ def measure(folder: Path, rungs: Sequence[str], settings: Settings,
             "--kl-divergence", *common]))
         overall = forced.overall
         assert overall.kl is not None and overall.kl_quarter_k is not None
-        found.append(Rung(
+        return Rung(
             quant=quant, llama_mean=llama["mean"], llama_median=llama["median"],
             llama_p99=llama["p99"], llama_same_top=llama["same_top"],
             llama_positions=int(llama["chunks"]) * (settings.context - 1 - settings.context // 2),
             quantcheck_mean=overall.kl.mean, quantcheck_median=overall.kl.median,
             quantcheck_p99=overall.kl.p99, quantcheck_same_top=overall.same_top_p or 0.0,
             quantcheck_quarter_mean=overall.kl_quarter_k.mean,
-            quantcheck_positions=overall.positions))
-    return found
+            quantcheck_positions=overall.positions)
+
+    # each rung has a server and a llama-perplexity of its own: measured at once, the
+    # same figures as one after the other
+    with ThreadPoolExecutor(settings.at_once) as pool:
+        return list(pool.map(measure_rung, rungs))
 
 
 def spearman(first: Sequence[float], second: Sequence[float]) -> float:
@@ -252,12 +258,14 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=Settings.top_k)
     parser.add_argument("--context", type=int, default=Settings.context)
     parser.add_argument("--threads", type=int, default=Settings.threads)
+    parser.add_argument("--at-once", type=int, default=Settings.at_once,
+                        help="Rungs measured at the same time (each its own server).")
     parser.add_argument("--keep", type=Path, help="Work in this folder and keep it.")
     args = parser.parse_args()
     if missing := missing_binaries():
         raise SystemExit(f"not on PATH: {', '.join(missing)} (.ci/build-llama-server)")
     settings = Settings(min(args.prompts, len(TEXTS)), args.tokens, args.top_k, args.context,
-                        args.threads)
+                        args.threads, args.at_once)
     rungs = [r.strip() for r in args.rungs.split(",") if r.strip()]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as temporary:
@@ -269,7 +277,8 @@ def main() -> None:
     print(f"\nSpearman rank correlation of the KL means: {agreement:.2f}; ratio "
           f"{min(r.ratio for r in found):.2f} to {max(r.ratio for r in found):.2f}; "
           f"{seconds:.0f} s")
-    name = "kld_ladder" if settings == Settings() and rungs == list(RUNGS) else \
+    same_figures = replace(settings, at_once=Settings.at_once) == Settings()
+    name = "kld_ladder" if same_figures and rungs == list(RUNGS) else \
         f"kld_ladder_{'_'.join(rungs)}_top{settings.top_k}"
     path = save(name, {"settings": asdict(settings), "seconds": round(seconds, 1),
                                "spearman": agreement,
