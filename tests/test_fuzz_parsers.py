@@ -241,6 +241,44 @@ def test_chat_alternatives_come_out_ranked_and_bytes_kept_where_they_differ(
     assert tokens.raw_bytes == (differing if any(d is not None for d in differing) else None)
 
 
+LOGPROBS = (st.floats(allow_nan=True, allow_infinity=True) | st.floats(-30, 0)
+            | st.sampled_from([0.0, -0.0, 0.01, 0.02, -1e308]))
+
+
+def as_sent(value: float | None) -> float | str | None:
+    """A value as a server sends it: NaN and the infinities as the strings some send."""
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+
+
+@FUZZ
+@seed(17)
+@given(st.lists(st.tuples(LOGPROBS, st.lists(st.none() | LOGPROBS, max_size=5)),
+                min_size=1, max_size=8))
+def test_an_answer_is_refused_exactly_when_a_logprob_is_no_log_probability(
+        positions: list[tuple[float, list[float | None]]]) -> None:
+    """Refused when a chosen or an alternative's logprob (one that is sent: None is left
+    out) is NaN, infinite or above 0.01, in any order the alternatives come; kept as
+    sent otherwise."""
+    sent = [{"token": "t", "logprob": as_sent(chosen), "top_logprobs": [
+        {"token": f"a{n}", "logprob": as_sent(v)} for n, v in enumerate(top)]}
+        for chosen, top in positions]
+    body = {"choices": [{"index": 0, "message": {"content": "x"},
+                         "logprobs": {"content": sent}, "finish_reason": "stop"}]}
+    values = [v for chosen, top in positions for v in [chosen, *top] if v is not None]
+    wrong = [v for v in values if not (math.isfinite(v) and v <= 0.01)]
+    try:
+        tokens = parse_response(orjson.dumps(body), 0).tokens
+    except MalformedResponse as exc:
+        assert wrong, exc
+        return
+    assert not wrong
+    assert tokens.logprob == [chosen for chosen, _ in positions]
+    assert [sorted(top) for top in tokens.top_logprob] == [
+        sorted(v for v in top if v is not None) for _, top in positions]
+
+
 INFO = st.fixed_dictionaries({}, optional={
     "models": (st.lists(st.fixed_dictionaries(
         {"id": st.sampled_from(["m", "x"]) | ANY_JSON},

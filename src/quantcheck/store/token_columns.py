@@ -265,7 +265,10 @@ class _Reader:
 def _encode_floats(values: np.ndarray) -> tuple[str, bytes]:
     with np.errstate(over="ignore"):  # beyond float32's range: stored as f8
         single = values.astype(np.float32)
-    if np.array_equal(single.astype(float), values, equal_nan=True):
+    widened = single.astype(float)
+    # without NaN (no position lacks its logprob) the plain comparison says it, in half
+    # the time of the one that sets NaN equal to NaN
+    if np.array_equal(widened, values) or np.array_equal(widened, values, equal_nan=True):
         return "f4", _shuffle(single)
     if _shortest_float32(single[:32], values[:32]) and _shortest_float32(single, values):
         return "f4s", _shuffle(single)
