@@ -7,6 +7,7 @@ than a run's line holds, read back or about to be written, is one clear error.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,8 @@ from .conftest import (
 
 prompt_lines = st.lists(st.tuples(
     st.sampled_from(["q1", "q2", "q3", "\u00e9", ""]), st.text(max_size=12),
-    st.sampled_from(["ok", "ok", "torn", "not json", "no id"])), max_size=12)
+    st.sampled_from(["ok", "ok", "code", "torn", "not json", "no id"])), max_size=12)
+CODE = {"code": {"entry_point": "f", "tests": "assert f() == 1"}}
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -50,15 +52,18 @@ def test_a_runs_prompts_read_on_demand_are_the_prompts_read_whole(
         lines: list[tuple[str, str, str]]) -> None:
     """compare holds a run's prompts.jsonl as ids and offsets (PromptLines) and parses a
     prompt when asked: the same prompts, in the same order, as load_run reads at once,
-    the same error (file and line) for a malformed line, a torn last line skipped."""
+    the same error (file and line) for a malformed line, a torn last line skipped; it
+    knows whether a prompt (an id's last line) asks for its code to be run, and keeps its
+    file open, once, until closed."""
     with tempfile.TemporaryDirectory() as folder:
         run = Path(folder)
         (run / "manifest.json").write_text("{}")
         text = ""
         for number, (prompt_id, prompt, kind) in enumerate(lines):
             line = json.dumps({"id": prompt_id, "category": "c", "api": "completions",
-                               "hash": f"h{number}", "request": {"prompt": prompt}})
-            text += {"ok": line + "\n", "torn": line, "not json": "{\n",
+                               "hash": f"h{number}", "request": {"prompt": prompt},
+                               "expect": CODE if kind == "code" else None})
+            text += {"ok": line + "\n", "code": line + "\n", "torn": line, "not json": "{\n",
                      "no id": '{"category": "c"}\n'}[kind]
             if kind == "torn":
                 break
@@ -70,10 +75,16 @@ def test_a_runs_prompts_read_on_demand_are_the_prompts_read_whole(
                 PromptLines(run / "prompts.jsonl")
             assert str(raised.value) == str(exc)
             return
+        open_before = len(os.listdir("/proc/self/fd"))
         lazy = PromptLines(run / "prompts.jsonl")
-        assert list(lazy) == list(whole) and len(lazy) == len(whole)
-        assert all(lazy[prompt_id] == prompt for prompt_id, prompt in whole.items())
-        assert "never" not in lazy and lazy.get("never") is None
+        for _ in range(2):  # closed, it opens its file again
+            assert list(lazy) == list(whole) and len(lazy) == len(whole)
+            assert all(lazy[prompt_id] == prompt for prompt_id, prompt in whole.items())
+            assert "never" not in lazy and lazy.get("never") is None
+            assert len(os.listdir("/proc/self/fd")) == open_before + bool(whole)
+            lazy.close()
+            assert len(os.listdir("/proc/self/fd")) == open_before
+        assert lazy.code_checked == any(p.expect and p.expect.code for p in whole.values())
 
 
 def collected(serve: Serve, write_prompts: WritePrompts, folder: Path, **extra: object) -> Path:

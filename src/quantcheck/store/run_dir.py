@@ -23,8 +23,9 @@ import os
 import shutil
 import struct
 import time
+import weakref
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, TypedDict, TypeVar, cast
@@ -701,14 +702,20 @@ class PromptLines(Mapping[str, Prompt]):
     prompt key and offset, and the keys sorted, 32 bytes a prompt where the ids alone
     took 120 and the parsed prompt set 740 (at 100,000 prompts: 74 MB). Every line is
     checked when it is opened; an id written twice reads as its last line (as load_run
-    keeps it), in the place of its first."""
+    keeps it), in the place of its first. The file stays open from the first prompt
+    asked until `close` (opening it for every prompt took a tenth of `compare`); its
+    lines are read at their offsets, so processes forked meanwhile share it safely."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        keys, lengths = array("q"), array("q")
+        self._handle: BinaryIO | None = None
+        self._closing: Callable[[], object] | None = None
+        keys, lengths, code = array("q"), array("q"), array("b")
         for number, length, data in jsonl_lines(path) if path.exists() else ():
-            keys.append(prompt_key(_prompt(data, path, number).id))
+            prompt = _prompt(data, path, number)
+            keys.append(prompt_key(prompt.id))
             lengths.append(length)
+            code.append(bool(prompt.expect and prompt.expect.code))
         self._keys = np.frombuffer(keys, np.int64).copy()  # by line
         self._ends = np.cumsum(np.frombuffer(lengths, np.int64), dtype=np.int64)
         # the last line of each key, sorted by key: a stable sort keeps a key's lines in
@@ -719,6 +726,8 @@ class PromptLines(Mapping[str, Prompt]):
         self._sorted, self._line_of = sorted_keys[last], by_key[last]
         first = first_seen(self._keys)
         self._first_lines = None if len(first) == len(self._keys) else first
+        # whether a prompt (each id's last line) asks for its code to be run
+        self.code_checked = bool(np.frombuffer(code, np.int8)[self._line_of].any())
         self._check_keys(by_key, sorted_keys)
 
     def _check_keys(self, by_key: np.ndarray, sorted_keys: np.ndarray) -> None:
@@ -731,14 +740,24 @@ class PromptLines(Mapping[str, Prompt]):
 
     def _line(self, number: int) -> Prompt:
         start, end = int(self._ends[number - 1]) if number else 0, int(self._ends[number])
-        with open_run_file(self.path) as handle:
-            handle.seek(start)
-            line = handle.read(end - start)
+        if self._handle is None:
+            self._handle = open_run_file(self.path)
+            self._closing = weakref.finalize(self, self._handle.close)
+        try:
+            line = os.pread(self._handle.fileno(), end - start, start)
+        except OSError as exc:
+            raise RunFormatError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         try:
             return _prompt(orjson.loads(line), self.path, number + 1)
         except orjson.JSONDecodeError:
             raise RunFormatError(f"{self.path}:{number + 1}: changed while it was read; "
                                  "compare again") from None
+
+    def close(self) -> None:
+        """The file closed (a prompt asked later opens it again)."""
+        if self._closing is not None:
+            self._closing()
+        self._handle = self._closing = None
 
     def by_key(self, key: int) -> Prompt | None:
         """The prompt whose id has this key, or None."""

@@ -16,7 +16,7 @@ from ..store.files import make_directory
 from ..store.pair_records import PairDetails, PairRow
 from ..store.report_dir import CHUNK_PAIRS, pair_frame, read_forced, writing_pairs
 from ..store.report_records import ForcedSummary, KLHistogram, Summary
-from ..store.run_dir import first_seen
+from ..store.run_dir import PromptLines, first_seen
 from ..store.run_records import Prompt
 from .approvals import Approval, apply_approvals, load_approvals
 from .evaluations import check_pairing, evaluation_of
@@ -123,6 +123,14 @@ def token_metrics_withheld(a: Side, b: Side) -> str | None:
     return agreement.message if agreement.status == "warn" else None
 
 
+def _code_checked(prompts: Mapping[str, Prompt]) -> bool:
+    """Whether a prompt asks for its code to be run (a run's prompt set knows it from
+    reading its file: parsing every prompt again took a tenth of `compare`)."""
+    if isinstance(prompts, PromptLines):
+        return prompts.code_checked
+    return any(p.expect and p.expect.code for p in prompts.values())
+
+
 def _forced(folder: str | Path) -> tuple[ForcedSummary, dict[str, ForcedColumns]]:
     """The run's forced figures, with a KL histogram, and each prompt's columns."""
     forced, lines = read_forced(Path(folder))
@@ -163,7 +171,6 @@ def write_pairs(side_a: Side, side_b: Side, out: Path, approvals: dict[str, Appr
         summary.near_tie_nats = NEAR_TIE_NATS
         summary.identity = identity.hexdigest()[:20]
         summary.evaluation = evaluation_of(side_a.manifest, side_b.manifest)
-        if any(p.expect and p.expect.code for side in (side_a, side_b)
-               for p in side.prompts.values()):
+        if any(map(_code_checked, (side_a.prompts, side_b.prompts))):
             summary.code_execution = code_execution(code_exec)
     return summary, totals

@@ -256,6 +256,8 @@ class Side:
 
     def close(self) -> None:
         self._read, self._last_tokens = {}, None
+        if isinstance(self.prompts, PromptLines):
+            self.prompts.close()
         if self._lines is not None:
             self._lines.close()
             self._lines = None
