@@ -34,6 +34,7 @@ from quantcheck.triage.signals import (
     is_repetition_loop,
     kl_lower_bound,
     similarity,
+    spells,
     suggested_label,
 )
 
@@ -497,3 +498,29 @@ def test_numbers_in(text: str, numbers: list[float]) -> None:
     from quantcheck.store.run_records import numbers_in
 
     assert numbers_in(text) == numbers
+
+
+PIECES = st.text(st.characters(codec="utf-8") | st.sampled_from(["\ud83d", "\ude00", "é"]),
+                 max_size=3)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(PIECES, st.none() | st.lists(st.integers(0, 255), max_size=4)),
+                max_size=8), st.booleans(), st.data())
+def test_tokens_spell_an_answer_exactly_when_their_bytes_start_it(
+        pieces: list[tuple[str, list[int] | None]], with_bytes: bool,
+        data: st.DataObject) -> None:
+    """The first tokens spell the answer when their bytes (the server's where they
+    differ, else each token's text in UTF-8, lone surrogates kept) start the answer's,
+    however the texts split characters."""
+    texts = [text for text, _ in pieces]
+    raws = [raw for _, raw in pieces] if with_bytes else None
+    tokens = Tokens(text=texts, logprob=[0.0] * len(texts), top_text=[[]] * len(texts),
+                    top_logprob=[[]] * len(texts), raw_bytes=raws)
+    count = data.draw(st.integers(0, len(texts)))
+    whole = "".join(texts)
+    answer = data.draw(st.sampled_from([whole, whole[:-1], whole + "x", "x" + whole]))
+    own = [bytes(raw) if raws and raw is not None else text.encode("utf-8", "surrogatepass")
+           for text, raw in zip(texts, raws or [None] * len(texts), strict=True)]
+    assert spells(tokens, answer, count) == answer.encode("utf-8", "surrogatepass").startswith(
+        b"".join(own[:count]))

@@ -288,7 +288,10 @@ def classify_divergence(a: Tokens, b: Tokens, a_text: str | None = None,
 def spells(tokens: Tokens, text: str, count: int) -> bool:
     """Whether the first `count` tokens spell the start of `text`, byte for byte (a
     server's logprobs that do not belong to its answer say nothing about it)."""
-    spelled = b"".join(_token_bytes(tokens, index) for index in range(count))
+    if tokens.raw_bytes is None:  # encoded a code point at a time: the joined texts' bytes
+        spelled = "".join(tokens.text[:count]).encode("utf-8", "surrogatepass")
+    else:
+        spelled = b"".join(_token_bytes(tokens, index) for index in range(count))
     return text.encode("utf-8", "surrogatepass").startswith(spelled)
 
 
