@@ -133,6 +133,41 @@ def test_each_record_gets_its_own_blobs_signature_however_often_a_blob_repeats(
         assert len(set(alone)) == len({ALIKE[answer] for answer in answers})
 
 
+def one_record_run(run: Path, answer: int | None) -> Path:
+    """A run of one record whose tokens are ANSWERS[answer] (None: no tokens)."""
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"parameters": {"repeats": 1}}))
+    (run / "prompts.jsonl").write_text("")
+    writer = RunWriter(run)
+    writer.open()
+    writer.append(Completion(prompt_id="p", prompt_hash="h", repeat=0, text="t",
+                             tokens=None if answer is None else copy.deepcopy(ANSWERS[answer])))
+    writer.close()
+    return run
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.sampled_from(range(len(ANSWERS))) | st.none(),
+       st.sampled_from(range(len(ANSWERS))) | st.none())
+def test_a_pairs_answers_stored_as_the_same_bytes_are_unpacked_once(
+        a_answer: int | None, b_answer: int | None) -> None:
+    """B's record takes A's tokens, read just before, when its blob is the same bytes
+    (an identical pair), and reads its own otherwise: what B reads alone either way."""
+    with tempfile.TemporaryDirectory() as folder:
+        runs = [one_record_run(Path(folder) / name, answer)
+                for name, answer in (("a", a_answer), ("b", b_answer))]
+        with sides.load_side(runs[0]) as a, sides.load_side(runs[1]) as b, \
+                sides.load_side(runs[1]) as alone:
+            a_tokens = a.tokens_at(a.records("p")[0].offset)  # type: ignore[index]
+            offset = b.records("p")[0].offset  # type: ignore[index]
+            b_tokens = b.tokens_at(offset, a)
+            own = alone.tokens_at(offset)
+        if a_tokens is not None:
+            assert (b_tokens is a_tokens) == (a_answer == b_answer)
+        assert (b_tokens.to_json() if b_tokens else None) == (
+            own.to_json() if own else None)
+
+
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.text("0123456789abcdef", min_size=16, max_size=32),
        st.text("0123456789abcdef", min_size=16, max_size=32))

@@ -493,12 +493,14 @@ class Blobs:
             handle.close()
         self._handles.clear()
 
-    def tokens(self, reference: Mapping[str, object] | None) -> Tokens | None:
+    def tokens(self, reference: Mapping[str, object] | None, blob: bytes | None = None
+               ) -> Tokens | None:
+        """A record's token arrays; `blob`: its blob, when `blob()` read it already."""
         if not reference:
             return None
         if "file" not in reference:
             return Tokens.from_json(cast("TokensJson", reference))
-        packed = self.packed(reference)
+        packed = self.packed(reference, blob)
         try:
             return packed.to_tokens()
         except (ValueError, IndexError, TypeError, KeyError) as exc:

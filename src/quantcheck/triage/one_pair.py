@@ -241,7 +241,7 @@ def _variants(ok: list[SideRecord] | None) -> list[tuple[str, int]] | None:
 def _compare_tokens(a: Side, b: Side, a_first: SideRecord, b_first: SideRecord,
                     row: PairRow, details: PairDetails) -> None:
     """Where the token streams part and how, and the logprob drift before that."""
-    a_tokens, b_tokens = a.tokens_at(a_first.offset), b.tokens_at(b_first.offset)
+    a_tokens, b_tokens = a.tokens_at(a_first.offset), b.tokens_at(b_first.offset, a)
     if not a_tokens or not b_tokens:
         return
     divergence = classify_divergence(a_tokens, b_tokens, a_first.text, b_first.text)
