@@ -38,6 +38,7 @@ from .folder_kinds import SUMMARY as SUMMARY
 from .labels import is_label, shown
 from .pair_records import (
     ENUMERATED,
+    NON_NEGATIVE,
     PAIR_COLUMNS,
     PAIR_DTYPES,
     TEXT_COLUMNS,
@@ -262,7 +263,8 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
 
 def _checked(path: Path, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     """The frames, each once its enumerated columns hold only their values and its
-    integer columns (counts and token positions, all of them) no negative number."""
+    integer columns (counts and token positions, all of them) and its KLs and
+    distances no negative number."""
     rows = 0
     for frame in frames:
         for column in frame.columns:
@@ -273,6 +275,8 @@ def _checked(path: Path, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFram
                     + ", ".join(repr(v) if v else "empty" for v in ENUMERATED[column]) + ")")
             elif PAIR_DTYPES[column] == "Int64":
                 wrong, why = (values < 0).fillna(False), "is negative (a count or a position)"
+            elif column in NON_NEGATIVE:
+                wrong, why = (values < 0).fillna(False), "is negative (a KL or a distance)"
             else:
                 continue
             if wrong.any():
