@@ -337,7 +337,21 @@ def read_overview(folder: Path) -> Overview:
             raise RunFormatError(f"{folder / OVERVIEW}: candidate {shown(row.label)}: report "
                                  f"{shown(row.report)} is not {CANDIDATES}/LABEL, where "
                                  "compare writes it (edited? re-run compare)")
+    _require_every_candidate_listed(folder, [row.label for row in overview.candidates])
     return overview
+
+
+def _require_every_candidate_listed(folder: Path, labels: list[str]) -> None:
+    """A report under candidates/ that overview.json leaves out would never be gated; a
+    label listed twice would be gated as one."""
+    on_disk = sorted(entry.name for entry in (folder / CANDIDATES).glob("*") if entry.is_dir())
+    unlisted = [name for name in on_disk if name not in labels]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if unlisted or twice:
+        what = (f"{', '.join(shown(f'{CANDIDATES}/{name}') for name in unlisted)} not listed"
+                if unlisted else f"{', '.join(map(shown, twice))} listed twice")
+        raise RunFormatError(f"{folder / OVERVIEW}: {what}, so its verdict would not be "
+                             "checked (edited? re-run compare)")
 
 
 def write_overview(folder: Path, overview: Overview) -> None:
