@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import yaml
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
@@ -76,9 +77,12 @@ def test_an_option_overrides_the_file_for_each_limit(tmp_path: Path) -> None:
         assert chosen == Policy()  # no other limit moved
 
 
-def test_the_shipped_example_policy_is_valid_and_complete() -> None:
-    example = ROOT / "prompts" / "policy.yaml"
-    assert set(dataclasses.asdict(load_policy(example))) == set(BY_KEY)
+@pytest.mark.parametrize("example", ["prompts/policy.yaml",
+                                     "src/quantcheck/pipeline/starter/policy.yaml"])
+def test_the_shipped_example_policies_are_valid_and_name_every_limit(example: str) -> None:
+    """Each example names every key (a reader sees each rule), and loads."""
+    load_policy(ROOT / example)
+    assert set(yaml.safe_load((ROOT / example).read_text())) == set(BY_KEY)
 
 
 VALUES = st.none() | st.booleans() | st.integers(-5, 200) | st.floats(-2, 200) | \
