@@ -142,6 +142,13 @@ class EngineProfile:
     # and where a limit comes from (also a limit its operator sets)
     top_logprobs_limit: int | None = None
     top_logprobs_note: str = ""
+    # the request field its refusal of too many alternatives names ("": it says logprobs)
+    logprobs_named: str = ""
+    # how it must be started when it refuses logprobs within its limit ("": it does not)
+    logprobs_start_fix: str = ""
+    # a refused request field answered with another status than HTTP 400 or 422: that
+    # status and the words its answer carries (None: none; any other answer is retried)
+    refuses_fields_with: tuple[int, str] | None = None
     gguf_names: bool = False  # models are named by their GGUF file
     one_at_a_time: str | None = None  # why concurrency above 1 hurts, if it does
     cannot: tuple[str, ...] = ()  # what quantcheck cannot do with it, in words
@@ -218,6 +225,7 @@ LLAMA_CPP_PYTHON = EngineProfile(
     name="llama-cpp-python", label="llama-cpp-python", owned_by=("me",),
     tokenize=TokenizeEndpoint("/extras/tokenize", "input"),
     extra_alternative=True, token_bytes=None, gguf_names=True,
+    refuses_fields_with=(500, "validation error"),  # pydantic's, as HTTP 500
     one_at_a_time=("llama-cpp-python answers one request at a time and, by default, cuts a "
                    "running stream short when another request arrives: use --concurrency 1 "
                    "(or start it with --interrupt_requests false)"),
@@ -258,6 +266,7 @@ TGI = EngineProfile(  # router/src/{lib,server,chat,validation}.rs of 3.3.6-dev0
     version_at=("/info", "version"), forced_mode=None, legacy_logprobs=None,
     token_bytes=False, left_out=("top_p", "presence_penalty"),
     top_logprobs_note="--max-top-n-tokens, 5 unless started otherwise",
+    logprobs_named="top_n_tokens",
     cannot=("logprobs on /v1/completions (its answers carry none: only texts are compared)",
             "tokenizing on request in the shape quantcheck reads", "rendering a chat "
             "template on request", "teacher-forced scoring", "MoE routing",
@@ -277,6 +286,8 @@ TENSORRT_LLM = EngineProfile(  # tensorrt_llm/serve/openai_{protocol,server}.py 
     top_logprobs_note="fixed: top_logprobs and logprobs must be less than or equal to 100; "
                       "more than 1 needs its pytorch backend (the default) or "
                       "gather_generation_logits",
+    logprobs_start_fix="a server on its pytorch backend or started with "
+                       "gather_generation_logits",
     cannot=("rendering a chat template on request", "teacher-forced scoring (its "
             "completions score no prompt tokens)", "MoE routing",
             "turning its prefix cache off"),
