@@ -203,13 +203,17 @@ def test_no_module_imports_itself_through_others() -> None:
 # Fields only a body sent to a server carries: written (a dict's key, an item set, a
 # keyword of dict() or update()) only by the builder and the lab's servers.
 SENT_FIELDS = {"max_tokens", "logprobs", "top_logprobs", "prompt_logprobs", "n_probs",
-               "n_predict", "stream_options", "echo"}
+               "n_predict", "stream_options"}
 REQUEST_BUILDER = "quantcheck.wire.requests"
-# A prompt's own `max_tokens`, written where a prompt is read or written (by module
-# name: a prompt entry, its file, an eval log's recorded request, the ladder's prompts),
-# is the request the builder takes, not a body; an Inspect log's stop reason is named so.
-PROMPT_INPUTS = {"prompt_entries", "data_prompts", "prompt_writer", "inspect_logs",
-                 "lm_eval_samples", "ladder_plan"}
+# Records that name a sent field and are no body (by module name, as modules move): a
+# prompt's own `max_tokens` where prompts are read and written (an entry, its file, an
+# eval log's recorded request, the ladder's prompts) is the request the builder takes;
+# an Inspect log names a stop reason so; a run's identity names its top-logprobs.
+RECORDS_NAMING_A_FIELD = {
+    "prompt_entries": {"max_tokens"}, "data_prompts": {"max_tokens"},
+    "prompt_writer": {"max_tokens"}, "inspect_logs": {"max_tokens"},
+    "lm_eval_samples": {"max_tokens"}, "ladder_plan": {"max_tokens"},
+    "run_dir": {"top_logprobs"}}
 
 
 def written_fields(tree: ast.AST) -> list[tuple[int, str]]:
@@ -232,14 +236,14 @@ def written_fields(tree: ast.AST) -> list[tuple[int, str]]:
 
 def bodies_built_outside_the_builder(package: Path = PACKAGE) -> list[str]:
     """`module:line field` for each sent field written outside the request builder and
-    the lab (a prompt's own `max_tokens` where prompts are read and written aside)."""
+    the lab (the records that name one aside)."""
     found = []
     for path in sorted(package.rglob("*.py")):
         module = ".".join(("quantcheck", *path.relative_to(package).with_suffix("").parts))
         if module == REQUEST_BUILDER or room(module) == "lab":
             continue
         for line, key in written_fields(ast.parse(path.read_text(encoding="utf-8"))):
-            if not (key == "max_tokens" and path.stem in PROMPT_INPUTS):
+            if key not in RECORDS_NAMING_A_FIELD.get(path.stem, set()):
                 found.append(f"{module}:{line} {key}")
     return found
 
@@ -315,7 +319,7 @@ TESTS = Path(__file__).parent
 SCENARIOS = {"test_action.py", "test_docs.py", "test_engine_models.py", "test_exit_codes.py",
              "test_fuzz_triage.py", "test_fuzz_parsers.py", "test_hostile_servers.py",
              "test_lint.py", "test_llamacpp.py", "test_newcomer.py", "test_scale.py",
-             "test_structure.py", "test_wire_formats.py"}
+             "test_structure.py", "test_wire_formats.py", "test_worked_example.py"}
 # Tests of a folder as a whole, test_<layer>_<topic>.py (none so far).
 FOLDER_TOPICS: set[str] = set()
 
