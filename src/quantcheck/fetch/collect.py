@@ -223,8 +223,6 @@ async def collect_async(prompt_files: Sequence[str | Path], out: str | Path,
         models = await client.list_models()
         model = choose_model(models, settings.model, public_url(settings.endpoint))
         server = await describe_server(client, models)
-        for each in (client, *others):
-            each.profile = profile_of(server.runtime)
         settings = _streaming_for_routing(settings, server.runtime, reporter)
         manifest = _manifest(settings, model, prompts, prompt_files)
         manifest.server = server
