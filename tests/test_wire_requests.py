@@ -100,7 +100,7 @@ def test_a_known_engines_refusal_is_read_by_its_profile() -> None:
     assert tgi.fix is not None and tgi.fix.startswith("--top-logprobs 5")
     other = rejection_advice("`top_n_tokens` is not a field", {"top_logprobs": 20}, VLLM)
     assert "logprobs request" not in other.reason
-    above = rejection_advice("too many", {"top_logprobs": 120}, TENSORRT_LLM)
+    above = rejection_advice("top_logprobs too large", {"top_logprobs": 120}, TENSORRT_LLM)
     assert above.fix is not None and above.fix.startswith("--top-logprobs 100")
     within = rejection_advice("top logprobs unavailable", {"top_logprobs": 20}, TENSORRT_LLM)
     assert within.fix is not None and "pytorch backend" in within.fix

@@ -94,6 +94,8 @@ def test_a_new_engine_in_four_files_is_recognised_collected_and_limited(
         "tests/test_wire_formats.py", "docs/engines.md"}
     copy = tmp_path / "src" / "quantcheck"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for shipped in ("prompts", "rubrics"):  # read beside the package, as in a checkout
+        (tmp_path / shipped).symlink_to(REPO / shipped)
     with_engine(copy, blocks["src/quantcheck/store/engines.py"])
     fixture = tmp_path / "quill-chat.json"
     fixture.write_text(blocks["tests/fixtures/wire/quill-chat.json"], encoding="utf-8")
@@ -121,8 +123,9 @@ def test_a_new_engine_in_four_files_is_recognised_collected_and_limited(
     assert record.tokens is not None and record.tokens.text == tokens["text"]
     assert record.tokens.logprob == tokens["logprob"] and record.tokens.top(0) == first_top
     generations = [body for body in result["sent"] if "messages" in body]
-    assert generations and all("repeat_penalty" not in body and body["top_logprobs"] == 2
-                               for body in generations)
+    assert generations and not any("repeat_penalty" in body for body in generations)
+    asked = [body.get("top_logprobs") for body in generations]
+    assert 2 in asked and 9 not in asked  # above the limit, preflight fails without asking
 
 
 def test_a_new_engine_row_fits_the_profile_table() -> None:
