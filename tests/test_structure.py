@@ -1,7 +1,7 @@
 """The package's shape: each layer a folder, imports only running down the floors, no
-import circles, and the offline layers never load the network; and the tests' shape:
-each test file named for the module it tests (or a listed scenario), none importing
-another."""
+import circles, and the offline layers never load the network; one policy table, every
+gate limit declared in gate/limits.py alone; and the tests' shape: each test file named
+for the module it tests (or a listed scenario), none importing another."""
 
 from __future__ import annotations
 
@@ -309,6 +309,85 @@ def test_the_command_line_starts_without_the_table_schema_and_template_libraries
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     assert json.loads(done.stdout) == []
+
+
+# --- one policy table: a gate limit is declared in gate/limits.py alone ------------------
+
+LIMITS_FILE = PACKAGE / "gate" / "limits.py"
+
+
+def limit_names() -> tuple[set[str], set[str]]:
+    """The policy table's keys and the parts of its options' flags."""
+    from quantcheck.gate.limits import LIMITS
+
+    return ({limit.key for limit in LIMITS},
+            {part for limit in LIMITS for part in limit.flag.split("/")})
+
+
+def hand_written_limits(package: Path) -> list[str]:
+    """Where a module of `package` other than the table declares a limit again: a field
+    in `Policy`'s body, an option spelled with a limit's flag, a list (tuple, set, dict)
+    of policy keys."""
+    keys, flags = limit_names()
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == LIMITS_FILE.name and path.parent.name == "gate":
+            continue
+        where = path.relative_to(package)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name == "Policy":
+                found += [f"{where}: Policy.{ast.unparse(field.target)}" for field in node.body
+                          if isinstance(field, ast.AnnAssign | ast.Assign)]
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("option"):
+                spelled = {part for arg in node.args if isinstance(arg, ast.Constant)
+                           and isinstance(arg.value, str) for part in arg.value.split("/")}
+                found += [f"{where}: option {flag}" for flag in sorted(spelled & flags)]
+            if isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict):
+                items = node.keys if isinstance(node, ast.Dict) else node.elts
+                listed = [item.value for item in items if isinstance(item, ast.Constant)
+                          and item.value in keys]
+                found += [f"{where}: a list of {listed}"] if len(listed) > 1 else []
+    return found
+
+
+def test_one_policy_table_no_limit_is_written_by_hand() -> None:
+    assert hand_written_limits(PACKAGE) == []
+
+
+def test_a_limit_written_by_hand_is_found(tmp_path: Path) -> None:
+    (tmp_path / "verdict.py").write_text(
+        "class Policy:\n    max_factual_flips: int = 0\n")
+    (tmp_path / "options.py").write_text(
+        "import click\nx = click.option('--max-factual-flips', type=int)\n"
+        "y = click.option('--confident-flips-only/--all-flips')\n")
+    (tmp_path / "config.py").write_text("KEYS = ('max_factual_flips', 'require_review')\n")
+    assert sorted(hand_written_limits(tmp_path)) == [
+        "config.py: a list of ['max_factual_flips', 'require_review']",
+        "options.py: option --all-flips", "options.py: option --confident-flips-only",
+        "options.py: option --max-factual-flips", "verdict.py: Policy.max_factual_flips"]
+
+
+def test_one_policy_table_policy_is_made_from_it() -> None:
+    """`Policy` declares no field: the table's decorator makes one per row."""
+    tree = ast.parse((PACKAGE / "gate" / "verdict.py").read_text(encoding="utf-8"))
+    policy = next(node for node in tree.body
+                  if isinstance(node, ast.ClassDef) and node.name == "Policy")
+    assert [ast.unparse(d) for d in policy.decorator_list] == ["policy_fields"]
+
+
+def test_one_policy_table_its_copies_are_made_from_it() -> None:
+    """The shipped JSON Schema of a policy file and docs/gate.md's table of limits are
+    what the table makes (`write_shipped()`; `markdown_table()` pasted)."""
+    from quantcheck.gate.limits import markdown_table
+    from quantcheck.gate.schemas import generated
+
+    shipped = PACKAGE / "store" / "schemas" / "policy.schema.json"
+    assert shipped.read_text(encoding="utf-8") == generated("policy"), \
+        "run quantcheck.gate.schemas.write_shipped()"
+    text = (PACKAGE.parents[1] / "docs" / "gate.md").read_text(encoding="utf-8")
+    start = text.index("<!-- policy table: made from gate/limits.py -->\n")
+    written = text[start:text.index("<!-- end of policy table -->")].splitlines()[1:]
+    assert written == markdown_table(), "paste quantcheck.gate.limits.markdown_table()"
 
 
 # --- the tests mirror the house ----------------------------------------------------------
