@@ -198,6 +198,77 @@ def test_no_module_imports_itself_through_others() -> None:
     assert not circles, f"modules in an import circle: {sorted(circles)}"
 
 
+# --- one request builder ----------------------------------------------------------------
+
+# Fields only a body sent to a server carries: written (a dict's key, an item set, a
+# keyword of dict() or update()) only by the builder and the lab's servers.
+SENT_FIELDS = {"max_tokens", "logprobs", "top_logprobs", "prompt_logprobs", "n_probs",
+               "n_predict", "stream_options"}
+REQUEST_BUILDER = "quantcheck.wire.requests"
+# Records that name a sent field and are no body (by module name, as modules move): a
+# prompt's own `max_tokens` where prompts are read and written (an entry, its file, an
+# eval log's recorded request, the ladder's prompts) is the request the builder takes;
+# an Inspect log names a stop reason so; a run's identity names its top-logprobs.
+RECORDS_NAMING_A_FIELD = {
+    "prompt_entries": {"max_tokens"}, "data_prompts": {"max_tokens"},
+    "prompt_writer": {"max_tokens"}, "inspect_logs": {"max_tokens"},
+    "lm_eval_samples": {"max_tokens"}, "ladder_plan": {"max_tokens"},
+    "run_dir": {"top_logprobs"}}
+
+
+def written_fields(tree: ast.AST) -> list[tuple[int, str]]:
+    """Each SENT_FIELDS key a module writes, with its line."""
+    found = []
+    for node in ast.walk(tree):
+        keys: list[ast.expr | None] = []
+        if isinstance(node, ast.Dict):
+            keys = list(node.keys)
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            keys = [node.slice]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute) \
+                and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) \
+                in ("dict", "update"):
+            found += [(node.lineno, k.arg) for k in node.keywords if k.arg in SENT_FIELDS]
+        found += [(key.lineno, key.value) for key in keys if isinstance(key, ast.Constant)
+                  and key.value in SENT_FIELDS]
+    return found
+
+
+def bodies_built_outside_the_builder(package: Path = PACKAGE) -> list[str]:
+    """`module:line field` for each sent field written outside the request builder and
+    the lab (the records that name one aside)."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(("quantcheck", *path.relative_to(package).with_suffix("").parts))
+        if module == REQUEST_BUILDER or room(module) == "lab":
+            continue
+        for line, key in written_fields(ast.parse(path.read_text(encoding="utf-8"))):
+            if key not in RECORDS_NAMING_A_FIELD.get(path.stem, set()):
+                found.append(f"{module}:{line} {key}")
+    return found
+
+
+def test_every_request_body_is_built_by_the_one_builder() -> None:
+    assert bodies_built_outside_the_builder() == [], (
+        "a request body is assembled outside src/quantcheck/wire/requests.py: build it "
+        "there (one function per kind of request), so each engine's quirks are applied once")
+
+
+def test_a_body_built_elsewhere_is_found(tmp_path: Path) -> None:
+    copy = tmp_path / "quantcheck"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, line in (("fetch/judging.py", 'BODY = {"model": "m", "max_tokens": 1}'),
+                       ("fetch/collect.py", 'def ask(body: dict) -> None:\n'
+                                            '    body["top_logprobs"] = 5'),
+                       ("store/prompt_entries.py", 'FIELDS = dict(logprobs=True)')):
+        path = copy / name
+        path.write_text(path.read_text() + f"\n\n{line}\n")
+    found = bodies_built_outside_the_builder(copy)
+    assert [entry.split(":")[0] + " " + entry.split()[-1] for entry in found] == [
+        "quantcheck.fetch.collect top_logprobs", "quantcheck.fetch.judging max_tokens",
+        "quantcheck.store.prompt_entries logprobs"]
+
+
 # The review server serves the sheet on 127.0.0.1 (aiohttp's server); it never sends.
 OFFLINE_MODULES = sorted(module for module in module_imports()
                          if module.count(".") == 2 and room(module) in LAYERS.offline
