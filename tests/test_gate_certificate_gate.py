@@ -4,6 +4,7 @@ writes a step summary whose tables hold any prompt id."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from quantcheck.gate.certificate_gate import certificate_markdown, decide_certificate
 from quantcheck.gate.verdict import Policy
 from quantcheck.store.certificate_records import (
+    Answer,
     Certificate,
     FactorResult,
     PromptResult,
@@ -29,6 +31,13 @@ from .conftest import (
 )
 
 ODD_IDS = ["capital|au", "code`block"]
+
+
+def write_files(folder: Path, certificate: Certificate, answers: Sequence[Answer] = ()) -> None:
+    """certificate.json and its answers.jsonl (no answer unless given)."""
+    (folder / "certificate.json").write_bytes(msgspec.json.encode(certificate))
+    (folder / "answers.jsonl").write_bytes(b"".join(msgspec.json.encode(answer) + b"\n"
+                                                    for answer in answers))
 
 
 def write_certificate(folder: Path) -> Path:
@@ -50,7 +59,7 @@ def write_certificate(folder: Path) -> Path:
         batch_sizes=[1], prefix_lengths=[], trials=2, seed=0, requests=9,
         cache_control="none", factors=[repeat], prompt_results=[*varying, steady],
         examples=[])
-    (folder / "certificate.json").write_bytes(msgspec.json.encode(certificate))
+    write_files(folder, certificate)
     return folder
 
 
@@ -108,7 +117,7 @@ def certified_in_part(folder: Path) -> Path:
         explanation="no variation", batch_sizes=[2], prefix_lengths=[1], trials=2, seed=0,
         requests=8, cache_control="none", factors=[repeat], prompt_results=results,
         examples=[])
-    (folder / "certificate.json").write_bytes(msgspec.json.encode(certificate))
+    write_files(folder, certificate)
     return folder
 
 
@@ -146,6 +155,25 @@ def test_the_untested_levels_rule_counts_every_level_named(tmp_path: Path) -> No
     assert rules["untested_levels"].count == 0 and rules["untested_levels"].passed
 
 
+def test_failed_answers_the_certificate_does_not_count_are_refused(tmp_path: Path) -> None:
+    """A certificate counting fewer failed requests than its answers.jsonl holds would
+    pass on requests never answered: refused. Counted, the failure fails the gate."""
+    folder = certified_in_part(tmp_path / "certificate")
+    certificate = msgspec.json.decode((folder / "certificate.json").read_bytes(),
+                                      type=Certificate)
+    failed = Answer(prompt_id="p0", factor="repeat", level="alone", trial=1,
+                    error="HTTP 500 after 3 tries")
+    write_files(folder, certificate, [failed])
+    refused = invoke("gate", folder, "--max-untested-levels", "3")
+    assert refused.exit_code == 2, refused.output
+    assert "failed_requests is 0, but" in refused.output and "holds 1 failed answers" in \
+        refused.output
+    certificate.failed_requests, certificate.certified = 1, False
+    write_files(folder, certificate, [failed])
+    counted = invoke("gate", folder, "--max-untested-levels", "3")
+    assert counted.exit_code == 1 and "| failed_requests | 1 | 0 | **fail** |" in counted.stdout
+
+
 def test_a_config_file_shared_with_ab_gates_is_taken(tmp_path: Path) -> None:
     """A --config file may set the A/B rules too: only the command line is refused."""
     folder = write_certificate(tmp_path / "certificate")
@@ -166,7 +194,7 @@ def test_a_certificate_that_compared_nothing_is_refused_as_an_empty_report_is(
         failed_requests=0, prompts=0, prompts_varying=0, explanation="no variation",
         batch_sizes=[], prefix_lengths=[], trials=2, seed=0, requests=0,
         cache_control="none", factors=[], prompt_results=[], examples=[])
-    (folder / "certificate.json").write_bytes(msgspec.json.encode(empty))
+    write_files(folder, empty)
     result = invoke("gate", folder)
     assert result.exit_code == 2, result.output
     assert ("error: the certificate compared nothing, so there is nothing to pass: not "
@@ -218,7 +246,7 @@ def test_a_model_id_written_as_markup_shows_as_written_in_the_step_summary(
     folder.mkdir()
     certificate = a_certificate_naming(["http://127.0.0.1:8000/v1", model, "2 prompts vary",
                                         "varies", "none", "varies", "p", "q"])
-    (folder / "certificate.json").write_bytes(msgspec.json.encode(certificate))
+    write_files(folder, certificate)
     step_summary = tmp_path / "summary.md"
     result = gate_writing_a_step_summary(folder, step_summary)
     assert result.exit_code == 1, result.output  # two prompts vary

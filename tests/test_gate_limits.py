@@ -1,20 +1,19 @@
 """The policy table: every gate limit declared once, and everything else made from it
-(Policy's defaults, the policy file's checks and JSON Schema, the gate's options and so
---print-config, the docs table); a limit written by hand anywhere fails here."""
+(Policy's fields, the policy file's checks and JSON Schema, the gate's options and so
+--print-config, the docs table); tests/test_structure.py fails on a limit written by hand
+anywhere else, tests/test_worked_example.py adds one to a copy of the package."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
+import yaml
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,16 +24,15 @@ from quantcheck.gate.limits import (
     BY_KEY,
     CERTIFICATE_LIMITS,
     LIMITS,
-    markdown_table,
+    Counted,
+    Limit,
     policy_schema,
     value_problem,
 )
-from quantcheck.gate.schemas import generated
 from quantcheck.gate.verdict import Policy, load_policy
 
 ROOT = Path(__file__).parents[1]
 PACKAGE = ROOT / "src" / "quantcheck"
-TABLE_FILE = PACKAGE / "gate" / "limits.py"
 
 
 def test_policy_has_one_field_per_limit_with_the_tables_default() -> None:
@@ -42,17 +40,6 @@ def test_policy_has_one_field_per_limit_with_the_tables_default() -> None:
     assert [f.name for f in declared] == [limit.key for limit in LIMITS]
     assert {f.name: f.default for f in declared} == {limit.key: limit.default
                                                                     for limit in LIMITS}
-
-
-def test_policy_defaults_are_read_from_the_table_not_written() -> None:
-    """Each Policy field's default is `default("key")` of its own key."""
-    tree = ast.parse((PACKAGE / "gate" / "verdict.py").read_text(encoding="utf-8"))
-    policy = next(node for node in ast.walk(tree)
-                  if isinstance(node, ast.ClassDef) and node.name == "Policy")
-    for field in (n for n in policy.body if isinstance(n, ast.AnnAssign)):
-        assert isinstance(field.target, ast.Name)
-        assert ast.unparse(field.value or ast.Constant(None)) == \
-            f"default({field.target.id!r})", field.target.id
 
 
 def _gate_options() -> dict[str, object]:
@@ -67,21 +54,6 @@ def test_the_gate_has_one_option_per_limit_from_its_row() -> None:
         names = [*option.opts, *option.secondary_opts]  # type: ignore[attr-defined]
         assert "/".join(names) == limit.flag
         assert option.help == limit.help  # type: ignore[attr-defined]
-
-
-def test_no_limit_option_is_written_by_hand() -> None:
-    """Any string naming a limit's option in a click.option call outside the table is a
-    second declaration (the table is the only place a limit's flag is spelled)."""
-    flags = {part for limit in LIMITS for part in limit.flag.split("/")}
-    for path in PACKAGE.rglob("*.py"):
-        if path == TABLE_FILE:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("option"):
-                spelled = {arg.value for arg in node.args if isinstance(arg, ast.Constant)
-                           and isinstance(arg.value, str)}
-                spelled |= {part for value in spelled for part in value.split("/")}
-                assert not spelled & flags, f"{path}: {sorted(spelled & flags)}"
 
 
 def test_print_config_lists_every_limit(tmp_path: Path) -> None:
@@ -105,23 +77,12 @@ def test_an_option_overrides_the_file_for_each_limit(tmp_path: Path) -> None:
         assert chosen == Policy()  # no other limit moved
 
 
-def test_the_docs_table_is_the_tables() -> None:
-    text = (ROOT / "docs" / "gate.md").read_text(encoding="utf-8")
-    start = text.index("<!-- policy table: made from gate/limits.py -->\n")
-    end = text.index("<!-- end of policy table -->")
-    written = text[start:end].splitlines()[1:]
-    assert written == markdown_table()
-
-
-def test_the_shipped_schema_is_the_tables() -> None:
-    shipped = PACKAGE / "store" / "schemas" / "policy.schema.json"
-    assert shipped.read_text(encoding="utf-8") == generated("policy")
-    assert set(json.loads(shipped.read_text())["properties"]) == set(BY_KEY)
-
-
-def test_the_shipped_example_policy_is_valid_and_complete() -> None:
-    example = ROOT / "prompts" / "policy.yaml"
-    assert set(dataclasses.asdict(load_policy(example))) == set(BY_KEY)
+@pytest.mark.parametrize("example", ["prompts/policy.yaml",
+                                     "src/quantcheck/pipeline/starter/policy.yaml"])
+def test_the_shipped_example_policies_are_valid_and_name_every_limit(example: str) -> None:
+    """Each example names every key (a reader sees each rule), and loads."""
+    load_policy(ROOT / example)
+    assert set(yaml.safe_load((ROOT / example).read_text())) == set(BY_KEY)
 
 
 VALUES = st.none() | st.booleans() | st.integers(-5, 200) | st.floats(-2, 200) | \
@@ -148,62 +109,6 @@ def test_a_bad_file_value_names_the_file_and_the_key(limit: object, tmp_path: Pa
         load_policy(path)
 
 
-SCRATCH_CHECK = """
-import json, sys
-from pathlib import Path
-from click.testing import CliRunner
-from quantcheck.cli import cli
-from quantcheck.gate.limits import markdown_table, policy_schema
-from quantcheck.gate.verdict import load_policy
-policy = Path(sys.argv[1])
-policy.write_text("max_imaginary: 3\\n")
-bad = policy.with_name("bad.yaml")
-bad.write_text("max_imaginary: -3\\n")
-try:
-    load_policy(bad)
-    refused = ""
-except Exception as exc:
-    refused = str(exc)
-print(json.dumps({
-    "help": CliRunner().invoke(cli, ["gate", "--help"], terminal_width=200).output,
-    "config": CliRunner().invoke(cli, ["gate", str(policy.parent), "--print-config"]).output,
-    "loaded": load_policy(policy).max_imaginary,
-    "refused": refused,
-    "schema": policy_schema()["properties"].get("max_imaginary"),
-    "table": [line for line in markdown_table() if "max_imaginary" in line]}))
-"""
-
-
-def test_a_new_limit_is_a_row_of_the_table_and_its_policy_field(tmp_path: Path) -> None:
-    """On a scratch copy of the package: a limit added as one row of LIMITS and its
-    Policy field is a policy key with its check, an option in --help and
-    --print-config, a property of the schema and a row of the docs table."""
-    copy = tmp_path / "src" / "quantcheck"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    table = copy / "gate" / "limits.py"
-    table.write_text(table.read_text(encoding="utf-8").replace(
-        "\n)\nBY_KEY", '\n    Limit("max_imaginary", "count", None, '
-        '"Imaginary things (default off).", ("imaginary",)),\n)\nBY_KEY'), encoding="utf-8")
-    verdict = copy / "gate" / "verdict.py"
-    verdict.write_text(verdict.read_text(encoding="utf-8").replace(
-        '    max_judge_flips: int | None = default("max_judge_flips")\n',
-        '    max_judge_flips: int | None = default("max_judge_flips")\n'
-        '    max_imaginary: int | None = default("max_imaginary")\n'), encoding="utf-8")
-    run = subprocess.run([sys.executable, "-c", SCRATCH_CHECK, str(tmp_path / "p.yaml")],
-                         capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(copy.parent), "PATH": "/usr/bin:/bin"})
-    found = json.loads(run.stdout)
-    limits = found["help"].split("Gate limits:")[1]
-    assert re.search(r"\n  --max-imaginary INTEGER RANGE +Imaginary things \(default off\)",
-                     limits)
-    assert "max-imaginary: null" in found["config"]
-    assert found["loaded"] == 3
-    assert "field 'max_imaginary': a whole number >= 0, or null (off)" in found["refused"]
-    assert found["schema"]["type"] == ["integer", "null"]
-    assert found["table"] == ["| `max_imaginary` | `--max-imaginary` | off | Imaginary "
-                              "things (default off). | `imaginary` |"]
-
-
 def _policy_fields_read(module: Path) -> set[str]:
     tree = ast.parse(module.read_text(encoding="utf-8"))
     return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
@@ -220,10 +125,17 @@ def test_the_limits_marked_for_a_certificate_are_those_its_gate_reads() -> None:
 def test_every_limit_is_read_by_a_rule() -> None:
     """A row of the table with no rule reading its Policy field would be a limit that
     limits nothing."""
-    read = set()
+    read = {limit.key for limit in LIMITS if limit.counts is not None}  # its own rule
     for module in ("verdict.py", "certificate_gate.py", "overview.py"):
         read |= _policy_fields_read(PACKAGE / "gate" / module)
     assert set(BY_KEY) <= read, set(BY_KEY) - read
+
+
+def test_every_limit_read_is_a_row_of_the_table() -> None:
+    """`Policy`'s fields are made from the table, so the type checker sees them as Any:
+    a misspelt `policy.KEY` is caught here instead."""
+    for path in PACKAGE.rglob("*.py"):
+        assert _policy_fields_read(path) <= set(BY_KEY), path
 
 
 def _limit_of_rule() -> dict[str, str]:
@@ -255,3 +167,12 @@ def test_the_docs_rule_tables_say_each_rules_default_as_the_table() -> None:
                 described.add(rule)
                 assert re.match(rf"{said[rule]}\b", cells[-1]), (rule, cells[-1])
     assert described == set(said)
+
+
+@pytest.mark.parametrize(("kind", "rules"), [("points", ("x",)), ("switch", ("x",)),
+                                             ("count", ("x", "y")), ("share", ())])
+def test_a_row_that_counts_prompts_is_a_count_or_share_of_one_rule(kind: Any,
+                                                                   rules: tuple[str, ...]
+                                                                   ) -> None:
+    with pytest.raises(ValueError, match="max_x: a limit whose row counts prompts"):
+        Limit("max_x", kind, None, "X.", rules, counts=Counted("x", lambda row: True))

@@ -88,6 +88,17 @@ def test_the_gate_on_an_overview_gates_every_candidate(
     assert invoke("gate", out, "--candidate", "clean").exit_code == 0
     assert "no candidate 'nvfp4'" in invoke("gate", out, "--candidate", "nvfp4").output
 
+    overview = json.loads((out / "overview.json").read_text())
+    rows = overview["candidates"]
+    overview["candidates"] = [row for row in rows if row["label"] != "flips"]
+    (out / "overview.json").write_text(json.dumps(overview))  # the failing one left out
+    result = invoke("gate", out)
+    assert result.exit_code == 2 and "'candidates/flips' not listed, so its verdict would " \
+        "not be checked" in result.output
+    overview["candidates"] = [*rows, rows[1]]
+    (out / "overview.json").write_text(json.dumps(overview))
+    assert "listed twice" in invoke("gate", out).output
+
 
 def test_runs_collected_one_at_a_time_compare_into_an_overview(
         candidate_endpoints: dict[str, str], write_prompts: WritePrompts,

@@ -542,3 +542,31 @@ def test_no_string_a_report_holds_changes_the_shape_of_its_step_summary(
         assert no_tag_more(summary_of(texts), summary_of(["words"] * 8))
 
     shaped()
+
+
+SHORTER = [("same", "Paris.", "Paris."), ("cut", "It is 42.", "42."),
+           ("clipped", "Jane Austen.", "Austen."), ("longer", "Yes.", "Yes, it is.")]
+
+
+@pytest.mark.parametrize(("kind", "limit", "description", "count", "passed"), [
+    ("count", 1, "2 prompts shorter on B", 2, False),
+    ("count", 2, "2 prompts shorter on B", 2, True),
+    ("count", None, "2 prompts shorter on B", 2, True),
+    ("share", 0.4, "50% of compared prompts shorter on B (2 of 4)", 0.5, False),
+    ("share", 0.5, "50% of compared prompts shorter on B (2 of 4)", 0.5, True),
+], ids=["count-over", "count-at", "count-off", "share-over", "share-at"])
+def test_a_limit_whose_row_counts_prompts_is_its_own_rule(
+        kind: Any, limit: float | None, description: str, count: float, passed: bool) -> None:
+    """A row of the policy table with `counts` is a whole rule: the compared prompts its
+    test holds for, as a count or a share, failing above the limit."""
+    from quantcheck.gate.limits import Counted, Limit
+    from quantcheck.gate.verdict import _counted_rule
+    from quantcheck.store.pair_records import PairRow
+
+    row = Limit("max_shorter", kind, None, "Shorter answers.", ("shorter",),
+                counts=Counted("shorter on B",
+                               lambda r: len(r.b_text or "") < len(r.a_text or "")))
+    pairs = [PairRow(prompt_id=p, a_text=a, b_text=b) for p, a, b in SHORTER]
+    rule = _counted_rule(row, limit, pairs)
+    assert (rule.name, rule.description, rule.count, rule.limit, rule.passed, rule.prompts) \
+        == ("shorter", description, count, limit, passed, ["cut", "clipped"])

@@ -61,6 +61,7 @@ def test_a_matrix_with_other_columns_is_refused(candidate_endpoints: dict[str, s
                             tmp_path / "q", "--matrix", mine)
     assert result.exit_code == 2 and "not a serving matrix" in result.output
     assert mine.read_text() == "model,speed\nx,1\n"
+    assert not list(tmp_path.rglob("completions.jsonl"))  # refused before anything was sent
 
 
 def test_the_kv_cache_dtype_is_named_in_the_rows_and_tells_cells_apart(

@@ -184,6 +184,19 @@ def test_a_negative_count_in_pairs_csv_is_refused_naming_row_and_column(
     assert invoke("gate", planted_report).exit_code == 2
 
 
+@pytest.mark.parametrize("column", ["forced_kl_mean", "kl_topk_max", "logprob_mean_abs_diff"])
+def test_a_negative_kl_or_distance_in_pairs_csv_is_refused(planted_report: Path,
+                                                           column: str) -> None:
+    """compare clamps a KL at 0: a negative one (pulling the forced KL's mean under its
+    limit) is no report compare wrote."""
+    pairs = pd.read_csv(planted_report / PAIRS, keep_default_na=False, dtype=str)
+    pairs.loc[0, column] = "-0.5"
+    pairs.to_csv(planted_report / PAIRS, index=False)
+    with pytest.raises(RunFormatError, match=f"column {column}: -0.5 is negative \\(a KL or a "
+                                             "distance\\)"):
+        read_pair_rows(planted_report)
+
+
 def test_no_pairs_write_the_header_alone_and_a_failure_leaves_the_report(
         planted_report: Path) -> None:
     before = {name: (planted_report / name).read_bytes() for name in (PAIRS, DETAILS)}

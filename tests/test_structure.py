@@ -1,7 +1,7 @@
 """The package's shape: each layer a folder, imports only running down the floors, no
-import circles, and the offline layers never load the network; and the tests' shape:
-each test file named for the module it tests (or a listed scenario), none importing
-another."""
+import circles, and the offline layers never load the network; one policy table, every
+gate limit declared in gate/limits.py alone; and the tests' shape: each test file named
+for the module it tests (or a listed scenario), none importing another."""
 
 from __future__ import annotations
 
@@ -198,6 +198,77 @@ def test_no_module_imports_itself_through_others() -> None:
     assert not circles, f"modules in an import circle: {sorted(circles)}"
 
 
+# --- one request builder ----------------------------------------------------------------
+
+# Fields only a body sent to a server carries: written (a dict's key, an item set, a
+# keyword of dict() or update()) only by the builder and the lab's servers.
+SENT_FIELDS = {"max_tokens", "logprobs", "top_logprobs", "prompt_logprobs", "n_probs",
+               "n_predict", "stream_options"}
+REQUEST_BUILDER = "quantcheck.wire.requests"
+# Records that name a sent field and are no body (by module name, as modules move): a
+# prompt's own `max_tokens` where prompts are read and written (an entry, its file, an
+# eval log's recorded request, the ladder's prompts) is the request the builder takes;
+# an Inspect log names a stop reason so; a run's identity names its top-logprobs.
+RECORDS_NAMING_A_FIELD = {
+    "prompt_entries": {"max_tokens"}, "data_prompts": {"max_tokens"},
+    "prompt_writer": {"max_tokens"}, "inspect_logs": {"max_tokens"},
+    "lm_eval_samples": {"max_tokens"}, "ladder_plan": {"max_tokens"},
+    "run_dir": {"top_logprobs"}}
+
+
+def written_fields(tree: ast.AST) -> list[tuple[int, str]]:
+    """Each SENT_FIELDS key a module writes, with its line."""
+    found = []
+    for node in ast.walk(tree):
+        keys: list[ast.expr | None] = []
+        if isinstance(node, ast.Dict):
+            keys = list(node.keys)
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            keys = [node.slice]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute) \
+                and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) \
+                in ("dict", "update"):
+            found += [(node.lineno, k.arg) for k in node.keywords if k.arg in SENT_FIELDS]
+        found += [(key.lineno, key.value) for key in keys if isinstance(key, ast.Constant)
+                  and key.value in SENT_FIELDS]
+    return found
+
+
+def bodies_built_outside_the_builder(package: Path = PACKAGE) -> list[str]:
+    """`module:line field` for each sent field written outside the request builder and
+    the lab (the records that name one aside)."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(("quantcheck", *path.relative_to(package).with_suffix("").parts))
+        if module == REQUEST_BUILDER or room(module) == "lab":
+            continue
+        for line, key in written_fields(ast.parse(path.read_text(encoding="utf-8"))):
+            if key not in RECORDS_NAMING_A_FIELD.get(path.stem, set()):
+                found.append(f"{module}:{line} {key}")
+    return found
+
+
+def test_every_request_body_is_built_by_the_one_builder() -> None:
+    assert bodies_built_outside_the_builder() == [], (
+        "a request body is assembled outside src/quantcheck/wire/requests.py: build it "
+        "there (one function per kind of request), so each engine's quirks are applied once")
+
+
+def test_a_body_built_elsewhere_is_found(tmp_path: Path) -> None:
+    copy = tmp_path / "quantcheck"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, line in (("fetch/judging.py", 'BODY = {"model": "m", "max_tokens": 1}'),
+                       ("fetch/collect.py", 'def ask(body: dict) -> None:\n'
+                                            '    body["top_logprobs"] = 5'),
+                       ("store/prompt_entries.py", 'FIELDS = dict(logprobs=True)')):
+        path = copy / name
+        path.write_text(path.read_text() + f"\n\n{line}\n")
+    found = bodies_built_outside_the_builder(copy)
+    assert [entry.split(":")[0] + " " + entry.split()[-1] for entry in found] == [
+        "quantcheck.fetch.collect top_logprobs", "quantcheck.fetch.judging max_tokens",
+        "quantcheck.store.prompt_entries logprobs"]
+
+
 # The review server serves the sheet on 127.0.0.1 (aiohttp's server); it never sends.
 OFFLINE_MODULES = sorted(module for module in module_imports()
                          if module.count(".") == 2 and room(module) in LAYERS.offline
@@ -240,6 +311,85 @@ def test_the_command_line_starts_without_the_table_schema_and_template_libraries
     assert json.loads(done.stdout) == []
 
 
+# --- one policy table: a gate limit is declared in gate/limits.py alone ------------------
+
+LIMITS_FILE = PACKAGE / "gate" / "limits.py"
+
+
+def limit_names() -> tuple[set[str], set[str]]:
+    """The policy table's keys and the parts of its options' flags."""
+    from quantcheck.gate.limits import LIMITS
+
+    return ({limit.key for limit in LIMITS},
+            {part for limit in LIMITS for part in limit.flag.split("/")})
+
+
+def hand_written_limits(package: Path) -> list[str]:
+    """Where a module of `package` other than the table declares a limit again: a field
+    in `Policy`'s body, an option spelled with a limit's flag, a list (tuple, set, dict)
+    of policy keys."""
+    keys, flags = limit_names()
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == LIMITS_FILE.name and path.parent.name == "gate":
+            continue
+        where = path.relative_to(package)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name == "Policy":
+                found += [f"{where}: Policy.{ast.unparse(field.target)}" for field in node.body
+                          if isinstance(field, ast.AnnAssign | ast.Assign)]
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("option"):
+                spelled = {part for arg in node.args if isinstance(arg, ast.Constant)
+                           and isinstance(arg.value, str) for part in arg.value.split("/")}
+                found += [f"{where}: option {flag}" for flag in sorted(spelled & flags)]
+            if isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict):
+                items = node.keys if isinstance(node, ast.Dict) else node.elts
+                listed = [item.value for item in items if isinstance(item, ast.Constant)
+                          and item.value in keys]
+                found += [f"{where}: a list of {listed}"] if len(listed) > 1 else []
+    return found
+
+
+def test_one_policy_table_no_limit_is_written_by_hand() -> None:
+    assert hand_written_limits(PACKAGE) == []
+
+
+def test_a_limit_written_by_hand_is_found(tmp_path: Path) -> None:
+    (tmp_path / "verdict.py").write_text(
+        "class Policy:\n    max_factual_flips: int = 0\n")
+    (tmp_path / "options.py").write_text(
+        "import click\nx = click.option('--max-factual-flips', type=int)\n"
+        "y = click.option('--confident-flips-only/--all-flips')\n")
+    (tmp_path / "config.py").write_text("KEYS = ('max_factual_flips', 'require_review')\n")
+    assert sorted(hand_written_limits(tmp_path)) == [
+        "config.py: a list of ['max_factual_flips', 'require_review']",
+        "options.py: option --all-flips", "options.py: option --confident-flips-only",
+        "options.py: option --max-factual-flips", "verdict.py: Policy.max_factual_flips"]
+
+
+def test_one_policy_table_policy_is_made_from_it() -> None:
+    """`Policy` declares no field: the table's decorator makes one per row."""
+    tree = ast.parse((PACKAGE / "gate" / "verdict.py").read_text(encoding="utf-8"))
+    policy = next(node for node in tree.body
+                  if isinstance(node, ast.ClassDef) and node.name == "Policy")
+    assert [ast.unparse(d) for d in policy.decorator_list] == ["policy_fields"]
+
+
+def test_one_policy_table_its_copies_are_made_from_it() -> None:
+    """The shipped JSON Schema of a policy file and docs/gate.md's table of limits are
+    what the table makes (`write_shipped()`; `markdown_table()` pasted)."""
+    from quantcheck.gate.limits import markdown_table
+    from quantcheck.gate.schemas import generated
+
+    shipped = PACKAGE / "store" / "schemas" / "policy.schema.json"
+    assert shipped.read_text(encoding="utf-8") == generated("policy"), \
+        "run quantcheck.gate.schemas.write_shipped()"
+    text = (PACKAGE.parents[1] / "docs" / "gate.md").read_text(encoding="utf-8")
+    start = text.index("<!-- policy table: made from gate/limits.py -->\n")
+    written = text[start:text.index("<!-- end of policy table -->")].splitlines()[1:]
+    assert written == markdown_table(), "paste quantcheck.gate.limits.markdown_table()"
+
+
 # --- the tests mirror the house ----------------------------------------------------------
 
 TESTS = Path(__file__).parent
@@ -248,7 +398,7 @@ TESTS = Path(__file__).parent
 SCENARIOS = {"test_action.py", "test_docs.py", "test_engine_models.py", "test_exit_codes.py",
              "test_fuzz_triage.py", "test_fuzz_parsers.py", "test_hostile_servers.py",
              "test_lint.py", "test_llamacpp.py", "test_newcomer.py", "test_scale.py",
-             "test_structure.py", "test_wire_formats.py"}
+             "test_structure.py", "test_wire_formats.py", "test_worked_example.py"}
 # Tests of a folder as a whole, test_<layer>_<topic>.py (none so far).
 FOLDER_TOPICS: set[str] = set()
 

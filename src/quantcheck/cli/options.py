@@ -9,7 +9,7 @@ import inspect
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -527,8 +527,8 @@ class PolicyOverrides:
     given: dict[str, Any]
 
     def applied(self, policy: Policy) -> Policy:
-        return replace(policy, **{key: value for key, value in self.given.items()
-                                  if value is not None})
+        given = {key: value for key, value in self.given.items() if value is not None}
+        return Policy(**{**vars(policy), **given})
 
 
 def policy_options(function: F) -> F:

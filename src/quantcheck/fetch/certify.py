@@ -75,11 +75,11 @@ from ..wire.client import (
     sleep_backoff,
 )
 from ..wire.dialects import Generation, MalformedResponse
+from ..wire.requests import certificate_body, filler_fields
 from ..wire.routing import RoutingUnusable, generated_routing
 from .certify_blocks import CannotTokenize, cache_block, prompt_tokens, shared_start, words_for
 from .certify_requests import RequestLog, with_prefix
 from .clients import all_or_none, api_key_from_env
-from .collect import fields_body, request_body
 from .server_info import describe_server
 
 
@@ -180,27 +180,15 @@ class PlanSender:
             prompt = self.prompts[probe.prompt_id]
             prefix = self.cuts.get((probe.prompt_id, probe.level), probe.prefix) \
                 if probe.shared_tokens else probe.prefix
-            body = with_prefix(request_body(prompt, self.facts.model,
-                                            self.settings.top_logprobs, self.facts.runtime),
-                               prefix, SIBLING_QUESTION if probe.sibling else None)
+            fields = with_prefix(prompt.request, prefix,
+                                 SIBLING_QUESTION if probe.sibling else None)
             api = prompt.api
         else:
             api = self.first.api
-            text = probe.filler
-            request: dict[str, object] = {"max_tokens": self.first.request.get("max_tokens", 64),
-                                          "temperature": 0}
-            request.update({"messages": [{"role": "user", "content": text}]}
-                           if api == "chat" else {"prompt": text})
-            body = fields_body(request, api, self.facts.model, self.settings.top_logprobs,
-                               self.facts.runtime)
-        if self.cache_field and body.get(self.cache_field) is not False:
-            body[self.cache_field] = probe.cache
-        if probe.seed is not None:
-            body.update(temperature=probe.temperature, seed=probe.seed)
-        routing_field = self.profile.routing_request if self.profile else None
-        if self.settings.routed_experts and routing_field:
-            body[routing_field] = True
-        return body, api
+            fields = filler_fields(api, probe.filler,
+                                   self.first.request.get("max_tokens", 64))
+        return certificate_body(fields, api, self.facts.model, self.settings.top_logprobs,
+                                self.profile, probe, self.settings.routed_experts), api
 
     def routing(self, generation: Generation, tokens: int) -> list[str]:
         """A digest per generated token of its routing; empty when none was asked or

@@ -11,7 +11,7 @@ import orjson
 
 from ..store.certificate_records import Probe, Role, SentRequest
 from ..store.redaction import environment_secrets, redact
-from ..wire.client import streamed
+from ..wire.requests import streamed
 
 
 def with_prefix(request: Mapping[str, object], prefix: str, question: str | None = None

@@ -14,7 +14,8 @@ from typing import TypeVar
 
 from ..errors import EndpointError
 from ..store.redaction import public_url
-from ..wire.client import generation_url, streamed
+from ..wire.client import generation_url
+from ..wire.requests import streamed
 
 T = TypeVar("T")
 

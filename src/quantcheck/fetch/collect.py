@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +15,7 @@ import msgspec
 
 from .._version import __version__
 from ..errors import ParameterRejected, QuantcheckError, RunMismatch
-from ..store.engines import ROUTING_STREAM_END, UNKNOWN, profile_of
+from ..store.engines import ROUTING_STREAM_END, UNKNOWN, EngineProfile, profile_of
 from ..store.files import StorageError
 from ..store.folder_kinds import RUN, claim
 from ..store.labels import check_label
@@ -49,13 +49,13 @@ from ..wire.client import (
     RequestFailed,
     RetryableError,
     context_overflow,
-    rejection_advice,
     sleep_backoff,
 )
-from ..wire.dialects import Generation, chosen_as_top, with_logprobs
+from ..wire.dialects import Generation, chosen_as_top
+from ..wire.requests import generation_body, rejection_advice
 from ..wire.routing import RoutingUnusable, generated_routing
 from .clients import api_key_from_env
-from .preflight import PreflightFailed, ProbeShape, run_preflight, without_misread
+from .preflight import PreflightFailed, ProbeShape, run_preflight
 from .replicas import (
     SPREAD_MODES,
     SPREADS,
@@ -144,29 +144,14 @@ class CollectResult:
     failed: int
 
 
-def request_body(prompt: Prompt, model: str, top_logprobs: int, runtime: str | None = None
-                 ) -> dict[str, object]:
-    """The exact JSON body sent for `prompt` (streaming fields are added by the client),
-    logprobs asked for as the runtime takes them, without the greedy fields it misreads."""
-    return fields_body(prompt.request, prompt.api, model, top_logprobs, runtime)
-
-
 def collect_body(prompt: Prompt, model: str, parameters: Parameters, runtime: str | None
                  ) -> dict[str, object]:
     """The exact JSON body collect sends for `prompt` with a run's parameters (the client
-    adds the streaming fields: wire.client.streamed): `request_body`, MoE routing asked
-    where the engine wants it asked, and the prefix cache turned off where its profile
-    can do it per request (`cache_control` says so), unless the request sets it itself."""
-    body = request_body(prompt, model, parameters.top_logprobs, runtime)
-    profile = profile_of(runtime)
-    if profile is None:
-        return body
-    if parameters.routed_experts and profile.routing_request:
-        body[profile.routing_request] = True  # vLLM sends it when started to
-    field = profile.cache_off_field
-    if parameters.cache_off and field is not None and field not in body:
-        body[field] = False
-    return body
+    adds the streaming fields): wire.requests' `generation_body`, with MoE routing and
+    the prefix cache as the run asks (`cache_control` says how)."""
+    return generation_body(prompt.request, prompt.api, model, parameters.top_logprobs,
+                           profile_of(runtime), parameters.routed_experts,
+                           parameters.cache_off)
 
 
 def cache_control(runtime: str | None, prompts: Sequence[Prompt], cache_off: bool
@@ -195,17 +180,6 @@ def cache_control(runtime: str | None, prompts: Sequence[Prompt], cache_off: boo
              if profile.cache_flush_path else "")
     return CacheControl(off=False, how=f"left on: {profile.label} cannot turn its prefix "
                         f"cache off per request{flush}")
-
-
-def fields_body(fields: Mapping[str, object], api: str, model: str, top_logprobs: int,
-                runtime: str | None = None) -> dict[str, object]:
-    """`request_body` of request fields that are not a prompt of the set (the
-    certificate's filler probes)."""
-    profile = profile_of(runtime)
-    if profile is None:
-        return with_logprobs({"model": model, **fields}, api, top_logprobs)
-    return with_logprobs({"model": model, **without_misread(fields, profile)}, api,
-                         top_logprobs, like_chat=profile.legacy_asks_like_chat)
 
 
 @contextmanager
@@ -401,7 +375,7 @@ class _Session:
         self.collected = self.failed = 0
         self.finished = False
         self.replica: str | None = None  # its URL, on a side spread over replicas
-        self._rejections = _Rejections(answered_before)
+        self._rejections = _Rejections(answered_before, profile_of(runtime))
         self._warned_no_logprobs = False
         self._warned_routing: set[str] = set()
         self._unreachable = 0
@@ -617,8 +591,9 @@ class _Rejections:
     or the same one for SAME_REJECTION_STOPS_AFTER prompts in a row, is a parameter the
     server refuses whatever the prompt: the run stops with the fix."""
 
-    def __init__(self, answered_before: bool) -> None:
+    def __init__(self, answered_before: bool, profile: EngineProfile | None) -> None:
         self.answered_once = answered_before
+        self.profile = profile
         self._last: str | None = None
         self._prompts: set[str] = set()  # refused with `_last` since the last answer
 
@@ -634,7 +609,7 @@ class _Rejections:
             self._last, self._prompts = reason, set()
         self._prompts.add(prompt_id)
         if not self.answered_once or len(self._prompts) >= SAME_REJECTION_STOPS_AFTER:
-            raise rejection_advice(reason, body) from None
+            raise rejection_advice(reason, body, self.profile) from None
         return f"the server refused this prompt (HTTP 400): {reason}"
 
 

@@ -104,6 +104,7 @@ from ..wire.dialects import (
     parse_native_next,
     parse_prompt_logprobs,
 )
+from ..wire.requests import echo_body, native_next_body, prompt_logprobs_body, scoring_body
 from .clients import all_or_none, api_key_from_env
 from .preflight import TOKENIZER_PROBES
 from .server_info import describe_server
@@ -317,9 +318,7 @@ class _Scorer:
         """POST with the run's retries (a dropped connection, 429, 5xx, with backoff); a
         scoring request carries --extra-body too (a null value drops a field)."""
         if scoring:
-            off = {self.cache_field: False} if self.cache_field else {}
-            body = {k: v for k, v in {**body, **off, **self.extra_body}.items()
-                    if v is not None}
+            body = scoring_body(body, self.cache_field, self.extra_body)
         for attempt in range(self.retries + 1):
             try:
                 return await self.client.post_json(self.root + path, body)
@@ -416,9 +415,8 @@ class _Scorer:
         own = bool(tokens.ids) and min(tokens.ids or [-1]) >= 0
         ids = tokens.ids if own and tokens.ids else await self._tokenize(
             {"prompt": record.text or "", "add_special_tokens": False})
-        answer = await self._post("/v1/completions", {
-            "model": self.model, "prompt": prompt_ids + ids, "max_tokens": 1,
-            "temperature": 0, "prompt_logprobs": self.top_k})
+        answer = await self._post("/v1/completions", prompt_logprobs_body(
+            self.model, prompt_ids + ids, self.top_k))
         return (parse_prompt_logprobs(answer, ids, len(prompt_ids), self.top_k), not own,
                 len(prompt_ids))
 
@@ -457,9 +455,8 @@ class _Scorer:
         ids = tokens.ids
         scored = []
         for n, (token_id, token_text) in enumerate(zip(ids, tokens.text, strict=True)):
-            answer = await self._post("/completion", {
-                "prompt": prompt_ids + ids[:n], "n_predict": 1, "n_probs": self.top_k,
-                "temperature": 0})
+            answer = await self._post("/completion", native_next_body(prompt_ids + ids[:n],
+                                                                      self.top_k))
             scored.append(parse_native_next(answer, token_id, token_text, self.top_k))
         return scored, False, len(prompt_ids)
 
@@ -473,8 +470,7 @@ class _Scorer:
 
     async def _by_echo(self, prompt: Prompt, record: Completion) -> Scoring:
         text = str(prompt.request["prompt"])
-        answer = await self._post("/v1/completions", {
-            "model": self.model, "prompt": text + (record.text or ""), "echo": True,
-            "logprobs": self.top_k, "max_tokens": 1, "temperature": 0})
+        answer = await self._post("/v1/completions", echo_body(
+            self.model, text + (record.text or ""), self.top_k))
         scored, prompt_tokens = parse_echo(answer, len(text), self.top_k)
         return scored, True, prompt_tokens

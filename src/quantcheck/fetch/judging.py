@@ -25,6 +25,7 @@ from ..wire.client import (
     RetryableError,
     sleep_backoff,
 )
+from ..wire.requests import judge_body
 from .clients import all_or_none
 
 # Given up on: this many connection failures in a row, over at least this long since
@@ -137,8 +138,7 @@ class JudgeClient:
     async def _request(self, judge_question: JudgeQuestion, key: str) -> JudgeReply | str:
         if self.down is not None:
             return f"not asked: {self.down}"
-        body = {"model": self.model, "messages": judge_question.messages(), "temperature": 0,
-                "max_tokens": self.settings.max_tokens}
+        body = judge_body(self.model, judge_question.messages(), self.settings.max_tokens)
         why = "not asked"
         for attempt in range(self.settings.retries + 1):
             started = time.perf_counter()

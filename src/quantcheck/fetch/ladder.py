@@ -25,6 +25,7 @@ from ..wire.client import (
     server_root,
 )
 from ..wire.dialects import MalformedResponse
+from ..wire.requests import prefill_body
 from .clients import api_key_from_env
 from .collect import CollectSettings
 from .server_info import describe_server
@@ -125,11 +126,7 @@ async def prefill_rate(client: EndpointClient, server: LadderServer, count: int,
                        text: str) -> float | None:
     """Prompt tokens a second for one short completions request of `count` tokens
     (None: the server refused it; the ladder then says no estimate)."""
-    body: dict[str, object] = {"model": server.model, "prompt": text, "max_tokens": 1,
-                               "temperature": 0}
-    profile = profile_of(server.runtime)
-    if profile is not None and profile.cache_off_field:
-        body[profile.cache_off_field] = False
+    body = prefill_body(server.model, text, profile_of(server.runtime))
     started = time.monotonic()
     try:
         answer = await client.post_json(server_root(client.endpoint) + "/v1/completions",

@@ -23,7 +23,7 @@ import random
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..errors import EndpointError, ParameterRejected, QuantcheckError
 from ..store.engines import UNKNOWN, EngineProfile, profile_of, tokenizers_first
@@ -39,10 +39,10 @@ from ..wire.client import (
     HTTPStatusError,
     RequestFailed,
     RetryableError,
-    rejection_advice,
     server_root,
 )
-from ..wire.dialects import Generation, MalformedResponse, with_logprobs
+from ..wire.dialects import Generation, MalformedResponse
+from ..wire.requests import probe_body, probe_fields, rejection_advice
 from .template_check import template_check
 
 # Probed in turn until MIN_GREEDY_POSITIONS positions are checked: a model that stops
@@ -64,47 +64,22 @@ _FILLER = ("river", "stone", "quiet", "morning", "garden", "paper", "window", "s
            "light", "table", "north", "silver", "market", "winter", "bridge", "yellow")
 
 
-def without_misread(fields: Mapping[str, object], profile: EngineProfile
-                    ) -> dict[str, object]:
-    """Request fields without the greedy ones this engine misreads at their greedy value
-    (TGI refuses `top_p: 1.0` and turns `presence_penalty: 0` into a repetition penalty)."""
-    return {key: value for key, value in fields.items()
-            if not (key in profile.left_out and GREEDY_FIELDS.get(key) == value)}
-
-
 class PreflightFailed(QuantcheckError):
     """A hard preflight check failed; the message explains which and how to fix it."""
-
-
-# Fields of a run's requests that end a probe's answer early: a prompt set whose stop
-# is "\n" on a model that starts with a newline would make every probe generate nothing.
-ENDING_FIELDS = ("stop", "stop_token_ids")
 
 
 @dataclass
 class ProbeShape:
     """How probe requests look: the API and the fields every request of the run carries
-    (but those that end an answer: the probes ask their own questions)."""
+    (but its text, length and ending: the probes ask their own questions)."""
 
     api: str = "chat"
     fields: dict[str, object] = field(default_factory=lambda: dict(GREEDY_FIELDS))
-    legacy_like_chat: bool = False  # completions ask for logprobs as chat does
 
     @classmethod
     def like(cls, prompt: Prompt) -> ProbeShape:
         """Probes shaped like this prompt's request: its API and every other field."""
-        left_out = ("messages", "prompt", "max_tokens", *ENDING_FIELDS)
-        return cls(api=prompt.api, fields={k: v for k, v in prompt.request.items()
-                                           if k not in left_out})
-
-    def body(self, model: str, text: str, max_tokens: int, top_k: int) -> dict[str, object]:
-        body: dict[str, object] = {"model": model, **self.fields, "max_tokens": max_tokens}
-        if self.api == "chat":
-            body["messages"] = [{"role": "user", "content": text}]
-        else:
-            body["prompt"] = text
-            body.pop("chat_template_kwargs", None)
-        return with_logprobs(body, self.api, top_k, self.legacy_like_chat)
+        return cls(api=prompt.api, fields=probe_fields(prompt.request))
 
 
 async def run_preflight(client: EndpointClient, model: str, models: list[dict[str, object]],
@@ -114,7 +89,7 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     started = time.perf_counter()
     report = Preflight(endpoint=public_url(client.endpoint), model=model, api=shape.api,
                        max_model_len=context_length(server, model))
-    probes = _Probes(client, model, _shaped_for(shape, server.runtime))
+    probes = _Probes(client, model, shape, profile_of(server.runtime))
     report.checks.append(_model_check(model, models, report.max_model_len))
     report.checks += await _logprob_checks(probes, top_k, profile_of(server.runtime))
     report.checks.append(await _context_check(probes, context_tokens, report.max_model_len))
@@ -131,22 +106,12 @@ async def run_preflight(client: EndpointClient, model: str, models: list[dict[st
     return report
 
 
-def _shaped_for(shape: ProbeShape, runtime: str) -> ProbeShape:
-    """Probes as the engine takes them: logprobs asked its way, without the greedy
-    fields it misreads."""
-    profile = profile_of(runtime)
-    if profile is None:
-        return shape
-    return replace(shape, legacy_like_chat=profile.legacy_asks_like_chat,
-                   fields=without_misread(shape.fields, profile))
-
-
 async def replica_probe(client: EndpointClient, model: str, shape: ProbeShape,
                         runtime: str) -> tuple[Fingerprint, Generation]:
     """What tells two servers of one configuration apart, cheaply: a one-token answer to
     a fixed probe (its `model`, `system_fingerprint`, `weight_version` and prompt token
     count) and the tokenizer fingerprint (the tokenize endpoint's ids of fixed texts)."""
-    probes = _Probes(client, model, _shaped_for(shape, runtime))
+    probes = _Probes(client, model, shape, profile_of(runtime))
     answer = await probes.ask(TOKENIZER_PROBES[0], 1)
     return await tokenizer_fingerprint(client, model, probes, runtime), answer
 
@@ -154,20 +119,22 @@ async def replica_probe(client: EndpointClient, model: str, shape: ProbeShape,
 class _Probes:
     """Sends probe requests shaped like the run's own."""
 
-    def __init__(self, client: EndpointClient, model: str, shape: ProbeShape) -> None:
-        self.client, self.model, self.shape = client, model, shape
+    def __init__(self, client: EndpointClient, model: str, shape: ProbeShape,
+                 profile: EngineProfile | None) -> None:
+        self.client, self.model, self.shape, self.profile = client, model, shape, profile
         self.prompt_tokens: dict[str, int] = {}
 
     async def ask(self, text: str, max_tokens: int, top_k: int = 0,
                   extra: Mapping[str, object] | None = None) -> Generation:
-        body = {**self.shape.body(self.model, text, max_tokens, top_k), **(extra or {})}
+        body = {**probe_body(self.shape.fields, self.shape.api, self.model, text, max_tokens,
+                             top_k, self.profile), **(extra or {})}
         attempts = 3
         while True:
             try:
                 generation, _ = await self.client.generate(self.shape.api, body, False, top_k)
                 break
             except ParameterRejected as exc:
-                raise rejection_advice(exc.reason, body) from None
+                raise rejection_advice(exc.reason, body, self.profile) from None
             except RequestFailed as exc:
                 raise EndpointError(f"preflight request failed: {exc}") from None
             except RetryableError as exc:

@@ -17,11 +17,12 @@ async def describe_server(client: EndpointClient, models: list[dict[str, object]
     """The server's `/v1/models` entries (already listed: `models`) and the answers of
     the engines' info endpoints that answer (store/engines.py: `/version`,
     `/get_server_info` or `/server_info`, `/props`, ...); its runtime and version read
-    from them."""
+    from them. The client reads the server's refusals by its engine's profile from then on."""
     info = ServerInfo(models=models)
     for path in INFO_PATHS:
         with_info_answer(info, path, await client.get_json(path))
     info.runtime = identify_runtime(info)
+    client.profile = profile_of(info.runtime)
     info.runtime_version = runtime_version(info)
     await _with_metric(client, info)
     return info

@@ -28,8 +28,8 @@ from ..wire.client import (
     RetryableError,
     sleep_backoff,
 )
+from ..wire.requests import generation_body
 from .clients import all_or_none, api_key_from_env
-from .collect import request_body
 
 DEFAULT_CONCURRENCY = 32
 DEFAULT_MIN_SECONDS = 30.0
@@ -51,7 +51,7 @@ async def measure(endpoint: str, prompt_files: Sequence[Path], *, label: str = "
                               max(concurrency * 2, 16), max_response_mb) as client:
         chosen = choose_model(await client.list_models(), model, public_url(endpoint))
         sender = _Sender(client, retries)
-        bodies = [(p, request_body(p, chosen, 0)) for p in prompts]
+        bodies = [(p, generation_body(p.request, p.api, chosen, 0, None)) for p in prompts]
         for prompt, body in bodies[:warmup]:
             await sender.one(prompt.api, body)
         window = _Window(prompts, min_seconds, progress)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from xml.etree import ElementTree
 
-from ..store.certificate_records import Certificate, read_certificate
+from ..store.certificate_records import Certificate, read_certificate, require_its_answers
 from ..store.files import write_atomic
 from ..store.folder_kinds import CERTIFICATE, require_kind
 from ..store.report_dir import GATE_JSON, JUNIT_XML
@@ -73,6 +73,7 @@ def gate_certificate(folder: Path, policy: Policy) -> tuple[GateResult, Certific
     """Gate FOLDER/certificate.json; write FOLDER/gate.json and junit.xml."""
     require_kind(folder, CERTIFICATE, "the gate")
     certificate = read_certificate(folder)
+    require_its_answers(folder, certificate)
     result = decide_certificate(certificate, policy)
     write_gate_json(result, folder / GATE_JSON)
     write_atomic(folder / JUNIT_XML, certificate_junit(certificate, result))

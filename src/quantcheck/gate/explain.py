@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from ..store.pair_records import FLIP_CAUSE_WORDS, PairRow
 from ..store.report_dir import read_pair_rows
+from .limits import counted_rules
 
 JUNIT_ANSWER_CHARS = 400  # of each answer, in junit.xml
 MARKDOWN_ANSWER_CHARS = 120  # in the step summary's table
@@ -145,6 +146,8 @@ def what_broke(rule: str, row: PairRow) -> str:
     if rule == "collapsed_on_b":
         return ("B answers this prompt as it answers another prompt (the same first 512 "
                 "characters), where A's answers to them differ")
+    if (limit := counted_rules().get(rule)) is not None and limit.counts is not None:
+        return f"a prompt {limit.counts.what}"
     return rule.replace("_", " ")
 
 

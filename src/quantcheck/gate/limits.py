@@ -1,24 +1,44 @@
 """The gate's policy table: every limit declared once, here. A limit is a policy file
 key (`max_factual_flips`), its kind (what values it takes and how a file's value is
-checked), its default and its help. Derived from `LIMITS`, never written elsewhere:
-the keys a policy file may hold and their checks (`check_value`), `Policy`'s defaults,
-the gate's `--max-*`/`--require-*` options and so `--print-config` (cli/_reporting.py),
-the policy file's JSON Schema (`policy_schema`) and the table in docs/gate.md
-(`markdown_table`); tests/test_gate_limits.py fails when one of them differs.
+checked), its default and its help. Made from `LIMITS`, never written elsewhere:
+`Policy`'s fields (`policy_fields`), the keys a policy file may hold and their checks
+(`value_problem`), the gate's `--max-*`/`--require-*` options and so `--print-config`
+(cli/options.py), the policy file's JSON Schema (`policy_schema`) and the table in
+docs/gate.md (`markdown_table`); tests/test_structure.py fails on a limit written
+anywhere else.
 
 Kinds: `count` a whole number >= 0 or null (off); `share` a number from 0 to 1 or null;
 `points` a number >= 0 or null (the option takes 0 to 100); `number` a number >= 0 or
 null; `switch` true or false. A limit's `rules` are the `gate.json` rule names it
-governs (gate/verdict.py's `_rules` applies them); `certificate`: the limit applies to
-a determinism certificate too (gate/certificate_gate.py), the gate refusing the others
-there."""
+governs; `certificate`: the limit applies to a determinism certificate too
+(gate/certificate_gate.py), the gate refusing the others there. A `count` or `share`
+of compared prompts holds its rule too (`counts`: which prompts, in words and as a test
+of a pairs.csv row), applied by gate/verdict.py with nothing written there; any other
+limit's rule is a function in `_rules` of gate/verdict.py reading `policy.KEY`."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from ..store.pair_records import PairRow
 
 Kind = Literal["count", "share", "points", "number", "switch"]
+# the type of a Policy field of each kind
+_PYTHON_TYPES = {"count": "int | None", "share": "float | None", "points": "float | None",
+                 "number": "float | None", "switch": "bool"}
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A rule the table makes whole: the compared prompts for which `test` holds, said
+    "2 prompts WHAT" (a count) or "40% of compared prompts WHAT (2 of 5)" (a share)."""
+
+    what: str
+    test: Callable[[PairRow], bool]
 
 
 @dataclass(frozen=True)
@@ -31,6 +51,13 @@ class Limit:
     off_flag: str = ""  # a switch's second name (`--all-flips`); else --no-KEY
     metavar: str | None = None
     certificate: bool = False  # applied to a determinism certificate too
+    counts: Counted | None = None  # the rule itself, for a count or share of prompts
+
+    def __post_init__(self) -> None:
+        if self.counts is not None and (self.kind not in ("count", "share")
+                                        or len(self.rules) != 1):
+            raise ValueError(f"{self.key}: a limit whose row counts prompts is a count or "
+                             "a share, and names its one gate.json rule")
 
     @property
     def flag(self) -> str:
@@ -132,9 +159,28 @@ BY_KEY = {limit.key: limit for limit in LIMITS}
 CERTIFICATE_LIMITS = tuple(limit.key for limit in LIMITS if limit.certificate)
 
 
-def default(key: str) -> Any:
-    """A limit's default, for `Policy`'s field of that name."""
-    return BY_KEY[key].default
+T = TypeVar("T")
+
+
+def policy_fields(cls: type[T]) -> type[T]:
+    """`cls` as a dataclass with one field per row of the table: the policy key, its
+    kind's type, its default (the class declares none of them)."""
+    fields = [(limit.key, _PYTHON_TYPES[limit.kind], dataclasses.field(default=limit.default))
+              for limit in LIMITS]
+    namespace = {name: value for name, value in vars(cls).items()
+                 if name not in ("__dict__", "__weakref__")}
+    made: type[T] = dataclasses.make_dataclass(cls.__name__, fields, namespace=namespace)
+    return made
+
+
+def counted_rules() -> dict[str, Limit]:
+    """The gate.json rules the table makes whole, each with its limit."""
+    return {limit.rules[0]: limit for limit in LIMITS if limit.counts is not None}
+
+
+def share_rules() -> set[str]:
+    """The gate.json rules whose count is a share (shown as a percentage)."""
+    return {rule for limit in LIMITS if limit.kind == "share" for rule in limit.rules}
 
 
 def value_problem(key: str, value: object) -> str | None:

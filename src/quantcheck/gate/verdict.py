@@ -6,8 +6,8 @@ import os
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
 import msgspec
@@ -48,37 +48,23 @@ from .explain import (
     markdown_text,
     reviews,
 )
-from .limits import BY_KEY, default, value_problem
+from .limits import BY_KEY, LIMITS, Limit, policy_fields, share_rules, value_problem
 
 
 class NothingCompared(RunFormatError):
     """A report in which no pair was compared: there is nothing to pass."""
 
 
-@dataclass
+@policy_fields
 class Policy:
-    """Limits; a count above its limit fails the gate (None: the rule is off). Each
-    field's default, check and help are its row of the policy table (gate/limits.py)."""
+    """Limits; a count above its limit fails the gate (None: the rule is off). Its fields
+    are the policy table's rows (gate/limits.py): a policy key each, with its kind's type
+    and its default, read as `policy.max_factual_flips`."""
 
-    max_factual_flips: int | None = default("max_factual_flips")
-    confident_flips_only: bool = default("confident_flips_only")
-    max_new_degenerate: int | None = default("max_new_degenerate")
-    max_collapsed_on_b: int | None = default("max_collapsed_on_b")
-    max_nondeterministic: int | None = default("max_nondeterministic")
-    max_nondeterministic_prompts: int | None = default("max_nondeterministic_prompts")
-    max_untested_levels: int | None = default("max_untested_levels")
-    require_review: bool = default("require_review")
-    min_identical_share: float | None = default("min_identical_share")
-    max_not_compared: int | None = default("max_not_compared")
-    max_failed_requests: int | None = default("max_failed_requests")
-    max_mixed_backends: int | None = default("max_mixed_backends")
-    max_skipped_checks: int | None = default("max_skipped_checks")
-    max_pass_rate_drop: float | None = default("max_pass_rate_drop")
-    max_forced_kl: float | None = default("max_forced_kl")
-    require_routing_determinism: bool = default("require_routing_determinism")
-    max_blocking_log_signatures: int | None = default("max_blocking_log_signatures")
-    max_template_problems: int | None = default("max_template_problems")
-    max_judge_flips: int | None = default("max_judge_flips")
+    if TYPE_CHECKING:  # the fields made from the table, as the type checker sees them
+        def __init__(self, **limits: int | float | bool | None) -> None: ...
+
+        def __getattr__(self, key: str) -> Any: ...
 
 
 class Rule(msgspec.Struct):
@@ -245,7 +231,21 @@ def _rules(rows: Sequence[PairRow], verdicts: dict[str, list[ReviewVerdict]],
                        "signs of a chat template the model does not know",
                        template_problems(summary, compared), policy.max_template_problems))
     rules.append(_judge_rule(compared, verdicts, blocking, summary, policy.max_judge_flips))
-    return rules
+    return rules + [_counted_rule(limit, getattr(policy, limit.key), compared)
+                    for limit in LIMITS if limit.counts is not None]
+
+
+def _counted_rule(limit: Limit, value: int | float | None, compared: list[PairRow]) -> Rule:
+    """The rule a row of the policy table makes whole: the compared prompts its test
+    holds for, as a count or a share of those compared."""
+    assert limit.counts is not None
+    name, what = limit.rules[0], limit.counts.what
+    prompts = [r.prompt_id for r in compared if limit.counts.test(r)]
+    if limit.kind == "count":
+        return _rule(name, *_with(what), prompts, value)
+    share = len(prompts) / len(compared)
+    return Rule(name, f"{share:.0%} of compared prompts {what} ({len(prompts)} of "
+                f"{len(compared)})", share, value, value is None or share <= value, prompts)
 
 
 def _nondeterminism_rule(rows: Sequence[PairRow], side: str, limit: int | None) -> Rule:
@@ -421,7 +421,8 @@ def _blocks(verdict: ReviewVerdict, blocking: set[str]) -> bool:
     return verdict.label in blocking and verdict.right_side != "b"
 
 
-def _rule(name: str, one: str, many: str, prompts: list[str], limit: int | None) -> Rule:
+def _rule(name: str, one: str, many: str, prompts: list[str],
+          limit: int | float | None) -> Rule:
     """A rule counting `prompts`: "1 factual flip" (`one`), "2 factual flips" (`many`)."""
     count = len(prompts)
     return Rule(name, f"{count} {one if count == 1 else many}", count, limit,
@@ -493,7 +494,7 @@ def rule_table(rules: Sequence[Rule]) -> list[str]:
     for rule in rules:
         limit = "off" if rule.limit is None else rule.limit
         count = ("n/a" if rule.count is None else f"{rule.count:.0%}"
-                 if rule.name == "identical_share" else rule.count)
+                 if rule.name in share_rules() else rule.count)
         prompts = ", ".join(map(code_cell, rule.prompts[:10]))
         if len(rule.prompts) > 10:
             prompts += f" and {len(rule.prompts) - 10} more"

@@ -53,8 +53,8 @@ from ..store.engines import (
     ROUTING_STREAM_END,
     ROUTING_WHOLE,
     TOKEN_IDS,
-    LabDialect,
 )
+from .dialects import LabDialect, lab_dialect
 from .output_faults import LateLoop, bang_run, collapsed
 from .prefix_cache import PrefixCache, shared_start
 from .request_body import json_has, json_int, json_items, json_object, prompt_text_of
@@ -236,6 +236,7 @@ class LabServer:
         self.engine = engine
         self.dialect = dialect
         self.profile = ENGINES[dialect]
+        self.lab = lab_dialect(self.profile)  # what only the lab writes of this engine
         self.faults = faults or Faults()
         self.replay = replay or {}
         self.host, self.port = host, port
@@ -355,14 +356,14 @@ class LabServer:
         entry = {"id": self.engine.name, "object": "model", "created": 1700000000}
         if self.profile.owned_by:
             entry["owned_by"] = self.profile.owned_by[0]
-        if self.profile.lab.owner_is_model:
+        if self.lab.owner_is_model:
             entry["owned_by"] = entry["id"]
-        if self.profile.lab.models_max_model_len:
+        if self.lab.models_max_model_len:
             entry["max_model_len"] = self.server_info.get("max_model_len", 8192)
         return _json({"object": "list", "data": [entry]})
 
     async def _health(self, request: web.Request) -> web.Response:
-        if self.profile.lab.health_json:
+        if self.lab.health_json:
             return _json({"status": "ok"})
         return web.Response(status=200)
 
@@ -370,7 +371,7 @@ class LabServer:
         own = self.profile.version_at[0] if self.profile.version_at else None
         if request.path not in self.profile.info_paths and request.path != own:
             raise web.HTTPNotFound()
-        return _json({"version": self.server_info.get("version", self.profile.lab.version)})
+        return _json({"version": self.server_info.get("version", self.lab.version)})
 
     async def _sglang_info(self, request: web.Request) -> web.Response:
         if request.path not in self.profile.info_paths:
@@ -387,7 +388,7 @@ class LabServer:
                 "text-generation", "max_concurrent_requests": 128, "max_best_of": 2,
                 "max_stop_sequences": 4, "max_input_tokens": 8191, "max_total_tokens": 8192,
                 "validation_workers": 2, "max_client_batch_size": 4,
-                "router": "text-generation-router", "version": self.profile.lab.version,
+                "router": "text-generation-router", "version": self.lab.version,
                 "sha": None, "docker_label": None}
         return _json({**info, **self.server_info})
 
@@ -445,13 +446,13 @@ class LabServer:
         if endpoint is None or request.path != endpoint.path:
             raise web.HTTPNotFound()
         field = endpoint.text_field
-        if not json_has(sent, field) and self.profile.lab.tokenize_lenient:
+        if not json_has(sent, field) and self.lab.tokenize_lenient:
             return _json({"tokens": []})  # as llama-server answers another server's shape
         if not json_has(sent, field) and not (endpoint.accepts_messages
                                               and json_has(sent, "messages")):
             return _json(_error_body(f"missing field {field!r}", 400), 400)
         ids = self._tokenized(json_object(sent), field)
-        if self.profile.lab.tokenize_counts:
+        if self.lab.tokenize_counts:
             return _json({"count": len(ids), "max_model_len": 8192, "tokens": ids})
         return _json({"tokens": ids})
 
@@ -655,8 +656,8 @@ class LabServer:
     async def _run_engine(self, body: Mapping[str, object], chat: bool, emit: Emit,
                           cached: bool = False, read: CacheRead | None = None) -> str:
         top_k = _requested_k(body)
-        if self.profile.lab.max_alternatives is not None:  # fewer alternatives than asked
-            top_k = min(top_k, self.profile.lab.max_alternatives)
+        if self.lab.max_alternatives is not None:  # fewer alternatives than asked
+            top_k = min(top_k, self.lab.max_alternatives)
         loaded = self.faults.load_sensitive and self.in_flight > 1
         # relative, like float rounding under another reduction order
         jitter = 1e-7 if self.faults.nondeterministic or loaded else 0.0
@@ -804,7 +805,7 @@ class LabServer:
         be token ids), or `echo` with legacy logprobs (vLLM, llama-cpp-python)."""
         vllm_style = body.get("prompt_logprobs") is not None
         if not (self.profile.forced_mode == PROMPT_LOGPROBS if vllm_style
-                else self.profile.lab.echo):
+                else self.lab.echo):
             name = "prompt_logprobs" if vllm_style else "echo"
             return _json(_error_body(f"{name} is not supported", 400), 400)
         prompt = body.get("prompt")
@@ -852,16 +853,16 @@ class LabServer:
         for name in sorted(self.faults.reject_fields & set(body)):
             return _json(_error_body(f"Unrecognized request argument supplied: {name}", 400), 400)
         k = _requested_k(body)
-        lab = self.profile.lab
+        lab = self.lab
         for name in sorted(set(lab.unknown_fields) & set(body)):
             return _flat_error(lab, f"1 validation error:\n  {{'type': 'extra_forbidden', 'loc': "
                                f"('body', '{name}'), 'msg': 'Extra inputs are not permitted'}}",
                                400)
-        own_limit = lab.default_top_logprobs or self.profile.top_logprobs_limit
+        own_limit = self.profile.top_logprobs_default or self.profile.top_logprobs_limit
         if lab.refuses_top_p_one and body.get("top_p") == 1.0:
             return _json({"error": "Input validation error: `top_p` must be > 0.0 and < 1.0",
                           "error_type": "validation"}, 422)
-        if lab.logprobs_flag_only and not isinstance(body.get("logprobs", False), bool):
+        if self.profile.legacy_asks_like_chat and not isinstance(body.get("logprobs", False), bool):
             request.transport.close()  # type: ignore[union-attr]  # its check raises
             return web.Response()
         if lab.limit_status is not None and own_limit is not None and k > own_limit:
@@ -899,6 +900,7 @@ class _Renderer:
     def __init__(self, server: LabServer, body: Mapping[str, object], chat: bool) -> None:
         self.dialect = server.dialect
         self.profile = profile = server.profile
+        self.lab = server.lab
         self.model = body.get("model") or server.engine.name
         self.chat = chat
         self.kind = ("chat.completion.chunk" if chat else "text_completion")
@@ -916,8 +918,8 @@ class _Renderer:
         self.completion_tokens = 0
         self.envelope: dict[str, object] = {"id": "cmpl-scripted", "created": int(time.time()),
                                             "model": self.model}
-        if profile.lab.system_fingerprint:
-            self.envelope["system_fingerprint"] = profile.lab.system_fingerprint
+        if server.lab.system_fingerprint:
+            self.envelope["system_fingerprint"] = server.lab.system_fingerprint
 
     def usage(self) -> dict[str, object]:
         usage: dict[str, object] = {
@@ -955,7 +957,7 @@ class _Renderer:
     def _whole_message(self, steps: list[Step], text: str) -> dict[str, object]:
         reasoning = "".join(step.content for step in steps if step.reasoning) or None
         message: dict[str, object] = {"role": "assistant", "content": text}
-        if self.profile.lab.reasoning_always or reasoning:
+        if self.lab.reasoning_always or reasoning:
             message[self.profile.reasoning_field] = reasoning
         message.update(self._whole_calls(steps))
         return message
@@ -980,7 +982,7 @@ class _Renderer:
     # chatml-function-calling). The content of a message with calls is null.
 
     def _call_id(self, number: int) -> str:
-        return self.profile.lab.tool_call_id_prefix + f"{number:04d}scripted"
+        return self.lab.tool_call_id_prefix + f"{number:04d}scripted"
 
     def _whole_calls(self, steps: list[Step]) -> dict[str, object]:
         calls: dict[int, list[str]] = {}
@@ -992,12 +994,12 @@ class _Renderer:
                 else:
                     name_and_arguments[1] += step.content
         if not calls:
-            return {"tool_calls": []} if self.profile.lab.empty_tool_calls else {}
+            return {"tool_calls": []} if self.lab.empty_tool_calls else {}
         listed = [{"id": self._call_id(n), "type": "function",
                    "function": {"name": name, "arguments": arguments}}
                   for n, (name, arguments) in sorted(calls.items())]
         message: dict[str, object] = {"content": None, "tool_calls": listed}
-        if self.profile.lab.function_call_too:
+        if self.lab.function_call_too:
             message["function_call"] = listed[0]["function"]
         return message
 
@@ -1005,11 +1007,11 @@ class _Renderer:
         number = step.call or 0
         if step.call_name is not None:  # a call's first piece: its id and name
             function: dict[str, object] = {"name": step.call_name}
-            if self.profile.lab.arguments_with_name:
+            if self.lab.arguments_with_name:
                 function["arguments"] = ""
             return {"index": number, "id": self._call_id(number), "type": "function",
                     "function": function}
-        if self.profile.lab.null_piece_fields:
+        if self.lab.null_piece_fields:
             return {"id": None, "index": number, "type": "function",
                     "function": {"name": None, "arguments": step.content}}
         return {"index": number, "function": {"arguments": step.content}}
@@ -1030,7 +1032,7 @@ class _Renderer:
     def _chunk(self, kind: str, delta: dict[str, object], logprobs: dict[str, object] | None,
                finish: str | None, text: str = "") -> dict[str, object]:
         if not self.chat and finish == "stop":
-            finish = self.profile.lab.completions_stream_stop
+            finish = self.lab.completions_stream_stop
         choice: dict[str, object] = {"index": 0, "logprobs": logprobs, "finish_reason": finish}
         if self.chat:
             choice["delta"] = delta
@@ -1066,7 +1068,7 @@ class _Renderer:
 
     def _entry(self, token: str, logprob: float, raw: bytes,
                extra: dict[str, object] | None = None) -> dict[str, object]:
-        piece = token.replace(" ", "\u0120") if self.profile.lab.vocabulary_pieces else token
+        piece = token.replace(" ", "\u0120") if self.lab.vocabulary_pieces else token
         entry: dict[str, object] = {"token": piece, "logprob": logprob}
         if self.profile.token_bytes is not False:
             entry["bytes"] = list(raw) if self.profile.token_bytes else None

@@ -16,6 +16,7 @@ from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
 from ..gate.verdict import Policy
+from ..present.matrix import check_matrix
 from ..store.folder_kinds import CANDIDATES_OVERVIEW, FORCED, REPORT, RUN, claim
 from ..store.labels import check_label
 from ..store.prompt_sets import load_prompts
@@ -125,6 +126,8 @@ def _run(ab: ABRun, reporters: Sequence[Reporter] | None,
          notify: Callable[[str], None] | None) -> dict[str, Summary]:
     """Everything sent over the network in one event loop, then each comparison."""
     _check_labels(ab)
+    if ab.matrix is not None:
+        check_matrix(ab.matrix)  # refused before anything is sent, not after the run
     _claim_folders(ab)
     if isinstance(ab.a, Path):
         check_reference(ab.a, ab.candidates, ab.prompt_files)

@@ -80,6 +80,12 @@ def write_matrix(path: Path, rows: list[dict[str, str]]) -> None:
     write_atomic(path, _csv(rows))
 
 
+def check_matrix(path: Path) -> None:
+    """Refuse now a file at `path` that `append_matrix` would refuse after the run."""
+    if path.exists():
+        _read(path)
+
+
 def append_matrix(path: Path, rows: list[dict[str, str]]) -> int:
     """Add `rows` to the matrix at `path` (created if missing); how many rows it holds."""
     kept = _read(path) if path.exists() else []

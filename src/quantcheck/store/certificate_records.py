@@ -359,6 +359,18 @@ def read_lines_of(path: Path, kind: type[RecordT]) -> list[RecordT]:
     return records
 
 
+def require_its_answers(folder: Path, certificate: Certificate) -> None:
+    """The failures certificate.json counts include every answer in answers.jsonl that
+    failed (fillers' failures are counted too, and have no line): a certificate counting
+    fewer would pass on requests that were never answered."""
+    path = folder / ANSWERS_JSONL
+    failed = sum(1 for answer in read_lines_of(path, Answer) if answer.error is not None)
+    if failed > certificate.failed_requests:
+        raise RunFormatError(f"{folder / CERTIFICATE_JSON}: failed_requests is "
+                             f"{certificate.failed_requests}, but {path} holds {failed} failed "
+                             "answers (edited? run `quantcheck determinism --certify` again)")
+
+
 def _named(ids: Sequence[str]) -> str:
     shown = ", ".join(repr(i)[:40] for i in ids[:3])
     return shown + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")

@@ -7,9 +7,8 @@ prefix cache is turned off, the quirks of its answers (a separate finish chunk, 
 UTF-8, one alternative more than asked, logprobs that only whole answers carry), its
 top-logprobs limit and what it cannot do. Everything else reads engines through
 `profile_of(name)`: no engine's name is compared as a string outside this module
-(tests/test_structure.py scans for one). `LabDialect` is how the lab's loopback server
-writes the details of an engine's answers that quantcheck does not read but a real
-client would see (tool-call ids, null fields, the extra info in a tokenize answer).
+(tests/test_structure.py scans for one). The lab's server reads these profiles too;
+what only it writes (tool-call ids, null fields, its errors' shape) is in lab/dialects.py.
 
 Adding an engine: a profile in ENGINES, its recorded answers under
 tests/fixtures/wire/, and its row in docs/engines.md (docs/development.md).
@@ -17,7 +16,7 @@ tests/fixtures/wire/, and its row in docs/engines.md (docs/development.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 UNKNOWN = "unknown"  # the runtime of a server that does not say what it is
 
@@ -57,41 +56,6 @@ class CacheBlocks:
     said: str
     info_field: str | None = None
     metrics: tuple[str, str, str] | None = None
-
-
-@dataclass(frozen=True)
-class LabDialect:
-    """How the lab server writes what only a real client would see."""
-
-    tool_call_id_prefix: str = "call_"
-    empty_tool_calls: bool = False  # `tool_calls: []` on a message with none
-    function_call_too: bool = False  # each call also as the older `function_call`
-    arguments_with_name: bool = True  # a call's first piece carries `arguments: ""`
-    null_piece_fields: bool = False  # later pieces carry `id: null`, `name: null`
-    reasoning_always: bool = False  # `reasoning_content: null` on every message
-    max_alternatives: int | None = None  # sends fewer alternatives than asked
-    health_json: bool = False  # /health answers {"status": "ok"}
-    models_max_model_len: bool = False  # /v1/models entries carry max_model_len
-    tokenize_counts: bool = False  # a tokenize answer also says count and max_model_len
-    tokenize_lenient: bool = False  # a tokenize request without its field: no ids, no 400
-    echo: bool = False  # legacy completions with echo and logprobs score the prompt
-    system_fingerprint: str | None = None
-    # Above the profile's top-logprobs limit: the status answered (0: the connection is
-    # dropped without an answer) and its message ({k} asked, {limit}); None: not enforced
-    limit_status: int | None = None
-    limit_message: str = ""
-    flat_errors: bool = False  # errors as {"error": MESSAGE, "error_type": ...}
-    flat_error_type: str = "validation"  # that `error_type` ("": the key is left out)
-    # request fields it refuses as unknown (HTTP 400, as its validation errors are sent)
-    unknown_fields: tuple[str, ...] = ()
-    owner_is_model: bool = False  # /v1/models entries owned by the model's own id
-    # the top-logprobs limit its operator can raise, as started by default (None: none)
-    default_top_logprobs: int | None = None
-    refuses_top_p_one: bool = False  # `top_p: 1.0` refused (it wants 0 < top_p < 1)
-    completions_stream_stop: str = "stop"  # the finish of a completions stream ended by EOS
-    logprobs_flag_only: bool = False  # a `logprobs` that is no boolean: connection dropped
-    vocabulary_pieces: bool = False  # token strings as vocabulary pieces (Ġ for a space)
-    version: str = "0.11.0"  # what its version endpoint says
 
 
 @dataclass(frozen=True)
@@ -142,10 +106,17 @@ class EngineProfile:
     # and where a limit comes from (also a limit its operator sets)
     top_logprobs_limit: int | None = None
     top_logprobs_note: str = ""
+    top_logprobs_default: int | None = None  # a limit its operator can raise, as started
+    # the request field its refusal of too many alternatives names ("": it says logprobs)
+    logprobs_named: str = ""
+    # how it must be started when it refuses logprobs within its limit ("": it does not)
+    logprobs_start_fix: str = ""
+    # a refused request field answered with another status than HTTP 400 or 422: that
+    # status and the words its answer carries (None: none; any other answer is retried)
+    refuses_fields_with: tuple[int, str] | None = None
     gguf_names: bool = False  # models are named by their GGUF file
     one_at_a_time: str | None = None  # why concurrency above 1 hurts, if it does
     cannot: tuple[str, ...] = ()  # what quantcheck cannot do with it, in words
-    lab: LabDialect = field(default_factory=LabDialect)
 
     def missing_logprobs(self, apis: set[str], stream: bool) -> str | None:
         """Where this engine's answers carry no logprobs, said for a warning; None when
@@ -180,10 +151,7 @@ VLLM = EngineProfile(
     cache_flush_needs="vLLM serves it only when started with VLLM_SERVER_DEV_MODE=1",
     cache_blocks=CacheBlocks(16, "vLLM's --block-size (16 unless started otherwise)",
                              metrics=("/metrics", "vllm:cache_config_info", "block_size")),
-    top_logprobs_note="--max-logprobs, 20 unless started otherwise",
-    lab=LabDialect(tool_call_id_prefix="chatcmpl-tool-", empty_tool_calls=True,
-                   arguments_with_name=False, reasoning_always=True,
-                   models_max_model_len=True, tokenize_counts=True, echo=True))
+    top_logprobs_note="--max-logprobs, 20 unless started otherwise", top_logprobs_default=20)
 SGLANG = EngineProfile(
     name="sglang", label="SGLang", owned_by=("sglang",),
     info_paths=("/get_server_info", "/server_info"), version_at=("/get_server_info", "version"),
@@ -194,8 +162,7 @@ SGLANG = EngineProfile(
     # it refuses while requests are running or waiting; the certificate sends none then
     cache_flush_path="/flush_cache", separate_finish_chunk=True,
     cache_blocks=CacheBlocks(1, "SGLang's --page-size (1 unless started otherwise)",
-                             info_field="page_size"),
-    lab=LabDialect(null_piece_fields=True, max_alternatives=5))
+                             info_field="page_size"))
 LLAMA_CPP = EngineProfile(
     name="llama.cpp", label="llama.cpp", owned_by=("llamacpp",), info_paths=("/props",),
     version_at=("/props", "build_info"),
@@ -211,18 +178,16 @@ LLAMA_CPP = EngineProfile(
                                 "(their longest common prefix with the prompt)"),
     separate_finish_chunk=True, split_utf8=True, token_ids_in_entries=True,
     legacy_logprobs=ENTRIES, gguf_names=True,
-    cannot=("MoE routing",),
-    lab=LabDialect(health_json=True, tokenize_lenient=True,
-                   system_fingerprint="b6000-abc1234"))
+    cannot=("MoE routing",))
 LLAMA_CPP_PYTHON = EngineProfile(
     name="llama-cpp-python", label="llama-cpp-python", owned_by=("me",),
     tokenize=TokenizeEndpoint("/extras/tokenize", "input"),
     extra_alternative=True, token_bytes=None, gguf_names=True,
+    refuses_fields_with=(500, "validation error"),  # pydantic's, as HTTP 500
     one_at_a_time=("llama-cpp-python answers one request at a time and, by default, cuts a "
                    "running stream short when another request arrives: use --concurrency 1 "
                    "(or start it with --interrupt_requests false)"),
-    cannot=("MoE routing", "rendering a chat template on request"),
-    lab=LabDialect(tool_call_id_prefix="call__", function_call_too=True, echo=True))
+    cannot=("MoE routing", "rendering a chat template on request"))
 
 OLLAMA = EngineProfile(  # openai/openai.go, middleware/openai.go, server/routes.go
     name="ollama", label="Ollama", owned_by=("library",), info_paths=("/api/version",),
@@ -231,9 +196,7 @@ OLLAMA = EngineProfile(  # openai/openai.go, middleware/openai.go, server/routes
     top_logprobs_note="fixed: top_logprobs must be between 0 and 20",
     cannot=("logprobs on /v1/completions (its answers carry none: only texts are compared)",
             "tokenizing on request", "rendering a chat template on request",
-            "teacher-forced scoring", "MoE routing", "turning its prefix cache off"),
-    lab=LabDialect(system_fingerprint="fp_ollama", limit_status=400, version="0.33.0-rc2",
-                   limit_message="top_logprobs must be between 0 and {limit}"))
+            "teacher-forced scoring", "MoE routing", "turning its prefix cache off"))
 
 MLX = EngineProfile(  # mlx_lm/server.py of mlx-lm 0.32.0
     name="mlx", label="MLX (mlx_lm.server)", ownerless_models=True, forced_mode=None,
@@ -248,25 +211,18 @@ MLX = EngineProfile(  # mlx_lm/server.py of mlx-lm 0.32.0
             "checking greedy decoding (its logprob entries do not say which token was "
             "generated: the top alternative is taken)",
             "tokenizing on request", "rendering a chat template on request",
-            "teacher-forced scoring", "MoE routing", "turning its prefix cache off"),
-    lab=LabDialect(health_json=True, limit_status=0, logprobs_flag_only=True,
-                   vocabulary_pieces=True, version="0.32.0",
-                   system_fingerprint="0.32.0-0.30.1-macOS-15.5-arm64-arm-64bit-applegpu_g15s"))
+            "teacher-forced scoring", "MoE routing", "turning its prefix cache off"))
 
 TGI = EngineProfile(  # router/src/{lib,server,chat,validation}.rs of 3.3.6-dev0
     name="tgi", label="TGI (text-generation-inference)", info_paths=("/info",),
     version_at=("/info", "version"), forced_mode=None, legacy_logprobs=None,
     token_bytes=False, left_out=("top_p", "presence_penalty"),
-    top_logprobs_note="--max-top-n-tokens, 5 unless started otherwise",
+    top_logprobs_note="--max-top-n-tokens, 5 unless started otherwise", top_logprobs_default=5,
+    logprobs_named="top_n_tokens",
     cannot=("logprobs on /v1/completions (its answers carry none: only texts are compared)",
             "tokenizing on request in the shape quantcheck reads", "rendering a chat "
             "template on request", "teacher-forced scoring", "MoE routing",
-            "turning its prefix cache off"),
-    lab=LabDialect(owner_is_model=True, default_top_logprobs=5, limit_status=422,
-                   flat_errors=True, refuses_top_p_one=True, version="3.3.6-dev0",
-                   completions_stream_stop="eos_token", system_fingerprint="3.3.6-dev0-native",
-                   limit_message="Input validation error: `top_n_tokens` must be >= 0 and "
-                                 "<= {limit}. Given: {k}"))
+            "turning its prefix cache off"))
 
 TENSORRT_LLM = EngineProfile(  # tensorrt_llm/serve/openai_{protocol,server}.py at 0076e93
     # its GET /version is vLLM's too: recognised by the owner alone, the version read there
@@ -277,15 +233,11 @@ TENSORRT_LLM = EngineProfile(  # tensorrt_llm/serve/openai_{protocol,server}.py 
     top_logprobs_note="fixed: top_logprobs and logprobs must be less than or equal to 100; "
                       "more than 1 needs its pytorch backend (the default) or "
                       "gather_generation_logits",
+    logprobs_start_fix="a server on its pytorch backend or started with "
+                       "gather_generation_logits",
     cannot=("rendering a chat template on request", "teacher-forced scoring (its "
             "completions score no prompt tokens)", "MoE routing",
-            "turning its prefix cache off"),
-    lab=LabDialect(tool_call_id_prefix="chatcmpl-tool-", limit_status=400, flat_errors=True,
-                   flat_error_type="", unknown_fields=("repeat_penalty",),
-                   limit_message="1 validation error:\n  {{'type': 'value_error', 'loc': "
-                                 "('body',), 'msg': 'Value error, {field} must be less than "
-                                 "or equal to {limit}'}}",
-                   version="main-0076e93"))
+            "turning its prefix cache off"))
 
 ENGINES: dict[str, EngineProfile] = {profile.name: profile for profile in (
     VLLM, SGLANG, LLAMA_CPP, LLAMA_CPP_PYTHON, OLLAMA, MLX, TGI, TENSORRT_LLM)}

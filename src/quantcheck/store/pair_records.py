@@ -168,6 +168,10 @@ def _dtype(annotation: str) -> str:
 
 PAIR_DTYPES = {name: _dtype(PairRow.__annotations__[name]) for name in PAIR_COLUMNS}
 TEXT_COLUMNS = [c for c in PAIR_COLUMNS if PAIR_DTYPES[c] == "object"]  # "" for empty
+# Figures that cannot be negative as compare writes them (a KL is clamped at 0): a
+# negative one in a read pairs.csv was edited, and would pull a gate's mean under its limit
+NON_NEGATIVE = ("logprob_mean_abs_diff", "logprob_max_abs_diff", "kl_topk_mean", "kl_topk_max",
+                "forced_kl_mean", "forced_kl_p99", "forced_kl_max")
 
 
 def new_degenerate_on_b(rows: list[PairRow]) -> list[str]:

@@ -38,6 +38,7 @@ from .folder_kinds import SUMMARY as SUMMARY
 from .labels import is_label, shown
 from .pair_records import (
     ENUMERATED,
+    NON_NEGATIVE,
     PAIR_COLUMNS,
     PAIR_DTYPES,
     TEXT_COLUMNS,
@@ -262,7 +263,8 @@ def iter_pairs(report_dir: Path, chunk: int | None = None,
 
 def _checked(path: Path, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     """The frames, each once its enumerated columns hold only their values and its
-    integer columns (counts and token positions, all of them) no negative number."""
+    integer columns (counts and token positions, all of them) and its KLs and
+    distances no negative number."""
     rows = 0
     for frame in frames:
         for column in frame.columns:
@@ -273,6 +275,8 @@ def _checked(path: Path, frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFram
                     + ", ".join(repr(v) if v else "empty" for v in ENUMERATED[column]) + ")")
             elif PAIR_DTYPES[column] == "Int64":
                 wrong, why = (values < 0).fillna(False), "is negative (a count or a position)"
+            elif column in NON_NEGATIVE:
+                wrong, why = (values < 0).fillna(False), "is negative (a KL or a distance)"
             else:
                 continue
             if wrong.any():
@@ -337,7 +341,21 @@ def read_overview(folder: Path) -> Overview:
             raise RunFormatError(f"{folder / OVERVIEW}: candidate {shown(row.label)}: report "
                                  f"{shown(row.report)} is not {CANDIDATES}/LABEL, where "
                                  "compare writes it (edited? re-run compare)")
+    _require_every_candidate_listed(folder, [row.label for row in overview.candidates])
     return overview
+
+
+def _require_every_candidate_listed(folder: Path, labels: list[str]) -> None:
+    """A report under candidates/ that overview.json leaves out would never be gated; a
+    label listed twice would be gated as one."""
+    on_disk = sorted(entry.name for entry in (folder / CANDIDATES).glob("*") if entry.is_dir())
+    unlisted = [name for name in on_disk if name not in labels]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if unlisted or twice:
+        what = (f"{', '.join(shown(f'{CANDIDATES}/{name}') for name in unlisted)} not listed"
+                if unlisted else f"{', '.join(map(shown, twice))} listed twice")
+        raise RunFormatError(f"{folder / OVERVIEW}: {what}, so its verdict would not be "
+                             "checked (edited? re-run compare)")
 
 
 def write_overview(folder: Path, overview: Overview) -> None:

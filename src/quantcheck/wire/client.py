@@ -30,6 +30,7 @@ import aiohttp
 import orjson
 
 from ..errors import EndpointError, ParameterRejected
+from ..store.engines import EngineProfile
 from ..store.redaction import (
     CredentialsIgnored,
     basic_token,
@@ -49,6 +50,7 @@ from .dialects import (
     parse_response,
 )
 from .proxies import proxy_for
+from .requests import streamed
 from .retry_after import retry_after_seconds
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -120,9 +122,6 @@ def generation_url(endpoint: str, api: str) -> str:
     return api_base(endpoint) + ("/chat/completions" if api == "chat" else "/completions")
 
 
-def streamed(body: Mapping[str, object]) -> dict[str, object]:
-    """A generation body as it is sent streamed: the usage asked for in the last chunk."""
-    return {**body, "stream": True, "stream_options": {"include_usage": True}}
 
 
 def split_credentials(endpoint: str) -> tuple[str, str | None]:
@@ -187,6 +186,9 @@ class EndpointClient:
         self._session: aiohttp.ClientSession | None = None
         # one endpoint, one host: its proxy (HTTP(S)_PROXY, NO_PROXY; never loopback)
         self._proxy = proxy_for(self.base_url)
+        # the engine, once a flow has read what it is (None: unknown or not yet read): how
+        # it refuses a request field
+        self.profile: EngineProfile | None = None
 
     def redact(self, text: str) -> str:
         """`text` without credentials: this client's key and password, and any other
@@ -331,7 +333,7 @@ class EndpointClient:
                     raise MalformedResponse(_not_json_note(response, raw) or str(exc)) \
                         from None
         except HTTPStatusError as exc:
-            raise _classify_status(exc) from None
+            raise _classify_status(exc, self.profile) from None
         except StreamError as exc:
             raise RetryableError(f"server reported an error: {exc}") from None
         except MalformedResponse as exc:
@@ -451,16 +453,23 @@ def _status_error(status: int, raw: bytes, headers: Mapping[str, str],
                            retry_after_seconds(headers))
 
 
-def _classify_status(exc: HTTPStatusError) -> Exception:
+def _classify_status(exc: HTTPStatusError, profile: EngineProfile | None) -> Exception:
     status, message = exc.status, exc.message
-    if status == 500 and "validation error" in message:
-        # llama-cpp-python answers a rejected request field with HTTP 500
+    if _refused_field(status, message, profile):
         return ParameterRejected(message)
     if status in RETRYABLE_STATUS:
         return RetryableError(f"HTTP {status}: {message}", exc.retry_after)
     if status in (400, 422):
         return ParameterRejected(message)
     return EndpointError(f"HTTP {status}: {message}")
+
+
+def _refused_field(status: int, message: str, profile: EngineProfile | None) -> bool:
+    """A refused request field answered with another status than 400 or 422: the
+    engine's profile says which (`refuses_fields_with`). For an engine quantcheck does
+    not know, the fallback: llama-cpp-python's (an HTTP 500 saying "validation error")."""
+    said = profile.refuses_fields_with if profile is not None else (500, "validation error")
+    return said is not None and status == said[0] and said[1] in message
 
 
 def _error_message(raw: bytes) -> str:
@@ -510,24 +519,3 @@ CONTEXT_OVERFLOW = re.compile(r"context (?:length|window|size)|maximum model len
 def context_overflow(message: str) -> bool:
     """Whether a server's 400 says the prompt does not fit its context."""
     return CONTEXT_OVERFLOW.search(message) is not None
-
-
-def rejection_advice(message: str, body: Mapping[str, object]) -> ParameterRejected:
-    """A server's 400 as an error that names the fix."""
-    lowered = message.lower()
-    if "logprob" in lowered or "top_n_tokens" in lowered:  # TGI names its own field
-        limit = re.search(r"max(?:imum)? allowed:?\s*(\d+)|at most (\d+)|<=\s*(\d+)|"
-                          r"less than or equal to (\d+)", lowered)
-        value = next((g for g in limit.groups() if g), None) if limit else None
-        fix = f"--top-logprobs {value}" if value else "a smaller --top-logprobs"
-        if "gather_generation_logits" in lowered:  # TensorRT-LLM's TensorRT backend
-            fix = "a server on its pytorch backend or started with gather_generation_logits"
-        return ParameterRejected(f"the server rejected the logprobs request: {message}",
-                                 f"{fix} (or --top-logprobs 0 to collect text only).")
-    named = [key for key in body if key not in ("model", "messages", "prompt")
-             and re.search(rf"\b{re.escape(key)}\b", message)]
-    if named:
-        drop = ", ".join(f'"{key}": null' for key in named)
-        return ParameterRejected(f"the server rejected a request parameter: {message}",
-                                 f"--extra-body '{{{drop}}}' to leave it out.")
-    return ParameterRejected(f"the server rejected the request (HTTP 400): {message}")

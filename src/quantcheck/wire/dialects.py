@@ -154,18 +154,6 @@ _BODY = msgspec.json.Decoder(_Body)
 _BODIES = msgspec.json.Decoder(list[_Body])
 
 
-def with_logprobs(body: dict[str, object], api: str, top_k: int, like_chat: bool = False
-                  ) -> dict[str, object]:
-    """`body` asking for the top-k alternatives of every generated token: chat takes
-    `logprobs: true` with `top_logprobs: K`, legacy completions `logprobs: K` (or as chat
-    does, `like_chat`, where the engine takes no number there)."""
-    if top_k <= 0:
-        return body
-    if api == "chat" or like_chat:
-        return {**body, "logprobs": True, "top_logprobs": top_k}
-    return {**body, "logprobs": top_k}
-
-
 def chosen_as_top(tokens: Tokens) -> None:
     """Each position's token read as its top alternative: for an engine whose logprob
     entries copy one of their unsorted alternatives instead of naming the generated token
