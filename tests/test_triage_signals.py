@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 import time
@@ -524,3 +525,26 @@ def test_tokens_spell_an_answer_exactly_when_their_bytes_start_it(
            for text, raw in zip(texts, raws or [None] * len(texts), strict=True)]
     assert spells(tokens, answer, count) == answer.encode("utf-8", "surrogatepass").startswith(
         b"".join(own[:count]))
+
+
+LOGPROB = st.sampled_from([0.0, -0.0, -1e-9, -0.5, -2.0, -30.0, -1e6, -9999.0]) \
+    | st.floats(-50, 0)
+POSITION = st.tuples(st.none() | LOGPROB, st.lists(st.tuples(st.sampled_from(
+    [" a", " b", " a", "", "\0"]), LOGPROB), max_size=4))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(POSITION, max_size=6), st.none() | st.integers(0, 7))
+def test_an_answer_read_once_for_both_sides_has_the_drift_of_two_copies(
+        positions: list[tuple[float | None, list[tuple[str, float]]]],
+        divergence: int | None) -> None:
+    """A pair whose two answers are one stored blob reads one Tokens for both sides: its
+    drift is what two equal copies give, value for value (no drift, or none to measure)."""
+    answer = Tokens(text=[top[0][0] if top else "x" for _, top in positions],
+                    logprob=[chosen for chosen, _ in positions],
+                    top_text=[[t for t, _ in top] for _, top in positions],
+                    top_logprob=[sorted((v for _, v in top), reverse=True)
+                                 for _, top in positions])
+    once, twice = drift(answer, answer, divergence), drift(answer, copy.deepcopy(answer),
+                                                          divergence)
+    assert repr(once) == repr(twice)

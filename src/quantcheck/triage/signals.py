@@ -360,6 +360,12 @@ def drift(a: Tokens, b: Tokens, divergence: int | None) -> PairDrift:
     compared = min(prefix + 1, length) if divergence is not None else length
     if compared == 0:
         return PairDrift()
+    if a is b and _finite(a):  # one answer read for both sides: what the sums below give
+        sent = any(value is not None for value in a.logprob[:prefix])
+        return PairDrift(top1_agreement=1.0, logprob_mean_abs_diff=0.0 if sent else None,
+                         logprob_max_abs_diff=0.0 if sent else None,
+                         kl_topk_mean=0.0 if prefix else None,
+                         kl_topk_max=0.0 if prefix else None)
     agreement = [a.top_text[i][:1] == b.top_text[i][:1] for i in range(compared)]
     diffs = [abs(x - y) for x, y in zip(a.logprob[:prefix], b.logprob[:prefix], strict=True)
              if x is not None and y is not None]
@@ -371,6 +377,13 @@ def drift(a: Tokens, b: Tokens, divergence: int | None) -> PairDrift:
         kl_topk_mean=sum(kls) / len(kls) if kls else None,
         kl_topk_max=max(kls) if kls else None,
     )
+
+
+def _finite(tokens: Tokens) -> bool:
+    """Whether every logprob the arrays hold is a finite number (a NaN or an infinity
+    makes a sum one)."""
+    return math.isfinite(sum(value for value in tokens.logprob if value is not None)) \
+        and math.isfinite(sum(chain.from_iterable(tokens.top_logprob)))
 
 
 def kl_per_position(a: Tokens, b: Tokens, positions: int) -> list[float]:
