@@ -14,7 +14,7 @@ from _common import save
 
 from quantcheck.fetch.certify import CertifySettings, PlanSender, client_for, server_facts
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.store.run_records import Prompt
+from quantcheck.store.records.run_records import Prompt
 from quantcheck.triage.certify_plan import make_plan
 
 

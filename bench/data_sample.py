@@ -33,7 +33,7 @@ BASELINE = textwrap.dedent("""
 """)
 LIBRARY = textwrap.dedent("""
     import hashlib, sys, time
-    from quantcheck.store.prompt_sets import RequestOptions, SourceOptions, load_prompts
+    from quantcheck.store.inputs.prompt_sets import RequestOptions, SourceOptions, load_prompts
     options = RequestOptions(source=SourceOptions(sample=int(sys.argv[2]), seed=0))
     started = time.perf_counter()
     prompts = load_prompts([sys.argv[1]], options)
@@ -42,7 +42,7 @@ LIBRARY = textwrap.dedent("""
     print(len(prompts), hashlib.sha256(ids).hexdigest()[:16], seconds)
 """)
 IMPORT_ONLY = textwrap.dedent("""
-    from quantcheck.store.prompt_sets import load_prompts
+    from quantcheck.store.inputs.prompt_sets import load_prompts
     print("imported")
 """)
 TOOL = {"type": "function", "function": {

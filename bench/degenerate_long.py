@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from _common import save  # noqa: E402
 
-from quantcheck.store.haystack import TOKENS_PER_WORD, haystack  # noqa: E402
+from quantcheck.store.inputs.haystack import TOKENS_PER_WORD, haystack  # noqa: E402
 from quantcheck.triage.signals import degenerate_reason  # noqa: E402
 
 SIZES = (4096, 8192, 16384, 32768)  # tokens

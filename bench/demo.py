@@ -30,7 +30,7 @@ def bare_generation(cache: Path, candidates: str) -> float:
     precisions = ("bf16", *candidates.split(","))
     code = ("import time; t=time.perf_counter()\n"
             "from quantcheck.lab.model import ModelEngine\n"
-            "from quantcheck.store.prompt_sets import load_prompts, shipped_prompt_file\n"
+            "from quantcheck.store.inputs.prompt_sets import load_prompts, shipped_prompt_file\n"
             "prompts = load_prompts([shipped_prompt_file('demo.yaml')])\n"
             f"for precision in {precisions!r}:\n"
             "    engine = ModelEngine(precision, threads=2)\n"

@@ -27,7 +27,7 @@ from _common import save
 
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.lab.launch import lab_servers
-from quantcheck.store.prompt_sets import RequestOptions
+from quantcheck.store.inputs.prompt_sets import RequestOptions
 
 
 async def server_tokens(url: str, bodies: list[dict[str, Any]]) -> list[list[Any]]:

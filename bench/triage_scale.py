@@ -29,8 +29,8 @@ from typing import Any
 import orjson
 from _common import run_measured, save
 
-from quantcheck.store.run_records import Tokens
-from quantcheck.store.token_columns import pack
+from quantcheck.store.folders.token_columns import pack
+from quantcheck.store.records.run_records import Tokens
 from quantcheck.triage.signals import degenerate_reason, numbers_changed, similarity
 
 WORDS = ("the of and to in is that for it as with was on be by this are from at or an "

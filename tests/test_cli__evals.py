@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from quantcheck.store.run_dir import load_run
+from quantcheck.store.folders.run_dir import load_run
 
 from .conftest import FIXTURES, assert_one_clear_line, invoke
 

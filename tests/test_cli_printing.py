@@ -105,7 +105,7 @@ def test_no_string_of_an_overview_changes_the_shape_of_its_step_summary(
     from quantcheck.gate.explain import Failure
     from quantcheck.gate.overview import CandidatesGate
     from quantcheck.gate.verdict import GateResult, Rule
-    from quantcheck.store.report_records import Overview, Recommendation, SideIdentity
+    from quantcheck.store.records.report_records import Overview, Recommendation, SideIdentity
 
     def summary_of(strings: list[str]) -> str:
         reference, first, second, why, prompt_id, answer = strings

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from quantcheck import CollectSettings, collect, load_run
-from quantcheck.store.run_records import Completion
+from quantcheck.store.records.run_records import Completion
 from quantcheck.wire.dialects import EventStream, StreamAccumulator
 
 from .conftest import Serve, WritePrompts, skip_module_without_extra

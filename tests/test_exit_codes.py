@@ -248,8 +248,8 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
 # Where a bug is planted in each command: a function on its path made to raise.
 CRASH_SITES = {
     "collect": "quantcheck.pipeline.collecting.collect_async",
-    "merge": "quantcheck.store.merging.merge_runs",
-    "suites": "quantcheck.store.suites.describe",
+    "merge": "quantcheck.store.folders.merging.merge_runs",
+    "suites": "quantcheck.store.inputs.suites.describe",
     "compare": "quantcheck.pipeline.comparing.write_pairs",
     "run": "quantcheck.pipeline.ab.collect_async",
     "throughput": "quantcheck.pipeline.collecting.measure",
@@ -267,7 +267,7 @@ CRASH_SITES = {
     "demo": "quantcheck.lab.demo.demo_servers",
     "lab scripted": "quantcheck.lab.scripted.Faults",
     "lab serve": "quantcheck.lab.model.ModelEngine",
-    "schema": "quantcheck.store.formats.shipped_schema",
+    "schema": "quantcheck.store.records.formats.shipped_schema",
     "init": "quantcheck.cli._starter.write_starter_kit",
     "plan": "quantcheck.cli._planning.paired_prompts_needed",
     "import": "quantcheck.pipeline.evals.write_eval_run",

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quantcheck.fetch.certify_requests import RequestLog, with_prefix
-from quantcheck.store.certificate_records import Probe, SentRequest
+from quantcheck.store.records.certificate_records import Probe, SentRequest
 
 
 def test_a_prefix_goes_before_the_first_user_message_or_the_prompt() -> None:

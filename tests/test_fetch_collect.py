@@ -18,7 +18,7 @@ from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import ParameterRejected, RunMismatch
 from quantcheck.lab.scripted import DIALECTS, Faults, ScriptedModel, ScriptedServer
 from quantcheck.store.engines import ENGINES
-from quantcheck.store.prompt_sets import GREEDY_FIELDS
+from quantcheck.store.inputs.prompt_sets import GREEDY_FIELDS
 from quantcheck.store.runtimes import choose_model
 
 from .conftest import A_ANSWERS, PROMPTS, TWO_PROMPTS, Serve, WritePrompts, interruptible, invoke
@@ -481,7 +481,7 @@ def test_requests_turn_the_prefix_cache_off_where_the_engine_can(
     """A repeat that finds its prompt cached is computed otherwise than the first request:
     every request goes with the cache off where the engine's profile can say so per
     request, unless the requests set it themselves; the manifest says which way."""
-    from quantcheck.store.prompt_entries import RequestOptions
+    from quantcheck.store.inputs.prompt_entries import RequestOptions
 
     server = serve(MODEL, dialect)
     collect([write_prompts(TWO_PROMPTS)], tmp_path / "run", CollectSettings(

@@ -13,7 +13,7 @@ from quantcheck.fetch.judging import JudgeClient, JudgeSettings
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.pipeline.event_loop import run_blocking
 from quantcheck.store.files import StorageError
-from quantcheck.store.judge_cache import JudgeCache
+from quantcheck.store.folders.judge_cache import JudgeCache
 from quantcheck.triage.judging import JudgeQuestion
 from quantcheck.wire.client import EndpointClient
 

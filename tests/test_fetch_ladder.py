@@ -19,7 +19,7 @@ from quantcheck.fetch.ladder import (
 )
 from quantcheck.lab.endpoint import Faults
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.store.ladder_records import LadderProbe
+from quantcheck.store.records.ladder_records import LadderProbe
 from quantcheck.wire.client import EndpointClient
 
 from .conftest import Serve

@@ -16,8 +16,8 @@ from quantcheck.errors import ParameterRejected
 from quantcheck.fetch.preflight import PreflightFailed, ProbeShape, check_endpoint
 from quantcheck.lab.scripted import Faults, ScriptedModel
 from quantcheck.pipeline.event_loop import run_blocking
-from quantcheck.store.prompt_sets import RequestOptions
-from quantcheck.store.report_dir import read_pairs
+from quantcheck.store.folders.report_dir import read_pairs
+from quantcheck.store.inputs.prompt_sets import RequestOptions
 from quantcheck.triage.tokenizers import tokenizer_agreement
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts, invoke

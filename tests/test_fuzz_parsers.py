@@ -19,16 +19,16 @@ from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import EndpointError, PromptFileError
-from quantcheck.store.prompt_sets import load_prompts
-from quantcheck.store.run_dir import ServerInfo
-from quantcheck.store.run_records import Completion, Expect, ToolCall, ToolCallExpect
+from quantcheck.store.folders.run_dir import ServerInfo
+from quantcheck.store.folders.token_columns import pack, unpack
+from quantcheck.store.inputs.prompt_sets import load_prompts
+from quantcheck.store.records.run_records import Completion, Expect, ToolCall, ToolCallExpect
 from quantcheck.store.runtimes import (
     choose_model,
     context_length,
     identify_runtime,
     runtime_version,
 )
-from quantcheck.store.token_columns import pack, unpack
 from quantcheck.triage.cells import cell_from_server, cell_key
 from quantcheck.triage.expects import check_answer, choice_of
 from quantcheck.wire.dialects import (
@@ -377,7 +377,7 @@ def test_a_metrics_page_gives_its_labels_back_or_nothing(labels: dict[str, str],
 
 @pytest.mark.parametrize("k", [70_000], ids=["counts-beyond-uint16"])
 def test_more_alternatives_than_uint16_come_back_exactly(k: int) -> None:
-    from quantcheck.store.run_records import Tokens
+    from quantcheck.store.records.run_records import Tokens
 
     tokens = Tokens()
     tokens.append("a", -0.5, [f"t{n}" for n in range(k)], [-0.5 - n for n in range(k)])
@@ -387,7 +387,7 @@ def test_more_alternatives_than_uint16_come_back_exactly(k: int) -> None:
 
 
 def test_token_ids_beyond_int32_come_back_exactly() -> None:
-    from quantcheck.store.run_records import Tokens
+    from quantcheck.store.records.run_records import Tokens
 
     tokens = Tokens()
     for token_id in (0, 2**31, 2**63 - 1):
@@ -579,8 +579,8 @@ def test_any_csv_row_and_mapping_is_a_prompt_or_names_file_row_and_field(
         column_map: list[str], preset: str | None) -> None:
     import csv
 
-    from quantcheck.store.column_maps import ColumnMapError, parse_map
-    from quantcheck.store.prompt_sets import RequestOptions, SourceOptions
+    from quantcheck.store.inputs.column_maps import ColumnMapError, parse_map
+    from quantcheck.store.inputs.prompt_sets import RequestOptions, SourceOptions
 
     try:
         parse_map(column_map, preset)
@@ -706,9 +706,9 @@ def test_any_bytes_in_a_report_file_are_read_or_one_clear_error(name: str,
     import tempfile
 
     from quantcheck.errors import QuantcheckError
-    from quantcheck.store.report_dir import read_pair_rows, read_summary
-    from quantcheck.store.reviews import load_reviews
-    from quantcheck.store.rubric import load_rubric
+    from quantcheck.store.folders.report_dir import read_pair_rows, read_summary
+    from quantcheck.store.folders.reviews import load_reviews
+    from quantcheck.store.inputs.rubric import load_rubric
     from quantcheck.triage.approvals import load_approvals
 
     with tempfile.TemporaryDirectory() as folder:

@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import QuantcheckError
-from quantcheck.store.ladder_records import LadderProbe
-from quantcheck.store.pair_records import ENUMERATED, PairRow
-from quantcheck.store.preflight_records import Fingerprint
-from quantcheck.store.report_dir import pair_rows, pairs_csv, read_pair_rows
-from quantcheck.store.reviews import Review, ReviewVerdict
-from quantcheck.store.run_records import (
+from quantcheck.store.folders.report_dir import pair_rows, pairs_csv, read_pair_rows
+from quantcheck.store.folders.reviews import Review, ReviewVerdict
+from quantcheck.store.records.ladder_records import LadderProbe
+from quantcheck.store.records.pair_records import ENUMERATED, PairRow
+from quantcheck.store.records.preflight_records import Fingerprint
+from quantcheck.store.records.run_records import (
     CodeExpect,
     Completion,
     Expect,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from quantcheck.gate.certificate_gate import certificate_markdown, decide_certificate
 from quantcheck.gate.verdict import Policy
-from quantcheck.store.certificate_records import (
+from quantcheck.store.records.certificate_records import (
     Answer,
     Certificate,
     FactorResult,

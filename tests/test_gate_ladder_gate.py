@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from quantcheck.gate.ladder_gate import decide_ladder
-from quantcheck.store.ladder_records import NEEDLE, LadderProbe, ProbeResult, Rung
+from quantcheck.store.records.ladder_records import NEEDLE, LadderProbe, ProbeResult, Rung
 from quantcheck.triage.ladder import rung_figures
 
 PROBE = LadderProbe(id="needle-d0", kind=NEEDLE, depth=0.0, code="12345")

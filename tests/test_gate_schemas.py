@@ -18,7 +18,7 @@ import quantcheck
 from quantcheck.gate.schemas import generated
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.present.review_server import review_app
-from quantcheck.store.formats import SCHEMAS, shipped_schema
+from quantcheck.store.records.formats import SCHEMAS, shipped_schema
 
 from .conftest import (
     A_ANSWERS,

@@ -514,8 +514,8 @@ def test_no_string_a_report_holds_changes_the_shape_of_its_step_summary(
     the A/B's step summary renders no tag more than plain words give."""
     from quantcheck.gate.explain import Failure
     from quantcheck.gate.verdict import ApprovedPair, GateResult, Rule, markdown
-    from quantcheck.store.judge_records import Agreement, JudgeFigures
-    from quantcheck.store.report_dir import read_summary
+    from quantcheck.store.folders.report_dir import read_summary
+    from quantcheck.store.records.judge_records import Agreement, JudgeFigures
 
     planted = read_summary(planted_report)
 
@@ -561,7 +561,7 @@ def test_a_limit_whose_row_counts_prompts_is_its_own_rule(
     test holds for, as a count or a share, failing above the limit."""
     from quantcheck.gate.limits import Counted, Limit
     from quantcheck.gate.verdict import _counted_rule
-    from quantcheck.store.pair_records import PairRow
+    from quantcheck.store.records.pair_records import PairRow
 
     row = Limit("max_shorter", kind, None, "Shorter answers.", ("shorter",),
                 counts=Counted("shorter on B",

@@ -18,10 +18,10 @@ import pytest
 
 from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.errors import EndpointError
-from quantcheck.store.report_dir import read_summary
-from quantcheck.store.run_dir import RecordNotStorable, RunWriter
-from quantcheck.store.run_records import Completion, Tokens
-from quantcheck.store.token_columns import pack
+from quantcheck.store.folders.report_dir import read_summary
+from quantcheck.store.folders.run_dir import RecordNotStorable, RunWriter
+from quantcheck.store.folders.token_columns import pack
+from quantcheck.store.records.run_records import Completion, Tokens
 
 from .conftest import WritePrompts
 from .hostile import (

@@ -19,7 +19,7 @@ from quantcheck import load_run
 from quantcheck.errors import ConfigFileError
 from quantcheck.lab.answers import load_answers
 from quantcheck.lab.launch import free_port, wait_until_healthy
-from quantcheck.store.yamlfile import MAX_YAML_BYTES
+from quantcheck.store.inputs.yamlfile import MAX_YAML_BYTES
 
 from .conftest import WritePrompts, cli_in_child, invoke
 

@@ -16,7 +16,7 @@ from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.lab.output_faults import COLLAPSED_ANSWER, LOOP_TOKENS
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.haystack import haystack
+from quantcheck.store.inputs.haystack import haystack
 
 from .conftest import Serve, WritePrompts, invoke
 

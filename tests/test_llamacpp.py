@@ -29,7 +29,7 @@ from quantcheck.fetch.preflight import check_endpoint
 from quantcheck.lab.launch import free_port, wait_until_healthy
 from quantcheck.pipeline.collecting import score_run
 from quantcheck.pipeline.event_loop import run_blocking
-from quantcheck.store.report_records import ForcedSummary
+from quantcheck.store.records.report_records import ForcedSummary
 
 from .conftest import invoke, skip_module_without_extra
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from markupsafe import escape
 
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.certificate_records import Answer, Certificate, SentRequest
 from quantcheck.store.engines import ENGINES
+from quantcheck.store.records.certificate_records import Answer, Certificate, SentRequest
 from quantcheck.triage.certificate import compare_answers, rule_of_three
 from quantcheck.triage.certify_plan import make_plan, prefix_lengths
 
@@ -152,7 +152,7 @@ def test_any_certificate_file_loads_or_names_itself(content: bytes) -> None:
     import tempfile
 
     from quantcheck.errors import RunFormatError
-    from quantcheck.store.certificate_records import read_certificate
+    from quantcheck.store.records.certificate_records import read_certificate
 
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "certificate.json").write_bytes(content)
@@ -630,7 +630,7 @@ def test_a_plan_too_large_is_refused_by_arithmetic_in_the_library(
     them held 1.5 GiB before it was refused)."""
     from quantcheck.fetch.certify import CertifySettings
     from quantcheck.pipeline.certify import CertifyRun, PlanTooLarge, run_certify
-    from quantcheck.store.prompt_entries import RequestOptions
+    from quantcheck.store.inputs.prompt_entries import RequestOptions
 
     server = serve(ScriptedModel(), dialect="llama.cpp")
     job = CertifyRun(CertifySettings(endpoint=server.url), [write_prompts(PROMPTS)],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from quantcheck.store.pair_records import PAIR_COLUMNS
+from quantcheck.store.records.pair_records import PAIR_COLUMNS
 
 from .conftest import (
     WritePrompts,

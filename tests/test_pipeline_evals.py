@@ -20,8 +20,8 @@ import pytest
 from jsonschema import Draft7Validator
 
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.store.report_dir import read_pairs, read_summary
-from quantcheck.store.run_dir import load_run
+from quantcheck.store.folders.report_dir import read_pairs, read_summary
+from quantcheck.store.folders.run_dir import load_run
 
 from .conftest import FIXTURES, assert_one_clear_line, invoke
 from .harnesses import (

@@ -25,7 +25,7 @@ from quantcheck.errors import ConfigFileError
 from quantcheck.lab.launch import free_port
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
 from quantcheck.pipeline import judging as judging_module
-from quantcheck.store.rubric import load_rubric
+from quantcheck.store.inputs.rubric import load_rubric
 from quantcheck.triage import pairs as pairs_module
 from quantcheck.triage.judging import NO_VERDICT, label_map
 

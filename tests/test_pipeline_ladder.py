@@ -20,7 +20,7 @@ from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.pipeline.ladder import LadderRun, run_ladder
 from quantcheck.pipeline.ladder_progress import RungCost
 from quantcheck.pipeline.ladder_report import read_ladder
-from quantcheck.store.ladder_records import LadderPlan, ProbeResult, Rung
+from quantcheck.store.records.ladder_records import LadderPlan, ProbeResult, Rung
 
 from .conftest import Serve
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from quantcheck.errors import RunFormatError
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.certificate_records import Answer, SentRequest, read_lines_of
+from quantcheck.store.records.certificate_records import Answer, SentRequest, read_lines_of
 
 from .conftest import Serve, WritePrompts, invoke
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from quantcheck.present.model_card import model_card
-from quantcheck.store.report_dir import read_summary
+from quantcheck.store.folders.report_dir import read_summary
 from quantcheck.triage.stats import pass_rate_of
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from quantcheck.lab.scripted import ScriptedModel
 from quantcheck.present.repro import TEXT_OF, _double_quoted, replay_script, url_variable
-from quantcheck.store.repro_records import Repro, ReproDivergence, ReproRequest
+from quantcheck.store.records.repro_records import Repro, ReproDivergence, ReproRequest
 
 from .conftest import Serve
 

@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
 from quantcheck.present import sheet as sheet_module
-from quantcheck.store.merging import merge_runs
-from quantcheck.store.pair_records import PAIR_DTYPES, TEXT_COLUMNS
-from quantcheck.store.report_dir import DetailsReader, pairs_csv, read_pair_rows, read_pairs
-from quantcheck.store.run_dir import lock_run
-from quantcheck.store.shards import ShardError, in_shard, parse_shard
+from quantcheck.store.folders.merging import merge_runs
+from quantcheck.store.folders.report_dir import DetailsReader, pairs_csv, read_pair_rows, read_pairs
+from quantcheck.store.folders.run_dir import lock_run
+from quantcheck.store.folders.shards import ShardError, in_shard, parse_shard
+from quantcheck.store.records.pair_records import PAIR_DTYPES, TEXT_COLUMNS
 from quantcheck.triage import pairs as compare_module
 
 from .conftest import Serve, WritePrompts, assert_one_clear_line, invoke, run_with_file_limit

@@ -1,4 +1,4 @@
-"""store/certificate_records.py: certificate.json read back (by the gate) believes only
+"""store/records/certificate_records.py: certificate.json read back (by the gate) believes only
 what a certificate can say: a file without its `format` is no certificate, a count is
 never negative, and the counts agree with the per-prompt results they sum. Any bytes
 are a certificate that keeps those rules or one RunFormatError naming the file."""
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import RunFormatError
-from quantcheck.store.certificate_records import (
+from quantcheck.store.records.certificate_records import (
     Certificate,
     FactorResult,
     PromptResult,

@@ -18,8 +18,8 @@ import pytest
 from quantcheck import load_prompts, load_run
 from quantcheck.errors import PromptFileError
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.store.data_rows import reservoir
-from quantcheck.store.prompt_sets import GREEDY_FIELDS, RequestOptions, SourceOptions
+from quantcheck.store.inputs.data_rows import reservoir
+from quantcheck.store.inputs.prompt_sets import GREEDY_FIELDS, RequestOptions, SourceOptions
 
 from .conftest import Serve, invoke
 

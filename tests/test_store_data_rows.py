@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import PromptFileError
-from quantcheck.store.prompt_sets import RequestOptions, SourceOptions, load_prompts, load_sources
+from quantcheck.store.inputs.prompt_sets import (
+    RequestOptions,
+    SourceOptions,
+    load_prompts,
+    load_sources,
+)
 
 from .conftest import assert_one_clear_line, cli_in_child, invoke
 from .hostile import HostileServer

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from jsonschema import Draft7Validator
 
-from quantcheck.store.eee_export import EeeSample, EeeSide, EeeTaskScore, write_eee
-from quantcheck.store.eee_records import open_eee
+from quantcheck.store.evals.eee_export import EeeSample, EeeSide, EeeTaskScore, write_eee
+from quantcheck.store.evals.eee_records import open_eee
 
 from .conftest import FIXTURES
 

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import EvalLogError, QuantcheckError
-from quantcheck.store.eee_records import is_eee, open_eee
-from quantcheck.store.eval_runs import write_eval_run
+from quantcheck.store.evals.eee_records import is_eee, open_eee
+from quantcheck.store.evals.eval_runs import write_eval_run
 
 from .conftest import FIXTURES
 
@@ -130,7 +130,7 @@ def test_a_samples_line_past_the_bound_is_one_error_naming_its_line(
     the record's longest line): a longer one is refused naming the file and the line."""
     _, samples = copy_record(tmp_path / "record")
     lines = samples.read_bytes().splitlines(keepends=True)
-    monkeypatch.setattr("quantcheck.store.eee_records.MAX_LINE_BYTES", max(map(len, lines)))
+    monkeypatch.setattr("quantcheck.store.evals.eee_records.MAX_LINE_BYTES", max(map(len, lines)))
     write_eval_run(open_eee(tmp_path / "record"), tmp_path / "run", "a")
     samples.write_bytes(b"".join([lines[0], lines[1].rstrip(b"\n") + b" " * 50 + b"\n",
                                   *lines[2:]]))

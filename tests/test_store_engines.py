@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from quantcheck.store.engines import ENGINE_NAMES, ENGINES, UNKNOWN, profile_of
-from quantcheck.store.run_dir import ServerInfo
+from quantcheck.store.folders.run_dir import ServerInfo
 from quantcheck.store.runtimes import identify_runtime, runtime_version
 
 PACKAGE = Path(__file__).parents[1] / "src" / "quantcheck"

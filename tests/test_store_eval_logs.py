@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from quantcheck.errors import EvalLogError
-from quantcheck.store.eval_logs import EEE, INSPECT, LM_EVAL, log_kind, open_eval_log
+from quantcheck.store.evals.eval_logs import EEE, INSPECT, LM_EVAL, log_kind, open_eval_log
 
 from .conftest import FIXTURES
 

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import EvalLogError
-from quantcheck.store.eval_records import EvalSample, EvalSource, EvalTask
-from quantcheck.store.eval_runs import write_eval_run
-from quantcheck.store.inspect_logs import open_inspect
-from quantcheck.store.lm_eval_logs import open_lm_eval
-from quantcheck.store.run_dir import load_run
+from quantcheck.store.evals.eval_records import EvalSample, EvalSource, EvalTask
+from quantcheck.store.evals.eval_runs import write_eval_run
+from quantcheck.store.evals.inspect_logs import open_inspect
+from quantcheck.store.evals.lm_eval_logs import open_lm_eval
+from quantcheck.store.folders.run_dir import load_run
 
 from .conftest import FIXTURES
 

@@ -1,4 +1,4 @@
-"""store/expect_entries.py: a schema an answer is checked against holds only what can
+"""store/inputs/expect_entries.py: a schema an answer is checked against holds only what can
 be searched within a bound: each pattern read by both engines, and no
 unevaluatedProperties beside patternProperties (jsonschema searches those patterns with
 Python's re, which cannot be stopped); anything else is one error naming the file,
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import PromptFileError
-from quantcheck.store.expect_entries import schema_search_problem
-from quantcheck.store.prompt_sets import load_prompts
+from quantcheck.store.inputs.expect_entries import schema_search_problem
+from quantcheck.store.inputs.prompt_sets import load_prompts
 
 from .conftest import WritePrompts
 

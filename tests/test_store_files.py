@@ -31,7 +31,7 @@ from quantcheck.store.files import (
     csv_rows,
     write_atomic,
 )
-from quantcheck.store.run_dir import load_run, write_json_atomic
+from quantcheck.store.folders.run_dir import load_run, write_json_atomic
 
 from .conftest import Serve, WritePrompts, assert_one_clear_line, invoke, run_with_file_limit
 

@@ -1,4 +1,4 @@
-"""store/folder_kinds.py: one folder, one output. Every writer refuses a folder that
+"""store/folders/folder_kinds.py: one folder, one output. Every writer refuses a folder that
 holds another kind of output (exit 2, one line naming the folder, what it holds and the
 fix) before it writes or sends anything, and takes one of its own kind again; the gate
 refuses a folder holding two kinds instead of picking one."""
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from quantcheck.errors import RunFormatError
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.folder_kinds import (
+from quantcheck.store.folders.folder_kinds import (
     CERTIFICATE,
     KINDS,
     REPORT,

@@ -1,4 +1,4 @@
-"""store/haystack.py: filler of a given size in English, German or Chinese, the needle
+"""store/inputs/haystack.py: filler of a given size in English, German or Chinese, the needle
 at its depth or none at all, the same text everywhere, and English text unchanged from
 the releases before the languages (the long-context suite's prompt hashes depend on it)."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.store.haystack import LANGUAGES, filler_text, haystack, sentences_for
+from quantcheck.store.inputs.haystack import LANGUAGES, filler_text, haystack, sentences_for
 
 NEEDLE = "The secret code is 48213."
 

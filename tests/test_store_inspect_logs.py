@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from quantcheck.errors import EvalLogError, QuantcheckError
 from quantcheck.lab.scripted import ScriptedModel, ScriptedServer
-from quantcheck.store.eval_runs import write_eval_run
-from quantcheck.store.inspect_logs import is_inspect, open_inspect, value_to_float
+from quantcheck.store.evals.eval_runs import write_eval_run
+from quantcheck.store.evals.inspect_logs import is_inspect, open_inspect, value_to_float
 
 from .conftest import FIXTURES
 from .harnesses import InspectRun, run_inspects, write_inspect_task

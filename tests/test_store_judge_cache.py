@@ -1,4 +1,4 @@
-"""store/judge_cache.py: the judge's cache read back as untrusted: a line past what a
+"""store/folders/judge_cache.py: the judge's cache read back as untrusted: a line past what a
 reply's line holds is one error naming the file and the line, read no further."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from quantcheck.store.files import UnreadableFile
-from quantcheck.store.judge_cache import MAX_LINE_BYTES, JudgeCache
-from quantcheck.store.judge_records import JudgeReply
+from quantcheck.store.folders.judge_cache import MAX_LINE_BYTES, JudgeCache
+from quantcheck.store.records.judge_records import JudgeReply
 
 
 def test_replies_read_back_and_an_endless_line_is_one_error(tmp_path: Path) -> None:

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from quantcheck.errors import EvalLogError, QuantcheckError
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.store.eval_runs import write_eval_run
-from quantcheck.store.lm_eval_logs import is_lm_eval, open_lm_eval
-from quantcheck.store.report_dir import read_pairs
+from quantcheck.store.evals.eval_runs import write_eval_run
+from quantcheck.store.evals.lm_eval_logs import is_lm_eval, open_lm_eval
+from quantcheck.store.folders.report_dir import read_pairs
 
 from .conftest import FIXTURES, Serve, invoke
 from .harnesses import (
@@ -256,7 +256,7 @@ def test_a_samples_line_past_the_bound_is_one_error_naming_its_line(
     file and the line, never held whole."""
     _, samples = copy_log(OLD, tmp_path / "log")
     lines = samples.read_bytes().splitlines(keepends=True)
-    monkeypatch.setattr("quantcheck.store.lm_eval_logs.MAX_LINE_BYTES", max(map(len, lines)))
+    monkeypatch.setattr("quantcheck.store.evals.lm_eval_logs.MAX_LINE_BYTES", max(map(len, lines)))
     assert open_lm_eval(tmp_path / "log").source.tasks  # every line within the bound reads
     samples.write_bytes(b"".join([*lines[:2], lines[2].rstrip(b"\n") + b" " * 50 + b"\n",
                                   *lines[3:]]))

@@ -1,4 +1,4 @@
-"""store/prompt_entries.py (and the expect_entries.py it reads an expect with): an
+"""store/inputs/prompt_entries.py (and the expect_entries.py it reads an expect with): an
 expect.regex is checked by the engine that searches it (the `regex` module) and by
 Python's `re`: a pattern either refuses is one error naming the file, line, prompt and
 field; one both read loads without a warning. A file's `defaults` apply every key
@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from quantcheck.errors import PromptFileError
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.store.prompt_entries import OWN_FIELDS, RequestOptions
-from quantcheck.store.prompt_sets import load_prompts
-from quantcheck.store.run_records import Expect
+from quantcheck.store.inputs.prompt_entries import OWN_FIELDS, RequestOptions
+from quantcheck.store.inputs.prompt_sets import load_prompts
+from quantcheck.store.records.run_records import Expect
 from quantcheck.triage.expects import regex_failure
 
 from .conftest import Serve, WritePrompts, invoke

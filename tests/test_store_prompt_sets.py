@@ -1,4 +1,4 @@
-"""store/prompt_sets.py: YAML prompt sets (the shipped ones load), the request each prompt
+"""store/inputs/prompt_sets.py: YAML prompt sets (the shipped ones load), the request each prompt
 sends (explicitly greedy, options over defaults), its hash, and errors naming the file,
 line and field."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from quantcheck import Expect, RequestOptions, load_prompts
 from quantcheck.errors import PromptFileError
-from quantcheck.store.prompt_sets import GREEDY_FIELDS
+from quantcheck.store.inputs.prompt_sets import GREEDY_FIELDS
 
 from .conftest import WritePrompts, invoke
 

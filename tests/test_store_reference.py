@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from quantcheck.lab.scripted import Faults, ScriptedModel, ScriptedServer
-from quantcheck.store.reference import open_reference
-from quantcheck.store.run_dir import COMPLETIONS
-from quantcheck.store.token_columns import TOKENS_FILE
+from quantcheck.store.folders.reference import open_reference
+from quantcheck.store.folders.run_dir import COMPLETIONS
+from quantcheck.store.folders.token_columns import TOKENS_FILE
 
 from .conftest import A_ANSWERS, B_ANSWERS, RUNNER_UPS, Serve, WritePrompts, invoke
 

@@ -1,4 +1,4 @@
-"""store/report_dir.py: a report's files read back as untrusted input: one that is
+"""store/folders/report_dir.py: a report's files read back as untrusted input: one that is
 missing or malformed is one RunFormatError naming it, never a traceback."""
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from quantcheck import CollectSettings, collect
 from quantcheck.errors import RunFormatError
 from quantcheck.fetch.forced_scoring import ForcedSettings
 from quantcheck.pipeline.collecting import score_run
-from quantcheck.store.pair_records import ENUMERATED, TEXT_COLUMNS, PairDetails
-from quantcheck.store.report_dir import (
+from quantcheck.store.folders.report_dir import (
     DETAILS,
     FORCED_JSON,
     FORCED_JSONL,
@@ -26,7 +25,8 @@ from quantcheck.store.report_dir import (
     read_pair_rows,
     writing_pairs,
 )
-from quantcheck.store.run_records import DEGENERATE_KINDS, LENGTH_CAPPED
+from quantcheck.store.records.pair_records import ENUMERATED, TEXT_COLUMNS, PairDetails
+from quantcheck.store.records.run_records import DEGENERATE_KINDS, LENGTH_CAPPED
 from quantcheck.triage.judging import CLASSES, NO_VERDICT, UNCLEAR
 from quantcheck.triage.signals import TOOL_CALL_CHANGES
 
@@ -218,7 +218,7 @@ def test_no_other_module_writes_pairs_csv_or_details_jsonl() -> None:
     writing = re.compile(r"\b(pairs_csv|details_jsonl)\(|AtomicFile\([^)]*\b(PAIRS|DETAILS)\)")
     writers = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
                      if writing.search(path.read_text(encoding="utf-8")))
-    assert writers == ["store/report_dir.py"]
+    assert writers == ["store/folders/report_dir.py"]
 
 
 # --- a report's file that is not a regular file ---------------------------------------

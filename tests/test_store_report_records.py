@@ -1,4 +1,4 @@
-"""store/report_records.py: what the gate reads of summary.json is never negative: a
+"""store/records/report_records.py: what the gate reads of summary.json is never negative: a
 count of requests without an answer of -3 on A beside 3 on B once summed to none."""
 
 from __future__ import annotations

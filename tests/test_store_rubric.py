@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from quantcheck.errors import ConfigFileError
-from quantcheck.store.rubric import MAX_LABELS, load_rubric
+from quantcheck.store.inputs.rubric import MAX_LABELS, load_rubric
 
 from .conftest import WritePrompts, invoke
 

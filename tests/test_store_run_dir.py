@@ -1,4 +1,4 @@
-"""store/run_dir.py: a run's prompts held as ids and line offsets (PromptLines), each
+"""store/folders/run_dir.py: a run's prompts held as ids and line offsets (PromptLines), each
 parsed when asked: the same prompts, order and errors as reading them whole; token
 arrays read from tokens.bin as untrusted (a missing file, a reference beyond it, bytes
 that are no blob: one RunFormatError naming it); what a resume must match; a line longer
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.errors import RunFormatError, RunMismatch
 from quantcheck.lab.scripted import Faults
-from quantcheck.store.run_dir import (
+from quantcheck.store.folders.run_dir import (
     MAX_LINE_BYTES,
     Manifest,
     Parameters,
@@ -29,7 +29,7 @@ from quantcheck.store.run_dir import (
     RecordNotStorable,
     RunWriter,
 )
-from quantcheck.store.run_records import Completion
+from quantcheck.store.records.run_records import Completion
 
 from .conftest import (
     TWO_PROMPTS,
@@ -159,7 +159,7 @@ def test_a_run_without_routing_keeps_the_identity_it_always_had() -> None:
 
 
 def test_reading_a_runs_records_does_not_load_pandas() -> None:
-    code = ("import sys, quantcheck.store.run_dir as r; "
+    code = ("import sys, quantcheck.store.folders.run_dir as r; "
             "assert 'pandas' not in sys.modules, 'pandas loaded'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import PromptFileError, RunFormatError
-from quantcheck.store.prompt_sets import load_prompts
-from quantcheck.store.run_dir import PromptLines
-from quantcheck.store.run_records import Prompt, SessionTurn
+from quantcheck.store.folders.run_dir import PromptLines
+from quantcheck.store.inputs.prompt_sets import load_prompts
+from quantcheck.store.records.run_records import Prompt, SessionTurn
 
 from .conftest import WritePrompts
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from quantcheck.store.haystack import TOKENS_PER_WORD, haystack
-from quantcheck.store.prompt_sets import load_prompts
-from quantcheck.store.run_records import ToolCall
-from quantcheck.store.suites import describe, suite_files, suite_names
+from quantcheck.store.inputs.haystack import TOKENS_PER_WORD, haystack
+from quantcheck.store.inputs.prompt_sets import load_prompts
+from quantcheck.store.inputs.suites import describe, suite_files, suite_names
+from quantcheck.store.records.run_records import ToolCall
 from quantcheck.triage.expects import check_answer, overall
 from quantcheck.triage.sandbox import Limits, code_runner
 from quantcheck.triage.signals import degenerate_reason

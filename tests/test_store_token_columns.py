@@ -16,9 +16,9 @@ from hypothesis.extra import numpy as hnp
 from quantcheck import CollectSettings, collect, compare, load_run
 from quantcheck.errors import RunFormatError
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.store.run_dir import Blobs
-from quantcheck.store.run_records import Tokens
-from quantcheck.store.token_columns import pack, unpack
+from quantcheck.store.folders.run_dir import Blobs
+from quantcheck.store.folders.token_columns import pack, unpack
+from quantcheck.store.records.run_records import Tokens
 from quantcheck.triage.sides import signature
 
 from .conftest import TWO_PROMPTS, Serve, WritePrompts

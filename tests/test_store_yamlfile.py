@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import ConfigFileError, PromptFileError
-from quantcheck.store.prompt_sets import load_prompts
-from quantcheck.store.yamlfile import read_yaml
+from quantcheck.store.inputs.prompt_sets import load_prompts
+from quantcheck.store.inputs.yamlfile import read_yaml
 
 from .conftest import invoke
 
@@ -78,7 +78,7 @@ def test_anchors_that_share_a_few_values_still_load(tmp_path: Path) -> None:
 
 def test_a_yaml_file_above_the_size_cap_is_refused(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from quantcheck.store import yamlfile
+    from quantcheck.store.inputs import yamlfile
 
     monkeypatch.setattr(yamlfile, "MAX_YAML_BYTES", 1000)
     path = tmp_path / "big.yaml"

@@ -134,6 +134,21 @@ def test_each_folder_says_what_lives_there_and_points_to_the_map(folder: str) ->
     assert not re.search(r"\bImports (only )?\w", said), said
 
 
+PACKAGES_IN_FOLDERS = sorted(path.parent.relative_to(PACKAGE).as_posix()
+                             for path in PACKAGE.glob("*/*/__init__.py"))
+
+
+@pytest.mark.parametrize("package", PACKAGES_IN_FOLDERS)
+def test_each_package_in_a_folder_says_in_one_line_what_it_holds(package: str) -> None:
+    """A folder split by what it holds (store/inputs/, store/records/, ...): each package's
+    docstring is its purpose in one line, and a module's name is unique in its layer, so
+    tests/test_<layer>_<module>.py names one module."""
+    docstring = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text()))
+    assert docstring and "\n" not in docstring.strip(), docstring
+    names = [path.stem for path in (PACKAGE / package.split("/")[0]).rglob("[!_]*.py")]
+    assert sorted({name for name in names if names.count(name) > 1}) == []
+
+
 def test_every_import_runs_down_the_floors() -> None:
     edges = module_imports()
     assert {room(module) for module in edges if module != "quantcheck"} <= set(FLOORS)
@@ -260,18 +275,18 @@ def test_a_body_built_elsewhere_is_found(tmp_path: Path) -> None:
     for name, line in (("fetch/judging.py", 'BODY = {"model": "m", "max_tokens": 1}'),
                        ("fetch/collect.py", 'def ask(body: dict) -> None:\n'
                                             '    body["top_logprobs"] = 5'),
-                       ("store/prompt_entries.py", 'FIELDS = dict(logprobs=True)')):
+                       ("store/inputs/prompt_entries.py", 'FIELDS = dict(logprobs=True)')):
         path = copy / name
         path.write_text(path.read_text() + f"\n\n{line}\n")
     found = bodies_built_outside_the_builder(copy)
     assert [entry.split(":")[0] + " " + entry.split()[-1] for entry in found] == [
         "quantcheck.fetch.collect top_logprobs", "quantcheck.fetch.judging max_tokens",
-        "quantcheck.store.prompt_entries logprobs"]
+        "quantcheck.store.inputs.prompt_entries logprobs"]
 
 
 # The review server serves the sheet on 127.0.0.1 (aiohttp's server); it never sends.
 OFFLINE_MODULES = sorted(module for module in module_imports()
-                         if module.count(".") == 2 and room(module) in LAYERS.offline
+                         if module.count(".") >= 2 and room(module) in LAYERS.offline
                          and module != "quantcheck.present.review_server")
 
 
@@ -297,7 +312,8 @@ def test_importing_the_package_loads_neither_pandas_nor_the_network() -> None:
     assert json.loads(done.stdout) == []
     import quantcheck
 
-    assert quantcheck.load_run.__module__ == "quantcheck.store.run_dir"  # loaded on first use
+    # loaded on first use
+    assert quantcheck.load_run.__module__ == "quantcheck.store.folders.run_dir"
 
 
 def test_the_command_line_starts_without_the_table_schema_and_template_libraries() -> None:
@@ -406,8 +422,13 @@ FOLDER_TOPICS: set[str] = set()
 def module_tested(name: str) -> Path | None:
     """src/quantcheck/LAYER/MODULE.py for tests/test_LAYER_MODULE.py, if there is one."""
     layer, _, module = name.removeprefix("test_").removesuffix(".py").partition("_")
-    path = PACKAGE / layer / f"{module}.py"
-    return path if layer in LAYER_FOLDERS and module and path.is_file() else None
+    if layer not in LAYER_FOLDERS or not module:
+        return None
+    # a module of a package inside the layer (store/folders/run_dir.py) keeps the layer's
+    # name alone: test_store_run_dir.py (module names are unique in a layer)
+    paths = [PACKAGE / layer / f"{module}.py", *sorted((PACKAGE / layer).glob(f"*/{module}.py"))]
+    return next((path for path in paths if (path.parent / "__init__.py").is_file()
+                 and path.is_file()), None)
 
 
 def test_each_test_file_is_named_for_its_module_or_is_a_listed_scenario() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantcheck.store.reviews import ReviewVerdict
+from quantcheck.store.folders.reviews import ReviewVerdict
 from quantcheck.triage.agreement import agreement, cohens_kappa
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from quantcheck import CompareOptions, compare_runs
-from quantcheck.store.report_dir import read_pairs
+from quantcheck.store.folders.report_dir import read_pairs
 
 from .conftest import gate_rules, invoke, write_review
 

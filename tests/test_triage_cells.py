@@ -11,7 +11,7 @@ import pytest
 
 from quantcheck import CollectSettings, collect, compare_runs, load_run
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.store.run_dir import ServerInfo
+from quantcheck.store.folders.run_dir import ServerInfo
 from quantcheck.triage.cells import (
     axes_sentence,
     cell_from_server,

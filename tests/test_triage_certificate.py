@@ -7,7 +7,7 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.store.certificate_records import Answer, LevelResult, Round
+from quantcheck.store.records.certificate_records import Answer, LevelResult, Round
 from quantcheck.triage.certificate import (
     certify,
     compared,
@@ -100,7 +100,7 @@ def test_a_certificate_with_any_levels_untested_reads_back_as_written(
     import tempfile
     from pathlib import Path
 
-    from quantcheck.store.certificate_records import read_certificate
+    from quantcheck.store.records.certificate_records import read_certificate
 
     plan = make_plan(["p"], 2, 2, 0, 8192, 16)
     made = certify([answer([" a"], factor="repeat", level="alone", baseline=True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from quantcheck.store.certificate_records import Certificate, Untested
+from quantcheck.store.records.certificate_records import Certificate, Untested
 from quantcheck.triage.certificate import certify
 from quantcheck.triage.certificate_control import control_note, control_result, untested_control
 from quantcheck.triage.certify_plan import make_plan

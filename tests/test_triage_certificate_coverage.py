@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from quantcheck.store.certificate_records import FACTORS, FactorResult, LevelResult, Untested
+from quantcheck.store.records.certificate_records import (
+    FACTORS,
+    FactorResult,
+    LevelResult,
+    Untested,
+)
 from quantcheck.triage.certificate_coverage import (
     HELD_TO,
     PHRASES,

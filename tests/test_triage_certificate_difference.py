@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.store.certificate_records import Answer
+from quantcheck.store.records.certificate_records import Answer
 from quantcheck.triage.certificate import answer_key
 from quantcheck.triage.certificate_difference import difference
 

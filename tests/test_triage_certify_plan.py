@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantcheck.store.certificate_records import Probe, Round
+from quantcheck.store.records.certificate_records import Probe, Round
 from quantcheck.triage.certify_plan import (
     SHORT_FILLER,
     Pace,

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_runs
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.haystack import haystack
-from quantcheck.store.pair_records import PairRow
+from quantcheck.store.inputs.haystack import haystack
+from quantcheck.store.records.pair_records import PairRow
 from quantcheck.triage.collapse import (
     MIN_COLLAPSE_CHARS,
     collapse_key,

@@ -8,9 +8,9 @@ import msgspec
 import pytest
 
 from quantcheck.errors import EvalLogError
-from quantcheck.store.eval_records import EvalSource, EvalTask
-from quantcheck.store.report_records import Stats
-from quantcheck.store.run_dir import Manifest
+from quantcheck.store.evals.eval_records import EvalSource, EvalTask
+from quantcheck.store.folders.run_dir import Manifest
+from quantcheck.store.records.report_records import Stats
 from quantcheck.triage.evaluations import (
     add_averages,
     check_pairing,

@@ -17,7 +17,7 @@ import pytest
 from quantcheck import CollectSettings, Expect, collect, load_run
 from quantcheck.lab.scripted import DIALECTS, ScriptedModel
 from quantcheck.store.engines import ENGINES
-from quantcheck.store.run_records import ToolCall, ToolCallExpect, VerdictExpect
+from quantcheck.store.records.run_records import ToolCall, ToolCallExpect, VerdictExpect
 from quantcheck.triage.expects import (
     Graded,
     check_answer,

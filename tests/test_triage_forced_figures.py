@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.store.report_records import ForcedStats, KLSpread
+from quantcheck.store.records.report_records import ForcedStats, KLSpread
 from quantcheck.triage.forced_figures import (
     Positions,
     Scored,

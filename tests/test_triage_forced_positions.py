@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.store.report_records import ForcedLine, ForcedStats, KLSpread, PerPosition
+from quantcheck.store.records.report_records import ForcedLine, ForcedStats, KLSpread, PerPosition
 from quantcheck.triage.forced_figures import Positions
 from quantcheck.triage.forced_positions import (
     SPAN_STARTS,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quantcheck.store.pair_records import PairRow
+from quantcheck.store.records.pair_records import PairRow
 from quantcheck.triage.judging import (
     CLASSES,
     NO_VERDICT,

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.store.ladder_records import ABSENT, NEEDLE, LadderProbe, ProbeResult
-from quantcheck.store.pair_records import PairRow
-from quantcheck.store.report_records import ForcedLine, PerPosition
-from quantcheck.store.run_records import Completion, Expect, Tokens
+from quantcheck.store.records.ladder_records import ABSENT, NEEDLE, LadderProbe, ProbeResult
+from quantcheck.store.records.pair_records import PairRow
+from quantcheck.store.records.report_records import ForcedLine, PerPosition
+from quantcheck.store.records.run_records import Completion, Expect, Tokens
 from quantcheck.triage.ladder import (
     estimate_seconds,
     floor_sentence,

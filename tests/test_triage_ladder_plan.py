@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from quantcheck.store.ladder_records import LadderProbe, LadderSettings
-from quantcheck.store.prompt_sets import load_prompts
-from quantcheck.store.prompt_writer import entries_yaml
+from quantcheck.store.inputs.prompt_sets import load_prompts
+from quantcheck.store.inputs.prompt_writer import entries_yaml
+from quantcheck.store.records.ladder_records import LadderProbe, LadderSettings
 from quantcheck.triage.ladder_plan import (
     CONTEXT_MARGIN,
     UNKNOWN_CONTEXT_TOP,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_runs
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.store.pair_records import FLIP_CAUSE_TEXT
+from quantcheck.store.records.pair_records import FLIP_CAUSE_TEXT
 from quantcheck.triage.signals import flip_cause
 
 from .conftest import (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from quantcheck.store.pair_records import PAIR_COLUMNS
+from quantcheck.store.records.pair_records import PAIR_COLUMNS
 from quantcheck.triage.pairs import compare
 
 

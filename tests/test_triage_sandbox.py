@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from quantcheck.store.run_records import CodeExpect
+from quantcheck.store.records.run_records import CodeExpect
 from quantcheck.triage import sandbox
 from quantcheck.triage.sandbox import Limits, code_execution, remove_tree, run_tests
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quantcheck import CollectSettings, collect, compare_runs
 from quantcheck.lab.scripted import ScriptedModel
-from quantcheck.store.run_records import SessionTurn
+from quantcheck.store.records.run_records import SessionTurn
 from quantcheck.triage.sessions import TurnResult, tool_sessions
 
 from .conftest import Serve, WritePrompts, invoke

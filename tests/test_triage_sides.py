@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck.errors import RunFormatError
-from quantcheck.store.run_dir import Blobs, PromptLines, RunWriter, prompt_key
-from quantcheck.store.run_records import Completion, Tokens
+from quantcheck.store.folders.run_dir import Blobs, PromptLines, RunWriter, prompt_key
+from quantcheck.store.records.run_records import Completion, Tokens
 from quantcheck.triage import sides
 
 from .conftest import cli_in_child, replace_with
@@ -182,7 +182,7 @@ def test_two_prompt_ids_that_share_a_key_are_refused_not_merged(
     """compare holds prompt ids as 64-bit keys. Two ids of one run that shared a key
     (about 1 in 10^9 at 100,000 prompts) would be judged as one prompt: they are refused,
     by name, where they meet. A key of 1 bit stands in for the coincidence here."""
-    from quantcheck.store import run_dir
+    from quantcheck.store.folders import run_dir
 
     def coarse(prompt_id: str) -> int:
         return len(prompt_id) % 2

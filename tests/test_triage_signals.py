@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quantcheck.store.haystack import haystack
-from quantcheck.store.run_dir import Blobs
-from quantcheck.store.run_records import Tokens
-from quantcheck.store.token_columns import round_significant
+from quantcheck.store.folders.run_dir import Blobs
+from quantcheck.store.folders.token_columns import round_significant
+from quantcheck.store.inputs.haystack import haystack
+from quantcheck.store.records.run_records import Tokens
 from quantcheck.triage.expects import CheckResult
 from quantcheck.triage.sides import signature
 from quantcheck.triage.signals import (
@@ -496,7 +496,7 @@ def test_repeated_token_strings_stay_distinct_outcomes() -> None:
     ],
 )
 def test_numbers_in(text: str, numbers: list[float]) -> None:
-    from quantcheck.store.run_records import numbers_in
+    from quantcheck.store.records.run_records import numbers_in
 
     assert numbers_in(text) == numbers
 

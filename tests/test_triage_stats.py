@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quantcheck.store.report_records import PassRate
+from quantcheck.store.records.report_records import PassRate
 from quantcheck.triage.stats import (
     BOOTSTRAPPED,
     Z95,

@@ -14,7 +14,7 @@ def test_the_summary_gathered_chunk_by_chunk_is_the_summary_of_all_pairs(
     """compare forgets each chunk of pairs once written (summary.PairTotals keeps counts,
     the ids not compared and the drift values): totals gathered a few pairs at a time
     give the summary of the whole frame, every status, flip and percentile included."""
-    from quantcheck.store.report_dir import pair_rows
+    from quantcheck.store.folders.report_dir import pair_rows
     from quantcheck.triage.sides import load_side
     from quantcheck.triage.summary import PairTotals
 

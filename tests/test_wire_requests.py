@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, load_run
 from quantcheck.lab.scripted import Faults, ScriptedModel
-from quantcheck.store.certificate_records import Probe
 from quantcheck.store.engines import (
     ENGINES,
     LLAMA_CPP,
@@ -24,7 +23,8 @@ from quantcheck.store.engines import (
     VLLM,
     EngineProfile,
 )
-from quantcheck.store.prompt_entries import GREEDY_FIELDS
+from quantcheck.store.inputs.prompt_entries import GREEDY_FIELDS
+from quantcheck.store.records.certificate_records import Probe
 from quantcheck.wire.requests import (
     certificate_body,
     generation_body,

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quantcheck import CollectSettings, collect, compare_runs, load_run
-from quantcheck.store.token_columns import pack
+from quantcheck.store.folders.token_columns import pack
 from quantcheck.triage.routing import between
 from quantcheck.wire.routing import (
     ROUTING_LIMIT,

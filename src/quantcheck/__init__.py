@@ -19,11 +19,11 @@ _EXPORTS = {
     "pipeline.ab": ["ABRun", "run_ab"],
     "pipeline.collecting": ["collect"],
     "pipeline.comparing": ["CompareOptions", "compare_runs"],
-    "store.prompt_sets": ["RequestOptions", "SourceOptions", "load_prompts"],
-    "store.report_dir": ["read_pairs", "read_summary"],
-    "store.report_records": ["Summary"],
-    "store.run_dir": ["Manifest", "Run", "load_run"],
-    "store.run_records": ["Completion", "Expect", "Prompt", "Tokens"],
+    "store.inputs.prompt_sets": ["RequestOptions", "SourceOptions", "load_prompts"],
+    "store.folders.report_dir": ["read_pairs", "read_summary"],
+    "store.records.report_records": ["Summary"],
+    "store.folders.run_dir": ["Manifest", "Run", "load_run"],
+    "store.records.run_records": ["Completion", "Expect", "Prompt", "Tokens"],
 }
 _HOMES = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [
@@ -41,11 +41,11 @@ if TYPE_CHECKING:
     from .pipeline.ab import ABRun, run_ab
     from .pipeline.collecting import collect
     from .pipeline.comparing import CompareOptions, compare_runs
-    from .store.prompt_sets import RequestOptions, SourceOptions, load_prompts
-    from .store.report_dir import read_pairs, read_summary
-    from .store.report_records import Summary
-    from .store.run_dir import Manifest, Run, load_run
-    from .store.run_records import Completion, Expect, Prompt, Tokens
+    from .store.folders.report_dir import read_pairs, read_summary
+    from .store.folders.run_dir import Manifest, Run, load_run
+    from .store.inputs.prompt_sets import RequestOptions, SourceOptions, load_prompts
+    from .store.records.report_records import Summary
+    from .store.records.run_records import Completion, Expect, Prompt, Tokens
     from .triage.pairs import compare
 
 

@@ -18,8 +18,8 @@ from ..pipeline.ab import ABRun, ThroughputSettings
 from ..pipeline.certify import DEFAULT_MAX_REQUESTS, MAX_REQUESTS, MAX_TRIALS
 from ..pipeline.comparing import CompareOptions
 from ..pipeline.determinism import DeterminismRun
+from ..store.folders.run_dir import Parameters
 from ..store.labels import label_from_name
-from ..store.run_dir import Parameters
 from ._group import (
     CERTIFY,
     COMPARE,
@@ -508,7 +508,7 @@ def merge_command(runs: tuple[Path, ...], out: Path) -> None:
       quantcheck collect --endpoint URL --prompts P.yaml --shard 2/2 --out runs/fp8-2
       quantcheck merge runs/fp8-1 runs/fp8-2 --out runs/fp8
     """
-    from ..store.merging import merge_runs
+    from ..store.folders.merging import merge_runs
 
     result = run_guarded(lambda: merge_runs(list(runs), out), "Nothing was merged.")
     click.echo(f"merged {result.shards} shards: {result.prompts} prompts, "
@@ -525,6 +525,6 @@ def suites_command() -> None:
       quantcheck run --a URL_A --b URL_B --suite json,tools --out reports/structured
       quantcheck collect --endpoint http://127.0.0.1:8000/v1 --suite code --out runs/bf16
     """
-    from ..store.suites import describe, suite_names
+    from ..store.inputs.suites import describe, suite_names
 
     echo_suites(run_guarded(lambda: [describe(name) for name in suite_names()], ""))

@@ -11,10 +11,10 @@ import click
 from ..fetch.collect import CollectSettings
 from ..pipeline.ab import ABRun
 from ..pipeline.comparing import CompareOptions
-from ..store.folder_kinds import CANDIDATES_OVERVIEW, REPORT, held
-from ..store.prompt_sets import shipped_prompt_file
-from ..store.report_records import Overview, Summary
-from ..store.run_dir import Cell
+from ..store.folders.folder_kinds import CANDIDATES_OVERVIEW, REPORT, held
+from ..store.folders.run_dir import Cell
+from ..store.inputs.prompt_sets import shipped_prompt_file
+from ..store.records.report_records import Overview, Summary
 from ._group import cli
 from .guard import run_guarded
 from .options import refuse_without

@@ -13,9 +13,9 @@ from ..fetch.collect import CollectSettings
 from ..pipeline.ladder import LadderRun, run_ladder
 from ..pipeline.ladder_progress import RungCost
 from ..present.sentences import plural
-from ..store.haystack import LANGUAGES
-from ..store.ladder_records import NEEDLE, Ladder, LadderPlan, ProbeResult, Rung
-from ..store.prompt_sets import APIS, RequestOptions
+from ..store.inputs.haystack import LANGUAGES
+from ..store.inputs.prompt_sets import APIS, RequestOptions
+from ..store.records.ladder_records import NEEDLE, Ladder, LadderPlan, ProbeResult, Rung
 from ..triage.cells import parse_cell_options
 from ..triage.ladder_plan import DEFAULT_DEPTHS
 from ._group import (

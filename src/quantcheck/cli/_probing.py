@@ -13,9 +13,9 @@ from .._version import __version__
 from ..errors import ExitCode
 from ..pipeline.checking import PreflightOptions, preflight, probe
 from ..store.engines import ENGINE_NAMES
-from ..store.prompt_sets import APIS
-from ..store.report_records import LogMatch
-from ..store.run_records import DEFAULT_CONTEXT_TOKENS
+from ..store.inputs.prompt_sets import APIS
+from ..store.records.report_records import LogMatch
+from ..store.records.run_records import DEFAULT_CONTEXT_TOKENS
 from ..triage.cells import parse_cell_options
 from ._group import cli
 from .guard import run_guarded

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from ..store.prompt_sets import APIS, LoadedSource, load_sources
-from ..store.prompt_writer import convert_prompt_files
-from ..store.run_records import CHECKS, Prompt
+from ..store.inputs.prompt_sets import APIS, LoadedSource, load_sources
+from ..store.inputs.prompt_writer import convert_prompt_files
+from ..store.records.run_records import CHECKS, Prompt
 from ._group import cli
 from .guard import run_guarded
 from .options import (

@@ -16,10 +16,10 @@ from ..gate.limits import BY_KEY, CERTIFICATE_LIMITS
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, Written, compare_all
 from ..present.sentences import agreement_sentence
-from ..store.folder_kinds import CANDIDATES_OVERVIEW, CERTIFICATE, REPORT, kind_of
-from ..store.report_dir import require_report
-from ..store.report_records import Overview, Summary
-from ..store.reviews import load_verdicts, review_path
+from ..store.folders.folder_kinds import CANDIDATES_OVERVIEW, CERTIFICATE, REPORT, kind_of
+from ..store.folders.report_dir import require_report
+from ..store.folders.reviews import load_verdicts, review_path
+from ..store.records.report_records import Overview, Summary
 from ._group import (
     COMPARE,
     FORCED,
@@ -241,7 +241,7 @@ def gate_command(report_dir: Path, policy: Path | None, review_files: tuple[Path
       quantcheck gate reports/certificate --max-nondeterministic-prompts 0
     """
     from ..gate import verdict as gate
-    from ..store.rubric import load_rubric
+    from ..store.inputs.rubric import load_rubric
 
     def settings() -> Policy:
         return overrides.applied(gate.load_policy(policy))
@@ -303,7 +303,7 @@ def _gate_candidates(folder: Path, policy: Callable[[], Policy], rubric: Path | 
                      only: str | None) -> None:
     from ..gate import verdict as gate
     from ..gate.overview import CandidatesGate, gate_candidates
-    from ..store.rubric import load_rubric
+    from ..store.inputs.rubric import load_rubric
 
     def work() -> tuple[CandidatesGate, Overview, dict[str, list[Failure]]]:
         decision, overview = gate_candidates(folder, policy(), load_rubric(rubric), only)
@@ -345,7 +345,7 @@ def approve_command(report_dir: Path, approvals: Path | None, review_files: tupl
     Example:
       quantcheck approve reports/fp8 --approvals prompts/approvals.json
     """
-    from ..store.rubric import load_rubric
+    from ..store.inputs.rubric import load_rubric
     from ..triage.approvals import approve, default_approvals_path
 
     def work() -> tuple[int, Path]:
@@ -378,7 +378,7 @@ def schema_command(name: str | None, listed: bool) -> None:
       quantcheck schema summary
       quantcheck schema pairs
     """
-    from ..store.formats import SCHEMAS, shipped_schema
+    from ..store.records.formats import SCHEMAS, shipped_schema
 
     if listed or name is None:
         if name is None and not listed:

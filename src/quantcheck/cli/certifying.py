@@ -12,9 +12,9 @@ from ..errors import ExitCode
 from ..fetch.certify import CertifySettings
 from ..gate.verdict import one_line
 from ..pipeline.certify import CertifyRun, Outline, run_certify
-from ..store.certificate_records import Certificate, FactorResult
-from ..store.preflight_records import Preflight
-from ..store.run_dir import Parameters
+from ..store.folders.run_dir import Parameters
+from ..store.records.certificate_records import Certificate, FactorResult
+from ..store.records.preflight_records import Preflight
 from .guard import run_guarded
 from .printing import echo_preflight
 from .progress import PlainProgress

@@ -41,7 +41,7 @@ import click
 import yaml
 
 from ..errors import ConfigFileError
-from ..store.yamlfile import read_yaml
+from ..store.inputs.yamlfile import read_yaml
 from ._group import CONFIG, in_section
 from .options import endpoints_option, json_object_option, layers_and_k
 

@@ -25,12 +25,12 @@ from ..fetch.replicas import SPREADS, check_distinct, split_endpoints
 from ..gate.limits import LIMITS, Limit
 from ..gate.verdict import Policy
 from ..pipeline.comparing import CompareOptions, code_limits
-from ..store.column_maps import PRESETS, ColumnMapError, parse_map
 from ..store.files import refuse_overwriting_inputs
-from ..store.prompt_entries import own_field_problem, unsendable
-from ..store.prompt_sets import APIS, RequestOptions, SourceOptions
-from ..store.run_dir import Parameters
-from ..store.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB
+from ..store.folders.run_dir import Parameters
+from ..store.inputs.column_maps import PRESETS, ColumnMapError, parse_map
+from ..store.inputs.prompt_entries import own_field_problem, unsendable
+from ..store.inputs.prompt_sets import APIS, RequestOptions, SourceOptions
+from ..store.records.run_records import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_RESPONSE_MB
 from ..triage.cells import parse_cell_options
 from ..triage.sandbox import Limits
 from ._group import FORCED, JUDGE, POLICY, PROMPTS, SEND, in_section
@@ -239,7 +239,7 @@ def _with_suites(function: F) -> F:
     @functools.wraps(function)
     def command(suite: tuple[str, ...], prompt_files: tuple[Path, ...],
                 **values: object) -> object:
-        from ..store.suites import suite_files
+        from ..store.inputs.suites import suite_files
 
         files = prompt_files + tuple(run_guarded(lambda: suite_files(suite), ""))
         if not files:
@@ -328,7 +328,7 @@ def _request_options(function: F, repeats: int, least_repeats: int, repeat_mode:
 
 def _shard_option(context: click.Context, parameter: click.Parameter, value: str | None
                   ) -> str | None:
-    from ..store.shards import ShardError, parse_shard
+    from ..store.folders.shards import ShardError, parse_shard
 
     if value is None:
         return None

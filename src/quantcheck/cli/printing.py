@@ -34,10 +34,16 @@ from ..present.sentences import (
     replicas_lines,
     template_warning,
 )
-from ..store.preflight_records import Preflight
-from ..store.report_records import DeterminismReport, ForcedSummary, LogMatch, Overview, Summary
-from ..store.run_dir import Throughput
-from ..store.suites import Suite
+from ..store.folders.run_dir import Throughput
+from ..store.inputs.suites import Suite
+from ..store.records.preflight_records import Preflight
+from ..store.records.report_records import (
+    DeterminismReport,
+    ForcedSummary,
+    LogMatch,
+    Overview,
+    Summary,
+)
 from ..triage.cells import CELL_AXES
 from ..triage.forced_figures import llama_cpp_sentence
 from .guard import run_guarded
@@ -199,7 +205,7 @@ def echo_gate_verdict(result: Summary | Overview, report_dir: Path,
                 if failing else "PASS: every candidate passes")
     else:
         from ..gate.verdict import gate_report, one_line, report_verdict
-        from ..store.rubric import load_rubric
+        from ..store.inputs.rubric import load_rubric
 
         decide = gate_report if write else report_verdict
         verdict = run_guarded(lambda: decide(report_dir, rubric=load_rubric(rubric))[0], "")

@@ -18,9 +18,9 @@ from ..fetch.collect import CollectResult, CollectSettings
 from ..pipeline.ab import ABRun, run_all
 from ..pipeline.collecting import collect
 from ..pipeline.determinism import DeterminismRun, run_determinism
-from ..store.preflight_records import Preflight
-from ..store.report_records import DeterminismReport, Overview, Summary
-from ..store.run_records import Completion
+from ..store.records.preflight_records import Preflight
+from ..store.records.report_records import DeterminismReport, Overview, Summary
+from ..store.records.run_records import Completion
 from .guard import redacted, run_guarded, say
 from .printing import echo_preflight
 

@@ -5,7 +5,7 @@ turned off where the runtime allows it: llama.cpp by `cache_prompt: false` in ev
 body but those of a probe that leaves the cache on (the cache factors' cached
 requests); vLLM by POST /reset_prefix_cache and SGLang by POST /flush_cache before each
 "flush" round. What was used, or why nothing could be, is said in `cache_control`;
-where nothing can, the cache factors (store/certificate_records.py CACHE_FACTORS) are
+where nothing can, the cache factors (store/records/certificate_records.py CACHE_FACTORS) are
 not tested. A sibling probe is its prompt's request asking SIBLING_QUESTION after the
 same prefix; a probe with `shared_tokens` has its prefix cut so that it and its sibling
 share exactly that many tokens (certify_blocks.py), or its level is not tested.
@@ -40,7 +40,9 @@ from dataclasses import dataclass, field
 import msgspec
 
 from ..errors import ParameterRejected, QuantcheckError, RequestsFailed
-from ..store.certificate_records import (
+from ..store.engines import known, profile_of
+from ..store.folders.run_dir import ServerInfo
+from ..store.records.certificate_records import (
     CACHE_FACTORS,
     Answer,
     Factor,
@@ -48,11 +50,9 @@ from ..store.certificate_records import (
     Probe,
     Round,
 )
-from ..store.engines import known, profile_of
-from ..store.preflight_records import Preflight
+from ..store.records.preflight_records import Preflight
+from ..store.records.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.redaction import public_url
-from ..store.run_dir import ServerInfo
-from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.runtimes import context_length, server_slots
 from ..triage.certificate_coverage import why_untested
 from ..triage.certify_plan import (

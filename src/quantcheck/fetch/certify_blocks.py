@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 
 from ..store.engines import APPLY_TEMPLATE, EngineProfile, profile_of
-from ..store.run_dir import ServerInfo
+from ..store.folders.run_dir import ServerInfo
 from ..store.runtimes import info_answer, mapping, whole_number
 from ..wire.client import TRANSPORT_ERRORS, EndpointClient, HTTPStatusError, server_root
 from ..wire.dialects import MalformedResponse, metric_labels

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from ..store.certificate_records import Probe, Role, SentRequest
+from ..store.records.certificate_records import Probe, Role, SentRequest
 from ..store.redaction import environment_secrets, redact
 from ..wire.requests import streamed
 

@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Awaitable
 
-from ..store.certificate_records import Probe
+from ..store.records.certificate_records import Probe
 from ..triage.certify_plan import FILLER_HEAD, Pace, tokens_per_word, words, words_that_fit
 from ..wire.dialects import Generation
 from .certify import PlanSender

@@ -17,12 +17,8 @@ from .._version import __version__
 from ..errors import ParameterRejected, QuantcheckError, RunMismatch
 from ..store.engines import ROUTING_STREAM_END, UNKNOWN, EngineProfile, profile_of
 from ..store.files import StorageError
-from ..store.folder_kinds import RUN, claim
-from ..store.labels import check_label
-from ..store.preflight_records import Preflight
-from ..store.prompt_sets import file_sha256, load_prompts
-from ..store.redaction import public_url
-from ..store.run_dir import (
+from ..store.folders.folder_kinds import RUN, claim
+from ..store.folders.run_dir import (
     COMPLETIONS,
     MANIFEST,
     CacheControl,
@@ -40,9 +36,13 @@ from ..store.run_dir import (
     write_manifest,
     write_prompts,
 )
-from ..store.run_records import Completion, Prompt
+from ..store.folders.shards import shard_prompts
+from ..store.inputs.prompt_sets import file_sha256, load_prompts
+from ..store.labels import check_label
+from ..store.records.preflight_records import Preflight
+from ..store.records.run_records import Completion, Prompt
+from ..store.redaction import public_url
 from ..store.runtimes import choose_model
-from ..store.shards import shard_prompts
 from ..triage.cells import cell_from_server, cell_key
 from ..wire.client import (
     EndpointClient,

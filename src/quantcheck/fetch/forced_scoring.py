@@ -68,13 +68,13 @@ from ..store.engines import (
     profile_of,
     with_forced_mode,
 )
-from ..store.folder_kinds import FORCED, claim
-from ..store.preflight_records import Fingerprint
+from ..store.folders.folder_kinds import FORCED, claim
+from ..store.folders.report_dir import write_forced
+from ..store.folders.run_dir import Run, ServerInfo, load_run
+from ..store.records.preflight_records import Fingerprint
+from ..store.records.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
+from ..store.records.run_records import Completion, Prompt
 from ..store.redaction import public_url
-from ..store.report_dir import write_forced
-from ..store.report_records import ForcedLine, ForcedStats, ForcedSummary, PerPosition
-from ..store.run_dir import Run, ServerInfo, load_run
-from ..store.run_records import Completion, Prompt
 from ..store.runtimes import choose_model, mapping, server_slots
 from ..triage.forced_figures import (
     Positions,

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EndpointError, QuantcheckError
-from ..store.judge_cache import JudgeCache
-from ..store.judge_records import JudgeReply
+from ..store.folders.judge_cache import JudgeCache
+from ..store.records.judge_records import JudgeReply
 from ..store.redaction import public_url
 from ..triage.judging import PROMPT_VERSION, REPLY_CHARS, JudgeQuestion
 from ..wire.client import (

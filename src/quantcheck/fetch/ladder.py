@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from ..errors import EndpointError
 from ..store.engines import profile_of
-from ..store.haystack import LANGUAGES, filler_text, sentences_for
-from ..store.ladder_records import LadderProbe
+from ..store.inputs.haystack import LANGUAGES, filler_text, sentences_for
+from ..store.records.ladder_records import LadderProbe
 from ..store.redaction import public_url
 from ..store.runtimes import choose_model, context_length, mapping, whole_number
 from ..triage.ladder_plan import needle_sentence, prompt_template

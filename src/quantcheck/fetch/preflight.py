@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 
 from ..errors import EndpointError, ParameterRejected, QuantcheckError
 from ..store.engines import UNKNOWN, EngineProfile, profile_of, tokenizers_first
-from ..store.preflight_records import Check, Fingerprint, Preflight
-from ..store.prompt_sets import GREEDY_FIELDS
+from ..store.folders.run_dir import ServerInfo
+from ..store.inputs.prompt_sets import GREEDY_FIELDS
+from ..store.records.preflight_records import Check, Fingerprint, Preflight
+from ..store.records.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.redaction import public_url
-from ..store.run_dir import ServerInfo
-from ..store.run_records import DEFAULT_CONTEXT_TOKENS, Prompt
 from ..store.runtimes import context_length
 from ..wire.client import (
     TRANSPORT_ERRORS,

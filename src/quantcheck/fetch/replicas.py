@@ -36,10 +36,10 @@ from typing import Protocol
 
 from ..errors import EndpointError, QuantcheckError, RequestsFailed
 from ..store.engines import profile_of
-from ..store.preflight_records import Fingerprint
+from ..store.folders.run_dir import Cell, Replica, Replication, RunWriter, ServerInfo
+from ..store.records.preflight_records import Fingerprint
+from ..store.records.run_records import Completion, Prompt
 from ..store.redaction import public_url
-from ..store.run_dir import Cell, Replica, Replication, RunWriter, ServerInfo
-from ..store.run_records import Completion, Prompt
 from ..store.runtimes import server_slots
 from ..triage.cells import cell_from_server, cell_key, differing_axes
 from ..triage.tokenizers import tokenizer_agreement

@@ -4,8 +4,8 @@ as sent (store/runtimes.py reads them)."""
 from __future__ import annotations
 
 from ..store.engines import INFO_PATHS, profile_of
+from ..store.folders.run_dir import ServerInfo
 from ..store.redaction import public_url
-from ..store.run_dir import ServerInfo
 from ..store.runtimes import choose_model, identify_runtime, runtime_version, with_info_answer
 from ..wire.client import EndpointClient
 from ..wire.dialects import metric_labels

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from ..store.engines import APPLY_TEMPLATE, TOKENIZE_MESSAGES, profile_of, tokenizers_first
-from ..store.preflight_records import Check, TemplateRendering
-from ..store.run_dir import ServerInfo
+from ..store.folders.run_dir import ServerInfo
+from ..store.records.preflight_records import Check, TemplateRendering
 from ..store.runtimes import mapping
 from ..triage.templates import known_fallback, markers_in, rendering_key
 from ..wire.client import TRANSPORT_ERRORS, EndpointClient, HTTPStatusError, server_root

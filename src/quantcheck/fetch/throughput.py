@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuantcheckError, RequestsFailed
-from ..store.prompt_sets import RequestOptions, load_prompts
+from ..store.folders.run_dir import Throughput
+from ..store.inputs.prompt_sets import RequestOptions, load_prompts
+from ..store.records.run_records import DEFAULT_MAX_RESPONSE_MB, Prompt
 from ..store.redaction import public_url
-from ..store.run_dir import Throughput
-from ..store.run_records import DEFAULT_MAX_RESPONSE_MB, Prompt
 from ..store.runtimes import choose_model
 from ..wire.client import (
     EndpointClient,

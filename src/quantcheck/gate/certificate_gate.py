@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from xml.etree import ElementTree
 
-from ..store.certificate_records import Certificate, read_certificate, require_its_answers
 from ..store.files import write_atomic
-from ..store.folder_kinds import CERTIFICATE, require_kind
-from ..store.report_dir import GATE_JSON, JUNIT_XML
+from ..store.folders.folder_kinds import CERTIFICATE, require_kind
+from ..store.folders.report_dir import GATE_JSON, JUNIT_XML
+from ..store.records.certificate_records import Certificate, read_certificate, require_its_answers
 from ..triage.certificate_coverage import not_tested_phrase
 from .explain import markdown_text
 from .verdict import (

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import quote
 
-from ..store.pair_records import FLIP_CAUSE_WORDS, PairRow
-from ..store.report_dir import read_pair_rows
+from ..store.folders.report_dir import read_pair_rows
+from ..store.records.pair_records import FLIP_CAUSE_WORDS, PairRow
 from .limits import counted_rules
 
 JUNIT_ANSWER_CHARS = 400  # of each answer, in junit.xml

@@ -7,7 +7,7 @@ lengths served does not pass."""
 
 from __future__ import annotations
 
-from ..store.ladder_records import LadderGate, Rung
+from ..store.records.ladder_records import LadderGate, Rung
 from ..triage.ladder import measured_reach, onset
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from ..store.pair_records import PairRow
+    from ..store.records.pair_records import PairRow
 
 Kind = Literal["count", "share", "points", "number", "switch"]
 # the type of a Policy field of each kind

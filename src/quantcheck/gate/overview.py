@@ -16,11 +16,17 @@ import msgspec
 from .._version import __version__
 from ..errors import RunFormatError
 from ..store.files import write_atomic
-from ..store.formats import CANDIDATES_GATE_FORMAT, CandidatesGateFormat
-from ..store.report_dir import GATE_JSON, JUNIT_XML, OVERVIEW, read_overview
-from ..store.report_records import CandidateRow, Overview, Recommendation, SideIdentity, Summary
-from ..store.rubric import Rubric
-from ..store.run_dir import CellValue, Throughput, write_json_atomic
+from ..store.folders.report_dir import GATE_JSON, JUNIT_XML, OVERVIEW, read_overview
+from ..store.folders.run_dir import CellValue, Throughput, write_json_atomic
+from ..store.inputs.rubric import Rubric
+from ..store.records.formats import CANDIDATES_GATE_FORMAT, CandidatesGateFormat
+from ..store.records.report_records import (
+    CandidateRow,
+    Overview,
+    Recommendation,
+    SideIdentity,
+    Summary,
+)
 from .explain import REVIEW, Failure, junit_text, report_failures
 from .verdict import GateResult, Policy, gate_report, review_phrase, xml_text
 

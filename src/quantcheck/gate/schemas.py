@@ -14,14 +14,14 @@ from pathlib import Path
 
 import msgspec
 
-from ..store.certificate_records import Certificate
-from ..store.formats import PAIRS_FORMAT, SCHEMAS, schema_file
-from ..store.ladder_records import Ladder, LadderPlan
-from ..store.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
-from ..store.report_records import DeterminismReport, ForcedSummary, Overview, Summary
-from ..store.repro_records import Repro
-from ..store.reviews import Review
-from ..store.run_dir import Manifest, Throughput
+from ..store.folders.reviews import Review
+from ..store.folders.run_dir import Manifest, Throughput
+from ..store.records.certificate_records import Certificate
+from ..store.records.formats import PAIRS_FORMAT, SCHEMAS, schema_file
+from ..store.records.ladder_records import Ladder, LadderPlan
+from ..store.records.pair_records import PAIR_COLUMNS, PAIR_DTYPES, PairRow
+from ..store.records.report_records import DeterminismReport, ForcedSummary, Overview, Summary
+from ..store.records.repro_records import Repro
 from ..triage.approvals import ApprovalsFile
 from .limits import policy_schema
 from .overview import CandidatesGate

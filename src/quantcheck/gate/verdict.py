@@ -14,9 +14,14 @@ import msgspec
 
 from ..errors import ConfigFileError, RunFormatError
 from ..store.files import write_atomic
-from ..store.formats import GATE_FORMAT, GateFormat
-from ..store.judge_records import Agreement
-from ..store.pair_records import (
+from ..store.folders.report_dir import GATE_JSON, JUNIT_XML, require_report
+from ..store.folders.reviews import ReviewVerdict, load_verdicts
+from ..store.folders.run_dir import write_json_atomic
+from ..store.inputs.rubric import Rubric, load_rubric
+from ..store.inputs.yamlfile import read_yaml, reject_unknown
+from ..store.records.formats import GATE_FORMAT, GateFormat
+from ..store.records.judge_records import Agreement
+from ..store.records.pair_records import (
     FLIP_CAUSE_WORDS,
     REVIEW_CAUSES,
     PairRow,
@@ -26,12 +31,7 @@ from ..store.pair_records import (
     text_varies,
     to_review,
 )
-from ..store.report_dir import GATE_JSON, JUNIT_XML, require_report
-from ..store.report_records import Summary
-from ..store.reviews import ReviewVerdict, load_verdicts
-from ..store.rubric import Rubric, load_rubric
-from ..store.run_dir import write_json_atomic
-from ..store.yamlfile import read_yaml, reject_unknown
+from ..store.records.report_records import Summary
 from ..triage.agreement import agreement, agreement_sentence
 from ..triage.backends import mixed_sentence
 from ..triage.collapse import collapsed_on_b, collapsed_prompts

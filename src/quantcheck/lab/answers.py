@@ -29,8 +29,8 @@ import yaml
 
 from ..errors import ConfigFileError
 from ..store.files import UnreadableFile, read_regular
-from ..store.prompt_sets import load_prompts
-from ..store.yamlfile import MAX_YAML_BYTES, not_utf8
+from ..store.inputs.prompt_sets import load_prompts
+from ..store.inputs.yamlfile import MAX_YAML_BYTES, not_utf8
 from .request_body import prompt_text_of
 
 Answer = str | list[str]

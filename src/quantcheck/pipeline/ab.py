@@ -17,16 +17,16 @@ from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
 from ..gate.verdict import Policy
 from ..present.matrix import check_matrix
-from ..store.folder_kinds import CANDIDATES_OVERVIEW, FORCED, REPORT, RUN, claim
+from ..store.folders.folder_kinds import CANDIDATES_OVERVIEW, FORCED, REPORT, RUN, claim
+from ..store.folders.reference import ReferenceMismatch, open_reference, reference_differences
+from ..store.folders.report_dir import CANDIDATES
+from ..store.folders.run_dir import Throughput, write_throughput
+from ..store.folders.shards import shard_prompts
+from ..store.inputs.prompt_sets import load_prompts
+from ..store.inputs.rubric import load_rubric
 from ..store.labels import check_label
-from ..store.prompt_sets import load_prompts
+from ..store.records.report_records import Overview, Summary
 from ..store.redaction import public_url
-from ..store.reference import ReferenceMismatch, open_reference, reference_differences
-from ..store.report_dir import CANDIDATES
-from ..store.report_records import Overview, Summary
-from ..store.rubric import load_rubric
-from ..store.run_dir import Throughput, write_throughput
-from ..store.shards import shard_prompts
 from .comparing import (
     CompareOptions,
     ReportJob,
@@ -56,7 +56,7 @@ class ABRun:
     matrix.csv). `b` is the candidate or a list of them; `candidates` is always the
     list. `a` is A's collection, or the folder of a reference run collected earlier
     (a stored reference): then A is not collected again, and a candidate not asked
-    what A was is refused before any request is sent (store/reference.py)."""
+    what A was is refused before any request is sent (store/folders/reference.py)."""
 
     a: CollectSettings | Path
     b: InitVar[CollectSettings | Sequence[CollectSettings]]

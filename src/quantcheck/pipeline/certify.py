@@ -42,7 +42,11 @@ from ..fetch.preflight import PreflightFailed, ProbeShape, run_preflight
 from ..gate.certificate_gate import certificate_junit, decide_certificate
 from ..gate.verdict import GateResult, Policy
 from ..present.certificate_page import render_certificate
-from ..store.certificate_records import (
+from ..store.files import AtomicFile, make_directory, write_atomic
+from ..store.folders.folder_kinds import CERTIFICATE, claim
+from ..store.inputs.prompt_entries import RequestOptions
+from ..store.inputs.prompt_sets import load_prompts
+from ..store.records.certificate_records import (
     ANSWERS_JSONL,
     REQUESTS_JSONL,
     Answer,
@@ -50,13 +54,9 @@ from ..store.certificate_records import (
     ControlResult,
     Plan,
 )
-from ..store.files import AtomicFile, make_directory, write_atomic
-from ..store.folder_kinds import CERTIFICATE, claim
-from ..store.preflight_records import Preflight
-from ..store.prompt_entries import RequestOptions
-from ..store.prompt_sets import load_prompts
+from ..store.records.preflight_records import Preflight
+from ..store.records.run_records import Prompt
 from ..store.redaction import public_url
-from ..store.run_records import Prompt
 from ..triage.certificate import certify
 from ..triage.certificate_control import control_note, control_result, untested_control
 from ..triage.certify_plan import (

@@ -11,11 +11,11 @@ from pathlib import Path
 from ..fetch.clients import api_key_from_env
 from ..fetch.preflight import ProbeShape, check_endpoint
 from ..fetch.server_info import ask_server
-from ..store.preflight_records import Check, Preflight
-from ..store.prompt_sets import GREEDY_FIELDS, RequestOptions, load_prompts
+from ..store.folders.run_dir import Cell, ServerInfo
+from ..store.inputs.prompt_sets import GREEDY_FIELDS, RequestOptions, load_prompts
+from ..store.records.preflight_records import Check, Preflight
+from ..store.records.run_records import DEFAULT_CONTEXT_TOKENS
 from ..store.redaction import public_url
-from ..store.run_dir import Cell, ServerInfo
-from ..store.run_records import DEFAULT_CONTEXT_TOKENS
 from ..triage.cells import cell_from_server, cell_key
 from ..triage.templates import template_agreement
 from ..triage.tokenizers import tokenizer_agreement

@@ -11,10 +11,10 @@ from pathlib import Path
 from ..fetch.collect import CollectResult, CollectSettings, Reporter, collect_async
 from ..fetch.forced_scoring import ForcedSettings, score_run_async
 from ..fetch.throughput import DEFAULT_CONCURRENCY, DEFAULT_MIN_SECONDS, measure
-from ..store.folder_kinds import RUN, claim
-from ..store.prompt_sets import RequestOptions
-from ..store.report_records import ForcedSummary
-from ..store.run_dir import Throughput, write_throughput
+from ..store.folders.folder_kinds import RUN, claim
+from ..store.folders.run_dir import Throughput, write_throughput
+from ..store.inputs.prompt_sets import RequestOptions
+from ..store.records.report_records import ForcedSummary
 from .event_loop import run_blocking
 
 

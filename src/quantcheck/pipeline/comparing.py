@@ -16,16 +16,16 @@ from ..gate.overview import build_overview, candidate_row
 from ..gate.verdict import Policy, gate_report
 from ..present.matrix import append_matrix, matrix_rows, write_matrix
 from ..present.sheet import write_overview_page, write_sheet
-from ..store.folder_kinds import CANDIDATES_OVERVIEW, REPORT, claim
-from ..store.judge_records import JudgeFigures
+from ..store.folders.folder_kinds import CANDIDATES_OVERVIEW, REPORT, claim
+from ..store.folders.report_dir import CANDIDATES, MATRIX, write_overview, write_summary
+from ..store.folders.reviews import set_aside_stale_reviews
+from ..store.folders.run_dir import MANIFEST, load_run, read_throughput
+from ..store.inputs.prompt_sets import RequestOptions, SourceOptions, load_prompts
+from ..store.inputs.rubric import Rubric, load_rubric
 from ..store.labels import LABEL_CHARACTERS, check_label, label_from_name
-from ..store.prompt_sets import RequestOptions, SourceOptions, load_prompts
-from ..store.report_dir import CANDIDATES, MATRIX, write_overview, write_summary
-from ..store.report_records import LogMatch, Overview, Summary
-from ..store.reviews import set_aside_stale_reviews
-from ..store.rubric import Rubric, load_rubric
-from ..store.run_dir import MANIFEST, load_run, read_throughput
-from ..store.run_records import Prompt
+from ..store.records.judge_records import JudgeFigures
+from ..store.records.report_records import LogMatch, Overview, Summary
+from ..store.records.run_records import Prompt
 from ..triage.approvals import Approval, default_approvals_path, load_approvals
 from ..triage.evaluations import add_averages
 from ..triage.judging import label_map

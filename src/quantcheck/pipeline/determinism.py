@@ -14,10 +14,10 @@ import msgspec
 from ..fetch.collect import CollectSettings, Reporter, collect_async
 from ..present.determinism_page import render_determinism
 from ..store.files import CSV_WRITTEN_WITH, csv_rows, make_directory, write_atomic
-from ..store.folder_kinds import DETERMINISM, DETERMINISM_CSV, DETERMINISM_JSON, claim
+from ..store.folders.folder_kinds import DETERMINISM, DETERMINISM_CSV, DETERMINISM_JSON, claim
+from ..store.folders.run_dir import Parameters, load_run, write_json_atomic
+from ..store.records.report_records import DeterminismReport, DeterminismRow, ModeCounts
 from ..store.redaction import public_url
-from ..store.report_records import DeterminismReport, DeterminismRow, ModeCounts
-from ..store.run_dir import Parameters, load_run, write_json_atomic
 from ..triage.determinism import analyze_side
 from ..triage.sides import load_side
 from .event_loop import run_blocking

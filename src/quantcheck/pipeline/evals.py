@@ -16,17 +16,17 @@ from .._version import __version__
 from ..errors import EvalLogError
 from ..present.model_card import model_card
 from ..present.sheet import SHEET
-from ..store.eee_export import EeeSample, EeeSide, EeeTaskScore, EeeWritten, write_eee
-from ..store.eval_logs import log_kind, open_eval_log
-from ..store.eval_runs import Imported, place_run, write_eval_run
+from ..store.evals.eee_export import EeeSample, EeeSide, EeeTaskScore, EeeWritten, write_eee
+from ..store.evals.eval_logs import log_kind, open_eval_log
+from ..store.evals.eval_runs import Imported, place_run, write_eval_run
 from ..store.files import write_atomic
-from ..store.folder_kinds import RUN, claim
+from ..store.folders.folder_kinds import RUN, claim
+from ..store.folders.report_dir import DETAILS, PAIRS, SUMMARY, read_pair_rows, read_summary
+from ..store.folders.run_dir import MANIFEST, CompletionLine, Manifest, Run, load_run, read_manifest
 from ..store.labels import check_label, label_from_name
-from ..store.pair_records import PairRow
-from ..store.report_dir import DETAILS, PAIRS, SUMMARY, read_pair_rows, read_summary
-from ..store.report_records import Summary
-from ..store.run_dir import MANIFEST, CompletionLine, Manifest, Run, load_run, read_manifest
-from ..store.run_records import Prompt
+from ..store.records.pair_records import PairRow
+from ..store.records.report_records import Summary
+from ..store.records.run_records import Prompt
 from ..triage.evaluations import check_pairing
 from ..triage.templates import last_user_message
 

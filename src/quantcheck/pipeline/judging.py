@@ -24,11 +24,8 @@ import msgspec
 from ..errors import QuantcheckError
 from ..fetch.judging import Judge, JudgeClient, JudgeSettings, Tally, reaching_judge
 from ..present.sheet import write_sheet
-from ..store.judge_cache import JUDGE_CACHE, JudgeCache
-from ..store.judge_records import Agreement, JudgeDetails, JudgeFigures, JudgeReply
-from ..store.pair_records import PairDetails, PairRow
-from ..store.redaction import public_url
-from ..store.report_dir import (
+from ..store.folders.judge_cache import JUDGE_CACHE, JudgeCache
+from ..store.folders.report_dir import (
     CHUNK_PAIRS,
     DETAILS,
     PAIRS,
@@ -40,8 +37,11 @@ from ..store.report_dir import (
     write_summary,
     writing_pairs,
 )
-from ..store.reviews import load_reviews
-from ..store.rubric import Rubric, load_rubric
+from ..store.folders.reviews import load_reviews
+from ..store.inputs.rubric import Rubric, load_rubric
+from ..store.records.judge_records import Agreement, JudgeDetails, JudgeFigures, JudgeReply
+from ..store.records.pair_records import PairDetails, PairRow
+from ..store.redaction import public_url
 from ..triage.agreement import agreement, review_verdicts
 from ..triage.judging import (
     NO_VERDICT,

@@ -37,8 +37,10 @@ from ..fetch.ladder import (
 from ..present.ladder_page import render_ladder
 from ..store.engines import profile_of
 from ..store.files import make_directory, read_regular, write_atomic
-from ..store.haystack import sentences_for
-from ..store.ladder_records import (
+from ..store.folders.run_dir import COMPLETIONS
+from ..store.inputs.haystack import sentences_for
+from ..store.inputs.prompt_writer import entries_yaml
+from ..store.records.ladder_records import (
     Ladder,
     LadderPlan,
     LadderProbe,
@@ -48,8 +50,6 @@ from ..store.ladder_records import (
     ProbeResult,
     Rung,
 )
-from ..store.prompt_writer import entries_yaml
-from ..store.run_dir import COMPLETIONS
 from ..triage.ladder_plan import (
     DEFAULT_DEPTHS,
     probes_of,

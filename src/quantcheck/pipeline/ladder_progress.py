@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..store.ladder_records import LadderPlan, PlannedRung, ProbeResult, Rung
-from ..store.preflight_records import Preflight
-from ..store.run_records import Completion
+from ..store.records.ladder_records import LadderPlan, PlannedRung, ProbeResult, Rung
+from ..store.records.preflight_records import Preflight
+from ..store.records.run_records import Completion
 from ..triage.ladder import estimate_seconds
 from .ladder_report import measured, records, scoring_seconds, unit_folder
 

@@ -14,12 +14,19 @@ from .._version import __version__
 from ..errors import QuantcheckError, RunFormatError
 from ..gate.ladder_gate import decide_ladder
 from ..store.files import read_regular, write_atomic
-from ..store.ladder_records import Ladder, LadderPlan, LadderProbe, LadderSide, ProbeResult, Rung
-from ..store.prompt_sets import load_prompts
-from ..store.report_dir import read_forced, read_pair_rows
-from ..store.report_records import Cells
-from ..store.run_dir import MANIFEST, Cell, load_run
-from ..store.run_records import Completion, Expect
+from ..store.folders.report_dir import read_forced, read_pair_rows
+from ..store.folders.run_dir import MANIFEST, Cell, load_run
+from ..store.inputs.prompt_sets import load_prompts
+from ..store.records.ladder_records import (
+    Ladder,
+    LadderPlan,
+    LadderProbe,
+    LadderSide,
+    ProbeResult,
+    Rung,
+)
+from ..store.records.report_records import Cells
+from ..store.records.run_records import Completion, Expect
 from ..triage.cells import axes_sentence, confound_warning, differing_axes
 from ..triage.ladder import (
     floor_sentence,

@@ -18,19 +18,19 @@ import orjson
 from ..fetch.clients import posted_body, posted_url
 from ..fetch.collect import collect_body
 from ..present.repro import readme, replay_script
-from ..store.certificate_records import CERTIFICATE_JSON
 from ..store.files import make_directory, write_atomic
-from ..store.redaction import environment_secrets, redact
-from ..store.report_dir import read_summary
-from ..store.repro_records import (
+from ..store.folders.report_dir import read_summary
+from ..store.folders.run_dir import MANIFEST, Run, load_run
+from ..store.records.certificate_records import CERTIFICATE_JSON
+from ..store.records.repro_records import (
     REPRO_JSON,
     Repro,
     ReproDivergence,
     ReproRequest,
     ReproUnavailable,
 )
-from ..store.run_dir import MANIFEST, Run, load_run
-from ..store.run_records import Completion, Tokens
+from ..store.records.run_records import Completion, Tokens
+from ..store.redaction import environment_secrets, redact
 from ..triage.signals import first_divergence, token_keys
 from .repro_certificate import write_certificate_repro
 

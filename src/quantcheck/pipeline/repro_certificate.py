@@ -5,7 +5,7 @@ match it, factor by factor in the certificate's order), as requests to replay.
 Each request is read from requests.jsonl as it was sent: its exact body, the requests
 of its round sent at once with it (a batch's fillers, a co-batched sibling), the action
 before its round (`POST /reset_prefix_cache`), and, for a cache factor
-(store/certificate_records.py CACHE_FACTORS), the requests sent one after another since
+(store/records/certificate_records.py CACHE_FACTORS), the requests sent one after another since
 the round that started its episode cold (the cold request before a warm one, the
 sibling that wrote the prefix it read, the prompts before it in its order). Nothing in
 the folder holds a credential: the bodies were written with any cut out, and are cut
@@ -24,7 +24,8 @@ import orjson
 
 from ..fetch.clients import posted_url
 from ..present.repro import readme, replay_script
-from ..store.certificate_records import (
+from ..store.files import make_directory, write_atomic
+from ..store.records.certificate_records import (
     ANSWERS_JSONL,
     CACHE_FACTORS,
     FACTORS,
@@ -34,15 +35,14 @@ from ..store.certificate_records import (
     read_certificate,
     read_lines_of,
 )
-from ..store.files import make_directory, write_atomic
-from ..store.redaction import environment_secrets, redact
-from ..store.repro_records import (
+from ..store.records.repro_records import (
     REPRO_JSON,
     Repro,
     ReproDivergence,
     ReproRequest,
     ReproUnavailable,
 )
+from ..store.redaction import environment_secrets, redact
 from ..triage.certificate import baseline_key, compare_answers
 from ..triage.certificate_difference import difference
 

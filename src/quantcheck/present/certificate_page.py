@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store.certificate_records import Certificate, FactorResult, LevelResult
 from ..store.files import write_atomic
+from ..store.records.certificate_records import Certificate, FactorResult, LevelResult
 from .templating import template
 
 BAR_WIDTH, BAR_GAP, GROUP_GAP, PLOT_HEIGHT = 26, 6, 30, 120

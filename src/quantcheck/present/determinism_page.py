@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..store.files import write_atomic
-from ..store.report_records import DeterminismReport
+from ..store.records.report_records import DeterminismReport
 from .sentences import PROMPT_CACHE_HINT
 from .templating import template
 

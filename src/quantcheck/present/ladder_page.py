@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..store.files import write_atomic
-from ..store.ladder_records import Ladder, Rung
+from ..store.records.ladder_records import Ladder, Rung
 from ..triage.cells import CELL_AXES
 from .templating import template
 

@@ -23,8 +23,8 @@ from ..store.files import (
     read_regular,
     write_atomic,
 )
-from ..store.report_records import Overview
-from ..store.run_dir import Throughput
+from ..store.folders.run_dir import Throughput
+from ..store.records.report_records import Overview
 
 COLUMNS = ["model_id", "runtime", "runtime_version", "gpu", "gpu_arch", "vram_gb",
            "quantization", "kv_cache_dtype", "tp", "backend", "context_len", "concurrency",

@@ -17,7 +17,7 @@ samples could detect (80% power, 5% two-sided)."""
 
 from __future__ import annotations
 
-from ..store.report_records import PassRate, Summary
+from ..store.records.report_records import PassRate, Summary
 
 
 def model_card(summary: Summary) -> str:

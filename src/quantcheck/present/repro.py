@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..store.repro_records import Repro, ReproRequest
-from ..store.run_dir import Cell
+from ..store.folders.run_dir import Cell
+from ..store.records.repro_records import Repro, ReproRequest
 
 # The text of an answer, whole or streamed, as quantcheck records it: the content of
 # the first choice (a chat message's, or a completion's text), its pieces joined.

@@ -20,10 +20,10 @@ from aiohttp.typedefs import Handler, Middleware
 
 from ..errors import RunFormatError
 from ..store.files import StorageError, make_directory
-from ..store.report_dir import PromptIds, read_summary
-from ..store.reviews import review_path, validate_review
-from ..store.rubric import load_rubric
-from ..store.run_dir import write_json_atomic
+from ..store.folders.report_dir import PromptIds, read_summary
+from ..store.folders.reviews import review_path, validate_review
+from ..store.folders.run_dir import write_json_atomic
+from ..store.inputs.rubric import load_rubric
 from .sheet import sheet_pieces
 
 

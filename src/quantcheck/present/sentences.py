@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..store.judge_records import JudgeFigures
-from ..store.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES, REVIEW_CAUSES
-from ..store.report_records import Counts, ForcedSummary, SideBackends, Summary
-from ..store.run_records import DEGENERATE_KINDS
+from ..store.records.judge_records import JudgeFigures
+from ..store.records.pair_records import FLIP_CAUSE_WORDS, FLIP_CAUSES, REVIEW_CAUSES
+from ..store.records.report_records import Counts, ForcedSummary, SideBackends, Summary
+from ..store.records.run_records import DEGENERATE_KINDS
 from ..triage.agreement import agreement_sentence
 from ..triage.backends import mixed_sentence
 

@@ -14,9 +14,7 @@ import numpy as np
 from markupsafe import Markup
 
 from ..store.files import AtomicFile, write_atomic
-from ..store.judge_records import Agreement
-from ..store.pair_records import FLIP_CAUSE_TEXT, PAIR_COLUMNS, REVIEW_CAUSES
-from ..store.report_dir import (
+from ..store.folders.report_dir import (
     PAIRS_READ_AT_ONCE,
     DetailsReader,
     PromptIds,
@@ -25,9 +23,11 @@ from ..store.report_dir import (
     read_judge_labels,
     read_summary,
 )
-from ..store.report_records import Counts, ForcedSummary, Overview, Summary
-from ..store.reviews import load_reviews
-from ..store.rubric import Rubric, load_rubric
+from ..store.folders.reviews import load_reviews
+from ..store.inputs.rubric import Rubric, load_rubric
+from ..store.records.judge_records import Agreement
+from ..store.records.pair_records import FLIP_CAUSE_TEXT, PAIR_COLUMNS, REVIEW_CAUSES
+from ..store.records.report_records import Counts, ForcedSummary, Overview, Summary
 from ..triage.agreement import agreement, review_verdicts
 from ..triage.cells import CELL_AXES
 from ..triage.forced_figures import llama_cpp_sentence

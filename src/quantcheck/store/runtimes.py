@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import EndpointError
 from .engines import ENGINE_NAMES, ENGINES, UNKNOWN
-from .run_dir import ServerInfo
+from .folders.run_dir import ServerInfo
 
 # /v1/models `owned_by` -> runtime
 RUNTIME_BY_OWNER = {owner: p.name for p in ENGINES.values() for owner in p.owned_by}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from ..store.judge_records import Agreement
-from ..store.reviews import Review, ReviewVerdict
+from ..store.folders.reviews import Review, ReviewVerdict
+from ..store.records.judge_records import Agreement
 
 
 def agreement(judged: Mapping[str, str], verdicts: Mapping[str, Sequence[ReviewVerdict]],

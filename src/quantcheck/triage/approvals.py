@@ -15,10 +15,10 @@ import msgspec
 
 from ..errors import ConfigFileError
 from ..store.files import make_directory
-from ..store.formats import APPROVALS_FORMAT, ApprovalsFormat
-from ..store.pair_records import PairRow
-from ..store.reviews import ReviewVerdict
-from ..store.run_dir import MAX_SMALL_JSON_BYTES, read_json, write_json_atomic
+from ..store.folders.reviews import ReviewVerdict
+from ..store.folders.run_dir import MAX_SMALL_JSON_BYTES, read_json, write_json_atomic
+from ..store.records.formats import APPROVALS_FORMAT, ApprovalsFormat
+from ..store.records.pair_records import PairRow
 from .sides import text_hash
 
 APPROVALS = "approvals.json"

@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..store.report_records import Backend, ReplicaAnswers, SideBackends
-from ..store.run_dir import Manifest
+from ..store.folders.run_dir import Manifest
+from ..store.records.report_records import Backend, ReplicaAnswers, SideBackends
 
 PromptId = Callable[[int], str]  # the prompt id of a record, by its row in file order
 BackendKey = tuple[str | None, str | None, str | None]  # model, fingerprint, weights

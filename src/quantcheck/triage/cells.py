@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from ..errors import QuantcheckError
 from ..store.engines import profile_of
-from ..store.run_dir import Cell, CellValue, ServerInfo
+from ..store.folders.run_dir import Cell, CellValue, ServerInfo
 from ..store.runtimes import context_length, info_answer, mapping, whole_number
 
 CELL_AXES = ["model", "model_shape", "runtime", "runtime_version", "quantization",

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..store.certificate_records import (
+from ..store.records.certificate_records import (
     FACTORS,
     Answer,
     Certificate,

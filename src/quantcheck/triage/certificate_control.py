@@ -6,7 +6,7 @@ figures per factor and level kept beside the target's."""
 
 from __future__ import annotations
 
-from ..store.certificate_records import Certificate, ControlResult
+from ..store.records.certificate_records import Certificate, ControlResult
 from .certificate_coverage import not_tested_phrase
 
 

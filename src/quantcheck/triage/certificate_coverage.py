@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..store.certificate_records import Factor, FactorResult, Untested, Verdict
+from ..store.records.certificate_records import Factor, FactorResult, Untested, Verdict
 
 # The answers a factor's answers are held to: the baselines of that factor, at the same
 # level where the flag is set (a prefix's length), else at its one level.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..store.certificate_records import Answer
+from ..store.records.certificate_records import Answer
 
 
 @dataclass(frozen=True)

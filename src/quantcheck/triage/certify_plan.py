@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from msgspec.structs import replace
 
-from ..store.certificate_records import Plan, Probe, Round
+from ..store.records.certificate_records import Plan, Probe, Round
 
 BATCH_SIZES = (2, 4, 8, 16, 32, 64, 128, 256)
 # Shared prefixes in words (a token each on Gemma 3's tokenizer, measured with

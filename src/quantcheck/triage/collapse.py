@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from typing import TypeVar
 
-from ..store.pair_records import PairRow
+from ..store.records.pair_records import PairRow
 from .signals import with_calls
 
 COLLAPSE_PREFIX_CHARS = 512

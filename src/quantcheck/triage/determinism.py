@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..store.report_records import DeterminismRow, SideDeterminism
-from ..store.run_records import Tokens
-from ..store.token_columns import round_significant
+from ..store.folders.token_columns import round_significant
+from ..store.records.report_records import DeterminismRow, SideDeterminism
+from ..store.records.run_records import Tokens
 from .routing import across_repeats
 from .routing import problem as routing_problem
 from .sides import Side

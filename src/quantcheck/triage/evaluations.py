@@ -15,9 +15,9 @@ samples one log lacks (a sample the harness failed, a run stopped early)."""
 from __future__ import annotations
 
 from ..errors import EvalLogError
-from ..store.eval_records import EvalSource, EvalTask
-from ..store.report_records import Evaluation, Stats, TaskFigures
-from ..store.run_dir import Manifest
+from ..store.evals.eval_records import EvalSource, EvalTask
+from ..store.folders.run_dir import Manifest
+from ..store.records.report_records import Evaluation, Stats, TaskFigures
 
 _SHOWN = 60  # characters of a setting's value a refusal shows
 

@@ -23,7 +23,7 @@ The rules a reviewer needs to predict a result:
   expression syntax, searched within the comparison's bounds (searches.py): a search
   that is stopped skips its check with the reason, never stalls the comparison, and a
   pattern stopped once is not searched again. A schema that cannot be searched within
-  them (store/expect_entries.py `schema_search_problem`, for a run file nothing
+  them (store/inputs/expect_entries.py `schema_search_problem`, for a run file nothing
   checked) skips its check too.
 """
 
@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import regex
 
-from ..store.expect_entries import schema_search_problem
-from ..store.run_records import (
+from ..store.inputs.expect_entries import schema_search_problem
+from ..store.records.run_records import (
     CHOICE_LETTERS,
     CodeExpect,
     Expect,

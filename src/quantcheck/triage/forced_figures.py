@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..store.pair_records import PairRow
-from ..store.report_records import (
+from ..store.records.pair_records import PairRow
+from ..store.records.report_records import (
     DeltaP,
     ForcedLine,
     ForcedStats,
@@ -35,7 +35,7 @@ from ..store.report_records import (
     Spread,
     WithinFloor,
 )
-from ..store.run_records import Completion, Tokens
+from ..store.records.run_records import Completion, Tokens
 from .signals import kl_lower_bound
 
 TopList = tuple[list[str], list[float]]

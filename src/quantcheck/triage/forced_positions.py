@@ -20,7 +20,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from ..store.report_records import ForcedLine, ForcedStats, PositionBucket
+from ..store.records.report_records import ForcedLine, ForcedStats, PositionBucket
 from .forced_figures import Positions
 
 K = 1024

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import orjson
 
 from ..errors import ConfigFileError
-from ..store.judge_records import OrderVerdict
-from ..store.pair_records import PairRow
-from ..store.rubric import Rubric
+from ..store.inputs.rubric import Rubric
+from ..store.records.judge_records import OrderVerdict
+from ..store.records.pair_records import PairRow
 from .expects import FAIL, PASS
 
 PROMPT_VERSION = "quantcheck-factuality/1"

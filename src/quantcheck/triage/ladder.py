@@ -18,10 +18,10 @@ import math
 
 import numpy as np
 
-from ..store.ladder_records import NEEDLE, LadderProbe, ProbeResult, Rung
-from ..store.pair_records import PairRow
-from ..store.report_records import ForcedLine
-from ..store.run_records import Completion, Expect
+from ..store.records.ladder_records import NEEDLE, LadderProbe, ProbeResult, Rung
+from ..store.records.pair_records import PairRow
+from ..store.records.report_records import ForcedLine
+from ..store.records.run_records import Completion, Expect
 from .expects import check_answer, overall
 from .forced_figures import noise_floor
 

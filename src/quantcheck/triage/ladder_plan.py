@@ -3,7 +3,7 @@ servers' context, each rung's probes (a needle at each depth, an absent-needle p
 their codes and prompt texts, and each probe as a prompt set entry.
 
 A probe is one prompt: a record of filler sentences about an invented town
-(store/haystack.py) with `The secret code is NNNNN. Remember it.` planted at its depth
+(store/inputs/haystack.py) with `The secret code is NNNNN. Remember it.` planted at its depth
 (nothing in an absent-needle probe), then the question. The wording is the preflight's
 context probe's, which the demo's small base model recalls on an f16 cache (with a
 heading before the record, the same model on a 4-bit cache lost codes at 1K tokens
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 
-from ..store.haystack import LANGUAGES, PLACEHOLDER
-from ..store.ladder_records import ABSENT, NEEDLE, LadderProbe, LadderSettings
+from ..store.inputs.haystack import LANGUAGES, PLACEHOLDER
+from ..store.records.ladder_records import ABSENT, NEEDLE, LadderProbe, LadderSettings
 
 POWERS_FROM = 1024  # the default ladder: 1K, 2K, 4K, ... up to what the context allows
 UNKNOWN_CONTEXT_TOP = 8192  # ... or up to this when no server says its context
@@ -88,7 +88,7 @@ def expect_of(probe: LadderProbe) -> dict[str, object]:
 
 def prompt_entry(settings: LadderSettings, tokens: int, probe: LadderProbe
                  ) -> dict[str, object]:
-    """The probe as an entry of a prompt set (store/prompt_entries.py reads it back)."""
+    """The probe as an entry of a prompt set (store/inputs/prompt_entries.py reads it back)."""
     haystack: dict[str, object] = {"sentences": max(probe.sentences, 1),
                                    "seed": settings.seed, "language": settings.language}
     if probe.kind == NEEDLE:

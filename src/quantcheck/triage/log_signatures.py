@@ -22,8 +22,8 @@ import regex
 
 from ..errors import ConfigFileError, RunFormatError
 from ..store.files import UnreadableFile, bounded_lines, open_regular
-from ..store.report_records import LogMatch
-from ..store.yamlfile import read_yaml, reject_unknown, require_bools, require_text
+from ..store.inputs.yamlfile import read_yaml, reject_unknown, require_bools, require_text
+from ..store.records.report_records import LogMatch
 from .searches import Searches, SearchSkipped
 
 SHIPPED = Path(__file__).parent / "signatures.yaml"

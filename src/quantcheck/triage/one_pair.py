@@ -9,8 +9,14 @@ from collections.abc import Mapping
 import numpy as np
 from msgspec import UNSET
 
-from ..store.pair_records import CheckCells, PairDetails, PairRow, RoutingDetails, RoutingGrid
-from ..store.run_records import Prompt
+from ..store.records.pair_records import (
+    CheckCells,
+    PairDetails,
+    PairRow,
+    RoutingDetails,
+    RoutingGrid,
+)
+from ..store.records.run_records import Prompt
 from . import routing
 from .determinism import cached_prompt_tokens, first_request_cached
 from .expects import CheckResult, CodeRunner, Graded, check_answer, parse_calls

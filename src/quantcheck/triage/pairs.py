@@ -1,4 +1,4 @@
-"""Judge two sides pair by pair, CHUNK_PAIRS (store/report_dir.py) at a time: the pairs
+"""Judge two sides pair by pair, CHUNK_PAIRS (store/folders/report_dir.py) at a time: the pairs
 (pairs.csv's rows, typed `PairRow`s), their details, and the totals the summary is made
 of."""
 
@@ -13,11 +13,11 @@ import numpy as np
 import orjson
 
 from ..store.files import make_directory
-from ..store.pair_records import PairDetails, PairRow
-from ..store.report_dir import CHUNK_PAIRS, pair_frame, read_forced, writing_pairs
-from ..store.report_records import ForcedSummary, KLHistogram, Summary
-from ..store.run_dir import PromptLines, first_seen
-from ..store.run_records import Prompt
+from ..store.folders.report_dir import CHUNK_PAIRS, pair_frame, read_forced, writing_pairs
+from ..store.folders.run_dir import PromptLines, first_seen
+from ..store.records.pair_records import PairDetails, PairRow
+from ..store.records.report_records import ForcedSummary, KLHistogram, Summary
+from ..store.records.run_records import Prompt
 from .approvals import Approval, apply_approvals, load_approvals
 from .evaluations import check_pairing, evaluation_of
 from .expects import CodeRunner

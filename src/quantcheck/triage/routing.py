@@ -1,8 +1,8 @@
 """MoE expert routing, compared (pure: no I/O).
 
 A routing is an int array (tokens, layers, k): row i is the experts each layer sent
-the forward pass that chose generated token i to (store.run_records.Tokens.routing). The order
-of a slot's k experts is not compared, only which experts they are.
+the forward pass that chose generated token i to (store.records.run_records.Tokens.routing). The
+order of a slot's k experts is not compared, only which experts they are.
 
 Across repeats of one side, routing and logprob signatures together say where
 nondeterminism comes from: routing identical while logprobs differ puts it after
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..store.pair_records import RoutingGrid
+from ..store.records.pair_records import RoutingGrid
 
 GRID_TOKENS = 256  # the sheet's grid shows at most this many tokens
 

@@ -56,8 +56,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store.report_records import CodeExecution
-from ..store.run_records import CodeExpect
+from ..store.records.report_records import CodeExecution
+from ..store.records.run_records import CodeExpect
 from .expects import CodeRunner
 
 _OUTPUT_TAIL = 4096

@@ -1,5 +1,5 @@
 """Tool sessions in the report: for each multi-turn tool-calling conversation a prompt
-set replays turn by turn (store/sessions.py), the first turn whose calls break on each
+set replays turn by turn (store/inputs/sessions.py), the first turn whose calls break on each
 side, and in words.
 
 A turn breaks when its `tool_call` check fails: a call missing, another tool, an
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ..store.report_records import ToolSession
-from ..store.run_records import SessionTurn
+from ..store.records.report_records import ToolSession
+from ..store.records.run_records import SessionTurn
 from .expects import FAIL
 
 

@@ -1,6 +1,6 @@
 """One side of a comparison: a run directory or a plain `*.texts.json` list, indexed.
 
-A run is read once, line by line. Held per request: its prompt's key (store.run_dir.
+A run is read once, line by line. Held per request: its prompt's key (store.folders.run_dir.
 prompt_key, the id as a 64-bit digest), the byte offset of its line and the digest of
 its token signature, 24 bytes in numpy columns sorted by prompt; at 100,000 prompts x 2
 repeats, 4.8 MB a side. Everything else of a record (text, hashes, finish reason,
@@ -26,9 +26,7 @@ import numpy as np
 import orjson
 
 from ..errors import RunFormatError
-from ..store.preflight_records import Fingerprint, Preflight
-from ..store.report_records import SideBackends, SidePerformance
-from ..store.run_dir import (
+from ..store.folders.run_dir import (
     COMPLETIONS,
     MAX_LINE_BYTES,
     PROMPTS,
@@ -45,7 +43,9 @@ from ..store.run_dir import (
     run_lines,
     shared_key,
 )
-from ..store.run_records import Prompt, Tokens
+from ..store.records.preflight_records import Fingerprint, Preflight
+from ..store.records.report_records import SideBackends, SidePerformance
+from ..store.records.run_records import Prompt, Tokens
 from .backends import BackendKey, BackendTally
 from .parallel import ordered_map
 from .routing import problem as routing_problem

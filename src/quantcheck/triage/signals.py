@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 from rapidfuzz.distance import Indel
 
-from ..store.run_records import Tokens, numbers_in
+from ..store.records.run_records import Tokens, numbers_in
 from .expects import FAIL, PASS, CheckResult, overall
 
 WORDING_SIMILARITY = 0.8

@@ -26,8 +26,8 @@ from statistics import NormalDist
 import msgspec
 import numpy as np
 
-from ..store.pair_records import PairRow
-from ..store.report_records import Bootstrap, PassRate, Stats
+from ..store.records.pair_records import PairRow
+from ..store.records.report_records import Bootstrap, PassRate, Stats
 
 Z95 = 1.959963984540054
 POWER = 0.8  # the detectable change's power and level

@@ -11,7 +11,8 @@ import msgspec
 import numpy as np
 
 from .._version import __version__
-from ..store.pair_records import (
+from ..store.folders.run_dir import Throughput, prompt_key, read_throughput
+from ..store.records.pair_records import (
     FLIP_CAUSES,
     PairRow,
     logprobs_only,
@@ -19,7 +20,7 @@ from ..store.pair_records import (
     only_first_differs,
     text_varies,
 )
-from ..store.report_records import (
+from ..store.records.report_records import (
     Cells,
     CheckCounts,
     Collapse,
@@ -42,8 +43,7 @@ from ..store.report_records import (
     ThroughputPair,
     ToolSession,
 )
-from ..store.run_dir import Throughput, prompt_key, read_throughput
-from ..store.run_records import CHECKS, DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
+from ..store.records.run_records import CHECKS, DEGENERATE_KINDS, LENGTH_CAPPED, new_on_b
 from .cells import confound_warning, differing_axes
 from .collapse import SHOWN_GROUPS, collapsed_groups, collapsed_prompts, row_keys
 from .determinism import side_determinism

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ..store.preflight_records import Check, TemplateRendering
+from ..store.records.preflight_records import Check, TemplateRendering
 
 MARKERS: dict[str, tuple[str, ...]] = {
     "ChatML": ("<|im_start|>", "<|im_end|>"),

@@ -3,7 +3,7 @@ recorded, so compare needs no network; the fingerprints are taken in fetch/prefl
 
 from __future__ import annotations
 
-from ..store.preflight_records import Check, Fingerprint
+from ..store.records.preflight_records import Check, Fingerprint
 
 
 def tokenizer_agreement(a: Fingerprint | None, b: Fingerprint | None) -> Check:

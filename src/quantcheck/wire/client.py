@@ -31,6 +31,7 @@ import orjson
 
 from ..errors import EndpointError, ParameterRejected
 from ..store.engines import EngineProfile
+from ..store.records.run_records import DEFAULT_MAX_RESPONSE_MB
 from ..store.redaction import (
     CredentialsIgnored,
     basic_token,
@@ -39,7 +40,6 @@ from ..store.redaction import (
     redact,
     url_secrets,
 )
-from ..store.run_records import DEFAULT_MAX_RESPONSE_MB
 from .dialects import (
     EventStream,
     Generation,

@@ -44,7 +44,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from ..store.run_records import JsonValue, Tokens, ToolCall
+from ..store.records.run_records import JsonValue, Tokens, ToolCall
 from .routing import RoutingUnusable, decode_npy_routing, decode_raw_routing
 
 _Shape = TypeVar("_Shape", bound=msgspec.Struct)
@@ -172,7 +172,7 @@ def parse_response(raw: bytes, top_k: int) -> Generation:
 
 
 _SSE_DATA = re.compile(rb"^data:[ \t]*(.*)$", re.MULTILINE)  # JSON ignores a trailing \r
-TOKEN_ID_LIMIT = 2**63  # ids are stored as int64 at most (store/token_columns.py)
+TOKEN_ID_LIMIT = 2**63  # ids are stored as int64 at most (store/folders/token_columns.py)
 
 
 class EventStream:

@@ -27,9 +27,9 @@ import re
 from collections.abc import Mapping
 
 from ..errors import ParameterRejected
-from ..store.certificate_records import Probe
 from ..store.engines import ENGINES, EngineProfile
-from ..store.prompt_entries import GREEDY_FIELDS
+from ..store.inputs.prompt_entries import GREEDY_FIELDS
+from ..store.records.certificate_records import Probe
 
 # The fields of a preflight probe's request that are the probe's own, not the run's:
 # a prompt set whose stop is "\n" on a model that starts with a newline would make

@@ -1,0 +1,1 @@
+"""Folders on disk: runs and reports, references, shards and their merge, reviews, caches."""
