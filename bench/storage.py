@@ -60,7 +60,7 @@ def main() -> None:
             collect_s = time.perf_counter() - started
             run = load_run(root / "run")
             records = list(run.completions())
-            bodies = [{"model": run.manifest["model"], **run.prompts[r.prompt_id].request,
+            bodies = [{"model": run.manifest.model, **run.prompts[r.prompt_id].request,
                        "logprobs": True, "top_logprobs": 20} for r in records]
             sent = asyncio.run(server_tokens(url, bodies))
         figures = {**measure(root, records, sent), "collect_s": collect_s}

@@ -211,3 +211,7 @@ def test_demo_with_two_candidates_recommends_one(tmp_path: Path) -> None:
     assert (out / "candidates" / "int4" / "index.html").exists()
     assert "recommended:" in result.output or "no candidate is recommended" in result.output
     assert (out / "matrix.csv").read_text().startswith("model_id,runtime,")
+    log = (out / "logs" / "servers.log").read_text()  # one process served the three sides
+    assert [line.split(" (")[0] for line in log.splitlines() if line.startswith("loading")] == [
+        f"loading gemma-3-270m at {precision}" for precision in ("bf16", "fp8", "int4")]
+    assert log.count("/v1") == 3 and not list((out / "logs").glob("server-*"))

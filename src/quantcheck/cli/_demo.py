@@ -136,19 +136,19 @@ def _model_demo(out: Path, repeats: int, precisions: list[str], fault: str
                "a minute)...", err=True)
     run_guarded(prepare_model, "")
     labels = [p + ("" if fault == "none" else f"-{fault}") for p in precisions]
-    click.echo(f"starting lab servers: A = bf16, B = {', '.join(labels)} (loading takes "
-               "~10 s each)...", err=True)
+    click.echo(f"starting the lab server: A = bf16, B = {', '.join(labels)} (the model loads "
+               "once, ~10 s, and each side's weights after it)...", err=True)
     specs = [("bf16", "none")] + [(p, fault) for p in precisions]
     with run_guarded(lambda: lab_servers(specs, out / "logs"), "") as urls:
         click.echo(f"A on {urls[0]}/v1, B on {', '.join(u + '/v1' for u in urls[1:])}; "
                    "collecting...", err=True)
-        logs = [server_log(out / "logs", n) for n in range(len(urls))]
+        log = server_log(out / "logs")  # one process serves every side
         bs = [_demo_side(url, label, repeats, {"quantization": precision})
               for url, label, precision in zip(urls[1:], labels, precisions, strict=True)]
         return _run_and_print(ABRun(
             _demo_side(urls[0], "bf16", repeats, {"quantization": "bf16"}), bs, [prompt_file], out,
-            compare=CompareOptions(a_log=logs[0], b_log=logs[1]),
-            candidate_logs={b.label: log for b, log in zip(bs, logs[1:], strict=True)}))
+            compare=CompareOptions(a_log=log, b_log=log),
+            candidate_logs={b.label: log for b in bs}))
 
 
 def _run_and_print(ab: ABRun) -> Summary | Overview:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -197,7 +199,7 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str, answers_file:
         setattr(faults, flag, value)
     server = ScriptedServer(model, dialect=dialect, host=host, port=port, faults=faults)
 
-    _serve(server, f"scripted {dialect} server", host, port)
+    _serve_all([(server, f"scripted {dialect} server")], host, port)
 
 
 @lab_group.command("serve")
@@ -209,36 +211,62 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str, answers_file:
                    "lmhead-noscale: an FP8 head whose scales are never applied.")
 @_served_options
 @click.option("--threads", type=click.IntRange(1), help="CPU threads for the model.")
+@click.option("--also", "also", multiple=True, metavar="PRECISION[:FAULT]@PORT",
+              callback=lambda _, __, specs: [_side_spec(spec) for spec in specs],
+              help="Serve another side from this process, on its own port: the model is "
+                   "loaded once for every side (repeatable).")
 def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
-              threads: int | None) -> None:
+              threads: int | None, also: list[tuple[str, str, int]]) -> None:
     """Serve the real Gemma 3 270M (CPU) at a chosen precision, OpenAI-compatible.
 
-    One request is computed at a time (requests queue); greedy decoding with top-k
-    logprobs from the model's own log-softmax. Needs the demo extra.
+    One request is computed at a time per side (requests queue); greedy decoding with
+    top-k logprobs from the model's own log-softmax. Needs the demo extra.
 
     \b
     Example:
       quantcheck lab serve --precision fp8 --port 8001
       quantcheck lab serve --fault lmhead-noscale --port 8002
+      quantcheck lab serve --port 8000 --also fp8@8001 --also int4:nondeterministic@8002
     """
     from ..lab.endpoint import LabServer
     from ..lab.launch import require_demo_dependencies
 
-    refuse_a_port_in_use(host, port)  # before torch and the model, which take a while
+    sides = [(precision, fault, port), *also]
+    for _, _, side_port in sides:  # before torch and the model, which take a while
+        refuse_a_port_in_use(host, side_port)
     run_guarded(require_demo_dependencies, "")
     from ..lab.model import ModelEngine
 
-    click.echo(f"loading gemma-3-270m at {precision} (fault: {fault})...", err=True)
-    engine = run_guarded(lambda: ModelEngine(precision, fault, threads), "")
-    server = LabServer(engine, dialect=dialect, host=host, port=port,
-                       server_info={"version": f"quantcheck-lab-{__version__}"})
+    servers = []
+    for side_precision, side_fault, side_port in sides:
+        click.echo(f"loading gemma-3-270m at {side_precision} (fault: {side_fault})...",
+                   err=True)
+        engine = run_guarded(partial(ModelEngine, side_precision, side_fault, threads), "")
+        servers.append((LabServer(engine, dialect=dialect, host=host, port=side_port,
+                                  server_info={"version": f"quantcheck-lab-{__version__}"}),
+                        f"{engine.name} ({dialect} wire format)"))
+    _serve_all(servers, host, port)
 
-    _serve(server, f"{engine.name} ({dialect} wire format)", host, port)
+
+def _side_spec(spec: str) -> tuple[str, str, int]:
+    """PRECISION[:FAULT]@PORT of --also, or a usage error naming what is wrong."""
+    match = re.fullmatch(r"(bf16|fp8|int4)(?::(none|nondeterministic|lmhead-noscale))?"
+                         r"@(\d{1,5})", spec)
+    if match is None or int(match[3]) > 65535:
+        raise click.BadParameter(f"{spec!r} is not PRECISION[:FAULT]@PORT (precision bf16, "
+                                 "fp8 or int4; fault none, nondeterministic or "
+                                 "lmhead-noscale), e.g. fp8@8001", param_hint="--also")
+    return match[1], match[2] or "none", int(match[3])
 
 
-def _serve(server: LabServer, what: str, host: str, port: int) -> None:
+def _serve_all(servers: list[tuple[LabServer, str]], host: str, port: int) -> None:
     async def start() -> str:
-        await server.start_async()
-        return server.url
+        for server, _ in servers:
+            await server.start_async()
+        return servers[0][0].url
 
-    serve_until_stopped(start, lambda url: f"{what} on {url}/v1 (Ctrl-C stops)", host, port)
+    def announce(_: str) -> str:
+        lines = [f"{what} on {server.url}/v1" for server, what in servers]
+        return "\n".join(lines) + " (Ctrl-C stops)"
+
+    serve_until_stopped(start, announce, host, port)

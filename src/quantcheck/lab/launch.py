@@ -38,10 +38,14 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_server(precision: str, fault: str, port: int, log: Path, threads: int = 1
-                 ) -> subprocess.Popen[bytes]:
+def start_servers(specs: list[tuple[str, str]], ports: list[int], log: Path,
+                  threads: int = 1) -> subprocess.Popen[bytes]:
+    """One `lab serve` process serving every (precision, fault) on its port: the model
+    loads once for all of them."""
+    (precision, fault), *others = specs
+    also = [f"--also={p}:{f}@{port}" for (p, f), port in zip(others, ports[1:], strict=True)]
     command = [sys.executable, "-m", "quantcheck", "lab", "serve", "--precision", precision,
-               "--fault", fault, "--port", str(port), "--threads", str(threads)]
+               "--fault", fault, "--port", str(ports[0]), "--threads", str(threads), *also]
     with log.open("wb") as handle:
         return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -65,30 +69,30 @@ def wait_until_healthy(url: str, process: subprocess.Popen[bytes], log: Path,
     raise EndpointError(f"the lab server for {url} did not come up in {timeout:.0f} s; see {log}")
 
 
-def server_log(log_dir: Path, n: int) -> Path:
-    """The log of the n-th server lab_servers starts: server-a, server-b, server-2, ..."""
-    return log_dir / f"server-{'ab'[n] if n < 2 else n}.log"
+def server_log(log_dir: Path) -> Path:
+    """The log of the process lab_servers starts (every side's)."""
+    return log_dir / "servers.log"
 
 
 @contextmanager
 def lab_servers(specs: list[tuple[str, str]], log_dir: Path) -> Iterator[list[str]]:
-    """Start one server per (precision, fault); yield their URLs; always stop them."""
+    """Serve each (precision, fault) from one process, the model loaded once; yield their
+    URLs; always stop it."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    started: list[tuple[subprocess.Popen[bytes], str, Path]] = []
+    ports: list[int] = []
+    while len(ports) < len(specs):  # free_port may give a port it gave before
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    log = server_log(log_dir)
+    process = start_servers(specs, ports, log)
     try:
-        for n, (precision, fault) in enumerate(specs):
-            port = free_port()
-            log = server_log(log_dir, n)
-            started.append((start_server(precision, fault, port, log), f"http://127.0.0.1:{port}",
-                            log))
-        for process, url, log in started:
-            wait_until_healthy(url, process, log)
-        yield [url for _, url, _ in started]
+        for port in ports:
+            wait_until_healthy(f"http://127.0.0.1:{port}", process, log)
+        yield [f"http://127.0.0.1:{port}" for port in ports]
     finally:
-        for process, _, _ in started:
-            process.terminate()
-        for process, _, _ in started:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
