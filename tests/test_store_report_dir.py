@@ -17,10 +17,12 @@ from quantcheck.errors import RunFormatError
 from quantcheck.fetch.forced_scoring import ForcedSettings
 from quantcheck.pipeline.collecting import score_run
 from quantcheck.store.folders.report_dir import (
+    CANDIDATES,
     DETAILS,
     FORCED_JSON,
     FORCED_JSONL,
     PAIRS,
+    _require_every_candidate_listed,
     read_forced,
     read_pair_rows,
     writing_pairs,
@@ -261,3 +263,22 @@ def test_a_report_file_that_is_not_a_regular_file_is_refused_naming_it(
     line = result.stderr.strip()
     assert f"report/{name}" in line and "not a regular file" in line, line
     assert line.count("\n") == 0, line
+
+
+@settings(max_examples=60, deadline=None)
+@given(on_disk=st.lists(st.sampled_from(["fp8", "int4", "kv-fp8", "n v"]), unique=True),
+       listed=st.lists(st.sampled_from(["fp8", "int4", "kv-fp8", "n v"]), max_size=5))
+def test_an_overview_lists_each_candidate_folder_once_or_is_refused(
+        tmp_path_factory: pytest.TempPathFactory, on_disk: list[str], listed: list[str]) -> None:
+    folder = tmp_path_factory.mktemp("overview")
+    for name in on_disk:
+        (folder / CANDIDATES / name).mkdir(parents=True)
+    (folder / CANDIDATES / "notes.txt").parent.mkdir(exist_ok=True)
+    (folder / CANDIDATES / "notes.txt").write_text("a file is no candidate")
+    fine = set(on_disk) <= set(listed) and len(set(listed)) == len(listed)
+    try:
+        _require_every_candidate_listed(folder, listed)
+    except RunFormatError as exc:
+        assert not fine and "so its verdict would not be checked" in str(exc)
+    else:
+        assert fine

@@ -202,11 +202,15 @@ def lab_scripted(dialect: str, host: str, port: int, routing: str, answers_file:
     _serve_all([(server, f"scripted {dialect} server")], host, port)
 
 
+# lab/numerics.py's PRECISIONS and lab/model.py's FAULTS, named here without importing torch
+PRECISIONS = ("bf16", "fp8", "int4")
+FAULTS = ("none", "nondeterministic", "lmhead-noscale")
+
+
 @lab_group.command("serve")
-@click.option("--precision", type=click.Choice(["bf16", "fp8", "int4"]), default="bf16",
+@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16",
               show_default=True, help="Weight format of the decoder's linear layers.")
-@click.option("--fault", type=click.Choice(["none", "nondeterministic", "lmhead-noscale"]),
-              default="none", show_default=True,
+@click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True,
               help="nondeterministic: the head's reduction order changes per token; "
                    "lmhead-noscale: an FP8 head whose scales are never applied.")
 @_served_options
@@ -232,7 +236,11 @@ def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
     from ..lab.launch import require_demo_dependencies
 
     sides = [(precision, fault, port), *also]
-    for _, _, side_port in sides:  # before torch and the model, which take a while
+    ports = [side_port for _, _, side_port in sides if side_port]  # 0: any free port
+    if len(set(ports)) < len(ports):
+        raise click.BadParameter(f"two sides on one port ({', '.join(map(str, ports))})",
+                                 param_hint="--port/--also")
+    for side_port in ports:  # before torch and the model, which take a while
         refuse_a_port_in_use(host, side_port)
     run_guarded(require_demo_dependencies, "")
     from ..lab.model import ModelEngine
@@ -250,12 +258,12 @@ def lab_serve(precision: str, fault: str, dialect: str, host: str, port: int,
 
 def _side_spec(spec: str) -> tuple[str, str, int]:
     """PRECISION[:FAULT]@PORT of --also, or a usage error naming what is wrong."""
-    match = re.fullmatch(r"(bf16|fp8|int4)(?::(none|nondeterministic|lmhead-noscale))?"
-                         r"@(\d{1,5})", spec)
+    match = re.fullmatch(
+        rf"({'|'.join(PRECISIONS)})(?::({'|'.join(FAULTS)}))?@([0-9]{{1,5}})", spec)
     if match is None or int(match[3]) > 65535:
-        raise click.BadParameter(f"{spec!r} is not PRECISION[:FAULT]@PORT (precision bf16, "
-                                 "fp8 or int4; fault none, nondeterministic or "
-                                 "lmhead-noscale), e.g. fp8@8001", param_hint="--also")
+        raise click.BadParameter(f"{spec!r} is not PRECISION[:FAULT]@PORT (precision "
+                                 f"{', '.join(PRECISIONS)}; fault {', '.join(FAULTS)}), "
+                                 "e.g. fp8@8001", param_hint="--also")
     return match[1], match[2] or "none", int(match[3])
 
 

@@ -16,6 +16,7 @@ one RunFormatError naming the file, never a traceback.
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from collections.abc import Container, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -350,7 +351,7 @@ def _require_every_candidate_listed(folder: Path, labels: list[str]) -> None:
     label listed twice would be gated as one."""
     on_disk = sorted(entry.name for entry in (folder / CANDIDATES).glob("*") if entry.is_dir())
     unlisted = [name for name in on_disk if name not in labels]
-    twice = sorted({label for label in labels if labels.count(label) > 1})
+    twice = sorted(label for label, n in Counter(labels).items() if n > 1)
     if unlisted or twice:
         what = (f"{', '.join(shown(f'{CANDIDATES}/{name}') for name in unlisted)} not listed"
                 if unlisted else f"{', '.join(map(shown, twice))} listed twice")
